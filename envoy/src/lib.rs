@@ -1,0 +1,1 @@
+//! Envoy dynamic-module adapter (native `.so`).

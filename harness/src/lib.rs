@@ -1,0 +1,2 @@
+//! Everything that runs the gateway for tests, benchmarks and demos: the engine simulator,
+//! the load generator, the real-Envoy launcher and the command-line tools.

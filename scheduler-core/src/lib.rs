@@ -1,0 +1,26 @@
+#![no_std]
+//! The scheduling core of the in-Envoy inference gateway.
+//!
+//! Every routing decision is a pure function of data passed in: the parsed request, the
+//! latest metric snapshot, the proxy's own state (prefix index, in-flight load), the current
+//! time and a random value. No I/O, no clock, no global RNG, no threads; the same code runs
+//! natively (dynamic module, harness) and on `wasm32-wasip1` (proxy-wasm).
+//!
+//! Module map:
+//! - [`types`]: small newtypes shared by every module (`BlockHash`, `Tokens`, ...).
+//! - [`request`]: one-pass parsing of OpenAI / Anthropic request bodies.
+//! - [`prefix`]: chained block hashing of prompts and the approximate prefix index.
+//! - [`metrics`]: the Prometheus text parser and the per-endpoint metrics it extracts.
+//! - [`snapshot`]: the versioned binary snapshot the scraper publishes and the picker reads.
+//! - [`scheduling`]: `EndpointPickerConfig`, the plugins, profiles and the decision record.
+
+extern crate alloc;
+#[cfg(test)]
+extern crate std;
+
+pub mod metrics;
+pub mod prefix;
+pub mod request;
+pub mod scheduling;
+pub mod snapshot;
+pub mod types;

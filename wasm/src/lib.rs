@@ -1,0 +1,1 @@
+//! proxy-wasm adapter: turns the `filters/` state machines into proxy-wasm contexts.
