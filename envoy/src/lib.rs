@@ -1,1 +1,60 @@
-//! Envoy dynamic-module adapter (native `.so`).
+//! The Envoy dynamic-module adapter (native `.so`, `libinfergate_envoy.so`): the body router,
+//! the endpoint picker and the metrics scraper of `infergate_filters`, loaded into Envoy
+//! 1.40 through its C ABI ("v0.2.0") with our own bindings.
+//!
+//! Unlike the proxy-wasm flavour (one VM, hence one prefix index and one set of in-flight
+//! counts, per worker), the module is loaded once per Envoy process: the scraper's snapshot,
+//! the prefix index and the in-flight counts are shared by every worker thread.
+//!
+//! Module map:
+//! - [`abi`]: `#[repr(C)]` types, hook return enums and the `extern "C"` callbacks we use.
+//! - [`guard`]: panic containment at every exported hook; [`log`]: Envoy's logger.
+//! - [`host`]: a safe handle over one stream's `filter_envoy_ptr`; [`adapter`]: the filters'
+//!   host traits on it; [`stats`]: Envoy metrics for the filters' stat keys.
+//! - [`filter`]: the config/stream objects behind Envoy's HTTP filter pointers;
+//!   [`router`] and [`picker`]: the two HTTP filters (`filter_name` `router` / `picker`).
+//! - [`scraper`]: the bootstrap extension (`extension_name` `scraper`).
+//! - [`shared`]: process-wide state shared by all workers.
+//! - `hooks`: the exported `envoy_dynamic_module_on_*` functions.
+//!
+//! Cargo feature `panic-injection` (test builds only) adds `panic_injection`. On a wasm
+//! target only the ABI types compile (the callbacks are Envoy symbols, not Wasm imports).
+
+pub mod abi;
+#[cfg(not(target_family = "wasm"))]
+pub mod adapter;
+#[cfg(not(target_family = "wasm"))]
+pub mod filter;
+#[cfg(not(target_family = "wasm"))]
+pub mod guard;
+#[cfg(not(target_family = "wasm"))]
+pub mod host;
+#[cfg(not(target_family = "wasm"))]
+pub mod log;
+#[cfg(all(feature = "panic-injection", not(target_family = "wasm")))]
+pub mod panic_injection;
+#[cfg(not(target_family = "wasm"))]
+pub mod picker;
+#[cfg(not(target_family = "wasm"))]
+pub mod router;
+#[cfg(not(target_family = "wasm"))]
+pub mod scraper;
+#[cfg(not(target_family = "wasm"))]
+pub mod shared;
+#[cfg(not(target_family = "wasm"))]
+pub mod stats;
+
+#[cfg(not(target_family = "wasm"))]
+mod hooks;
+
+#[cfg(test)]
+mod fake_envoy;
+
+/// Called once when Envoy loads the module: installs the panic hook and returns the ABI
+/// version this module was written for.
+#[cfg(not(target_family = "wasm"))]
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_program_init() -> *const core::ffi::c_char {
+    guard::install_panic_hook();
+    abi::ABI_VERSION.as_ptr()
+}

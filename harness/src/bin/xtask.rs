@@ -1,4 +1,8 @@
-//! `cargo xtask`: project automation (test, up, demo, bench).
-fn main() {
-    std::process::exit(2);
+//! `cargo xtask`: the project's automation, so a new user needs exactly two commands
+//! (`cargo xtask demo` and `cargo xtask test`). See `harness/src/xtask/` for the steps.
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    infergate_harness::xtask::main()
 }

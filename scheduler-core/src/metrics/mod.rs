@@ -1,11 +1,37 @@
 //! Model-server metrics: what the picker needs to know about one endpoint, and the
 //! Prometheus text parser that extracts it (DESIGN §5).
 //!
-//! CONTRACT STUB — owned by the metrics work; the types below are the agreed interface.
+//! - [`exposition`]: a tolerant line reader for the Prometheus text format (never panics,
+//!   skips what it cannot read).
+//! - [`names`]: [`MetricNames`], the configurable metric and label names per field
+//!   (default: vLLM, SGLang and TRT-LLM together).
+//! - [`extract()`]: one page → one [`EndpointMetrics`], with the aggregation rules
+//!   (sum / max / newest, unusable values as missing) documented in [`mod@extract`].
+//!
+//! ```
+//! use scheduler_core::metrics::{extract, MetricNames};
+//! let page = b"vllm:num_requests_waiting{model_name=\"m\"} 3\nvllm:kv_cache_usage_perc 0.5\n";
+//! let m = extract(page, &MetricNames::default());
+//! assert_eq!(m.waiting, Some(3));
+//! assert_eq!(m.kv_cache_usage, Some(0.5));
+//! assert_eq!(m.running, None);
+//! ```
 
 use alloc::string::String;
 use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
+
+pub mod exposition;
+pub mod extract;
+pub mod names;
+
+// A test fails by panicking on a broken fixture; the crate-wide ban is for product code.
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests;
+
+pub use extract::extract;
+pub use names::{CacheInfoSpec, LoraInfoSpec, MetricNames};
 
 /// The DESIGN §5 table for one endpoint. A metric the page did not carry is `None`.
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
@@ -25,6 +51,18 @@ pub struct EndpointMetrics {
     /// LoRA adapter state (`vllm:lora_requests_info`), if exposed.
     #[serde(default)]
     pub lora: Option<LoraState>,
+}
+
+impl EndpointMetrics {
+    /// True when the page carried none of the metrics (probably not an engine we know, or
+    /// a misconfigured [`MetricNames`]).
+    pub fn is_empty(&self) -> bool {
+        self.waiting.is_none()
+            && self.running.is_none()
+            && self.kv_cache_usage.is_none()
+            && self.cache.is_none()
+            && self.lora.is_none()
+    }
 }
 
 /// KV-cache geometry of an endpoint.

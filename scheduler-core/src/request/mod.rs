@@ -1,18 +1,193 @@
 //! One-pass parsing of OpenAI and Anthropic request bodies (DESIGN §6, §10).
 //!
-//! CONTRACT STUB — owned by the request/prefix work. Agreed interface:
+//! [`parse`] walks the body once with `serde_json`, borrowing strings from the body where
+//! they have no escapes, skipping every field it does not need with `IgnoredAny`, and writing
+//! the canonical prompt byte stream directly into one buffer as it goes. It extracts the
+//! model, the prompt bytes for prefix hashing ([`crate::prefix`]), an estimated prompt token
+//! count, the output token limit, `stream`, `stream_options.include_usage` and `cache_salt`.
 //!
-//! ```ignore
-//! pub enum Api { ChatCompletions, Completions, AnthropicMessages }
-//! impl Api { pub fn from_path(path: &str) -> Option<Api> }   // query string ignored
-//! pub struct ParsedRequest {
-//!     pub api: Api, pub model: String,
-//!     pub prompt: Vec<u8>,               // canonical prompt byte stream (DESIGN §6)
-//!     pub prompt_tokens: Tokens,         // estimate: prompt.len() / 4, rounded up
-//!     pub max_output_tokens: Option<u64>, // max_completion_tokens, else max_tokens
-//!     pub stream: bool, pub include_usage: bool, pub cache_salt: Option<String>,
-//! }
-//! pub fn parse(api: Api, body: &[u8]) -> Result<ParsedRequest, RequestError>;
-//! pub enum RequestError { NotJson, MissingModel, WrongType { field: &'static str, expected: &'static str }, ... }
-//! impl RequestError { pub fn message(&self) -> String; pub fn param(&self) -> Option<&'static str>; pub fn code(&self) -> &'static str }
-//! ```
+//! # Canonical prompt byte stream (version 1)
+//!
+//! The stream is what [`crate::prefix`] cuts into blocks of `blockSizeTokens` × 4 bytes, so
+//! it must be identical for identical prompts and must share leading bytes when prompts
+//! share a prefix. Control bytes separate the parts:
+//! `RS` = 0x1E ends a message, `US` = 0x1F separates fields of a message, `GS` = 0x1D starts
+//! the tools section, `SUB` = 0x1A frames a non-text content part.
+//!
+//! `/v1/completions`:
+//! - `prompt` string: its UTF-8 bytes exactly (the JSON escapes decoded), nothing else.
+//! - array of strings: the strings' bytes joined with `RS` (so `["abc"]` equals `"abc"`).
+//! - array of token ids: each id as 4 little-endian bytes, so one id is one estimated token.
+//! - array of token-id arrays: each array as above, joined by the pseudo-token `FF FF FF FF`.
+//! - absent or null: empty. Mixing element kinds or ids outside `u32` is a type error.
+//!
+//! `/v1/chat/completions` and `/v1/messages` (in this order, whatever the JSON key order):
+//! 1. Tools, if `tools` is a non-empty array: `GS "tools" US <canonical JSON of tools> RS`.
+//!    Canonical JSON is defined in `canonical.rs`: compact, object keys sorted bytewise.
+//! 2. Anthropic `system`, if present and not null: `<content> US "system" RS` — the same
+//!    bytes an OpenAI `{"role": "system", "content": ...}` message produces.
+//! 3. Each message of `messages`, in order:
+//!    `<content> US <role> [US "name" US <name>] [US "tool_call_id" US <id>]
+//!     [US "tool_calls" US <canonical JSON of tool_calls>] RS`.
+//!    Content comes first so it can be copied as it is parsed, whatever the key order.
+//!
+//! Content is a string (its UTF-8 bytes), null (nothing) or an array of parts, each written
+//! in order with no separator:
+//! - a text part (`type` absent, `text`, `input_text` or `output_text`): its `text` bytes;
+//!   other fields of a text part (e.g. Anthropic `cache_control`) are ignored;
+//! - a media part (`image_url`, `image`, `input_image`, `input_audio`, `audio`, `file`,
+//!   `input_file`, `document`, `video`, `video_url`): a marker, not its data:
+//!   `SUB <type> US <16 lowercase hex digits of xxh3_64(canonical JSON of the part's other
+//!   fields)> SUB` — so different images differ while a 1 MB image costs 34 bytes;
+//! - any other part (`tool_use`, `tool_result`, `thinking`, ...): `SUB <type> US <canonical
+//!   JSON of the part's fields except type and cache_control> SUB`;
+//! - a bare string element: its bytes, as a text part.
+//!
+//! Messages with content missing or null still write their trailer. A missing `messages`
+//! (or `prompt`) gives an empty prompt: the engine, not the gateway, rejects it.
+//!
+//! # Other fields
+//!
+//! - `prompt_tokens` = ⌈prompt bytes / 4⌉ (DESIGN §6: 4 bytes per token).
+//! - `max_output_tokens` = `max_completion_tokens` if set, else `max_tokens`.
+//! - `include_usage` = `stream_options.include_usage`; for `/v1/messages` it is always true,
+//!   because the Messages API always reports usage.
+//! - JSON null is accepted wherever a field is optional; a repeated key replaces the earlier.
+//!
+//! # Errors
+//!
+//! Any [`RequestError`] is a 400 with an OpenAI error body (DESIGN §10): not JSON, not an
+//! object, `model` missing/empty/not a string, or a field read here with the wrong type
+//! (the field is named by [`RequestError::param`]).
+
+mod body;
+mod canonical;
+mod content;
+mod error;
+mod prompt;
+mod scalar;
+#[cfg(test)]
+mod tests;
+mod utf8;
+
+pub use error::RequestError;
+
+use crate::types::Tokens;
+use alloc::string::String;
+use alloc::vec::Vec;
+use serde::de::DeserializeSeed;
+
+/// Ends a message in the canonical stream.
+pub const RS: u8 = 0x1e;
+/// Separates fields of a message in the canonical stream.
+pub const US: u8 = 0x1f;
+/// Starts the tools section of the canonical stream.
+pub const GS: u8 = 0x1d;
+/// Frames a non-text content part in the canonical stream.
+pub const SUB: u8 = 0x1a;
+
+/// Which inference API a request targets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Api {
+    /// OpenAI `/v1/chat/completions`.
+    ChatCompletions,
+    /// OpenAI `/v1/completions`.
+    Completions,
+    /// Anthropic `/v1/messages`.
+    AnthropicMessages,
+}
+
+impl Api {
+    /// The API served at `path` (a query string is ignored), or `None` for any other path.
+    pub fn from_path(path: &str) -> Option<Api> {
+        let path = path.split_once('?').map_or(path, |(p, _)| p);
+        match path {
+            "/v1/chat/completions" => Some(Api::ChatCompletions),
+            "/v1/completions" => Some(Api::Completions),
+            "/v1/messages" => Some(Api::AnthropicMessages),
+            _ => None,
+        }
+    }
+
+    /// The canonical path of this API.
+    pub fn path(self) -> &'static str {
+        match self {
+            Api::ChatCompletions => "/v1/chat/completions",
+            Api::Completions => "/v1/completions",
+            Api::AnthropicMessages => "/v1/messages",
+        }
+    }
+}
+
+/// What the gateway needs from a request body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParsedRequest {
+    /// The API the body was parsed as.
+    pub api: Api,
+    /// The requested model name (non-empty).
+    pub model: String,
+    /// The canonical prompt byte stream (module doc), input to prefix hashing.
+    pub prompt: Vec<u8>,
+    /// Estimated prompt tokens: `prompt.len() / 4`, rounded up.
+    pub prompt_tokens: Tokens,
+    /// `max_completion_tokens`, else `max_tokens`.
+    pub max_output_tokens: Option<u64>,
+    /// `stream: true`.
+    pub stream: bool,
+    /// `stream_options.include_usage` (always true for `/v1/messages`).
+    pub include_usage: bool,
+    /// vLLM's `cache_salt`, which isolates prefix caching between tenants.
+    pub cache_salt: Option<String>,
+}
+
+/// Estimated tokens for a prompt byte stream of `len` bytes (4 bytes per token, rounded up).
+pub fn estimate_tokens(len: usize) -> Tokens {
+    Tokens((len as u64).div_ceil(4))
+}
+
+/// Parses `body` as a request to `api` in one pass.
+pub fn parse(api: Api, body: &[u8]) -> Result<ParsedRequest, RequestError> {
+    // The canonical stream is never much longer than the JSON it comes from.
+    let mut prompt = Vec::with_capacity(body.len());
+    let mut tools = Vec::new();
+    let mut system = Vec::new();
+    let mut err = None;
+    let mut fields = body::Fields::default();
+    if !utf8::is_valid(body) {
+        return Err(RequestError::NotJson);
+    }
+    debug_assert!(core::str::from_utf8(body).is_ok());
+    // SAFETY: `utf8::is_valid` accepts exactly the well-formed UTF-8 that
+    // `core::str::from_utf8` accepts (property-tested against it in `utf8.rs`).
+    let text = unsafe { core::str::from_utf8_unchecked(body) };
+    // The `&str` reader does not re-validate each string: see `utf8.rs` for why.
+    let mut de = serde_json::Deserializer::from_str(text);
+    let seed = body::BodySeed {
+        api,
+        bufs: body::Buffers {
+            prompt: &mut prompt,
+            tools: &mut tools,
+            system: &mut system,
+            err: &mut err,
+            fields: &mut fields,
+        },
+    };
+    if seed.deserialize(&mut de).and_then(|()| de.end()).is_err() {
+        return Err(err.unwrap_or(RequestError::NotJson));
+    }
+    let model = fields.model.ok_or(RequestError::MissingModel)?;
+    if !tools.is_empty() || !system.is_empty() {
+        tools.extend_from_slice(&system);
+        prompt.splice(0..0, tools);
+    }
+    Ok(ParsedRequest {
+        api,
+        model,
+        prompt_tokens: estimate_tokens(prompt.len()),
+        prompt,
+        max_output_tokens: fields.max_completion_tokens.or(fields.max_tokens),
+        stream: fields.stream,
+        include_usage: fields.include_usage || api == Api::AnthropicMessages,
+        cache_salt: fields.cache_salt,
+    })
+}

@@ -1,3 +1,40 @@
 //! `EndpointPickerConfig`, the scheduling plugins, profiles and the decision record (DESIGN §6).
 //!
-//! CONTRACT STUB — owned by the scheduling work.
+//! Lifecycle: a host parses the config ([`EndpointPickerConfig`], JSON here or YAML with
+//! `serde_yaml` in std hosts) and compiles it once into a [`Scheduler`]; every request then
+//! calls [`Scheduler::schedule`] with a [`RequestView`], the pool's [`Candidate`]s, the
+//! prefix index, one random `u64` and `now`, and gets a [`Decision`].
+//!
+//! Per profile: filters run in order, each narrowing the candidates; each scorer gives every
+//! remaining candidate a raw score clamped to [0, 1] (NaN → 0); the total is
+//! Σ weight × score; the picker chooses and ranks fallbacks. The first profile is the
+//! primary one: its pick is the decision's. No profiles configured → one profile named
+//! `default` with every declared plugin in declaration order; no picker in a profile →
+//! `max-score-picker`. Filters that empty the candidate set yield `picked: None` (the host
+//! answers 503 `rejected-no-endpoints`).
+//!
+//! Plugin semantics and parameters: [`plugins`] (catalogue), [`filter`] (filters, the TTFT
+//! estimate, missing metrics), [`score`] (scorers, missing metrics), [`pick`] (pickers, RNG).
+
+pub mod compile;
+pub mod config;
+pub mod decision;
+pub mod filter;
+mod params;
+pub mod pick;
+pub mod plugins;
+mod record;
+pub mod run;
+pub mod score;
+
+// Tests may panic on a broken fixture: that is how a test fails.
+#[cfg(test)]
+#[allow(clippy::panic)]
+mod tests;
+
+pub use compile::{Profile, Scheduler, DEFAULT_PROFILE};
+pub use config::{ConfigError, EndpointPickerConfig, PluginRef, PluginSpec, ProfileSpec};
+pub use decision::{Decision, ProfileDecision};
+pub use filter::FilterNote;
+pub use plugins::{PrefixSettings, PLUGIN_TYPES};
+pub use run::{Candidate, NoPrefixIndex, PrefixMatch, RequestView};

@@ -1,0 +1,254 @@
+//! The `envoy_dynamic_module_callback_*` functions this module calls: implemented inside the
+//! Envoy binary and resolved when Envoy `dlopen`s our `.so` (a Linux `cdylib` may leave them
+//! undefined). Only the callbacks we actually use are declared; a unit test checks every name
+//! here against the symbol list of the Envoy 1.40.0 binary (`testdata/`), because a missing
+//! symbol is only found when first called, and then Envoy aborts.
+//!
+//! Every pointer argument follows the ownership rules in the parent module: `*_envoy_ptr`
+//! values must be ones Envoy handed us and that are still alive; [`ModuleBuffer`]s and
+//! [`ModuleHttpHeader`] arrays are borrowed only for the call; out-parameters must point to
+//! writable memory of the stated size.
+
+use super::{
+    BodyKind, BootstrapConfigEnvoyPtr, BootstrapTimerModulePtr, CalloutInitResult, EnvoyBuffer,
+    EnvoyHttpHeader, FilterResetReason, HeaderKind, HttpFilterConfigEnvoyPtr, HttpFilterEnvoyPtr,
+    LogLevel, MetricsResult, ModuleBuffer, ModuleHttpHeader,
+};
+
+unsafe extern "C" {
+    // ----- logging (any thread) -----
+
+    /// Logs `message` under Envoy's `dynamic_modules` logger.
+    pub fn envoy_dynamic_module_callback_log(level: LogLevel, message: ModuleBuffer);
+
+    // ----- HTTP headers (stream's worker thread) -----
+
+    /// Reads value `index` of header `key`; `result` gets an Envoy-owned view (empty if absent),
+    /// `optional_size` (nullable) the number of values.
+    pub fn envoy_dynamic_module_callback_http_get_header(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        header_type: HeaderKind,
+        key: ModuleBuffer,
+        result: *mut EnvoyBuffer,
+        index: usize,
+        optional_size: *mut usize,
+    ) -> bool;
+
+    /// Number of entries in a header map (0 if the map is not available in this phase).
+    pub fn envoy_dynamic_module_callback_http_get_headers_size(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        header_type: HeaderKind,
+    ) -> usize;
+
+    /// Fills `result_headers` (caller-allocated, at least `get_headers_size` slots) with
+    /// Envoy-owned views of every entry.
+    pub fn envoy_dynamic_module_callback_http_get_headers(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        header_type: HeaderKind,
+        result_headers: *mut EnvoyHttpHeader,
+    ) -> bool;
+
+    /// Replaces every value of `key` with `value`; a NULL `value` removes the header.
+    pub fn envoy_dynamic_module_callback_http_set_header(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        header_type: HeaderKind,
+        key: ModuleBuffer,
+        value: ModuleBuffer,
+    ) -> bool;
+
+    /// Appends a value for `key`.
+    pub fn envoy_dynamic_module_callback_http_add_header(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        header_type: HeaderKind,
+        key: ModuleBuffer,
+        value: ModuleBuffer,
+    ) -> bool;
+
+    // ----- HTTP bodies -----
+
+    /// Total bytes of the addressed body (0 if unavailable).
+    pub fn envoy_dynamic_module_callback_http_get_body_size(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        body_type: BodyKind,
+    ) -> usize;
+
+    /// Number of slices of the addressed body.
+    pub fn envoy_dynamic_module_callback_http_get_body_chunks_size(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        body_type: BodyKind,
+    ) -> usize;
+
+    /// Fills `result_buffer_vector` (caller-allocated, `get_body_chunks_size` slots) with
+    /// Envoy-owned views of the slices.
+    pub fn envoy_dynamic_module_callback_http_get_body_chunks(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        body_type: BodyKind,
+        result_buffer_vector: *mut EnvoyBuffer,
+    ) -> bool;
+
+    /// True when the request chunk of the current body hook *is* what an earlier filter
+    /// buffered (that filter paused and resumed), so it must not be added to the buffer again.
+    pub fn envoy_dynamic_module_callback_http_received_buffered_request_body(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+    ) -> bool;
+
+    /// Drops the first `number_of_bytes` bytes of the addressed body.
+    pub fn envoy_dynamic_module_callback_http_drain_body(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        body_type: BodyKind,
+        number_of_bytes: usize,
+    ) -> bool;
+
+    /// Appends `data` (copied) to the addressed body.
+    pub fn envoy_dynamic_module_callback_http_append_body(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        body_type: BodyKind,
+        data: ModuleBuffer,
+    ) -> bool;
+
+    /// The stream's buffer limit in bytes (what Envoy buffers before answering 413 itself).
+    pub fn envoy_dynamic_module_callback_http_get_buffer_limit(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+    ) -> u64;
+
+    /// Sets the stream's buffer limit in bytes.
+    pub fn envoy_dynamic_module_callback_http_set_buffer_limit(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        limit: u64,
+    );
+
+    // ----- local replies, stream control, routing -----
+
+    /// Sends a local reply (headers and body are copied); the stream then ends.
+    pub fn envoy_dynamic_module_callback_http_send_response(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        status_code: u32,
+        headers_vector: *mut ModuleHttpHeader,
+        headers_vector_size: usize,
+        body: ModuleBuffer,
+        details: ModuleBuffer,
+    );
+
+    /// Resets the downstream stream (used when a response is already under way).
+    pub fn envoy_dynamic_module_callback_http_filter_reset_stream(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        reason: FilterResetReason,
+        details: ModuleBuffer,
+    );
+
+    /// Asks the load balancer to use `host` ("ip:port"); with `strict`, fail rather than fall
+    /// back when the host is not in the routed cluster. False if `host` is not an IP address.
+    pub fn envoy_dynamic_module_callback_http_set_upstream_override_host(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        host: ModuleBuffer,
+        strict: bool,
+    ) -> bool;
+
+    /// Forces Envoy to re-match the route (after a route-relevant header changed).
+    pub fn envoy_dynamic_module_callback_http_clear_route_cache(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+    );
+
+    /// Sets a string in the stream's dynamic metadata under `ns`/`key` (copied).
+    pub fn envoy_dynamic_module_callback_http_set_dynamic_metadata_string(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        ns: ModuleBuffer,
+        key: ModuleBuffer,
+        value: ModuleBuffer,
+    );
+
+    // ----- HTTP filter stats (define on the main thread in config_new only) -----
+
+    /// Defines a counter named `name` (prefixed with the module's metrics namespace) with
+    /// `label_names_length` label names; writes its id to `counter_id_ptr`.
+    pub fn envoy_dynamic_module_callback_http_filter_config_define_counter(
+        filter_config_envoy_ptr: HttpFilterConfigEnvoyPtr,
+        name: ModuleBuffer,
+        label_names: *mut ModuleBuffer,
+        label_names_length: usize,
+        counter_id_ptr: *mut usize,
+    ) -> MetricsResult;
+
+    /// Adds `value` to a counter defined by this stream's config; the label count must match.
+    pub fn envoy_dynamic_module_callback_http_filter_increment_counter(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        id: usize,
+        label_values: *mut ModuleBuffer,
+        label_values_length: usize,
+        value: u64,
+    ) -> MetricsResult;
+
+    // ----- bootstrap extension (main thread) -----
+
+    /// Unblocks Envoy's init manager (Envoy registers one init target per bootstrap extension
+    /// before calling `on_bootstrap_extension_config_new`, so calling it there is allowed).
+    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_signal_init_complete(
+        extension_config_envoy_ptr: BootstrapConfigEnvoyPtr,
+    );
+
+    /// Creates a disabled main-thread timer; firing calls `on_bootstrap_extension_timer_fired`.
+    /// The module owns the result and must pass it to `timer_delete` exactly once.
+    pub fn envoy_dynamic_module_callback_bootstrap_extension_timer_new(
+        extension_config_envoy_ptr: BootstrapConfigEnvoyPtr,
+    ) -> BootstrapTimerModulePtr;
+
+    /// Arms (or re-arms) the timer.
+    pub fn envoy_dynamic_module_callback_bootstrap_extension_timer_enable(
+        timer_ptr: BootstrapTimerModulePtr,
+        delay_milliseconds: u64,
+    );
+
+    /// Frees a timer created by `timer_new`.
+    pub fn envoy_dynamic_module_callback_bootstrap_extension_timer_delete(
+        timer_ptr: BootstrapTimerModulePtr,
+    );
+
+    /// Starts an HTTP request to `cluster_name` (`:method`, `:path`, `host` are required);
+    /// writes the callout id to `callout_id_out`. Completion arrives in
+    /// `on_bootstrap_extension_http_callout_done`.
+    pub fn envoy_dynamic_module_callback_bootstrap_extension_http_callout(
+        extension_config_envoy_ptr: BootstrapConfigEnvoyPtr,
+        callout_id_out: *mut u64,
+        cluster_name: ModuleBuffer,
+        headers: *mut ModuleHttpHeader,
+        headers_size: usize,
+        body: ModuleBuffer,
+        timeout_milliseconds: u64,
+    ) -> CalloutInitResult;
+
+    /// Defines a counter on the bootstrap extension's scope; writes its id to `counter_id_ptr`.
+    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_define_counter(
+        extension_config_envoy_ptr: BootstrapConfigEnvoyPtr,
+        name: ModuleBuffer,
+        label_names: *mut ModuleBuffer,
+        label_names_length: usize,
+        counter_id_ptr: *mut usize,
+    ) -> MetricsResult;
+
+    /// Defines a gauge on the bootstrap extension's scope; writes its id to `gauge_id_ptr`.
+    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_define_gauge(
+        extension_config_envoy_ptr: BootstrapConfigEnvoyPtr,
+        name: ModuleBuffer,
+        label_names: *mut ModuleBuffer,
+        label_names_length: usize,
+        gauge_id_ptr: *mut usize,
+    ) -> MetricsResult;
+
+    /// Sets a bootstrap gauge to `value`.
+    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_set_gauge(
+        extension_config_envoy_ptr: BootstrapConfigEnvoyPtr,
+        id: usize,
+        label_values: *mut ModuleBuffer,
+        label_values_length: usize,
+        value: u64,
+    ) -> MetricsResult;
+
+    /// Adds `value` to a bootstrap counter.
+    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_increment_counter(
+        extension_config_envoy_ptr: BootstrapConfigEnvoyPtr,
+        id: usize,
+        label_values: *mut ModuleBuffer,
+        label_values_length: usize,
+        value: u64,
+    ) -> MetricsResult;
+}

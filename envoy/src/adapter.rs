@@ -1,0 +1,233 @@
+//! The filters crate's host capabilities, implemented on one Envoy HTTP stream.
+//!
+//! [`StreamHost`] lives for one hook call: it borrows the [`EnvoyStream`] of that call, the
+//! config's [`StatsRegistry`] and, on the body hook that completes the request, the request
+//! body this adapter assembled from Envoy's buffered and received slices.
+
+use infergate_filters::host::{
+    Clock, DynamicMetadata, HostError, LocalReply, Random, RequestBody, RequestHeaders,
+    ResponseBody, ResponseHeaders, SnapshotFetch, SnapshotSource, SnapshotVersion, Stats,
+    UpstreamOverride,
+};
+use infergate_filters::reply::Reply;
+use infergate_filters::stats::StatKey;
+use scheduler_core::types::Millis;
+use std::cell::Cell;
+
+use crate::abi::{BodyKind, HeaderKind};
+use crate::host::EnvoyStream;
+use crate::stats::{Kind, StatsRegistry};
+
+/// Host capabilities for one hook call on one stream.
+pub struct StreamHost<'a> {
+    /// The Envoy stream of the current hook.
+    pub envoy: &'a mut EnvoyStream,
+    /// Counter ids of the stream's filter config.
+    pub stats: &'a StatsRegistry,
+    /// The complete request body, when the adapter has assembled it.
+    pub body: Option<&'a [u8]>,
+    /// Whether `set_upstream_override` asks Envoy to fail rather than fall back.
+    pub strict_override: bool,
+}
+
+fn text(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+impl RequestHeaders for StreamHost<'_> {
+    fn request_header(&self, name: &str) -> Option<String> {
+        self.envoy
+            .header(HeaderKind::RequestHeaders, name)
+            .map(text)
+    }
+    fn request_headers(&self) -> Vec<(String, String)> {
+        self.envoy
+            .headers(HeaderKind::RequestHeaders)
+            .into_iter()
+            .map(|(k, v)| (k, text(v)))
+            .collect()
+    }
+    fn set_request_header(&mut self, name: &str, value: &str) {
+        self.envoy
+            .set_header(HeaderKind::RequestHeaders, name, Some(value.as_bytes()));
+    }
+    fn add_request_header(&mut self, name: &str, value: &str) {
+        self.envoy
+            .add_header(HeaderKind::RequestHeaders, name, value.as_bytes());
+    }
+    fn remove_request_header(&mut self, name: &str) {
+        self.envoy
+            .set_header(HeaderKind::RequestHeaders, name, None);
+    }
+}
+
+impl ResponseHeaders for StreamHost<'_> {
+    fn response_header(&self, name: &str) -> Option<String> {
+        self.envoy
+            .header(HeaderKind::ResponseHeaders, name)
+            .map(text)
+    }
+    fn response_headers(&self) -> Vec<(String, String)> {
+        self.envoy
+            .headers(HeaderKind::ResponseHeaders)
+            .into_iter()
+            .map(|(k, v)| (k, text(v)))
+            .collect()
+    }
+    fn set_response_header(&mut self, name: &str, value: &str) {
+        self.envoy
+            .set_header(HeaderKind::ResponseHeaders, name, Some(value.as_bytes()));
+    }
+    fn add_response_header(&mut self, name: &str, value: &str) {
+        self.envoy
+            .add_header(HeaderKind::ResponseHeaders, name, value.as_bytes());
+    }
+    fn remove_response_header(&mut self, name: &str) {
+        self.envoy
+            .set_header(HeaderKind::ResponseHeaders, name, None);
+    }
+}
+
+impl RequestBody for StreamHost<'_> {
+    fn request_body(&self, start: usize, len: usize) -> Option<Vec<u8>> {
+        let body = self.body?;
+        let end = start.saturating_add(len).min(body.len());
+        body.get(start..end).map(<[u8]>::to_vec)
+    }
+    fn replace_request_body(&mut self, body: &[u8]) -> Result<(), HostError> {
+        // At end of stream the body is split between what Envoy buffered and the last chunk:
+        // empty the buffer and make the last chunk the whole new body.
+        let size = self.envoy.body_size(BodyKind::BufferedRequest);
+        if size > 0 && !self.envoy.replace_body(BodyKind::BufferedRequest, &[]) {
+            return Err(HostError::Failed(
+                "draining the buffered body failed".into(),
+            ));
+        }
+        if !self.envoy.replace_body(BodyKind::ReceivedRequest, body) {
+            return Err(HostError::Failed(
+                "replacing the request body failed".into(),
+            ));
+        }
+        let len = body.len().to_string();
+        self.envoy.set_header(
+            HeaderKind::RequestHeaders,
+            "content-length",
+            Some(len.as_bytes()),
+        );
+        Ok(())
+    }
+}
+
+impl ResponseBody for StreamHost<'_> {
+    fn response_chunk(&self, _len: usize) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        self.envoy
+            .read_body_into(BodyKind::ReceivedResponse, &mut out);
+        Some(out)
+    }
+}
+
+impl LocalReply for StreamHost<'_> {
+    fn send_local_reply(&mut self, reply: &Reply) {
+        let headers: Vec<(&str, &[u8])> = reply
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_bytes()))
+            .collect();
+        self.envoy.send_response(
+            u32::from(reply.status),
+            &headers,
+            &reply.body,
+            "infergate_local_reply",
+        );
+    }
+}
+
+impl Stats for StreamHost<'_> {
+    fn counter_add(&mut self, key: &StatKey, delta: u64) {
+        if let Some((id, labels)) = self.stats.resolve(Kind::Counter, key) {
+            self.envoy.increment_counter(id, &labels, delta);
+        }
+    }
+    fn gauge_set(&mut self, _key: &StatKey, _value: u64) {
+        // No gauge families are emitted by the HTTP filters yet.
+    }
+}
+
+impl DynamicMetadata for StreamHost<'_> {
+    fn set_metadata_string(
+        &mut self,
+        namespace: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<(), HostError> {
+        self.envoy.set_metadata_string(namespace, key, value);
+        Ok(())
+    }
+}
+
+impl UpstreamOverride for StreamHost<'_> {
+    fn set_upstream_override(&mut self, endpoint: &str) -> Result<(), HostError> {
+        if self
+            .envoy
+            .set_upstream_override_host(endpoint, self.strict_override)
+        {
+            Ok(())
+        } else {
+            Err(HostError::Failed(format!(
+                "Envoy refused override host {endpoint}"
+            )))
+        }
+    }
+}
+
+impl Clock for StreamHost<'_> {
+    fn now(&self) -> Millis {
+        wall_clock()
+    }
+}
+
+impl Random for StreamHost<'_> {
+    fn random_u64(&mut self) -> u64 {
+        thread_random()
+    }
+}
+
+impl SnapshotSource for StreamHost<'_> {
+    fn snapshot_if_changed(&self, known: Option<SnapshotVersion>) -> SnapshotFetch {
+        crate::shared::SNAPSHOT.fetch_if_changed(known)
+    }
+}
+
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+pub fn wall_clock() -> Millis {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    Millis(ms)
+}
+
+thread_local! {
+    /// One generator state per worker thread: no lock on the request path. Seeded lazily.
+    static RNG: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// A random `u64` (SplitMix64 step) from this thread's generator, seeded from std's
+/// per-process random hasher keys, the clock and the thread id.
+pub fn thread_random() -> u64 {
+    RNG.with(|cell| {
+        let state = cell.get().unwrap_or_else(|| {
+            use std::hash::{BuildHasher, Hash, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            std::thread::current().id().hash(&mut h);
+            wall_clock().0.hash(&mut h);
+            h.finish()
+        });
+        let state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        cell.set(Some(state));
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    })
+}

@@ -1,0 +1,535 @@
+//! A fake Envoy for unit tests: defines every callback declared in `abi::callbacks` (so the
+//! test binary links without Envoy) and records what the module asked for in a thread-local,
+//! so the exported hooks can be driven exactly as Envoy would drive them.
+//!
+//! Test-only (`#[cfg(test)]`): the real `.so` never contains these definitions.
+#![allow(clippy::missing_safety_doc)]
+
+use crate::abi::{
+    BodyKind, BootstrapConfigEnvoyPtr, BootstrapTimerModulePtr, CalloutInitResult, EnvoyBuffer,
+    EnvoyHttpHeader, FilterResetReason, HeaderKind, HttpFilterConfigEnvoyPtr, HttpFilterEnvoyPtr,
+    LogLevel, MetricsResult, ModuleBuffer, ModuleHttpHeader,
+};
+use std::cell::RefCell;
+
+/// A local reply the module sent.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: u32,
+    /// Headers as sent.
+    pub headers: Vec<(String, String)>,
+    /// Body as text.
+    pub body: String,
+    /// Response code details.
+    pub details: String,
+}
+
+/// Everything the fake records for one test thread.
+#[derive(Default, Debug)]
+pub struct State {
+    /// Log lines.
+    pub logs: Vec<String>,
+    /// Header maps by kind (0..=3).
+    pub headers: [Vec<(String, Vec<u8>)>; 4],
+    /// Bodies by kind (0..=3).
+    pub bodies: [Vec<u8>; 4],
+    /// Local replies sent.
+    pub replies: Vec<Reply>,
+    /// Stream resets requested.
+    pub resets: usize,
+    /// Upstream override hosts set (host, strict).
+    pub override_hosts: Vec<(String, bool)>,
+    /// Route cache clears.
+    pub route_cache_clears: usize,
+    /// Dynamic metadata set (ns, key, value).
+    pub metadata: Vec<(String, String, String)>,
+    /// Counters defined (name); the id is the index.
+    pub counters: Vec<String>,
+    /// Counter increments (id, labels, value).
+    pub increments: Vec<(usize, Vec<String>, u64)>,
+    /// Number of `signal_init_complete` calls.
+    pub init_complete: usize,
+    /// Timers created; the value is the last delay armed (None = never armed / deleted).
+    pub timers: Vec<Option<u64>>,
+    /// Timers deleted.
+    pub timers_deleted: usize,
+    /// Callouts started (cluster, headers).
+    pub callouts: Vec<(String, Vec<(String, String)>)>,
+    /// The stream's buffer limit (Envoy's default for a listener is 1 MiB).
+    pub buffer_limit: u64,
+    /// What `received_buffered_request_body` answers.
+    pub received_is_buffered: bool,
+    /// When set, callouts fail to start with this result.
+    pub callout_init_result: Option<CalloutInitResult>,
+}
+
+thread_local! {
+    static STATE: RefCell<State> = RefCell::new(State::default());
+}
+
+/// Clears the recorder for this thread.
+pub fn reset() {
+    STATE.with(|s| *s.borrow_mut() = State::default());
+}
+
+/// Runs `f` on the recorder.
+pub fn with<R>(f: impl FnOnce(&mut State) -> R) -> R {
+    STATE.with(|s| f(&mut s.borrow_mut()))
+}
+
+/// Log lines so far.
+pub fn logs() -> Vec<String> {
+    with(|s| s.logs.clone())
+}
+
+/// Sets request header `name` (lower-case) to `value`.
+pub fn set_request_header(name: &str, value: &str) {
+    with(|s| {
+        s.headers[0].retain(|(k, _)| k != name);
+        s.headers[0].push((name.to_string(), value.as_bytes().to_vec()));
+    });
+}
+
+/// A request header's current value.
+pub fn request_header(name: &str) -> Option<String> {
+    with(|s| {
+        s.headers[0]
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+    })
+}
+
+/// A non-null pointer to use as `filter_envoy_ptr` / `config_envoy_ptr`; the fake ignores it.
+pub fn dummy_ptr() -> *mut core::ffi::c_void {
+    core::ptr::NonNull::<u8>::dangling().as_ptr().cast()
+}
+
+fn text(b: ModuleBuffer) -> String {
+    if b.ptr.is_null() {
+        return String::new();
+    }
+    // SAFETY: the module passes buffers that are valid for the call.
+    let bytes = unsafe { core::slice::from_raw_parts(b.ptr.cast::<u8>(), b.length) };
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn envoy_buf(bytes: &[u8]) -> EnvoyBuffer {
+    EnvoyBuffer {
+        ptr: bytes.as_ptr().cast(),
+        length: bytes.len(),
+    }
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_log(_level: LogLevel, message: ModuleBuffer) {
+    let line = text(message);
+    let _ = STATE.try_with(|s| {
+        if let Ok(mut s) = s.try_borrow_mut() {
+            s.logs.push(line);
+        }
+    });
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_get_header(
+    _f: HttpFilterEnvoyPtr,
+    kind: HeaderKind,
+    key: ModuleBuffer,
+    result: *mut EnvoyBuffer,
+    index: usize,
+    optional_size: *mut usize,
+) -> bool {
+    let key = text(key);
+    with(|s| {
+        let values: Vec<&Vec<u8>> = s.headers[kind as usize]
+            .iter()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, v)| v)
+            .collect();
+        if !optional_size.is_null() {
+            // SAFETY: the module passes a writable out-parameter.
+            unsafe { *optional_size = values.len() };
+        }
+        let buf = values
+            .get(index)
+            .map_or(EnvoyBuffer::EMPTY, |v| envoy_buf(v));
+        // SAFETY: as above. The view points into the thread-local, which lives while the test
+        // thread does and is not mutated before the module copies it.
+        unsafe { *result = buf };
+        true
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_get_headers_size(
+    _f: HttpFilterEnvoyPtr,
+    kind: HeaderKind,
+) -> usize {
+    with(|s| s.headers[kind as usize].len())
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_get_headers(
+    _f: HttpFilterEnvoyPtr,
+    kind: HeaderKind,
+    result: *mut EnvoyHttpHeader,
+) -> bool {
+    with(|s| {
+        for (i, (k, v)) in s.headers[kind as usize].iter().enumerate() {
+            // SAFETY: the module allocated `get_headers_size` slots.
+            unsafe {
+                *result.add(i) = EnvoyHttpHeader {
+                    key_ptr: k.as_ptr().cast(),
+                    key_length: k.len(),
+                    value_ptr: v.as_ptr().cast(),
+                    value_length: v.len(),
+                };
+            }
+        }
+        true
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_set_header(
+    _f: HttpFilterEnvoyPtr,
+    kind: HeaderKind,
+    key: ModuleBuffer,
+    value: ModuleBuffer,
+) -> bool {
+    let key = text(key);
+    let value = (!value.ptr.is_null()).then(|| text(value));
+    with(|s| {
+        let map = &mut s.headers[kind as usize];
+        map.retain(|(k, _)| *k != key);
+        if let Some(v) = value {
+            map.push((key, v.into_bytes()));
+        }
+        true
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_add_header(
+    _f: HttpFilterEnvoyPtr,
+    kind: HeaderKind,
+    key: ModuleBuffer,
+    value: ModuleBuffer,
+) -> bool {
+    let (key, value) = (text(key), text(value));
+    with(|s| s.headers[kind as usize].push((key, value.into_bytes())));
+    true
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_get_body_size(
+    _f: HttpFilterEnvoyPtr,
+    kind: BodyKind,
+) -> usize {
+    with(|s| s.bodies[kind as usize].len())
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_get_body_chunks_size(
+    _f: HttpFilterEnvoyPtr,
+    kind: BodyKind,
+) -> usize {
+    with(|s| usize::from(!s.bodies[kind as usize].is_empty()))
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_get_body_chunks(
+    _f: HttpFilterEnvoyPtr,
+    kind: BodyKind,
+    result: *mut EnvoyBuffer,
+) -> bool {
+    with(|s| {
+        let body = &s.bodies[kind as usize];
+        if !body.is_empty() {
+            // SAFETY: the module allocated `get_body_chunks_size` (= 1) slots.
+            unsafe { *result = envoy_buf(body) };
+        }
+        true
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_received_buffered_request_body(
+    _f: HttpFilterEnvoyPtr,
+) -> bool {
+    with(|s| s.received_is_buffered)
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_drain_body(
+    _f: HttpFilterEnvoyPtr,
+    kind: BodyKind,
+    n: usize,
+) -> bool {
+    with(|s| {
+        let body = &mut s.bodies[kind as usize];
+        let n = n.min(body.len());
+        body.drain(..n);
+        true
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_append_body(
+    _f: HttpFilterEnvoyPtr,
+    kind: BodyKind,
+    data: ModuleBuffer,
+) -> bool {
+    let data = text(data);
+    with(|s| s.bodies[kind as usize].extend_from_slice(data.as_bytes()));
+    true
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_send_response(
+    _f: HttpFilterEnvoyPtr,
+    status: u32,
+    headers: *mut ModuleHttpHeader,
+    n: usize,
+    body: ModuleBuffer,
+    details: ModuleBuffer,
+) {
+    let mut hs = Vec::new();
+    for i in 0..n {
+        // SAFETY: the module passes `n` valid headers.
+        let h = unsafe { *headers.add(i) };
+        let k = ModuleBuffer {
+            ptr: h.key_ptr,
+            length: h.key_length,
+        };
+        let v = ModuleBuffer {
+            ptr: h.value_ptr,
+            length: h.value_length,
+        };
+        hs.push((text(k), text(v)));
+    }
+    let reply = Reply {
+        status,
+        headers: hs,
+        body: text(body),
+        details: text(details),
+    };
+    with(|s| s.replies.push(reply));
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_reset_stream(
+    _f: HttpFilterEnvoyPtr,
+    _reason: FilterResetReason,
+    _details: ModuleBuffer,
+) {
+    with(|s| s.resets += 1);
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_set_upstream_override_host(
+    _f: HttpFilterEnvoyPtr,
+    host: ModuleBuffer,
+    strict: bool,
+) -> bool {
+    let host = text(host);
+    with(|s| s.override_hosts.push((host, strict)));
+    true
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_clear_route_cache(_f: HttpFilterEnvoyPtr) {
+    with(|s| s.route_cache_clears += 1);
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_set_dynamic_metadata_string(
+    _f: HttpFilterEnvoyPtr,
+    ns: ModuleBuffer,
+    key: ModuleBuffer,
+    value: ModuleBuffer,
+) {
+    let entry = (text(ns), text(key), text(value));
+    with(|s| s.metadata.push(entry));
+}
+
+fn define_counter(name: ModuleBuffer, id: *mut usize) -> MetricsResult {
+    let name = text(name);
+    with(|s| {
+        s.counters.push(name);
+        // SAFETY: the module passes a writable out-parameter.
+        unsafe { *id = s.counters.len() - 1 };
+    });
+    crate::abi::METRICS_SUCCESS
+}
+
+fn increment(id: usize, labels: *mut ModuleBuffer, n: usize, value: u64) -> MetricsResult {
+    let mut ls = Vec::new();
+    for i in 0..n {
+        // SAFETY: the module passes `n` label buffers.
+        ls.push(text(unsafe { *labels.add(i) }));
+    }
+    with(|s| s.increments.push((id, ls, value)));
+    crate::abi::METRICS_SUCCESS
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_config_define_counter(
+    _c: HttpFilterConfigEnvoyPtr,
+    name: ModuleBuffer,
+    _labels: *mut ModuleBuffer,
+    _n: usize,
+    id: *mut usize,
+) -> MetricsResult {
+    define_counter(name, id)
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_increment_counter(
+    _f: HttpFilterEnvoyPtr,
+    id: usize,
+    labels: *mut ModuleBuffer,
+    n: usize,
+    value: u64,
+) -> MetricsResult {
+    increment(id, labels, n, value)
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_config_signal_init_complete(
+    _c: BootstrapConfigEnvoyPtr,
+) {
+    with(|s| s.init_complete += 1);
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_timer_new(
+    _c: BootstrapConfigEnvoyPtr,
+) -> BootstrapTimerModulePtr {
+    // The "pointer" is 1 + the timer's index, so it is never NULL.
+    with(|s| {
+        s.timers.push(None);
+        s.timers.len() as BootstrapTimerModulePtr
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_timer_enable(
+    timer: BootstrapTimerModulePtr,
+    delay_ms: u64,
+) {
+    with(|s| {
+        if let Some(slot) = s.timers.get_mut((timer as usize).wrapping_sub(1)) {
+            *slot = Some(delay_ms);
+        }
+    });
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_timer_delete(
+    timer: BootstrapTimerModulePtr,
+) {
+    with(|s| {
+        if let Some(slot) = s.timers.get_mut((timer as usize).wrapping_sub(1)) {
+            *slot = None;
+        }
+        s.timers_deleted += 1;
+    });
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_http_callout(
+    _c: BootstrapConfigEnvoyPtr,
+    id_out: *mut u64,
+    cluster: ModuleBuffer,
+    headers: *mut ModuleHttpHeader,
+    n: usize,
+    _body: ModuleBuffer,
+    _timeout_ms: u64,
+) -> CalloutInitResult {
+    let mut hs = Vec::new();
+    for i in 0..n {
+        // SAFETY: the module passes `n` valid headers.
+        let h = unsafe { *headers.add(i) };
+        let k = ModuleBuffer {
+            ptr: h.key_ptr,
+            length: h.key_length,
+        };
+        let v = ModuleBuffer {
+            ptr: h.value_ptr,
+            length: h.value_length,
+        };
+        hs.push((text(k), text(v)));
+    }
+    let cluster = text(cluster);
+    with(|s| {
+        if let Some(r) = s.callout_init_result {
+            return r;
+        }
+        s.callouts.push((cluster, hs));
+        // SAFETY: the module passes a writable out-parameter.
+        unsafe { *id_out = s.callouts.len() as u64 };
+        crate::abi::CALLOUT_INIT_SUCCESS
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_config_define_counter(
+    _c: BootstrapConfigEnvoyPtr,
+    name: ModuleBuffer,
+    _labels: *mut ModuleBuffer,
+    _n: usize,
+    id: *mut usize,
+) -> MetricsResult {
+    define_counter(name, id)
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_config_increment_counter(
+    _c: BootstrapConfigEnvoyPtr,
+    id: usize,
+    labels: *mut ModuleBuffer,
+    n: usize,
+    value: u64,
+) -> MetricsResult {
+    increment(id, labels, n, value)
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_config_define_gauge(
+    _c: BootstrapConfigEnvoyPtr,
+    name: ModuleBuffer,
+    _labels: *mut ModuleBuffer,
+    _n: usize,
+    id: *mut usize,
+) -> MetricsResult {
+    define_counter(name, id)
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_config_set_gauge(
+    _c: BootstrapConfigEnvoyPtr,
+    id: usize,
+    labels: *mut ModuleBuffer,
+    n: usize,
+    value: u64,
+) -> MetricsResult {
+    increment(id, labels, n, value)
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_get_buffer_limit(
+    _f: HttpFilterEnvoyPtr,
+) -> u64 {
+    with(|s| s.buffer_limit)
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_set_buffer_limit(
+    _f: HttpFilterEnvoyPtr,
+    limit: u64,
+) {
+    with(|s| s.buffer_limit = limit);
+}

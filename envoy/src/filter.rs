@@ -1,0 +1,202 @@
+//! The module-side objects behind Envoy's HTTP filter pointers: one [`HttpConfig`] per filter
+//! config (shared by every worker, so `Sync`), one [`StreamState`] per HTTP stream.
+//!
+//! `filter_name` in Envoy's `DynamicModuleFilter` selects the logic: `router` (the body router)
+//! or `picker` (the endpoint picker). The adapters for both live in `router.rs` and
+//! `picker.rs`; this file only dispatches.
+
+use crate::abi::{
+    BodyStatus, HeadersStatus, HttpFilterConfigEnvoyPtr, ModuleBuffer, TrailersStatus,
+};
+use crate::host::EnvoyStream;
+use crate::stats::{DefineMetric, Kind};
+
+/// The per-stream logic of one filter kind. Every method has a pass-through default.
+pub trait StreamLogic {
+    /// Request headers arrived.
+    fn on_request_headers(
+        &mut self,
+        _envoy: &mut EnvoyStream,
+        _end_of_stream: bool,
+    ) -> HeadersStatus {
+        HeadersStatus::Continue
+    }
+    /// A request body chunk arrived.
+    fn on_request_body(&mut self, _envoy: &mut EnvoyStream, _end_of_stream: bool) -> BodyStatus {
+        BodyStatus::Continue
+    }
+    /// Request trailers arrived (the request body, if any, is complete).
+    fn on_request_trailers(&mut self, _envoy: &mut EnvoyStream) -> TrailersStatus {
+        TrailersStatus::Continue
+    }
+    /// Response headers arrived.
+    fn on_response_headers(
+        &mut self,
+        _envoy: &mut EnvoyStream,
+        _end_of_stream: bool,
+    ) -> HeadersStatus {
+        HeadersStatus::Continue
+    }
+    /// A response body chunk arrived (never buffered: streamed responses pass through).
+    fn on_response_body(&mut self, _envoy: &mut EnvoyStream, _end_of_stream: bool) -> BodyStatus {
+        BodyStatus::Continue
+    }
+    /// The stream ended (complete, reset or locally replied).
+    fn on_stream_complete(&mut self, _envoy: &mut EnvoyStream) {}
+}
+
+/// Creates the per-stream logic of one filter config. Shared by all worker threads.
+pub trait StreamFactory: Send + Sync {
+    /// A fresh per-stream object.
+    fn new_stream(&self) -> Box<dyn StreamLogic>;
+}
+
+/// Main-thread access to Envoy's filter-config object while the config is being created
+/// (stats must be defined there).
+pub struct FilterConfigHandle {
+    raw: HttpFilterConfigEnvoyPtr,
+}
+
+impl FilterConfigHandle {
+    /// Wraps the pointer passed to `on_http_filter_config_new`; used only during that hook.
+    pub fn new(raw: HttpFilterConfigEnvoyPtr) -> FilterConfigHandle {
+        FilterConfigHandle { raw }
+    }
+
+    /// Defines a counter `name` with `labels`; returns its id, or `None` if Envoy refused.
+    fn define_counter(&mut self, name: &str, labels: &[&str]) -> Option<usize> {
+        let mut raw_labels: Vec<ModuleBuffer> = labels
+            .iter()
+            .map(|l| ModuleBuffer::from_bytes(l.as_bytes()))
+            .collect();
+        let ptr = if raw_labels.is_empty() {
+            core::ptr::null_mut()
+        } else {
+            raw_labels.as_mut_ptr()
+        };
+        let mut id = 0usize;
+        // SAFETY: `raw` is the live config pointer of the current config_new hook (main
+        // thread); the buffers borrow `name`/`labels` for the call; `id` is a writable local.
+        let result = unsafe {
+            crate::abi::callbacks::envoy_dynamic_module_callback_http_filter_config_define_counter(
+                self.raw,
+                ModuleBuffer::from_bytes(name.as_bytes()),
+                ptr,
+                raw_labels.len(),
+                &mut id,
+            )
+        };
+        (result == crate::abi::METRICS_SUCCESS).then_some(id)
+    }
+}
+
+impl DefineMetric for FilterConfigHandle {
+    /// HTTP filters emit counters only; gauge families are left undefined here.
+    fn define(&mut self, kind: Kind, name: &str, labels: &[&str]) -> Option<usize> {
+        match kind {
+            Kind::Counter => self.define_counter(name, labels),
+            Kind::Gauge => None,
+        }
+    }
+}
+
+/// Our object behind `filter_config_module_ptr`.
+pub struct HttpConfig {
+    factory: Box<dyn StreamFactory>,
+}
+
+impl HttpConfig {
+    /// Builds the config for `filter_name` from its JSON `config` bytes.
+    pub fn new(
+        filter_name: &str,
+        config: &[u8],
+        envoy: &mut FilterConfigHandle,
+    ) -> Result<HttpConfig, String> {
+        let factory: Box<dyn StreamFactory> = match filter_name {
+            "router" => Box::new(crate::router::RouterFactory::new(config, envoy)?),
+            "picker" => Box::new(crate::picker::PickerFactory::new(config, envoy)?),
+            other => {
+                return Err(format!(
+                    "unknown filter_name `{other}` (expected router or picker)"
+                ))
+            }
+        };
+        Ok(HttpConfig { factory })
+    }
+
+    /// A fresh per-stream object.
+    pub fn new_stream(&self) -> Box<dyn StreamLogic> {
+        self.factory.new_stream()
+    }
+}
+
+/// Our object behind `filter_module_ptr`.
+pub struct StreamState {
+    logic: Box<dyn StreamLogic>,
+    /// Set once a hook panicked and the request was failed; later hooks pass through.
+    pub failed: bool,
+    #[cfg(feature = "panic-injection")]
+    inject: crate::panic_injection::Phase,
+}
+
+impl StreamState {
+    /// Wraps the per-stream logic.
+    pub fn new(logic: Box<dyn StreamLogic>) -> StreamState {
+        StreamState {
+            logic,
+            failed: false,
+            #[cfg(feature = "panic-injection")]
+            inject: crate::panic_injection::Phase::None,
+        }
+    }
+
+    /// See [`StreamLogic::on_request_headers`].
+    pub fn on_request_headers(
+        &mut self,
+        envoy: &mut EnvoyStream,
+        end_of_stream: bool,
+    ) -> HeadersStatus {
+        #[cfg(feature = "panic-injection")]
+        {
+            self.inject = crate::panic_injection::Phase::requested(envoy);
+            self.inject
+                .fire_if(crate::panic_injection::Phase::RequestHeaders);
+        }
+        self.logic.on_request_headers(envoy, end_of_stream)
+    }
+
+    /// See [`StreamLogic::on_request_body`].
+    pub fn on_request_body(&mut self, envoy: &mut EnvoyStream, end_of_stream: bool) -> BodyStatus {
+        #[cfg(feature = "panic-injection")]
+        self.inject
+            .fire_if(crate::panic_injection::Phase::RequestBody);
+        self.logic.on_request_body(envoy, end_of_stream)
+    }
+
+    /// See [`StreamLogic::on_request_trailers`].
+    pub fn on_request_trailers(&mut self, envoy: &mut EnvoyStream) -> TrailersStatus {
+        self.logic.on_request_trailers(envoy)
+    }
+
+    /// See [`StreamLogic::on_response_headers`].
+    pub fn on_response_headers(
+        &mut self,
+        envoy: &mut EnvoyStream,
+        end_of_stream: bool,
+    ) -> HeadersStatus {
+        #[cfg(feature = "panic-injection")]
+        self.inject
+            .fire_if(crate::panic_injection::Phase::ResponseHeaders);
+        self.logic.on_response_headers(envoy, end_of_stream)
+    }
+
+    /// See [`StreamLogic::on_response_body`].
+    pub fn on_response_body(&mut self, envoy: &mut EnvoyStream, end_of_stream: bool) -> BodyStatus {
+        self.logic.on_response_body(envoy, end_of_stream)
+    }
+
+    /// See [`StreamLogic::on_stream_complete`].
+    pub fn on_stream_complete(&mut self, envoy: &mut EnvoyStream) {
+        self.logic.on_stream_complete(envoy);
+    }
+}

@@ -1,0 +1,377 @@
+//! The exported HTTP-filter hooks (`envoy_dynamic_module_on_http_filter_*`).
+//!
+//! Each hook turns Envoy's raw pointers back into our objects, runs the filter logic inside
+//! [`guard::catch`], and on a panic fails only this request: a 500 local reply while the
+//! request is still being decoded, a stream reset once the response is under way. The stream
+//! is then marked failed and later hooks pass through without touching the logic again.
+//!
+//! Object lifetimes (who frees what):
+//! - `on_http_filter_config_new` leaks a `Box<HttpConfig>`; `_config_destroy` drops it.
+//! - `on_http_filter_new` leaks a `Box<StreamState>`; `_destroy` drops it. Per-request
+//!   resources (in-flight counts) are released by the logic's `Drop`, so a panicking or
+//!   reset stream can never leak them.
+
+use crate::abi::{
+    BodyStatus, EnvoyBuffer, EnvoyHttpHeader, HeadersStatus, HttpFilterConfigEnvoyPtr,
+    HttpFilterConfigModulePtr, HttpFilterEnvoyPtr, HttpFilterModulePtr, LocalReplyStatus,
+    TrailersStatus,
+};
+use crate::filter::{FilterConfigHandle, HttpConfig, StreamState};
+use crate::guard;
+use crate::host::EnvoyStream;
+
+/// Body of the 500 a panicking filter answers with (OpenAI error shape, DESIGN §10).
+const INTERNAL_ERROR_BODY: &[u8] =
+    br#"{"error":{"message":"internal error in the gateway filter","type":"internal_error","param":null,"code":"internal_error"}}"#;
+
+/// # Safety
+/// `ptr` must be NULL or a pointer returned by `on_http_filter_new` and not yet destroyed.
+unsafe fn stream<'a>(ptr: HttpFilterModulePtr) -> Option<&'a mut StreamState> {
+    // SAFETY: per the contract, a non-null `ptr` is our live `Box<StreamState>`; Envoy calls the
+    // hooks of one stream sequentially on one thread, so the `&mut` is unique.
+    unsafe { ptr.cast_mut().cast::<StreamState>().as_mut() }
+}
+
+/// Fails the request with a 500 local reply (request path).
+fn fail_request(envoy: &mut EnvoyStream) {
+    // A second panic here must not escape either; there is nothing more to do if it happens.
+    let _ = guard::catch("fail_request", || {
+        envoy.send_response(
+            500,
+            &[("content-type", b"application/json")],
+            INTERNAL_ERROR_BODY,
+            "infergate_filter_panic",
+        );
+    });
+}
+
+/// Fails the request by resetting the stream (response path: headers may be on the wire).
+fn fail_response(envoy: &mut EnvoyStream) {
+    let _ = guard::catch("fail_response", || {
+        envoy.reset_stream("infergate_filter_panic")
+    });
+}
+
+/// Runs one request-path hook body with panic containment.
+fn on_request<R: Copy>(
+    hook: &'static str,
+    envoy_ptr: HttpFilterEnvoyPtr,
+    module_ptr: HttpFilterModulePtr,
+    stop: R,
+    body: impl FnOnce(&mut StreamState, &mut EnvoyStream) -> R,
+) -> R {
+    // SAFETY: Envoy passes the pointers of the current stream to this hook.
+    let (Some(state), mut envoy) = (unsafe { stream(module_ptr) }, unsafe {
+        EnvoyStream::from_hook(envoy_ptr)
+    }) else {
+        return stop;
+    };
+    if state.failed {
+        return stop;
+    }
+    match guard::catch(hook, || body(state, &mut envoy)) {
+        Some(status) => status,
+        None => {
+            state.failed = true;
+            fail_request(&mut envoy);
+            stop
+        }
+    }
+}
+
+/// Runs one response-path hook body with panic containment.
+fn on_response<R: Copy>(
+    hook: &'static str,
+    envoy_ptr: HttpFilterEnvoyPtr,
+    module_ptr: HttpFilterModulePtr,
+    pass: R,
+    stop: R,
+    body: impl FnOnce(&mut StreamState, &mut EnvoyStream) -> R,
+) -> R {
+    // SAFETY: Envoy passes the pointers of the current stream to this hook.
+    let (Some(state), mut envoy) = (unsafe { stream(module_ptr) }, unsafe {
+        EnvoyStream::from_hook(envoy_ptr)
+    }) else {
+        return pass;
+    };
+    if state.failed {
+        return pass;
+    }
+    match guard::catch(hook, || body(state, &mut envoy)) {
+        Some(status) => status,
+        None => {
+            state.failed = true;
+            fail_response(&mut envoy);
+            stop
+        }
+    }
+}
+
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
+    config_envoy_ptr: HttpFilterConfigEnvoyPtr,
+    name: EnvoyBuffer,
+    config: EnvoyBuffer,
+) -> HttpFilterConfigModulePtr {
+    guard::catch("on_http_filter_config_new", || {
+        // SAFETY: Envoy guarantees both buffers for the duration of this hook; copied here.
+        let (name, config) = unsafe { (name.as_bytes().to_vec(), config.as_bytes().to_vec()) };
+        let name = String::from_utf8_lossy(&name).into_owned();
+        let mut handle = FilterConfigHandle::new(config_envoy_ptr);
+        match HttpConfig::new(&name, &config, &mut handle) {
+            Ok(cfg) => Box::into_raw(Box::new(cfg)).cast_const().cast(),
+            Err(e) => {
+                crate::log::error(&format!("infergate: filter `{name}` rejected: {e}"));
+                core::ptr::null()
+            }
+        }
+    })
+    .unwrap_or(core::ptr::null())
+}
+
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(
+    config: HttpFilterConfigModulePtr,
+) {
+    let _ = guard::catch("on_http_filter_config_destroy", || {
+        if !config.is_null() {
+            // SAFETY: `config` came from `Box::into_raw` in config_new and Envoy destroys it once.
+            drop(unsafe { Box::from_raw(config.cast_mut().cast::<HttpConfig>()) });
+        }
+    });
+}
+
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_http_filter_new(
+    config: HttpFilterConfigModulePtr,
+    _filter_envoy_ptr: HttpFilterEnvoyPtr,
+) -> HttpFilterModulePtr {
+    guard::catch("on_http_filter_new", || {
+        // SAFETY: `config` is our live `HttpConfig` (Envoy keeps it alive while streams exist);
+        // it is `Sync`, so a shared reference from this worker thread is fine.
+        let Some(config) = (unsafe { config.cast::<HttpConfig>().as_ref() }) else {
+            return core::ptr::null();
+        };
+        let state = StreamState::new(config.new_stream());
+        Box::into_raw(Box::new(state)).cast_const().cast()
+    })
+    // NULL makes Envoy close the stream: fail closed.
+    .unwrap_or(core::ptr::null())
+}
+
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
+    envoy_ptr: HttpFilterEnvoyPtr,
+    module_ptr: HttpFilterModulePtr,
+    end_of_stream: bool,
+) -> HeadersStatus {
+    on_request(
+        "on_http_filter_request_headers",
+        envoy_ptr,
+        module_ptr,
+        HeadersStatus::StopIteration,
+        |s, e| s.on_request_headers(e, end_of_stream),
+    )
+}
+
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
+    envoy_ptr: HttpFilterEnvoyPtr,
+    module_ptr: HttpFilterModulePtr,
+    end_of_stream: bool,
+) -> BodyStatus {
+    on_request(
+        "on_http_filter_request_body",
+        envoy_ptr,
+        module_ptr,
+        BodyStatus::StopIterationNoBuffer,
+        |s, e| s.on_request_body(e, end_of_stream),
+    )
+}
+
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
+    envoy_ptr: HttpFilterEnvoyPtr,
+    module_ptr: HttpFilterModulePtr,
+) -> TrailersStatus {
+    on_request(
+        "on_http_filter_request_trailers",
+        envoy_ptr,
+        module_ptr,
+        TrailersStatus::StopIteration,
+        |s, e| s.on_request_trailers(e),
+    )
+}
+
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
+    envoy_ptr: HttpFilterEnvoyPtr,
+    module_ptr: HttpFilterModulePtr,
+    end_of_stream: bool,
+) -> HeadersStatus {
+    on_response(
+        "on_http_filter_response_headers",
+        envoy_ptr,
+        module_ptr,
+        HeadersStatus::Continue,
+        HeadersStatus::StopIteration,
+        |s, e| s.on_response_headers(e, end_of_stream),
+    )
+}
+
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
+    envoy_ptr: HttpFilterEnvoyPtr,
+    module_ptr: HttpFilterModulePtr,
+    end_of_stream: bool,
+) -> BodyStatus {
+    on_response(
+        "on_http_filter_response_body",
+        envoy_ptr,
+        module_ptr,
+        BodyStatus::Continue,
+        BodyStatus::StopIterationNoBuffer,
+        |s, e| s.on_response_body(e, end_of_stream),
+    )
+}
+
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
+    envoy_ptr: HttpFilterEnvoyPtr,
+    module_ptr: HttpFilterModulePtr,
+) -> TrailersStatus {
+    on_response(
+        "on_http_filter_response_trailers",
+        envoy_ptr,
+        module_ptr,
+        TrailersStatus::Continue,
+        TrailersStatus::StopIteration,
+        |_, _| TrailersStatus::Continue,
+    )
+}
+
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
+    envoy_ptr: HttpFilterEnvoyPtr,
+    module_ptr: HttpFilterModulePtr,
+) {
+    let _ = guard::catch("on_http_filter_stream_complete", || {
+        // SAFETY: pointers of the current stream.
+        if let Some(state) = unsafe { stream(module_ptr) } {
+            let mut envoy = unsafe { EnvoyStream::from_hook(envoy_ptr) };
+            state.on_stream_complete(&mut envoy);
+        }
+    });
+}
+
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module_ptr: HttpFilterModulePtr) {
+    let _ = guard::catch("on_http_filter_destroy", || {
+        if !module_ptr.is_null() {
+            // SAFETY: `module_ptr` came from `Box::into_raw` in filter_new; destroyed once.
+            drop(unsafe { Box::from_raw(module_ptr.cast_mut().cast::<StreamState>()) });
+        }
+    });
+}
+
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_http_filter_local_reply(
+    _envoy_ptr: HttpFilterEnvoyPtr,
+    _module_ptr: HttpFilterModulePtr,
+    _response_code: u32,
+    _details: EnvoyBuffer,
+    _reset_imminent: bool,
+) -> LocalReplyStatus {
+    LocalReplyStatus::Continue
+}
+
+// ----- hooks Envoy requires but this module never triggers (no callouts, streams or
+// schedulers from HTTP filters, and no terminal filter): they do nothing. -----
+
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
+    _envoy_ptr: HttpFilterEnvoyPtr,
+    _module_ptr: HttpFilterModulePtr,
+    _callout_id: u64,
+    _result: u32,
+    _headers: *mut EnvoyHttpHeader,
+    _headers_size: usize,
+    _body_chunks: *mut EnvoyBuffer,
+    _body_chunks_size: usize,
+) {
+}
+
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_headers(
+    _envoy_ptr: HttpFilterEnvoyPtr,
+    _module_ptr: HttpFilterModulePtr,
+    _stream_id: u64,
+    _headers: *mut EnvoyHttpHeader,
+    _headers_size: usize,
+    _end_stream: bool,
+) {
+}
+
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_data(
+    _envoy_ptr: HttpFilterEnvoyPtr,
+    _module_ptr: HttpFilterModulePtr,
+    _stream_id: u64,
+    _data: *const EnvoyBuffer,
+    _data_count: usize,
+    _end_stream: bool,
+) {
+}
+
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_trailers(
+    _envoy_ptr: HttpFilterEnvoyPtr,
+    _module_ptr: HttpFilterModulePtr,
+    _stream_id: u64,
+    _trailers: *mut EnvoyHttpHeader,
+    _trailers_size: usize,
+) {
+}
+
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_complete(
+    _envoy_ptr: HttpFilterEnvoyPtr,
+    _module_ptr: HttpFilterModulePtr,
+    _stream_id: u64,
+) {
+}
+
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset(
+    _envoy_ptr: HttpFilterEnvoyPtr,
+    _module_ptr: HttpFilterModulePtr,
+    _stream_id: u64,
+    _reason: u32,
+) {
+}
+
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
+    _envoy_ptr: HttpFilterEnvoyPtr,
+    _module_ptr: HttpFilterModulePtr,
+    _event_id: u64,
+) {
+}
+
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(
+    _envoy_ptr: HttpFilterEnvoyPtr,
+    _module_ptr: HttpFilterModulePtr,
+) {
+}
+
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(
+    _envoy_ptr: HttpFilterEnvoyPtr,
+    _module_ptr: HttpFilterModulePtr,
+) {
+}
+
+#[cfg(test)]
+#[path = "http_tests.rs"]
+mod tests;

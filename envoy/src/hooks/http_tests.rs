@@ -1,0 +1,394 @@
+//! The exported HTTP hooks driven as Envoy drives them, against the fake Envoy: the router
+//! and the picker end to end through the ABI, panic containment, config rejection, and the
+//! process-wide picker state under several threads.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::*;
+use crate::abi::HeaderKind;
+use crate::fake_envoy::{self, dummy_ptr, request_header, set_request_header};
+use crate::filter::StreamLogic;
+
+const ROUTER_CONFIG: &str = r#"{"role": "router", "pools": [{"name": "p", "baseModel": "llama", "adapters": ["llama-lora"]}]}"#;
+const CHAT: &str = r#"{"model":"llama-lora","messages":[{"role":"user","content":"hello"}]}"#;
+
+fn new_config(name: &str, json: &str) -> HttpFilterConfigModulePtr {
+    let name = name.as_bytes();
+    let json = json.as_bytes();
+    envoy_dynamic_module_on_http_filter_config_new(
+        dummy_ptr(),
+        EnvoyBuffer {
+            ptr: name.as_ptr().cast(),
+            length: name.len(),
+        },
+        EnvoyBuffer {
+            ptr: json.as_ptr().cast(),
+            length: json.len(),
+        },
+    )
+}
+
+fn chat_request(body: &str) {
+    set_request_header(":path", "/v1/chat/completions");
+    set_request_header(":method", "POST");
+    fake_envoy::with(|s| s.bodies[0] = body.as_bytes().to_vec());
+}
+
+/// Runs one request through `config`'s filter: headers, then the whole body in one chunk.
+fn run_request(
+    config: HttpFilterConfigModulePtr,
+) -> (HeadersStatus, BodyStatus, HttpFilterModulePtr) {
+    let filter = envoy_dynamic_module_on_http_filter_new(config, dummy_ptr());
+    assert!(!filter.is_null());
+    let h = envoy_dynamic_module_on_http_filter_request_headers(dummy_ptr(), filter, false);
+    let b = envoy_dynamic_module_on_http_filter_request_body(dummy_ptr(), filter, true);
+    (h, b, filter)
+}
+
+#[test]
+fn router_sets_routing_headers_strips_client_headers_and_clears_the_route_cache() {
+    fake_envoy::reset();
+    let config = new_config("router", ROUTER_CONFIG);
+    assert!(!config.is_null());
+    chat_request(CHAT);
+    set_request_header("x-gateway-destination-endpoint", "6.6.6.6:80");
+    set_request_header("x-llm-d-inference-objective", "vip");
+    let (h, b, filter) = run_request(config);
+    assert_eq!(h, HeadersStatus::StopIteration, "waits for the body");
+    assert_eq!(
+        fake_envoy::with(|s| s.buffer_limit),
+        4 * 1024 * 1024 + 1,
+        "Envoy may buffer up to the router's default limit"
+    );
+    assert_eq!(b, BodyStatus::Continue);
+    assert_eq!(
+        request_header("x-gateway-base-model-name").as_deref(),
+        Some("llama")
+    );
+    assert_eq!(
+        request_header("x-gateway-model-name").as_deref(),
+        Some("llama-lora")
+    );
+    assert_eq!(request_header("x-gateway-destination-endpoint"), None);
+    assert_eq!(request_header("x-llm-d-inference-objective"), None);
+    fake_envoy::with(|s| {
+        assert!(s.route_cache_clears >= 1);
+        assert!(s.replies.is_empty());
+        let routed = s
+            .counters
+            .iter()
+            .position(|c| c == "infergate.router.requests")
+            .unwrap_or(usize::MAX);
+        assert!(s
+            .increments
+            .iter()
+            .any(|(id, labels, v)| *id == routed && labels == &["routed"] && *v == 1));
+    });
+    envoy_dynamic_module_on_http_filter_stream_complete(dummy_ptr(), filter);
+    envoy_dynamic_module_on_http_filter_destroy(filter);
+    envoy_dynamic_module_on_http_filter_config_destroy(config);
+}
+
+#[test]
+fn router_reassembles_a_body_split_between_buffered_and_received() {
+    fake_envoy::reset();
+    let config = new_config("router", ROUTER_CONFIG);
+    chat_request("");
+    let (head, tail) = CHAT.split_at(20);
+    fake_envoy::with(|s| {
+        s.bodies[1] = head.as_bytes().to_vec();
+        s.bodies[0] = tail.as_bytes().to_vec();
+    });
+    let (_, b, filter) = run_request(config);
+    assert_eq!(b, BodyStatus::Continue);
+    assert_eq!(
+        request_header("x-gateway-base-model-name").as_deref(),
+        Some("llama")
+    );
+    // When an earlier filter already buffered the body, the chunk *is* the buffer.
+    fake_envoy::reset();
+    chat_request(CHAT);
+    fake_envoy::with(|s| {
+        s.bodies[1] = CHAT.as_bytes().to_vec();
+        s.received_is_buffered = true;
+    });
+    let (_, b2, filter2) = run_request(config);
+    assert_eq!(
+        b2,
+        BodyStatus::Continue,
+        "{:?}",
+        fake_envoy::with(|s| s.replies.clone())
+    );
+    for f in [filter, filter2] {
+        envoy_dynamic_module_on_http_filter_destroy(f);
+    }
+    envoy_dynamic_module_on_http_filter_config_destroy(config);
+}
+
+#[test]
+fn router_answers_errors_as_local_replies() {
+    fake_envoy::reset();
+    let config = new_config("router", ROUTER_CONFIG);
+    chat_request(r#"{"model":"nope","messages":[]}"#);
+    let (_, b, filter) = run_request(config);
+    assert_eq!(b, BodyStatus::StopIterationNoBuffer);
+    let replies = fake_envoy::with(|s| s.replies.clone());
+    assert_eq!(replies.len(), 1);
+    assert_eq!(replies[0].status, 404);
+    assert!(replies[0].body.contains("model_not_found"));
+    envoy_dynamic_module_on_http_filter_destroy(filter);
+    envoy_dynamic_module_on_http_filter_config_destroy(config);
+}
+
+#[test]
+fn unknown_filter_names_and_bad_configs_are_rejected_with_a_log_line() {
+    fake_envoy::reset();
+    assert!(new_config("nonsense", "{}").is_null());
+    assert!(new_config("router", "{not json").is_null());
+    assert!(new_config(
+        "picker",
+        r#"{"pools": [], "upstreamOverride": "sometimes"}"#
+    )
+    .is_null());
+    let logs = fake_envoy::logs();
+    assert_eq!(logs.len(), 3, "{logs:?}");
+    assert!(logs[0].contains("unknown filter_name `nonsense`"));
+}
+
+/// Logic that panics in the hook named by `at`.
+struct Panicking {
+    at: &'static str,
+}
+
+#[allow(clippy::panic)]
+impl StreamLogic for Panicking {
+    fn on_request_headers(&mut self, _e: &mut EnvoyStream, _eos: bool) -> HeadersStatus {
+        if self.at == "headers" {
+            panic!("bug in headers");
+        }
+        HeadersStatus::StopIteration
+    }
+    fn on_request_body(&mut self, _e: &mut EnvoyStream, _eos: bool) -> BodyStatus {
+        if self.at == "body" {
+            panic!("bug in body");
+        }
+        BodyStatus::Continue
+    }
+    fn on_response_headers(&mut self, _e: &mut EnvoyStream, _eos: bool) -> HeadersStatus {
+        if self.at == "response" {
+            panic!("bug in response");
+        }
+        HeadersStatus::Continue
+    }
+}
+
+fn stream_of(logic: Panicking) -> HttpFilterModulePtr {
+    Box::into_raw(Box::new(StreamState::new(Box::new(logic))))
+        .cast_const()
+        .cast()
+}
+
+#[test]
+fn a_panic_on_the_request_path_fails_that_request_with_500_and_keeps_going() {
+    crate::guard::install_panic_hook();
+    for at in ["headers", "body"] {
+        fake_envoy::reset();
+        let filter = stream_of(Panicking { at });
+        let h = envoy_dynamic_module_on_http_filter_request_headers(dummy_ptr(), filter, false);
+        let b = envoy_dynamic_module_on_http_filter_request_body(dummy_ptr(), filter, true);
+        assert_eq!(h, HeadersStatus::StopIteration);
+        assert_eq!(b, BodyStatus::StopIterationNoBuffer);
+        let replies = fake_envoy::with(|s| s.replies.clone());
+        assert_eq!(replies.len(), 1, "exactly one 500 for {at}");
+        assert_eq!(replies[0].status, 500);
+        assert!(replies[0].body.contains("internal_error"));
+        // Later hooks of the failed stream pass through without calling the logic again.
+        let r = envoy_dynamic_module_on_http_filter_response_headers(dummy_ptr(), filter, false);
+        assert_eq!(r, HeadersStatus::Continue);
+        let logs = fake_envoy::logs();
+        assert!(
+            logs.iter()
+                .any(|l| l.contains("panic in on_http_filter_request_") && l.contains(at)),
+            "{logs:?}"
+        );
+        envoy_dynamic_module_on_http_filter_destroy(filter);
+    }
+}
+
+#[test]
+fn a_panic_on_the_response_path_resets_the_stream() {
+    crate::guard::install_panic_hook();
+    fake_envoy::reset();
+    let filter = stream_of(Panicking { at: "response" });
+    let r = envoy_dynamic_module_on_http_filter_response_headers(dummy_ptr(), filter, true);
+    assert_eq!(r, HeadersStatus::StopIteration);
+    fake_envoy::with(|s| {
+        assert_eq!(s.resets, 1);
+        assert!(
+            s.replies.is_empty(),
+            "no local reply once the response started"
+        );
+    });
+    envoy_dynamic_module_on_http_filter_destroy(filter);
+}
+
+#[test]
+fn null_module_pointers_never_crash_a_hook() {
+    fake_envoy::reset();
+    let null = core::ptr::null();
+    assert_eq!(
+        envoy_dynamic_module_on_http_filter_request_headers(dummy_ptr(), null, false),
+        HeadersStatus::StopIteration
+    );
+    assert!(envoy_dynamic_module_on_http_filter_new(null, dummy_ptr()).is_null());
+    envoy_dynamic_module_on_http_filter_destroy(null);
+    envoy_dynamic_module_on_http_filter_config_destroy(null);
+}
+
+#[cfg(feature = "panic-injection")]
+#[test]
+fn injected_panic_header_fails_only_the_marked_request() {
+    crate::guard::install_panic_hook();
+    fake_envoy::reset();
+    let config = new_config("router", ROUTER_CONFIG);
+    chat_request(CHAT);
+    set_request_header(crate::panic_injection::HEADER, "1");
+    let (_, _, filter) = run_request(config);
+    assert_eq!(
+        fake_envoy::with(|s| s.replies.first().map(|r| r.status)),
+        Some(500)
+    );
+    envoy_dynamic_module_on_http_filter_destroy(filter);
+    fake_envoy::reset();
+    chat_request(CHAT);
+    let (_, b, filter) = run_request(config);
+    assert_eq!(b, BodyStatus::Continue);
+    assert!(fake_envoy::with(|s| s.replies.is_empty()));
+    envoy_dynamic_module_on_http_filter_destroy(filter);
+    envoy_dynamic_module_on_http_filter_config_destroy(config);
+}
+
+fn picker_config(pool: &str, endpoints: &[&str], extra: &str) -> String {
+    let eps: Vec<String> = endpoints.iter().map(|e| format!("\"{e}\"")).collect();
+    format!(
+        r#"{{"pools": [{{"pool": "{pool}", "baseModel": "llama", "endpoints": [{}], "failureMode": "FailOpen"}}]{extra}}}"#,
+        eps.join(",")
+    )
+}
+
+fn picker_request() {
+    chat_request(r#"{"model":"llama","messages":[{"role":"user","content":"hi"}]}"#);
+    set_request_header("x-gateway-base-model-name", "llama");
+}
+
+fn inflight(config_json: &str, address: &str) -> u32 {
+    let value = crate::router::config_json(config_json.as_bytes()).unwrap_or_default();
+    let Ok(state) = crate::picker::tests_support::state_for(&value) else {
+        return u32::MAX;
+    };
+    let state = crate::picker::tests_support::lock(&state);
+    state
+        .pool_for_base_model("llama")
+        .and_then(|p| state.inflight(p, address))
+        .map_or(u32::MAX, |i| i.requests)
+}
+
+#[test]
+fn picker_routes_with_header_metadata_and_strict_override_and_releases_on_destroy() {
+    fake_envoy::reset();
+    let json = picker_config("solo", &["127.0.0.1:9001"], "");
+    let config = new_config("picker", &json);
+    assert!(!config.is_null(), "{:?}", fake_envoy::logs());
+    picker_request();
+    let (h, b, filter) = run_request(config);
+    assert_eq!((h, b), (HeadersStatus::StopIteration, BodyStatus::Continue));
+    assert_eq!(
+        request_header("x-gateway-destination-endpoint").as_deref(),
+        Some("127.0.0.1:9001")
+    );
+    fake_envoy::with(|s| {
+        assert_eq!(s.override_hosts, vec![("127.0.0.1:9001".to_string(), true)]);
+        assert!(s.metadata.contains(&(
+            "envoy.lb".into(),
+            "x-gateway-destination-endpoint".into(),
+            "127.0.0.1:9001".into()
+        )));
+    });
+    assert_eq!(inflight(&json, "127.0.0.1:9001"), 1);
+    // No stream_complete (a reset stream): destroy alone gives the lease back.
+    envoy_dynamic_module_on_http_filter_destroy(filter);
+    assert_eq!(inflight(&json, "127.0.0.1:9001"), 0);
+    envoy_dynamic_module_on_http_filter_config_destroy(config);
+}
+
+#[test]
+fn picker_fallback_mode_asks_for_a_non_strict_override() {
+    fake_envoy::reset();
+    let json = picker_config(
+        "fallback-pool",
+        &["127.0.0.1:9002"],
+        r#", "upstreamOverride": "fallback""#,
+    );
+    let config = new_config("picker", &json);
+    picker_request();
+    let (_, _, filter) = run_request(config);
+    assert_eq!(
+        fake_envoy::with(|s| s.override_hosts.clone()),
+        vec![("127.0.0.1:9002".to_string(), false)]
+    );
+    envoy_dynamic_module_on_http_filter_destroy(filter);
+    envoy_dynamic_module_on_http_filter_config_destroy(config);
+}
+
+#[test]
+fn one_picker_state_per_process_shared_by_configs_and_threads() {
+    const THREADS: usize = 4;
+    const PER_THREAD: usize = 50;
+    let endpoints = ["127.0.0.1:9011", "127.0.0.1:9012", "127.0.0.1:9013"];
+    let json = picker_config("shared-pool", &endpoints, "");
+    // Two filter configs from the same JSON (two listeners, or an LDS update) share a state.
+    let first = new_config("picker", &json) as usize;
+    let second = new_config("picker", &json) as usize;
+    static HELD: AtomicUsize = AtomicUsize::new(0);
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let config = (if t % 2 == 0 { first } else { second }) as HttpFilterConfigModulePtr;
+                let mut open = Vec::new();
+                for _ in 0..PER_THREAD {
+                    fake_envoy::reset();
+                    picker_request();
+                    let (_, b, filter) = run_request(config);
+                    assert_eq!(b, BodyStatus::Continue);
+                    open.push(filter as usize);
+                    HELD.fetch_add(1, Ordering::SeqCst);
+                }
+                for f in open {
+                    envoy_dynamic_module_on_http_filter_stream_complete(
+                        dummy_ptr(),
+                        f as HttpFilterModulePtr,
+                    );
+                    envoy_dynamic_module_on_http_filter_destroy(f as HttpFilterModulePtr);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        assert!(w.join().is_ok());
+    }
+    assert_eq!(HELD.load(Ordering::SeqCst), THREADS * PER_THREAD);
+    let total: u32 = endpoints.iter().map(|e| inflight(&json, e)).sum();
+    assert_eq!(total, 0, "every lease given back exactly once");
+    for c in [first, second] {
+        envoy_dynamic_module_on_http_filter_config_destroy(c as HttpFilterConfigModulePtr);
+    }
+}
+
+#[test]
+fn header_kinds_are_passed_as_envoy_numbers() {
+    assert_eq!(HeaderKind::RequestHeaders as u32, 0);
+    assert_eq!(HeaderKind::ResponseTrailers as u32, 3);
+    assert_eq!(crate::abi::BodyKind::BufferedResponse as u32, 3);
+    assert_eq!(HeadersStatus::StopAllIterationAndWatermark as u32, 4);
+    assert_eq!(BodyStatus::StopIterationNoBuffer as u32, 3);
+}

@@ -1,0 +1,279 @@
+//! A safe handle over Envoy's per-stream `filter_envoy_ptr`.
+//!
+//! [`EnvoyStream`] is created at the top of every HTTP hook from the pointer Envoy passed in and
+//! dropped before the hook returns, so it can never outlive the stream. Everything it returns
+//! is copied into module memory at once: Envoy's buffers are only valid until the hook returns
+//! or until the next setter call, and copying removes that hazard from every caller.
+
+use crate::abi::callbacks as cb;
+use crate::abi::{
+    BodyKind, EnvoyBuffer, EnvoyHttpHeader, FilterResetReason, HeaderKind, HttpFilterEnvoyPtr,
+    ModuleBuffer, ModuleHttpHeader,
+};
+
+/// The Envoy side of one HTTP stream, valid for the duration of one hook call.
+pub struct EnvoyStream {
+    raw: HttpFilterEnvoyPtr,
+}
+
+impl EnvoyStream {
+    /// Wraps the pointer Envoy passed to the current hook.
+    ///
+    /// # Safety
+    /// `raw` must be the `filter_envoy_ptr` of the current hook invocation, and the returned
+    /// value must not be kept past the hook's return (it is not `Send`, and hooks drop it).
+    pub unsafe fn from_hook(raw: HttpFilterEnvoyPtr) -> EnvoyStream {
+        EnvoyStream { raw }
+    }
+
+    /// First value of header `name` in `kind`, copied; `None` if absent.
+    pub fn header(&self, kind: HeaderKind, name: &str) -> Option<Vec<u8>> {
+        let mut out = EnvoyBuffer::EMPTY;
+        let mut count = 0usize;
+        // SAFETY: `raw` is live for this hook; `name` outlives the call; `out` and `count` are
+        // writable locals. The returned view is copied before any other callback.
+        let found = unsafe {
+            cb::envoy_dynamic_module_callback_http_get_header(
+                self.raw,
+                kind,
+                ModuleBuffer::from_bytes(name.as_bytes()),
+                &mut out,
+                0,
+                &mut count,
+            )
+        };
+        if !found || count == 0 || out.ptr.is_null() {
+            return None;
+        }
+        // SAFETY: Envoy filled `out` with a view valid until the next setter; copied now.
+        Some(unsafe { out.as_bytes() }.to_vec())
+    }
+
+    /// Every entry of a header map, copied, in Envoy's order.
+    pub fn headers(&self, kind: HeaderKind) -> Vec<(String, Vec<u8>)> {
+        // SAFETY: `raw` is live for this hook.
+        let n = unsafe { cb::envoy_dynamic_module_callback_http_get_headers_size(self.raw, kind) };
+        if n == 0 {
+            return Vec::new();
+        }
+        let mut slots = vec![EnvoyHttpHeader::EMPTY; n];
+        // SAFETY: `slots` has exactly the `n` entries Envoy reported for this map.
+        let ok = unsafe {
+            cb::envoy_dynamic_module_callback_http_get_headers(self.raw, kind, slots.as_mut_ptr())
+        };
+        if !ok {
+            return Vec::new();
+        }
+        slots
+            .iter()
+            .map(|h| {
+                // SAFETY: views filled by Envoy just above, copied before any setter call.
+                let (k, v) = unsafe { h.as_pair() };
+                (String::from_utf8_lossy(k).into_owned(), v.to_vec())
+            })
+            .collect()
+    }
+
+    /// Sets (replacing all values) or, with `None`, removes header `name`.
+    pub fn set_header(&mut self, kind: HeaderKind, name: &str, value: Option<&[u8]>) -> bool {
+        let value = value.map_or(ModuleBuffer::NULL, ModuleBuffer::from_bytes);
+        // SAFETY: `raw` is live; both buffers borrow data that outlives the call (Envoy copies).
+        unsafe {
+            cb::envoy_dynamic_module_callback_http_set_header(
+                self.raw,
+                kind,
+                ModuleBuffer::from_bytes(name.as_bytes()),
+                value,
+            )
+        }
+    }
+
+    /// Appends a value for header `name`.
+    pub fn add_header(&mut self, kind: HeaderKind, name: &str, value: &[u8]) -> bool {
+        // SAFETY: as in `set_header`.
+        unsafe {
+            cb::envoy_dynamic_module_callback_http_add_header(
+                self.raw,
+                kind,
+                ModuleBuffer::from_bytes(name.as_bytes()),
+                ModuleBuffer::from_bytes(value),
+            )
+        }
+    }
+
+    /// Size in bytes of the addressed body (0 when unavailable).
+    pub fn body_size(&self, kind: BodyKind) -> usize {
+        // SAFETY: `raw` is live for this hook.
+        unsafe { cb::envoy_dynamic_module_callback_http_get_body_size(self.raw, kind) }
+    }
+
+    /// Appends the addressed body's bytes to `out` (copied slice by slice).
+    pub fn read_body_into(&self, kind: BodyKind, out: &mut Vec<u8>) {
+        // SAFETY: `raw` is live for this hook.
+        let n =
+            unsafe { cb::envoy_dynamic_module_callback_http_get_body_chunks_size(self.raw, kind) };
+        if n == 0 {
+            return;
+        }
+        let mut slices = vec![EnvoyBuffer::EMPTY; n];
+        // SAFETY: `slices` has the `n` entries Envoy reported.
+        let ok = unsafe {
+            cb::envoy_dynamic_module_callback_http_get_body_chunks(
+                self.raw,
+                kind,
+                slices.as_mut_ptr(),
+            )
+        };
+        if !ok {
+            return;
+        }
+        for s in &slices {
+            // SAFETY: views filled just above, copied before any setter call.
+            out.extend_from_slice(unsafe { s.as_bytes() });
+        }
+    }
+
+    /// Bytes of the request body seen so far, the current chunk included.
+    pub fn request_body_len(&self) -> usize {
+        if self.received_is_buffered() {
+            self.body_size(BodyKind::ReceivedRequest)
+        } else {
+            self.body_size(BodyKind::BufferedRequest)
+                .saturating_add(self.body_size(BodyKind::ReceivedRequest))
+        }
+    }
+
+    /// The whole request body seen so far (buffered slices, then the current chunk), copied.
+    pub fn request_body(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.request_body_len());
+        if !self.received_is_buffered() {
+            self.read_body_into(BodyKind::BufferedRequest, &mut out);
+        }
+        self.read_body_into(BodyKind::ReceivedRequest, &mut out);
+        out
+    }
+
+    fn received_is_buffered(&self) -> bool {
+        // SAFETY: `raw` is live for this hook.
+        unsafe { cb::envoy_dynamic_module_callback_http_received_buffered_request_body(self.raw) }
+    }
+
+    /// Replaces the addressed body with `bytes` (drain everything, then append).
+    pub fn replace_body(&mut self, kind: BodyKind, bytes: &[u8]) -> bool {
+        let size = self.body_size(kind);
+        // SAFETY: `raw` is live; `bytes` outlives the call and Envoy copies it.
+        unsafe {
+            cb::envoy_dynamic_module_callback_http_drain_body(self.raw, kind, size)
+                && cb::envoy_dynamic_module_callback_http_append_body(
+                    self.raw,
+                    kind,
+                    ModuleBuffer::from_bytes(bytes),
+                )
+        }
+    }
+
+    /// Raises the stream's buffer limit to at least `bytes`, so Envoy buffers a body of that
+    /// size instead of answering 413 on its own first.
+    pub fn ensure_buffer_limit(&mut self, bytes: u64) {
+        // SAFETY: `raw` is live for this hook.
+        unsafe {
+            if cb::envoy_dynamic_module_callback_http_get_buffer_limit(self.raw) < bytes {
+                cb::envoy_dynamic_module_callback_http_set_buffer_limit(self.raw, bytes);
+            }
+        }
+    }
+
+    /// Sends a local reply and ends the stream. `details` shows up as the response code details
+    /// in access logs.
+    pub fn send_response(
+        &mut self,
+        status: u32,
+        headers: &[(&str, &[u8])],
+        body: &[u8],
+        details: &str,
+    ) {
+        let mut raw_headers: Vec<ModuleHttpHeader> = headers
+            .iter()
+            .map(|(k, v)| ModuleHttpHeader::new(k.as_bytes(), v))
+            .collect();
+        // SAFETY: `raw` is live; `raw_headers` borrows `headers`, and it, `body` and `details`
+        // outlive the call; Envoy copies all of them.
+        unsafe {
+            cb::envoy_dynamic_module_callback_http_send_response(
+                self.raw,
+                status,
+                raw_headers.as_mut_ptr(),
+                raw_headers.len(),
+                ModuleBuffer::from_bytes(body),
+                ModuleBuffer::from_bytes(details.as_bytes()),
+            )
+        }
+    }
+
+    /// Resets the downstream stream (for failures after the response has started).
+    pub fn reset_stream(&mut self, details: &str) {
+        // SAFETY: `raw` is live; `details` outlives the call.
+        unsafe {
+            cb::envoy_dynamic_module_callback_http_filter_reset_stream(
+                self.raw,
+                FilterResetReason::LocalReset,
+                ModuleBuffer::from_bytes(details.as_bytes()),
+            )
+        }
+    }
+
+    /// Asks Envoy's load balancer to send this request to `host` ("ip:port").
+    pub fn set_upstream_override_host(&mut self, host: &str, strict: bool) -> bool {
+        // SAFETY: `raw` is live; `host` outlives the call and Envoy copies it.
+        unsafe {
+            cb::envoy_dynamic_module_callback_http_set_upstream_override_host(
+                self.raw,
+                ModuleBuffer::from_bytes(host.as_bytes()),
+                strict,
+            )
+        }
+    }
+
+    /// Makes Envoy re-match the route after route-relevant request headers changed.
+    pub fn clear_route_cache(&mut self) {
+        // SAFETY: `raw` is live; Envoy ignores the call outside the request path.
+        unsafe { cb::envoy_dynamic_module_callback_http_clear_route_cache(self.raw) }
+    }
+
+    /// Sets `ns`/`key` = `value` in the stream's dynamic metadata.
+    pub fn set_metadata_string(&mut self, ns: &str, key: &str, value: &str) {
+        // SAFETY: `raw` is live; all three buffers outlive the call (Envoy copies).
+        unsafe {
+            cb::envoy_dynamic_module_callback_http_set_dynamic_metadata_string(
+                self.raw,
+                ModuleBuffer::from_bytes(ns.as_bytes()),
+                ModuleBuffer::from_bytes(key.as_bytes()),
+                ModuleBuffer::from_bytes(value.as_bytes()),
+            )
+        }
+    }
+
+    /// Adds `value` to counter `id` (defined by this stream's filter config) with label values.
+    pub fn increment_counter(&mut self, id: usize, labels: &[&str], value: u64) {
+        let mut raw_labels: Vec<ModuleBuffer> = labels
+            .iter()
+            .map(|l| ModuleBuffer::from_bytes(l.as_bytes()))
+            .collect();
+        let ptr = if raw_labels.is_empty() {
+            core::ptr::null_mut()
+        } else {
+            raw_labels.as_mut_ptr()
+        };
+        // SAFETY: `raw` is live; `raw_labels` borrows `labels` for the call. A failed metric
+        // update is not worth failing a request for, so the result is ignored.
+        let _ = unsafe {
+            cb::envoy_dynamic_module_callback_http_filter_increment_counter(
+                self.raw,
+                id,
+                ptr,
+                raw_labels.len(),
+                value,
+            )
+        };
+    }
+}

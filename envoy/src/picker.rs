@@ -1,0 +1,211 @@
+//! The endpoint picker as a dynamic-module HTTP filter (`filter_name: picker`), driven by
+//! `infergate_filters::picker`.
+//!
+//! **One picker state per Envoy process.** [`PickerShared`] (prefix index, in-flight counts,
+//! sessions, decoded snapshot) lives in a process-wide registry keyed by the config text, so
+//! every worker thread, and every filter config built from the same JSON (an LDS reload, the
+//! same filter on two listeners), shares one instance: turn 2 of a conversation finds turn 1's
+//! prefix whichever worker served it. It sits behind one `Mutex`: a pick needs a consistent
+//! view of the index and the loads of every endpoint of the pool (splitting it per endpoint
+//! would let two workers pick the same "least loaded" endpoint at once), and each critical
+//! section is one decision, microseconds. Requests hold no lock between hooks.
+//!
+//! **Endpoint choice: `http_set_upstream_override_host`.** The picker sets
+//! `x-gateway-destination-endpoint` and the `envoy.lb` metadata exactly like the Wasm flavour,
+//! and also asks Envoy's load balancer for that host. With the native bootstrap's pool
+//! clusters listing the pool's endpoints (STATIC or EDS), Envoy only ever connects to a member
+//! of the cluster, even if the picker or a header were wrong, and every endpoint keeps its
+//! own connection pool, health checks, outlier detection and per-host stats, which
+//! `ORIGINAL_DST` clusters (hosts made up on demand from a header) do not have. `strict`
+//! (the default) turns "not a member" into a 503 instead of a silent round-robin fallback;
+//! `"upstreamOverride": "fallback"` keeps the header-driven `ORIGINAL_DST` setup working
+//! (its hosts only join the cluster once the header has created them).
+//!
+//! Config: the Wasm flavour's picker JSON (`{"pools": [...]}` or one pool; `role` ignored),
+//! plus the native-only `"upstreamOverride": "strict" | "fallback"`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+
+use infergate_filters::picker::{PickerRequest, PickerShared};
+use infergate_filters::FilterStatus;
+
+use crate::abi::{BodyStatus, HeadersStatus, TrailersStatus};
+use crate::adapter::StreamHost;
+use crate::filter::{FilterConfigHandle, StreamFactory, StreamLogic};
+use crate::host::EnvoyStream;
+use crate::router::config_json;
+use crate::stats::StatsRegistry;
+
+/// Process-wide picker states by config text; weak so a state dies with its last config.
+static REGISTRY: Mutex<Option<HashMap<String, Weak<Mutex<PickerShared>>>>> = Mutex::new(None);
+
+/// The process's picker state for `config_text`, created on first use.
+fn process_state(
+    config_text: String,
+    value: serde_json::Value,
+) -> Result<Arc<Mutex<PickerShared>>, String> {
+    let mut registry = REGISTRY.lock().unwrap_or_else(PoisonError::into_inner);
+    let map = registry.get_or_insert_with(HashMap::new);
+    map.retain(|_, weak| weak.strong_count() > 0);
+    if let Some(existing) = map.get(&config_text).and_then(Weak::upgrade) {
+        return Ok(existing);
+    }
+    let shared = PickerShared::from_json(value).map_err(|e| e.to_string())?;
+    let shared = Arc::new(Mutex::new(shared));
+    map.insert(config_text, Arc::downgrade(&shared));
+    Ok(shared)
+}
+
+/// Locks the process-wide state. A panic inside a pick leaves the state usable (every
+/// mutation is a whole-step update), so a poisoned lock is taken over rather than failing
+/// every later request.
+pub(crate) fn lock(state: &Mutex<PickerShared>) -> MutexGuard<'_, PickerShared> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+struct Shared {
+    state: Arc<Mutex<PickerShared>>,
+    stats: StatsRegistry,
+    strict_override: bool,
+}
+
+/// One picker filter config.
+pub struct PickerFactory {
+    shared: Arc<Shared>,
+}
+
+impl PickerFactory {
+    /// Parses the config, attaches to (or creates) the process-wide state, defines stats.
+    pub fn new(config: &[u8], envoy: &mut FilterConfigHandle) -> Result<PickerFactory, String> {
+        let mut value = config_json(config)?;
+        let strict_override = match value
+            .as_object_mut()
+            .and_then(|m| m.remove("upstreamOverride"))
+        {
+            None => true,
+            Some(v) if v == "strict" => true,
+            Some(v) if v == "fallback" => false,
+            Some(other) => {
+                return Err(format!(
+                    "upstreamOverride must be \"strict\" or \"fallback\", got {other}"
+                ))
+            }
+        };
+        let state = process_state(value.to_string(), value)?;
+        let stats = StatsRegistry::define(envoy);
+        Ok(PickerFactory {
+            shared: Arc::new(Shared {
+                state,
+                stats,
+                strict_override,
+            }),
+        })
+    }
+}
+
+impl StreamFactory for PickerFactory {
+    fn new_stream(&self) -> Box<dyn StreamLogic> {
+        Box::new(PickerStream {
+            shared: Arc::clone(&self.shared),
+            request: PickerRequest::new(),
+        })
+    }
+}
+
+struct PickerStream {
+    shared: Arc<Shared>,
+    request: PickerRequest,
+}
+
+impl PickerStream {
+    fn body_step(&mut self, envoy: &mut EnvoyStream, end_of_stream: bool) -> FilterStatus {
+        let len = envoy.request_body_len();
+        let body = if end_of_stream {
+            envoy.request_body()
+        } else {
+            Vec::new()
+        };
+        let shared = Arc::clone(&self.shared);
+        let mut host = StreamHost {
+            envoy,
+            stats: &shared.stats,
+            body: Some(&body),
+            strict_override: shared.strict_override,
+        };
+        let mut state = lock(&shared.state);
+        self.request
+            .on_request_body(&mut state, &mut host, len, end_of_stream)
+    }
+}
+
+impl StreamLogic for PickerStream {
+    fn on_request_headers(
+        &mut self,
+        envoy: &mut EnvoyStream,
+        end_of_stream: bool,
+    ) -> HeadersStatus {
+        let shared = Arc::clone(&self.shared);
+        let mut host = StreamHost {
+            envoy,
+            stats: &shared.stats,
+            body: None,
+            strict_override: shared.strict_override,
+        };
+        let status = {
+            let mut state = lock(&shared.state);
+            self.request
+                .on_request_headers(&mut state, &mut host, end_of_stream)
+        };
+        match status {
+            FilterStatus::Continue => HeadersStatus::Continue,
+            FilterStatus::Pause | FilterStatus::Replied => HeadersStatus::StopIteration,
+        }
+    }
+
+    fn on_request_body(&mut self, envoy: &mut EnvoyStream, end_of_stream: bool) -> BodyStatus {
+        match self.body_step(envoy, end_of_stream) {
+            FilterStatus::Continue => BodyStatus::Continue,
+            FilterStatus::Pause => BodyStatus::StopIterationAndBuffer,
+            FilterStatus::Replied => BodyStatus::StopIterationNoBuffer,
+        }
+    }
+
+    fn on_request_trailers(&mut self, envoy: &mut EnvoyStream) -> TrailersStatus {
+        match self.body_step(envoy, true) {
+            FilterStatus::Continue => TrailersStatus::Continue,
+            FilterStatus::Pause | FilterStatus::Replied => TrailersStatus::StopIteration,
+        }
+    }
+
+    fn on_stream_complete(&mut self, _envoy: &mut EnvoyStream) {
+        self.request.on_end(&mut lock(&self.shared.state));
+    }
+}
+
+impl Drop for PickerStream {
+    /// A stream destroyed without `stream_complete` (or after a panic) still gives its
+    /// in-flight lease back; `on_end` is a no-op when it already ran.
+    fn drop(&mut self) {
+        if self.request.holds_lease() {
+            self.request.on_end(&mut lock(&self.shared.state));
+        }
+    }
+}
+
+/// Test access to the process-wide registry.
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use super::*;
+
+    /// The live state for a config value (as the factory would key it).
+    pub(crate) fn state_for(value: &serde_json::Value) -> Result<Arc<Mutex<PickerShared>>, String> {
+        let mut value = value.clone();
+        if let Some(m) = value.as_object_mut() {
+            m.remove("upstreamOverride");
+        }
+        process_state(value.to_string(), value)
+    }
+
+    pub(crate) use super::lock;
+}

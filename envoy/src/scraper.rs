@@ -1,0 +1,296 @@
+//! The metrics scraper as a bootstrap extension (`extension_name: scraper`), driven by
+//! `infergate_filters::scraper::Scraper`.
+//!
+//! Lifecycle on Envoy's main thread:
+//! - `config_new`: parse the Wasm flavour's scraper JSON, define stats, and signal init
+//!   complete at once (Envoy registers the init target before calling us; readiness must not
+//!   wait for model servers that may be down — stale metrics are handled by the pickers).
+//! - `server_initialized`: create the timer and fire it immediately (callouts before this
+//!   point fail with ClusterNotFound).
+//! - `timer_fired`: one scraper tick (callouts through Envoy), then re-arm.
+//! - `http_callout_done`: feed the answer to the scraper, which publishes the encoded snapshot
+//!   to the process-wide slot ([`crate::shared::SNAPSHOT`]) the pickers read.
+//! - `shutdown`: delete the timer; the hook calls Envoy's completion callback exactly once.
+
+use std::cell::{Cell, RefCell};
+
+use infergate_filters::host::{
+    CalloutOutcome, CalloutRequest, CalloutToken, Clock, HostError, HttpCallout, SnapshotSink,
+    Stats,
+};
+use infergate_filters::scraper::Scraper;
+use infergate_filters::stats::StatKey;
+use scheduler_core::types::Millis;
+
+use crate::abi::callbacks as cb;
+use crate::abi::{
+    BootstrapConfigEnvoyPtr, BootstrapTimerModulePtr, EnvoyBuffer, EnvoyHttpHeader, ModuleBuffer,
+    ModuleHttpHeader, CALLOUT_INIT_SUCCESS, CALLOUT_SUCCESS, METRICS_SUCCESS,
+};
+use crate::stats::{DefineMetric, Kind, StatsRegistry};
+
+/// Our object behind `bootstrap_extension_config_module_ptr`. Main thread only.
+pub struct ScraperExtension {
+    envoy: BootstrapConfigEnvoyPtr,
+    scraper: RefCell<Scraper>,
+    stats: StatsRegistry,
+    timer: Cell<Option<BootstrapTimerModulePtr>>,
+}
+
+/// Defines metrics on the bootstrap config during `config_new`.
+struct BootstrapDefiner {
+    envoy: BootstrapConfigEnvoyPtr,
+}
+
+impl DefineMetric for BootstrapDefiner {
+    fn define(&mut self, kind: Kind, name: &str, labels: &[&str]) -> Option<usize> {
+        let mut raw_labels: Vec<ModuleBuffer> = labels
+            .iter()
+            .map(|l| ModuleBuffer::from_bytes(l.as_bytes()))
+            .collect();
+        let ptr = if raw_labels.is_empty() {
+            core::ptr::null_mut()
+        } else {
+            raw_labels.as_mut_ptr()
+        };
+        let name = ModuleBuffer::from_bytes(name.as_bytes());
+        let mut id = 0usize;
+        // SAFETY: `envoy` is the live config pointer of the current config_new hook (main
+        // thread); buffers borrow locals for the call; `id` is writable.
+        let result = unsafe {
+            match kind {
+                Kind::Counter => {
+                    cb::envoy_dynamic_module_callback_bootstrap_extension_config_define_counter(
+                        self.envoy,
+                        name,
+                        ptr,
+                        raw_labels.len(),
+                        &mut id,
+                    )
+                }
+                Kind::Gauge => {
+                    cb::envoy_dynamic_module_callback_bootstrap_extension_config_define_gauge(
+                        self.envoy,
+                        name,
+                        ptr,
+                        raw_labels.len(),
+                        &mut id,
+                    )
+                }
+            }
+        };
+        (result == METRICS_SUCCESS).then_some(id)
+    }
+}
+
+impl ScraperExtension {
+    /// Parses `config`, defines stats on `envoy` and signals init complete.
+    pub(crate) fn new(
+        envoy: BootstrapConfigEnvoyPtr,
+        config: &[u8],
+    ) -> Result<ScraperExtension, String> {
+        let scraper = Scraper::from_json(crate::router::config_json(config)?)?;
+        let stats = StatsRegistry::define(&mut BootstrapDefiner { envoy });
+        // SAFETY: `envoy` is the config pointer of the running config_new hook; Envoy
+        // registered its init target before calling us, so signalling now is allowed.
+        unsafe {
+            cb::envoy_dynamic_module_callback_bootstrap_extension_config_signal_init_complete(envoy)
+        };
+        Ok(ScraperExtension {
+            envoy,
+            scraper: RefCell::new(scraper),
+            stats,
+            timer: Cell::new(None),
+        })
+    }
+
+    /// Starts the scrape timer (from `server_initialized`; a second call does nothing).
+    pub fn start(&self) {
+        if self.timer.get().is_some() {
+            return;
+        }
+        // SAFETY: main thread, config alive (we are called through it); we own the timer and
+        // delete it exactly once in `stop`.
+        let timer =
+            unsafe { cb::envoy_dynamic_module_callback_bootstrap_extension_timer_new(self.envoy) };
+        if timer.is_null() {
+            crate::log::error("infergate: scraper could not create its timer");
+            return;
+        }
+        self.timer.set(Some(timer));
+        // SAFETY: `timer` was just created and is not deleted.
+        unsafe { cb::envoy_dynamic_module_callback_bootstrap_extension_timer_enable(timer, 0) };
+    }
+
+    /// One tick: scrape, then re-arm `timer` for the next one.
+    pub(crate) fn on_timer(&self, timer: BootstrapTimerModulePtr) {
+        let period = {
+            let mut scraper = self.scraper.borrow_mut();
+            scraper.on_tick(&mut self.host());
+            scraper.tick_period_ms()
+        };
+        if self.timer.get() == Some(timer) {
+            // SAFETY: `timer` is our live timer (checked against the one we own).
+            unsafe {
+                cb::envoy_dynamic_module_callback_bootstrap_extension_timer_enable(timer, period)
+            };
+        }
+    }
+
+    /// A callout finished; `headers`/`body` are Envoy's views, valid for this hook.
+    pub fn on_callout_done(
+        &self,
+        callout_id: u64,
+        result: u32,
+        headers: &[EnvoyHttpHeader],
+        body: &[EnvoyBuffer],
+    ) {
+        let outcome = if result == CALLOUT_SUCCESS {
+            let status = headers
+                .iter()
+                .find_map(|h| {
+                    // SAFETY: Envoy's header views are valid for the duration of this hook.
+                    let (k, v) = unsafe { h.as_pair() };
+                    (k == b":status").then(|| std::str::from_utf8(v).ok()?.parse::<u16>().ok())?
+                })
+                .unwrap_or(0);
+            let mut bytes = Vec::new();
+            for chunk in body {
+                // SAFETY: Envoy's body views are valid for the duration of this hook.
+                bytes.extend_from_slice(unsafe { chunk.as_bytes() });
+            }
+            CalloutOutcome::Response {
+                status,
+                body: bytes,
+            }
+        } else {
+            CalloutOutcome::Failed
+        };
+        self.scraper.borrow_mut().on_callout_done(
+            &mut self.host(),
+            CalloutToken(callout_id),
+            outcome,
+        );
+    }
+
+    /// Stops scraping: deletes the timer (once).
+    pub fn stop(&self) {
+        if let Some(timer) = self.timer.take() {
+            // SAFETY: our live timer, taken out of the cell so it is deleted exactly once.
+            unsafe { cb::envoy_dynamic_module_callback_bootstrap_extension_timer_delete(timer) };
+        }
+    }
+
+    fn host(&self) -> ScraperHost<'_> {
+        ScraperHost {
+            envoy: self.envoy,
+            stats: &self.stats,
+        }
+    }
+}
+
+impl Drop for ScraperExtension {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The scraper's host capabilities on the bootstrap config (main thread).
+struct ScraperHost<'a> {
+    envoy: BootstrapConfigEnvoyPtr,
+    stats: &'a StatsRegistry,
+}
+
+impl HttpCallout for ScraperHost<'_> {
+    fn dispatch_callout(&mut self, request: &CalloutRequest) -> Result<CalloutToken, HostError> {
+        let mut headers: Vec<ModuleHttpHeader> = request
+            .headers
+            .iter()
+            .map(|(k, v)| ModuleHttpHeader::new(k.as_bytes(), v.as_bytes()))
+            .collect();
+        let mut id = 0u64;
+        // SAFETY: main thread, live config pointer; `headers` borrows `request` for the call
+        // and Envoy copies everything it keeps; `id` is writable.
+        let result = unsafe {
+            cb::envoy_dynamic_module_callback_bootstrap_extension_http_callout(
+                self.envoy,
+                &mut id,
+                ModuleBuffer::from_bytes(request.cluster.as_bytes()),
+                headers.as_mut_ptr(),
+                headers.len(),
+                ModuleBuffer::from_bytes(&request.body),
+                request.timeout_ms,
+            )
+        };
+        if result == CALLOUT_INIT_SUCCESS {
+            Ok(CalloutToken(id))
+        } else {
+            Err(HostError::Failed(format!(
+                "callout not started (init result {result})"
+            )))
+        }
+    }
+}
+
+impl Clock for ScraperHost<'_> {
+    fn now(&self) -> Millis {
+        crate::adapter::wall_clock()
+    }
+}
+
+impl Stats for ScraperHost<'_> {
+    fn counter_add(&mut self, key: &StatKey, delta: u64) {
+        self.update(Kind::Counter, key, delta);
+    }
+    fn gauge_set(&mut self, key: &StatKey, value: u64) {
+        self.update(Kind::Gauge, key, value);
+    }
+}
+
+impl ScraperHost<'_> {
+    fn update(&self, kind: Kind, key: &StatKey, value: u64) {
+        let Some((id, labels)) = self.stats.resolve(kind, key) else {
+            return;
+        };
+        let mut raw: Vec<ModuleBuffer> = labels
+            .iter()
+            .map(|l| ModuleBuffer::from_bytes(l.as_bytes()))
+            .collect();
+        let ptr = if raw.is_empty() {
+            core::ptr::null_mut()
+        } else {
+            raw.as_mut_ptr()
+        };
+        // SAFETY: main thread, live config pointer; `raw` borrows `labels` for the call. A
+        // failed stat update is ignored (best effort).
+        let _ = unsafe {
+            match kind {
+                Kind::Counter => {
+                    cb::envoy_dynamic_module_callback_bootstrap_extension_config_increment_counter(
+                        self.envoy,
+                        id,
+                        ptr,
+                        raw.len(),
+                        value,
+                    )
+                }
+                Kind::Gauge => {
+                    cb::envoy_dynamic_module_callback_bootstrap_extension_config_set_gauge(
+                        self.envoy,
+                        id,
+                        ptr,
+                        raw.len(),
+                        value,
+                    )
+                }
+            }
+        };
+    }
+}
+
+impl SnapshotSink for ScraperHost<'_> {
+    fn publish_snapshot(&mut self, bytes: &[u8]) -> Result<(), HostError> {
+        crate::shared::SNAPSHOT.publish(bytes.to_vec());
+        Ok(())
+    }
+}

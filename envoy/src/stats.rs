@@ -1,0 +1,158 @@
+//! Envoy stats for the filters' [`StatKey`]s.
+//!
+//! Envoy only lets a dynamic module *define* metrics inside `on_http_filter_config_new`
+//! (creation is frozen afterwards), but label *values* may be anything at increment time. The
+//! filters build flattened keys `name.label1.value1.label2.value2` (the same shape Envoy gives
+//! a labelled stat), so this registry defines one counter vector per known metric family at
+//! config time and, per increment, splits a key back into family + label values. The
+//! resulting Envoy stat names are exactly the keys (under the module's metrics namespace), the
+//! same names the Wasm flavour emits.
+//!
+//! The bootstrap extension (scraper) does the same on its own config object. A key of an
+//! unknown family is dropped (stats are best effort and must never fail a request); the list
+//! of families below mirrors the filters crate.
+
+use infergate_filters::stats::StatKey;
+
+/// Counter or gauge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Monotonic counter.
+    Counter,
+    /// Settable gauge.
+    Gauge,
+}
+
+/// A metric family: kind, name and label names in key order.
+pub struct Family {
+    /// Counter or gauge.
+    pub kind: Kind,
+    /// Metric name, e.g. `infergate.router.requests`.
+    pub name: &'static str,
+    /// Label names in the order the key carries them.
+    pub labels: &'static [&'static str],
+}
+
+const fn counter(name: &'static str, labels: &'static [&'static str]) -> Family {
+    Family {
+        kind: Kind::Counter,
+        name,
+        labels,
+    }
+}
+
+/// The metric families the filters and the scraper emit (see `infergate_filters`).
+pub const FAMILIES: &[Family] = &[
+    counter("infergate.router.requests", &["outcome"]),
+    counter("infergate.picker.decisions", &["pool"]),
+    counter("infergate.picker.picks", &["pool", "endpoint"]),
+    counter("infergate.picker.rejects", &["pool", "reason"]),
+    counter("infergate.picker.prefix_matched_blocks", &["pool"]),
+    counter("infergate.picker.prefix_total_blocks", &["pool"]),
+    counter("infergate.picker.fail_open_picks", &["pool"]),
+    counter("infergate.picker.snapshot_errors", &[]),
+    counter("infergate.scraper.scrapes", &["endpoint", "result"]),
+    counter("infergate.scraper.publishes", &[]),
+    counter("infergate.scraper.publish_errors", &[]),
+    Family {
+        kind: Kind::Gauge,
+        name: "infergate.scraper.consecutive_failures",
+        labels: &["endpoint"],
+    },
+];
+
+/// Something that can define metric families (an Envoy config object during its creation).
+pub trait DefineMetric {
+    /// Defines one family; returns Envoy's id, or `None` if Envoy refused.
+    fn define(&mut self, kind: Kind, name: &str, labels: &[&str]) -> Option<usize>;
+}
+
+/// Envoy ids of every family, defined on one config object.
+pub struct StatsRegistry {
+    /// `(family index, Envoy metric id)` for every family Envoy accepted.
+    ids: Vec<(usize, usize)>,
+}
+
+impl StatsRegistry {
+    /// Defines every family of `kinds` on the config being created.
+    pub fn define(envoy: &mut dyn DefineMetric) -> StatsRegistry {
+        let ids = FAMILIES
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| envoy.define(f.kind, f.name, f.labels).map(|id| (i, id)))
+            .collect();
+        StatsRegistry { ids }
+    }
+
+    /// Resolves `key` of kind `kind` to `(Envoy id, label values)`; `None` for unknown keys.
+    pub fn resolve<'k>(&self, kind: Kind, key: &'k StatKey) -> Option<(usize, Vec<&'k str>)> {
+        let (family, values) = split_key(key.as_str())?;
+        if FAMILIES.get(family).map(|f| f.kind) != Some(kind) {
+            return None;
+        }
+        let &(_, id) = self.ids.iter().find(|(f, _)| *f == family)?;
+        Some((id, values))
+    }
+}
+
+/// Splits a flattened key into its family index and label values.
+fn split_key(key: &str) -> Option<(usize, Vec<&str>)> {
+    FAMILIES.iter().enumerate().find_map(|(i, family)| {
+        let rest = key.strip_prefix(family.name)?;
+        if family.labels.is_empty() {
+            return rest.is_empty().then_some((i, Vec::new()));
+        }
+        let rest = rest.strip_prefix('.')?;
+        let mut values = Vec::with_capacity(family.labels.len());
+        let mut parts = rest.split('.');
+        for label in family.labels {
+            if parts.next()? != *label {
+                return None;
+            }
+            values.push(parts.next()?);
+        }
+        parts.next().is_none().then_some((i, values))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_split_back_into_family_and_values() {
+        let key = StatKey::new(
+            "infergate.picker.picks",
+            &[("pool", "a"), ("endpoint", "10.0.0.1:8000")],
+        );
+        let (family, values) = split_key(key.as_str()).unwrap_or((usize::MAX, Vec::new()));
+        assert_eq!(
+            FAMILIES.get(family).map(|f| f.name),
+            Some("infergate.picker.picks")
+        );
+        assert_eq!(values, vec!["a", "10_0_0_1_8000"]);
+    }
+
+    #[test]
+    fn unknown_or_malformed_keys_are_rejected() {
+        assert!(split_key("infergate.router.requests").is_none());
+        assert!(split_key("infergate.router.requests.outcome").is_none());
+        assert!(split_key("infergate.router.requests.reason.x").is_none());
+        assert!(split_key("infergate.router.requests.outcome.x.extra.y").is_none());
+        assert!(split_key("something.else").is_none());
+        let ok = StatKey::new("infergate.router.requests", &[("outcome", "routed")]);
+        assert!(split_key(ok.as_str()).is_some());
+        assert!(split_key("infergate.scraper.publishes.extra").is_none());
+    }
+
+    #[test]
+    fn label_less_keys_resolve() {
+        let key = StatKey::new("infergate.scraper.publishes", &[]);
+        let (family, values) = split_key(key.as_str()).unwrap_or((usize::MAX, vec!["x"]));
+        assert_eq!(
+            FAMILIES.get(family).map(|f| f.name),
+            Some("infergate.scraper.publishes")
+        );
+        assert!(values.is_empty());
+    }
+}

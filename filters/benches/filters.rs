@@ -1,0 +1,96 @@
+//! Per-request cost of the filters on the fake host, with realistic prompt sizes: the body
+//! router and the picker (parse, prefix hashing, scheduling over 8 endpoints, bookkeeping)
+//! on an ~8k-token chat body. Run: `cargo bench -p infergate-filters --features fake-host`.
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use infergate_filters::fake::FakeHost;
+use infergate_filters::picker::{PickerRequest, PickerShared};
+use infergate_filters::router::{Router, RouterRequest};
+use scheduler_core::metrics::EndpointMetrics;
+use scheduler_core::snapshot::{encode, EndpointSample, Snapshot};
+use scheduler_core::types::Millis;
+use serde_json::json;
+
+const NOW: u64 = 1_000_000;
+
+fn endpoints() -> Vec<String> {
+    (1..=8).map(|i| format!("10.0.0.{i}:8000")).collect()
+}
+
+fn snapshot_bytes() -> Vec<u8> {
+    encode(&Snapshot {
+        taken_at: Millis(NOW),
+        endpoints: endpoints()
+            .into_iter()
+            .enumerate()
+            .map(|(i, address)| EndpointSample {
+                address,
+                scraped_at: Millis(NOW),
+                consecutive_failures: 0,
+                metrics: Some(EndpointMetrics {
+                    waiting: Some(i as u32),
+                    running: Some(4),
+                    kv_cache_usage: Some(0.1 * i as f64),
+                    ..EndpointMetrics::default()
+                }),
+            })
+            .collect(),
+    })
+}
+
+/// An ~8k-token (32 KiB) chat body: a long shared system prompt plus a per-request turn.
+fn body(i: usize) -> Vec<u8> {
+    let system = "You are a careful assistant who answers briefly. ".repeat(620);
+    json!({
+        "model": "llama",
+        "stream": true,
+        "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": format!("question number {i}")}
+        ]
+    })
+    .to_string()
+    .into_bytes()
+}
+
+fn bench(c: &mut Criterion) {
+    let router = Router::from_json(json!({"pools": [{"name": "p", "baseModel": "llama"}]}));
+    let shared = PickerShared::from_json(json!({
+        "pool": "p", "baseModel": "llama", "endpoints": endpoints()
+    }));
+    let (Ok(router), Ok(mut shared)) = (router, shared) else {
+        return;
+    };
+    let snap = snapshot_bytes();
+    let sample = body(0);
+    let mut group = c.benchmark_group("filters");
+    group.throughput(Throughput::Bytes(sample.len() as u64));
+    let mut i = 0usize;
+    group.bench_function("router_8k_tokens", |b| {
+        b.iter(|| {
+            let mut host = FakeHost::new().post("/v1/chat/completions", &sample);
+            let mut req = RouterRequest::new();
+            req.on_request_headers(&router, &mut host, false);
+            req.on_request_body(&router, &mut host, sample.len(), true)
+        })
+    });
+    group.bench_function("picker_8k_tokens_8_endpoints", |b| {
+        b.iter(|| {
+            i += 1;
+            let mut host = FakeHost::new()
+                .request_header("x-gateway-base-model-name", "llama")
+                .post("/v1/chat/completions", &sample)
+                .now(NOW)
+                .snapshot(1, snap.clone());
+            let mut req = PickerRequest::new();
+            req.on_request_headers(&mut shared, &mut host, false);
+            let status = req.on_request_body(&mut shared, &mut host, sample.len(), true);
+            req.on_end(&mut shared);
+            status
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,335 @@
+//! A builder-style fake host implementing every capability trait in memory, so the filters
+//! are tested without a proxy: build it with the request the test wants, drive a state
+//! machine, then assert on what the filter did (headers, replies, stats, callouts).
+//!
+//! ```ignore
+//! let mut host = FakeHost::new()
+//!     .request_header(":path", "/v1/completions")
+//!     .body(br#"{"model":"m","prompt":"hi"}"#)
+//!     .now(1_000);
+//! ```
+
+use std::collections::BTreeMap;
+
+use scheduler_core::types::Millis;
+
+use crate::host::{
+    CalloutRequest, CalloutToken, Clock, DynamicMetadata, HostError, HttpCallout, LocalReply,
+    Random, RequestBody, RequestHeaders, ResponseBody, ResponseHeaders, Resume, SnapshotFetch,
+    SnapshotSink, SnapshotSource, SnapshotVersion, Stats, UpstreamOverride,
+};
+use crate::reply::Reply;
+use crate::stats::StatKey;
+use scheduler_core::scheduling::pick::SplitMix64;
+
+/// The in-memory host. Public fields are what tests assert on.
+#[derive(Clone, Debug)]
+pub struct FakeHost {
+    /// Request headers, in order.
+    pub request_headers: Vec<(String, String)>,
+    /// Response headers, in order.
+    pub response_headers: Vec<(String, String)>,
+    /// The buffered request body.
+    pub body: Vec<u8>,
+    /// The current response chunk.
+    pub response_chunk: Vec<u8>,
+    /// Local replies sent, in order.
+    pub replies: Vec<Reply>,
+    /// Times `resume_request` was called.
+    pub resumed: u32,
+    /// The clock.
+    pub now: Millis,
+    /// The random source.
+    pub rng: SplitMix64,
+    /// Counters by flattened name.
+    pub counters: BTreeMap<String, u64>,
+    /// Gauges by flattened name.
+    pub gauges: BTreeMap<String, u64>,
+    /// The published snapshot, if any.
+    pub snapshot: Option<(SnapshotVersion, Vec<u8>)>,
+    /// How many times the snapshot bytes were copied out (to test version caching).
+    pub snapshot_reads: std::cell::Cell<u32>,
+    /// Callouts dispatched, with their tokens.
+    pub callouts: Vec<(CalloutToken, CalloutRequest)>,
+    /// Make `dispatch_callout` fail.
+    pub fail_dispatch: bool,
+    /// Dynamic metadata set, as `(namespace, key, value)`; `None` → unsupported host.
+    pub metadata: Option<Vec<(String, String, String)>>,
+    /// Upstream override set; `supports_override = false` → unsupported host.
+    pub upstream_override: Option<String>,
+    /// Whether `set_upstream_override` is supported.
+    pub supports_override: bool,
+    next_token: u64,
+}
+
+impl Default for FakeHost {
+    fn default() -> Self {
+        FakeHost::new()
+    }
+}
+
+impl FakeHost {
+    /// An empty host: no headers, no body, clock at 0, metadata supported.
+    pub fn new() -> Self {
+        FakeHost {
+            request_headers: Vec::new(),
+            response_headers: Vec::new(),
+            body: Vec::new(),
+            response_chunk: Vec::new(),
+            replies: Vec::new(),
+            resumed: 0,
+            now: Millis(0),
+            rng: SplitMix64::new(7),
+            counters: BTreeMap::new(),
+            gauges: BTreeMap::new(),
+            snapshot: None,
+            snapshot_reads: std::cell::Cell::new(0),
+            callouts: Vec::new(),
+            fail_dispatch: false,
+            metadata: Some(Vec::new()),
+            upstream_override: None,
+            supports_override: true,
+            next_token: 1,
+        }
+    }
+
+    /// Add a request header.
+    pub fn request_header(mut self, name: &str, value: &str) -> Self {
+        self.request_headers
+            .push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// A POST to `path` with a JSON body.
+    pub fn post(self, path: &str, body: &[u8]) -> Self {
+        self.request_header(":method", "POST")
+            .request_header(":path", path)
+            .body(body)
+    }
+
+    /// Set the buffered request body.
+    pub fn body(mut self, body: &[u8]) -> Self {
+        self.body = body.to_vec();
+        self
+    }
+
+    /// Set the clock.
+    pub fn now(mut self, ms: u64) -> Self {
+        self.now = Millis(ms);
+        self
+    }
+
+    /// Seed the random source.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.rng = SplitMix64::new(seed);
+        self
+    }
+
+    /// Publish a snapshot as if a scraper had.
+    pub fn snapshot(mut self, version: u64, bytes: Vec<u8>) -> Self {
+        self.snapshot = Some((SnapshotVersion(version), bytes));
+        self
+    }
+
+    /// A host without dynamic metadata (like proxy-wasm on Envoy).
+    pub fn without_metadata(mut self) -> Self {
+        self.metadata = None;
+        self
+    }
+
+    /// First value of request header `name`.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.request_headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// A counter's value (0 if never incremented).
+    pub fn counter(&self, name: &str) -> u64 {
+        self.counters.get(name).copied().unwrap_or(0)
+    }
+
+    /// The last local reply.
+    pub fn last_reply(&self) -> Option<&Reply> {
+        self.replies.last()
+    }
+
+    /// Sum of the counters whose name starts with `prefix`.
+    pub fn counter_sum(&self, prefix: &str) -> u64 {
+        self.counters
+            .iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| *v)
+            .sum()
+    }
+}
+
+fn remove_all(map: &mut Vec<(String, String)>, name: &str) {
+    map.retain(|(k, _)| !k.eq_ignore_ascii_case(name));
+}
+
+fn first(map: &[(String, String)], name: &str) -> Option<String> {
+    map.iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.clone())
+}
+
+impl RequestHeaders for FakeHost {
+    fn request_header(&self, name: &str) -> Option<String> {
+        first(&self.request_headers, name)
+    }
+    fn request_headers(&self) -> Vec<(String, String)> {
+        self.request_headers.clone()
+    }
+    fn set_request_header(&mut self, name: &str, value: &str) {
+        remove_all(&mut self.request_headers, name);
+        self.request_headers
+            .push((name.to_owned(), value.to_owned()));
+    }
+    fn add_request_header(&mut self, name: &str, value: &str) {
+        self.request_headers
+            .push((name.to_owned(), value.to_owned()));
+    }
+    fn remove_request_header(&mut self, name: &str) {
+        remove_all(&mut self.request_headers, name);
+    }
+}
+
+impl ResponseHeaders for FakeHost {
+    fn response_header(&self, name: &str) -> Option<String> {
+        first(&self.response_headers, name)
+    }
+    fn response_headers(&self) -> Vec<(String, String)> {
+        self.response_headers.clone()
+    }
+    fn set_response_header(&mut self, name: &str, value: &str) {
+        remove_all(&mut self.response_headers, name);
+        self.response_headers
+            .push((name.to_owned(), value.to_owned()));
+    }
+    fn add_response_header(&mut self, name: &str, value: &str) {
+        self.response_headers
+            .push((name.to_owned(), value.to_owned()));
+    }
+    fn remove_response_header(&mut self, name: &str) {
+        remove_all(&mut self.response_headers, name);
+    }
+}
+
+impl RequestBody for FakeHost {
+    fn request_body(&self, start: usize, len: usize) -> Option<Vec<u8>> {
+        if self.body.is_empty() {
+            return None;
+        }
+        let end = start.saturating_add(len).min(self.body.len());
+        self.body.get(start..end).map(<[u8]>::to_vec)
+    }
+    fn replace_request_body(&mut self, body: &[u8]) -> Result<(), HostError> {
+        self.body = body.to_vec();
+        Ok(())
+    }
+}
+
+impl ResponseBody for FakeHost {
+    fn response_chunk(&self, len: usize) -> Option<Vec<u8>> {
+        self.response_chunk.get(..len).map(<[u8]>::to_vec)
+    }
+}
+
+impl LocalReply for FakeHost {
+    fn send_local_reply(&mut self, reply: &Reply) {
+        self.replies.push(reply.clone());
+    }
+}
+
+impl Resume for FakeHost {
+    fn resume_request(&mut self) {
+        self.resumed += 1;
+    }
+}
+
+impl SnapshotSource for FakeHost {
+    fn snapshot_if_changed(&self, known: Option<SnapshotVersion>) -> SnapshotFetch {
+        match &self.snapshot {
+            None => SnapshotFetch::Missing,
+            Some((version, _)) if Some(*version) == known => SnapshotFetch::Unchanged,
+            Some((version, bytes)) => {
+                self.snapshot_reads.set(self.snapshot_reads.get() + 1);
+                SnapshotFetch::Changed {
+                    version: *version,
+                    bytes: bytes.clone(),
+                }
+            }
+        }
+    }
+}
+
+impl SnapshotSink for FakeHost {
+    fn publish_snapshot(&mut self, bytes: &[u8]) -> Result<(), HostError> {
+        let next = self.snapshot.as_ref().map_or(1, |(v, _)| v.0 + 1);
+        self.snapshot = Some((SnapshotVersion(next), bytes.to_vec()));
+        Ok(())
+    }
+}
+
+impl Clock for FakeHost {
+    fn now(&self) -> Millis {
+        self.now
+    }
+}
+
+impl Random for FakeHost {
+    fn random_u64(&mut self) -> u64 {
+        self.rng.next_u64()
+    }
+}
+
+impl Stats for FakeHost {
+    fn counter_add(&mut self, key: &StatKey, delta: u64) {
+        *self.counters.entry(key.as_str().to_owned()).or_insert(0) += delta;
+    }
+    fn gauge_set(&mut self, key: &StatKey, value: u64) {
+        self.gauges.insert(key.as_str().to_owned(), value);
+    }
+}
+
+impl HttpCallout for FakeHost {
+    fn dispatch_callout(&mut self, request: &CalloutRequest) -> Result<CalloutToken, HostError> {
+        if self.fail_dispatch {
+            return Err(HostError::Failed("dispatch refused".to_owned()));
+        }
+        let token = CalloutToken(self.next_token);
+        self.next_token += 1;
+        self.callouts.push((token, request.clone()));
+        Ok(token)
+    }
+}
+
+impl DynamicMetadata for FakeHost {
+    fn set_metadata_string(
+        &mut self,
+        namespace: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<(), HostError> {
+        match &mut self.metadata {
+            None => Err(HostError::Unsupported),
+            Some(entries) => {
+                entries.retain(|(n, k, _)| !(n == namespace && k == key));
+                entries.push((namespace.to_owned(), key.to_owned(), value.to_owned()));
+                Ok(())
+            }
+        }
+    }
+}
+
+impl UpstreamOverride for FakeHost {
+    fn set_upstream_override(&mut self, endpoint: &str) -> Result<(), HostError> {
+        if !self.supports_override {
+            return Err(HostError::Unsupported);
+        }
+        self.upstream_override = Some(endpoint.to_owned());
+        Ok(())
+    }
+}

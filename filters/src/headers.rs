@@ -1,0 +1,61 @@
+//! Wire names (DESIGN §4) and the removal of client-sent gateway headers.
+//!
+//! A client must never steer routing, priority or tenancy, so every `x-gateway-*` and
+//! `x-llm-d-*` header it sends is removed before any stage reads it. With an
+//! `ORIGINAL_DST` cluster a spoofed destination header would otherwise be an open proxy.
+
+use crate::host::RequestHeaders;
+
+/// Base model of the request (adapter names map to their base); set by the body router.
+pub const BASE_MODEL: &str = "x-gateway-base-model-name";
+/// The `model` field as the client sent it; set by the body router.
+pub const MODEL_NAME: &str = "x-gateway-model-name";
+/// `ip:port` of the chosen endpoint; set by the picker.
+pub const DESTINATION_ENDPOINT: &str = "x-gateway-destination-endpoint";
+/// Reason of a 429/503 rejection.
+pub const DROPPED_REASON: &str = "x-llm-d-request-dropped-reason";
+/// Dynamic-metadata namespace the picker writes the destination under.
+pub const LB_METADATA_NAMESPACE: &str = "envoy.lb";
+
+/// Prefixes a client may not send (compared case-insensitively).
+const RESERVED_PREFIXES: [&str; 2] = ["x-gateway-", "x-llm-d-"];
+
+/// Whether `name` is a gateway-reserved header name.
+pub fn is_reserved(name: &str) -> bool {
+    RESERVED_PREFIXES.iter().any(|prefix| {
+        name.get(..prefix.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(prefix))
+    })
+}
+
+/// Remove every reserved header from the request; returns how many names were removed.
+pub fn strip_reserved<H: RequestHeaders + ?Sized>(host: &mut H) -> usize {
+    let mut names: Vec<String> = host
+        .request_headers()
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|name| is_reserved(name))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    for name in &names {
+        host.remove_request_header(name);
+    }
+    names.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserved_prefixes_match_case_insensitively() {
+        assert!(is_reserved("x-gateway-destination-endpoint"));
+        assert!(is_reserved("X-Gateway-Base-Model-Name"));
+        assert!(is_reserved("x-llm-d-inference-objective"));
+        assert!(!is_reserved("x-gateway"));
+        assert!(!is_reserved("x-request-id"));
+        assert!(!is_reserved(""));
+        assert!(!is_reserved("x-llm-"));
+    }
+}

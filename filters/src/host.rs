@@ -1,0 +1,191 @@
+//! The host capabilities the filters use, one small trait per capability (DESIGN §3).
+//!
+//! Both adapters implement these: the proxy-wasm one with `proxy_wasm::hostcalls` in the
+//! current context, the dynamic-module one with the Envoy ABI callbacks on its filter
+//! pointer. Header names are lower-case on the wire and in every call here. Calls that can
+//! fail on the host return [`HostError`]; the filters treat a failed *optional* call
+//! (metadata, upstream override) as best effort and a failed required one as an internal
+//! error (500).
+//!
+//! The traits cover what DESIGN §3 lists even where the first filters use only part:
+//! response headers and the response body stream (usage accounting), body replacement
+//! (`include_usage` forcing, model rewrite) and resume (flow-control queueing).
+
+use scheduler_core::types::Millis;
+
+use crate::reply::Reply;
+use crate::stats::StatKey;
+
+/// Why a host call did not do what was asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostError {
+    /// This host cannot do that at all (e.g. proxy-wasm has no dynamic-metadata setter).
+    Unsupported,
+    /// The host refused or failed the call; the text says what it reported.
+    Failed(String),
+}
+
+/// Read and edit the request headers (pseudo-headers such as `:path` included).
+pub trait RequestHeaders {
+    /// First value of request header `name`, if present.
+    fn request_header(&self, name: &str) -> Option<String>;
+    /// Every request header as `(name, value)`, in wire order.
+    fn request_headers(&self) -> Vec<(String, String)>;
+    /// Replace every value of `name` with `value`.
+    fn set_request_header(&mut self, name: &str, value: &str);
+    /// Append one more value of `name`.
+    fn add_request_header(&mut self, name: &str, value: &str);
+    /// Remove every value of `name`.
+    fn remove_request_header(&mut self, name: &str);
+}
+
+/// Read and edit the response headers.
+pub trait ResponseHeaders {
+    /// First value of response header `name`, if present.
+    fn response_header(&self, name: &str) -> Option<String>;
+    /// Every response header as `(name, value)`, in wire order.
+    fn response_headers(&self) -> Vec<(String, String)>;
+    /// Replace every value of `name` with `value`.
+    fn set_response_header(&mut self, name: &str, value: &str);
+    /// Append one more value of `name`.
+    fn add_response_header(&mut self, name: &str, value: &str);
+    /// Remove every value of `name`.
+    fn remove_response_header(&mut self, name: &str);
+}
+
+/// The request body the host has buffered so far (the filter paused until end of stream).
+pub trait RequestBody {
+    /// Up to `len` bytes of the buffered body from `start`; `None` if there is no body.
+    fn request_body(&self, start: usize, len: usize) -> Option<Vec<u8>>;
+    /// Replace the whole buffered body (the adapter fixes `content-length`).
+    fn replace_request_body(&mut self, body: &[u8]) -> Result<(), HostError>;
+}
+
+/// The response body, observed chunk by chunk while it streams through unbuffered.
+pub trait ResponseBody {
+    /// The current chunk (`len` bytes as the host announced), `None` if unavailable.
+    fn response_chunk(&self, len: usize) -> Option<Vec<u8>>;
+}
+
+/// Answer the request locally instead of forwarding it.
+pub trait LocalReply {
+    /// Send `reply` to the client; the filter then returns [`crate::FilterStatus::Replied`].
+    fn send_local_reply(&mut self, reply: &Reply);
+}
+
+/// Resume a request paused earlier (flow-control queueing).
+pub trait Resume {
+    /// Continue the request's filter chain from where it paused.
+    fn resume_request(&mut self);
+}
+
+/// A version number of a published snapshot: proxy-wasm's shared-data CAS, or a counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SnapshotVersion(pub u64);
+
+/// What [`SnapshotSource::snapshot_if_changed`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SnapshotFetch {
+    /// Nothing was ever published.
+    Missing,
+    /// The published version is the one the caller already holds.
+    Unchanged,
+    /// A different version: its encoded bytes.
+    Changed {
+        /// The version of `bytes`.
+        version: SnapshotVersion,
+        /// The encoded snapshot (`scheduler_core::snapshot::encode`).
+        bytes: Vec<u8>,
+    },
+}
+
+/// Read the newest published metric snapshot (proxy-wasm shared data, or a process-wide
+/// slot in the native flavour).
+pub trait SnapshotSource {
+    /// The newest snapshot if its version differs from `known` (so an unchanged snapshot
+    /// costs no copy and no decode where the host can tell cheaply).
+    fn snapshot_if_changed(&self, known: Option<SnapshotVersion>) -> SnapshotFetch;
+}
+
+/// Publish an encoded metric snapshot for the pickers to read.
+pub trait SnapshotSink {
+    /// Store `bytes` as the newest snapshot.
+    fn publish_snapshot(&mut self, bytes: &[u8]) -> Result<(), HostError>;
+}
+
+/// The host's clock.
+pub trait Clock {
+    /// Milliseconds since the Unix epoch (any fixed origin works: only differences matter).
+    fn now(&self) -> Millis;
+}
+
+/// A source of random numbers (tie-breaking and random pickers).
+pub trait Random {
+    /// A uniformly distributed `u64`.
+    fn random_u64(&mut self) -> u64;
+}
+
+/// Counters and gauges. Keys are built once at configuration time ([`StatKey`]); the
+/// adapter maps a key to its host's metric id (and may cache that mapping).
+pub trait Stats {
+    /// Add `delta` to the counter `key`.
+    fn counter_add(&mut self, key: &StatKey, delta: u64);
+    /// Set the gauge `key` to `value`.
+    fn gauge_set(&mut self, key: &StatKey, value: u64);
+}
+
+/// One outbound HTTP request (a scrape).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CalloutRequest {
+    /// The Envoy cluster to send it through.
+    pub cluster: String,
+    /// Request headers, pseudo-headers (`:method`, `:path`, `:authority`) included.
+    pub headers: Vec<(String, String)>,
+    /// Request body (empty for a GET).
+    pub body: Vec<u8>,
+    /// Give up after this many milliseconds.
+    pub timeout_ms: u64,
+}
+
+/// The host's handle of a dispatched callout, echoed back with its response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CalloutToken(pub u64);
+
+/// How a callout ended, as the adapter reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CalloutOutcome {
+    /// A response arrived (any status).
+    Response {
+        /// HTTP status code (`:status`).
+        status: u16,
+        /// The response body.
+        body: Vec<u8>,
+    },
+    /// No response: connection failure, reset or timeout.
+    Failed,
+}
+
+/// Send outbound HTTP requests; responses come back to the caller through its adapter.
+pub trait HttpCallout {
+    /// Dispatch `request`; the returned token identifies its outcome later.
+    fn dispatch_callout(&mut self, request: &CalloutRequest) -> Result<CalloutToken, HostError>;
+}
+
+/// Set per-request dynamic metadata (string values).
+pub trait DynamicMetadata {
+    /// Set `namespace`.`key` = `value` in the request's dynamic metadata.
+    fn set_metadata_string(
+        &mut self,
+        namespace: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<(), HostError>;
+}
+
+/// Tell the host which upstream address this request must go to, beyond the header
+/// (dynamic modules: upstream host override; proxy-wasm on Envoy: the `ORIGINAL_DST`
+/// filter-state key, which Envoy checks before the header).
+pub trait UpstreamOverride {
+    /// Route this request to `endpoint` (`ip:port`).
+    fn set_upstream_override(&mut self, endpoint: &str) -> Result<(), HostError>;
+}

@@ -1,0 +1,252 @@
+//! Picker configuration: per pool its base model, its endpoints, the failure mode, the
+//! staleness bound and the `EndpointPickerConfig` (DESIGN §6, §10).
+//!
+//! JSON (camelCase), either `{"pools": [POOL, ...]}` or a single `POOL`:
+//!
+//! ```json
+//! {"pool": "llama-pool", "baseModel": "llama", "endpoints": ["10.0.0.1:8000"],
+//!  "failureMode": "FailClose", "staleAfterMs": 1000, "maxConsecutiveFailures": 3,
+//!  "sessionHeader": "x-session-id", "maxSessions": 10000, "eppConfig": { ... }}
+//! ```
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// What to do when the pool's metrics are stale or missing (DESIGN §10).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+pub enum FailureMode {
+    /// Answer 503 (the default).
+    #[default]
+    FailClose,
+    /// Pick among the live endpoints by in-proxy state only (prefix index, in-flight load).
+    FailOpen,
+}
+
+/// One pool's configuration.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PoolConfig {
+    /// The pool's name (stats label).
+    pub pool: String,
+    /// The base model it serves; requests are matched on `x-gateway-base-model-name`.
+    pub base_model: String,
+    /// The pool's endpoints, `ip:port`. The picker only ever emits one of these.
+    #[serde(default)]
+    pub endpoints: Vec<String>,
+    /// Stale or missing metrics → 503 (`FailClose`) or in-proxy load only (`FailOpen`).
+    #[serde(default)]
+    pub failure_mode: FailureMode,
+    /// A sample older than this (ms) counts as unknown.
+    #[serde(default = "default_stale_after_ms")]
+    pub stale_after_ms: u64,
+    /// An endpoint whose last this-many scrapes failed is dropped from the candidates
+    /// (0 disables the check).
+    #[serde(default = "default_max_consecutive_failures")]
+    pub max_consecutive_failures: u32,
+    /// The `EndpointPickerConfig` document; absent → [`default_epp_config`].
+    #[serde(default)]
+    pub epp_config: Option<Value>,
+    /// Request header carrying a session id (for `session-affinity-scorer`).
+    #[serde(default)]
+    pub session_header: Option<String>,
+    /// Sessions remembered per pool (oldest forgotten first).
+    #[serde(default = "default_max_sessions")]
+    pub max_sessions: usize,
+}
+
+fn default_stale_after_ms() -> u64 {
+    scheduler_core::snapshot::DEFAULT_MAX_AGE_MS
+}
+
+fn default_max_consecutive_failures() -> u32 {
+    3
+}
+
+fn default_max_sessions() -> usize {
+    10_000
+}
+
+/// The scheduling configuration used when a pool sets no `eppConfig`: the llm-d-style
+/// default of prefix affinity weighed against queue depth, KV usage and this proxy's own
+/// in-flight load, with a max-score pick.
+pub fn default_epp_config() -> Value {
+    serde_json::json!({
+        "plugins": [
+            {"type": "approx-prefix-cache-producer"},
+            {"type": "inflight-load-producer"},
+            {"type": "prefix-cache-scorer"},
+            {"type": "queue-scorer"},
+            {"type": "kv-cache-utilization-scorer"},
+            {"type": "inflight-load-scorer"},
+            {"type": "max-score-picker"}
+        ],
+        "schedulingProfiles": [{
+            "name": "default",
+            "plugins": [
+                {"pluginRef": "prefix-cache-scorer", "weight": 3},
+                {"pluginRef": "queue-scorer", "weight": 1},
+                {"pluginRef": "kv-cache-utilization-scorer", "weight": 1},
+                {"pluginRef": "inflight-load-scorer", "weight": 1},
+                {"pluginRef": "max-score-picker"}
+            ]
+        }]
+    })
+}
+
+/// The picker's whole configuration.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PickerConfig {
+    /// The pools, matched by base model.
+    pub pools: Vec<PoolConfig>,
+}
+
+/// A configuration the picker cannot run with.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PickerConfigError {
+    /// The JSON does not have the expected shape.
+    Json(String),
+    /// An endpoint is not an `ip:port`.
+    BadEndpoint {
+        /// The pool.
+        pool: String,
+        /// The offending entry.
+        endpoint: String,
+    },
+    /// An endpoint is listed twice in one pool.
+    DuplicateEndpoint {
+        /// The pool.
+        pool: String,
+        /// The repeated entry.
+        endpoint: String,
+    },
+    /// Two pools serve the same base model.
+    DuplicateBaseModel(String),
+    /// The `eppConfig` does not compile.
+    Scheduler {
+        /// The pool.
+        pool: String,
+        /// The core's error.
+        error: String,
+    },
+}
+
+impl core::fmt::Display for PickerConfigError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            PickerConfigError::Json(e) => write!(f, "picker config: {e}"),
+            PickerConfigError::BadEndpoint { pool, endpoint } => {
+                write!(
+                    f,
+                    "picker config: pool `{pool}`: `{endpoint}` is not ip:port"
+                )
+            }
+            PickerConfigError::DuplicateEndpoint { pool, endpoint } => {
+                write!(f, "picker config: pool `{pool}`: `{endpoint}` listed twice")
+            }
+            PickerConfigError::DuplicateBaseModel(m) => {
+                write!(f, "picker config: two pools serve base model `{m}`")
+            }
+            PickerConfigError::Scheduler { pool, error } => {
+                write!(f, "picker config: pool `{pool}`: eppConfig: {error}")
+            }
+        }
+    }
+}
+
+impl PickerConfig {
+    /// Parse `{"pools": [...]}` or a single pool object.
+    pub fn from_json(value: Value) -> Result<PickerConfig, PickerConfigError> {
+        let json = |e: serde_json::Error| PickerConfigError::Json(e.to_string());
+        if value.get("pools").is_some() {
+            serde_json::from_value(value).map_err(json)
+        } else {
+            let pool: PoolConfig = serde_json::from_value(value).map_err(json)?;
+            Ok(PickerConfig { pools: vec![pool] })
+        }
+    }
+
+    /// Check what serde cannot: endpoint syntax, duplicates.
+    pub fn validate(&self) -> Result<(), PickerConfigError> {
+        let mut bases = HashSet::new();
+        for pool in &self.pools {
+            if !bases.insert(pool.base_model.as_str()) {
+                return Err(PickerConfigError::DuplicateBaseModel(
+                    pool.base_model.clone(),
+                ));
+            }
+            let mut seen = HashSet::new();
+            for endpoint in &pool.endpoints {
+                if endpoint.parse::<SocketAddr>().is_err() {
+                    return Err(PickerConfigError::BadEndpoint {
+                        pool: pool.pool.clone(),
+                        endpoint: endpoint.clone(),
+                    });
+                }
+                if !seen.insert(endpoint.as_str()) {
+                    return Err(PickerConfigError::DuplicateEndpoint {
+                        pool: pool.pool.clone(),
+                        endpoint: endpoint.clone(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_single_pool_object_is_accepted_with_defaults() {
+        let c = PickerConfig::from_json(serde_json::json!({
+            "pool": "p", "baseModel": "m", "endpoints": ["127.0.0.1:8000"]
+        }));
+        let c = c.map_err(|e| e.to_string());
+        assert!(c.is_ok());
+        let pool = c.map(|c| c.pools).unwrap_or_default();
+        assert_eq!(pool.len(), 1);
+        assert_eq!(
+            pool.first().map(|p| p.failure_mode),
+            Some(FailureMode::FailClose)
+        );
+        assert_eq!(pool.first().map(|p| p.stale_after_ms), Some(1000));
+    }
+
+    #[test]
+    fn bad_and_duplicate_endpoints_are_rejected() {
+        let bad = PickerConfig::from_json(serde_json::json!({
+            "pool": "p", "baseModel": "m", "endpoints": ["example.com:80"]
+        }))
+        .and_then(|c| c.validate());
+        assert!(matches!(bad, Err(PickerConfigError::BadEndpoint { .. })));
+        let dup = PickerConfig::from_json(serde_json::json!({
+            "pool": "p", "baseModel": "m", "endpoints": ["127.0.0.1:1", "127.0.0.1:1"]
+        }))
+        .and_then(|c| c.validate());
+        assert!(matches!(
+            dup,
+            Err(PickerConfigError::DuplicateEndpoint { .. })
+        ));
+    }
+
+    #[test]
+    fn failure_mode_spellings() {
+        let c = PickerConfig::from_json(serde_json::json!({
+            "pools": [{"pool": "p", "baseModel": "m", "failureMode": "FailOpen"}]
+        }));
+        assert_eq!(
+            c.ok().and_then(|c| c.pools.first().map(|p| p.failure_mode)),
+            Some(FailureMode::FailOpen)
+        );
+        let bad = PickerConfig::from_json(serde_json::json!({
+            "pool": "p", "baseModel": "m", "failureMode": "Open"
+        }));
+        assert!(bad.is_err());
+    }
+}

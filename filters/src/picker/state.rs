@@ -1,0 +1,455 @@
+//! The picker's shared state: one per Wasm VM or one per Envoy process (behind the
+//! adapter's lock). Per pool it holds the compiled scheduler, the prefix index, the
+//! in-flight load per endpoint and the session table; for all pools, the last decoded
+//! metric snapshot.
+//!
+//! Candidate rules (DESIGN §5, §10), per endpoint of the pool, at `now`:
+//! - *dead*: its last `maxConsecutiveFailures` scrapes failed → never a candidate;
+//! - *fresh*: metrics present and scraped at most `staleAfterMs` ago → candidate with
+//!   metrics;
+//! - otherwise *unknown*.
+//!
+//! Some fresh → schedule over the fresh ones. None fresh: `FailClose` → reject (503),
+//! `FailOpen` → schedule over the live (not dead) ones with unknown metrics, which the
+//! core scores on in-proxy state only (prefix index, in-flight load). Only the pool's own
+//! endpoints are ever candidates, so no request can be steered outside the pool.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use scheduler_core::prefix::{self, PrefixIndex};
+use scheduler_core::scheduling::{Candidate, RequestView, Scheduler};
+use scheduler_core::snapshot::SnapshotCache;
+use scheduler_core::types::{BlockHash, InFlight, Millis, Tokens};
+
+use super::config::{FailureMode, PickerConfig, PickerConfigError, PoolConfig};
+use super::lease::InFlightLease;
+use super::sessions::SessionTable;
+use crate::host::{SnapshotFetch, SnapshotSource, SnapshotVersion, Stats};
+use crate::stats::StatKey;
+
+/// Distinguishes [`PickerShared`] instances so a lease is only taken back by its issuer.
+static NEXT_ISSUER: AtomicU64 = AtomicU64::new(1);
+
+/// Index of a pool in [`PickerShared`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolId(pub usize);
+
+/// What the picker needs from a parsed request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PickRequest<'a> {
+    /// The `model` the client asked for (an adapter or the base model).
+    pub target_model: &'a str,
+    /// The canonical prompt bytes (prefix hashing input).
+    pub prompt: &'a [u8],
+    /// vLLM `cache_salt`, part of the hash seed.
+    pub cache_salt: Option<&'a str>,
+    /// Estimated prompt tokens.
+    pub prompt_tokens: Tokens,
+    /// Requested output cap, if any (added to the in-flight token estimate).
+    pub max_output_tokens: Option<u64>,
+    /// The session id, if the pool has a session header and the request carries it.
+    pub session: Option<&'a str>,
+}
+
+/// A successful pick.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Picked {
+    /// `ip:port` of the chosen endpoint.
+    pub endpoint: String,
+    /// The in-flight accounting to give back at the end of the request.
+    pub lease: InFlightLease,
+    /// Leading prompt blocks the endpoint already held.
+    pub matched_blocks: usize,
+    /// The prompt's full blocks considered.
+    pub total_blocks: usize,
+}
+
+/// Why no endpoint was picked (both answered 503 `rejected-no-endpoints`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rejection {
+    /// The pool is empty, every endpoint is dead, or the filters dropped every candidate.
+    NoEndpoints,
+    /// Metrics are stale or missing and the pool is `FailClose`.
+    StaleMetrics,
+}
+
+impl Rejection {
+    /// The stat label of this reason.
+    pub fn label(self) -> &'static str {
+        match self {
+            Rejection::NoEndpoints => "no_endpoints",
+            Rejection::StaleMetrics => "stale_metrics",
+        }
+    }
+}
+
+/// Stat keys of one pool.
+#[derive(Clone, Debug)]
+struct PoolStats {
+    decisions: StatKey,
+    picks: Vec<StatKey>,
+    reject_no_endpoints: StatKey,
+    reject_stale: StatKey,
+    prefix_matched_blocks: StatKey,
+    prefix_total_blocks: StatKey,
+    degraded_picks: StatKey,
+}
+
+impl PoolStats {
+    fn new(pool: &str, endpoints: &[String]) -> Self {
+        let p = [("pool", pool)];
+        let reject = |reason| {
+            StatKey::new(
+                "infergate.picker.rejects",
+                &[("pool", pool), ("reason", reason)],
+            )
+        };
+        PoolStats {
+            decisions: StatKey::new("infergate.picker.decisions", &p),
+            picks: endpoints
+                .iter()
+                .map(|e| StatKey::new("infergate.picker.picks", &[("pool", pool), ("endpoint", e)]))
+                .collect(),
+            reject_no_endpoints: reject(Rejection::NoEndpoints.label()),
+            reject_stale: reject(Rejection::StaleMetrics.label()),
+            prefix_matched_blocks: StatKey::new("infergate.picker.prefix_matched_blocks", &p),
+            prefix_total_blocks: StatKey::new("infergate.picker.prefix_total_blocks", &p),
+            degraded_picks: StatKey::new("infergate.picker.fail_open_picks", &p),
+        }
+    }
+}
+
+/// One pool's state.
+#[derive(Debug)]
+struct PoolState {
+    name: String,
+    base_model: String,
+    endpoints: Vec<String>,
+    failure_mode: FailureMode,
+    stale_after_ms: u64,
+    max_consecutive_failures: u32,
+    session_header: Option<String>,
+    scheduler: Scheduler,
+    prefix: PrefixIndex,
+    inflight: Vec<InFlight>,
+    sessions: SessionTable,
+    /// Per endpoint: its record's index in the current snapshot.
+    sample_of: Vec<Option<usize>>,
+    /// Per endpoint: the prefix LRU capacity last applied.
+    capacity: Vec<Option<u32>>,
+    matched_blocks: u64,
+    total_blocks: u64,
+    stats: PoolStats,
+}
+
+impl PoolState {
+    fn new(cfg: &PoolConfig) -> Result<PoolState, PickerConfigError> {
+        let epp = cfg
+            .epp_config
+            .clone()
+            .unwrap_or_else(super::config::default_epp_config);
+        let scheduler = Scheduler::from_value(epp).map_err(|e| PickerConfigError::Scheduler {
+            pool: cfg.pool.clone(),
+            error: e.to_string(),
+        })?;
+        let prefix = scheduler.new_prefix_index();
+        let n = cfg.endpoints.len();
+        Ok(PoolState {
+            name: cfg.pool.clone(),
+            base_model: cfg.base_model.clone(),
+            endpoints: cfg.endpoints.clone(),
+            failure_mode: cfg.failure_mode,
+            stale_after_ms: cfg.stale_after_ms,
+            max_consecutive_failures: cfg.max_consecutive_failures,
+            session_header: cfg.session_header.as_ref().map(|h| h.to_ascii_lowercase()),
+            scheduler,
+            prefix,
+            inflight: vec![InFlight::default(); n],
+            sessions: SessionTable::new(cfg.max_sessions),
+            sample_of: vec![None; n],
+            capacity: vec![None; n],
+            matched_blocks: 0,
+            total_blocks: 0,
+            stats: PoolStats::new(&cfg.pool, &cfg.endpoints),
+        })
+    }
+}
+
+/// The request's chained block hashes (empty when no profile reads the prefix index).
+fn block_hashes(scheduler: &Scheduler, req: &PickRequest<'_>) -> Vec<BlockHash> {
+    if !scheduler.uses_prefix_index() {
+        return Vec::new();
+    }
+    let seed = prefix::seed(req.target_model, req.cache_salt);
+    prefix::block_hashes(seed, req.prompt, &scheduler.prefix_config())
+}
+
+/// The picker's shared state (see the module doc).
+#[derive(Debug)]
+pub struct PickerShared {
+    issuer: u64,
+    pools: Vec<PoolState>,
+    snapshot: SnapshotCache,
+    version: Option<SnapshotVersion>,
+    snapshot_errors: StatKey,
+}
+
+impl PickerShared {
+    /// Build from a validated configuration.
+    pub fn new(config: &PickerConfig) -> Result<PickerShared, PickerConfigError> {
+        config.validate()?;
+        let pools = config
+            .pools
+            .iter()
+            .map(PoolState::new)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(PickerShared {
+            issuer: NEXT_ISSUER.fetch_add(1, Ordering::Relaxed),
+            pools,
+            snapshot: SnapshotCache::default(),
+            version: None,
+            snapshot_errors: StatKey::new("infergate.picker.snapshot_errors", &[]),
+        })
+    }
+
+    /// Parse, validate and build from JSON (the plugin config minus `role`).
+    pub fn from_json(value: serde_json::Value) -> Result<PickerShared, PickerConfigError> {
+        PickerShared::new(&PickerConfig::from_json(value)?)
+    }
+
+    /// The pool serving `base_model`.
+    pub fn pool_for_base_model(&self, base_model: &str) -> Option<PoolId> {
+        self.pools
+            .iter()
+            .position(|p| p.base_model == base_model)
+            .map(PoolId)
+    }
+
+    /// The session header of `pool`, lower-case, if configured.
+    pub fn session_header(&self, pool: PoolId) -> Option<&str> {
+        self.pools
+            .get(pool.0)
+            .and_then(|p| p.session_header.as_deref())
+    }
+
+    /// Read the newest snapshot from the host; decode it only if it changed.
+    pub fn refresh_snapshot<H: SnapshotSource + Stats + ?Sized>(&mut self, host: &mut H) {
+        let (version, bytes) = match host.snapshot_if_changed(self.version) {
+            SnapshotFetch::Missing | SnapshotFetch::Unchanged => return,
+            SnapshotFetch::Changed { version, bytes } => (version, bytes),
+        };
+        self.version = Some(version);
+        match self.snapshot.update(&bytes) {
+            Ok(true) => self.reindex(),
+            Ok(false) => {}
+            Err(_) => host.counter_add(&self.snapshot_errors, 1),
+        }
+    }
+
+    /// Map each pool endpoint to its snapshot record and apply LRU capacities.
+    fn reindex(&mut self) {
+        let samples = &self.snapshot.snapshot().endpoints;
+        for pool in &mut self.pools {
+            for (i, address) in pool.endpoints.iter().enumerate() {
+                let found = samples.iter().position(|s| &s.address == address);
+                if let Some(slot) = pool.sample_of.get_mut(i) {
+                    *slot = found;
+                }
+                let metrics = found
+                    .and_then(|f| samples.get(f))
+                    .and_then(|s| s.metrics.as_ref());
+                let cap = pool.scheduler.lru_capacity_for(metrics);
+                if let Some(applied) = pool.capacity.get_mut(i) {
+                    if *applied != Some(cap) {
+                        pool.prefix.set_capacity(address, cap);
+                        *applied = Some(cap);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Pick an endpoint of `pool` for `req`; on success the endpoint's in-flight load
+    /// includes the request until the returned lease is released.
+    pub fn pick<S: Stats + ?Sized>(
+        &mut self,
+        pool: PoolId,
+        req: &PickRequest<'_>,
+        now: Millis,
+        random: u64,
+        stats: &mut S,
+    ) -> Result<Picked, Rejection> {
+        let issuer = self.issuer;
+        let samples = &self.snapshot.snapshot().endpoints;
+        let Some(state) = self.pools.get_mut(pool.0) else {
+            return Err(Rejection::NoEndpoints);
+        };
+        stats.counter_add(&state.stats.decisions, 1);
+
+        // Classify endpoints: fresh (with metrics), live-unknown, dead.
+        let mut fresh: Vec<Candidate<'_>> = Vec::with_capacity(state.endpoints.len());
+        let mut fresh_idx: Vec<usize> = Vec::with_capacity(state.endpoints.len());
+        let mut unknown: Vec<Candidate<'_>> = Vec::new();
+        let mut unknown_idx: Vec<usize> = Vec::new();
+        for (i, address) in state.endpoints.iter().enumerate() {
+            let sample = state
+                .sample_of
+                .get(i)
+                .copied()
+                .flatten()
+                .and_then(|s| samples.get(s));
+            let dead = sample.is_some_and(|s| {
+                state.max_consecutive_failures > 0
+                    && s.consecutive_failures >= state.max_consecutive_failures
+            });
+            if dead {
+                continue;
+            }
+            let inflight = state.inflight.get(i).copied().unwrap_or_default();
+            match sample.and_then(|s| s.fresh_metrics(now, state.stale_after_ms)) {
+                Some(metrics) => {
+                    fresh.push(Candidate {
+                        address,
+                        metrics: Some(metrics),
+                        inflight,
+                    });
+                    fresh_idx.push(i);
+                }
+                None => {
+                    unknown.push(Candidate {
+                        address,
+                        metrics: None,
+                        inflight,
+                    });
+                    unknown_idx.push(i);
+                }
+            }
+        }
+        let degraded = fresh.is_empty();
+        let (candidates, index) = if !degraded {
+            (fresh, fresh_idx)
+        } else if unknown.is_empty() {
+            stats.counter_add(&state.stats.reject_no_endpoints, 1);
+            return Err(Rejection::NoEndpoints);
+        } else if state.failure_mode == FailureMode::FailClose {
+            stats.counter_add(&state.stats.reject_stale, 1);
+            return Err(Rejection::StaleMetrics);
+        } else {
+            (unknown, unknown_idx)
+        };
+
+        let hashes = block_hashes(&state.scheduler, req);
+        let session_endpoint = req
+            .session
+            .and_then(|s| state.sessions.get(s))
+            .and_then(|i| state.endpoints.get(i))
+            .map(String::as_str);
+        let view = RequestView {
+            target_model: req.target_model,
+            base_model: &state.base_model,
+            block_hashes: &hashes,
+            prompt_tokens: req.prompt_tokens,
+            last_endpoint_for_session: session_endpoint,
+        };
+        let decision =
+            state
+                .scheduler
+                .schedule(&view, &candidates, &state.prefix, random, now);
+        let outcome = decision.picked().and_then(|c| {
+            let endpoint = index.get(c).copied()?;
+            Some((endpoint, decision.prefix_matched(c), decision.full_blocks()))
+        });
+        drop(decision);
+        drop(candidates);
+        let Some((endpoint, matched, total)) = outcome else {
+            stats.counter_add(&state.stats.reject_no_endpoints, 1);
+            return Err(Rejection::NoEndpoints);
+        };
+        let Some(address) = state.endpoints.get(endpoint).cloned() else {
+            stats.counter_add(&state.stats.reject_no_endpoints, 1);
+            return Err(Rejection::NoEndpoints);
+        };
+
+        // Record: prefix blocks, in-flight load, session.
+        if !hashes.is_empty() {
+            state.prefix.record(&address, &hashes);
+        }
+        let tokens = Tokens(
+            req.prompt_tokens
+                .0
+                .saturating_add(req.max_output_tokens.unwrap_or(0)),
+        );
+        if let Some(load) = state.inflight.get_mut(endpoint) {
+            load.requests = load.requests.saturating_add(1);
+            load.tokens = Tokens(load.tokens.0.saturating_add(tokens.0));
+        }
+        if let Some(session) = req.session {
+            state.sessions.record(session, endpoint);
+        }
+        state.matched_blocks = state.matched_blocks.saturating_add(matched as u64);
+        state.total_blocks = state.total_blocks.saturating_add(total as u64);
+        if let Some(key) = state.stats.picks.get(endpoint) {
+            stats.counter_add(key, 1);
+        }
+        if degraded {
+            stats.counter_add(&state.stats.degraded_picks, 1);
+        }
+        stats.counter_add(&state.stats.prefix_matched_blocks, matched as u64);
+        stats.counter_add(&state.stats.prefix_total_blocks, total as u64);
+        Ok(Picked {
+            endpoint: address,
+            lease: InFlightLease {
+                issuer,
+                pool: pool.0,
+                endpoint,
+                tokens,
+            },
+            matched_blocks: matched,
+            total_blocks: total,
+        })
+    }
+
+    /// Give back a lease: the endpoint's in-flight load drops by the request. A lease of
+    /// another (earlier) state is ignored: its counts died with that state.
+    pub fn release(&mut self, lease: InFlightLease) {
+        if lease.issuer != self.issuer {
+            return;
+        }
+        let load = self
+            .pools
+            .get_mut(lease.pool)
+            .and_then(|p| p.inflight.get_mut(lease.endpoint));
+        if let Some(load) = load {
+            load.requests = load.requests.saturating_sub(1);
+            load.tokens = Tokens(load.tokens.0.saturating_sub(lease.tokens.0));
+        }
+    }
+
+    /// In-flight load of endpoint `address` in `pool`.
+    pub fn inflight(&self, pool: PoolId, address: &str) -> Option<InFlight> {
+        let p = self.pools.get(pool.0)?;
+        let i = p.endpoints.iter().position(|e| e == address)?;
+        p.inflight.get(i).copied()
+    }
+
+    /// Matched ÷ total prompt blocks over every pick of `pool` so far (0 before any).
+    pub fn prefix_hit_ratio(&self, pool: PoolId) -> f64 {
+        self.pools.get(pool.0).map_or(0.0, |p| {
+            if p.total_blocks == 0 {
+                0.0
+            } else {
+                p.matched_blocks as f64 / p.total_blocks as f64
+            }
+        })
+    }
+
+    /// The pool's name.
+    pub fn pool_name(&self, pool: PoolId) -> Option<&str> {
+        self.pools.get(pool.0).map(|p| p.name.as_str())
+    }
+
+    /// Sessions remembered by `pool`.
+    pub fn sessions(&self, pool: PoolId) -> usize {
+        self.pools.get(pool.0).map_or(0, |p| p.sessions.len())
+    }
+}

@@ -1,0 +1,163 @@
+//! Body-router configuration: the body limit and, per pool, the base model and the LoRA
+//! adapters it serves. Compiled once into a model → base-model table.
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+
+/// Default request-body limit: 4 MiB.
+pub const DEFAULT_BODY_LIMIT_BYTES: usize = 4 * 1024 * 1024;
+
+/// The router's plugin configuration (JSON, camelCase; `role` is removed by the adapter).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RouterConfig {
+    /// Bodies larger than this are answered 413.
+    #[serde(default = "default_body_limit")]
+    pub body_limit_bytes: usize,
+    /// The pools and the model names each serves.
+    #[serde(default)]
+    pub pools: Vec<PoolModels>,
+}
+
+/// One pool: its base model and its adapters (which map to the base model).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PoolModels {
+    /// The pool's name (for diagnostics).
+    pub name: String,
+    /// The base model the pool's engines serve.
+    pub base_model: String,
+    /// LoRA adapter names served by the pool's engines.
+    #[serde(default)]
+    pub adapters: Vec<String>,
+}
+
+fn default_body_limit() -> usize {
+    DEFAULT_BODY_LIMIT_BYTES
+}
+
+/// A configuration the router cannot run with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RouterConfigError {
+    /// The JSON does not have the expected shape.
+    Json(String),
+    /// `model` maps to two different base models.
+    AmbiguousModel {
+        /// The model or adapter name.
+        model: String,
+        /// One base model it maps to.
+        first: String,
+        /// The other.
+        second: String,
+    },
+    /// An empty model or adapter name.
+    EmptyName {
+        /// The pool it appears in.
+        pool: String,
+    },
+}
+
+impl core::fmt::Display for RouterConfigError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            RouterConfigError::Json(e) => write!(f, "router config: {e}"),
+            RouterConfigError::AmbiguousModel {
+                model,
+                first,
+                second,
+            } => write!(
+                f,
+                "router config: model `{model}` maps to both `{first}` and `{second}`"
+            ),
+            RouterConfigError::EmptyName { pool } => {
+                write!(f, "router config: empty model name in pool `{pool}`")
+            }
+        }
+    }
+}
+
+/// Model (or adapter) name → base model name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ModelTable {
+    base_of: HashMap<String, String>,
+}
+
+impl ModelTable {
+    /// Build the table, rejecting a name that maps to two base models.
+    pub fn build(pools: &[PoolModels]) -> Result<ModelTable, RouterConfigError> {
+        let mut base_of: HashMap<String, String> = HashMap::new();
+        for pool in pools {
+            let names = core::iter::once(&pool.base_model).chain(pool.adapters.iter());
+            for name in names {
+                if name.is_empty() || pool.base_model.is_empty() {
+                    return Err(RouterConfigError::EmptyName {
+                        pool: pool.name.clone(),
+                    });
+                }
+                match base_of.get(name) {
+                    Some(existing) if existing != &pool.base_model => {
+                        return Err(RouterConfigError::AmbiguousModel {
+                            model: name.clone(),
+                            first: existing.clone(),
+                            second: pool.base_model.clone(),
+                        });
+                    }
+                    Some(_) => {}
+                    None => {
+                        base_of.insert(name.clone(), pool.base_model.clone());
+                    }
+                }
+            }
+        }
+        Ok(ModelTable { base_of })
+    }
+
+    /// The base model serving `model`, if any pool serves it.
+    pub fn base_model(&self, model: &str) -> Option<&str> {
+        self.base_of.get(model).map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(name: &str, base: &str, adapters: &[&str]) -> PoolModels {
+        PoolModels {
+            name: name.into(),
+            base_model: base.into(),
+            adapters: adapters.iter().map(|a| (*a).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn adapters_map_to_their_base_model() {
+        let t = ModelTable::build(&[pool("a", "llama", &["sql-lora"]), pool("b", "qwen", &[])])
+            .unwrap_or_default();
+        assert_eq!(t.base_model("llama"), Some("llama"));
+        assert_eq!(t.base_model("sql-lora"), Some("llama"));
+        assert_eq!(t.base_model("qwen"), Some("qwen"));
+        assert_eq!(t.base_model("gpt-4"), None);
+    }
+
+    #[test]
+    fn an_adapter_in_two_pools_with_different_bases_is_rejected() {
+        let e = ModelTable::build(&[pool("a", "llama", &["x"]), pool("b", "qwen", &["x"])]);
+        assert!(matches!(e, Err(RouterConfigError::AmbiguousModel { .. })));
+    }
+
+    #[test]
+    fn two_pools_of_one_base_model_are_fine() {
+        let t = ModelTable::build(&[pool("a", "llama", &["x"]), pool("b", "llama", &["x"])]);
+        assert!(t.is_ok());
+    }
+
+    #[test]
+    fn json_defaults_apply() {
+        let c: Result<RouterConfig, _> =
+            serde_json::from_str(r#"{"pools":[{"name":"a","baseModel":"m"}]}"#);
+        let c = c.map_err(|e| e.to_string());
+        assert_eq!(c.map(|c| c.body_limit_bytes), Ok(DEFAULT_BODY_LIMIT_BYTES));
+    }
+}

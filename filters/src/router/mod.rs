@@ -1,0 +1,221 @@
+//! The body router (DESIGN §2, §10): strips client-sent gateway headers, buffers the body
+//! of inference requests, parses it with the core and sets `x-gateway-model-name` and
+//! `x-gateway-base-model-name` for Envoy's route match.
+//!
+//! Per request: `on_request_headers` → (`Pause` until the body is complete) →
+//! `on_request_body` → `Continue` with the headers set, or a local reply:
+//! 400 (not JSON, no `model`, wrong types), 413 (over the limit, announced by
+//! `content-length` or seen while buffering), 404 `model_not_found`.
+//!
+//! Which requests are touched: every request loses its `x-gateway-*` / `x-llm-d-*` headers.
+//! Only inference paths (`scheduler_core::request::Api::from_path`: the OpenAI chat and
+//! completions paths and Anthropic messages) are buffered and parsed; anything else
+//! (`/v1/models`, health checks, `/rr/...` baseline paths) passes through untouched, so the
+//! gateway stays usable for non-inference endpoints. An inference path without a body is a
+//! 400 like any other body that is not a request.
+
+pub mod config;
+
+use scheduler_core::request::{self, Api};
+
+use crate::headers::{self, BASE_MODEL, MODEL_NAME};
+use crate::host::{LocalReply, RequestBody, RequestHeaders, Stats};
+use crate::reply::Reply;
+use crate::stats::StatKey;
+use crate::FilterStatus;
+
+pub use config::{ModelTable, PoolModels, RouterConfig, RouterConfigError};
+
+/// The router's per-VM / per-process part: the compiled configuration and its stat keys.
+#[derive(Clone, Debug)]
+pub struct Router {
+    body_limit: usize,
+    models: ModelTable,
+    stats: RouterStats,
+}
+
+/// Stat keys of the router, one per outcome.
+#[derive(Clone, Debug)]
+struct RouterStats {
+    routed: StatKey,
+    passthrough: StatKey,
+    bad_request: StatKey,
+    too_large: StatKey,
+    model_not_found: StatKey,
+}
+
+impl RouterStats {
+    fn new() -> Self {
+        let key = |outcome| StatKey::new("infergate.router.requests", &[("outcome", outcome)]);
+        RouterStats {
+            routed: key("routed"),
+            passthrough: key("passthrough"),
+            bad_request: key("bad_request"),
+            too_large: key("too_large"),
+            model_not_found: key("model_not_found"),
+        }
+    }
+}
+
+impl Router {
+    /// Compile `config`.
+    pub fn new(config: &RouterConfig) -> Result<Router, RouterConfigError> {
+        Ok(Router {
+            body_limit: config.body_limit_bytes,
+            models: ModelTable::build(&config.pools)?,
+            stats: RouterStats::new(),
+        })
+    }
+
+    /// Parse and compile a JSON configuration (the plugin config minus `role`).
+    pub fn from_json(value: serde_json::Value) -> Result<Router, RouterConfigError> {
+        let config: RouterConfig =
+            serde_json::from_value(value).map_err(|e| RouterConfigError::Json(e.to_string()))?;
+        Router::new(&config)
+    }
+
+    /// The body limit in bytes.
+    pub fn body_limit(&self) -> usize {
+        self.body_limit
+    }
+
+    /// The base model serving `model`, if any.
+    pub fn base_model(&self, model: &str) -> Option<&str> {
+        self.models.base_model(model)
+    }
+}
+
+/// Where one request is in the router.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// Nothing seen yet.
+    Start,
+    /// An inference request whose body is being buffered.
+    AwaitingBody(Api),
+    /// Decided (routed, passed through or replied); later callbacks continue.
+    Done,
+}
+
+/// The router's state for one request.
+#[derive(Clone, Debug)]
+pub struct RouterRequest {
+    stage: Stage,
+}
+
+impl Default for RouterRequest {
+    fn default() -> Self {
+        RouterRequest::new()
+    }
+}
+
+impl RouterRequest {
+    /// A request that has seen nothing yet.
+    pub fn new() -> Self {
+        RouterRequest {
+            stage: Stage::Start,
+        }
+    }
+
+    /// Request headers arrived (`end_of_stream`: the request has no body).
+    pub fn on_request_headers<H>(
+        &mut self,
+        router: &Router,
+        host: &mut H,
+        end_of_stream: bool,
+    ) -> FilterStatus
+    where
+        H: RequestHeaders + RequestBody + LocalReply + Stats + ?Sized,
+    {
+        if self.stage != Stage::Start {
+            return FilterStatus::Continue;
+        }
+        headers::strip_reserved(host);
+        let api = host
+            .request_header(":path")
+            .and_then(|path| Api::from_path(&path));
+        let Some(api) = api else {
+            self.stage = Stage::Done;
+            host.counter_add(&router.stats.passthrough, 1);
+            return FilterStatus::Continue;
+        };
+        let announced = host
+            .request_header("content-length")
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        if announced.is_some_and(|len| len > router.body_limit as u64) {
+            return self.reply(router, host, Reply::too_large(router.body_limit));
+        }
+        self.stage = Stage::AwaitingBody(api);
+        if end_of_stream {
+            return self.finish(router, host, api, &[]);
+        }
+        FilterStatus::Pause
+    }
+
+    /// Body data arrived: `buffered_len` bytes are buffered in total so far. Adapters call
+    /// this from the trailers callback too, with `end_of_stream = true`.
+    pub fn on_request_body<H>(
+        &mut self,
+        router: &Router,
+        host: &mut H,
+        buffered_len: usize,
+        end_of_stream: bool,
+    ) -> FilterStatus
+    where
+        H: RequestHeaders + RequestBody + LocalReply + Stats + ?Sized,
+    {
+        let Stage::AwaitingBody(api) = self.stage else {
+            return FilterStatus::Continue;
+        };
+        if buffered_len > router.body_limit {
+            return self.reply(router, host, Reply::too_large(router.body_limit));
+        }
+        if !end_of_stream {
+            return FilterStatus::Pause;
+        }
+        let body = host.request_body(0, buffered_len).unwrap_or_default();
+        self.finish(router, host, api, &body)
+    }
+
+    /// Parse the complete body and set the routing headers, or reply with the error.
+    fn finish<H>(&mut self, router: &Router, host: &mut H, api: Api, body: &[u8]) -> FilterStatus
+    where
+        H: RequestHeaders + LocalReply + Stats + ?Sized,
+    {
+        if body.len() > router.body_limit {
+            return self.reply(router, host, Reply::too_large(router.body_limit));
+        }
+        let parsed = match request::parse(api, body) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                let reply = Reply::bad_request(&e.message(), e.param(), e.code());
+                return self.reply(router, host, reply);
+            }
+        };
+        let Some(base) = router.base_model(&parsed.model) else {
+            return self.reply(router, host, Reply::model_not_found(&parsed.model));
+        };
+        host.set_request_header(MODEL_NAME, &parsed.model);
+        host.set_request_header(BASE_MODEL, base);
+        host.counter_add(&router.stats.routed, 1);
+        self.stage = Stage::Done;
+        FilterStatus::Continue
+    }
+
+    fn reply<H>(&mut self, router: &Router, host: &mut H, reply: Reply) -> FilterStatus
+    where
+        H: LocalReply + Stats + ?Sized,
+    {
+        let key = match reply.status {
+            413 => &router.stats.too_large,
+            404 => &router.stats.model_not_found,
+            _ => &router.stats.bad_request,
+        };
+        host.counter_add(key, 1);
+        host.send_local_reply(&reply);
+        self.stage = Stage::Done;
+        FilterStatus::Replied
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,211 @@
+//! Body-router tests against the fake host.
+
+use super::*;
+use crate::fake::FakeHost;
+use crate::headers::DESTINATION_ENDPOINT;
+
+const CHAT: &str = "/v1/chat/completions";
+
+fn router() -> Router {
+    let config = serde_json::json!({
+        "bodyLimitBytes": 1024,
+        "pools": [
+            {"name": "a", "baseModel": "llama", "adapters": ["sql-lora"]},
+            {"name": "b", "baseModel": "qwen"}
+        ]
+    });
+    match Router::from_json(config) {
+        Ok(r) => r,
+        Err(e) => unreachable!("test config must compile: {e}"),
+    }
+}
+
+fn chat_body(model: &str) -> Vec<u8> {
+    serde_json::json!({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+        .to_string()
+        .into_bytes()
+}
+
+/// Drive headers then one body callback with the whole body.
+fn run(host: &mut FakeHost) -> (FilterStatus, FilterStatus) {
+    let r = router();
+    let mut req = RouterRequest::new();
+    let first = req.on_request_headers(&r, host, host.body.is_empty());
+    if first != FilterStatus::Pause {
+        return (first, first);
+    }
+    let len = host.body.len();
+    (first, req.on_request_body(&r, host, len, true))
+}
+
+fn error_code(host: &FakeHost) -> Option<String> {
+    let reply = host.last_reply()?;
+    let v: serde_json::Value = serde_json::from_slice(&reply.body).ok()?;
+    v["error"]["code"].as_str().map(str::to_owned)
+}
+
+#[test]
+fn routes_a_model_to_its_base_model() {
+    let mut host = FakeHost::new().post(CHAT, &chat_body("qwen"));
+    assert_eq!(
+        run(&mut host),
+        (FilterStatus::Pause, FilterStatus::Continue)
+    );
+    assert_eq!(host.header(MODEL_NAME), Some("qwen"));
+    assert_eq!(host.header(BASE_MODEL), Some("qwen"));
+    assert!(host.replies.is_empty());
+    assert_eq!(host.counter("infergate.router.requests.outcome.routed"), 1);
+}
+
+#[test]
+fn an_adapter_routes_to_its_base_model_and_keeps_its_own_name() {
+    let mut host = FakeHost::new().post(CHAT, &chat_body("sql-lora"));
+    assert_eq!(run(&mut host).1, FilterStatus::Continue);
+    assert_eq!(host.header(MODEL_NAME), Some("sql-lora"));
+    assert_eq!(host.header(BASE_MODEL), Some("llama"));
+}
+
+#[test]
+fn client_sent_gateway_headers_are_removed_and_cannot_steer() {
+    let mut host = FakeHost::new()
+        .request_header("X-Gateway-Destination-Endpoint", "1.2.3.4:80")
+        .request_header("x-gateway-base-model-name", "qwen")
+        .request_header("x-llm-d-inference-objective", "critical")
+        .request_header("x-llm-d-inference-fairness-id", "tenant-b")
+        .request_header("x-request-id", "keep-me")
+        .post(CHAT, &chat_body("sql-lora"));
+    assert_eq!(run(&mut host).1, FilterStatus::Continue);
+    assert_eq!(host.header(BASE_MODEL), Some("llama"));
+    assert!(host
+        .request_headers
+        .iter()
+        .all(|(k, _)| !k.eq_ignore_ascii_case(DESTINATION_ENDPOINT) && !k.starts_with("x-llm-d-")));
+    assert_eq!(host.header("x-request-id"), Some("keep-me"));
+}
+
+#[test]
+fn non_inference_paths_pass_through_but_are_still_stripped() {
+    let mut host = FakeHost::new()
+        .request_header(":method", "GET")
+        .request_header(":path", "/v1/models")
+        .request_header("x-gateway-destination-endpoint", "1.2.3.4:80");
+    let r = router();
+    let mut req = RouterRequest::new();
+    assert_eq!(
+        req.on_request_headers(&r, &mut host, true),
+        FilterStatus::Continue
+    );
+    assert_eq!(host.header(DESTINATION_ENDPOINT), None);
+    assert_eq!(host.header(BASE_MODEL), None);
+    assert_eq!(
+        host.counter("infergate.router.requests.outcome.passthrough"),
+        1
+    );
+    // A later body callback is a no-op.
+    assert_eq!(
+        req.on_request_body(&r, &mut host, 10, true),
+        FilterStatus::Continue
+    );
+}
+
+#[test]
+fn bad_json_is_400_openai_error() {
+    let mut host = FakeHost::new().post(CHAT, b"{not json");
+    assert_eq!(run(&mut host).1, FilterStatus::Replied);
+    let reply = host.last_reply().map(|r| r.status);
+    assert_eq!(reply, Some(400));
+    let v: serde_json::Value = serde_json::from_slice(&host.replies[0].body).unwrap_or_default();
+    assert_eq!(v["error"]["type"], "invalid_request_error");
+    assert!(v["error"]["message"].as_str().is_some());
+    assert_eq!(host.header(BASE_MODEL), None);
+}
+
+#[test]
+fn missing_model_is_400() {
+    let mut host = FakeHost::new().post(CHAT, br#"{"messages":[]}"#);
+    assert_eq!(run(&mut host).1, FilterStatus::Replied);
+    assert_eq!(host.last_reply().map(|r| r.status), Some(400));
+}
+
+#[test]
+fn an_inference_path_without_body_is_400() {
+    let mut host = FakeHost::new()
+        .request_header(":method", "POST")
+        .request_header(":path", CHAT);
+    assert_eq!(run(&mut host).0, FilterStatus::Replied);
+    assert_eq!(host.last_reply().map(|r| r.status), Some(400));
+}
+
+#[test]
+fn unknown_model_is_404_model_not_found() {
+    let mut host = FakeHost::new().post(CHAT, &chat_body("gpt-9"));
+    assert_eq!(run(&mut host).1, FilterStatus::Replied);
+    assert_eq!(host.last_reply().map(|r| r.status), Some(404));
+    assert_eq!(error_code(&host).as_deref(), Some("model_not_found"));
+    assert_eq!(
+        host.counter("infergate.router.requests.outcome.model_not_found"),
+        1
+    );
+}
+
+#[test]
+fn oversize_body_is_413_while_buffering() {
+    let r = router();
+    let mut host = FakeHost::new().post(CHAT, &[b' '; 2000]);
+    let mut req = RouterRequest::new();
+    assert_eq!(
+        req.on_request_headers(&r, &mut host, false),
+        FilterStatus::Pause
+    );
+    assert_eq!(
+        req.on_request_body(&r, &mut host, 600, false),
+        FilterStatus::Pause
+    );
+    assert_eq!(
+        req.on_request_body(&r, &mut host, 1025, false),
+        FilterStatus::Replied
+    );
+    assert_eq!(host.last_reply().map(|r| r.status), Some(413));
+    assert_eq!(error_code(&host).as_deref(), Some("request_too_large"));
+    // Nothing more happens after the reply.
+    assert_eq!(
+        req.on_request_body(&r, &mut host, 2000, true),
+        FilterStatus::Continue
+    );
+    assert_eq!(host.replies.len(), 1);
+}
+
+#[test]
+fn oversize_content_length_is_413_before_the_body() {
+    let r = router();
+    let mut host = FakeHost::new()
+        .request_header("content-length", "5000")
+        .post(CHAT, &chat_body("qwen"));
+    let mut req = RouterRequest::new();
+    assert_eq!(
+        req.on_request_headers(&r, &mut host, false),
+        FilterStatus::Replied
+    );
+    assert_eq!(host.last_reply().map(|r| r.status), Some(413));
+}
+
+#[test]
+fn a_body_exactly_at_the_limit_is_accepted() {
+    let mut body = chat_body("qwen");
+    // Pad with JSON whitespace up to the limit.
+    body.resize(1024, b' ');
+    let mut host = FakeHost::new().post(CHAT, &body);
+    assert_eq!(run(&mut host).1, FilterStatus::Continue);
+}
+
+#[test]
+fn default_limit_is_4_mib() {
+    let r = Router::from_json(serde_json::json!({"pools": []}));
+    assert_eq!(r.map(|r| r.body_limit()).ok(), Some(4 * 1024 * 1024));
+}
+
+#[test]
+fn unknown_config_fields_are_rejected() {
+    let r = Router::from_json(serde_json::json!({"pool": []}));
+    assert!(matches!(r, Err(RouterConfigError::Json(_))));
+}

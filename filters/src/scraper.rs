@@ -1,0 +1,297 @@
+//! The scraper loop (DESIGN §2, §5): every tick, one `GET /metrics` callout per endpoint
+//! that has none outstanding; each answer updates that endpoint's sample; the encoded
+//! snapshot is published when a round's last answer arrives (and on the next tick if
+//! anything changed since), so pickers see new numbers within one round trip.
+//!
+//! Per endpoint: a 2xx page that carries at least one known metric is a success
+//! (`scraped_at = now`, failures reset). Anything else — non-2xx, a page without any
+//! known metric, a failed or timed-out callout, a dispatch the host refused, or no
+//! answer within twice the timeout — counts one more consecutive failure and keeps the
+//! last metrics with their old `scraped_at`, so they age into "unknown" by the pickers'
+//! staleness bound, and the pickers drop the endpoint after `maxConsecutiveFailures`.
+//!
+//! How a callout reaches one endpoint through Envoy: it goes to cluster `cluster` (an
+//! `ORIGINAL_DST` cluster with `use_http_header: true` and `http_header_name:
+//! x-gateway-destination-endpoint`), carrying that header and `:authority` set to the
+//! endpoint's `ip:port`.
+
+use scheduler_core::metrics::{extract, MetricNames};
+use scheduler_core::snapshot::{encode_with_generation, EndpointSample, Snapshot};
+use scheduler_core::types::Millis;
+use serde::Deserialize;
+
+use crate::headers::DESTINATION_ENDPOINT;
+use crate::host::{
+    CalloutOutcome, CalloutRequest, CalloutToken, Clock, HttpCallout, SnapshotSink, Stats,
+};
+use crate::stats::StatKey;
+
+/// The scraper's configuration (JSON, camelCase; `role` is removed by the adapter).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ScraperConfig {
+    /// Every endpoint to scrape (`ip:port`), all pools together.
+    pub endpoints: Vec<String>,
+    /// Time between rounds (the tick period), ms.
+    #[serde(default = "default_interval_ms")]
+    pub interval_ms: u64,
+    /// Callout timeout, ms.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// The Envoy cluster callouts go through.
+    #[serde(default = "default_cluster")]
+    pub cluster: String,
+    /// The metrics path.
+    #[serde(default = "default_path")]
+    pub path: String,
+}
+
+fn default_interval_ms() -> u64 {
+    50
+}
+fn default_timeout_ms() -> u64 {
+    250
+}
+fn default_cluster() -> String {
+    "infergate_scrape".to_owned()
+}
+fn default_path() -> String {
+    "/metrics".to_owned()
+}
+
+/// Stat keys of one endpoint.
+#[derive(Clone, Debug)]
+struct EndpointStats {
+    ok: StatKey,
+    failed: StatKey,
+    consecutive_failures: StatKey,
+}
+
+/// An outstanding callout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Pending {
+    token: CalloutToken,
+    sent_at: Millis,
+}
+
+/// The scraper's state (one per process: a singleton Wasm service or a bootstrap
+/// extension).
+#[derive(Debug)]
+pub struct Scraper {
+    config: ScraperConfig,
+    names: MetricNames,
+    samples: Vec<EndpointSample>,
+    pending: Vec<Option<Pending>>,
+    stats: Vec<EndpointStats>,
+    publishes: StatKey,
+    publish_errors: StatKey,
+    generation: u64,
+    dirty: bool,
+}
+
+impl Scraper {
+    /// A scraper for `config`; endpoints start unknown.
+    pub fn new(config: ScraperConfig) -> Scraper {
+        let samples = config
+            .endpoints
+            .iter()
+            .map(|address| EndpointSample {
+                address: address.clone(),
+                scraped_at: Millis(0),
+                consecutive_failures: 0,
+                metrics: None,
+            })
+            .collect();
+        let stats = config
+            .endpoints
+            .iter()
+            .map(|e| {
+                let key = |result| {
+                    StatKey::new(
+                        "infergate.scraper.scrapes",
+                        &[("endpoint", e), ("result", result)],
+                    )
+                };
+                EndpointStats {
+                    ok: key("ok"),
+                    failed: key("failed"),
+                    consecutive_failures: StatKey::new(
+                        "infergate.scraper.consecutive_failures",
+                        &[("endpoint", e)],
+                    ),
+                }
+            })
+            .collect();
+        Scraper {
+            pending: vec![None; config.endpoints.len()],
+            names: MetricNames::default(),
+            samples,
+            stats,
+            publishes: StatKey::new("infergate.scraper.publishes", &[]),
+            publish_errors: StatKey::new("infergate.scraper.publish_errors", &[]),
+            generation: 0,
+            dirty: true,
+            config,
+        }
+    }
+
+    /// Parse JSON (the plugin config minus `role`).
+    pub fn from_json(value: serde_json::Value) -> Result<Scraper, String> {
+        let config: ScraperConfig =
+            serde_json::from_value(value).map_err(|e| format!("scraper config: {e}"))?;
+        if config.interval_ms == 0 {
+            return Err("scraper config: intervalMs must be positive".to_owned());
+        }
+        Ok(Scraper::new(config))
+    }
+
+    /// The tick period the adapter should ask its host for, ms.
+    pub fn tick_period_ms(&self) -> u64 {
+        self.config.interval_ms
+    }
+
+    /// The current samples, in endpoint order.
+    pub fn samples(&self) -> &[EndpointSample] {
+        &self.samples
+    }
+
+    /// Callouts outstanding.
+    pub fn outstanding(&self) -> usize {
+        self.pending.iter().filter(|p| p.is_some()).count()
+    }
+
+    /// One tick: publish pending changes, expire lost callouts, start a new round.
+    pub fn on_tick<H>(&mut self, host: &mut H)
+    where
+        H: HttpCallout + Clock + Stats + SnapshotSink + ?Sized,
+    {
+        let now = host.now();
+        // A callout the host never answered (twice its timeout) is a failure.
+        let lost_after = self.config.timeout_ms.saturating_mul(2).max(1);
+        for i in 0..self.pending.len() {
+            let lost = self
+                .pending
+                .get(i)
+                .copied()
+                .flatten()
+                .is_some_and(|p| now.since(p.sent_at) > lost_after);
+            if lost {
+                self.fail(host, i);
+            }
+        }
+        if self.dirty {
+            self.publish(host, now);
+        }
+        for i in 0..self.config.endpoints.len() {
+            if self.pending.get(i).copied().flatten().is_some() {
+                continue;
+            }
+            let Some(address) = self.config.endpoints.get(i) else {
+                continue;
+            };
+            let request = CalloutRequest {
+                cluster: self.config.cluster.clone(),
+                headers: vec![
+                    (":method".to_owned(), "GET".to_owned()),
+                    (":path".to_owned(), self.config.path.clone()),
+                    (":authority".to_owned(), address.clone()),
+                    (DESTINATION_ENDPOINT.to_owned(), address.clone()),
+                    ("accept".to_owned(), "text/plain".to_owned()),
+                ],
+                body: Vec::new(),
+                timeout_ms: self.config.timeout_ms,
+            };
+            match host.dispatch_callout(&request) {
+                Ok(token) => {
+                    if let Some(slot) = self.pending.get_mut(i) {
+                        *slot = Some(Pending {
+                            token,
+                            sent_at: now,
+                        });
+                    }
+                }
+                Err(_) => self.fail(host, i),
+            }
+        }
+    }
+
+    /// A callout ended. Unknown tokens (expired earlier) are ignored.
+    pub fn on_callout_done<H>(&mut self, host: &mut H, token: CalloutToken, outcome: CalloutOutcome)
+    where
+        H: Clock + Stats + SnapshotSink + ?Sized,
+    {
+        let Some(i) = self
+            .pending
+            .iter()
+            .position(|p| p.is_some_and(|p| p.token == token))
+        else {
+            return;
+        };
+        let now = host.now();
+        let metrics = match outcome {
+            CalloutOutcome::Response { status, body } if (200..300).contains(&status) => {
+                Some(extract(&body, &self.names)).filter(|m| !m.is_empty())
+            }
+            _ => None,
+        };
+        match metrics {
+            Some(metrics) => {
+                if let Some(slot) = self.pending.get_mut(i) {
+                    *slot = None;
+                }
+                if let Some(sample) = self.samples.get_mut(i) {
+                    sample.metrics = Some(metrics);
+                    sample.scraped_at = now;
+                    sample.consecutive_failures = 0;
+                }
+                if let Some(s) = self.stats.get(i) {
+                    host.counter_add(&s.ok, 1);
+                    host.gauge_set(&s.consecutive_failures, 0);
+                }
+                self.dirty = true;
+            }
+            None => self.fail(host, i),
+        }
+        if self.outstanding() == 0 {
+            self.publish(host, now);
+        }
+    }
+
+    /// Count one failure for endpoint `i` and clear its outstanding callout.
+    fn fail<H: Stats + ?Sized>(&mut self, host: &mut H, i: usize) {
+        if let Some(slot) = self.pending.get_mut(i) {
+            *slot = None;
+        }
+        if let Some(sample) = self.samples.get_mut(i) {
+            sample.consecutive_failures = sample.consecutive_failures.saturating_add(1);
+            if let Some(s) = self.stats.get(i) {
+                host.counter_add(&s.failed, 1);
+                host.gauge_set(
+                    &s.consecutive_failures,
+                    u64::from(sample.consecutive_failures),
+                );
+            }
+        }
+        self.dirty = true;
+    }
+
+    fn publish<H: Stats + SnapshotSink + ?Sized>(&mut self, host: &mut H, now: Millis) {
+        self.generation = self.generation.wrapping_add(1);
+        let snapshot = Snapshot {
+            taken_at: now,
+            endpoints: self.samples.clone(),
+        };
+        let bytes = encode_with_generation(&snapshot, self.generation);
+        match host.publish_snapshot(&bytes) {
+            Ok(()) => {
+                self.dirty = false;
+                host.counter_add(&self.publishes, 1);
+            }
+            Err(_) => host.counter_add(&self.publish_errors, 1),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "scraper_tests.rs"]
+mod tests;

@@ -1,0 +1,222 @@
+//! Scraper-loop tests against the fake host.
+
+use scheduler_core::snapshot::decode;
+use serde_json::json;
+
+use super::*;
+use crate::fake::FakeHost;
+use crate::host::SnapshotVersion;
+
+const A: &str = "10.0.0.1:8000";
+const B: &str = "10.0.0.2:8000";
+
+const PAGE: &[u8] = b"# HELP vllm:num_requests_waiting Waiting.\n\
+# TYPE vllm:num_requests_waiting gauge\n\
+vllm:num_requests_waiting{model_name=\"m\"} 3\n\
+vllm:num_requests_running{model_name=\"m\"} 2\n\
+vllm:kv_cache_usage_perc{model_name=\"m\"} 0.25\n";
+
+fn scraper() -> Scraper {
+    match Scraper::from_json(json!({"endpoints": [A, B], "timeoutMs": 100})) {
+        Ok(s) => s,
+        Err(e) => unreachable!("test config must parse: {e}"),
+    }
+}
+
+fn ok(body: &[u8]) -> CalloutOutcome {
+    CalloutOutcome::Response {
+        status: 200,
+        body: body.to_vec(),
+    }
+}
+
+fn last_token_for(host: &FakeHost, endpoint: &str) -> Option<CalloutToken> {
+    host.callouts
+        .iter()
+        .rev()
+        .find(|(_, r)| {
+            r.headers
+                .iter()
+                .any(|(k, v)| k == ":authority" && v == endpoint)
+        })
+        .map(|(t, _)| *t)
+}
+
+fn published(host: &FakeHost) -> Option<Snapshot> {
+    host.snapshot.as_ref().and_then(|(_, b)| decode(b).ok())
+}
+
+#[test]
+fn a_tick_sends_one_get_per_endpoint_through_the_cluster() {
+    let mut s = scraper();
+    let mut host = FakeHost::new().now(1_000);
+    s.on_tick(&mut host);
+    assert_eq!(host.callouts.len(), 2);
+    let (_, first) = &host.callouts[0];
+    assert_eq!(first.cluster, "infergate_scrape");
+    assert_eq!(first.timeout_ms, 100);
+    let header = |name: &str| {
+        first
+            .headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    assert_eq!(header(":method"), Some("GET"));
+    assert_eq!(header(":path"), Some("/metrics"));
+    assert_eq!(header(":authority"), Some(A));
+    assert_eq!(header("x-gateway-destination-endpoint"), Some(A));
+    // Nothing new is sent while both are outstanding.
+    s.on_tick(&mut host);
+    assert_eq!(host.callouts.len(), 2);
+    assert_eq!(s.outstanding(), 2);
+}
+
+#[test]
+fn answers_update_samples_and_publish_when_the_round_completes() {
+    let mut s = scraper();
+    let mut host = FakeHost::new().now(1_000);
+    s.on_tick(&mut host);
+    let published_before = host.counter("infergate.scraper.publishes");
+    let tokens: Vec<CalloutToken> = host.callouts.iter().map(|(t, _)| *t).collect();
+    host.now = Millis(1_010);
+    s.on_callout_done(&mut host, tokens[0], ok(PAGE));
+    // Round not complete: no publish yet.
+    assert_eq!(
+        host.counter("infergate.scraper.publishes"),
+        published_before
+    );
+    s.on_callout_done(&mut host, tokens[1], CalloutOutcome::Failed);
+    assert_eq!(
+        host.counter("infergate.scraper.publishes"),
+        published_before + 1
+    );
+
+    let snap = published(&host);
+    let a = snap
+        .as_ref()
+        .and_then(|s| s.endpoints.iter().find(|e| e.address == A).cloned());
+    let b = snap
+        .as_ref()
+        .and_then(|s| s.endpoints.iter().find(|e| e.address == B).cloned());
+    let a_metrics = a.as_ref().and_then(|a| a.metrics.clone());
+    assert_eq!(a_metrics.as_ref().and_then(|m| m.waiting), Some(3));
+    assert_eq!(a_metrics.as_ref().and_then(|m| m.running), Some(2));
+    assert_eq!(a_metrics.and_then(|m| m.kv_cache_usage), Some(0.25));
+    assert_eq!(
+        a.map(|a| (a.scraped_at, a.consecutive_failures)),
+        Some((Millis(1_010), 0))
+    );
+    assert_eq!(
+        b.map(|b| (b.metrics.is_none(), b.consecutive_failures)),
+        Some((true, 1))
+    );
+    assert_eq!(
+        host.counter("infergate.scraper.scrapes.endpoint.10_0_0_1_8000.result.ok"),
+        1
+    );
+    assert_eq!(
+        host.counter("infergate.scraper.scrapes.endpoint.10_0_0_2_8000.result.failed"),
+        1
+    );
+}
+
+#[test]
+fn failures_accumulate_keep_old_metrics_and_reset_on_success() {
+    let mut s = scraper();
+    let mut host = FakeHost::new().now(1_000);
+    s.on_tick(&mut host);
+    let t = host.callouts[0].0;
+    s.on_callout_done(&mut host, t, ok(PAGE));
+    for (round, outcome) in [
+        CalloutOutcome::Response {
+            status: 500,
+            body: PAGE.to_vec(),
+        },
+        ok(b"# a page without any known metric\nfoo 1\n"),
+        CalloutOutcome::Failed,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        host.now = Millis(1_100 + 100 * round as u64);
+        s.on_tick(&mut host);
+        let Some(t) = last_token_for(&host, A) else {
+            unreachable!("a callout to A per round")
+        };
+        s.on_callout_done(&mut host, t, outcome);
+    }
+    let a = &s.samples()[0];
+    assert_eq!(a.consecutive_failures, 3);
+    assert_eq!(a.scraped_at, Millis(1_000));
+    assert!(a.metrics.is_some());
+    host.now = Millis(2_000);
+    s.on_tick(&mut host);
+    if let Some(t) = last_token_for(&host, A) {
+        s.on_callout_done(&mut host, t, ok(PAGE));
+    }
+    assert_eq!(s.samples()[0].consecutive_failures, 0);
+    assert_eq!(s.samples()[0].scraped_at, Millis(2_000));
+}
+
+#[test]
+fn a_refused_dispatch_counts_as_a_failure() {
+    let mut s = scraper();
+    let mut host = FakeHost::new().now(5);
+    host.fail_dispatch = true;
+    s.on_tick(&mut host);
+    assert_eq!(s.outstanding(), 0);
+    assert!(s.samples().iter().all(|e| e.consecutive_failures == 1));
+}
+
+#[test]
+fn an_unanswered_callout_expires_after_twice_the_timeout() {
+    let mut s = scraper();
+    let mut host = FakeHost::new().now(1_000);
+    s.on_tick(&mut host);
+    let stale_token = host.callouts[0].0;
+    host.now = Millis(1_150);
+    s.on_tick(&mut host);
+    assert_eq!(host.callouts.len(), 2, "still within 2 × timeout");
+    host.now = Millis(1_201);
+    s.on_tick(&mut host);
+    assert_eq!(host.callouts.len(), 4, "expired callouts are re-sent");
+    assert!(s.samples().iter().all(|e| e.consecutive_failures == 1));
+    // A late answer to the expired callout is ignored.
+    s.on_callout_done(&mut host, stale_token, ok(PAGE));
+    assert!(s.samples()[0].metrics.is_none());
+}
+
+#[test]
+fn a_tick_publishes_changes_even_if_a_round_is_incomplete() {
+    let mut s = scraper();
+    let mut host = FakeHost::new().now(1_000);
+    s.on_tick(&mut host);
+    // The very first tick publishes the all-unknown snapshot.
+    assert_eq!(
+        host.snapshot.as_ref().map(|(v, _)| *v),
+        Some(SnapshotVersion(1))
+    );
+    let t = host.callouts[0].0;
+    s.on_callout_done(&mut host, t, ok(PAGE));
+    assert_eq!(
+        host.snapshot.as_ref().map(|(v, _)| *v),
+        Some(SnapshotVersion(1))
+    );
+    host.now = Millis(1_050);
+    s.on_tick(&mut host);
+    assert_eq!(
+        host.snapshot.as_ref().map(|(v, _)| *v),
+        Some(SnapshotVersion(2))
+    );
+    let snap = published(&host);
+    assert_eq!(snap.map(|s| s.taken_at), Some(Millis(1_050)));
+}
+
+#[test]
+fn config_defaults_and_validation() {
+    let s = Scraper::from_json(json!({"endpoints": []}));
+    assert_eq!(s.map(|s| s.tick_period_ms()).ok(), Some(50));
+    assert!(Scraper::from_json(json!({"endpoints": [], "intervalMs": 0})).is_err());
+    assert!(Scraper::from_json(json!({"endpoint": []})).is_err());
+}

@@ -1,0 +1,132 @@
+//! `infergate-load`: multi-turn chat load against one or more base URLs, printed side by side.
+//!
+//! Each `--url` is one target, run one after the other: `[label=]URL[,URL…]`. A target with
+//! several URLs is a client-side pool (`--assign random|sticky|round-robin`), meant for
+//! calibrating the simulator. Requests go to `<URL>/v1/chat/completions`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use infergate_harness::load::{self, Assign, LoadConfig, Target, Workload};
+
+#[derive(Debug, Parser)]
+#[command(name = "infergate-load", about = "Multi-turn chat load generator")]
+struct Args {
+    /// Target `[label=]URL[,URL…]` (repeatable; targets run one after the other).
+    #[arg(long = "url", required = true)]
+    urls: Vec<String>,
+    /// Assignment within a multi-URL target; one for all targets or one per `--url`.
+    #[arg(long = "assign", default_value = "random")]
+    assign: Vec<Assign>,
+    /// Model name.
+    #[arg(long, default_value = "sim-model")]
+    model: String,
+    /// Conversations.
+    #[arg(long, default_value_t = 64)]
+    conversations: u32,
+    /// Turns per conversation.
+    #[arg(long, default_value_t = 6)]
+    turns: u32,
+    /// Tokens of each conversation's own system prompt.
+    #[arg(long, default_value_t = 6800)]
+    system_tokens: u32,
+    /// Tokens of a preamble shared by all conversations.
+    #[arg(long, default_value_t = 0)]
+    shared_prefix_tokens: u32,
+    /// Tokens per user message.
+    #[arg(long, default_value_t = 64)]
+    user_tokens: u32,
+    /// max_tokens per request.
+    #[arg(long, default_value_t = 128)]
+    max_tokens: u32,
+    /// Requests in flight at most.
+    #[arg(long, default_value_t = 16)]
+    concurrency: u32,
+    /// Requests started per second (Poisson); default: as fast as concurrency allows.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Seed of text and order.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// API key (repeatable); conversation i uses key i mod n.
+    #[arg(long = "api-key")]
+    api_keys: Vec<String>,
+    /// Per-request timeout in seconds.
+    #[arg(long, default_value_t = 300.0)]
+    timeout_s: f64,
+    /// Send the same text to every target (default: varied per target).
+    #[arg(long)]
+    same_text: bool,
+    /// Print the summaries as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Write every request record as JSON lines to this file.
+    #[arg(long)]
+    records: Option<PathBuf>,
+    /// No progress lines on stderr.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let a = Args::parse();
+    let mut targets = Vec::new();
+    for (i, spec) in a.urls.iter().enumerate() {
+        let assign = a
+            .assign
+            .get(i)
+            .or(a.assign.last())
+            .copied()
+            .unwrap_or(Assign::Random);
+        targets.push(Target::parse(spec, assign)?);
+    }
+    let cfg = LoadConfig {
+        workload: Workload {
+            model: a.model,
+            conversations: a.conversations,
+            turns: a.turns,
+            system_tokens: a.system_tokens,
+            shared_prefix_tokens: a.shared_prefix_tokens,
+            user_tokens: a.user_tokens,
+            max_tokens: a.max_tokens,
+            seed: a.seed,
+        },
+        targets,
+        concurrency: a.concurrency,
+        rate: a.rate,
+        api_keys: a.api_keys,
+        timeout: Duration::from_secs_f64(a.timeout_s.max(0.001)),
+        progress: !a.quiet,
+        same_text: a.same_text,
+    };
+    let reports = load::run(&cfg).await?;
+    if let Some(path) = &a.records {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+        for (r, t) in reports.iter().zip(&cfg.targets) {
+            for rec in &r.records {
+                let mut v = serde_json::to_value(rec)?;
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("target".into(), serde_json::Value::String(t.label.clone()));
+                }
+                writeln!(f, "{v}")?;
+            }
+        }
+        f.flush()?;
+    }
+    let summaries: Vec<_> = reports.into_iter().map(|r| r.summary).collect();
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "targets": summaries }))?
+        )?;
+    } else {
+        write!(out, "{}", load::table(&summaries))?;
+    }
+    out.flush()?;
+    Ok(())
+}

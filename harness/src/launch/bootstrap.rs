@@ -1,0 +1,481 @@
+//! From a flavour and a description of the pools to the bootstrap YAML Envoy loads.
+//!
+//! The templates (`envoy/config/{plain,wasm,native}.yaml`) hold every Envoy shape; this
+//! module only computes values: ports, endpoint lists, per-pool cluster names, artefact
+//! paths and the plugin configurations (JSON text handed to the Wasm or native module).
+
+use super::template::{Template, Vars};
+use anyhow::{bail, Context, Result};
+use serde_json::json;
+use serde_yaml::Value;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+/// Which gateway build Envoy runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Flavor {
+    /// No gateway filters: the round-robin baseline and header-driven routing only.
+    Plain,
+    /// The proxy-wasm module (V8 runtime).
+    Wasm,
+    /// The Envoy dynamic module (`libinfergate_envoy.so`).
+    Native,
+}
+
+impl Flavor {
+    /// Every flavour, in the order suites report them.
+    pub const ALL: [Flavor; 3] = [Flavor::Plain, Flavor::Wasm, Flavor::Native];
+
+    /// The lower-case name used on the command line and in template file names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavor::Plain => "plain",
+            Flavor::Wasm => "wasm",
+            Flavor::Native => "native",
+        }
+    }
+
+    /// `envoy/config/<name>.yaml` in the workspace.
+    pub fn template_path(self) -> PathBuf {
+        crate::xtask::workspace_root()
+            .join("envoy/config")
+            .join(format!("{}.yaml", self.name()))
+    }
+
+    /// The built module this flavour loads: `INFERGATE_WASM` / `INFERGATE_NATIVE`, else
+    /// where `cargo xtask build` puts it. `None` for `plain`.
+    pub fn artefact(self) -> Option<PathBuf> {
+        let located = crate::xtask::Artefacts::locate();
+        let (var, default) = match self {
+            Flavor::Plain => return None,
+            Flavor::Wasm => ("INFERGATE_WASM", located.wasm_module),
+            Flavor::Native => ("INFERGATE_NATIVE", located.native_module),
+        };
+        Some(std::env::var_os(var).map(PathBuf::from).unwrap_or(default))
+    }
+}
+
+impl fmt::Display for Flavor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Flavor {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "plain" => Ok(Flavor::Plain),
+            "wasm" => Ok(Flavor::Wasm),
+            "native" => Ok(Flavor::Native),
+            other => bail!("unknown flavour `{other}` (expected plain, wasm or native)"),
+        }
+    }
+}
+
+/// What a pool does when its metrics are stale or missing (DESIGN §10).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FailureMode {
+    /// Answer 503.
+    #[default]
+    FailClose,
+    /// Pick by in-proxy load only.
+    FailOpen,
+}
+
+impl FailureMode {
+    fn wire(self) -> &'static str {
+        match self {
+            FailureMode::FailClose => "FailClose",
+            FailureMode::FailOpen => "FailOpen",
+        }
+    }
+}
+
+/// One model pool: the replicas serving one base model (and its LoRA adapters).
+#[derive(Clone, Debug)]
+pub struct Pool {
+    /// The base model; routes match it on `x-gateway-base-model-name`.
+    pub base_model: String,
+    /// Adapter names served by this pool, routed here as their base model.
+    pub adapters: Vec<String>,
+    /// The pool's replicas.
+    pub endpoints: Vec<SocketAddr>,
+    /// Stale-metrics behaviour.
+    pub failure_mode: FailureMode,
+    /// The llm-d `EndpointPickerConfig` (JSON); `null` means the picker's defaults.
+    pub picker_config: serde_json::Value,
+}
+
+impl Pool {
+    /// A pool for `base_model` on `endpoints`, no adapters, default picker, `FailClose`.
+    pub fn new(base_model: impl Into<String>, endpoints: Vec<SocketAddr>) -> Self {
+        Pool {
+            base_model: base_model.into(),
+            adapters: Vec::new(),
+            endpoints,
+            failure_mode: FailureMode::default(),
+            picker_config: serde_json::Value::Null,
+        }
+    }
+}
+
+/// The Envoy cluster name of the `index`-th pool: stable, and safe in stat names.
+pub fn pool_cluster_name(index: usize, base_model: &str) -> String {
+    let clean: String = base_model
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("pool-{index}-{clean}")
+}
+
+/// Gateway-wide settings that end up in the plugin configurations.
+#[derive(Clone, Debug)]
+pub struct GatewaySettings {
+    /// Request bodies above this are answered 413 (router `bodyLimitBytes`).
+    pub body_limit_bytes: u64,
+    /// Scrape period (scraper `intervalMs`).
+    pub scrape_interval_ms: u64,
+    /// Per-scrape timeout (scraper `timeoutMs`).
+    pub scrape_timeout_ms: u64,
+    /// Sample age beyond which metrics count as unknown (picker pool `staleAfterMs`).
+    pub stale_after_ms: u64,
+}
+
+impl Default for GatewaySettings {
+    fn default() -> Self {
+        GatewaySettings {
+            body_limit_bytes: 4 << 20,
+            scrape_interval_ms: 50,
+            scrape_timeout_ms: 250,
+            stale_after_ms: 1000,
+        }
+    }
+}
+
+/// The three JSON configurations the gateway module receives, one per role.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PluginConfigs {
+    /// Body router (`filters::router::RouterConfig` plus `role`).
+    pub router: serde_json::Value,
+    /// Picker (`filters::picker::PickerConfig` plus `role`).
+    pub picker: serde_json::Value,
+    /// Scraper (`filters::scraper::ScraperConfig` plus `role`).
+    pub scraper: serde_json::Value,
+}
+
+/// The cluster through which the scraper reaches `ip:port` (ORIGINAL_DST on the
+/// `x-gateway-destination-endpoint` header of the call); also the scraper's default.
+pub const SCRAPE_CLUSTER: &str = "infergate_scrape";
+
+impl PluginConfigs {
+    /// The configurations for `pools`, in the shapes the `filters/` configs parse (they
+    /// deny unknown fields, so nothing else may be added here).
+    pub fn for_pools(pools: &[Pool], settings: &GatewaySettings) -> Self {
+        let endpoints_of =
+            |p: &Pool| -> Vec<String> { p.endpoints.iter().map(ToString::to_string).collect() };
+        let router_pools: Vec<_> = pools
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                json!({
+                    "name": pool_cluster_name(i, &p.base_model),
+                    "baseModel": p.base_model,
+                    "adapters": p.adapters,
+                })
+            })
+            .collect();
+        let picker_pools: Vec<_> = pools
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let mut pool = json!({
+                    "pool": pool_cluster_name(i, &p.base_model),
+                    "baseModel": p.base_model,
+                    "endpoints": endpoints_of(p),
+                    "failureMode": p.failure_mode.wire(),
+                    "staleAfterMs": settings.stale_after_ms,
+                });
+                if !p.picker_config.is_null() {
+                    pool["eppConfig"] = p.picker_config.clone();
+                }
+                pool
+            })
+            .collect();
+        let mut endpoints: Vec<String> = pools.iter().flat_map(endpoints_of).collect();
+        endpoints.sort();
+        endpoints.dedup();
+        PluginConfigs {
+            router: json!({
+                "role": "router",
+                "bodyLimitBytes": settings.body_limit_bytes,
+                "pools": router_pools,
+            }),
+            picker: json!({
+                "role": "picker",
+                "pools": picker_pools,
+            }),
+            scraper: json!({
+                "role": "scraper",
+                "cluster": SCRAPE_CLUSTER,
+                "intervalMs": settings.scrape_interval_ms,
+                "timeoutMs": settings.scrape_timeout_ms,
+                "endpoints": endpoints,
+            }),
+        }
+    }
+}
+
+/// Everything a bootstrap is rendered from.
+#[derive(Clone, Debug)]
+pub struct BootstrapParams {
+    /// Which template.
+    pub flavor: Flavor,
+    /// Admin port; 0 lets the kernel choose (the launcher reads it back).
+    pub admin_port: u16,
+    /// Gateway listener port; 0 lets the kernel choose.
+    pub listener_port: u16,
+    /// The `/rr` baseline's replicas.
+    pub rr_endpoints: Vec<SocketAddr>,
+    /// Model pools.
+    pub pools: Vec<Pool>,
+    /// Module configurations (ignored by `plain`).
+    pub plugins: PluginConfigs,
+    /// Module path for `wasm` / `native`.
+    pub module: Option<PathBuf>,
+    /// HCM stream idle timeout, seconds: how long a stream may send nothing.
+    pub stream_idle_timeout_s: u64,
+}
+
+impl BootstrapParams {
+    /// Defaults for `flavor` over `pools`: kernel-chosen ports, `/rr` over every pool
+    /// endpoint, plugin configs from [`PluginConfigs::for_pools`], the flavour's artefact.
+    pub fn new(flavor: Flavor, pools: Vec<Pool>) -> Self {
+        let mut rr: Vec<SocketAddr> = pools.iter().flat_map(|p| p.endpoints.clone()).collect();
+        rr.sort();
+        rr.dedup();
+        BootstrapParams {
+            flavor,
+            admin_port: 0,
+            listener_port: 0,
+            rr_endpoints: rr,
+            plugins: PluginConfigs::for_pools(&pools, &GatewaySettings::default()),
+            pools,
+            module: flavor.artefact(),
+            stream_idle_timeout_s: 300,
+        }
+    }
+}
+
+fn lb_endpoints(addrs: &[SocketAddr]) -> Value {
+    Value::Sequence(
+        addrs
+            .iter()
+            .map(|a| {
+                to_yaml(&json!({"endpoint": {"address": {"socket_address": {
+                    "address": a.ip().to_string(), "port_value": a.port()}}}}))
+            })
+            .collect(),
+    )
+}
+
+fn to_yaml(v: &serde_json::Value) -> Value {
+    serde_yaml::to_value(v).unwrap_or(Value::Null)
+}
+
+fn text(s: impl Into<String>) -> Value {
+    Value::String(s.into())
+}
+
+/// Renders `params` with the template text `template` into bootstrap YAML.
+pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
+    let t = Template::parse(template)?;
+    if params.pools.is_empty() {
+        bail!("at least one pool is needed");
+    }
+    let mut routes = Vec::new();
+    let mut clusters = Vec::new();
+    for (i, pool) in params.pools.iter().enumerate() {
+        let mut vars = Vars::new();
+        vars.insert("model".into(), text(pool.base_model.clone()));
+        vars.insert(
+            "cluster".into(),
+            text(pool_cluster_name(i, &pool.base_model)),
+        );
+        vars.insert("lb_endpoints".into(), lb_endpoints(&pool.endpoints));
+        routes.push(t.prototype("pool_route", &vars)?);
+        clusters.push(t.prototype("pool_cluster", &vars)?);
+    }
+    let json_text = |v: &serde_json::Value| text(v.to_string());
+    let mut vars = Vars::new();
+    vars.insert("admin_port".into(), Value::from(params.admin_port));
+    vars.insert("listener_port".into(), Value::from(params.listener_port));
+    vars.insert("rr_lb_endpoints".into(), lb_endpoints(&params.rr_endpoints));
+    vars.insert("pool_routes".into(), Value::Sequence(routes));
+    vars.insert("pool_clusters".into(), Value::Sequence(clusters));
+    vars.insert(
+        "stream_idle_timeout".into(),
+        text(format!("{}s", params.stream_idle_timeout_s)),
+    );
+    vars.insert("router_config".into(), json_text(&params.plugins.router));
+    vars.insert("picker_config".into(), json_text(&params.plugins.picker));
+    vars.insert("scraper_config".into(), json_text(&params.plugins.scraper));
+    let module = params
+        .module
+        .as_deref()
+        .map(Path::to_string_lossy)
+        .unwrap_or_default();
+    vars.insert("wasm_module".into(), text(module.clone()));
+    vars.insert("native_module".into(), text(module));
+    let body = t.render(&vars)?;
+    serde_yaml::to_string(&body).context("serialising the bootstrap")
+}
+
+/// Renders `params` with its flavour's template from `envoy/config/`.
+pub fn render(params: &BootstrapParams) -> Result<String> {
+    let path = params.flavor.template_path();
+    let template = std::fs::read_to_string(&path)
+        .with_context(|| format!("reading template {}", path.display()))?;
+    render_with(&template, params).with_context(|| format!("rendering {}", path.display()))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn addr(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    fn two_pools() -> Vec<Pool> {
+        vec![
+            Pool::new("meta/llama-3", vec![addr(8001), addr(8002)]),
+            Pool::new("qwen", vec![addr(8003)]),
+        ]
+    }
+
+    #[test]
+    fn every_template_renders_with_all_pools_and_no_placeholder_left() {
+        for flavor in Flavor::ALL {
+            let yaml = render(&BootstrapParams::new(flavor, two_pools())).unwrap();
+            assert!(!yaml.contains("{{"), "{flavor}: placeholder left");
+            assert!(!yaml.contains("x-infergate"), "{flavor}: prototypes leaked");
+            let v: Value = serde_yaml::from_str(&yaml).unwrap();
+            let clusters = v["static_resources"]["clusters"].as_sequence().unwrap();
+            let names: Vec<&str> = clusters.iter().filter_map(|c| c["name"].as_str()).collect();
+            assert!(
+                names.contains(&"pool-0-meta_llama-3"),
+                "{flavor}: {names:?}"
+            );
+            assert!(names.contains(&"pool-1-qwen"), "{flavor}: {names:?}");
+            let rr = &clusters.iter().find(|c| c["name"] == "rr").unwrap()["load_assignment"];
+            assert_eq!(
+                rr["endpoints"][0]["lb_endpoints"]
+                    .as_sequence()
+                    .unwrap()
+                    .len(),
+                3
+            );
+            assert!(yaml.contains("x-gateway-base-model-name"));
+        }
+    }
+
+    #[test]
+    fn every_route_of_every_template_lets_streams_run_unbounded() {
+        for flavor in Flavor::ALL {
+            let yaml = render(&BootstrapParams::new(flavor, two_pools())).unwrap();
+            let v: Value = serde_yaml::from_str(&yaml).unwrap();
+            let hcm = &v["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+                ["typed_config"];
+            assert_eq!(hcm["request_timeout"].as_str(), Some("0s"), "{flavor}");
+            assert_eq!(
+                hcm["stream_idle_timeout"].as_str(),
+                Some("300s"),
+                "{flavor}"
+            );
+            let routes = hcm["route_config"]["virtual_hosts"][0]["routes"]
+                .as_sequence()
+                .unwrap();
+            assert!(routes.len() >= 3, "{flavor}: baseline + one route per pool");
+            for r in routes {
+                assert_eq!(
+                    r["route"]["timeout"].as_str(),
+                    Some("0s"),
+                    "{flavor}: {r:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn plugin_configs_arrive_as_json_text_with_their_role() {
+        let yaml = render(&BootstrapParams::new(Flavor::Wasm, two_pools())).unwrap();
+        let v: Value = serde_yaml::from_str(&yaml).unwrap();
+        let filters = &v["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+            ["typed_config"]["http_filters"];
+        let picker = filters[1]["typed_config"]["config"]["configuration"]["value"]
+            .as_str()
+            .unwrap();
+        let picker: serde_json::Value = serde_json::from_str(picker).unwrap();
+        assert_eq!(picker["role"], "picker");
+        assert_eq!(picker["pools"][1]["endpoints"][0], "127.0.0.1:8003");
+        assert_eq!(picker["pools"][1]["pool"], "pool-1-qwen");
+        let scraper = v["bootstrap_extensions"][0]["typed_config"]["config"]["configuration"]
+            ["value"]
+            .as_str()
+            .unwrap();
+        assert!(scraper.contains("\"role\":\"scraper\""));
+    }
+
+    /// The contract with the modules: what the launcher generates is what `filters/`
+    /// parses (its configs deny unknown fields, so any drift fails here).
+    #[test]
+    fn plugin_configs_parse_with_the_filters_config_types() {
+        use infergate_filters::picker::PickerConfig;
+        use infergate_filters::router::{ModelTable, RouterConfig};
+        use infergate_filters::scraper::Scraper;
+        let mut pools = two_pools();
+        pools[1].adapters = vec!["qwen-lora".into()];
+        pools[1].failure_mode = FailureMode::FailOpen;
+        let c = PluginConfigs::for_pools(&pools, &GatewaySettings::default());
+        let without_role = |v: &serde_json::Value| {
+            let mut v = v.clone();
+            assert!(v.as_object_mut().unwrap().remove("role").is_some());
+            v
+        };
+        let router: RouterConfig = serde_json::from_value(without_role(&c.router)).unwrap();
+        assert_eq!(router.body_limit_bytes, 4 << 20);
+        ModelTable::build(&router.pools).unwrap();
+        let picker = PickerConfig::from_json(without_role(&c.picker)).unwrap();
+        picker.validate().unwrap();
+        assert_eq!(picker.pools.len(), 2);
+        assert_eq!(
+            picker.pools[0].endpoints,
+            ["127.0.0.1:8001", "127.0.0.1:8002"]
+        );
+        assert_eq!(
+            picker.pools[1].failure_mode,
+            infergate_filters::picker::FailureMode::FailOpen
+        );
+        let scraper = Scraper::from_json(without_role(&c.scraper)).unwrap();
+        assert_eq!(scraper.tick_period_ms(), 50);
+    }
+
+    #[test]
+    fn no_pool_is_an_error_and_flavours_parse() {
+        assert!(render(&BootstrapParams::new(Flavor::Plain, vec![])).is_err());
+        for f in Flavor::ALL {
+            assert_eq!(f.name().parse::<Flavor>().unwrap(), f);
+        }
+        assert!("grpc".parse::<Flavor>().is_err());
+    }
+}

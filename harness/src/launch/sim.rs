@@ -1,0 +1,131 @@
+//! Running the engine simulator binary (`infergate-sim`) as a child process and learning
+//! its replicas' addresses from the lines it prints:
+//! `replica K: http://127.0.0.1:PORT`, one per replica, once each replica listens.
+
+use super::process::ChildGuard;
+use anyhow::{anyhow, bail, Context, Result};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// The simulator binary: `INFERGATE_SIM`, else the release build, else the debug build.
+pub fn sim_binary() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("INFERGATE_SIM") {
+        return Ok(PathBuf::from(p));
+    }
+    let release = crate::xtask::Artefacts::locate().simulator;
+    // The debug build sits beside the release one (`<target>/debug/infergate-sim`).
+    let debug = release
+        .parent()
+        .and_then(|p| p.parent())
+        .map(|t| t.join("debug/infergate-sim"));
+    [Some(release.clone()), debug]
+        .into_iter()
+        .flatten()
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            anyhow!(
+                "simulator binary not found at {} (build it: cargo build --release -p \
+                 infergate-harness --bin infergate-sim, or set INFERGATE_SIM)",
+                release.display()
+            )
+        })
+}
+
+/// A running simulator process; stopped on drop.
+#[derive(Debug)]
+pub struct SimProcess {
+    replicas: Vec<SocketAddr>,
+    _child: ChildGuard,
+}
+
+impl SimProcess {
+    /// Starts `infergate-sim --replicas N --port 0 <extra_args…>` and waits (up to
+    /// `timeout`) until it has printed every replica's address.
+    pub async fn start(replicas: usize, extra_args: &[String], timeout: Duration) -> Result<Self> {
+        let bin = sim_binary()?;
+        let mut child = Command::new(&bin)
+            .arg("--replicas")
+            .arg(replicas.to_string())
+            .arg("--port")
+            .arg("0")
+            .args(extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("spawning {}", bin.display()))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow!("simulator stdout not captured"))?;
+        let guard = ChildGuard::new("infergate-sim", child);
+        let (tx, rx) = mpsc::channel();
+        // Reads every line for the simulator's whole life, so it never blocks on a full pipe.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(addr) = parse_replica_line(&line) {
+                    let _ = tx.send(addr);
+                }
+            }
+        });
+        let found = tokio::task::spawn_blocking(move || {
+            let mut found = Vec::with_capacity(replicas);
+            let deadline = std::time::Instant::now() + timeout;
+            while found.len() < replicas {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                match rx.recv_timeout(left) {
+                    Ok(addr) => found.push(addr),
+                    Err(_) => break,
+                }
+            }
+            found
+        })
+        .await?;
+        if found.len() < replicas {
+            bail!(
+                "simulator printed {} of {replicas} replica addresses within {timeout:?}",
+                found.len()
+            );
+        }
+        Ok(SimProcess {
+            replicas: found,
+            _child: guard,
+        })
+    }
+
+    /// The replicas' addresses, in replica order.
+    pub fn replicas(&self) -> &[SocketAddr] {
+        &self.replicas
+    }
+}
+
+/// `replica K: http://IP:PORT` → the address.
+pub fn parse_replica_line(line: &str) -> Option<SocketAddr> {
+    let rest = line.trim().strip_prefix("replica ")?;
+    let (_, url) = rest.split_once(": ")?;
+    url.trim()
+        .strip_prefix("http://")?
+        .trim_end_matches('/')
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replica_lines_parse_and_others_do_not() {
+        assert_eq!(
+            parse_replica_line("replica 3: http://127.0.0.1:41234"),
+            Some(SocketAddr::from(([127, 0, 0, 1], 41234)))
+        );
+        assert_eq!(parse_replica_line("listening on 127.0.0.1:1"), None);
+        assert_eq!(parse_replica_line("replica 0: https://127.0.0.1:1"), None);
+    }
+}

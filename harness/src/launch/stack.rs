@@ -1,0 +1,233 @@
+//! The whole stack for a test, a benchmark or a demo: the engine replicas (the simulator,
+//! or backends the caller already runs) and one Envoy of a chosen flavour in front of them.
+
+use super::bootstrap::{
+    render, BootstrapParams, FailureMode, Flavor, GatewaySettings, PluginConfigs, Pool,
+};
+use super::envoy::{Envoy, EnvoyOptions};
+use super::sim::SimProcess;
+use crate::sim::{SimConfig, SimHandle};
+use anyhow::{bail, Context, Result};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// The model name pools serve when the caller names none: the simulator's default.
+pub const DEFAULT_MODEL: &str = "sim-model";
+
+/// Where the replicas come from.
+#[derive(Clone, Debug)]
+pub enum Backends {
+    /// Start `infergate-sim --replicas N --port 0 <args…>`.
+    Simulator {
+        /// Number of replicas.
+        replicas: usize,
+        /// Extra simulator arguments (calibration, models, …).
+        args: Vec<String>,
+    },
+    /// Run the simulator in this process (`crate::sim::start`); its `replicas` count wins.
+    InProcess(Box<SimConfig>),
+    /// Replicas the caller already runs.
+    External(Vec<SocketAddr>),
+}
+
+/// One pool, by replica index (filled in once the replicas' addresses are known).
+#[derive(Clone, Debug)]
+pub struct PoolSpec {
+    /// Base model name.
+    pub base_model: String,
+    /// LoRA adapters routed to this pool.
+    pub adapters: Vec<String>,
+    /// Indices into the replica list; empty means every replica.
+    pub replicas: Vec<usize>,
+    /// Stale-metrics behaviour.
+    pub failure_mode: FailureMode,
+    /// The pool's `EndpointPickerConfig` (JSON), `null` for defaults.
+    pub picker_config: serde_json::Value,
+}
+
+impl PoolSpec {
+    /// A pool of `base_model` on every replica.
+    pub fn all(base_model: impl Into<String>) -> Self {
+        PoolSpec {
+            base_model: base_model.into(),
+            adapters: Vec::new(),
+            replicas: Vec::new(),
+            failure_mode: FailureMode::default(),
+            picker_config: serde_json::Value::Null,
+        }
+    }
+
+    /// A pool of `base_model` on the replicas at `indices`.
+    pub fn on(base_model: impl Into<String>, indices: &[usize]) -> Self {
+        PoolSpec {
+            replicas: indices.to_vec(),
+            ..PoolSpec::all(base_model)
+        }
+    }
+
+    fn resolve(&self, replicas: &[SocketAddr]) -> Result<Pool> {
+        let endpoints = if self.replicas.is_empty() {
+            replicas.to_vec()
+        } else {
+            self.replicas
+                .iter()
+                .map(|&i| {
+                    replicas.get(i).copied().with_context(|| {
+                        format!(
+                            "pool {}: no replica {i} of {}",
+                            self.base_model,
+                            replicas.len()
+                        )
+                    })
+                })
+                .collect::<Result<_>>()?
+        };
+        Ok(Pool {
+            base_model: self.base_model.clone(),
+            adapters: self.adapters.clone(),
+            endpoints,
+            failure_mode: self.failure_mode,
+            picker_config: self.picker_config.clone(),
+        })
+    }
+}
+
+/// How to bring a stack up.
+#[derive(Clone, Debug)]
+pub struct StackOptions {
+    /// Envoy flavour.
+    pub flavor: Flavor,
+    /// The replicas.
+    pub backends: Backends,
+    /// The pools; default one pool of [`DEFAULT_MODEL`] on every replica.
+    pub pools: Vec<PoolSpec>,
+    /// Gateway settings for the plugin configurations.
+    pub settings: GatewaySettings,
+    /// Replaces the plugin configurations computed from `pools` and `settings`.
+    pub plugins: Option<PluginConfigs>,
+    /// Envoy process options (`concurrency`, log level, …).
+    pub envoy: EnvoyOptions,
+    /// How long the simulator may take to print its replicas.
+    pub sim_timeout: Duration,
+}
+
+impl StackOptions {
+    /// Defaults for `flavor` on `backends`.
+    pub fn new(flavor: Flavor, backends: Backends) -> Self {
+        StackOptions {
+            flavor,
+            backends,
+            pools: vec![PoolSpec::all(DEFAULT_MODEL)],
+            settings: GatewaySettings::default(),
+            plugins: None,
+            envoy: EnvoyOptions::default(),
+            sim_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A running stack; dropping it stops Envoy, then the simulator.
+#[derive(Debug)]
+pub struct Stack {
+    flavor: Flavor,
+    // Field order is drop order: Envoy stops before its upstreams.
+    envoy: Envoy,
+    sim: Option<SimProcess>,
+    in_process: Option<SimHandle>,
+    replicas: Vec<SocketAddr>,
+    pools: Vec<Pool>,
+}
+
+impl Stack {
+    /// Starts the replicas (if simulated) and Envoy, and waits until Envoy is ready.
+    pub async fn start(opts: StackOptions) -> Result<Stack> {
+        if opts.flavor != Flavor::Plain {
+            if let Some(module) = opts.flavor.artefact() {
+                if !module.is_file() {
+                    bail!(
+                        "{} flavour: module {} is not built (run `cargo xtask build`)",
+                        opts.flavor,
+                        module.display()
+                    );
+                }
+            }
+        }
+        let (sim, in_process, replicas) = match &opts.backends {
+            Backends::Simulator { replicas, args } => {
+                let sim = SimProcess::start(*replicas, args, opts.sim_timeout).await?;
+                let addrs = sim.replicas().to_vec();
+                (Some(sim), None, addrs)
+            }
+            Backends::InProcess(cfg) => {
+                let handle = crate::sim::start((**cfg).clone()).await?;
+                let addrs = handle.addrs().to_vec();
+                (None, Some(handle), addrs)
+            }
+            Backends::External(addrs) => (None, None, addrs.clone()),
+        };
+        if replicas.is_empty() {
+            bail!("a stack needs at least one replica");
+        }
+        let pools = opts
+            .pools
+            .iter()
+            .map(|p| p.resolve(&replicas))
+            .collect::<Result<Vec<_>>>()?;
+        let mut params = BootstrapParams::new(opts.flavor, pools.clone());
+        params.rr_endpoints = replicas.clone();
+        params.plugins = opts
+            .plugins
+            .clone()
+            .unwrap_or_else(|| PluginConfigs::for_pools(&pools, &opts.settings));
+        let bootstrap = render(&params)?;
+        let envoy = Envoy::start(&bootstrap, &opts.envoy).await?;
+        Ok(Stack {
+            flavor: opts.flavor,
+            envoy,
+            sim,
+            in_process,
+            replicas,
+            pools,
+        })
+    }
+
+    /// The flavour Envoy runs.
+    pub fn flavor(&self) -> Flavor {
+        self.flavor
+    }
+
+    /// `http://127.0.0.1:PORT`: requests here go through the gateway filters.
+    pub fn picker_url(&self) -> String {
+        self.envoy.base_url()
+    }
+
+    /// `http://127.0.0.1:PORT/rr`: the round-robin baseline (no gateway filters).
+    pub fn baseline_url(&self) -> String {
+        format!("{}/rr", self.envoy.base_url())
+    }
+
+    /// The Envoy instance (admin, stats, log).
+    pub fn envoy(&self) -> &Envoy {
+        &self.envoy
+    }
+
+    /// Every replica, in order.
+    pub fn replicas(&self) -> &[SocketAddr] {
+        &self.replicas
+    }
+
+    /// The resolved pools.
+    pub fn pools(&self) -> &[Pool] {
+        &self.pools
+    }
+
+    /// Whether the replicas are a simulator this stack started.
+    pub fn simulated(&self) -> bool {
+        self.sim.is_some() || self.in_process.is_some()
+    }
+
+    /// The in-process simulator, if this stack runs one (engine stats per replica).
+    pub fn sim(&self) -> Option<&SimHandle> {
+        self.in_process.as_ref()
+    }
+}

@@ -1,0 +1,157 @@
+//! The load generator: a multi-turn chat workload sent with streaming and `include_usage`,
+//! measuring per request what users feel (time to first token, end-to-end time, cached
+//! tokens, errors and the gateway's drop reason), summarized per target.
+//!
+//! - [`workload`]: conversations, their growing histories and the seeded turn order.
+//! - [`client`]: one streamed request over HTTP/1.1 and its SSE parsing.
+//! - [`runner`]: dispatch at fixed concurrency or a request rate, with progress on stderr.
+//! - [`summary`]: percentiles, cache-hit ratio, throughput, the side-by-side table.
+//!
+//! A run may have several targets (e.g. a gateway route and round-robin), run one after
+//! the other with distinct text so one cannot warm the other's cache. A target is one base
+//! URL, or a pool of base URLs with a client-side assignment (`random`, `sticky`,
+//! `round-robin`) — the latter is meant for calibrating the simulator without a gateway.
+
+pub mod client;
+pub mod runner;
+pub mod summary;
+pub mod workload;
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+pub use client::{BaseUrl, ConnPool, RequestRecord};
+pub use summary::{table, Summary};
+pub use workload::Workload;
+
+/// How a request picks among a target's base URLs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Assign {
+    /// Uniformly at random (seeded).
+    Random,
+    /// Conversation i always goes to URL i mod n.
+    Sticky,
+    /// Requests cycle through the URLs.
+    RoundRobin,
+}
+
+impl std::str::FromStr for Assign {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        match s {
+            "random" => Ok(Self::Random),
+            "sticky" => Ok(Self::Sticky),
+            "round-robin" | "rr" => Ok(Self::RoundRobin),
+            _ => anyhow::bail!("assignment must be random, sticky or round-robin: {s}"),
+        }
+    }
+}
+
+/// One column of the report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    /// Column label.
+    pub label: String,
+    /// Base URLs (requests go to `<base>/v1/chat/completions`).
+    pub urls: Vec<String>,
+    /// Choice among `urls` when there are several.
+    pub assign: Assign,
+}
+
+impl Target {
+    /// Parses `[label=]URL[,URL…]`; the label defaults to the URL list.
+    pub fn parse(spec: &str, assign: Assign) -> anyhow::Result<Self> {
+        let (label, list) = match spec.split_once('=') {
+            Some((l, rest)) if !l.contains("://") => (l.to_string(), rest),
+            _ => (String::new(), spec),
+        };
+        let urls: Vec<String> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(str::to_string)
+            .collect();
+        if urls.is_empty() {
+            anyhow::bail!("target without URL: {spec}");
+        }
+        for u in &urls {
+            BaseUrl::parse(u)?;
+        }
+        let label = if label.is_empty() {
+            if urls.len() > 1 {
+                format!(
+                    "{} x{} ({assign:?})",
+                    urls.first().map(String::as_str).unwrap_or(""),
+                    urls.len()
+                )
+            } else {
+                urls.join(",")
+            }
+        } else {
+            label
+        };
+        Ok(Self {
+            label,
+            urls,
+            assign,
+        })
+    }
+}
+
+/// A whole load-generator run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadConfig {
+    /// The workload, the same shape for every target.
+    pub workload: Workload,
+    /// Targets, run one after the other.
+    pub targets: Vec<Target>,
+    /// Requests in flight at most.
+    pub concurrency: u32,
+    /// Requests started per second (Poisson arrivals, seeded); `None` = as fast as
+    /// concurrency allows.
+    pub rate: Option<f64>,
+    /// API keys; conversation i uses key i mod n (one tenant per key).
+    pub api_keys: Vec<String>,
+    /// Per-request timeout.
+    pub timeout: Duration,
+    /// Print progress lines on stderr.
+    pub progress: bool,
+    /// Use the same text for every target (default: salted per target).
+    pub same_text: bool,
+}
+
+impl Default for LoadConfig {
+    fn default() -> Self {
+        Self {
+            workload: Workload::default(),
+            targets: Vec::new(),
+            concurrency: 16,
+            rate: None,
+            api_keys: Vec::new(),
+            timeout: Duration::from_secs(300),
+            progress: false,
+            same_text: false,
+        }
+    }
+}
+
+/// The result of one target's run.
+#[derive(Debug, Clone, Serialize)]
+pub struct TargetReport {
+    /// Figures.
+    pub summary: Summary,
+    /// Every request, in completion order.
+    pub records: Vec<RequestRecord>,
+}
+
+/// Runs the workload against every target in turn.
+pub async fn run(cfg: &LoadConfig) -> anyhow::Result<Vec<TargetReport>> {
+    let mut out = Vec::new();
+    for (i, target) in cfg.targets.iter().enumerate() {
+        let salt = if cfg.same_text { 0 } else { i as u64 + 1 };
+        out.push(runner::run_target(cfg, target, salt).await?);
+    }
+    Ok(out)
+}

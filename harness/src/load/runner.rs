@@ -1,0 +1,149 @@
+//! Dispatches the workload to one target: first turns first, then later turns in the seeded
+//! order, each conversation's next turn only after its previous one finished (its answer
+//! is part of the next prompt). Keeps `concurrency` requests in flight, or starts them at a
+//! seeded Poisson rate.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tokio::task::JoinSet;
+
+use super::client::{self, BaseUrl, RequestRecord};
+use super::summary::Summary;
+use super::{Assign, LoadConfig, Target, TargetReport};
+
+/// Runs the whole workload against `target`; `salt` varies the text.
+pub async fn run_target(
+    cfg: &LoadConfig,
+    target: &Target,
+    salt: u64,
+) -> anyhow::Result<TargetReport> {
+    let w = &cfg.workload;
+    let bases = target
+        .urls
+        .iter()
+        .map(|u| BaseUrl::parse(u))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if bases.is_empty() {
+        anyhow::bail!("target {} has no URL", target.label);
+    }
+    let mut convs = w.conversations(salt);
+    let mut busy = vec![false; convs.len()];
+    let mut remaining = w.order();
+    let total = remaining.len();
+    let mut rng = SmallRng::seed_from_u64(w.seed ^ salt ^ 0xa551);
+    let mut rr = 0usize;
+    let concurrency = cfg.concurrency.max(1) as usize;
+    let mut inflight: JoinSet<(u32, RequestRecord)> = JoinSet::new();
+    let mut records = Vec::with_capacity(total);
+    let start = Instant::now();
+    let mut next_start = start;
+    let mut last_progress = start;
+    let pool = client::ConnPool::default();
+
+    loop {
+        // Start what may start now.
+        while inflight.len() < concurrency {
+            let Some(pos) = remaining
+                .iter()
+                .position(|c| !busy.get(*c as usize).copied().unwrap_or(true))
+            else {
+                break;
+            };
+            if let Some(rate) = cfg.rate {
+                if Instant::now() < next_start {
+                    break;
+                }
+                let gap: f64 = -(1.0 - rng.gen::<f64>()).ln() / rate.max(1e-9);
+                next_start += Duration::from_secs_f64(gap);
+            }
+            let conv_idx = remaining.remove(pos);
+            let Some(conv) = convs.get_mut(conv_idx as usize) else {
+                continue;
+            };
+            if let Some(b) = busy.get_mut(conv_idx as usize) {
+                *b = true;
+            }
+            let turn = conv.turns_sent;
+            let body = Bytes::from(w.next_body(salt, conv).to_string());
+            let base_idx = match target.assign {
+                Assign::Sticky => conv_idx as usize % bases.len(),
+                Assign::Random => rng.gen_range(0..bases.len()),
+                Assign::RoundRobin => {
+                    rr += 1;
+                    (rr - 1) % bases.len()
+                }
+            };
+            let Some(base) = bases.get(base_idx % bases.len()).cloned() else {
+                break;
+            };
+            let key = if cfg.api_keys.is_empty() {
+                None
+            } else {
+                cfg.api_keys
+                    .get(conv_idx as usize % cfg.api_keys.len())
+                    .cloned()
+            };
+            let timeout = cfg.timeout;
+            let pool = pool.clone();
+            inflight.spawn(async move {
+                let mut rec = client::chat(&pool, &base, body, key.as_deref(), timeout).await;
+                rec.conversation = conv_idx;
+                rec.turn = turn;
+                (conv_idx, rec)
+            });
+        }
+        if inflight.is_empty() && remaining.is_empty() {
+            break;
+        }
+        // Wait for a completion, or for the next rate slot.
+        let ready = remaining
+            .iter()
+            .any(|c| !busy.get(*c as usize).copied().unwrap_or(true));
+        let joined = if cfg.rate.is_some() && ready && inflight.len() < concurrency {
+            let wait = next_start.saturating_duration_since(Instant::now());
+            tokio::select! {
+                j = inflight.join_next(), if !inflight.is_empty() => j,
+                () = tokio::time::sleep(wait) => None,
+            }
+        } else {
+            inflight.join_next().await
+        };
+        if let Some(j) = joined {
+            let (conv_idx, rec) = j?;
+            if let Some(b) = busy.get_mut(conv_idx as usize) {
+                *b = false;
+            }
+            if let Some(conv) = convs.get_mut(conv_idx as usize) {
+                if rec.ok() {
+                    conv.push("assistant", &rec.content);
+                }
+            }
+            records.push(rec);
+        }
+        if cfg.progress && last_progress.elapsed() >= Duration::from_secs(2) {
+            last_progress = Instant::now();
+            let errors = records.iter().filter(|r| !r.ok()).count();
+            eprintln!(
+                "[{}] {}/{} done, {} errors, {:.0} s",
+                target.label,
+                records.len(),
+                total,
+                errors,
+                start.elapsed().as_secs_f64()
+            );
+        }
+    }
+    let duration = start.elapsed().as_secs_f64();
+    let summary = Summary::from_records(&target.label, &records, duration);
+    if cfg.progress {
+        eprintln!(
+            "[{}] finished {} requests in {duration:.1} s",
+            target.label,
+            records.len()
+        );
+    }
+    Ok(TargetReport { summary, records })
+}

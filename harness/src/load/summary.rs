@@ -1,0 +1,268 @@
+//! Aggregates request records into the figures users feel: TTFT percentiles, cache-hit
+//! ratio, throughput and errors by status and reason; renders them as a side-by-side table.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use super::client::RequestRecord;
+
+/// Figures of one target's run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Summary {
+    /// Target label.
+    pub label: String,
+    /// Requests sent.
+    pub requests: u64,
+    /// Requests answered 200 without error.
+    pub ok: u64,
+    /// Failed requests by `status` or `status/reason`.
+    pub errors: BTreeMap<String, u64>,
+    /// TTFT percentiles and mean over successful requests, seconds.
+    pub ttft_p50_s: f64,
+    /// 90th percentile TTFT.
+    pub ttft_p90_s: f64,
+    /// 99th percentile TTFT.
+    pub ttft_p99_s: f64,
+    /// Mean TTFT.
+    pub ttft_mean_s: f64,
+    /// Median end-to-end latency.
+    pub e2e_p50_s: f64,
+    /// Σ prompt tokens (from usage).
+    pub prompt_tokens: u64,
+    /// Σ cached prompt tokens.
+    pub cached_tokens: u64,
+    /// Σ completion tokens.
+    pub completion_tokens: u64,
+    /// Σ cached ÷ Σ prompt.
+    pub cache_hit_ratio: f64,
+    /// Wall time of the run.
+    pub duration_s: f64,
+    /// Successful requests per second.
+    pub requests_per_s: f64,
+    /// Completion tokens per second.
+    pub output_tokens_per_s: f64,
+}
+
+/// Nearest-rank percentile of sorted values (0 when empty).
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted
+        .get(rank.clamp(1, sorted.len()) - 1)
+        .copied()
+        .unwrap_or(0.0)
+}
+
+impl Summary {
+    /// Summarizes `records` of a run that took `duration_s`.
+    pub fn from_records(label: &str, records: &[RequestRecord], duration_s: f64) -> Self {
+        let mut s = Summary {
+            label: label.to_string(),
+            requests: records.len() as u64,
+            duration_s,
+            ..Summary::default()
+        };
+        let mut ttft = Vec::new();
+        let mut e2e = Vec::new();
+        for r in records {
+            s.prompt_tokens += r.prompt_tokens;
+            s.cached_tokens += r.cached_tokens;
+            s.completion_tokens += r.completion_tokens;
+            if r.ok() {
+                s.ok += 1;
+                ttft.extend(r.ttft_s);
+                e2e.push(r.e2e_s);
+            } else {
+                let key = match &r.dropped_reason {
+                    Some(reason) => format!("{}/{reason}", r.status),
+                    None => r.status.to_string(),
+                };
+                *s.errors.entry(key).or_insert(0) += 1;
+            }
+        }
+        ttft.sort_by(f64::total_cmp);
+        e2e.sort_by(f64::total_cmp);
+        s.ttft_p50_s = percentile(&ttft, 50.0);
+        s.ttft_p90_s = percentile(&ttft, 90.0);
+        s.ttft_p99_s = percentile(&ttft, 99.0);
+        s.ttft_mean_s = if ttft.is_empty() {
+            0.0
+        } else {
+            ttft.iter().sum::<f64>() / ttft.len() as f64
+        };
+        s.e2e_p50_s = percentile(&e2e, 50.0);
+        s.cache_hit_ratio = if s.prompt_tokens == 0 {
+            0.0
+        } else {
+            s.cached_tokens as f64 / s.prompt_tokens as f64
+        };
+        if duration_s > 0.0 {
+            s.requests_per_s = s.ok as f64 / duration_s;
+            s.output_tokens_per_s = s.completion_tokens as f64 / duration_s;
+        }
+        s
+    }
+}
+
+/// A plain-text table with one column per summary.
+pub fn table(summaries: &[Summary]) -> String {
+    let ms = |v: f64| format!("{:.1} ms", v * 1000.0);
+    let mut rows: Vec<(String, Vec<String>)> = vec![
+        (
+            "target".into(),
+            summaries.iter().map(|s| s.label.clone()).collect(),
+        ),
+        (
+            "requests".into(),
+            summaries.iter().map(|s| s.requests.to_string()).collect(),
+        ),
+        (
+            "ok".into(),
+            summaries.iter().map(|s| s.ok.to_string()).collect(),
+        ),
+        (
+            "TTFT p50".into(),
+            summaries.iter().map(|s| ms(s.ttft_p50_s)).collect(),
+        ),
+        (
+            "TTFT p90".into(),
+            summaries.iter().map(|s| ms(s.ttft_p90_s)).collect(),
+        ),
+        (
+            "TTFT p99".into(),
+            summaries.iter().map(|s| ms(s.ttft_p99_s)).collect(),
+        ),
+        (
+            "TTFT mean".into(),
+            summaries.iter().map(|s| ms(s.ttft_mean_s)).collect(),
+        ),
+        (
+            "e2e p50".into(),
+            summaries.iter().map(|s| ms(s.e2e_p50_s)).collect(),
+        ),
+        (
+            "cache hit ratio".into(),
+            summaries
+                .iter()
+                .map(|s| format!("{:.1}%", s.cache_hit_ratio * 100.0))
+                .collect(),
+        ),
+        (
+            "prompt tokens".into(),
+            summaries
+                .iter()
+                .map(|s| s.prompt_tokens.to_string())
+                .collect(),
+        ),
+        (
+            "cached tokens".into(),
+            summaries
+                .iter()
+                .map(|s| s.cached_tokens.to_string())
+                .collect(),
+        ),
+        (
+            "output tok/s".into(),
+            summaries
+                .iter()
+                .map(|s| format!("{:.0}", s.output_tokens_per_s))
+                .collect(),
+        ),
+        (
+            "req/s".into(),
+            summaries
+                .iter()
+                .map(|s| format!("{:.2}", s.requests_per_s))
+                .collect(),
+        ),
+        (
+            "duration".into(),
+            summaries
+                .iter()
+                .map(|s| format!("{:.1} s", s.duration_s))
+                .collect(),
+        ),
+    ];
+    let mut keys: Vec<&String> = summaries.iter().flat_map(|s| s.errors.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    for k in keys {
+        rows.push((
+            format!("errors {k}"),
+            summaries
+                .iter()
+                .map(|s| s.errors.get(k).copied().unwrap_or(0).to_string())
+                .collect(),
+        ));
+    }
+    let label_w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+    let col_w: Vec<usize> = (0..summaries.len())
+        .map(|i| {
+            rows.iter()
+                .filter_map(|r| r.1.get(i))
+                .map(String::len)
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for (label, cells) in &rows {
+        let _ = write!(out, "{label:<label_w$}");
+        for (cell, w) in cells.iter().zip(&col_w) {
+            let _ = write!(out, "  {cell:>w$}");
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    fn rec(status: u16, ttft: f64, prompt: u64, cached: u64) -> RequestRecord {
+        RequestRecord {
+            status,
+            ttft_s: (status == 200).then_some(ttft),
+            e2e_s: ttft * 2.0,
+            prompt_tokens: prompt,
+            cached_tokens: cached,
+            completion_tokens: if status == 200 { 10 } else { 0 },
+            dropped_reason: (status == 429).then(|| "rejected-saturated".to_string()),
+            error: (status != 200).then(|| "x".to_string()),
+            ..RequestRecord::default()
+        }
+    }
+
+    #[test]
+    fn summary_figures() {
+        let mut rs: Vec<RequestRecord> = (1..=100)
+            .map(|i| rec(200, i as f64 / 1000.0, 100, 80))
+            .collect();
+        rs.push(rec(429, 0.0, 0, 0));
+        rs.push(rec(503, 0.0, 0, 0));
+        let s = Summary::from_records("a", &rs, 10.0);
+        assert_eq!((s.requests, s.ok), (102, 100));
+        assert!((s.ttft_p50_s - 0.050).abs() < 1e-12);
+        assert!((s.ttft_p90_s - 0.090).abs() < 1e-12);
+        assert!((s.ttft_p99_s - 0.099).abs() < 1e-12);
+        assert!((s.ttft_mean_s - 0.0505).abs() < 1e-12);
+        assert!((s.cache_hit_ratio - 0.8).abs() < 1e-12);
+        assert_eq!(s.errors.get("429/rejected-saturated"), Some(&1));
+        assert_eq!(s.errors.get("503"), Some(&1));
+        assert!((s.output_tokens_per_s - 100.0).abs() < 1e-9);
+        let t = table(&[
+            s.clone(),
+            Summary {
+                label: "b".into(),
+                ..s
+            },
+        ]);
+        assert!(t.contains("TTFT p50") && t.contains("errors 503") && t.contains("80.0%"));
+    }
+}

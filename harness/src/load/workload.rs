@@ -1,0 +1,208 @@
+//! The multi-turn chat workload: conversations with their own long system prompts and a
+//! history that grows every turn, plus the order in which turns are sent.
+//!
+//! All text is generated from the seed, so two runs with the same seed send the same bytes.
+//! Words are three letters and a space (4 bytes), so `N` tokens of text are `4N` bytes under
+//! the gateway's 4-bytes-per-token estimate.
+
+use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+/// Shape of the workload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    /// Model name sent in every request.
+    pub model: String,
+    /// Number of conversations (C).
+    pub conversations: u32,
+    /// Turns per conversation (T).
+    pub turns: u32,
+    /// Tokens of each conversation's own system prompt.
+    pub system_tokens: u32,
+    /// Tokens of a preamble shared by every conversation, before its own system prompt.
+    pub shared_prefix_tokens: u32,
+    /// Tokens of each user message.
+    pub user_tokens: u32,
+    /// `max_tokens` of each request.
+    pub max_tokens: u32,
+    /// Seed of all text and of the turn order.
+    pub seed: u64,
+}
+
+impl Default for Workload {
+    fn default() -> Self {
+        Self {
+            model: "sim-model".to_string(),
+            conversations: 64,
+            turns: 6,
+            system_tokens: 6800,
+            shared_prefix_tokens: 0,
+            user_tokens: 64,
+            max_tokens: 128,
+            seed: 1,
+        }
+    }
+}
+
+/// `tokens` × 4 bytes of lower-case pseudo-words, determined by `key`.
+pub fn filler(key: u64, tokens: u32) -> String {
+    let mut rng = SmallRng::seed_from_u64(key);
+    let mut s = String::with_capacity(tokens as usize * 4);
+    for _ in 0..tokens {
+        for _ in 0..3 {
+            s.push(char::from(b'a' + rng.gen_range(0..26u8)));
+        }
+        s.push(' ');
+    }
+    s
+}
+
+/// One conversation's history.
+#[derive(Debug, Clone)]
+pub struct Conversation {
+    /// Index in the workload.
+    pub index: u32,
+    /// Turns already completed or in flight.
+    pub turns_sent: u32,
+    /// Messages so far (system first), each already serialized as a JSON object, so a
+    /// request body is built by concatenation however long the history grows.
+    pub messages: Vec<String>,
+}
+
+impl Conversation {
+    /// Appends a message to the history.
+    pub fn push(&mut self, role: &str, content: &str) {
+        self.messages
+            .push(json!({"role": role, "content": content}).to_string());
+    }
+}
+
+impl Workload {
+    /// The conversations, each with its system prompt; `salt` varies the text between runs.
+    pub fn conversations(&self, salt: u64) -> Vec<Conversation> {
+        let shared = filler(
+            xxh3_64_with_seed(b"shared", self.seed ^ salt),
+            self.shared_prefix_tokens,
+        );
+        (0..self.conversations)
+            .map(|i| {
+                let key = xxh3_64_with_seed(&i.to_le_bytes(), self.seed ^ salt);
+                let system = format!("{shared}{}", filler(key, self.system_tokens));
+                let mut c = Conversation {
+                    index: i,
+                    turns_sent: 0,
+                    messages: Vec::new(),
+                };
+                c.push("system", &system);
+                c
+            })
+            .collect()
+    }
+
+    /// The user message of turn `turn` (0-based) of conversation `conv`.
+    pub fn user_message(&self, salt: u64, conv: u32, turn: u32) -> String {
+        let key = xxh3_64_with_seed(
+            &[conv.to_le_bytes(), turn.to_le_bytes()].concat(),
+            self.seed ^ salt ^ 0x5eed,
+        );
+        filler(key, self.user_tokens)
+    }
+
+    /// Send order: every conversation's first turn in order, then the later turns of all
+    /// conversations shuffled with the seed (each entry means "the next turn of conv i").
+    pub fn order(&self) -> Vec<u32> {
+        let mut first: Vec<u32> = (0..self.conversations).collect();
+        let mut later: Vec<u32> = (0..self.conversations)
+            .flat_map(|c| std::iter::repeat_n(c, self.turns.saturating_sub(1) as usize))
+            .collect();
+        let mut rng = SmallRng::seed_from_u64(self.seed);
+        later.shuffle(&mut rng);
+        first.append(&mut later);
+        if self.turns == 0 {
+            first.clear();
+        }
+        first
+    }
+
+    /// The JSON request body of the next turn of `conv` (the user message is appended to it).
+    pub fn next_body(&self, salt: u64, conv: &mut Conversation) -> String {
+        let user = self.user_message(salt, conv.index, conv.turns_sent);
+        conv.push("user", &user);
+        conv.turns_sent += 1;
+        let model = Value::String(self.model.clone());
+        let total: usize = conv.messages.iter().map(|m| m.len() + 1).sum();
+        let mut body = String::with_capacity(total + 160);
+        body.push_str("{\"model\":");
+        body.push_str(&model.to_string());
+        body.push_str(",\"messages\":[");
+        for (i, m) in conv.messages.iter().enumerate() {
+            if i > 0 {
+                body.push(',');
+            }
+            body.push_str(m);
+        }
+        body.push_str("],\"stream\":true,\"stream_options\":{\"include_usage\":true},");
+        body.push_str(&format!("\"max_tokens\":{}}}", self.max_tokens));
+        body
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn order_puts_first_turns_first_and_is_seeded() {
+        let w = Workload {
+            conversations: 5,
+            turns: 3,
+            ..Workload::default()
+        };
+        let o = w.order();
+        assert_eq!(o.len(), 15);
+        assert_eq!(&o[..5], &[0, 1, 2, 3, 4]);
+        for c in 0..5 {
+            assert_eq!(o[5..].iter().filter(|x| **x == c).count(), 2);
+        }
+        assert_eq!(o, w.order());
+        let other = Workload {
+            seed: 2,
+            ..w.clone()
+        }
+        .order();
+        assert_ne!(o, other);
+    }
+
+    #[test]
+    fn prompts_are_sized_and_distinct() {
+        let w = Workload {
+            conversations: 2,
+            system_tokens: 100,
+            ..Workload::default()
+        };
+        let convs = w.conversations(0);
+        let content = |m: &str| -> String {
+            let v: Value = serde_json::from_str(m).unwrap();
+            v["content"].as_str().unwrap().to_string()
+        };
+        let s0 = content(&convs[0].messages[0]);
+        assert_eq!(s0.len(), 400);
+        assert_ne!(s0, content(&convs[1].messages[0]));
+        assert_ne!(w.conversations(1)[0].messages, convs[0].messages);
+        let mut c = convs[0].clone();
+        let b: Value = serde_json::from_str(&w.next_body(0, &mut c)).unwrap();
+        assert_eq!(b["messages"].as_array().unwrap().len(), 2);
+        assert_eq!(b["messages"][0]["role"], "system");
+        assert_eq!(b["messages"][1]["content"].as_str().unwrap().len(), 256);
+        assert_eq!(b["stream_options"]["include_usage"], true);
+        assert_eq!(b["max_tokens"], 128);
+        assert_eq!(b["model"], "sim-model");
+        c.push("assistant", "ok");
+        let b: Value = serde_json::from_str(&w.next_body(0, &mut c)).unwrap();
+        assert_eq!(b["messages"].as_array().unwrap().len(), 4);
+    }
+}

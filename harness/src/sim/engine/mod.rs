@@ -1,0 +1,538 @@
+//! The engine model of one replica: a plain state machine with no sockets and no clock.
+//!
+//! It follows vLLM's v1 scheduler where it matters for routing:
+//! - **KV blocks** ([`BlockPool`]): capacity in blocks of `block_size` tokens; prompt blocks
+//!   are hashed (chained) and reusable by later requests with the same prefix; unreferenced
+//!   blocks are evicted least recently freed first.
+//! - **Continuous batching**: every step first advances the running sequences (one decode
+//!   token each, or the next prefill chunk), then admits waiting requests in FCFS order while
+//!   the step's token budget, `max_num_seqs` and free KV blocks allow. A request that does
+//!   not fit in KV blocks the queue behind it (head-of-line, as vLLM); one whose LoRA adapter
+//!   has no free slot is skipped. A running sequence that cannot get a block preempts the most
+//!   recently admitted one, which later recomputes (its cached blocks usually survive).
+//! - **Time**: a step lasts `prefill tokens ÷ prefill throughput` plus, if it decodes,
+//!   `decode_base + decode_per_seq × decoding sequences`, plus any adapter load delay. A
+//!   sequence whose computed tokens reach its length samples one token at the end of the step.
+//!
+//! The caller owns time: [`Engine::advance`] completes every step that ends by `now` and
+//! starts the next one back to back, so late wake-ups never change the simulated timeline.
+
+mod blocks;
+mod config;
+mod stats;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests;
+
+use std::collections::{HashMap, VecDeque};
+
+pub use blocks::{BlockHash, BlockId, BlockPool};
+pub use config::EngineConfig;
+pub use stats::{EngineCounters, EngineStats, Histogram, TTFT_BUCKETS_S};
+
+/// Simulated time in nanoseconds since the engine's epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct SimTime(pub u64);
+
+impl SimTime {
+    /// The time `secs` seconds after the epoch (negative and NaN clamp to 0).
+    pub fn from_secs_f64(secs: f64) -> Self {
+        Self((secs.max(0.0) * 1e9) as u64)
+    }
+
+    /// Seconds since the epoch.
+    pub fn as_secs_f64(self) -> f64 {
+        self.0 as f64 / 1e9
+    }
+
+    /// This time plus `secs` seconds (at least one nanosecond later).
+    pub fn plus_secs(self, secs: f64) -> Self {
+        let ns = (secs.max(0.0) * 1e9) as u64;
+        Self(self.0.saturating_add(ns.max(1)))
+    }
+}
+
+/// Caller-chosen identity of a request inside one engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestId(pub u64);
+
+/// What the engine needs to know about a request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineRequest {
+    /// Prompt length in tokens (at least 1).
+    pub prompt_tokens: u32,
+    /// Chained hashes of the prompt's full blocks, in order.
+    pub block_hashes: Vec<BlockHash>,
+    /// Tokens to generate (at least 1); the simulated model stops exactly there.
+    pub output_tokens: u32,
+    /// LoRA adapter, if the request targets one.
+    pub lora: Option<String>,
+}
+
+/// Why a request was refused at submission.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubmitError {
+    /// Prompt + completion exceed the model length (the whole KV cache at most).
+    TooLong {
+        /// The limit in tokens.
+        max_model_len: u32,
+        /// Prompt + completion tokens asked for.
+        requested: u64,
+    },
+    /// Zero prompt or zero output tokens.
+    Empty,
+    /// The id is already in use.
+    DuplicateId,
+    /// The request targets an adapter but the engine has no adapter slots.
+    NoLoraSlots,
+}
+
+/// Token accounting of a finished request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub prompt_tokens: u32,
+    /// Generated tokens.
+    pub completion_tokens: u32,
+    /// Prompt tokens served from the prefix cache at first admission.
+    pub cached_tokens: u32,
+}
+
+/// Something observable happened to a request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EngineEvent {
+    /// Token number `index` (0 = first) was sampled at `at`.
+    Token {
+        /// The request.
+        id: RequestId,
+        /// Position in the completion.
+        index: u32,
+        /// Prompt tokens found cached (known from the first token on).
+        cached_tokens: u32,
+        /// When.
+        at: SimTime,
+    },
+    /// The request generated its last token and released its blocks.
+    Finished {
+        /// The request.
+        id: RequestId,
+        /// Final usage.
+        usage: Usage,
+        /// When.
+        at: SimTime,
+    },
+}
+
+#[derive(Debug)]
+struct Seq {
+    req: EngineRequest,
+    arrival: SimTime,
+    blocks: Vec<BlockId>,
+    computed: u32,
+    generated: u32,
+    cached_tokens: Option<u32>,
+    hashed_blocks: usize,
+}
+
+impl Seq {
+    fn len(&self) -> u32 {
+        self.req.prompt_tokens + self.generated
+    }
+}
+
+#[derive(Debug)]
+struct Step {
+    end: SimTime,
+    work: Vec<(RequestId, u32)>,
+}
+
+/// One replica's scheduler, KV cache and counters.
+#[derive(Debug)]
+pub struct Engine {
+    cfg: EngineConfig,
+    pool: BlockPool,
+    seqs: HashMap<RequestId, Seq>,
+    waiting: VecDeque<RequestId>,
+    running: Vec<RequestId>,
+    step: Option<Step>,
+    /// Resident adapters, least recently used first.
+    loaded_loras: Vec<String>,
+    counters: EngineCounters,
+}
+
+impl Engine {
+    /// An idle engine with an empty cache.
+    pub fn new(cfg: EngineConfig) -> Self {
+        let pool = BlockPool::new(cfg.num_blocks());
+        Self {
+            cfg,
+            pool,
+            seqs: HashMap::new(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            step: None,
+            loaded_loras: Vec::new(),
+            counters: EngineCounters::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// Queues a request arriving at `now`. Call [`Engine::advance`] with the same `now`
+    /// first, so steps that ended before the arrival are not given the request.
+    pub fn submit(
+        &mut self,
+        now: SimTime,
+        id: RequestId,
+        req: EngineRequest,
+    ) -> Result<(), SubmitError> {
+        if req.prompt_tokens == 0 || req.output_tokens == 0 {
+            return Err(SubmitError::Empty);
+        }
+        let requested = u64::from(req.prompt_tokens) + u64::from(req.output_tokens);
+        let max_model_len = self.cfg.effective_max_model_len();
+        if requested > u64::from(max_model_len) {
+            return Err(SubmitError::TooLong {
+                max_model_len,
+                requested,
+            });
+        }
+        if req.lora.is_some() && self.cfg.max_loras == 0 {
+            return Err(SubmitError::NoLoraSlots);
+        }
+        if self.seqs.contains_key(&id) {
+            return Err(SubmitError::DuplicateId);
+        }
+        self.seqs.insert(
+            id,
+            Seq {
+                req,
+                arrival: now,
+                blocks: Vec::new(),
+                computed: 0,
+                generated: 0,
+                cached_tokens: None,
+                hashed_blocks: 0,
+            },
+        );
+        self.waiting.push_back(id);
+        if self.step.is_none() {
+            self.start_step(now);
+        }
+        Ok(())
+    }
+
+    /// Drops a request (client gone), releasing its blocks. Returns whether it was known.
+    pub fn cancel(&mut self, id: RequestId) -> bool {
+        let Some(mut seq) = self.seqs.remove(&id) else {
+            return false;
+        };
+        self.waiting.retain(|w| *w != id);
+        self.running.retain(|r| *r != id);
+        self.pool.release(&seq.blocks);
+        seq.blocks.clear();
+        self.counters.cancelled += 1;
+        true
+    }
+
+    /// When the step in progress ends, if any: the next time [`Engine::advance`] has work.
+    pub fn next_wakeup(&self) -> Option<SimTime> {
+        self.step.as_ref().map(|s| s.end)
+    }
+
+    /// Completes every step ending at or before `now` (appending events to `out`) and keeps
+    /// the engine busy while it has work.
+    pub fn advance(&mut self, now: SimTime, out: &mut Vec<EngineEvent>) {
+        loop {
+            match self.step.as_ref().map(|s| s.end) {
+                Some(end) if end <= now => {
+                    self.finish_step(out);
+                    self.start_step(end);
+                }
+                Some(_) => break,
+                None => {
+                    if !self.waiting.is_empty() || !self.running.is_empty() {
+                        self.start_step(now);
+                    }
+                    break;
+                }
+            }
+        }
+    }
+
+    /// A snapshot of queues, KV usage, adapters and counters.
+    pub fn stats(&self) -> EngineStats {
+        EngineStats {
+            waiting: self.waiting.len(),
+            running: self.running.len(),
+            kv_usage: self.pool.usage(),
+            num_blocks: self.pool.num_blocks(),
+            free_blocks: self.pool.num_free(),
+            cached_blocks: self.pool.num_cached(),
+            block_size: self.cfg.block_size,
+            max_loras: self.cfg.max_loras,
+            running_loras: self.loras_of(self.running.iter()),
+            waiting_loras: self.loras_of(self.waiting.iter()),
+            evictions: self.pool.evictions(),
+            counters: self.counters.clone(),
+        }
+    }
+
+    fn loras_of<'a>(&self, ids: impl Iterator<Item = &'a RequestId>) -> Vec<String> {
+        let mut v: Vec<String> = ids
+            .filter_map(|id| self.seqs.get(id).and_then(|s| s.req.lora.clone()))
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    fn blocks_for(&self, tokens: u32) -> usize {
+        tokens.div_ceil(self.cfg.block_size.max(1)) as usize
+    }
+
+    /// Builds the next step at time `at` from running and waiting requests.
+    fn start_step(&mut self, at: SimTime) {
+        let mut budget = self.cfg.max_num_batched_tokens.max(1);
+        let mut work = Vec::new();
+        let mut prefill_tokens: u64 = 0;
+        let mut decodes: u32 = 0;
+        let mut extra_ms = 0.0;
+        let mut preempted = false;
+
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let Some(&id) = self.running.get(i) else {
+                break;
+            };
+            let Some((need, is_decode, have, computed)) = self.seqs.get(&id).map(|s| {
+                (
+                    s.len() - s.computed,
+                    s.generated > 0 && s.len() - s.computed == 1,
+                    s.blocks.len(),
+                    s.computed,
+                )
+            }) else {
+                self.running.remove(i);
+                continue;
+            };
+            let n = need.min(budget);
+            let want = self.blocks_for(computed + n).saturating_sub(have);
+            let mut scheduled = false;
+            loop {
+                let want32 = u32::try_from(want).unwrap_or(u32::MAX);
+                if want == 0 {
+                    scheduled = true;
+                    break;
+                }
+                if let Some(fresh) = self.pool.allocate(want32) {
+                    if let Some(s) = self.seqs.get_mut(&id) {
+                        s.blocks.extend(fresh);
+                    }
+                    scheduled = true;
+                    break;
+                }
+                // Out of blocks: preempt the most recently admitted sequence.
+                let Some(victim) = self.running.pop() else {
+                    break;
+                };
+                self.preempt(victim);
+                preempted = true;
+                if victim == id {
+                    break;
+                }
+            }
+            if scheduled {
+                work.push((id, n));
+                budget -= n;
+                if is_decode {
+                    decodes += 1;
+                } else {
+                    prefill_tokens += u64::from(n);
+                }
+                i += 1;
+            }
+        }
+
+        if !preempted {
+            let mut idx = 0;
+            while budget > 0
+                && self.running.len() < self.cfg.max_num_seqs as usize
+                && idx < self.waiting.len()
+            {
+                let Some(&id) = self.waiting.get(idx) else {
+                    break;
+                };
+                match self.try_admit(id, budget) {
+                    Admit::Scheduled { tokens, lora_load } => {
+                        self.waiting.remove(idx);
+                        self.running.push(id);
+                        work.push((id, tokens));
+                        budget -= tokens;
+                        prefill_tokens += u64::from(tokens);
+                        if lora_load {
+                            extra_ms += self.cfg.lora_load_ms;
+                        }
+                    }
+                    Admit::SkipLora => idx += 1,
+                    Admit::NoBlocks => break,
+                }
+            }
+        }
+
+        if work.is_empty() {
+            self.step = None;
+            return;
+        }
+        let mut secs = prefill_tokens as f64 / self.cfg.prefill_tokens_per_s.max(1e-9);
+        if decodes > 0 {
+            secs += (self.cfg.decode_base_ms + self.cfg.decode_per_seq_ms * f64::from(decodes))
+                / 1000.0;
+        }
+        secs += extra_ms / 1000.0;
+        self.step = Some(Step {
+            end: at.plus_secs(secs),
+            work,
+        });
+    }
+
+    /// Tries to admit waiting request `id` with at most `budget` tokens this step.
+    fn try_admit(&mut self, id: RequestId, budget: u32) -> Admit {
+        let bs = self.cfg.block_size.max(1);
+        let Some(seq) = self.seqs.get(&id) else {
+            return Admit::NoBlocks;
+        };
+        let mut lora_load = false;
+        if let Some(lora) = &seq.req.lora {
+            let running = self.loras_of(self.running.iter());
+            if !running.contains(lora) && running.len() >= self.cfg.max_loras as usize {
+                return Admit::SkipLora;
+            }
+            lora_load = !self.loaded_loras.contains(lora);
+        }
+        let len = seq.len();
+        // The last token is always recomputed, so at most (len - 1) tokens can hit.
+        let max_hit_blocks = (((len - 1) / bs) as usize).min(seq.req.block_hashes.len());
+        let hit = if self.cfg.enable_prefix_caching {
+            self.pool
+                .lookup_prefix(seq.req.block_hashes.get(..max_hit_blocks).unwrap_or(&[]))
+        } else {
+            Vec::new()
+        };
+        let hit_tokens = u32::try_from(hit.len()).unwrap_or(u32::MAX) * bs;
+        let n = (len - hit_tokens).min(budget);
+        let new_blocks = self.blocks_for(hit_tokens + n).saturating_sub(hit.len());
+        let available = self.pool.num_free() - self.pool.count_free(&hit);
+        let new_blocks32 = u32::try_from(new_blocks).unwrap_or(u32::MAX);
+        if new_blocks32 > available {
+            return Admit::NoBlocks;
+        }
+        self.pool.touch(&hit);
+        let Some(fresh) = self.pool.allocate(new_blocks32) else {
+            self.pool.release(&hit);
+            return Admit::NoBlocks;
+        };
+        let lora = seq.req.lora.clone();
+        if let Some(seq) = self.seqs.get_mut(&id) {
+            seq.blocks = hit.iter().copied().chain(fresh).collect();
+            seq.computed = hit_tokens;
+            seq.hashed_blocks = hit.len();
+            if seq.cached_tokens.is_none() {
+                seq.cached_tokens = Some(hit_tokens);
+            }
+        }
+        self.counters.prefix_queries_tokens += u64::from(len);
+        self.counters.prefix_hits_tokens += u64::from(hit_tokens);
+        if let Some(lora) = lora {
+            self.loaded_loras.retain(|l| *l != lora);
+            self.loaded_loras.push(lora);
+            let running = self.loras_of(self.running.iter());
+            while self.loaded_loras.len() > self.cfg.max_loras as usize {
+                let Some(pos) = self.loaded_loras.iter().position(|l| !running.contains(l)) else {
+                    break;
+                };
+                self.loaded_loras.remove(pos);
+            }
+        }
+        Admit::Scheduled {
+            tokens: n,
+            lora_load,
+        }
+    }
+
+    /// Moves a running sequence back to the head of the queue, freeing its blocks.
+    fn preempt(&mut self, id: RequestId) {
+        if let Some(seq) = self.seqs.get_mut(&id) {
+            self.pool.release(&seq.blocks);
+            seq.blocks.clear();
+            seq.computed = 0;
+            seq.hashed_blocks = 0;
+            self.counters.preemptions += 1;
+            self.waiting.push_front(id);
+        }
+    }
+
+    /// Applies the step in progress: computed tokens, newly full prompt blocks, sampled tokens.
+    fn finish_step(&mut self, out: &mut Vec<EngineEvent>) {
+        let Some(step) = self.step.take() else { return };
+        let at = step.end;
+        let bs = self.cfg.block_size.max(1);
+        for (id, n) in step.work {
+            let Some(seq) = self.seqs.get_mut(&id) else {
+                continue;
+            };
+            seq.computed += n;
+            if self.cfg.enable_prefix_caching {
+                let full = ((seq.computed / bs) as usize).min(seq.req.block_hashes.len());
+                for b in seq.hashed_blocks..full {
+                    if let (Some(block), Some(hash)) =
+                        (seq.blocks.get(b), seq.req.block_hashes.get(b))
+                    {
+                        self.pool.register(*block, *hash);
+                    }
+                }
+                seq.hashed_blocks = seq.hashed_blocks.max(full);
+            }
+            if seq.computed < seq.len() {
+                continue;
+            }
+            let index = seq.generated;
+            seq.generated += 1;
+            self.counters.generation_tokens += 1;
+            let cached_tokens = seq.cached_tokens.unwrap_or(0);
+            if index == 0 {
+                let ttft = at.0.saturating_sub(seq.arrival.0) as f64 / 1e9;
+                self.counters.ttft.observe(ttft);
+            }
+            out.push(EngineEvent::Token {
+                id,
+                index,
+                cached_tokens,
+                at,
+            });
+            if seq.generated >= seq.req.output_tokens {
+                let usage = Usage {
+                    prompt_tokens: seq.req.prompt_tokens,
+                    completion_tokens: seq.generated,
+                    cached_tokens,
+                };
+                let blocks = std::mem::take(&mut seq.blocks);
+                self.pool.release(&blocks);
+                self.seqs.remove(&id);
+                self.running.retain(|r| *r != id);
+                self.counters.finished += 1;
+                self.counters.prompt_tokens += u64::from(usage.prompt_tokens);
+                out.push(EngineEvent::Finished { id, usage, at });
+            }
+        }
+    }
+}
+
+enum Admit {
+    Scheduled { tokens: u32, lora_load: bool },
+    SkipLora,
+    NoBlocks,
+}

@@ -1,0 +1,118 @@
+//! Prometheus text exposition of one replica, with vLLM's metric names (DESIGN §5).
+//!
+//! Counters are written as `prometheus_client` (and so vLLM) writes them: HELP and TYPE name
+//! the `_total` series, which parsers fold into the family without the suffix.
+
+use std::fmt::Write;
+
+use super::engine::{EngineStats, TTFT_BUCKETS_S};
+
+/// Renders the `/metrics` page. `lora_stamp` is the value of the `lora_requests_info` gauge
+/// (vLLM uses the wall-clock time of the update, so the newest series wins).
+pub fn render(stats: &EngineStats, model: &str, lora_stamp: f64) -> String {
+    let mut out = String::with_capacity(4096);
+    let labels = format!("engine=\"0\",model_name=\"{}\"", escape(model));
+    let mut gauge = |name: &str, help: &str, value: f64| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        let _ = writeln!(out, "{name}{{{labels}}} {value}");
+    };
+    gauge(
+        "vllm:num_requests_running",
+        "Number of requests in model execution batches.",
+        stats.running as f64,
+    );
+    gauge(
+        "vllm:num_requests_waiting",
+        "Number of requests waiting to be processed.",
+        stats.waiting as f64,
+    );
+    gauge(
+        "vllm:kv_cache_usage_perc",
+        "KV-cache usage. 1 means 100 percent usage.",
+        stats.kv_usage,
+    );
+    let _ = writeln!(
+        out,
+        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n\
+         # TYPE vllm:cache_config_info gauge\n\
+         vllm:cache_config_info{{block_size=\"{}\",cache_dtype=\"auto\",enable_prefix_caching=\"True\",engine=\"0\",num_gpu_blocks=\"{}\"}} 1.0",
+        stats.block_size, stats.num_blocks
+    );
+    let _ = writeln!(
+        out,
+        "# HELP vllm:lora_requests_info Running stats on lora requests.\n\
+         # TYPE vllm:lora_requests_info gauge\n\
+         vllm:lora_requests_info{{max_lora=\"{}\",running_lora_adapters=\"{}\",waiting_lora_adapters=\"{}\"}} {}",
+        stats.max_loras,
+        escape(&stats.running_loras.join(",")),
+        escape(&stats.waiting_loras.join(",")),
+        lora_stamp
+    );
+    let c = &stats.counters;
+    let counters: [(&str, &str, u64); 6] = [
+        (
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            c.prefix_queries_tokens,
+        ),
+        (
+            "vllm:prefix_cache_hits",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            c.prefix_hits_tokens,
+        ),
+        (
+            "vllm:prompt_tokens",
+            "Number of prefill tokens processed.",
+            c.prompt_tokens,
+        ),
+        (
+            "vllm:generation_tokens",
+            "Number of generation tokens processed.",
+            c.generation_tokens,
+        ),
+        (
+            "vllm:num_preemptions",
+            "Cumulative number of preemption from the engine.",
+            c.preemptions,
+        ),
+        (
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            c.finished,
+        ),
+    ];
+    for (name, help, value) in counters {
+        let _ = writeln!(
+            out,
+            "# HELP {name}_total {help}\n# TYPE {name}_total counter\n{name}_total{{{labels}}} {value}"
+        );
+    }
+    let name = "vllm:time_to_first_token_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Histogram of time to first token in seconds.\n# TYPE {name} histogram"
+    );
+    let mut cumulative = 0u64;
+    for (i, bound) in TTFT_BUCKETS_S.iter().enumerate() {
+        cumulative += c.ttft.counts.get(i).copied().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels},le=\"{bound:?}\"}} {cumulative}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{name}_bucket{{{labels},le=\"+Inf\"}} {}",
+        c.ttft.count
+    );
+    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", c.ttft.sum);
+    let _ = writeln!(out, "{name}_count{{{labels}}} {}", c.ttft.count);
+    out
+}
+
+/// Escapes a label value (backslash, quote, newline).
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}

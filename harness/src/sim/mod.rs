@@ -1,0 +1,152 @@
+//! A vLLM-faithful engine simulator: a pool of replicas on loopback, each speaking vLLM's
+//! OpenAI surface, with a KV cache, prefix caching, continuous batching, queueing and LoRA
+//! slots modelled closely enough that routing decisions matter as they do on GPUs.
+//!
+//! - [`engine`]: the pure engine model (no sockets, no clock), unit-tested step by step.
+//! - [`driver`]: runs one engine on tokio against a (scalable) wall clock.
+//! - [`server`]: the hyper HTTP surface of a replica; [`responses`] and [`metrics`] shape
+//!   its bodies; [`prompt`] turns request bodies into tokens and block hashes; [`text`]
+//!   makes the deterministic output.
+//!
+//! [`start`] runs a pool in-process and returns a [`SimHandle`]; the `infergate-sim`
+//! binary wraps it.
+
+pub mod config;
+pub mod driver;
+pub mod engine;
+pub mod metrics;
+pub mod prompt;
+pub mod responses;
+pub mod server;
+pub mod text;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use config::SimConfig;
+pub use driver::{EngineHandle, SimClock};
+pub use engine::{EngineConfig, EngineStats};
+pub use server::{REPLICA_ADDR_HEADER, REPLICA_HEADER};
+
+/// A running simulated pool.
+#[derive(Debug)]
+pub struct SimHandle {
+    addrs: Vec<SocketAddr>,
+    engines: Vec<EngineHandle>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl SimHandle {
+    /// The bound address of each replica, in replica order.
+    pub fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// `http://127.0.0.1:PORT` of each replica.
+    pub fn base_urls(&self) -> Vec<String> {
+        self.addrs.iter().map(|a| format!("http://{a}")).collect()
+    }
+
+    /// Current engine stats of replica `index`.
+    pub async fn stats(&self, index: usize) -> anyhow::Result<EngineStats> {
+        match self.engines.get(index) {
+            Some(e) => e.stats().await,
+            None => anyhow::bail!("no replica {index}"),
+        }
+    }
+
+    /// Stops accepting, closes every connection and waits for the listeners to end.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown.send(true);
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
+    }
+}
+
+impl Drop for SimHandle {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Binds every replica's listener and starts serving. Replica K listens on
+/// `cfg.port + K`, or on a free port when `cfg.port` is 0.
+pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
+    if cfg.replicas == 0 {
+        anyhow::bail!("at least one replica is needed");
+    }
+    if cfg.models.is_empty() {
+        anyhow::bail!("at least one served model name is needed");
+    }
+    let cfg = Arc::new(cfg);
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let clock = SimClock::new(cfg.time_scale);
+    let mut handle = SimHandle {
+        addrs: Vec::new(),
+        engines: Vec::new(),
+        shutdown,
+        tasks: Vec::new(),
+    };
+    for k in 0..cfg.replicas {
+        let port = if cfg.port == 0 {
+            0
+        } else {
+            u16::try_from(u32::from(cfg.port) + k)?
+        };
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await?;
+        let addr = listener.local_addr()?;
+        let engine = EngineHandle::spawn(cfg.engine.clone(), clock);
+        let replica = Arc::new(server::Replica::new(
+            k as usize,
+            addr,
+            engine.clone(),
+            cfg.clone(),
+        ));
+        handle.addrs.push(addr);
+        handle.engines.push(engine);
+        handle
+            .tasks
+            .push(tokio::spawn(serve(listener, replica, shutdown_rx.clone())));
+    }
+    Ok(handle)
+}
+
+async fn serve(
+    listener: TcpListener,
+    replica: Arc<server::Replica>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.changed() => break,
+        };
+        let Ok((stream, _)) = accepted else { continue };
+        let _ = stream.set_nodelay(true);
+        let replica = replica.clone();
+        let mut stop = shutdown.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| {
+                let replica = replica.clone();
+                async move { Ok::<_, std::convert::Infallible>(server::handle(replica, req).await) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc);
+            tokio::select! {
+                _ = conn => {}
+                _ = stop.changed() => {}
+            }
+        });
+    }
+}

@@ -1,0 +1,44 @@
+//! Implementation of `cargo xtask …`: building the artefacts (the Wasm module, the native
+//! dynamic module, the simulator) and running every test tier in the order a failure is
+//! cheapest to find: native unit and integration tests, the core compiled to wasm32 under
+//! the wasmtime runner, then the Python client tests against the simulator.
+
+mod artefacts;
+mod setup;
+mod test;
+
+use std::process::ExitCode;
+
+pub use artefacts::{workspace_root, Artefacts};
+
+const USAGE: &str = "usage: cargo xtask <command>
+
+commands:
+  setup   install what is missing: the wasm32-wasip1 target, Envoy 1.40.0 and the Python clients
+  build   build the release artefacts: the Wasm module, the native module, the simulator
+  test    run every test: native, wasm32, Python client tests, real-Envoy end-to-end";
+
+/// Entry point of the `xtask` binary.
+pub fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("setup") => setup::ensure(true),
+        Some("build") => setup::ensure(false).and_then(|_| artefacts::build_all().map(|_| ())),
+        Some("test") => test::run(&args[1..]),
+        Some("-h" | "--help" | "help") => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        _ => {
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! `infergate explain` end to end: the built binary on the shipped example files.
+
+// A test fails by panicking.
+#![allow(clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn testdata(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata")
+        .join(rel)
+}
+
+fn explain(config: &Path, state: &Path, request: &Path, extra: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_infergate"))
+        .arg("explain")
+        .arg("--config")
+        .arg(config)
+        .arg("--state")
+        .arg(state)
+        .arg("--request")
+        .arg(request)
+        .args(extra)
+        .output();
+    match out {
+        Ok(o) => o,
+        Err(e) => panic!("running infergate: {e}"),
+    }
+}
+
+fn decision(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "infergate failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    match serde_json::from_slice(&out.stdout) {
+        Ok(v) => v,
+        Err(e) => panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        ),
+    }
+}
+
+/// A scratch file unique to this test process.
+fn scratch(name: &str, text: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("infergate-explain-{}-{name}", std::process::id()));
+    if let Err(e) = std::fs::write(&p, text) {
+        panic!("writing {}: {e}", p.display());
+    }
+    p
+}
+
+fn shipped() -> (PathBuf, PathBuf, PathBuf) {
+    (
+        testdata("epp/default.yaml"),
+        testdata("explain/state.json"),
+        testdata("explain/request.json"),
+    )
+}
+
+#[test]
+fn shipped_example_is_picked_by_prefix_affinity() {
+    let (config, state, request) = shipped();
+    let d = decision(&explain(&config, &state, &request, &[]));
+    assert_eq!(d["picked"], "10.0.0.2:8000");
+    assert_eq!(d["fallbacks"], serde_json::json!(["10.0.0.1:8000"]));
+    let p = &d["profiles"][0];
+    // 10.0.0.3 is over the KV bound and dropped by the filter.
+    assert_eq!(p["filters"][0]["plugin"], "utilization-filter");
+    assert_eq!(
+        p["filters"][0]["dropped"],
+        serde_json::json!(["10.0.0.3:8000"])
+    );
+    // The earlier turn of the conversation was routed to 10.0.0.2: most of the prompt matches.
+    assert_eq!(d["candidates"][1]["address"], "10.0.0.2:8000");
+    let matched = d["candidates"][1]["prefix_matched_blocks"]
+        .as_u64()
+        .unwrap_or(0);
+    let full = d["request"]["full_blocks"].as_u64().unwrap_or(0);
+    assert!(
+        matched >= 8 && matched < full,
+        "matched {matched} of {full}"
+    );
+    let prefix = &p["scorers"][0];
+    assert_eq!(prefix["type"], "prefix-cache-scorer");
+    assert_eq!(prefix["scores"]["10.0.0.1:8000"]["raw"], 0.0);
+    let raw = prefix["scores"]["10.0.0.2:8000"]["raw"]
+        .as_f64()
+        .unwrap_or(0.0);
+    assert!((raw - matched as f64 / full as f64).abs() < 1e-12);
+    // The less loaded 10.0.0.1 wins every other scorer.
+    assert_eq!(p["scorers"][1]["scores"]["10.0.0.1:8000"]["raw"], 1.0);
+    assert_eq!(p["scorers"][1]["scores"]["10.0.0.2:8000"]["raw"], 0.0);
+    // Totals are the sums of the weighted scores.
+    for addr in ["10.0.0.1:8000", "10.0.0.2:8000"] {
+        let sum: f64 = (0..3)
+            .map(|s| {
+                p["scorers"][s]["scores"][addr]["weighted"]
+                    .as_f64()
+                    .unwrap_or(f64::NAN)
+            })
+            .sum();
+        let total = p["totals"][addr].as_f64().unwrap_or(f64::NAN);
+        assert!((sum - total).abs() < 1e-9, "{addr}: {sum} vs {total}");
+    }
+    assert!(p["totals"].get("10.0.0.3:8000").is_none());
+}
+
+#[test]
+fn without_prefix_scorer_the_idle_endpoint_wins() {
+    let (config, state, request) = shipped();
+    let text = match std::fs::read_to_string(&config) {
+        Ok(t) => t,
+        Err(e) => panic!("{e}"),
+    };
+    let no_prefix = text.replace(
+        "      - pluginRef: prefix-cache-scorer\n        weight: 3\n",
+        "",
+    );
+    assert_ne!(no_prefix, text, "the shipped config changed shape");
+    let config = scratch("no-prefix.yaml", &no_prefix);
+    let d = decision(&explain(&config, &state, &request, &[]));
+    assert_eq!(d["picked"], "10.0.0.1:8000");
+}
+
+#[test]
+fn json_config_and_history_and_session_are_honoured() {
+    let (_, _, request) = shipped();
+    let config = scratch(
+        "session.json",
+        r#"{"plugins": [{"type": "session-affinity-scorer"}, {"type": "queue-scorer"}],
+            "schedulingProfiles": [{"name": "s", "plugins": [{"pluginRef": "session-affinity-scorer", "weight": 5}, {"pluginRef": "queue-scorer"}]}]}"#,
+    );
+    let state = scratch(
+        "session-state.json",
+        r#"{"endpoints": [{"address": "a:1", "metrics": {"waiting": 0}}, {"address": "b:1", "metrics": {"waiting": 9}}],
+            "last_endpoint_for_session": "b:1"}"#,
+    );
+    let d = decision(&explain(&config, &state, &request, &[]));
+    assert_eq!(d["picked"], "b:1");
+    assert_eq!(d["profile"], "s");
+}
+
+#[test]
+fn every_plugin_reference_config_runs() {
+    let (_, state, request) = shipped();
+    let d = decision(&explain(
+        &testdata("epp/all-plugins.yaml"),
+        &state,
+        &request,
+        &["--seed", "7"],
+    ));
+    assert_eq!(d["picked"], "10.0.0.2:8000");
+    assert_eq!(d["profiles"][1]["name"], "spread");
+    assert_eq!(d["profiles"][0]["filters"][1]["outcome"]["note"], "sticky");
+}
+
+#[test]
+fn completions_path_is_parsed_as_completions() {
+    let (config, state, _) = shipped();
+    let request = scratch("completion.json", r#"{"model": "m", "prompt": "hello"}"#);
+    let d = decision(&explain(
+        &config,
+        &state,
+        &request,
+        &["--path", "/v1/completions"],
+    ));
+    assert_eq!(d["request"]["target_model"], "m");
+    assert_eq!(d["request"]["full_blocks"], 0);
+    // A non-string model is refused, naming the field.
+    let bad = scratch("bad-model.json", r#"{"model": 5, "prompt": "hello"}"#);
+    let out = explain(&config, &state, &bad, &["--path", "/v1/completions"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("model"));
+}
+
+#[test]
+fn errors_go_to_stderr_with_a_non_zero_exit() {
+    let (config, state, request) = shipped();
+    let bad_config = scratch(
+        "bad.json",
+        r#"{"plugins": [{"type": "prefix-cache-affinity-filter", "name": "aff", "parameters": {"threshold": 3}}]}"#,
+    );
+    let out = explain(&bad_config, &state, &request, &[]);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("aff") && err.contains("threshold"), "{err}");
+
+    let dangling = scratch(
+        "dangling.yaml",
+        "plugins:\n  - type: queue-scorer\nschedulingProfiles:\n  - name: p\n    plugins:\n      - pluginRef: nope\n",
+    );
+    let err =
+        String::from_utf8_lossy(&explain(&dangling, &state, &request, &[]).stderr).into_owned();
+    assert!(err.contains("nope") && err.contains("pluginRef"), "{err}");
+
+    let bad_request = scratch("bad-request.json", "{not json");
+    let out = explain(&config, &state, &bad_request, &[]);
+    assert!(!out.status.success());
+    assert!(!out.stderr.is_empty());
+
+    let missing = explain(
+        &config,
+        &testdata("explain/does-not-exist.json"),
+        &request,
+        &[],
+    );
+    assert!(!missing.status.success());
+}

@@ -1,0 +1,40 @@
+//! Builds the `testmod` fixture (once per test process) for the integration tests.
+#![allow(dead_code)] // each integration-test crate uses part of these helpers
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The cargo target directory this test binary lives in (`<target>/debug/deps/<exe>`).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    exe.ancestors()
+        .nth(3)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"))
+}
+
+/// Builds `testmod/` for wasm32-wasip1 (release) into its own target dir; returns the .wasm.
+pub fn testmod() -> &'static Path {
+    static WASM: OnceLock<PathBuf> = OnceLock::new();
+    WASM.get_or_init(|| {
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("testmod/Cargo.toml");
+        let target = target_dir().join("wasm-host-testmod");
+        let status = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "--quiet",
+                "--release",
+                "--target",
+                "wasm32-wasip1",
+                "--manifest-path",
+            ])
+            .arg(&manifest)
+            .arg("--target-dir")
+            .arg(&target)
+            .status()
+            .expect("running cargo to build testmod");
+        assert!(status.success(), "building testmod failed");
+        target.join("wasm32-wasip1/release/wasm_host_testmod.wasm")
+    })
+}

@@ -1,0 +1,229 @@
+//! The top-level body visitor: one pass over the JSON object, dispatching each field the
+//! gateway reads to its visitor and skipping everything else with `IgnoredAny`.
+
+use super::canonical;
+use super::content::{ContentSeed, MessagesSeed, SYSTEM};
+use super::prompt::PromptSeed;
+use super::scalar::{fail, wrong, KeySeed, ScalarSeed, Sink};
+use super::{Api, RequestError, GS, RS, US};
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+
+/// Scalar fields collected from the body.
+#[derive(Default)]
+pub(crate) struct Fields {
+    pub model: Option<String>,
+    pub max_tokens: Option<u64>,
+    pub max_completion_tokens: Option<u64>,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub cache_salt: Option<String>,
+}
+
+/// Output buffers: the prompt proper, and the sections that go before it whatever their
+/// position in the JSON (tools, then Anthropic `system`).
+pub(crate) struct Buffers<'a> {
+    pub prompt: &'a mut Vec<u8>,
+    pub tools: &'a mut Vec<u8>,
+    pub system: &'a mut Vec<u8>,
+    pub err: &'a mut Option<RequestError>,
+    pub fields: &'a mut Fields,
+}
+
+/// The body object for one API.
+pub(crate) struct BodySeed<'a> {
+    pub api: Api,
+    pub bufs: Buffers<'a>,
+}
+
+impl<'de> DeserializeSeed<'de> for BodySeed<'_> {
+    type Value = ();
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for BodySeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let api = self.api;
+        let b = self.bufs;
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            match &*key {
+                "model" => {
+                    let model = map.next_value_seed(ScalarSeed)?.into_str();
+                    match model {
+                        Ok(Some(m)) if !m.is_empty() => b.fields.model = Some(m.into_owned()),
+                        Ok(Some(_)) => return Err(fail(b.err, RequestError::MissingModel)),
+                        _ => return Err(wrong(b.err, "model", "string")),
+                    }
+                }
+                "messages" if api != Api::Completions => {
+                    // A repeated key replaces the earlier value, as in a JSON object.
+                    b.prompt.clear();
+                    map.next_value_seed(MessagesSeed {
+                        sink: Sink {
+                            out: b.prompt,
+                            err: b.err,
+                        },
+                    })?;
+                }
+                "prompt" if api == Api::Completions => {
+                    b.prompt.clear();
+                    map.next_value_seed(PromptSeed {
+                        sink: Sink {
+                            out: b.prompt,
+                            err: b.err,
+                        },
+                    })?;
+                }
+                "tools" if api != Api::Completions => {
+                    b.tools.clear();
+                    match map.next_value::<Value>()? {
+                        Value::Null => {}
+                        Value::Array(a) if a.is_empty() => {}
+                        tools @ Value::Array(_) => {
+                            b.tools.push(GS);
+                            b.tools.extend_from_slice(b"tools");
+                            b.tools.push(US);
+                            canonical::write_value(&tools, b.tools);
+                            b.tools.push(RS);
+                        }
+                        _ => return Err(wrong(b.err, "tools", "array")),
+                    }
+                }
+                "system" if api == Api::AnthropicMessages => {
+                    b.system.clear();
+                    let present = map.next_value_seed(ContentSeed {
+                        sink: Sink {
+                            out: b.system,
+                            err: b.err,
+                        },
+                        names: &SYSTEM,
+                    })?;
+                    if present {
+                        b.system.push(US);
+                        b.system.extend_from_slice(b"system");
+                        b.system.push(RS);
+                    }
+                }
+                "max_tokens" => {
+                    b.fields.max_tokens = map
+                        .next_value_seed(ScalarSeed)?
+                        .as_count()
+                        .map_err(|()| wrong(b.err, "max_tokens", "non-negative integer"))?;
+                }
+                "max_completion_tokens" => {
+                    b.fields.max_completion_tokens =
+                        map.next_value_seed(ScalarSeed)?.as_count().map_err(|()| {
+                            wrong(b.err, "max_completion_tokens", "non-negative integer")
+                        })?;
+                }
+                "stream" => {
+                    b.fields.stream = map
+                        .next_value_seed(ScalarSeed)?
+                        .as_bool()
+                        .map_err(|()| wrong(b.err, "stream", "boolean"))?
+                        .unwrap_or(false);
+                }
+                "stream_options" => {
+                    b.fields.include_usage =
+                        map.next_value_seed(StreamOptionsSeed { err: b.err })?;
+                }
+                "cache_salt" => {
+                    b.fields.cache_salt = map
+                        .next_value_seed(ScalarSeed)?
+                        .into_str()
+                        .map_err(|()| wrong(b.err, "cache_salt", "string"))?
+                        .map(|s| s.into_owned());
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<(), A::Error> {
+        Err(fail(self.bufs.err, RequestError::NotObject))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Err(fail(self.bufs.err, RequestError::NotObject))
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        Err(fail(self.bufs.err, RequestError::NotObject))
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        Err(fail(self.bufs.err, RequestError::NotObject))
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        Err(fail(self.bufs.err, RequestError::NotObject))
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        Err(fail(self.bufs.err, RequestError::NotObject))
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Err(fail(self.bufs.err, RequestError::NotObject))
+    }
+}
+
+/// `stream_options`: an object (or null) whose `include_usage` is read.
+struct StreamOptionsSeed<'a> {
+    err: &'a mut Option<RequestError>,
+}
+
+impl<'de> DeserializeSeed<'de> for StreamOptionsSeed<'_> {
+    type Value = bool;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for StreamOptionsSeed<'_> {
+    type Value = bool;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        let mut include_usage = false;
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            if key == "include_usage" {
+                include_usage = map
+                    .next_value_seed(ScalarSeed)?
+                    .as_bool()
+                    .map_err(|()| wrong(self.err, "stream_options.include_usage", "boolean"))?
+                    .unwrap_or(false);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(include_usage)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<bool, A::Error> {
+        Err(wrong(self.err, "stream_options", "object"))
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<bool, E> {
+        Err(wrong(self.err, "stream_options", "object"))
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<bool, E> {
+        Err(wrong(self.err, "stream_options", "object"))
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<bool, E> {
+        Err(wrong(self.err, "stream_options", "object"))
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<bool, E> {
+        Err(wrong(self.err, "stream_options", "object"))
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<bool, E> {
+        Err(wrong(self.err, "stream_options", "object"))
+    }
+}

@@ -1,0 +1,266 @@
+//! Compiling an [`EndpointPickerConfig`] into a [`Scheduler`]: plugin instances become enum
+//! values with checked parameters, profiles become ordered lists of steps. All validation
+//! happens here, once; the per-request path never re-reads the document.
+
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use serde_json::Value;
+
+use super::config::{ConfigError, EndpointPickerConfig, PluginRef, ProfileSpec};
+use super::filter::ALIVE;
+use super::plugins::{Filter, Picker, Plugin, PrefixSettings, Scorer};
+use crate::prefix::{PrefixConfig, PrefixIndex};
+
+/// Name of the profile synthesized when the config declares none.
+pub const DEFAULT_PROFILE: &str = "default";
+
+/// One step of a profile: the plugin instance's name and type, and the compiled plugin.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step<T> {
+    /// Instance name (as in the config).
+    pub name: String,
+    /// Plugin type.
+    pub plugin_type: String,
+    /// The compiled plugin.
+    pub plugin: T,
+}
+
+/// A scorer step with its weight.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScorerStep {
+    /// Instance name and type.
+    pub step: Step<Scorer>,
+    /// Weight in the profile's sum.
+    pub weight: f64,
+}
+
+/// A compiled scheduling profile.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Profile {
+    /// Profile name.
+    pub name: String,
+    /// Filters, in the order they run.
+    pub filters: Vec<Step<Filter>>,
+    /// Scorers with weights.
+    pub scorers: Vec<ScorerStep>,
+    /// The picker (`max-score-picker` when the profile names none).
+    pub picker: Step<Picker>,
+}
+
+/// A compiled `EndpointPickerConfig`: what the picker runs on every request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scheduler {
+    pub(crate) profiles: Vec<Profile>,
+    pub(crate) prefix: PrefixSettings,
+    pub(crate) needs_prefix: bool,
+    flow_control: Option<Value>,
+}
+
+impl Default for Scheduler {
+    /// One profile, `max-score-picker`, default prefix settings.
+    fn default() -> Self {
+        Scheduler {
+            profiles: alloc::vec![Profile {
+                name: DEFAULT_PROFILE.into(),
+                filters: Vec::new(),
+                scorers: Vec::new(),
+                picker: default_picker(),
+            }],
+            prefix: PrefixSettings::default(),
+            needs_prefix: false,
+            flow_control: None,
+        }
+    }
+}
+
+fn default_picker() -> Step<Picker> {
+    Step {
+        name: "max-score-picker".into(),
+        plugin_type: "max-score-picker".into(),
+        plugin: Picker::DEFAULT,
+    }
+}
+
+impl Scheduler {
+    /// Compiles a configuration document, naming the culprit of any error.
+    pub fn new(cfg: &EndpointPickerConfig) -> Result<Scheduler, ConfigError> {
+        let mut declared: Vec<(&str, &str, Plugin)> = Vec::with_capacity(cfg.plugins.len());
+        let mut prefix: Option<PrefixSettings> = None;
+        for spec in &cfg.plugins {
+            let name = spec.effective_name();
+            if declared.iter().any(|(n, _, _)| *n == name) {
+                return Err(ConfigError::DuplicatePluginName {
+                    plugin: name.into(),
+                });
+            }
+            let plugin = Plugin::compile(spec)?;
+            if let Plugin::PrefixProducer(s) = plugin {
+                if prefix.replace(s).is_some() {
+                    return Err(ConfigError::MultiplePrefixProducers {
+                        plugin: name.into(),
+                    });
+                }
+            }
+            declared.push((name, spec.plugin_type.as_str(), plugin));
+        }
+        let synthesized;
+        let specs: &[ProfileSpec] = if cfg.scheduling_profiles.is_empty() {
+            synthesized = [ProfileSpec {
+                name: DEFAULT_PROFILE.into(),
+                plugins: declared
+                    .iter()
+                    .map(|(n, _, _)| PluginRef {
+                        plugin_ref: n.to_string(),
+                        weight: None,
+                    })
+                    .collect(),
+            }];
+            &synthesized
+        } else {
+            &cfg.scheduling_profiles
+        };
+        let mut profiles: Vec<Profile> = Vec::with_capacity(specs.len());
+        for spec in specs {
+            if profiles.iter().any(|p| p.name == spec.name) {
+                return Err(ConfigError::DuplicateProfile {
+                    profile: spec.name.clone(),
+                });
+            }
+            profiles.push(compile_profile(spec, &declared)?);
+        }
+        let needs_prefix = profiles.iter().any(|p| {
+            p.scorers
+                .iter()
+                .any(|s| s.step.plugin == Scorer::PrefixCache)
+                || p.filters
+                    .iter()
+                    .any(|f| matches!(f.plugin, Filter::PrefixAffinity(_)))
+        });
+        Ok(Scheduler {
+            profiles,
+            prefix: prefix.unwrap_or_default(),
+            needs_prefix,
+            flow_control: cfg.flow_control.clone(),
+        })
+    }
+
+    /// Parses and compiles a JSON configuration.
+    pub fn from_json_str(text: &str) -> Result<Scheduler, ConfigError> {
+        Scheduler::new(&EndpointPickerConfig::from_json_str(text)?)
+    }
+
+    /// Compiles a configuration already parsed into a `serde_json::Value` (e.g. from YAML).
+    pub fn from_value(value: Value) -> Result<Scheduler, ConfigError> {
+        Scheduler::new(&EndpointPickerConfig::from_value(value)?)
+    }
+
+    /// The compiled profiles; the first is the primary one (its pick is the decision's).
+    pub fn profiles(&self) -> &[Profile] {
+        &self.profiles
+    }
+
+    /// Prefix index settings (`approx-prefix-cache-producer`, or defaults).
+    pub fn prefix_settings(&self) -> PrefixSettings {
+        self.prefix
+    }
+
+    /// The prefix index configuration hosts hash requests with.
+    pub fn prefix_config(&self) -> PrefixConfig {
+        self.prefix.config
+    }
+
+    /// An empty prefix index configured by `approx-prefix-cache-producer`. Hosts should
+    /// call [`PrefixIndex::set_capacity`] with [`Scheduler::lru_capacity_for`] per endpoint.
+    pub fn new_prefix_index(&self) -> PrefixIndex {
+        PrefixIndex::new(self.prefix.config)
+    }
+
+    /// Whether any profile reads the prefix index (so hosts may skip hashing otherwise).
+    pub fn uses_prefix_index(&self) -> bool {
+        self.needs_prefix
+    }
+
+    /// The `flowControl` section, verbatim.
+    pub fn flow_control(&self) -> Option<&Value> {
+        self.flow_control.as_ref()
+    }
+
+    /// The prefix-index LRU bound for an endpoint, in blocks: `lruCapacityPerServer` if
+    /// configured, else the endpoint's KV capacity converted to our block size when its
+    /// metrics expose it, else the default (31,250).
+    pub fn lru_capacity_for(&self, metrics: Option<&crate::metrics::EndpointMetrics>) -> u32 {
+        let s = self.prefix.config;
+        if self.prefix.lru_capacity_configured {
+            return s.lru_capacity_per_server;
+        }
+        match metrics.and_then(|m| m.cache) {
+            Some(c) if c.num_blocks > 0 && c.block_size > 0 => {
+                let tokens = c.num_blocks.saturating_mul(u64::from(c.block_size));
+                let blocks = (tokens / u64::from(s.block_size_tokens.max(1))).max(1);
+                u32::try_from(blocks).unwrap_or(u32::MAX)
+            }
+            _ => s.lru_capacity_per_server,
+        }
+    }
+}
+
+fn compile_profile(
+    spec: &ProfileSpec,
+    declared: &[(&str, &str, Plugin)],
+) -> Result<Profile, ConfigError> {
+    let mut filters = Vec::new();
+    let mut scorers = Vec::new();
+    let mut picker: Option<Step<Picker>> = None;
+    for r in &spec.plugins {
+        let Some((name, ty, plugin)) = declared.iter().find(|(n, _, _)| *n == r.plugin_ref) else {
+            return Err(ConfigError::DanglingPluginRef {
+                profile: spec.name.clone(),
+                plugin_ref: r.plugin_ref.clone(),
+            });
+        };
+        let weight = r.weight.unwrap_or(1.0);
+        if !weight.is_finite() || weight < 0.0 {
+            return Err(ConfigError::BadWeight {
+                profile: spec.name.clone(),
+                plugin_ref: r.plugin_ref.clone(),
+            });
+        }
+        fn step<T>(name: &str, ty: &str, plugin: T) -> Step<T> {
+            Step {
+                name: name.to_string(),
+                plugin_type: ty.to_string(),
+                plugin,
+            }
+        }
+        match plugin {
+            // Producers are pool-wide; listing them in a profile is allowed and inert.
+            Plugin::PrefixProducer(_) | Plugin::InflightProducer => {}
+            Plugin::Filter(f) => {
+                if filters.len() >= usize::from(ALIVE) {
+                    return Err(ConfigError::Syntax(alloc::format!(
+                        "scheduling profile `{}` has too many filters",
+                        spec.name
+                    )));
+                }
+                filters.push(step(name, ty, f.clone()));
+            }
+            Plugin::Scorer(s) => scorers.push(ScorerStep {
+                step: step(name, ty, *s),
+                weight,
+            }),
+            Plugin::Picker(p) => {
+                if picker.replace(step(name, ty, *p)).is_some() {
+                    return Err(ConfigError::MultiplePickers {
+                        profile: spec.name.clone(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(Profile {
+        name: spec.name.clone(),
+        filters,
+        scorers,
+        picker: picker.unwrap_or_else(default_picker),
+    })
+}

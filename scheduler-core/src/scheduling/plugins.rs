@@ -1,0 +1,330 @@
+//! The plugin catalogue: every plugin type of DESIGN §6 as a compiled enum variant, with
+//! its parameters parsed and range-checked once, at config time.
+//!
+//! | type | kind | parameters (default) | endpoint with unknown metrics |
+//! |---|---|---|---|
+//! | `approx-prefix-cache-producer` | producer | `blockSizeTokens` (64), `maxPrefixTokensToMatch` (131072), `lruCapacityPerServer` (31250, or the endpoint's KV capacity when known) | — |
+//! | `inflight-load-producer` | producer | none | — (the host's own counts) |
+//! | `utilization-filter` | filter | `conditions: [{metric, maxValue}]` (metric: `kv-cache-utilization` 0..1, `waiting-queue`, `running-requests`), `fallbackOnEmpty` (false) | kept (an unknown or NaN value never exceeds) |
+//! | `prefix-cache-affinity-filter` | filter | `threshold` (0.5), `maxTTFTPenaltyMs` (1000), `prefillTokensPerSecond` (10000), `queuedRequestMs` (250), `maxWaitingQueue` (16), `maxKVCacheUtilization` (0.95) | not overloaded; queue counts as 0 in the TTFT estimate |
+//! | `prefix-cache-scorer` | scorer | none | — (the index is the proxy's own) |
+//! | `queue-scorer`, `running-requests-scorer` | scorer | none | 0, and left out of the min/max |
+//! | `kv-cache-utilization-scorer` | scorer | none | 0 (also for NaN) |
+//! | `lora-affinity-scorer` | scorer | none | 0 unless the request is for the base model (1) |
+//! | `inflight-load-scorer`, `token-load-scorer`, `session-affinity-scorer` | scorer | none | — (no scraped metric used) |
+//! | `max-score-picker`, `weighted-random-picker`, `random-picker` | picker | `maxFallbacks` (3, at most 64) | — |
+//!
+//! Unknown parameter names are config errors (a typo must not silently become a default).
+
+use alloc::format;
+use alloc::vec::Vec;
+use serde_json::Value;
+
+use super::config::{ConfigError, PluginSpec};
+use super::params::{bad, number_in, Params};
+use crate::prefix::PrefixConfig;
+
+/// Every plugin type this build knows, in the order of the DESIGN §6 table.
+pub const PLUGIN_TYPES: &[&str] = &[
+    "approx-prefix-cache-producer",
+    "inflight-load-producer",
+    "utilization-filter",
+    "prefix-cache-affinity-filter",
+    "prefix-cache-scorer",
+    "queue-scorer",
+    "kv-cache-utilization-scorer",
+    "lora-affinity-scorer",
+    "running-requests-scorer",
+    "inflight-load-scorer",
+    "token-load-scorer",
+    "session-affinity-scorer",
+    "max-score-picker",
+    "weighted-random-picker",
+    "random-picker",
+];
+
+/// Settings of the approximate prefix index (`approx-prefix-cache-producer`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrefixSettings {
+    /// Block size, match limit and default LRU bound.
+    pub config: PrefixConfig,
+    /// Whether `lruCapacityPerServer` was configured; if not, an endpoint's KV capacity
+    /// (when its metrics expose it) takes precedence over the default.
+    pub lru_capacity_configured: bool,
+}
+
+/// The metric a utilization condition reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UtilizationMetric {
+    /// `kv-cache-utilization`, 0..=1.
+    KvCacheUtilization,
+    /// `waiting-queue`, queued requests.
+    WaitingQueue,
+    /// `running-requests`, running requests.
+    RunningRequests,
+}
+
+/// One `utilization-filter` condition: drop when `metric > max_value`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Condition {
+    /// What is compared.
+    pub metric: UtilizationMetric,
+    /// The largest value still accepted.
+    pub max_value: f64,
+}
+
+/// `utilization-filter` settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UtilizationFilter {
+    /// Any condition exceeded drops the endpoint.
+    pub conditions: Vec<Condition>,
+    /// Keep every candidate when all would be dropped.
+    pub fallback_on_empty: bool,
+}
+
+/// `prefix-cache-affinity-filter` settings (see [`super::filter`] for the TTFT estimate).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PrefixAffinityFilter {
+    /// Match ratio (matched ÷ full blocks) from which a candidate is sticky.
+    pub threshold: f64,
+    /// Affinity is broken when the sticky set's best estimated TTFT is worse than the best
+    /// other candidate's by more than this.
+    pub max_ttft_penalty_ms: f64,
+    /// Prefill speed assumed for uncached prompt tokens.
+    pub prefill_tokens_per_second: f64,
+    /// Time assumed per request already queued on the endpoint.
+    pub queued_request_ms: f64,
+    /// A sticky candidate with more queued requests than this is overloaded.
+    pub max_waiting_queue: u64,
+    /// A sticky candidate with a higher KV utilisation than this is overloaded.
+    pub max_kv_cache_utilization: f64,
+}
+
+/// A filter plugin.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Filter {
+    /// `utilization-filter`.
+    Utilization(UtilizationFilter),
+    /// `prefix-cache-affinity-filter`.
+    PrefixAffinity(PrefixAffinityFilter),
+}
+
+/// A scorer plugin (none take parameters).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scorer {
+    /// `prefix-cache-scorer`.
+    PrefixCache,
+    /// `queue-scorer`.
+    Queue,
+    /// `kv-cache-utilization-scorer`.
+    KvCacheUtilization,
+    /// `lora-affinity-scorer`.
+    LoraAffinity,
+    /// `running-requests-scorer`.
+    RunningRequests,
+    /// `inflight-load-scorer`.
+    InflightLoad,
+    /// `token-load-scorer`.
+    TokenLoad,
+    /// `session-affinity-scorer`.
+    SessionAffinity,
+}
+
+/// How a picker chooses among the totals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PickerKind {
+    /// `max-score-picker`: highest total, ties uniformly at random.
+    MaxScore,
+    /// `weighted-random-picker`: probability ∝ total.
+    WeightedRandom,
+    /// `random-picker`: uniform.
+    Random,
+}
+
+/// A picker plugin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Picker {
+    /// The choice rule.
+    pub kind: PickerKind,
+    /// How many further endpoints to rank after the pick (for fallback lists).
+    pub max_fallbacks: u32,
+}
+
+impl Picker {
+    /// `max-score-picker` with default parameters (the profile default).
+    pub const DEFAULT: Picker = Picker {
+        kind: PickerKind::MaxScore,
+        max_fallbacks: 3,
+    };
+}
+
+/// A compiled plugin instance.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Plugin {
+    /// `approx-prefix-cache-producer`.
+    PrefixProducer(PrefixSettings),
+    /// `inflight-load-producer` (the host tracks in-flight load; nothing to compute here).
+    InflightProducer,
+    /// A filter.
+    Filter(Filter),
+    /// A scorer.
+    Scorer(Scorer),
+    /// A picker.
+    Picker(Picker),
+}
+
+impl Plugin {
+    /// Compiles one declared plugin, checking its parameters.
+    pub fn compile(spec: &PluginSpec) -> Result<Plugin, ConfigError> {
+        let name = spec.effective_name();
+        let p = Params::new(name, spec.parameters.as_ref())?;
+        let scorer = |s: Scorer| -> Result<Plugin, ConfigError> {
+            p.only(&[])?;
+            Ok(Plugin::Scorer(s))
+        };
+        match spec.plugin_type.as_str() {
+            "approx-prefix-cache-producer" => prefix_producer(&p),
+            "inflight-load-producer" => {
+                p.only(&[])?;
+                Ok(Plugin::InflightProducer)
+            }
+            "utilization-filter" => utilization_filter(&p),
+            "prefix-cache-affinity-filter" => prefix_affinity_filter(&p),
+            "prefix-cache-scorer" => scorer(Scorer::PrefixCache),
+            "queue-scorer" => scorer(Scorer::Queue),
+            "kv-cache-utilization-scorer" => scorer(Scorer::KvCacheUtilization),
+            "lora-affinity-scorer" => scorer(Scorer::LoraAffinity),
+            "running-requests-scorer" => scorer(Scorer::RunningRequests),
+            "inflight-load-scorer" => scorer(Scorer::InflightLoad),
+            "token-load-scorer" => scorer(Scorer::TokenLoad),
+            "session-affinity-scorer" => scorer(Scorer::SessionAffinity),
+            "max-score-picker" => picker(&p, PickerKind::MaxScore),
+            "weighted-random-picker" => picker(&p, PickerKind::WeightedRandom),
+            "random-picker" => picker(&p, PickerKind::Random),
+            other => Err(ConfigError::UnknownPluginType {
+                plugin: name.into(),
+                plugin_type: other.into(),
+            }),
+        }
+    }
+}
+
+fn prefix_producer(p: &Params<'_>) -> Result<Plugin, ConfigError> {
+    p.only(&[
+        "blockSizeTokens",
+        "maxPrefixTokensToMatch",
+        "lruCapacityPerServer",
+    ])?;
+    let d = PrefixConfig::default();
+    let block = p.u64_in("blockSizeTokens", d.block_size_tokens.into(), 1, 1 << 20)?;
+    let cap = p.u64_in(
+        "lruCapacityPerServer",
+        d.lru_capacity_per_server.into(),
+        1,
+        u32::MAX.into(),
+    )?;
+    let config = PrefixConfig {
+        block_size_tokens: u32::try_from(block).unwrap_or(d.block_size_tokens),
+        max_prefix_tokens_to_match: p.u64_in(
+            "maxPrefixTokensToMatch",
+            d.max_prefix_tokens_to_match,
+            1,
+            u64::MAX,
+        )?,
+        lru_capacity_per_server: u32::try_from(cap).unwrap_or(u32::MAX),
+    };
+    Ok(Plugin::PrefixProducer(PrefixSettings {
+        config,
+        lru_capacity_configured: p.has("lruCapacityPerServer"),
+    }))
+}
+
+fn utilization_filter(p: &Params<'_>) -> Result<Plugin, ConfigError> {
+    p.only(&["conditions", "fallbackOnEmpty"])?;
+    let mut conditions = Vec::new();
+    for (i, c) in p.array("conditions")?.iter().enumerate() {
+        conditions.push(condition(p.plugin(), i, c)?);
+    }
+    Ok(Plugin::Filter(Filter::Utilization(UtilizationFilter {
+        conditions,
+        fallback_on_empty: p.bool("fallbackOnEmpty", false)?,
+    })))
+}
+
+fn condition(plugin: &str, i: usize, c: &Value) -> Result<Condition, ConfigError> {
+    let path = |k: &str| format!("conditions[{i}]{k}");
+    let Value::Object(m) = c else {
+        return Err(bad(
+            plugin,
+            &path(""),
+            "must be a map with `metric` and `maxValue`",
+        ));
+    };
+    if let Some(k) = m.keys().find(|k| *k != "metric" && *k != "maxValue") {
+        return Err(bad(
+            plugin,
+            &path(&format!(".{k}")),
+            "unknown field (known: metric, maxValue)",
+        ));
+    }
+    let metric = match m.get("metric").and_then(Value::as_str) {
+        Some("kv-cache-utilization") => UtilizationMetric::KvCacheUtilization,
+        Some("waiting-queue") => UtilizationMetric::WaitingQueue,
+        Some("running-requests") => UtilizationMetric::RunningRequests,
+        _ => {
+            return Err(bad(
+                plugin,
+                &path(".metric"),
+                "must be one of kv-cache-utilization, waiting-queue, running-requests",
+            ))
+        }
+    };
+    let Some(v) = m.get("maxValue") else {
+        return Err(bad(plugin, &path(".maxValue"), "is required"));
+    };
+    let max = if metric == UtilizationMetric::KvCacheUtilization {
+        1.0
+    } else {
+        f64::MAX
+    };
+    let max_value = number_in(plugin, &path(".maxValue"), v, 0.0, max)?;
+    Ok(Condition { metric, max_value })
+}
+
+fn prefix_affinity_filter(p: &Params<'_>) -> Result<Plugin, ConfigError> {
+    p.only(&[
+        "threshold",
+        "maxTTFTPenaltyMs",
+        "prefillTokensPerSecond",
+        "queuedRequestMs",
+        "maxWaitingQueue",
+        "maxKVCacheUtilization",
+    ])?;
+    let prefill = p.f64_in("prefillTokensPerSecond", 10_000.0, 0.0, f64::MAX)?;
+    if prefill <= 0.0 {
+        return Err(bad(
+            p.plugin(),
+            "prefillTokensPerSecond",
+            "must be greater than 0",
+        ));
+    }
+    Ok(Plugin::Filter(Filter::PrefixAffinity(
+        PrefixAffinityFilter {
+            threshold: p.f64_in("threshold", 0.5, 0.0, 1.0)?,
+            max_ttft_penalty_ms: p.f64_in("maxTTFTPenaltyMs", 1_000.0, 0.0, f64::MAX)?,
+            prefill_tokens_per_second: prefill,
+            queued_request_ms: p.f64_in("queuedRequestMs", 250.0, 0.0, f64::MAX)?,
+            max_waiting_queue: p.u64_in("maxWaitingQueue", 16, 0, u64::MAX)?,
+            max_kv_cache_utilization: p.f64_in("maxKVCacheUtilization", 0.95, 0.0, 1.0)?,
+        },
+    )))
+}
+
+fn picker(p: &Params<'_>, kind: PickerKind) -> Result<Plugin, ConfigError> {
+    p.only(&["maxFallbacks"])?;
+    let n = p.u64_in("maxFallbacks", Picker::DEFAULT.max_fallbacks.into(), 0, 64)?;
+    Ok(Plugin::Picker(Picker {
+        kind,
+        max_fallbacks: u32::try_from(n).unwrap_or(Picker::DEFAULT.max_fallbacks),
+    }))
+}

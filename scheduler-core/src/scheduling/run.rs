@@ -1,0 +1,168 @@
+//! The per-request path: [`Scheduler::schedule`], a pure function of the request view, the
+//! candidates, the prefix index, one random `u64` and `now`.
+//!
+//! Cost: one prefix-index lookup for the request (only if some profile reads it), then per
+//! profile O(filters × n + scorers × n + (1 + maxFallbacks) × n) with no allocation beyond
+//! the decision record itself.
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::compile::{Profile, Scheduler};
+use super::decision::{Decision, ProfileDecision};
+use super::filter::{self, ALIVE};
+use super::pick::{self, SplitMix64};
+use super::plugins::Filter;
+use super::score;
+use crate::metrics::EndpointMetrics;
+use crate::prefix::PrefixIndex;
+use crate::types::{BlockHash, InFlight, Millis, Tokens};
+
+/// What the scheduler needs to know about the request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestView<'a> {
+    /// The model the request targets (after any rewrite): an adapter or the base model.
+    pub target_model: &'a str,
+    /// The pool's base model (`x-gateway-base-model-name`).
+    pub base_model: &'a str,
+    /// The prompt's full-block hashes (see [`crate::prefix`]).
+    pub block_hashes: &'a [BlockHash],
+    /// Estimated prompt tokens.
+    pub prompt_tokens: Tokens,
+    /// The endpoint that last served this request's session, if the proxy knows it.
+    pub last_endpoint_for_session: Option<&'a str>,
+}
+
+/// One endpoint of the pool that may serve the request.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Candidate<'a> {
+    /// `ip:port`, as written to `x-gateway-destination-endpoint`.
+    pub address: &'a str,
+    /// Latest scraped metrics; `None` when unknown (never scraped, or stale).
+    pub metrics: Option<&'a EndpointMetrics>,
+    /// What this proxy has in flight to the endpoint.
+    pub inflight: InFlight,
+}
+
+/// "How many leading blocks of `hashes` does this endpoint hold?" — the one question the
+/// scheduler asks of the prefix index ([`PrefixIndex`] in production; fakes in tests).
+pub trait PrefixMatch {
+    /// Leading blocks of `hashes` recorded for `endpoint` (0 for an unknown endpoint).
+    fn matched_blocks(&self, endpoint: &str, hashes: &[BlockHash]) -> usize;
+}
+
+/// A prefix index that holds nothing (for configs without prefix plugins, and tests).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoPrefixIndex;
+
+impl PrefixMatch for NoPrefixIndex {
+    fn matched_blocks(&self, _endpoint: &str, _hashes: &[BlockHash]) -> usize {
+        0
+    }
+}
+
+impl PrefixMatch for PrefixIndex {
+    fn matched_blocks(&self, endpoint: &str, hashes: &[BlockHash]) -> usize {
+        self.match_endpoint(endpoint, hashes)
+    }
+}
+
+/// What filters and scorers read during one request.
+pub(crate) struct Ctx<'r, 'a> {
+    pub(crate) req: &'r RequestView<'a>,
+    pub(crate) cands: &'r [Candidate<'a>],
+    matched: &'r [usize],
+    /// The request's full blocks considered for matching (the prefix-score denominator).
+    pub(crate) full_blocks: usize,
+    pub(crate) block_size_tokens: u32,
+}
+
+impl Ctx<'_, '_> {
+    /// Leading blocks of the request held by candidate `c` (0 if unknown).
+    pub(crate) fn matched(&self, c: usize) -> usize {
+        self.matched.get(c).copied().unwrap_or(0)
+    }
+}
+
+impl Scheduler {
+    /// Schedules one request over `candidates`: every profile runs its filters, scorers
+    /// and picker; the first profile's pick is the decision's. `random` seeds every random
+    /// choice; `now` is the host's clock (no current plugin is time-dependent: staleness
+    /// is applied by the caller when it decides which metrics are known).
+    pub fn schedule<'a, P: PrefixMatch + ?Sized>(
+        &'a self,
+        request: &RequestView<'a>,
+        candidates: &'a [Candidate<'a>],
+        prefix: &P,
+        random: u64,
+        now: Millis,
+    ) -> Decision<'a> {
+        let _ = now;
+        let block = u64::from(self.prefix.config.block_size_tokens.max(1));
+        let max_blocks = usize::try_from(self.prefix.config.max_prefix_tokens_to_match / block)
+            .unwrap_or(usize::MAX);
+        let full_blocks = request.block_hashes.len().min(max_blocks);
+        let hashes = request.block_hashes.get(..full_blocks).unwrap_or(&[]);
+        let matched: Vec<usize> = if self.needs_prefix && full_blocks > 0 {
+            candidates
+                .iter()
+                .map(|c| prefix.matched_blocks(c.address, hashes).min(full_blocks))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let ctx = Ctx {
+            req: request,
+            cands: candidates,
+            matched: &matched,
+            full_blocks,
+            block_size_tokens: self.prefix.config.block_size_tokens,
+        };
+        let mut rng = SplitMix64::new(random);
+        let profiles = self
+            .profiles
+            .iter()
+            .map(|p| run_profile(p, &ctx, &mut rng))
+            .collect();
+        Decision::new(*request, candidates, full_blocks, matched, profiles)
+    }
+}
+
+fn run_profile<'a>(
+    profile: &'a Profile,
+    ctx: &Ctx<'_, '_>,
+    rng: &mut SplitMix64,
+) -> ProfileDecision<'a> {
+    let n = ctx.cands.len();
+    let mut dropped_by = vec![ALIVE; n];
+    let mut notes = Vec::with_capacity(profile.filters.len());
+    for (pos, step) in profile.filters.iter().enumerate() {
+        // compile() caps the filter count below ALIVE.
+        let pos = u16::try_from(pos).unwrap_or(ALIVE - 1);
+        notes.push(match &step.plugin {
+            Filter::Utilization(f) => filter::utilization(f, ctx, pos, &mut dropped_by),
+            Filter::PrefixAffinity(f) => filter::prefix_affinity(f, ctx, pos, &mut dropped_by),
+        });
+    }
+    let mut raw = vec![0.0; profile.scorers.len() * n];
+    let mut totals = vec![0.0; n];
+    if n > 0 {
+        for (s, out) in profile.scorers.iter().zip(raw.chunks_mut(n)) {
+            score::score(s.step.plugin, ctx, &dropped_by, out);
+            for ((t, r), d) in totals.iter_mut().zip(out.iter()).zip(&dropped_by) {
+                if *d == ALIVE {
+                    *t += s.weight * r;
+                }
+            }
+        }
+    }
+    let ranked = pick::pick(profile.picker.plugin, &totals, &dropped_by, rng);
+    ProfileDecision {
+        profile,
+        dropped_by,
+        notes,
+        raw,
+        totals,
+        ranked,
+    }
+}

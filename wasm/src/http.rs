@@ -1,0 +1,190 @@
+//! The HTTP contexts: thin wrappers that hand each proxy-wasm callback to a `filters/`
+//! state machine and turn its [`FilterStatus`] into an [`Action`].
+//!
+//! `Pause` from the request-headers callback needs the plugin's
+//! `allow_on_headers_stop_iteration: true` in Envoy (else the body never arrives); `Pause`
+//! from the body callback means "keep buffering". After a local reply the context returns
+//! `Pause` so nothing else runs for the request.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use infergate_filters::host::LocalReply;
+use infergate_filters::picker::{PickerRequest, PickerShared};
+use infergate_filters::reply::Reply;
+use infergate_filters::router::{Router, RouterRequest};
+use infergate_filters::FilterStatus;
+use proxy_wasm::traits::{Context, HttpContext};
+use proxy_wasm::types::{Action, LogLevel};
+
+use crate::host::{log, VmShared, WasmHost};
+
+/// The proxy-wasm action for a filter status.
+pub fn action(status: FilterStatus) -> Action {
+    match status {
+        FilterStatus::Continue => Action::Continue,
+        FilterStatus::Pause | FilterStatus::Replied => Action::Pause,
+    }
+}
+
+/// Fail the current request closed: 500 with an OpenAI error body.
+fn fail_closed(vm: &VmShared, why: &str) -> Action {
+    log(LogLevel::Error, why);
+    WasmHost::new(vm).send_local_reply(&Reply::internal("internal error in the gateway filter"));
+    Action::Pause
+}
+
+/// The body router for one request.
+pub struct RouterContext {
+    vm: Rc<VmShared>,
+    router: Rc<Router>,
+    req: RouterRequest,
+    body_len: usize,
+}
+
+impl RouterContext {
+    /// A context for a new request.
+    pub fn new(vm: Rc<VmShared>, router: Rc<Router>) -> Self {
+        RouterContext {
+            vm,
+            router,
+            req: RouterRequest::new(),
+            body_len: 0,
+        }
+    }
+}
+
+impl Context for RouterContext {}
+
+impl HttpContext for RouterContext {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        let mut host = WasmHost::new(&self.vm);
+        action(
+            self.req
+                .on_request_headers(&self.router, &mut host, end_of_stream),
+        )
+    }
+
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        self.body_len = body_size;
+        let mut host = WasmHost::new(&self.vm);
+        action(
+            self.req
+                .on_request_body(&self.router, &mut host, body_size, end_of_stream),
+        )
+    }
+
+    fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
+        let mut host = WasmHost::new(&self.vm);
+        action(
+            self.req
+                .on_request_body(&self.router, &mut host, self.body_len, true),
+        )
+    }
+}
+
+/// The picker for one request. Its in-flight lease goes back at `on_log` (the request
+/// completed or was reset) or, failing that, when the context is dropped.
+pub struct PickerContext {
+    vm: Rc<VmShared>,
+    shared: Rc<RefCell<PickerShared>>,
+    req: PickerRequest,
+    body_len: usize,
+}
+
+impl PickerContext {
+    /// A context for a new request.
+    pub fn new(vm: Rc<VmShared>, shared: Rc<RefCell<PickerShared>>) -> Self {
+        PickerContext {
+            vm,
+            shared,
+            req: PickerRequest::new(),
+            body_len: 0,
+        }
+    }
+
+    fn body(&mut self, end_of_stream: bool) -> Action {
+        let Ok(mut shared) = self.shared.try_borrow_mut() else {
+            return fail_closed(&self.vm, "picker state busy (re-entrant call)");
+        };
+        let mut host = WasmHost::new(&self.vm);
+        action(
+            self.req
+                .on_request_body(&mut shared, &mut host, self.body_len, end_of_stream),
+        )
+    }
+
+    fn end(&mut self) {
+        if !self.req.holds_lease() {
+            return;
+        }
+        match self.shared.try_borrow_mut() {
+            Ok(mut shared) => self.req.on_end(&mut shared),
+            Err(_) => log(
+                LogLevel::Error,
+                "picker state busy at request end: lease kept",
+            ),
+        }
+    }
+}
+
+impl Context for PickerContext {}
+
+impl HttpContext for PickerContext {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        let Ok(mut shared) = self.shared.try_borrow_mut() else {
+            return fail_closed(&self.vm, "picker state busy (re-entrant call)");
+        };
+        let mut host = WasmHost::new(&self.vm);
+        action(
+            self.req
+                .on_request_headers(&mut shared, &mut host, end_of_stream),
+        )
+    }
+
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        self.body_len = body_size;
+        self.body(end_of_stream)
+    }
+
+    fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
+        self.body(true)
+    }
+
+    fn on_log(&mut self) {
+        self.end();
+    }
+}
+
+impl Drop for PickerContext {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+/// A request on a module that has no usable configuration: fail closed with 500.
+pub struct FailClosedContext {
+    vm: Rc<VmShared>,
+}
+
+impl FailClosedContext {
+    /// A context that rejects its request.
+    pub fn new(vm: Rc<VmShared>) -> Self {
+        FailClosedContext { vm }
+    }
+}
+
+impl Context for FailClosedContext {}
+
+impl HttpContext for FailClosedContext {
+    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        fail_closed(&self.vm, "gateway filter has no valid configuration")
+    }
+}
+
+/// A request seen by a module configured as the scraper: not its business, pass through.
+pub struct PassThroughContext;
+
+impl Context for PassThroughContext {}
+
+impl HttpContext for PassThroughContext {}
