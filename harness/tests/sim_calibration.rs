@@ -4,8 +4,10 @@
 //! to the same replica must keep most of the prompt cached (> 80%) and cut the median TTFT by
 //! at least 10× against random assignment, whose hit ratio must stay near or below 1/4.
 //!
-//! Runs at `--time-scale` 4 by default (about 25 s); set `INFERGATE_CALIBRATION_SCALE` to
-//! change it. The real-time run is the ignored test `calibration_real_time`.
+//! Runs at `--time-scale` 2 by default (about 50 s): at higher scales the fixed per-request
+//! overhead of HTTP on a busy 2-core machine (a few ms of wall time) starts to weigh on the
+//! sticky TTFT, which is only ~28 ms simulated. Set `INFERGATE_CALIBRATION_SCALE` to change
+//! it. The real-time run is the ignored test `calibration_real_time`.
 
 #![allow(clippy::expect_used)]
 
@@ -79,12 +81,12 @@ async fn calibrate(time_scale: f64) {
     assert!(ratio >= 10.0, "TTFT p50 ratio {ratio:.2} < 10");
 }
 
-#[tokio::test(flavor = "current_thread")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calibration_at_time_scale() {
     let scale = std::env::var("INFERGATE_CALIBRATION_SCALE")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(4.0);
+        .unwrap_or(2.0);
     calibrate(scale).await;
 }
 

@@ -270,6 +270,7 @@ async fn full_kv_makes_requests_wait() {
         let base = base.clone();
         tasks.push(tokio::spawn(async move {
             client::chat(
+                &ConnPool::default(),
                 &base,
                 Bytes::from(body.to_string()),
                 None,
@@ -348,6 +349,7 @@ async fn time_scale_speeds_up_the_clock() {
     let body = json!({"model": "sim-model", "messages": [{"role": "user", "content": "q".repeat(63_980)}],
                       "max_tokens": 1, "stream": true});
     let rec = client::chat(
+        &ConnPool::default(),
         &b,
         Bytes::from(body.to_string()),
         None,

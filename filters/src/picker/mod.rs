@@ -16,6 +16,7 @@
 
 pub mod config;
 pub mod lease;
+mod pool;
 pub mod sessions;
 pub mod state;
 

@@ -16,14 +16,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use scheduler_core::prefix::{self, PrefixIndex};
-use scheduler_core::scheduling::{Candidate, RequestView, Scheduler};
+use scheduler_core::scheduling::{Candidate, RequestView};
 use scheduler_core::snapshot::SnapshotCache;
-use scheduler_core::types::{BlockHash, InFlight, Millis, Tokens};
+use scheduler_core::types::{InFlight, Millis, Tokens};
 
-use super::config::{FailureMode, PickerConfig, PickerConfigError, PoolConfig};
+use super::config::{FailureMode, PickerConfig, PickerConfigError};
 use super::lease::InFlightLease;
-use super::sessions::SessionTable;
+use super::pool::{block_hashes, PoolState};
 use crate::host::{SnapshotFetch, SnapshotSource, SnapshotVersion, Stats};
 use crate::stats::StatKey;
 
@@ -81,107 +80,6 @@ impl Rejection {
             Rejection::StaleMetrics => "stale_metrics",
         }
     }
-}
-
-/// Stat keys of one pool.
-#[derive(Clone, Debug)]
-struct PoolStats {
-    decisions: StatKey,
-    picks: Vec<StatKey>,
-    reject_no_endpoints: StatKey,
-    reject_stale: StatKey,
-    prefix_matched_blocks: StatKey,
-    prefix_total_blocks: StatKey,
-    degraded_picks: StatKey,
-}
-
-impl PoolStats {
-    fn new(pool: &str, endpoints: &[String]) -> Self {
-        let p = [("pool", pool)];
-        let reject = |reason| {
-            StatKey::new(
-                "infergate.picker.rejects",
-                &[("pool", pool), ("reason", reason)],
-            )
-        };
-        PoolStats {
-            decisions: StatKey::new("infergate.picker.decisions", &p),
-            picks: endpoints
-                .iter()
-                .map(|e| StatKey::new("infergate.picker.picks", &[("pool", pool), ("endpoint", e)]))
-                .collect(),
-            reject_no_endpoints: reject(Rejection::NoEndpoints.label()),
-            reject_stale: reject(Rejection::StaleMetrics.label()),
-            prefix_matched_blocks: StatKey::new("infergate.picker.prefix_matched_blocks", &p),
-            prefix_total_blocks: StatKey::new("infergate.picker.prefix_total_blocks", &p),
-            degraded_picks: StatKey::new("infergate.picker.fail_open_picks", &p),
-        }
-    }
-}
-
-/// One pool's state.
-#[derive(Debug)]
-struct PoolState {
-    name: String,
-    base_model: String,
-    endpoints: Vec<String>,
-    failure_mode: FailureMode,
-    stale_after_ms: u64,
-    max_consecutive_failures: u32,
-    session_header: Option<String>,
-    scheduler: Scheduler,
-    prefix: PrefixIndex,
-    inflight: Vec<InFlight>,
-    sessions: SessionTable,
-    /// Per endpoint: its record's index in the current snapshot.
-    sample_of: Vec<Option<usize>>,
-    /// Per endpoint: the prefix LRU capacity last applied.
-    capacity: Vec<Option<u32>>,
-    matched_blocks: u64,
-    total_blocks: u64,
-    stats: PoolStats,
-}
-
-impl PoolState {
-    fn new(cfg: &PoolConfig) -> Result<PoolState, PickerConfigError> {
-        let epp = cfg
-            .epp_config
-            .clone()
-            .unwrap_or_else(super::config::default_epp_config);
-        let scheduler = Scheduler::from_value(epp).map_err(|e| PickerConfigError::Scheduler {
-            pool: cfg.pool.clone(),
-            error: e.to_string(),
-        })?;
-        let prefix = scheduler.new_prefix_index();
-        let n = cfg.endpoints.len();
-        Ok(PoolState {
-            name: cfg.pool.clone(),
-            base_model: cfg.base_model.clone(),
-            endpoints: cfg.endpoints.clone(),
-            failure_mode: cfg.failure_mode,
-            stale_after_ms: cfg.stale_after_ms,
-            max_consecutive_failures: cfg.max_consecutive_failures,
-            session_header: cfg.session_header.as_ref().map(|h| h.to_ascii_lowercase()),
-            scheduler,
-            prefix,
-            inflight: vec![InFlight::default(); n],
-            sessions: SessionTable::new(cfg.max_sessions),
-            sample_of: vec![None; n],
-            capacity: vec![None; n],
-            matched_blocks: 0,
-            total_blocks: 0,
-            stats: PoolStats::new(&cfg.pool, &cfg.endpoints),
-        })
-    }
-}
-
-/// The request's chained block hashes (empty when no profile reads the prefix index).
-fn block_hashes(scheduler: &Scheduler, req: &PickRequest<'_>) -> Vec<BlockHash> {
-    if !scheduler.uses_prefix_index() {
-        return Vec::new();
-    }
-    let seed = prefix::seed(req.target_model, req.cache_salt);
-    prefix::block_hashes(seed, req.prompt, &scheduler.prefix_config())
 }
 
 /// The picker's shared state (see the module doc).
@@ -351,10 +249,9 @@ impl PickerShared {
             prompt_tokens: req.prompt_tokens,
             last_endpoint_for_session: session_endpoint,
         };
-        let decision =
-            state
-                .scheduler
-                .schedule(&view, &candidates, &state.prefix, random, now);
+        let decision = state
+            .scheduler
+            .schedule(&view, &candidates, &state.prefix, random, now);
         let outcome = decision.picked().and_then(|c| {
             let endpoint = index.get(c).copied()?;
             Some((endpoint, decision.prefix_matched(c), decision.full_blocks()))

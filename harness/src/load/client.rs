@@ -143,8 +143,11 @@ pub async fn chat(
         url: base.url.clone(),
         ..RequestRecord::default()
     };
-    let result =
-        tokio::time::timeout(timeout, exchange(base, body, api_key, start, &mut rec)).await;
+    let result = tokio::time::timeout(
+        timeout,
+        exchange(pool, base, body, api_key, start, &mut rec),
+    )
+    .await;
     match result {
         Ok(Ok(())) => {}
         Ok(Err(e)) => rec.error = Some(e.to_string()),

@@ -17,7 +17,7 @@ pub struct Summary {
     pub requests: u64,
     /// Requests answered 200 without error.
     pub ok: u64,
-    /// Failed requests by `status` or `status/reason`.
+    /// Failed requests by `status` or `status/reason` (`conn-error` when no response came).
     pub errors: BTreeMap<String, u64>,
     /// TTFT percentiles and mean over successful requests, seconds.
     pub ttft_p50_s: f64,
@@ -77,9 +77,13 @@ impl Summary {
                 ttft.extend(r.ttft_s);
                 e2e.push(r.e2e_s);
             } else {
+                let status = match r.status {
+                    0 => "conn-error".to_string(),
+                    s => s.to_string(),
+                };
                 let key = match &r.dropped_reason {
-                    Some(reason) => format!("{}/{reason}", r.status),
-                    None => r.status.to_string(),
+                    Some(reason) => format!("{status}/{reason}"),
+                    None => status,
                 };
                 *s.errors.entry(key).or_insert(0) += 1;
             }

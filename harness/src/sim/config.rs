@@ -54,3 +54,27 @@ impl SimConfig {
             .unwrap_or("sim-model")
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yaml_overrides_defaults_and_rejects_unknown_fields() {
+        let c: SimConfig = serde_yaml::from_str(
+            "replicas: 3\nmodels: [base]\nloras: [a, b]\nengine:\n  kv_capacity_tokens: 32000\n  max_loras: 2\n",
+        )
+        .unwrap();
+        assert_eq!(c.replicas, 3);
+        assert_eq!(c.base_model(), "base");
+        assert_eq!(c.loras, vec!["a", "b"]);
+        assert_eq!(c.engine.num_blocks(), 2000);
+        assert_eq!(c.engine.max_loras, 2);
+        assert_eq!(c.engine.block_size, 16, "unset fields keep their defaults");
+        assert_eq!(c.time_scale, 1.0);
+        assert!(serde_yaml::from_str::<SimConfig>("replica: 3\n").is_err());
+        let json: SimConfig = serde_yaml::from_str(r#"{"port": 9000}"#).unwrap();
+        assert_eq!(json.port, 9000);
+    }
+}

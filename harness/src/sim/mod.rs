@@ -4,8 +4,8 @@
 //!
 //! - [`engine`]: the pure engine model (no sockets, no clock), unit-tested step by step.
 //! - [`driver`]: runs one engine on tokio against a (scalable) wall clock.
-//! - [`server`]: the hyper HTTP surface of a replica; [`responses`] and [`metrics`] shape
-//!   its bodies; [`prompt`] turns request bodies into tokens and block hashes; [`text`]
+//! - [`server`]: the hyper HTTP surface of a replica; [`stream`], [`responses`] and
+//!   [`metrics`] shape its bodies; [`prompt`] turns request bodies into tokens and block hashes; [`text`]
 //!   makes the deterministic output.
 //!
 //! [`start`] runs a pool in-process and returns a [`SimHandle`]; the `infergate-sim`
@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod prompt;
 pub mod responses;
 pub mod server;
+pub mod stream;
 pub mod text;
 
 use std::net::{Ipv4Addr, SocketAddr};

@@ -10,7 +10,12 @@
 //! - [`decode`] is one pass, O(endpoints + bytes), with no work that depends on anything
 //!   else; it checks the body hash, bounds every count by the bytes left before
 //!   allocating, and returns a typed [`SnapshotError`] — it never panics, whatever the
-//!   input.
+//!   input. [`decode_into`] reuses a previous snapshot's buffers; [`SnapshotCache`] keeps
+//!   a spare for it, so re-decoding a stable pool allocates nothing.
+//!
+//! Measured (`cargo bench -p scheduler-core --bench snapshot`, 2 shared cores under load):
+//! unchanged-snapshot check ≈ 10 ns; re-decode into spare buffers ≈ 1.2 µs for 16
+//! endpoints, ≈ 6.6 µs for 100; fresh `decode` ≈ 3.3 µs / 22 µs (allocation-bound).
 //!
 //! Layout, version 1, all integers little-endian:
 //!
