@@ -13,14 +13,25 @@
 //! Requests this picker does not own pass through untouched: no base-model header, a base
 //! model no pool serves, or a non-inference path. A malformed body gets the router's 400
 //! (the picker does not trust the router to be in front of it).
+//!
+//! **Locking.** The shared state is reached through a [`PickerAccess`], entered only for
+//! the pick itself and to give a lease back. Everything slow happens outside: the pool's
+//! immutable [`PoolPlan`] is taken at headers time, the body is read, parsed and hashed
+//! into prefix blocks with it ([`PreparedPick`]), and headers, replies and stats are written
+//! after the state is released.
 
+pub mod access;
 pub mod config;
 pub mod lease;
+pub mod plan;
 mod pool;
+pub mod prepare;
 pub mod sessions;
 pub mod state;
 
-use scheduler_core::request::{self, Api};
+use std::sync::Arc;
+
+use scheduler_core::request::Api;
 
 use crate::headers::{BASE_MODEL, DESTINATION_ENDPOINT, LB_METADATA_NAMESPACE};
 use crate::host::{
@@ -30,9 +41,12 @@ use crate::host::{
 use crate::reply::{Reply, REJECTED_NO_ENDPOINTS};
 use crate::FilterStatus;
 
+pub use access::{PickerAccess, SharedPicker};
 pub use config::{FailureMode, PickerConfig, PickerConfigError, PoolConfig};
 pub use lease::InFlightLease;
-pub use state::{PickRequest, Picked, PickerShared, PoolId, Rejection};
+pub use plan::{PickerPlans, PoolPlan};
+pub use prepare::PreparedPick;
+pub use state::{PickRequest, Picked, PickerShared, PoolId, Rejection, SnapshotRefresh};
 
 /// Everything the picker's body callback needs from the host.
 pub trait PickerHost:
@@ -63,10 +77,10 @@ impl<T> PickerHost for T where
 }
 
 /// Where one request is in the picker.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 enum Stage {
     Start,
-    AwaitingBody { pool: PoolId, api: Api },
+    AwaitingBody { plan: Arc<PoolPlan>, api: Api },
     Done,
 }
 
@@ -105,84 +119,85 @@ impl PickerRequest {
     }
 
     /// Request headers arrived.
-    pub fn on_request_headers<H: PickerHost + ?Sized>(
+    pub fn on_request_headers<S: PickerAccess, H: PickerHost + ?Sized>(
         &mut self,
-        shared: &mut PickerShared,
+        mut shared: S,
         host: &mut H,
         end_of_stream: bool,
     ) -> FilterStatus {
-        if self.stage != Stage::Start {
+        if !matches!(self.stage, Stage::Start) {
             return FilterStatus::Continue;
         }
         // Only the picker may set the destination: drop whatever came in.
         host.remove_request_header(DESTINATION_ENDPOINT);
-        let pool = host
+        let plan = host
             .request_header(BASE_MODEL)
-            .and_then(|base| shared.pool_for_base_model(&base));
+            .and_then(|base| shared.pool_plan(&base));
         let api = host
             .request_header(":path")
             .and_then(|path| Api::from_path(&path));
-        let (Some(pool), Some(api)) = (pool, api) else {
+        let (Some(plan), Some(api)) = (plan, api) else {
             self.stage = Stage::Done;
             return FilterStatus::Continue;
         };
-        self.stage = Stage::AwaitingBody { pool, api };
+        self.stage = Stage::AwaitingBody {
+            plan: Arc::clone(&plan),
+            api,
+        };
         if end_of_stream {
-            return self.finish(shared, host, pool, api, &[]);
+            return self.finish(shared, host, &plan, api, &[]);
         }
         FilterStatus::Pause
     }
 
     /// Body data arrived (`buffered_len` bytes buffered in total). Adapters call this from
     /// the trailers callback too, with `end_of_stream = true`.
-    pub fn on_request_body<H: PickerHost + ?Sized>(
+    pub fn on_request_body<S: PickerAccess, H: PickerHost + ?Sized>(
         &mut self,
-        shared: &mut PickerShared,
+        shared: S,
         host: &mut H,
         buffered_len: usize,
         end_of_stream: bool,
     ) -> FilterStatus {
-        let Stage::AwaitingBody { pool, api } = self.stage else {
+        let Stage::AwaitingBody { plan, api } = &self.stage else {
             return FilterStatus::Continue;
         };
         if !end_of_stream {
             return FilterStatus::Pause;
         }
+        let (plan, api) = (Arc::clone(plan), *api);
         let body = host.request_body(0, buffered_len).unwrap_or_default();
-        self.finish(shared, host, pool, api, &body)
+        self.finish(shared, host, &plan, api, &body)
     }
 
-    fn finish<H: PickerHost + ?Sized>(
+    /// Prepare outside the state, pick inside it, write the outcome outside again.
+    fn finish<S: PickerAccess, H: PickerHost + ?Sized>(
         &mut self,
-        shared: &mut PickerShared,
+        mut shared: S,
         host: &mut H,
-        pool: PoolId,
+        plan: &PoolPlan,
         api: Api,
         body: &[u8],
     ) -> FilterStatus {
         self.stage = Stage::Done;
-        let parsed = match request::parse(api, body) {
-            Ok(parsed) => parsed,
+        let prepared = match PreparedPick::new(plan, api, body, host) {
+            Ok(prepared) => prepared,
             Err(e) => {
                 host.send_local_reply(&Reply::bad_request(&e.message(), e.param(), e.code()));
                 return FilterStatus::Replied;
             }
         };
-        let session = shared
-            .session_header(pool)
-            .and_then(|name| host.request_header(name));
-        let req = PickRequest {
-            target_model: &parsed.model,
-            prompt: &parsed.prompt,
-            cache_salt: parsed.cache_salt.as_deref(),
-            prompt_tokens: parsed.prompt_tokens,
-            max_output_tokens: parsed.max_output_tokens,
-            session: session.as_deref(),
-        };
-        shared.refresh_snapshot(host);
-        let now = host.now();
-        let random = host.random_u64();
-        match shared.pick(pool, &req, now, random, host) {
+        let req = prepared.request();
+        let (refresh, outcome) = shared.with_state(|state| {
+            let refresh = state.refresh_snapshot(&*host);
+            let outcome = state.pick(plan, &req, prepared.now, prepared.random);
+            (refresh, outcome)
+        });
+        if refresh == SnapshotRefresh::Undecodable {
+            plan.count_snapshot_error(host);
+        }
+        plan.count_decision(&outcome, host);
+        match outcome {
             Ok(picked) => {
                 host.set_request_header(DESTINATION_ENDPOINT, &picked.endpoint);
                 // Best effort: proxy-wasm cannot set dynamic metadata (the header and the
@@ -209,11 +224,12 @@ impl PickerRequest {
     }
 
     /// The request ended (completed, reset, or its context is being dropped). Gives the
-    /// in-flight lease back the first time; every later call does nothing.
-    pub fn on_end(&mut self, shared: &mut PickerShared) {
+    /// in-flight lease back the first time; every later call does nothing (and does not
+    /// enter the state).
+    pub fn on_end<S: PickerAccess>(&mut self, mut shared: S) {
         self.stage = Stage::Done;
         if let Some(lease) = self.lease.take() {
-            shared.release(lease);
+            shared.with_state(|state| state.release(lease));
         }
     }
 }

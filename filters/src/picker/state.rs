@@ -1,7 +1,9 @@
 //! The picker's shared state: one per Wasm VM or one per Envoy process (behind the
 //! adapter's lock). Per pool it holds the compiled scheduler, the prefix index, the
 //! in-flight load per endpoint and the session table; for all pools, the last decoded
-//! metric snapshot.
+//! metric snapshot. Its immutable part, the [`PickerPlans`], is handed out by `Arc` so the
+//! request path can do its slow work (body parse, prefix hashing, stats) before and after
+//! the lock: [`PickerShared::pick`] takes finished block hashes and reports no stats.
 //!
 //! Candidate rules (DESIGN §5, §10), per endpoint of the pool, at `now`:
 //! - *dead*: its last `maxConsecutiveFailures` scrapes failed → never a candidate;
@@ -15,16 +17,17 @@
 //! endpoints are ever candidates, so no request can be steered outside the pool.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use scheduler_core::scheduling::{Candidate, RequestView};
 use scheduler_core::snapshot::SnapshotCache;
-use scheduler_core::types::{InFlight, Millis, Tokens};
+use scheduler_core::types::{BlockHash, InFlight, Millis, Tokens};
 
 use super::config::{FailureMode, PickerConfig, PickerConfigError};
 use super::lease::InFlightLease;
-use super::pool::{block_hashes, PoolState};
-use crate::host::{SnapshotFetch, SnapshotSource, SnapshotVersion, Stats};
-use crate::stats::StatKey;
+use super::plan::{PickerPlans, PoolPlan};
+use super::pool::PoolState;
+use crate::host::{SnapshotFetch, SnapshotSource, SnapshotVersion};
 
 /// Distinguishes [`PickerShared`] instances so a lease is only taken back by its issuer.
 static NEXT_ISSUER: AtomicU64 = AtomicU64::new(1);
@@ -38,10 +41,9 @@ pub struct PoolId(pub usize);
 pub struct PickRequest<'a> {
     /// The `model` the client asked for (an adapter or the base model).
     pub target_model: &'a str,
-    /// The canonical prompt bytes (prefix hashing input).
-    pub prompt: &'a [u8],
-    /// vLLM `cache_salt`, part of the hash seed.
-    pub cache_salt: Option<&'a str>,
+    /// The prompt's chained block hashes ([`PoolPlan::block_hashes`], computed before the
+    /// state is locked).
+    pub block_hashes: &'a [BlockHash],
     /// Estimated prompt tokens.
     pub prompt_tokens: Tokens,
     /// Requested output cap, if any (added to the in-flight token estimate).
@@ -61,6 +63,19 @@ pub struct Picked {
     pub matched_blocks: usize,
     /// The prompt's full blocks considered.
     pub total_blocks: usize,
+    /// Picked among endpoints with unknown metrics (`FailOpen` with none fresh).
+    pub degraded: bool,
+}
+
+/// What [`PickerShared::refresh_snapshot`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotRefresh {
+    /// No snapshot published, or the same version as last time.
+    Unchanged,
+    /// A new version was decoded (or carried no new data).
+    Updated,
+    /// A new version did not decode; the previous snapshot stays in use.
+    Undecodable,
 }
 
 /// Why no endpoint was picked (both answered 503 `rejected-no-endpoints`).
@@ -86,10 +101,10 @@ impl Rejection {
 #[derive(Debug)]
 pub struct PickerShared {
     issuer: u64,
+    plans: Arc<PickerPlans>,
     pools: Vec<PoolState>,
     snapshot: SnapshotCache,
     version: Option<SnapshotVersion>,
-    snapshot_errors: StatKey,
 }
 
 impl PickerShared {
@@ -101,12 +116,22 @@ impl PickerShared {
             .iter()
             .map(PoolState::new)
             .collect::<Result<Vec<_>, _>>()?;
+        let issuer = NEXT_ISSUER.fetch_add(1, Ordering::Relaxed);
+        let plans = config
+            .pools
+            .iter()
+            .zip(&pools)
+            .enumerate()
+            .map(|(i, (cfg, state))| {
+                Arc::new(PoolPlan::new(issuer, PoolId(i), cfg, &state.scheduler))
+            })
+            .collect();
         Ok(PickerShared {
-            issuer: NEXT_ISSUER.fetch_add(1, Ordering::Relaxed),
+            issuer,
+            plans: Arc::new(PickerPlans { pools: plans }),
             pools,
             snapshot: SnapshotCache::default(),
             version: None,
-            snapshot_errors: StatKey::new("infergate.picker.snapshot_errors", &[]),
         })
     }
 
@@ -115,32 +140,41 @@ impl PickerShared {
         PickerShared::new(&PickerConfig::from_json(value)?)
     }
 
+    /// The immutable per-pool plans; they never change for this state, so callers may
+    /// keep them and read them without the state's lock.
+    pub fn plans(&self) -> Arc<PickerPlans> {
+        Arc::clone(&self.plans)
+    }
+
+    /// The plan of the pool serving `base_model`.
+    pub fn pool_plan(&self, base_model: &str) -> Option<Arc<PoolPlan>> {
+        self.plans.for_base_model(base_model)
+    }
+
     /// The pool serving `base_model`.
     pub fn pool_for_base_model(&self, base_model: &str) -> Option<PoolId> {
-        self.pools
-            .iter()
-            .position(|p| p.base_model == base_model)
-            .map(PoolId)
+        self.plans.for_base_model(base_model).map(|p| p.id())
     }
 
     /// The session header of `pool`, lower-case, if configured.
     pub fn session_header(&self, pool: PoolId) -> Option<&str> {
-        self.pools
-            .get(pool.0)
-            .and_then(|p| p.session_header.as_deref())
+        self.plans.get(pool).and_then(|p| p.session_header())
     }
 
     /// Read the newest snapshot from the host; decode it only if it changed.
-    pub fn refresh_snapshot<H: SnapshotSource + Stats + ?Sized>(&mut self, host: &mut H) {
+    pub fn refresh_snapshot<H: SnapshotSource + ?Sized>(&mut self, host: &H) -> SnapshotRefresh {
         let (version, bytes) = match host.snapshot_if_changed(self.version) {
-            SnapshotFetch::Missing | SnapshotFetch::Unchanged => return,
+            SnapshotFetch::Missing | SnapshotFetch::Unchanged => return SnapshotRefresh::Unchanged,
             SnapshotFetch::Changed { version, bytes } => (version, bytes),
         };
         self.version = Some(version);
         match self.snapshot.update(&bytes) {
-            Ok(true) => self.reindex(),
-            Ok(false) => {}
-            Err(_) => host.counter_add(&self.snapshot_errors, 1),
+            Ok(true) => {
+                self.reindex();
+                SnapshotRefresh::Updated
+            }
+            Ok(false) => SnapshotRefresh::Updated,
+            Err(_) => SnapshotRefresh::Undecodable,
         }
     }
 
@@ -167,22 +201,26 @@ impl PickerShared {
         }
     }
 
-    /// Pick an endpoint of `pool` for `req`; on success the endpoint's in-flight load
-    /// includes the request until the returned lease is released.
-    pub fn pick<S: Stats + ?Sized>(
+    /// Pick an endpoint of `plan`'s pool for `req`; on success the endpoint's in-flight
+    /// load includes the request until the returned lease is released. The caller reports
+    /// the outcome with [`PoolPlan::count_decision`] (after unlocking). A plan of another
+    /// state is refused as `NoEndpoints`.
+    pub fn pick(
         &mut self,
-        pool: PoolId,
+        plan: &PoolPlan,
         req: &PickRequest<'_>,
         now: Millis,
         random: u64,
-        stats: &mut S,
     ) -> Result<Picked, Rejection> {
         let issuer = self.issuer;
+        if plan.issuer != issuer {
+            return Err(Rejection::NoEndpoints);
+        }
+        let pool = plan.id;
         let samples = &self.snapshot.snapshot().endpoints;
         let Some(state) = self.pools.get_mut(pool.0) else {
             return Err(Rejection::NoEndpoints);
         };
-        stats.counter_add(&state.stats.decisions, 1);
 
         // Classify endpoints: fresh (with metrics), live-unknown, dead.
         let mut fresh: Vec<Candidate<'_>> = Vec::with_capacity(state.endpoints.len());
@@ -227,16 +265,14 @@ impl PickerShared {
         let (candidates, index) = if !degraded {
             (fresh, fresh_idx)
         } else if unknown.is_empty() {
-            stats.counter_add(&state.stats.reject_no_endpoints, 1);
             return Err(Rejection::NoEndpoints);
         } else if state.failure_mode == FailureMode::FailClose {
-            stats.counter_add(&state.stats.reject_stale, 1);
             return Err(Rejection::StaleMetrics);
         } else {
             (unknown, unknown_idx)
         };
 
-        let hashes = block_hashes(&state.scheduler, req);
+        let hashes = req.block_hashes;
         let session_endpoint = req
             .session
             .and_then(|s| state.sessions.get(s))
@@ -244,8 +280,8 @@ impl PickerShared {
             .map(String::as_str);
         let view = RequestView {
             target_model: req.target_model,
-            base_model: &state.base_model,
-            block_hashes: &hashes,
+            base_model: &plan.base_model,
+            block_hashes: hashes,
             prompt_tokens: req.prompt_tokens,
             last_endpoint_for_session: session_endpoint,
         };
@@ -259,17 +295,15 @@ impl PickerShared {
         drop(decision);
         drop(candidates);
         let Some((endpoint, matched, total)) = outcome else {
-            stats.counter_add(&state.stats.reject_no_endpoints, 1);
             return Err(Rejection::NoEndpoints);
         };
         let Some(address) = state.endpoints.get(endpoint).cloned() else {
-            stats.counter_add(&state.stats.reject_no_endpoints, 1);
             return Err(Rejection::NoEndpoints);
         };
 
         // Record: prefix blocks, in-flight load, session.
         if !hashes.is_empty() {
-            state.prefix.record(&address, &hashes);
+            state.prefix.record(&address, hashes);
         }
         let tokens = Tokens(
             req.prompt_tokens
@@ -285,14 +319,6 @@ impl PickerShared {
         }
         state.matched_blocks = state.matched_blocks.saturating_add(matched as u64);
         state.total_blocks = state.total_blocks.saturating_add(total as u64);
-        if let Some(key) = state.stats.picks.get(endpoint) {
-            stats.counter_add(key, 1);
-        }
-        if degraded {
-            stats.counter_add(&state.stats.degraded_picks, 1);
-        }
-        stats.counter_add(&state.stats.prefix_matched_blocks, matched as u64);
-        stats.counter_add(&state.stats.prefix_total_blocks, total as u64);
         Ok(Picked {
             endpoint: address,
             lease: InFlightLease {
@@ -303,6 +329,7 @@ impl PickerShared {
             },
             matched_blocks: matched,
             total_blocks: total,
+            degraded,
         })
     }
 
@@ -342,7 +369,7 @@ impl PickerShared {
 
     /// The pool's name.
     pub fn pool_name(&self, pool: PoolId) -> Option<&str> {
-        self.pools.get(pool.0).map(|p| p.name.as_str())
+        self.plans.get(pool).map(|p| p.name())
     }
 
     /// Sessions remembered by `pool`.

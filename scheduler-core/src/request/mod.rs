@@ -64,6 +64,7 @@ mod body;
 mod canonical;
 mod content;
 mod error;
+mod part;
 mod prompt;
 mod scalar;
 #[cfg(test)]

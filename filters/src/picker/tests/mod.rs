@@ -87,7 +87,7 @@ pub(super) fn drive(
     host: &mut FakeHost,
     req: &mut PickerRequest,
 ) -> FilterStatus {
-    let first = req.on_request_headers(shared, host, false);
+    let first = req.on_request_headers(&mut *shared, host, false);
     if first != FilterStatus::Pause {
         return first;
     }

@@ -1,0 +1,167 @@
+//! The immutable half of the picker: per pool, what a request needs *before* it touches the
+//! shared state — the pool's identity, its session header, how to hash a prompt into prefix
+//! blocks — and the stat keys it reports under.
+//!
+//! A [`PoolPlan`] is built once with its [`super::PickerShared`] and never changes, so it is
+//! shared by `Arc`: the request takes one at headers time and then parses its body, hashes
+//! its prompt and emits its stats without holding the state's lock. Only the pick itself
+//! (snapshot refresh, schedule, prefix record, in-flight lease) needs the mutable state.
+
+use std::sync::Arc;
+
+use scheduler_core::prefix::{self, PrefixConfig};
+use scheduler_core::scheduling::Scheduler;
+use scheduler_core::types::BlockHash;
+
+use super::config::PoolConfig;
+use super::state::{Picked, PoolId, Rejection};
+use crate::host::Stats;
+use crate::stats::StatKey;
+
+/// Stat keys of one pool.
+#[derive(Clone, Debug)]
+struct PoolStats {
+    decisions: StatKey,
+    picks: Vec<StatKey>,
+    reject_no_endpoints: StatKey,
+    reject_stale: StatKey,
+    prefix_matched_blocks: StatKey,
+    prefix_total_blocks: StatKey,
+    degraded_picks: StatKey,
+    snapshot_errors: StatKey,
+}
+
+impl PoolStats {
+    fn new(pool: &str, endpoints: &[String]) -> Self {
+        let p = [("pool", pool)];
+        let reject = |reason| {
+            StatKey::new(
+                "infergate.picker.rejects",
+                &[("pool", pool), ("reason", reason)],
+            )
+        };
+        PoolStats {
+            decisions: StatKey::new("infergate.picker.decisions", &p),
+            picks: endpoints
+                .iter()
+                .map(|e| StatKey::new("infergate.picker.picks", &[("pool", pool), ("endpoint", e)]))
+                .collect(),
+            reject_no_endpoints: reject(Rejection::NoEndpoints.label()),
+            reject_stale: reject(Rejection::StaleMetrics.label()),
+            prefix_matched_blocks: StatKey::new("infergate.picker.prefix_matched_blocks", &p),
+            prefix_total_blocks: StatKey::new("infergate.picker.prefix_total_blocks", &p),
+            degraded_picks: StatKey::new("infergate.picker.fail_open_picks", &p),
+            snapshot_errors: StatKey::new("infergate.picker.snapshot_errors", &[]),
+        }
+    }
+}
+
+/// One pool's immutable settings (see the module doc).
+#[derive(Debug)]
+pub struct PoolPlan {
+    /// The [`super::PickerShared`] this plan belongs to.
+    pub(super) issuer: u64,
+    pub(super) id: PoolId,
+    pub(super) name: String,
+    pub(super) base_model: String,
+    session_header: Option<String>,
+    /// How prompts are cut into blocks; `None` when no profile reads the prefix index.
+    hashing: Option<PrefixConfig>,
+    stats: PoolStats,
+}
+
+impl PoolPlan {
+    pub(super) fn new(issuer: u64, id: PoolId, cfg: &PoolConfig, scheduler: &Scheduler) -> Self {
+        PoolPlan {
+            issuer,
+            id,
+            name: cfg.pool.clone(),
+            base_model: cfg.base_model.clone(),
+            session_header: cfg.session_header.as_ref().map(|h| h.to_ascii_lowercase()),
+            hashing: scheduler
+                .uses_prefix_index()
+                .then(|| scheduler.prefix_config()),
+            stats: PoolStats::new(&cfg.pool, &cfg.endpoints),
+        }
+    }
+
+    /// The pool's index in its state.
+    pub fn id(&self) -> PoolId {
+        self.id
+    }
+
+    /// The pool's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The session header, lower-case, if configured.
+    pub fn session_header(&self) -> Option<&str> {
+        self.session_header.as_deref()
+    }
+
+    /// The request's chained block hashes (empty when no profile reads the prefix index).
+    /// Pure: the seed comes from the target model and `cache_salt`, the block size from the
+    /// pool's `approx-prefix-cache-producer`.
+    pub fn block_hashes(
+        &self,
+        target_model: &str,
+        cache_salt: Option<&str>,
+        prompt: &[u8],
+    ) -> Vec<BlockHash> {
+        let Some(cfg) = self.hashing else {
+            return Vec::new();
+        };
+        prefix::block_hashes(prefix::seed(target_model, cache_salt), prompt, &cfg)
+    }
+
+    /// Emit the stats of one decision of this pool.
+    pub fn count_decision<S: Stats + ?Sized>(
+        &self,
+        outcome: &Result<Picked, Rejection>,
+        stats: &mut S,
+    ) {
+        let s = &self.stats;
+        stats.counter_add(&s.decisions, 1);
+        match outcome {
+            Ok(picked) => {
+                if let Some(key) = s.picks.get(picked.lease.endpoint_index()) {
+                    stats.counter_add(key, 1);
+                }
+                if picked.degraded {
+                    stats.counter_add(&s.degraded_picks, 1);
+                }
+                stats.counter_add(&s.prefix_matched_blocks, picked.matched_blocks as u64);
+                stats.counter_add(&s.prefix_total_blocks, picked.total_blocks as u64);
+            }
+            Err(Rejection::NoEndpoints) => stats.counter_add(&s.reject_no_endpoints, 1),
+            Err(Rejection::StaleMetrics) => stats.counter_add(&s.reject_stale, 1),
+        }
+    }
+
+    /// Count a published snapshot that did not decode.
+    pub fn count_snapshot_error<S: Stats + ?Sized>(&self, stats: &mut S) {
+        stats.counter_add(&self.stats.snapshot_errors, 1);
+    }
+}
+
+/// Every pool's plan, in pool order.
+#[derive(Debug, Default)]
+pub struct PickerPlans {
+    pub(super) pools: Vec<Arc<PoolPlan>>,
+}
+
+impl PickerPlans {
+    /// The plan of the pool serving `base_model`.
+    pub fn for_base_model(&self, base_model: &str) -> Option<Arc<PoolPlan>> {
+        self.pools
+            .iter()
+            .find(|p| p.base_model == base_model)
+            .map(Arc::clone)
+    }
+
+    /// The plan of pool `id`.
+    pub fn get(&self, id: PoolId) -> Option<&Arc<PoolPlan>> {
+        self.pools.get(id.0)
+    }
+}
