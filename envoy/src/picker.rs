@@ -5,10 +5,13 @@
 //! sessions, decoded snapshot) lives in a process-wide registry keyed by the config text, so
 //! every worker thread, and every filter config built from the same JSON (an LDS reload, the
 //! same filter on two listeners), shares one instance: turn 2 of a conversation finds turn 1's
-//! prefix whichever worker served it. It sits behind one `Mutex`: a pick needs a consistent
-//! view of the index and the loads of every endpoint of the pool (splitting it per endpoint
-//! would let two workers pick the same "least loaded" endpoint at once), and each critical
-//! section is one decision, microseconds. Requests hold no lock between hooks.
+//! prefix whichever worker served it. It sits behind one `Mutex` ([`SharedPicker`]): a pick
+//! needs a consistent view of the index and the loads of every endpoint of the pool
+//! (splitting it per endpoint would let two workers pick the same "least loaded" endpoint at
+//! once). The critical section is the decision alone: the pool's immutable plan is read
+//! without the lock, and the body is copied out of Envoy, parsed and hashed into prefix
+//! blocks before it; headers, metadata, the override and stats are written after it.
+//! Requests hold no lock between hooks, and no hook holds it while calling into Envoy.
 //!
 //! **Endpoint choice: `http_set_upstream_override_host`.** The picker sets
 //! `x-gateway-destination-endpoint` and the `envoy.lb` metadata exactly like the Wasm flavour,
@@ -25,9 +28,9 @@
 //! plus the native-only `"upstreamOverride": "strict" | "fallback"`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use infergate_filters::picker::{PickerRequest, PickerShared};
+use infergate_filters::picker::{PickerRequest, PickerShared, SharedPicker};
 use infergate_filters::FilterStatus;
 
 use crate::abi::{BodyStatus, HeadersStatus, TrailersStatus};
@@ -38,13 +41,13 @@ use crate::router::config_json;
 use crate::stats::StatsRegistry;
 
 /// Process-wide picker states by config text; weak so a state dies with its last config.
-static REGISTRY: Mutex<Option<HashMap<String, Weak<Mutex<PickerShared>>>>> = Mutex::new(None);
+static REGISTRY: Mutex<Option<HashMap<String, Weak<SharedPicker>>>> = Mutex::new(None);
 
 /// The process's picker state for `config_text`, created on first use.
 fn process_state(
     config_text: String,
     value: serde_json::Value,
-) -> Result<Arc<Mutex<PickerShared>>, String> {
+) -> Result<Arc<SharedPicker>, String> {
     let mut registry = REGISTRY.lock().unwrap_or_else(PoisonError::into_inner);
     let map = registry.get_or_insert_with(HashMap::new);
     map.retain(|_, weak| weak.strong_count() > 0);
@@ -52,20 +55,13 @@ fn process_state(
         return Ok(existing);
     }
     let shared = PickerShared::from_json(value).map_err(|e| e.to_string())?;
-    let shared = Arc::new(Mutex::new(shared));
+    let shared = Arc::new(SharedPicker::new(shared));
     map.insert(config_text, Arc::downgrade(&shared));
     Ok(shared)
 }
 
-/// Locks the process-wide state. A panic inside a pick leaves the state usable (every
-/// mutation is a whole-step update), so a poisoned lock is taken over rather than failing
-/// every later request.
-pub(crate) fn lock(state: &Mutex<PickerShared>) -> MutexGuard<'_, PickerShared> {
-    state.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 struct Shared {
-    state: Arc<Mutex<PickerShared>>,
+    state: Arc<SharedPicker>,
     stats: StatsRegistry,
     strict_override: bool,
 }
@@ -133,9 +129,9 @@ impl PickerStream {
             body: Some(&body),
             strict_override: shared.strict_override,
         };
-        let mut state = lock(&shared.state);
+        // The filter locks `state` for the pick alone (see the module doc).
         self.request
-            .on_request_body(&mut state, &mut host, len, end_of_stream)
+            .on_request_body(&*shared.state, &mut host, len, end_of_stream)
     }
 }
 
@@ -152,11 +148,10 @@ impl StreamLogic for PickerStream {
             body: None,
             strict_override: shared.strict_override,
         };
-        let status = {
-            let mut state = lock(&shared.state);
-            self.request
-                .on_request_headers(&mut state, &mut host, end_of_stream)
-        };
+        // Reads the pool's plan without locking `state`.
+        let status = self
+            .request
+            .on_request_headers(&*shared.state, &mut host, end_of_stream);
         match status {
             FilterStatus::Continue => HeadersStatus::Continue,
             FilterStatus::Pause | FilterStatus::Replied => HeadersStatus::StopIteration,
@@ -179,7 +174,7 @@ impl StreamLogic for PickerStream {
     }
 
     fn on_stream_complete(&mut self, _envoy: &mut EnvoyStream) {
-        self.request.on_end(&mut lock(&self.shared.state));
+        self.request.on_end(&*self.shared.state);
     }
 }
 
@@ -188,7 +183,7 @@ impl Drop for PickerStream {
     /// in-flight lease back; `on_end` is a no-op when it already ran.
     fn drop(&mut self) {
         if self.request.holds_lease() {
-            self.request.on_end(&mut lock(&self.shared.state));
+            self.request.on_end(&*self.shared.state);
         }
     }
 }
@@ -199,7 +194,7 @@ pub(crate) mod tests_support {
     use super::*;
 
     /// The live state for a config value (as the factory would key it).
-    pub(crate) fn state_for(value: &serde_json::Value) -> Result<Arc<Mutex<PickerShared>>, String> {
+    pub(crate) fn state_for(value: &serde_json::Value) -> Result<Arc<SharedPicker>, String> {
         let mut value = value.clone();
         if let Some(m) = value.as_object_mut() {
             m.remove("upstreamOverride");
@@ -207,5 +202,8 @@ pub(crate) mod tests_support {
         process_state(value.to_string(), value)
     }
 
-    pub(crate) use super::lock;
+    /// Locks the process-wide state (a poisoned lock is taken over).
+    pub(crate) fn lock(state: &SharedPicker) -> std::sync::MutexGuard<'_, PickerShared> {
+        state.lock()
+    }
 }

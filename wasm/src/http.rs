@@ -110,7 +110,7 @@ impl PickerContext {
         let mut host = WasmHost::new(&self.vm);
         action(
             self.req
-                .on_request_body(&mut shared, &mut host, self.body_len, end_of_stream),
+                .on_request_body(&mut *shared, &mut host, self.body_len, end_of_stream),
         )
     }
 
@@ -119,7 +119,7 @@ impl PickerContext {
             return;
         }
         match self.shared.try_borrow_mut() {
-            Ok(mut shared) => self.req.on_end(&mut shared),
+            Ok(mut shared) => self.req.on_end(&mut *shared),
             Err(_) => log(
                 LogLevel::Error,
                 "picker state busy at request end: lease kept",
@@ -138,7 +138,7 @@ impl HttpContext for PickerContext {
         let mut host = WasmHost::new(&self.vm);
         action(
             self.req
-                .on_request_headers(&mut shared, &mut host, end_of_stream),
+                .on_request_headers(&mut *shared, &mut host, end_of_stream),
         )
     }
 

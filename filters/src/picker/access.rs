@@ -23,7 +23,7 @@ pub trait PickerAccess {
 
     /// The plan of the pool serving `base_model`. The default enters the state; accessors
     /// that keep the plans aside answer without it.
-    fn pool_plan(&mut self, base_model: &str) -> Option<Arc<PoolPlan>> {
+    fn plan_for(&mut self, base_model: &str) -> Option<Arc<PoolPlan>> {
         self.with_state(|s| s.pool_plan(base_model))
     }
 }
@@ -69,7 +69,7 @@ impl PickerAccess for &SharedPicker {
         f(&mut self.lock())
     }
 
-    fn pool_plan(&mut self, base_model: &str) -> Option<Arc<PoolPlan>> {
+    fn plan_for(&mut self, base_model: &str) -> Option<Arc<PoolPlan>> {
         self.plans.for_base_model(base_model)
     }
 }

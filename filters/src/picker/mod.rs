@@ -132,7 +132,7 @@ impl PickerRequest {
         host.remove_request_header(DESTINATION_ENDPOINT);
         let plan = host
             .request_header(BASE_MODEL)
-            .and_then(|base| shared.pool_plan(&base));
+            .and_then(|base| shared.plan_for(&base));
         let api = host
             .request_header(":path")
             .and_then(|path| Api::from_path(&path));

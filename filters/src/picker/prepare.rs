@@ -33,12 +33,11 @@ impl PreparedPick {
         host: &mut H,
     ) -> Result<PreparedPick, RequestError> {
         let parsed = request::parse(api, body)?;
-        let block_hashes = plan.block_hashes(
-            &parsed.model,
-            parsed.cache_salt.as_deref(),
-            &parsed.prompt,
-        );
-        let session = plan.session_header().and_then(|name| host.request_header(name));
+        let block_hashes =
+            plan.block_hashes(&parsed.model, parsed.cache_salt.as_deref(), &parsed.prompt);
+        let session = plan
+            .session_header()
+            .and_then(|name| host.request_header(name));
         Ok(PreparedPick {
             target_model: parsed.model,
             block_hashes,

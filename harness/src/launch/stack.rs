@@ -37,8 +37,11 @@ pub struct PoolSpec {
     pub base_model: String,
     /// LoRA adapters routed to this pool.
     pub adapters: Vec<String>,
-    /// Indices into the replica list; empty means every replica.
+    /// Indices into the replica list; empty means every replica (unless `no_endpoints`).
     pub replicas: Vec<usize>,
+    /// A pool configured with no endpoint at all (every request to it is answered 503
+    /// `rejected-no-endpoints`); `replicas` is ignored.
+    pub no_endpoints: bool,
     /// Stale-metrics behaviour.
     pub failure_mode: FailureMode,
     /// The pool's `EndpointPickerConfig` (JSON), `null` for defaults.
@@ -52,6 +55,7 @@ impl PoolSpec {
             base_model: base_model.into(),
             adapters: Vec::new(),
             replicas: Vec::new(),
+            no_endpoints: false,
             failure_mode: FailureMode::default(),
             picker_config: serde_json::Value::Null,
         }
@@ -65,8 +69,19 @@ impl PoolSpec {
         }
     }
 
-    fn resolve(&self, replicas: &[SocketAddr]) -> Result<Pool> {
-        let endpoints = if self.replicas.is_empty() {
+    /// A pool of `base_model` with no endpoint (the empty-pool case of DESIGN §10).
+    pub fn empty(base_model: impl Into<String>) -> Self {
+        PoolSpec {
+            no_endpoints: true,
+            ..PoolSpec::all(base_model)
+        }
+    }
+
+    /// The pool over `replicas` (the replica list in order).
+    pub fn resolve(&self, replicas: &[SocketAddr]) -> Result<Pool> {
+        let endpoints = if self.no_endpoints {
+            Vec::new()
+        } else if self.replicas.is_empty() {
             replicas.to_vec()
         } else {
             self.replicas

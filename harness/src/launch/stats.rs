@@ -62,6 +62,23 @@ impl Stats {
             .map(|(k, v)| (k.as_str(), *v))
     }
 
+    /// Every stat, by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, i64)> {
+        self.values.iter().map(|(k, v)| (k.as_str(), *v))
+    }
+
+    /// Every stat whose name contains `needle` (the gateway's own stats carry a
+    /// flavour-specific prefix: `wasmcustom.` for proxy-wasm, the module's metrics
+    /// namespace for the dynamic module).
+    pub fn containing<'a>(&'a self, needle: &'a str) -> impl Iterator<Item = (&'a str, i64)> {
+        self.iter().filter(move |(k, _)| k.contains(needle))
+    }
+
+    /// The sum of every stat whose name contains `needle`.
+    pub fn sum_containing(&self, needle: &str) -> i64 {
+        self.containing(needle).map(|(_, v)| v).sum()
+    }
+
     /// `cluster.<cluster>.upstream_rq_total`.
     pub fn cluster_requests(&self, cluster: &str) -> i64 {
         self.value(&format!("cluster.{cluster}.upstream_rq_total"))
@@ -83,6 +100,8 @@ mod tests {
         assert_eq!(s.value("missing"), 0);
         let names: Vec<_> = s.with_prefix("cluster.rr.").map(|(k, _)| k).collect();
         assert_eq!(names.len(), 2);
+        assert_eq!(s.sum_containing(".upstream_rq_"), 13);
+        assert_eq!(s.containing("live").count(), 1);
         let t = Stats::parse_text("cluster.rr.upstream_rq_total: 7\nh: P0(nan,1)\n");
         assert_eq!(t.get("cluster.rr.upstream_rq_total"), Some(7));
         assert_eq!(t.get("h"), None);

@@ -4,8 +4,11 @@
 //! the wasmtime runner, then the Python client tests against the simulator.
 
 mod artefacts;
+mod bench;
+mod demo;
 mod setup;
 mod test;
+mod up;
 
 use std::process::ExitCode;
 
@@ -16,7 +19,10 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   setup   install what is missing: the wasm32-wasip1 target, Envoy 1.40.0 and the Python clients
   build   build the release artefacts: the Wasm module, the native module, the simulator
-  test    run every test: native, wasm32, Python client tests, real-Envoy end-to-end";
+  test    run every test: native, wasm32, Python client tests, real-Envoy end-to-end
+  up      the stack on the simulated pool until Ctrl-C: --flavor wasm|native|plain [--replicas N]
+  demo    /rr vs the gateway picker on the calibration workload: [--flavor wasm|native] [--quick]
+  bench   overhead | affinity | ttft (`cargo xtask bench help`)";
 
 /// Entry point of the `xtask` binary.
 pub fn main() -> ExitCode {
@@ -25,6 +31,9 @@ pub fn main() -> ExitCode {
         Some("setup") => setup::ensure(true),
         Some("build") => setup::ensure(false).and_then(|_| artefacts::build_all().map(|_| ())),
         Some("test") => test::run(&args[1..]),
+        Some("up") => up::run(&args[1..]),
+        Some("demo") => demo::run(&args[1..]),
+        Some("bench") => bench::run(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())

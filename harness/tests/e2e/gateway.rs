@@ -1,17 +1,44 @@
 //! The gateway suite: every test body here takes a [`Flavor`] and runs once per gateway
 //! flavour (`gateway::wasm::…`, `gateway::native::…`), so both builds are held to exactly
-//! the same behaviour. Add a body, then add its name to the `for_each_flavour!` list.
+//! the same behaviour (issue 5: one suite, passing unchanged for both). Add a body, then
+//! add its name to the `for_each_flavour!` list; bodies that only make sense for one
+//! build (panic injection exists only in the native test build) go in `native_only`.
+//!
+//! Each body starts its own stack (Envoy over the in-test backends of `support`) and
+//! checks several related behaviours on it, so a flavour costs a handful of Envoy starts.
+//! Unless a body is about Envoy's worker threads, stacks run one worker: per-worker state
+//! (the Wasm flavour's prefix index) is then not a variable.
+//!
+//! - [`routing`]: model and adapter routing, client-sent steering headers, the `envoy.lb`
+//!   metadata, the `/rr` baseline, stats per decision and endpoint;
+//! - [`errors`]: 400 / 413 / 404 / 503 answers (empty pool, dead pool, stale metrics under
+//!   `FailClose` and `FailOpen`), all OpenAI error JSON;
+//! - [`scheduling`]: the KV threshold, turn-2 affinity with load spread, across workers;
+//! - [`streaming`]: responses stream through unbuffered;
+//! - [`panics`]: a panic inside the native module fails one request, Envoy keeps serving.
 
-use crate::support::{answered_by, stack_over, StreamPace, TestBackend, QUICK};
-use infergate_harness::launch::client::{get, post_json, post_json_streamed, HttpResponse};
-use infergate_harness::launch::{Flavor, PoolSpec, Stack};
+mod errors;
+mod panics;
+mod routing;
+mod scheduling;
+mod streaming;
+
+use errors::error_answers_are_openai_json;
+use infergate_harness::launch::client::{post_json, HttpResponse};
+use infergate_harness::launch::{Flavor, Stack};
+use panics::a_panic_fails_one_request_and_envoy_keeps_serving;
+use routing::routes_by_model_and_adapter_and_ignores_client_steering;
+use scheduling::{
+    a_replica_over_the_kv_threshold_gets_no_new_requests, turn_two_follows_turn_one_across_workers,
+    turn_two_follows_turn_one_while_load_spreads,
+};
 use serde_json::json;
-use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use streaming::streams_through_the_picker_are_not_buffered;
 
-/// Generates `mod wasm` and `mod native`, each with one `#[tokio::test]` per body.
+/// Generates `mod wasm` and `mod native`, each with one `#[tokio::test]` per body of the
+/// first list; `native_only:` bodies are generated in `mod native` alone.
 macro_rules! for_each_flavour {
-    ($($test:ident),* $(,)?) => {
+    ($($test:ident),* $(,)? ; native_only: $($native:ident),* $(,)?) => {
         mod wasm {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -27,106 +54,71 @@ macro_rules! for_each_flavour {
                     super::$test(infergate_harness::launch::Flavor::Native).await
                 }
             )*
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $native() {
+                    super::$native(infergate_harness::launch::Flavor::Native).await
+                }
+            )*
         }
     };
 }
 
 for_each_flavour!(
-    baseline_route_bypasses_the_filters_and_spreads,
-    a_chat_request_through_the_picker_reaches_a_pool_replica,
-    streams_through_the_picker_are_not_buffered,
+    routes_by_model_and_adapter_and_ignores_client_steering,
+    error_answers_are_openai_json,
+    a_replica_over_the_kv_threshold_gets_no_new_requests,
+    turn_two_follows_turn_one_while_load_spreads,
+    turn_two_follows_turn_one_across_workers,
+    streams_through_the_picker_are_not_buffered;
+    native_only: a_panic_fails_one_request_and_envoy_keeps_serving,
 );
 
-const MODEL: &str = "test-model";
-
-fn chat(stream: bool) -> serde_json::Value {
-    json!({"model": MODEL, "stream": stream,
-           "messages": [{"role": "user", "content": "hello from the e2e suite"}]})
+/// A one-message chat request for `model`.
+fn chat(model: &str, content: &str) -> serde_json::Value {
+    json!({"model": model, "messages": [{"role": "user", "content": content}]})
 }
 
-/// Posts `body` to the picker until it is answered 200 (the scraper needs a first round
-/// of metrics before a `FailClose` pool serves), at most 10 s.
-async fn first_success(stack: &Stack, body: &serde_json::Value) -> HttpResponse {
+/// Posts `body` to the gateway's chat endpoint with extra `headers`.
+async fn post_chat(
+    stack: &Stack,
+    body: &serde_json::Value,
+    headers: &[(&str, &str)],
+) -> HttpResponse {
     let url = format!("{}/v1/chat/completions", stack.picker_url());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let resp = post_json(&url, body, &[]).await.unwrap();
-        if resp.status == 200 || Instant::now() > deadline {
-            assert_eq!(
-                resp.status,
-                200,
-                "{}\n--- envoy log:\n{}",
-                resp.text(),
-                stack.envoy().log_tail(30)
-            );
-            return resp;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    post_json(&url, body, headers).await.unwrap()
 }
 
-async fn baseline_route_bypasses_the_filters_and_spreads(flavor: Flavor) {
-    let backends = TestBackend::many(2, QUICK).await;
-    let Some(stack) = stack_over(flavor, &backends, vec![PoolSpec::all(MODEL)], 2).await else {
-        return;
-    };
-    let mut seen = BTreeSet::new();
-    for _ in 0..20 {
-        let url = format!("{}/v1/chat/completions", stack.baseline_url());
-        let resp = post_json(&url, &chat(false), &[]).await.unwrap();
-        assert_eq!(resp.status, 200, "{}", resp.text());
-        let headers = &resp.json().unwrap()["headers"];
-        assert!(
-            headers.get("x-gateway-base-model-name").is_none(),
-            "the body router ran on /rr: {headers}"
-        );
-        seen.insert(answered_by(&resp));
-    }
-    assert_eq!(seen.len(), 2, "{seen:?}");
-}
-
-async fn a_chat_request_through_the_picker_reaches_a_pool_replica(flavor: Flavor) {
-    let backends = TestBackend::many(2, QUICK).await;
-    let Some(stack) = stack_over(flavor, &backends, vec![PoolSpec::all(MODEL)], 2).await else {
-        return;
-    };
-    let resp = first_success(&stack, &chat(false)).await;
-    let json = resp.json().unwrap();
-    let served = answered_by(&resp);
-    let index: usize = served.trim_start_matches('b').parse().unwrap();
-    assert_eq!(json["headers"]["x-gateway-base-model-name"], MODEL);
+/// Posts `body` through the gateway, asserts 200 and returns the index of the test backend
+/// that answered (`b<i>`), with the headers that backend received.
+async fn served_by(
+    stack: &Stack,
+    body: &serde_json::Value,
+    headers: &[(&str, &str)],
+) -> (usize, serde_json::Value) {
+    let resp = post_chat(stack, body, headers).await;
     assert_eq!(
-        json["headers"]["x-gateway-destination-endpoint"],
-        backends[index].addr.to_string(),
-        "the picker's choice is the replica that served"
+        resp.status,
+        200,
+        "{}\n--- envoy log:\n{}",
+        resp.text(),
+        stack.envoy().log_tail(20)
     );
-    let metrics = get(&format!(
-        "http://{}/stats?format=json",
-        stack.envoy().admin()
-    ))
-    .await
-    .unwrap();
-    assert_eq!(metrics.status, 200);
+    let json = resp.json().unwrap();
+    let name = json["backend"].as_str().unwrap_or_default();
+    let index = name
+        .strip_prefix('b')
+        .and_then(|i| i.parse().ok())
+        .unwrap_or_else(|| panic!("not answered by a test backend: {json}"));
+    (index, json["headers"].clone())
 }
 
-async fn streams_through_the_picker_are_not_buffered(flavor: Flavor) {
-    let pace = StreamPace {
-        events: 5,
-        gap: Duration::from_millis(300),
-    };
-    let backends = TestBackend::many(2, pace).await;
-    let Some(stack) = stack_over(flavor, &backends, vec![PoolSpec::all(MODEL)], 2).await else {
-        return;
-    };
-    first_success(&stack, &chat(false)).await;
-    let url = format!("{}/v1/chat/completions", stack.picker_url());
-    let resp = post_json_streamed(&url, &chat(true), &[]).await.unwrap();
-    assert_eq!(resp.status, 200);
-    assert_eq!(resp.sse_data().last().map(String::as_str), Some("[DONE]"));
-    let first = resp.chunks.first().unwrap().at;
-    let last = resp.chunks.last().unwrap().at;
-    assert!(
-        last - first >= Duration::from_millis(900),
-        "first chunk at {first:?}, last at {last:?}: buffered"
-    );
+/// The Envoy stat-name form of an endpoint label (`127.0.0.1:8000` → `127_0_0_1_8000`).
+fn endpoint_label(addr: &std::net::SocketAddr) -> String {
+    addr.to_string().replace(['.', ':'], "_")
+}
+
+/// Which flavour a message is about (keeps assertion texts short).
+fn tag(flavor: Flavor) -> &'static str {
+    flavor.name()
 }

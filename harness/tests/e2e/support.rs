@@ -1,6 +1,9 @@
 //! Shared pieces of the end-to-end suite: tiny engine-like backends the tests control
-//! exactly (which replica answered, how slowly a stream is produced), and stack start-up
-//! that skips a flavour whose module is not built.
+//! exactly (which replica answered, how slowly a stream is produced, the KV usage their
+//! `/metrics` reports, whether `/metrics` fails), and stack start-up that skips a flavour
+//! whose module is not built. [`gw`] holds the gateway-specific helpers.
+
+pub mod gw;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -12,6 +15,8 @@ use infergate_harness::launch::{Backends, EnvoyOptions, Flavor, PoolSpec, Stack,
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -24,13 +29,39 @@ pub struct StreamPace {
     pub gap: Duration,
 }
 
+/// What a test changes on a running backend, and what it counts.
+#[derive(Debug)]
+pub struct Control {
+    /// KV utilisation reported on `/metrics`, in thousandths.
+    kv_permille: AtomicU64,
+    /// `/metrics` answers 500 while set.
+    metrics_broken: AtomicBool,
+    /// Requests other than `/metrics` answered.
+    served: AtomicU64,
+    /// `/metrics` requests answered (successfully or not).
+    scrapes: AtomicU64,
+}
+
+impl Default for Control {
+    fn default() -> Self {
+        Control {
+            kv_permille: AtomicU64::new(100),
+            metrics_broken: AtomicBool::new(false),
+            served: AtomicU64::new(0),
+            scrapes: AtomicU64::new(0),
+        }
+    }
+}
+
 /// A backend that answers like a minimal OpenAI-compatible engine and says who it is:
-/// - `GET /metrics`: vLLM gauges (idle, 10% KV), after a `# backend <name>` comment;
+/// - `GET /metrics`: vLLM gauges (idle, KV from [`Control`], 10% unless set), after a
+///   `# backend <name>` comment; 500 while [`TestBackend::break_metrics`] is on;
 /// - a body with `"stream": true`: SSE, `pace.events` chunks `pace.gap` apart, then `[DONE]`;
 /// - anything else: JSON `{"backend", "path", "headers": {…}}` plus an OpenAI-style
 ///   `choices` so clients that expect a completion are satisfied.
 pub struct TestBackend {
     pub addr: SocketAddr,
+    pub control: Arc<Control>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -45,21 +76,65 @@ impl TestBackend {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let name = name.to_string();
+        let control = Arc::new(Control::default());
+        let ctl = control.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     break;
                 };
                 let name = name.clone();
+                let ctl = ctl.clone();
                 tokio::spawn(async move {
-                    let svc = service_fn(move |req| handle(name.clone(), pace, req));
+                    let svc = service_fn(move |req| handle(name.clone(), pace, ctl.clone(), req));
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), svc)
                         .await;
                 });
             }
         });
-        TestBackend { addr, task }
+        TestBackend {
+            addr,
+            control,
+            task,
+        }
+    }
+
+    /// Sets the KV utilisation (0..1) the next `/metrics` pages report.
+    pub fn set_kv(&self, utilisation: f64) {
+        let permille = (utilisation * 1000.0).round().clamp(0.0, 1000.0) as u64;
+        self.control.kv_permille.store(permille, Ordering::SeqCst);
+    }
+
+    /// Makes `/metrics` answer 500 (`true`) or the normal page (`false`).
+    pub fn break_metrics(&self, broken: bool) {
+        self.control.metrics_broken.store(broken, Ordering::SeqCst);
+    }
+
+    /// Requests other than `/metrics` this backend has answered.
+    pub fn served(&self) -> u64 {
+        self.control.served.load(Ordering::SeqCst)
+    }
+
+    /// `/metrics` requests this backend has answered.
+    pub fn scrapes(&self) -> u64 {
+        self.control.scrapes.load(Ordering::SeqCst)
+    }
+
+    /// Waits until `/metrics` has been requested `more` more times (so a scrape that started
+    /// after a change has been answered), at most 10 s.
+    pub async fn wait_scrapes(&self, more: u64) {
+        let target = self.scrapes() + more;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while self.scrapes() < target {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "backend {} was scraped {} times, waited for {target}",
+                self.addr,
+                self.scrapes()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// `n` backends named `b0`, `b1`, ….
@@ -75,6 +150,7 @@ impl TestBackend {
 async fn handle(
     name: String,
     pace: StreamPace,
+    ctl: Arc<Control>,
     req: Request<Incoming>,
 ) -> Result<Response<ChannelBody>, Infallible> {
     let path = req.uri().path().to_string();
@@ -91,14 +167,22 @@ async fn handle(
         .unwrap_or_default();
     let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     if path == "/metrics" {
+        ctl.scrapes.fetch_add(1, Ordering::SeqCst);
+        if ctl.metrics_broken.load(Ordering::SeqCst) {
+            let mut resp = ChannelBody::full("text/plain", Bytes::from_static(b"broken\n"));
+            *resp.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
+            return Ok(resp);
+        }
+        let kv = ctl.kv_permille.load(Ordering::SeqCst) as f64 / 1000.0;
         let page = format!(
             "# backend {name}\n\
              vllm:num_requests_waiting{{model_name=\"m\"}} 0\n\
              vllm:num_requests_running{{model_name=\"m\"}} 0\n\
-             vllm:kv_cache_usage_perc{{model_name=\"m\"}} 0.1\n"
+             vllm:kv_cache_usage_perc{{model_name=\"m\"}} {kv}\n"
         );
         return Ok(ChannelBody::full("text/plain; version=0.0.4", page.into()));
     }
+    ctl.served.fetch_add(1, Ordering::SeqCst);
     if json["stream"] == true {
         let (tx, rx) = mpsc::channel(4);
         tokio::spawn(async move {
@@ -139,6 +223,11 @@ pub struct ChannelBody {
 }
 
 impl ChannelBody {
+    /// A body whose frames are whatever `rx` yields, until its sender is dropped.
+    pub fn from_channel(rx: mpsc::Receiver<Bytes>) -> ChannelBody {
+        ChannelBody { rx: Some(rx) }
+    }
+
     fn full(content_type: &str, data: Bytes) -> Response<ChannelBody> {
         let (tx, rx) = mpsc::channel(1);
         let _ = tx.try_send(data);

@@ -391,6 +391,7 @@ impl Host {
                 count(r.trailers.len()),
             )
         });
+        state.call_failed = response.is_none();
         state.call_response = response;
         let result = match rt.exports.http_call_response.clone() {
             Some(f) => rt.call("proxy_on_http_call_response", call.context_id, |s| {
@@ -399,6 +400,7 @@ impl Host {
             None => Ok(()),
         };
         rt.store.data_mut().call_response = None;
+        rt.store.data_mut().call_failed = false;
         result
     }
 

@@ -12,6 +12,9 @@ use crate::state::{Direction, HostState};
 use anyhow::{anyhow, bail, Result};
 use wasmtime::{Instance, Store, TypedFunc, WasmParams, WasmResults};
 
+/// `proxy_on_http_call_response(context, token, headers, body_size, trailers)`.
+type HttpCallResponseFn = TypedFunc<(u32, u32, u32, u32, u32), ()>;
+
 /// The module's exported callbacks (each optional, as the ABI says).
 pub(crate) struct Exports {
     pub initialize: Option<TypedFunc<(), ()>>,
@@ -26,7 +29,7 @@ pub(crate) struct Exports {
     pub response_headers: Option<TypedFunc<(u32, u32, u32), u32>>,
     pub response_body: Option<TypedFunc<(u32, u32, u32), u32>>,
     pub response_trailers: Option<TypedFunc<(u32, u32), u32>>,
-    pub http_call_response: Option<TypedFunc<(u32, u32, u32, u32, u32), ()>>,
+    pub http_call_response: Option<HttpCallResponseFn>,
     pub done: Option<TypedFunc<u32, u32>>,
     pub log: Option<TypedFunc<u32, ()>>,
     pub delete: Option<TypedFunc<u32, ()>>,

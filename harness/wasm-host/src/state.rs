@@ -161,6 +161,8 @@ pub struct StreamState {
     pub local_response: Option<LocalResponse>,
     /// Properties set by the module or the test for this stream.
     pub properties: BTreeMap<Vec<String>, Vec<u8>>,
+    /// Whether `proxy_on_done` returned false: the host waits for `proxy_done`.
+    pub awaiting_done: bool,
     /// Whether the module called `proxy_done` for this context.
     pub done_called: bool,
     /// Whether the context was deleted.
@@ -200,6 +202,8 @@ pub struct HostState {
     pub(crate) plugin_config: Option<Vec<u8>>,
     /// The HTTP call response being delivered, readable only during the callback.
     pub(crate) call_response: Option<HttpCallResponse>,
+    /// Whether the call being delivered failed (what `proxy_get_status` reports).
+    pub(crate) call_failed: bool,
     /// Calls waiting for an answer, in dispatch order.
     pub(crate) pending_calls: Vec<HttpCall>,
     /// Calls cancelled because their context went away.
@@ -250,6 +254,7 @@ impl HostState {
             vm_config: Vec::new(),
             plugin_config: None,
             call_response: None,
+            call_failed: false,
             pending_calls: Vec::new(),
             cancelled_calls: Vec::new(),
             last_call_token: 0,

@@ -96,6 +96,10 @@ impl HttpStream {
         let deleted = rt.store.data().streams.get(&id).is_some_and(|s| s.deleted);
         if completed && !deleted {
             rt.finish(id)?;
+        } else if !completed {
+            if let Some(stream) = rt.store.data_mut().streams.get_mut(&id) {
+                stream.awaiting_done = true;
+            }
         }
         Ok(completed || deleted)
     }

@@ -1,4 +1,5 @@
 //! Linking: unknown imports are named, a module without the proxy-wasm exports is refused.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // helpers outside #[test] fns
 
 use infergate_wasm_host::engine::engine;
 use infergate_wasm_host::{Action, Host};

@@ -1,4 +1,5 @@
 //! The host driven against a real proxy-wasm SDK module (`testmod/`), end to end.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // helpers outside #[test] fns
 
 mod common;
 
@@ -356,4 +357,45 @@ fn a_panic_in_the_module_is_an_error_that_quotes_it_and_poisons_the_vm() {
         .iter()
         .any(|l| l.level == LogLevel::Critical && l.message.contains("asked to panic")));
     assert!(host.new_http_stream().is_err());
+}
+
+#[test]
+fn on_done_false_keeps_the_context_until_proxy_done() {
+    let host = filter_host();
+    let s = host.new_http_stream().unwrap();
+    s.request_headers(&[("x-call", "1"), ("x-defer-done", "1")], true)
+        .unwrap();
+    assert!(!s.done().unwrap(), "the module asked to finish later");
+    assert_eq!(host.metric("testmod.filter.inflight"), Some(1));
+    assert_eq!(
+        host.pending_http_calls().len(),
+        1,
+        "not cancelled: context alive"
+    );
+    let token = host.pending_http_calls()[0].token;
+    host.respond_http_call(token, HttpCallResponse::new(200, "x"))
+        .unwrap();
+    assert!(s.state().deleted, "proxy_done finished it");
+    assert_eq!(host.metric("testmod.filter.inflight"), Some(0));
+}
+
+#[test]
+fn reading_call_headers_of_a_failed_call_crashes_the_sdk_as_in_envoy() {
+    let host = filter_host();
+    let ok = host.new_http_stream().unwrap();
+    ok.request_headers(&[("x-call", "1"), ("x-read-status", "1")], true)
+        .unwrap();
+    let token = host.pending_http_calls()[0].token;
+    host.respond_http_call(token, HttpCallResponse::new(503, ""))
+        .unwrap();
+    assert_eq!(ok.request_header("x-call-status").as_deref(), Some("503"));
+
+    let failed = host.new_http_stream().unwrap();
+    failed
+        .request_headers(&[("x-call", "1"), ("x-read-status", "1")], true)
+        .unwrap();
+    let token = host.pending_http_calls()[0].token;
+    let err = host.fail_http_call(token).unwrap_err().to_string();
+    // proxy_get_header_map_value answered BadArgument (2): the SDK panics on it.
+    assert!(err.contains("unexpected status: 2"), "{err}");
 }

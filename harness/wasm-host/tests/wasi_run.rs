@@ -1,5 +1,6 @@
 //! `wasi-run` as a cargo runner: the `testbin/` fixture's tests and command, built for
 //! wasm32-wasip1 and run through it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // helpers outside #[test] fns
 
 mod common;
 

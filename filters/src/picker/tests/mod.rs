@@ -1,6 +1,7 @@
 //! Picker tests against the fake host. Shared helpers here; [`routing`] covers pool
 //! confinement, rejections and failure modes, [`state`] in-flight accounting, prefix and
-//! session affinity, snapshot caching and thread safety.
+//! session affinity, snapshot caching and thread safety, [`locking`] what runs inside the
+//! shared state and what outside.
 
 pub(super) use scheduler_core::metrics::EndpointMetrics;
 pub(super) use scheduler_core::snapshot::{encode, EndpointSample, Snapshot};
@@ -110,5 +111,6 @@ pub(super) fn requests_in_flight(shared: &PickerShared, address: &str) -> u32 {
         .map_or(u32::MAX, |l| l.requests)
 }
 
+mod locking;
 mod routing;
 mod state;

@@ -196,7 +196,7 @@ fn shared_state_can_live_behind_a_mutex_across_threads() {
                         drive(&mut guard, &mut host, &mut req);
                     }
                     if let Ok(mut guard) = s.lock() {
-                        req.on_end(&mut guard);
+                        req.on_end(&mut *guard);
                     }
                 }
             })

@@ -38,11 +38,12 @@ pub(super) fn add(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     )?;
     linker.func_wrap("env", "proxy_done", |mut c: C<'_>| {
         match c.data_mut().effective_stream() {
-            Some(stream) => {
+            // Only valid after `proxy_on_done` returned false, as in Envoy.
+            Some(stream) if stream.awaiting_done => {
                 stream.done_called = true;
                 Status::Ok.code()
             }
-            None => Status::NotFound.code(),
+            _ => Status::NotFound.code(),
         }
     })?;
     linker.func_wrap("env", "proxy_get_buffer_bytes", get_buffer_bytes)?;

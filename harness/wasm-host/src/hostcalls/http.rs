@@ -363,16 +363,17 @@ fn http_call(
     }
 }
 
+/// Envoy's status of the HTTP call being delivered: 0 on success, `BrokenConnection` (11)
+/// with the message `reset` on failure (the proxy-wasm C++ host's `WasmResult` numbering).
 fn get_status(mut c: C<'_>, code_ptr: u32, ptr_ptr: u32, size_ptr: u32) -> CallResult {
-    let code = c
-        .data()
-        .call_response
-        .as_ref()
-        .and_then(|r| r.headers.get(":status"))
-        .and_then(|s| s.parse::<u32>().ok())
-        .unwrap_or(0);
+    const BROKEN_CONNECTION: u32 = 11;
+    let (code, message): (u32, &[u8]) = if c.data().call_failed {
+        (BROKEN_CONNECTION, b"reset")
+    } else {
+        (0, b"")
+    };
     if let Err(s) = write_u32(&mut c, code_ptr, code) {
         return Ok(s.code());
     }
-    Ok(status(return_bytes(&mut c, &[], ptr_ptr, size_ptr)?))
+    Ok(status(return_bytes(&mut c, message, ptr_ptr, size_ptr)?))
 }

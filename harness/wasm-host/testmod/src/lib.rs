@@ -165,6 +165,8 @@ impl RootContext for Root {
             upstream: self.upstream.clone(),
             live_streams: Rc::clone(&self.live_streams),
             response_bytes: 0,
+            defer_done: false,
+            read_status: false,
         }))
     }
 
@@ -180,6 +182,10 @@ struct Filter {
     upstream: String,
     live_streams: Rc<Cell<u32>>,
     response_bytes: usize,
+    /// Keep the context alive after the stream ends until the HTTP call is answered.
+    defer_done: bool,
+    /// Read the call's `:status` even when the call failed (a bug Envoy punishes).
+    read_status: bool,
 }
 
 impl Context for Filter {
@@ -199,11 +205,22 @@ impl Context for Filter {
             String::from_utf8_lossy(&body).into_owned()
         };
         self.set_http_request_header("x-call-result", Some(&verdict));
-        self.resume_http_request();
+        if self.read_status {
+            // Without headers (a failed call) Envoy answers BadArgument and the SDK panics.
+            let status = self
+                .get_http_call_response_header(":status")
+                .unwrap_or_default();
+            self.set_http_request_header("x-call-status", Some(&status));
+        }
+        if self.defer_done {
+            self.done();
+        } else {
+            self.resume_http_request();
+        }
     }
 
     fn on_done(&mut self) -> bool {
-        true
+        !self.defer_done
     }
 }
 
@@ -252,6 +269,8 @@ impl HttpContext for Filter {
             };
             self.set_http_request_header("x-ffi-result", Some(&result));
         }
+        self.defer_done = self.get_http_request_header("x-defer-done").is_some();
+        self.read_status = self.get_http_request_header("x-read-status").is_some();
         if self.get_http_request_header("x-call").is_some() {
             let headers = vec![
                 (":method", "GET"),

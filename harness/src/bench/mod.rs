@@ -1,0 +1,20 @@
+//! The benchmarks behind `cargo xtask bench …` and `cargo xtask demo`: every number the
+//! issues ask for, measured through a real Envoy in one run, as ratios.
+//!
+//! - [`calibration`]: the simulator calibration of issue 3 (4 replicas × 160k tokens of KV,
+//!   16k tokens/s prefill) and its multi-turn workload (64 conversations growing to ~8k
+//!   tokens over 6 turns, concurrency 16), run through one or more gateway stacks on one
+//!   shared simulated pool: the demo, `bench ttft` and `bench affinity`.
+//! - [`fast_backend`]: a backend that answers at once (a small completion JSON, a constant
+//!   `/metrics` page), so a proxy-overhead run measures Envoy and the filters, not an engine.
+//! - [`closed_loop`]: a fixed-concurrency keep-alive HTTP/1.1 client measuring requests/s
+//!   and latency.
+//! - [`overhead`]: `bench overhead`: requests/s and latency through Envoy with no gateway
+//!   filter, with the Wasm filters and with the native filters, in interleaved rounds.
+//! - [`report`]: small formatting helpers shared by the tables.
+
+pub mod calibration;
+pub mod closed_loop;
+pub mod fast_backend;
+pub mod overhead;
+pub mod report;

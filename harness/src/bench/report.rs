@@ -1,0 +1,133 @@
+//! Small helpers shared by the benchmark reports: percentiles of latency samples, a
+//! plain-text table, and the CPU time a process has used (so a proxy's cost per request can
+//! be read independently of how busy the shared machine was).
+
+use std::fmt::Write;
+use std::time::Duration;
+
+/// Nearest-rank percentile of sorted microsecond samples (0 when empty).
+pub fn percentile_us(sorted: &[u32], p: f64) -> u32 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted
+        .get(rank.clamp(1, sorted.len()) - 1)
+        .copied()
+        .unwrap_or(0)
+}
+
+/// Median of unsorted values (0 when empty).
+pub fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => v.get(n / 2).copied().unwrap_or(0.0),
+        _ => {
+            let a = v.get(n / 2 - 1).copied().unwrap_or(0.0);
+            let b = v.get(n / 2).copied().unwrap_or(0.0);
+            (a + b) / 2.0
+        }
+    }
+}
+
+/// A plain-text table: a header row, then one row per `(label, cells)`, right-aligned.
+pub fn table(header: &[String], rows: &[(String, Vec<String>)]) -> String {
+    let label_w = rows
+        .iter()
+        .map(|r| r.0.len())
+        .chain(header.first().map(String::len))
+        .max()
+        .unwrap_or(0);
+    let columns = header.len().saturating_sub(1);
+    let col_w: Vec<usize> = (0..columns)
+        .map(|i| {
+            rows.iter()
+                .filter_map(|r| r.1.get(i))
+                .chain(header.get(i + 1))
+                .map(String::len)
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    let mut line = |label: &str, cells: &mut dyn Iterator<Item = &String>| {
+        let _ = write!(out, "{label:<label_w$}");
+        for (cell, w) in cells.zip(&col_w) {
+            let _ = write!(out, "  {cell:>w$}");
+        }
+        out.push('\n');
+    };
+    line(
+        header.first().map(String::as_str).unwrap_or(""),
+        &mut header.iter().skip(1),
+    );
+    for (label, cells) in rows {
+        line(label, &mut cells.iter());
+    }
+    out
+}
+
+/// CPU time (user + system) used so far by every thread of process `pid`, from
+/// `/proc/<pid>/task/*/schedstat` (nanoseconds on CPU). `None` off Linux or when the
+/// process is gone.
+pub fn process_cpu(pid: u32) -> Option<Duration> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut ns: u64 = 0;
+    for task in tasks.flatten() {
+        let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) else {
+            continue;
+        };
+        ns += text
+            .split_whitespace()
+            .next()
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    Some(Duration::from_nanos(ns))
+}
+
+/// `1234 µs` → `"1.23 ms"`.
+pub fn ms(us: u32) -> String {
+    format!("{:.2} ms", f64::from(us) / 1000.0)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_and_medians() {
+        let v: Vec<u32> = (1..=100).collect();
+        assert_eq!(percentile_us(&v, 50.0), 50);
+        assert_eq!(percentile_us(&v, 99.0), 99);
+        assert_eq!(percentile_us(&[], 50.0), 0);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(&[]), 0.0);
+    }
+
+    #[test]
+    fn table_aligns_columns() {
+        let t = table(
+            &["what".into(), "a".into(), "bbbb".into()],
+            &[("row".into(), vec!["1".into(), "22".into()])],
+        );
+        assert_eq!(t, "what  a  bbbb\nrow   1    22\n");
+    }
+
+    #[test]
+    fn own_cpu_time_is_readable_and_grows() {
+        let pid = std::process::id();
+        let before = process_cpu(pid).unwrap();
+        let mut x = 0u64;
+        for i in 0..5_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        assert!(process_cpu(pid).unwrap() > before);
+    }
+}

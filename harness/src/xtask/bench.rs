@@ -1,0 +1,200 @@
+//! `cargo xtask bench overhead|affinity|ttft`: the numbers of issues 4 and 5, each measured
+//! as ratios in one run (see `crate::bench`).
+//!
+//! Also home of [`prepare`], which `up`, `demo` and `bench` share: the `cargo xtask` alias
+//! builds this binary in debug, but a load client, a simulator and a fast backend measured
+//! in debug would measure themselves; so after building the artefacts a debug xtask
+//! replaces itself with the release build of the same binary and the same arguments.
+
+use super::artefacts::{build_all, cargo, target_dir};
+use super::setup;
+use crate::bench::calibration::{self, CalibrationArgs, Route, RunSpec};
+use crate::bench::overhead::{self, OverheadOptions};
+use crate::launch::Flavor;
+use anyhow::{bail, Context, Result};
+
+/// Set by a debug xtask for the release xtask it becomes: the artefacts are already built.
+const PREBUILT_ENV: &str = "INFERGATE_XTASK_PREBUILT";
+
+const USAGE: &str = "usage: cargo xtask bench <overhead|affinity|ttft> [options]
+  overhead  requests/s and latency through Envoy: no filter vs Wasm vs native
+            [--connections N] [--concurrency C] [--rounds R] [--measure-s S] [--quick]
+  affinity  cache-hit ratio through the picker at Envoy --concurrency 1 and 2, both flavours
+            [--flavor wasm,native] [--concurrency 1,2] [--time-scale S] [--quick]
+  ttft      TTFT and cache hits: /rr vs the picker vs the sticky ceiling
+            [--flavor wasm,native] [--concurrency 2] [--time-scale S] [--quick]";
+
+/// Builds what the stack needs, then continues in a release build of this binary.
+/// Returns only in the process that should do the work.
+pub fn prepare() -> Result<()> {
+    if std::env::var_os(PREBUILT_ENV).is_none() {
+        setup::ensure(false)?;
+        build_all()?;
+    }
+    if !cfg!(debug_assertions) {
+        return Ok(());
+    }
+    cargo(
+        &[
+            "build",
+            "--release",
+            "-p",
+            "infergate-harness",
+            "--bin",
+            "xtask",
+        ],
+        &[],
+    )?;
+    let release = target_dir().join("release/xtask");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    eprintln!("xtask: continuing in {}", release.display());
+    // exec: the release xtask takes this process's place (same pid, same terminal), so
+    // Ctrl-C and SIGTERM reach it directly and it shuts its stack down cleanly.
+    use std::os::unix::process::CommandExt;
+    let err = std::process::Command::new(&release)
+        .args(&args)
+        .env(PREBUILT_ENV, "1")
+        .exec();
+    Err(err).with_context(|| format!("running {}", release.display()))
+}
+
+/// A Tokio runtime for the measuring process: two workers, one per core of the machine.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
+/// Entry point of `cargo xtask bench …`.
+pub fn run(args: &[String]) -> Result<()> {
+    let (which, rest) = match args.split_first() {
+        Some((w, rest)) => (w.as_str(), rest),
+        None => bail!("{USAGE}"),
+    };
+    if matches!(which, "-h" | "--help" | "help") {
+        println!("{USAGE}");
+        return Ok(());
+    }
+    // Reject bad arguments before the (long) build.
+    match which {
+        "overhead" => {
+            OverheadOptions::parse(rest)?;
+        }
+        "affinity" | "ttft" => {
+            CalibrationArgs::parse(rest, &[Flavor::Wasm], &[1])?;
+        }
+        other => bail!("unknown benchmark `{other}`\n{USAGE}"),
+    }
+    prepare()?;
+    let report = match which {
+        "overhead" => {
+            let opts = OverheadOptions::parse(rest)?;
+            runtime()?.block_on(overhead::run(&opts))?
+        }
+        "affinity" => affinity(rest)?,
+        _ => ttft(rest)?,
+    };
+    println!("\n{report}");
+    Ok(())
+}
+
+/// `bench affinity`: /rr, then the picker of every flavour at every Envoy concurrency.
+fn affinity(args: &[String]) -> Result<String> {
+    let a = CalibrationArgs::parse(args, &[Flavor::Wasm, Flavor::Native], &[1, 2])?;
+    let mut specs = Vec::new();
+    let (first_flavor, first_workers) = first(&a)?;
+    specs.push(RunSpec::new(
+        "/rr",
+        first_flavor,
+        first_workers,
+        Route::Baseline,
+    ));
+    for &f in &a.flavors {
+        for &c in &a.concurrencies {
+            specs.push(RunSpec::new(format!("{f} x{c}"), f, c, Route::Picker));
+        }
+    }
+    let cols = runtime()?.block_on(calibration::run(a.time_scale, a.quick, &specs))?;
+    let mut out = header("prefix affinity across Envoy workers", &a);
+    out.push_str(&cols.table());
+    out.push('\n');
+    for &f in &a.flavors {
+        let hits: Vec<String> = a
+            .concurrencies
+            .iter()
+            .filter_map(|c| {
+                let s = cols.find(Route::Picker, Some(&format!("{f} x{c}")))?;
+                Some(format!(
+                    "{c} worker(s) {:.1}% (TTFT p50 {:.0} ms)",
+                    s.cache_hit_ratio * 100.0,
+                    s.ttft_p50_s * 1000.0
+                ))
+            })
+            .collect();
+        out.push_str(&format!("{f}: cache-hit ratio {}\n", hits.join(", ")));
+    }
+    Ok(out)
+}
+
+/// `bench ttft`: /rr, the picker of every flavour, and the sticky ceiling.
+fn ttft(args: &[String]) -> Result<String> {
+    let a = CalibrationArgs::parse(args, &[Flavor::Wasm, Flavor::Native], &[2])?;
+    let (first_flavor, first_workers) = first(&a)?;
+    let mut specs = vec![RunSpec::new(
+        "/rr",
+        first_flavor,
+        first_workers,
+        Route::Baseline,
+    )];
+    for &f in &a.flavors {
+        for &c in &a.concurrencies {
+            specs.push(RunSpec::new(format!("{f} x{c}"), f, c, Route::Picker));
+        }
+    }
+    specs.push(RunSpec::new(
+        "sticky ceiling",
+        first_flavor,
+        first_workers,
+        Route::Sticky,
+    ));
+    let cols = runtime()?.block_on(calibration::run(a.time_scale, a.quick, &specs))?;
+    let mut out = header("time to first token: /rr vs the picker", &a);
+    out.push_str(&cols.table());
+    out.push('\n');
+    let baseline = cols
+        .find(Route::Baseline, None)
+        .context("the /rr column is missing")?;
+    for spec in specs.iter().filter(|s| s.route == Route::Picker) {
+        if let Some(p) = cols.find(Route::Picker, Some(&spec.label)) {
+            out.push_str(&calibration::ttft_verdict(&spec.label, baseline, p));
+        }
+    }
+    if let Some(c) = cols.find(Route::Sticky, None) {
+        out.push_str(&format!(
+            "ceiling (each conversation pinned to one replica, no Envoy): cache-hit ratio \
+             {:.1}%, TTFT p50 {:.0} ms\n",
+            c.cache_hit_ratio * 100.0,
+            c.ttft_p50_s * 1000.0
+        ));
+    }
+    Ok(out)
+}
+
+fn first(a: &CalibrationArgs) -> Result<(Flavor, u32)> {
+    match (a.flavors.first(), a.concurrencies.first()) {
+        (Some(&f), Some(&c)) => Ok((f, c)),
+        _ => bail!("at least one flavour and one concurrency are needed"),
+    }
+}
+
+/// The title block of a calibration report.
+pub fn header(title: &str, a: &CalibrationArgs) -> String {
+    let w = calibration::workload(a.quick);
+    format!(
+        "{title}\nsimulated pool: 4 replicas × 160k tokens KV, 16k tokens/s prefill, time scale \
+         {} (times below are wall-clock); workload: {} conversations × {} turns, ~{}-token \
+         system prompts, concurrency 16\n\n",
+        a.time_scale, w.conversations, w.turns, w.system_tokens
+    )
+}

@@ -1,0 +1,58 @@
+//! `cargo xtask demo [--flavor wasm|native] [--quick] [--time-scale S]`: the README's main
+//! command. Builds the artefacts, brings the gateway up on the simulated pool of issue 3's
+//! calibration, sends the multi-turn workload to Envoy's round-robin `/rr` and then through
+//! the picker, prints the two side by side with the TTFT and cache-hit ratios, and stops
+//! Envoy and the simulator.
+
+use super::bench::{header, prepare, runtime};
+use crate::bench::calibration::{self, CalibrationArgs, Route, RunSpec};
+use crate::launch::Flavor;
+use anyhow::{Context, Result};
+
+/// Envoy worker threads of the demo (the `up` default).
+const DEMO_WORKERS: u32 = 2;
+
+/// Entry point of `cargo xtask demo`.
+pub fn run(args: &[String]) -> Result<()> {
+    // Bad arguments fail before the build.
+    let a = CalibrationArgs::parse(args, &[Flavor::Wasm], &[DEMO_WORKERS])?;
+    prepare()?;
+    let mut specs = Vec::new();
+    let workers = a.concurrencies.first().copied().unwrap_or(DEMO_WORKERS);
+    for &f in &a.flavors {
+        if specs.is_empty() {
+            specs.push(RunSpec::new(
+                "/rr (round-robin)",
+                f,
+                workers,
+                Route::Baseline,
+            ));
+        }
+        specs.push(RunSpec::new(
+            format!("picker ({f})"),
+            f,
+            workers,
+            Route::Picker,
+        ));
+    }
+    eprintln!(
+        "demo: the same multi-turn workload through Envoy's round-robin route, then through \
+         the gateway picker ({} Envoy workers)",
+        workers
+    );
+    let cols = runtime()?.block_on(calibration::run(a.time_scale, a.quick, &specs))?;
+    let mut out = header("infergate demo: round-robin vs the gateway picker", &a);
+    out.push_str(&cols.table());
+    out.push('\n');
+    let baseline = cols
+        .find(Route::Baseline, None)
+        .context("the /rr column is missing")?;
+    for spec in specs.iter().filter(|s| s.route == Route::Picker) {
+        if let Some(p) = cols.find(Route::Picker, Some(&spec.label)) {
+            out.push_str(&calibration::ttft_verdict(&spec.label, baseline, p));
+        }
+    }
+    println!("\n{out}");
+    eprintln!("demo: Envoy and the simulator stopped");
+    Ok(())
+}
