@@ -2,7 +2,9 @@
 //!
 //! [`StreamHost`] lives for one hook call: it borrows the [`EnvoyStream`] of that call, the
 //! config's [`StatsRegistry`] and, on the body hook that completes the request, the request
-//! body this adapter assembled from Envoy's buffered and received slices.
+//! body this adapter assembled from Envoy's buffered and received slices. [`HostConfig`] is
+//! what a filter config lends those hosts, and builds them the same way for every filter;
+//! the `From` impls turn a filter step's [`FilterStatus`] into the status Envoy's hook expects.
 
 use infergate_filters::host::{
     Clock, DynamicMetadata, HostError, LocalReply, Random, RequestBody, RequestHeaders,
@@ -10,13 +12,93 @@ use infergate_filters::host::{
     UpstreamOverride,
 };
 use infergate_filters::reply::Reply;
-use infergate_filters::stats::StatKey;
+use infergate_filters::stats::{StatKey, StatKind};
+use infergate_filters::FilterStatus;
 use scheduler_core::types::Millis;
 use std::cell::Cell;
 
-use crate::abi::{BodyKind, HeaderKind};
+use crate::abi::{BodyKind, BodyStatus, HeaderKind, HeadersStatus, TrailersStatus};
 use crate::host::EnvoyStream;
-use crate::stats::{Kind, StatsRegistry};
+use crate::stats::StatsRegistry;
+
+/// What one filter config lends the host of every hook call on its streams.
+pub struct HostConfig {
+    /// Counter ids defined on the filter config.
+    pub stats: StatsRegistry,
+    /// Whether `set_upstream_override` asks Envoy to fail rather than fall back.
+    pub strict_override: bool,
+}
+
+impl HostConfig {
+    /// Runs a headers step on a host without a body.
+    pub fn headers_step<R>(
+        &self,
+        envoy: &mut EnvoyStream,
+        step: impl FnOnce(&mut StreamHost<'_>) -> R,
+    ) -> R {
+        step(&mut StreamHost {
+            envoy,
+            stats: &self.stats,
+            body: None,
+            strict_override: self.strict_override,
+        })
+    }
+
+    /// Runs a body step. `step` gets the number of body bytes received so far; the host's
+    /// body is the whole request body, assembled from Envoy's slices, at end of stream and
+    /// empty before (the filters only read it once it is complete).
+    pub fn body_step<R>(
+        &self,
+        envoy: &mut EnvoyStream,
+        end_of_stream: bool,
+        step: impl FnOnce(&mut StreamHost<'_>, usize) -> R,
+    ) -> R {
+        let len = envoy.request_body_len();
+        let body = if end_of_stream {
+            envoy.request_body()
+        } else {
+            Vec::new()
+        };
+        let mut host = StreamHost {
+            envoy,
+            stats: &self.stats,
+            body: Some(&body),
+            strict_override: self.strict_override,
+        };
+        step(&mut host, len)
+    }
+}
+
+impl From<FilterStatus> for HeadersStatus {
+    /// A paused or answered request stops header iteration.
+    fn from(status: FilterStatus) -> HeadersStatus {
+        match status {
+            FilterStatus::Continue => HeadersStatus::Continue,
+            FilterStatus::Pause | FilterStatus::Replied => HeadersStatus::StopIteration,
+        }
+    }
+}
+
+impl From<FilterStatus> for BodyStatus {
+    /// A paused request keeps buffering its body; an answered one drops it.
+    fn from(status: FilterStatus) -> BodyStatus {
+        match status {
+            FilterStatus::Continue => BodyStatus::Continue,
+            FilterStatus::Pause => BodyStatus::StopIterationAndBuffer,
+            FilterStatus::Replied => BodyStatus::StopIterationNoBuffer,
+        }
+    }
+}
+
+impl From<FilterStatus> for TrailersStatus {
+    /// A paused or answered request stops at its trailers.
+    fn from(status: FilterStatus) -> TrailersStatus {
+        match status {
+            FilterStatus::Continue => TrailersStatus::Continue,
+            FilterStatus::Pause | FilterStatus::Replied => TrailersStatus::StopIteration,
+        }
+    }
+}
 
 /// Host capabilities for one hook call on one stream.
 pub struct StreamHost<'a> {
@@ -145,7 +227,7 @@ impl LocalReply for StreamHost<'_> {
 
 impl Stats for StreamHost<'_> {
     fn counter_add(&mut self, key: &StatKey, delta: u64) {
-        if let Some((id, labels)) = self.stats.resolve(Kind::Counter, key) {
+        if let Some((id, labels)) = self.stats.resolve(StatKind::Counter, key) {
             self.envoy.increment_counter(id, &labels, delta);
         }
     }

@@ -115,6 +115,28 @@ fn text(b: ModuleBuffer) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Copies the `n` headers the module lent for one callback (local replies, callouts).
+///
+/// # Safety
+/// `headers` must point to `n` valid headers whose buffers live for the call.
+unsafe fn module_headers(headers: *mut ModuleHttpHeader, n: usize) -> Vec<(String, String)> {
+    (0..n)
+        .map(|i| {
+            // SAFETY: `i < n`, per the caller's contract.
+            let h = unsafe { *headers.add(i) };
+            let k = ModuleBuffer {
+                ptr: h.key_ptr,
+                length: h.key_length,
+            };
+            let v = ModuleBuffer {
+                ptr: h.value_ptr,
+                length: h.value_length,
+            };
+            (text(k), text(v))
+        })
+        .collect()
+}
+
 fn envoy_buf(bytes: &[u8]) -> EnvoyBuffer {
     EnvoyBuffer {
         ptr: bytes.as_ptr().cast(),
@@ -296,20 +318,8 @@ unsafe extern "C" fn envoy_dynamic_module_callback_http_send_response(
     body: ModuleBuffer,
     details: ModuleBuffer,
 ) {
-    let mut hs = Vec::new();
-    for i in 0..n {
-        // SAFETY: the module passes `n` valid headers.
-        let h = unsafe { *headers.add(i) };
-        let k = ModuleBuffer {
-            ptr: h.key_ptr,
-            length: h.key_length,
-        };
-        let v = ModuleBuffer {
-            ptr: h.value_ptr,
-            length: h.value_length,
-        };
-        hs.push((text(k), text(v)));
-    }
+    // SAFETY: the module passes `n` valid headers.
+    let hs = unsafe { module_headers(headers, n) };
     let reply = Reply {
         status,
         headers: hs,
@@ -449,20 +459,8 @@ unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_http_call
     _body: ModuleBuffer,
     _timeout_ms: u64,
 ) -> CalloutInitResult {
-    let mut hs = Vec::new();
-    for i in 0..n {
-        // SAFETY: the module passes `n` valid headers.
-        let h = unsafe { *headers.add(i) };
-        let k = ModuleBuffer {
-            ptr: h.key_ptr,
-            length: h.key_length,
-        };
-        let v = ModuleBuffer {
-            ptr: h.value_ptr,
-            length: h.value_length,
-        };
-        hs.push((text(k), text(v)));
-    }
+    // SAFETY: the module passes `n` valid headers.
+    let hs = unsafe { module_headers(headers, n) };
     let cluster = text(cluster);
     with(|s| {
         if let Some(r) = s.callout_init_result {

@@ -5,11 +5,13 @@
 //! or `picker` (the endpoint picker). The adapters for both live in `router.rs` and
 //! `picker.rs`; this file only dispatches.
 
+use infergate_filters::stats::StatKind;
+
 use crate::abi::{
-    BodyStatus, HeadersStatus, HttpFilterConfigEnvoyPtr, ModuleBuffer, TrailersStatus,
+    BodyStatus, HeadersStatus, HttpFilterConfigEnvoyPtr, LabelBuffers, ModuleBuffer, TrailersStatus,
 };
 use crate::host::EnvoyStream;
-use crate::stats::{DefineMetric, Kind};
+use crate::stats::DefineMetric;
 
 /// The per-stream logic of one filter kind. Every method has a pass-through default.
 pub trait StreamLogic {
@@ -65,15 +67,7 @@ impl FilterConfigHandle {
 
     /// Defines a counter `name` with `labels`; returns its id, or `None` if Envoy refused.
     fn define_counter(&mut self, name: &str, labels: &[&str]) -> Option<usize> {
-        let mut raw_labels: Vec<ModuleBuffer> = labels
-            .iter()
-            .map(|l| ModuleBuffer::from_bytes(l.as_bytes()))
-            .collect();
-        let ptr = if raw_labels.is_empty() {
-            core::ptr::null_mut()
-        } else {
-            raw_labels.as_mut_ptr()
-        };
+        let mut raw_labels = LabelBuffers::new(labels);
         let mut id = 0usize;
         // SAFETY: `raw` is the live config pointer of the current config_new hook (main
         // thread); the buffers borrow `name`/`labels` for the call; `id` is a writable local.
@@ -81,8 +75,8 @@ impl FilterConfigHandle {
             crate::abi::callbacks::envoy_dynamic_module_callback_http_filter_config_define_counter(
                 self.raw,
                 ModuleBuffer::from_bytes(name.as_bytes()),
-                ptr,
-                raw_labels.len(),
+                raw_labels.as_mut_ptr(),
+                raw_labels.count(),
                 &mut id,
             )
         };
@@ -92,10 +86,10 @@ impl FilterConfigHandle {
 
 impl DefineMetric for FilterConfigHandle {
     /// HTTP filters emit counters only; gauge families are left undefined here.
-    fn define(&mut self, kind: Kind, name: &str, labels: &[&str]) -> Option<usize> {
+    fn define(&mut self, kind: StatKind, name: &str, labels: &[&str]) -> Option<usize> {
         match kind {
-            Kind::Counter => self.define_counter(name, labels),
-            Kind::Gauge => None,
+            StatKind::Counter => self.define_counter(name, labels),
+            StatKind::Gauge => None,
         }
     }
 }

@@ -8,7 +8,7 @@
 use crate::abi::callbacks as cb;
 use crate::abi::{
     BodyKind, EnvoyBuffer, EnvoyHttpHeader, FilterResetReason, HeaderKind, HttpFilterEnvoyPtr,
-    ModuleBuffer, ModuleHttpHeader,
+    LabelBuffers, ModuleBuffer, ModuleHttpHeader,
 };
 
 /// The Envoy side of one HTTP stream, valid for the duration of one hook call.
@@ -255,23 +255,15 @@ impl EnvoyStream {
 
     /// Adds `value` to counter `id` (defined by this stream's filter config) with label values.
     pub fn increment_counter(&mut self, id: usize, labels: &[&str], value: u64) {
-        let mut raw_labels: Vec<ModuleBuffer> = labels
-            .iter()
-            .map(|l| ModuleBuffer::from_bytes(l.as_bytes()))
-            .collect();
-        let ptr = if raw_labels.is_empty() {
-            core::ptr::null_mut()
-        } else {
-            raw_labels.as_mut_ptr()
-        };
+        let mut raw_labels = LabelBuffers::new(labels);
         // SAFETY: `raw` is live; `raw_labels` borrows `labels` for the call. A failed metric
         // update is not worth failing a request for, so the result is ignored.
         let _ = unsafe {
             cb::envoy_dynamic_module_callback_http_filter_increment_counter(
                 self.raw,
                 id,
-                ptr,
-                raw_labels.len(),
+                raw_labels.as_mut_ptr(),
+                raw_labels.count(),
                 value,
             )
         };

@@ -34,7 +34,7 @@ use infergate_filters::picker::{PickerRequest, PickerShared, SharedPicker};
 use infergate_filters::FilterStatus;
 
 use crate::abi::{BodyStatus, HeadersStatus, TrailersStatus};
-use crate::adapter::StreamHost;
+use crate::adapter::HostConfig;
 use crate::filter::{FilterConfigHandle, StreamFactory, StreamLogic};
 use crate::host::EnvoyStream;
 use crate::router::config_json;
@@ -62,8 +62,7 @@ fn process_state(
 
 struct Shared {
     state: Arc<SharedPicker>,
-    stats: StatsRegistry,
-    strict_override: bool,
+    host: HostConfig,
 }
 
 /// One picker filter config.
@@ -89,13 +88,12 @@ impl PickerFactory {
             }
         };
         let state = process_state(value.to_string(), value)?;
-        let stats = StatsRegistry::define(envoy);
+        let host = HostConfig {
+            stats: StatsRegistry::define(envoy),
+            strict_override,
+        };
         Ok(PickerFactory {
-            shared: Arc::new(Shared {
-                state,
-                stats,
-                strict_override,
-            }),
+            shared: Arc::new(Shared { state, host }),
         })
     }
 }
@@ -116,22 +114,12 @@ struct PickerStream {
 
 impl PickerStream {
     fn body_step(&mut self, envoy: &mut EnvoyStream, end_of_stream: bool) -> FilterStatus {
-        let len = envoy.request_body_len();
-        let body = if end_of_stream {
-            envoy.request_body()
-        } else {
-            Vec::new()
-        };
         let shared = Arc::clone(&self.shared);
-        let mut host = StreamHost {
-            envoy,
-            stats: &shared.stats,
-            body: Some(&body),
-            strict_override: shared.strict_override,
-        };
         // The filter locks `state` for the pick alone (see the module doc).
-        self.request
-            .on_request_body(&*shared.state, &mut host, len, end_of_stream)
+        shared.host.body_step(envoy, end_of_stream, |host, len| {
+            self.request
+                .on_request_body(&*shared.state, host, len, end_of_stream)
+        })
     }
 }
 
@@ -142,35 +130,22 @@ impl StreamLogic for PickerStream {
         end_of_stream: bool,
     ) -> HeadersStatus {
         let shared = Arc::clone(&self.shared);
-        let mut host = StreamHost {
-            envoy,
-            stats: &shared.stats,
-            body: None,
-            strict_override: shared.strict_override,
-        };
         // Reads the pool's plan without locking `state`.
-        let status = self
-            .request
-            .on_request_headers(&*shared.state, &mut host, end_of_stream);
-        match status {
-            FilterStatus::Continue => HeadersStatus::Continue,
-            FilterStatus::Pause | FilterStatus::Replied => HeadersStatus::StopIteration,
-        }
+        shared
+            .host
+            .headers_step(envoy, |host| {
+                self.request
+                    .on_request_headers(&*shared.state, host, end_of_stream)
+            })
+            .into()
     }
 
     fn on_request_body(&mut self, envoy: &mut EnvoyStream, end_of_stream: bool) -> BodyStatus {
-        match self.body_step(envoy, end_of_stream) {
-            FilterStatus::Continue => BodyStatus::Continue,
-            FilterStatus::Pause => BodyStatus::StopIterationAndBuffer,
-            FilterStatus::Replied => BodyStatus::StopIterationNoBuffer,
-        }
+        self.body_step(envoy, end_of_stream).into()
     }
 
     fn on_request_trailers(&mut self, envoy: &mut EnvoyStream) -> TrailersStatus {
-        match self.body_step(envoy, true) {
-            FilterStatus::Continue => TrailersStatus::Continue,
-            FilterStatus::Pause | FilterStatus::Replied => TrailersStatus::StopIteration,
-        }
+        self.body_step(envoy, true).into()
     }
 
     fn on_stream_complete(&mut self, _envoy: &mut EnvoyStream) {

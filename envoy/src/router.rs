@@ -14,7 +14,7 @@ use infergate_filters::router::{Router, RouterRequest};
 use infergate_filters::FilterStatus;
 
 use crate::abi::{BodyStatus, HeadersStatus, TrailersStatus};
-use crate::adapter::StreamHost;
+use crate::adapter::HostConfig;
 use crate::filter::{FilterConfigHandle, StreamFactory, StreamLogic};
 use crate::host::EnvoyStream;
 use crate::stats::StatsRegistry;
@@ -36,7 +36,7 @@ pub fn config_json(config: &[u8]) -> Result<serde_json::Value, String> {
 
 struct Shared {
     router: Router,
-    stats: StatsRegistry,
+    host: HostConfig,
 }
 
 /// One router filter config: the compiled router, shared by all workers.
@@ -48,9 +48,12 @@ impl RouterFactory {
     /// Compiles the router config and defines its stats.
     pub fn new(config: &[u8], envoy: &mut FilterConfigHandle) -> Result<RouterFactory, String> {
         let router = Router::from_json(config_json(config)?).map_err(|e| e.to_string())?;
-        let stats = StatsRegistry::define(envoy);
+        let host = HostConfig {
+            stats: StatsRegistry::define(envoy),
+            strict_override: false,
+        };
         Ok(RouterFactory {
-            shared: Arc::new(Shared { router, stats }),
+            shared: Arc::new(Shared { router, host }),
         })
     }
 }
@@ -72,22 +75,11 @@ struct RouterStream {
 impl RouterStream {
     /// Runs the body step with the complete body assembled from Envoy's slices.
     fn finish_body(&mut self, envoy: &mut EnvoyStream, end_of_stream: bool) -> FilterStatus {
-        let len = envoy.request_body_len();
-        let body = if end_of_stream {
-            envoy.request_body()
-        } else {
-            Vec::new()
-        };
         let shared = Arc::clone(&self.shared);
-        let mut host = StreamHost {
-            envoy,
-            stats: &shared.stats,
-            body: Some(&body),
-            strict_override: false,
-        };
-        let status = self
-            .request
-            .on_request_body(&shared.router, &mut host, len, end_of_stream);
+        let status = shared.host.body_step(envoy, end_of_stream, |host, len| {
+            self.request
+                .on_request_body(&shared.router, host, len, end_of_stream)
+        });
         if status == FilterStatus::Continue {
             envoy.clear_route_cache();
         }
@@ -107,37 +99,22 @@ impl StreamLogic for RouterStream {
         // the router decides, with its OpenAI-style 413.
         let limit = u64::try_from(shared.router.body_limit()).unwrap_or(u64::MAX);
         envoy.ensure_buffer_limit(limit.saturating_add(1));
-        let mut host = StreamHost {
-            envoy,
-            stats: &shared.stats,
-            body: None,
-            strict_override: false,
-        };
-        let status = self
-            .request
-            .on_request_headers(&shared.router, &mut host, end_of_stream);
-        match status {
-            FilterStatus::Continue => {
-                envoy.clear_route_cache();
-                HeadersStatus::Continue
-            }
-            FilterStatus::Pause | FilterStatus::Replied => HeadersStatus::StopIteration,
+        let status = shared.host.headers_step(envoy, |host| {
+            self.request
+                .on_request_headers(&shared.router, host, end_of_stream)
+        });
+        if status == FilterStatus::Continue {
+            envoy.clear_route_cache();
         }
+        status.into()
     }
 
     fn on_request_body(&mut self, envoy: &mut EnvoyStream, end_of_stream: bool) -> BodyStatus {
-        match self.finish_body(envoy, end_of_stream) {
-            FilterStatus::Continue => BodyStatus::Continue,
-            FilterStatus::Pause => BodyStatus::StopIterationAndBuffer,
-            FilterStatus::Replied => BodyStatus::StopIterationNoBuffer,
-        }
+        self.finish_body(envoy, end_of_stream).into()
     }
 
     fn on_request_trailers(&mut self, envoy: &mut EnvoyStream) -> TrailersStatus {
         // Trailers end the request: whatever was buffered is the whole body.
-        match self.finish_body(envoy, true) {
-            FilterStatus::Continue => TrailersStatus::Continue,
-            FilterStatus::Pause | FilterStatus::Replied => TrailersStatus::StopIteration,
-        }
+        self.finish_body(envoy, true).into()
     }
 }

@@ -19,15 +19,15 @@ use infergate_filters::host::{
     Stats,
 };
 use infergate_filters::scraper::Scraper;
-use infergate_filters::stats::StatKey;
+use infergate_filters::stats::{StatKey, StatKind};
 use scheduler_core::types::Millis;
 
 use crate::abi::callbacks as cb;
 use crate::abi::{
-    BootstrapConfigEnvoyPtr, BootstrapTimerModulePtr, EnvoyBuffer, EnvoyHttpHeader, ModuleBuffer,
-    ModuleHttpHeader, CALLOUT_INIT_SUCCESS, CALLOUT_SUCCESS, METRICS_SUCCESS,
+    BootstrapConfigEnvoyPtr, BootstrapTimerModulePtr, EnvoyBuffer, EnvoyHttpHeader, LabelBuffers,
+    ModuleBuffer, ModuleHttpHeader, CALLOUT_INIT_SUCCESS, CALLOUT_SUCCESS, METRICS_SUCCESS,
 };
-use crate::stats::{DefineMetric, Kind, StatsRegistry};
+use crate::stats::{DefineMetric, StatsRegistry};
 
 /// Our object behind `bootstrap_extension_config_module_ptr`. Main thread only.
 pub struct ScraperExtension {
@@ -43,38 +43,23 @@ struct BootstrapDefiner {
 }
 
 impl DefineMetric for BootstrapDefiner {
-    fn define(&mut self, kind: Kind, name: &str, labels: &[&str]) -> Option<usize> {
-        let mut raw_labels: Vec<ModuleBuffer> = labels
-            .iter()
-            .map(|l| ModuleBuffer::from_bytes(l.as_bytes()))
-            .collect();
-        let ptr = if raw_labels.is_empty() {
-            core::ptr::null_mut()
-        } else {
-            raw_labels.as_mut_ptr()
-        };
+    fn define(&mut self, kind: StatKind, name: &str, labels: &[&str]) -> Option<usize> {
+        let mut raw_labels = LabelBuffers::new(labels);
+        let (ptr, count) = (raw_labels.as_mut_ptr(), raw_labels.count());
         let name = ModuleBuffer::from_bytes(name.as_bytes());
         let mut id = 0usize;
         // SAFETY: `envoy` is the live config pointer of the current config_new hook (main
         // thread); buffers borrow locals for the call; `id` is writable.
         let result = unsafe {
             match kind {
-                Kind::Counter => {
+                StatKind::Counter => {
                     cb::envoy_dynamic_module_callback_bootstrap_extension_config_define_counter(
-                        self.envoy,
-                        name,
-                        ptr,
-                        raw_labels.len(),
-                        &mut id,
+                        self.envoy, name, ptr, count, &mut id,
                     )
                 }
-                Kind::Gauge => {
+                StatKind::Gauge => {
                     cb::envoy_dynamic_module_callback_bootstrap_extension_config_define_gauge(
-                        self.envoy,
-                        name,
-                        ptr,
-                        raw_labels.len(),
-                        &mut id,
+                        self.envoy, name, ptr, count, &mut id,
                     )
                 }
             }
@@ -240,47 +225,32 @@ impl Clock for ScraperHost<'_> {
 
 impl Stats for ScraperHost<'_> {
     fn counter_add(&mut self, key: &StatKey, delta: u64) {
-        self.update(Kind::Counter, key, delta);
+        self.update(StatKind::Counter, key, delta);
     }
     fn gauge_set(&mut self, key: &StatKey, value: u64) {
-        self.update(Kind::Gauge, key, value);
+        self.update(StatKind::Gauge, key, value);
     }
 }
 
 impl ScraperHost<'_> {
-    fn update(&self, kind: Kind, key: &StatKey, value: u64) {
+    fn update(&self, kind: StatKind, key: &StatKey, value: u64) {
         let Some((id, labels)) = self.stats.resolve(kind, key) else {
             return;
         };
-        let mut raw: Vec<ModuleBuffer> = labels
-            .iter()
-            .map(|l| ModuleBuffer::from_bytes(l.as_bytes()))
-            .collect();
-        let ptr = if raw.is_empty() {
-            core::ptr::null_mut()
-        } else {
-            raw.as_mut_ptr()
-        };
+        let mut raw = LabelBuffers::new(&labels);
+        let (ptr, count) = (raw.as_mut_ptr(), raw.count());
         // SAFETY: main thread, live config pointer; `raw` borrows `labels` for the call. A
         // failed stat update is ignored (best effort).
         let _ = unsafe {
             match kind {
-                Kind::Counter => {
+                StatKind::Counter => {
                     cb::envoy_dynamic_module_callback_bootstrap_extension_config_increment_counter(
-                        self.envoy,
-                        id,
-                        ptr,
-                        raw.len(),
-                        value,
+                        self.envoy, id, ptr, count, value,
                     )
                 }
-                Kind::Gauge => {
+                StatKind::Gauge => {
                     cb::envoy_dynamic_module_callback_bootstrap_extension_config_set_gauge(
-                        self.envoy,
-                        id,
-                        ptr,
-                        raw.len(),
-                        value,
+                        self.envoy, id, ptr, count, value,
                     )
                 }
             }

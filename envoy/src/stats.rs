@@ -9,62 +9,16 @@
 //! same names the Wasm flavour emits.
 //!
 //! The bootstrap extension (scraper) does the same on its own config object. A key of an
-//! unknown family is dropped (stats are best effort and must never fail a request); the list
-//! of families below mirrors the filters crate.
+//! unknown family is dropped (stats are best effort and must never fail a request). The list
+//! of families is the filters crate's [`FAMILIES`], so a family added there is defined here
+//! without a change to this adapter.
 
-use infergate_filters::stats::StatKey;
-
-/// Counter or gauge.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// Monotonic counter.
-    Counter,
-    /// Settable gauge.
-    Gauge,
-}
-
-/// A metric family: kind, name and label names in key order.
-pub struct Family {
-    /// Counter or gauge.
-    pub kind: Kind,
-    /// Metric name, e.g. `infergate.router.requests`.
-    pub name: &'static str,
-    /// Label names in the order the key carries them.
-    pub labels: &'static [&'static str],
-}
-
-const fn counter(name: &'static str, labels: &'static [&'static str]) -> Family {
-    Family {
-        kind: Kind::Counter,
-        name,
-        labels,
-    }
-}
-
-/// The metric families the filters and the scraper emit (see `infergate_filters`).
-pub const FAMILIES: &[Family] = &[
-    counter("infergate.router.requests", &["outcome"]),
-    counter("infergate.picker.decisions", &["pool"]),
-    counter("infergate.picker.picks", &["pool", "endpoint"]),
-    counter("infergate.picker.rejects", &["pool", "reason"]),
-    counter("infergate.picker.prefix_matched_blocks", &["pool"]),
-    counter("infergate.picker.prefix_total_blocks", &["pool"]),
-    counter("infergate.picker.fail_open_picks", &["pool"]),
-    counter("infergate.picker.snapshot_errors", &[]),
-    counter("infergate.scraper.scrapes", &["endpoint", "result"]),
-    counter("infergate.scraper.publishes", &[]),
-    counter("infergate.scraper.publish_errors", &[]),
-    Family {
-        kind: Kind::Gauge,
-        name: "infergate.scraper.consecutive_failures",
-        labels: &["endpoint"],
-    },
-];
+use infergate_filters::stats::{StatKey, StatKind, FAMILIES};
 
 /// Something that can define metric families (an Envoy config object during its creation).
 pub trait DefineMetric {
     /// Defines one family; returns Envoy's id, or `None` if Envoy refused.
-    fn define(&mut self, kind: Kind, name: &str, labels: &[&str]) -> Option<usize>;
+    fn define(&mut self, kind: StatKind, name: &str, labels: &[&str]) -> Option<usize>;
 }
 
 /// Envoy ids of every family, defined on one config object.
@@ -74,7 +28,7 @@ pub struct StatsRegistry {
 }
 
 impl StatsRegistry {
-    /// Defines every family of `kinds` on the config being created.
+    /// Defines every family on the config being created.
     pub fn define(envoy: &mut dyn DefineMetric) -> StatsRegistry {
         let ids = FAMILIES
             .iter()
@@ -85,7 +39,7 @@ impl StatsRegistry {
     }
 
     /// Resolves `key` of kind `kind` to `(Envoy id, label values)`; `None` for unknown keys.
-    pub fn resolve<'k>(&self, kind: Kind, key: &'k StatKey) -> Option<(usize, Vec<&'k str>)> {
+    pub fn resolve<'k>(&self, kind: StatKind, key: &'k StatKey) -> Option<(usize, Vec<&'k str>)> {
         let (family, values) = split_key(key.as_str())?;
         if FAMILIES.get(family).map(|f| f.kind) != Some(kind) {
             return None;
@@ -143,6 +97,44 @@ mod tests {
         let ok = StatKey::new("infergate.router.requests", &[("outcome", "routed")]);
         assert!(split_key(ok.as_str()).is_some());
         assert!(split_key("infergate.scraper.publishes.extra").is_none());
+    }
+
+    /// Records what the registry defines; ids are definition order.
+    #[derive(Default)]
+    struct Recorder {
+        defined: Vec<(StatKind, String, Vec<String>)>,
+    }
+
+    impl DefineMetric for Recorder {
+        fn define(&mut self, kind: StatKind, name: &str, labels: &[&str]) -> Option<usize> {
+            let labels = labels.iter().map(|l| (*l).to_owned()).collect();
+            self.defined.push((kind, name.to_owned(), labels));
+            Some(self.defined.len() - 1)
+        }
+    }
+
+    #[test]
+    fn every_filters_family_is_defined_and_resolves() {
+        let mut envoy = Recorder::default();
+        let registry = StatsRegistry::define(&mut envoy);
+        assert_eq!(envoy.defined.len(), FAMILIES.len());
+        for (family, (kind, name, labels)) in FAMILIES.iter().zip(&envoy.defined) {
+            assert_eq!((family.kind, family.name), (*kind, name.as_str()));
+            assert_eq!(family.labels, labels.as_slice());
+        }
+        let gauge = StatKey::new(
+            "infergate.scraper.consecutive_failures",
+            &[("endpoint", "e")],
+        );
+        let expected = envoy
+            .defined
+            .iter()
+            .position(|(_, n, _)| n == "infergate.scraper.consecutive_failures");
+        assert_eq!(
+            registry.resolve(StatKind::Gauge, &gauge).map(|(id, _)| id),
+            expected
+        );
+        assert!(registry.resolve(StatKind::Counter, &gauge).is_none());
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! a newer Envoy can never be an invalid Rust enum.
 
 use core::ffi::{c_char, c_void};
+use core::marker::PhantomData;
 
 #[cfg(not(target_family = "wasm"))]
 pub mod callbacks;
@@ -118,6 +119,41 @@ impl ModuleBuffer {
         ptr: core::ptr::null(),
         length: 0,
     };
+}
+
+/// Metric label names or values lent to Envoy for one callback, as the `(array, count)` pair
+/// the define, increment and set callbacks take (a NULL array when there are none).
+pub struct LabelBuffers<'a> {
+    raw: Vec<ModuleBuffer>,
+    /// The buffers point into these strings.
+    _labels: PhantomData<&'a str>,
+}
+
+impl<'a> LabelBuffers<'a> {
+    /// Borrows every label; the result must not outlive them.
+    pub fn new(labels: &[&'a str]) -> LabelBuffers<'a> {
+        LabelBuffers {
+            raw: labels
+                .iter()
+                .map(|l| ModuleBuffer::from_bytes(l.as_bytes()))
+                .collect(),
+            _labels: PhantomData,
+        }
+    }
+
+    /// The array to pass to Envoy: NULL for no labels.
+    pub fn as_mut_ptr(&mut self) -> *mut ModuleBuffer {
+        if self.raw.is_empty() {
+            core::ptr::null_mut()
+        } else {
+            self.raw.as_mut_ptr()
+        }
+    }
+
+    /// How many labels the array holds.
+    pub fn count(&self) -> usize {
+        self.raw.len()
+    }
 }
 
 /// One header owned by the module, lent to Envoy for one callback (local replies, callouts).

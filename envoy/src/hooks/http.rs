@@ -52,7 +52,7 @@ fn fail_response(envoy: &mut EnvoyStream) {
     });
 }
 
-/// Runs one request-path hook body with panic containment.
+/// Runs one request-path hook body with panic containment; a panic answers a 500.
 fn on_request<R: Copy>(
     hook: &'static str,
     envoy_ptr: HttpFilterEnvoyPtr,
@@ -60,26 +60,11 @@ fn on_request<R: Copy>(
     stop: R,
     body: impl FnOnce(&mut StreamState, &mut EnvoyStream) -> R,
 ) -> R {
-    // SAFETY: Envoy passes the pointers of the current stream to this hook.
-    let (Some(state), mut envoy) = (unsafe { stream(module_ptr) }, unsafe {
-        EnvoyStream::from_hook(envoy_ptr)
-    }) else {
-        return stop;
-    };
-    if state.failed {
-        return stop;
-    }
-    match guard::catch(hook, || body(state, &mut envoy)) {
-        Some(status) => status,
-        None => {
-            state.failed = true;
-            fail_request(&mut envoy);
-            stop
-        }
-    }
+    // A request on an unknown or already failed stream must not go on: `stop` either way.
+    guarded(hook, envoy_ptr, module_ptr, stop, stop, fail_request, body)
 }
 
-/// Runs one response-path hook body with panic containment.
+/// Runs one response-path hook body with panic containment; a panic resets the stream.
 fn on_response<R: Copy>(
     hook: &'static str,
     envoy_ptr: HttpFilterEnvoyPtr,
@@ -88,21 +73,36 @@ fn on_response<R: Copy>(
     stop: R,
     body: impl FnOnce(&mut StreamState, &mut EnvoyStream) -> R,
 ) -> R {
+    guarded(hook, envoy_ptr, module_ptr, pass, stop, fail_response, body)
+}
+
+/// The hook frame both paths share: returns `skipped` without running the logic when the
+/// stream is unknown or already failed, and `panicked` after the logic panicked (the stream
+/// is then marked failed and `fail` answers or resets it).
+fn guarded<R: Copy>(
+    hook: &'static str,
+    envoy_ptr: HttpFilterEnvoyPtr,
+    module_ptr: HttpFilterModulePtr,
+    skipped: R,
+    panicked: R,
+    fail: fn(&mut EnvoyStream),
+    body: impl FnOnce(&mut StreamState, &mut EnvoyStream) -> R,
+) -> R {
     // SAFETY: Envoy passes the pointers of the current stream to this hook.
     let (Some(state), mut envoy) = (unsafe { stream(module_ptr) }, unsafe {
         EnvoyStream::from_hook(envoy_ptr)
     }) else {
-        return pass;
+        return skipped;
     };
     if state.failed {
-        return pass;
+        return skipped;
     }
     match guard::catch(hook, || body(state, &mut envoy)) {
         Some(status) => status,
         None => {
             state.failed = true;
-            fail_response(&mut envoy);
-            stop
+            fail(&mut envoy);
+            panicked
         }
     }
 }
