@@ -75,18 +75,24 @@ impl Context for Root {
     fn on_http_call_response(
         &mut self,
         token_id: u32,
-        _num_headers: usize,
+        num_headers: usize,
         body_size: usize,
         _num_trailers: usize,
     ) {
         let Some(Role::Scraper(scraper)) = &mut self.role else {
             return;
         };
-        // A failed or timed-out call arrives without headers, hence without `:status`.
-        let status = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status")
-            .ok()
-            .flatten()
-            .and_then(|s| s.parse::<u16>().ok());
+        // A failed or timed-out call arrives without headers. Envoy then answers any read of
+        // the response header map with BadArgument, on which the SDK panics (killing the
+        // scraper VM), so the map is only read when headers exist.
+        let status = if num_headers == 0 {
+            None
+        } else {
+            hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status")
+                .ok()
+                .flatten()
+                .and_then(|s| s.parse::<u16>().ok())
+        };
         let outcome = match status {
             Some(status) => CalloutOutcome::Response {
                 status,

@@ -20,9 +20,11 @@ use crate::filter::{FilterConfigHandle, HttpConfig, StreamState};
 use crate::guard;
 use crate::host::EnvoyStream;
 
-/// Body of the 500 a panicking filter answers with (OpenAI error shape, DESIGN §10).
+/// Body of the 500 a panicking filter answers with: the OpenAI error shape of
+/// `infergate_filters::reply::Reply::internal` (DESIGN §10), kept static so the panic path
+/// allocates nothing.
 const INTERNAL_ERROR_BODY: &[u8] =
-    br#"{"error":{"message":"internal error in the gateway filter","type":"internal_error","param":null,"code":"internal_error"}}"#;
+    br#"{"error":{"message":"internal error in the gateway filter","type":"server_error","param":null,"code":"internal_error"}}"#;
 
 /// # Safety
 /// `ptr` must be NULL or a pointer returned by `on_http_filter_new` and not yet destroyed.

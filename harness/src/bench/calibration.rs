@@ -12,11 +12,12 @@
 //! concurrency share one Envoy.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
 use super::report::table;
-use crate::launch::{Backends, EnvoyOptions, Flavor, PoolSpec, Stack, StackOptions};
+use crate::launch::{client, Backends, EnvoyOptions, Flavor, PoolSpec, Stack, StackOptions};
 use crate::load::runner::run_target;
 use crate::load::{self, Assign, LoadConfig, Summary, Target, TargetReport, Workload};
 use crate::sim::{self, EngineConfig, SimConfig, SimHandle};
@@ -169,12 +170,46 @@ async fn start_stack(sim: &SimHandle, flavor: Flavor, workers: u32) -> Result<St
     let stack = Stack::start(so)
         .await
         .with_context(|| format!("starting the {flavor} stack (--concurrency {workers})"))?;
+    let waited = wait_for_picker(&stack).await?;
     eprintln!(
-        "{flavor} Envoy (--concurrency {workers}) up: picker {}, baseline {}",
+        "{flavor} Envoy (--concurrency {workers}) up: picker {}, baseline {}; the picker \
+         answered 200 {} ms after Envoy was ready",
         stack.picker_url(),
-        stack.baseline_url()
+        stack.baseline_url(),
+        waited.as_millis()
     );
     Ok(stack)
+}
+
+/// Waits until a small request through the picker succeeds: Envoy's `/ready` comes before
+/// the gateway's first metrics snapshot, and until then the picker rejects with 503
+/// (`rejected-no-endpoints`), which would count as errors of the first column on a fresh
+/// stack. Returns how long that took.
+async fn wait_for_picker(stack: &Stack) -> Result<Duration> {
+    let url = format!("{}/v1/chat/completions", stack.picker_url());
+    let body = serde_json::json!({
+        "model": crate::launch::DEFAULT_MODEL,
+        "messages": [{"role": "user", "content": "ping"}],
+        "max_tokens": 1,
+    });
+    let start = Instant::now();
+    let mut last = String::new();
+    while start.elapsed() < Duration::from_secs(30) {
+        // Several probes per round: with several Envoy workers each has its own picker.
+        let mut ok = 0;
+        for _ in 0..4 {
+            match client::post_json(&url, &body, &[]).await {
+                Ok(r) if r.status == 200 => ok += 1,
+                Ok(r) => last = format!("{} {}", r.status, r.text().trim()),
+                Err(e) => last = format!("{e:#}"),
+            }
+        }
+        if ok == 4 {
+            return Ok(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("the picker at {url} did not answer 200 within 30 s: {last}")
 }
 
 impl Columns {
@@ -192,32 +227,57 @@ impl Columns {
             .map(|(_, r)| &r.summary)
     }
 
-    /// The load generator's side-by-side table, plus how requests spread over replicas.
+    /// The load generator's side-by-side table, plus the figures of turns 2 and later (the
+    /// only ones a router can make hit the cache) and how requests spread over replicas.
     pub fn table(&self) -> String {
         let mut out = load::table(&self.summaries());
-        let mut header = vec!["requests per replica".to_string()];
+        let mut header = vec!["target".to_string()];
         header.extend(self.specs.iter().map(|s| s.label.clone()));
         let spreads: Vec<BTreeMap<String, u64>> =
             self.reports.iter().map(|r| spread(&r.records)).collect();
         let mut replicas: Vec<&String> = spreads.iter().flat_map(|s| s.keys()).collect();
         replicas.sort();
         replicas.dedup();
-        let rows: Vec<(String, Vec<String>)> = replicas
+        let mut rows: Vec<(String, Vec<String>)> = Vec::new();
+        let later: Vec<Summary> = self
+            .reports
             .iter()
-            .map(|rep| {
-                let cells = spreads
-                    .iter()
-                    .map(|s| s.get(*rep).copied().unwrap_or(0).to_string())
-                    .collect();
-                ((*rep).clone(), cells)
-            })
+            .map(|r| later_turns(&r.summary.label, &r.records))
             .collect();
+        rows.push((
+            "turns 2+: cache hit ratio".into(),
+            later
+                .iter()
+                .map(|s| format!("{:.1}%", s.cache_hit_ratio * 100.0))
+                .collect(),
+        ));
+        rows.push((
+            "turns 2+: TTFT p50".into(),
+            later
+                .iter()
+                .map(|s| format!("{:.1} ms", s.ttft_p50_s * 1000.0))
+                .collect(),
+        ));
+        rows.extend(replicas.iter().map(|rep| {
+            let cells = spreads
+                .iter()
+                .map(|s| s.get(*rep).copied().unwrap_or(0).to_string())
+                .collect();
+            (format!("requests on {rep}"), cells)
+        }));
         if !rows.is_empty() {
             out.push('\n');
             out.push_str(&table(&header, &rows));
         }
         out
     }
+}
+
+/// The summary of turns 2 and later only (the first turn of a conversation can hit no
+/// cache, whatever the router does); its duration and rates are not meaningful.
+pub fn later_turns(label: &str, records: &[load::RequestRecord]) -> Summary {
+    let later: Vec<load::RequestRecord> = records.iter().filter(|r| r.turn > 0).cloned().collect();
+    Summary::from_records(label, &later, 0.0)
 }
 
 /// Successful requests per serving replica (the simulator's replica-address header).
@@ -398,6 +458,21 @@ mod tests {
             ..Summary::default()
         };
         assert_eq!(ttft_verdict("w", &base, &bad).matches("MISSED").count(), 2);
+    }
+
+    #[test]
+    fn later_turns_leave_the_first_out() {
+        let rec = |turn: u32, prompt: u64, cached: u64| load::RequestRecord {
+            status: 200,
+            turn,
+            ttft_s: Some(0.1),
+            prompt_tokens: prompt,
+            cached_tokens: cached,
+            ..load::RequestRecord::default()
+        };
+        let s = later_turns("x", &[rec(0, 1000, 0), rec(1, 100, 90), rec(2, 100, 100)]);
+        assert_eq!(s.requests, 2);
+        assert!((s.cache_hit_ratio - 0.95).abs() < 1e-9);
     }
 
     #[test]

@@ -11,10 +11,13 @@
 //!   and latency.
 //! - [`overhead`]: `bench overhead`: requests/s and latency through Envoy with no gateway
 //!   filter, with the Wasm filters and with the native filters, in interleaved rounds.
+//! - [`logic`]: the filters' parse and hash work per request, timed in-process, to split a
+//!   flavour's added cost between the filter logic and Envoy around it.
 //! - [`report`]: small formatting helpers shared by the tables.
 
 pub mod calibration;
 pub mod closed_loop;
 pub mod fast_backend;
+pub mod logic;
 pub mod overhead;
 pub mod report;

@@ -25,6 +25,7 @@ use serde_json::json;
 
 use super::closed_loop::{ClosedLoop, LoopResult, RequestTemplate};
 use super::fast_backend::FastBackend;
+use super::logic::LogicCost;
 use super::report::{median, ms, percentile_us, process_cpu, table};
 use crate::launch::{Backends, EnvoyOptions, Flavor, Stack, StackOptions, DEFAULT_MODEL};
 use crate::load::workload::filler;
@@ -48,6 +49,9 @@ pub struct OverheadOptions {
     pub bodies: usize,
     /// Backend listeners (endpoints of the pool).
     pub endpoints: usize,
+    /// Arms to run, of `direct`, `plain`, `wasm`, `native` (all by default; `plain` is
+    /// always kept, as every ratio is against it).
+    pub arms: Vec<String>,
 }
 
 impl Default for OverheadOptions {
@@ -61,12 +65,17 @@ impl Default for OverheadOptions {
             body_tokens: 8000,
             bodies: 32,
             endpoints: 4,
+            arms: ARMS.iter().map(|a| a.to_string()).collect(),
         }
     }
 }
 
+/// Every arm, in report order.
+const ARMS: [&str; 4] = ["direct", "plain", "wasm", "native"];
+
 const USAGE: &str = "usage: bench overhead [--connections N] [--concurrency C] [--rounds R] \
-                     [--warmup-ms MS] [--measure-s S] [--body-tokens T] [--quick]";
+                     [--warmup-ms MS] [--measure-s S] [--body-tokens T] [--quick] \
+                     [--arms direct,plain,wasm,native]";
 
 impl OverheadOptions {
     /// Parses the command-line flags (see [`USAGE`]).
@@ -92,6 +101,16 @@ impl OverheadOptions {
                     o.measure = Duration::from_secs_f64(value(arg)?.parse().context("--measure-s")?)
                 }
                 "--body-tokens" => o.body_tokens = value(arg)?.parse().context("--body-tokens")?,
+                "--arms" => {
+                    let list = value(arg)?;
+                    o.arms = list.split(',').map(|a| a.trim().to_string()).collect();
+                    if let Some(bad) = o.arms.iter().find(|a| !ARMS.contains(&a.as_str())) {
+                        bail!("--arms: unknown arm `{bad}`; {USAGE}");
+                    }
+                    if !o.arms.iter().any(|a| a == "plain") {
+                        o.arms.push("plain".into());
+                    }
+                }
                 "--quick" => {
                     o.rounds = 2;
                     o.measure = Duration::from_secs(2);
@@ -149,15 +168,21 @@ pub async fn run(opts: &OverheadOptions) -> Result<String> {
     let backend = FastBackend::start(opts.endpoints).await?;
     let addrs = backend.addrs().to_vec();
     let bodies = bodies(opts.bodies, opts.body_tokens);
+    let wanted = |label: &str| opts.arms.iter().any(|a| a == label);
     let mut arms = Vec::new();
-    arms.push(arm(
-        "direct",
-        None,
-        direct_templates(&bodies),
-        addrs.first(),
-        opts,
-    )?);
+    if wanted("direct") {
+        arms.push(arm(
+            "direct",
+            None,
+            direct_templates(&bodies),
+            addrs.first(),
+            opts,
+        )?);
+    }
     for flavor in [Flavor::Plain, Flavor::Wasm, Flavor::Native] {
+        if !wanted(flavor.name()) {
+            continue;
+        }
         let mut so = StackOptions::new(flavor, Backends::External(addrs.clone()));
         so.envoy = EnvoyOptions {
             concurrency: opts.envoy_concurrency,
@@ -171,6 +196,11 @@ pub async fn run(opts: &OverheadOptions) -> Result<String> {
             _ => direct_templates(&bodies),
         };
         let listener = stack.envoy().listener();
+        eprintln!(
+            "{flavor} Envoy: pid {}, listener {listener}, admin {}",
+            stack.envoy().pid().unwrap_or(0),
+            stack.envoy().admin()
+        );
         let label = match flavor {
             Flavor::Plain => "plain",
             Flavor::Wasm => "wasm",
@@ -219,7 +249,8 @@ pub async fn run(opts: &OverheadOptions) -> Result<String> {
             a.total.merge(r);
         }
     }
-    Ok(render(&arms, opts))
+    let logic = super::logic::measure(&bodies, Duration::from_millis(300));
+    Ok(render(&arms, opts, &logic))
 }
 
 fn arm(
@@ -294,7 +325,7 @@ async fn wait_until_served(client: &ClosedLoop, label: &str) -> Result<()> {
     }
 }
 
-fn render(arms: &[Arm], opts: &OverheadOptions) -> String {
+fn render(arms: &[Arm], opts: &OverheadOptions, logic: &LogicCost) -> String {
     let mut lat: Vec<Vec<u32>> = arms.iter().map(|a| a.total.latencies_us.clone()).collect();
     for l in &mut lat {
         l.sort_unstable();
@@ -353,6 +384,14 @@ fn render(arms: &[Arm], opts: &OverheadOptions) -> String {
         ),
         ("Envoy CPU busy (cores)".into(), cells(&|_, a| cpu_busy(a))),
         (
+            "plain CPU ÷ arm CPU per request".into(),
+            cells(&|_, a| {
+                cpu_ratio(arms.get(plain), a)
+                    .map(|r| format!("{r:.3}"))
+                    .unwrap_or_else(|| "-".into())
+            }),
+        ),
+        (
             "requests measured".into(),
             cells(&|_, a| a.total.ok.to_string()),
         ),
@@ -380,12 +419,19 @@ fn render(arms: &[Arm], opts: &OverheadOptions) -> String {
         if let Some(a) = arms.iter().find(|a| a.label == label) {
             let r = ratio(a);
             let verdict = if r >= target { "met" } else { "MISSED" };
+            let cpu = cpu_ratio(arms.get(plain), a).unwrap_or(0.0);
             out.push_str(&format!(
-                "{label}/plain requests/s = {r:.3} (median of rounds {:.3}; target ≥ {target:.2}: {verdict})\n",
+                "{label}/plain requests/s = {r:.3} (median of rounds {:.3}; target ≥ {target:.2}: \
+                 {verdict}); CPU-bound ratio (plain ÷ {label} Envoy CPU per request) {cpu:.3}\n",
                 round_ratio(a)
             ));
         }
     }
+    out.push_str(&format!(
+        "filter logic per request, native, in-process: body parse {:.1} µs (router), parse + \
+         prefix hashes {:.1} µs (picker; hashes alone {:.1} µs)\n",
+        logic.parse_us, logic.parse_and_hash_us, logic.hash_us
+    ));
     out
 }
 
@@ -397,6 +443,16 @@ fn cpu_per_request(a: &Arm) -> String {
         "{:.0} µs",
         a.envoy_cpu.as_secs_f64() * 1e6 / a.total.ok as f64
     )
+}
+
+/// `plain`'s Envoy CPU per request ÷ `a`'s: the requests/s ratio Envoy would reach if it
+/// had a core to itself and were the only bottleneck.
+fn cpu_ratio(plain: Option<&Arm>, a: &Arm) -> Option<f64> {
+    let per = |x: &Arm| {
+        (x.stack.is_some() && x.total.ok > 0).then(|| x.envoy_cpu.as_secs_f64() / x.total.ok as f64)
+    };
+    let (p, x) = (per(plain?)?, per(a)?);
+    (x > 0.0).then(|| p / x)
 }
 
 fn cpu_busy(a: &Arm) -> String {
@@ -449,6 +505,9 @@ mod tests {
         );
         assert!(OverheadOptions::parse(&s(&["--rounds", "0"])).is_err());
         assert!(OverheadOptions::parse(&s(&["--bogus"])).is_err());
+        let o = OverheadOptions::parse(&s(&["--arms", "native"])).unwrap();
+        assert_eq!(o.arms, ["native", "plain"], "plain is always measured");
+        assert!(OverheadOptions::parse(&s(&["--arms", "grpc"])).is_err());
     }
 
     #[test]

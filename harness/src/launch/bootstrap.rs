@@ -470,6 +470,43 @@ mod tests {
         assert_eq!(scraper.tick_period_ms(), 50);
     }
 
+    /// Two config gaps the end-to-end suite found: bodies up to the router's limit must get
+    /// past Envoy's stream buffer, and the Wasm flavour needs Envoy to copy the picked
+    /// endpoint into `envoy.lb` metadata (proxy-wasm cannot set metadata).
+    #[test]
+    fn gateway_templates_buffer_past_the_body_limit_and_wasm_copies_the_pick_to_metadata() {
+        let limit = GatewaySettings::default().body_limit_bytes;
+        for flavor in [Flavor::Wasm, Flavor::Native] {
+            let yaml = render(&BootstrapParams::new(flavor, two_pools())).unwrap();
+            let v: Value = serde_yaml::from_str(&yaml).unwrap();
+            let listener = &v["static_resources"]["listeners"][0];
+            let buffer = listener["per_connection_buffer_limit_bytes"]
+                .as_u64()
+                .unwrap();
+            assert!(
+                buffer > limit,
+                "{flavor}: buffer {buffer} <= body limit {limit}"
+            );
+        }
+        let yaml = render(&BootstrapParams::new(Flavor::Wasm, two_pools())).unwrap();
+        let v: Value = serde_yaml::from_str(&yaml).unwrap();
+        let filters = v["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+            ["typed_config"]["http_filters"]
+            .as_sequence()
+            .unwrap();
+        let names: Vec<&str> = filters.iter().filter_map(|f| f["name"].as_str()).collect();
+        let at = |n: &str| names.iter().position(|x| *x == n).unwrap();
+        let copy = at("infergate.destination_metadata");
+        assert!(at("infergate.picker") < copy && copy < at("envoy.filters.http.router"));
+        let rule = &filters[copy]["typed_config"]["request_rules"][0];
+        assert_eq!(rule["header"], "x-gateway-destination-endpoint");
+        assert_eq!(rule["on_header_present"]["metadata_namespace"], "envoy.lb");
+        assert_eq!(
+            rule["on_header_present"]["key"],
+            "x-gateway-destination-endpoint"
+        );
+    }
+
     #[test]
     fn no_pool_is_an_error_and_flavours_parse() {
         assert!(render(&BootstrapParams::new(Flavor::Plain, vec![])).is_err());

@@ -84,3 +84,20 @@ pub fn build_all() -> Result<Artefacts> {
     }
     Ok(artefacts)
 }
+
+/// Builds the native module with the `panic-injection` test feature and copies it aside
+/// (`<target>/test-artefacts/`), so the end-to-end suite can prove a panic fails one request
+/// while the demo and benchmarks keep loading the production module. Returns its path.
+pub fn build_panic_injection_module() -> Result<PathBuf> {
+    cargo(
+        &["build", "--release", "-p", "infergate-envoy", "--features", "panic-injection"],
+        &[],
+    )?;
+    let built = target_dir().join("release/libinfergate_envoy.so");
+    let dir = target_dir().join("test-artefacts");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let copy = dir.join("libinfergate_envoy_panic_injection.so");
+    std::fs::copy(&built, &copy)
+        .with_context(|| format!("copying {} to {}", built.display(), copy.display()))?;
+    Ok(copy)
+}

@@ -1,14 +1,16 @@
 //! `cargo xtask test`: every test tier, in the order a failure is cheapest to find.
 //!
-//! 1. the release artefacts (Wasm module, native module, simulator), which the end-to-end
-//!    tests load into a real Envoy;
+//! 1. the release artefacts (Wasm module, native module with the `panic-injection` test
+//!    feature, simulator), which the end-to-end tests load into a real Envoy;
 //! 2. `cargo test --workspace`: unit, property, fake-host, wasmtime-host and real-Envoy tests;
 //! 3. the scheduling core's tests compiled to `wasm32-wasip1`, run by our wasmtime runner, so
 //!    hashing and parsing are proven identical on the Wasm target;
 //! 4. the Python tests: the simulator under the official `openai` client and
 //!    `prometheus_client`'s parser.
 
-use super::artefacts::{build_all, cargo, target_dir, workspace_root};
+use super::artefacts::{
+    build_all, build_panic_injection_module, cargo, target_dir, workspace_root,
+};
 use anyhow::{bail, Context, Result};
 use std::process::Command;
 
@@ -16,7 +18,9 @@ use std::process::Command;
 pub fn run(args: &[String]) -> Result<()> {
     let skip_python = args.iter().any(|a| a == "--skip-python");
     super::setup::ensure(!skip_python)?;
-    let artefacts = build_all()?;
+    let mut artefacts = build_all()?;
+    // The end-to-end suite's native runs load the test build, which can inject a panic.
+    artefacts.native_module = build_panic_injection_module()?;
     let env = artefacts.env();
     cargo(&["test", "--workspace"], &env)?;
 

@@ -14,6 +14,8 @@
 //! - [`errors`]: 400 / 413 / 404 / 503 answers (empty pool, dead pool, stale metrics under
 //!   `FailClose` and `FailOpen`), all OpenAI error JSON;
 //! - [`scheduling`]: the KV threshold, turn-2 affinity with load spread, across workers;
+//! - [`simulated`]: the KV threshold again, over the engine simulator (its `/metrics`,
+//!   its block accounting);
 //! - [`streaming`]: responses stream through unbuffered;
 //! - [`panics`]: a panic inside the native module fails one request, Envoy keeps serving.
 
@@ -21,6 +23,7 @@ mod errors;
 mod panics;
 mod routing;
 mod scheduling;
+mod simulated;
 mod streaming;
 
 use errors::error_answers_are_openai_json;
@@ -33,6 +36,7 @@ use scheduling::{
     turn_two_follows_turn_one_while_load_spreads,
 };
 use serde_json::json;
+use simulated::simulated_kv_pressure_keeps_new_requests_off_a_full_replica;
 use streaming::streams_through_the_picker_are_not_buffered;
 
 /// Generates `mod wasm` and `mod native`, each with one `#[tokio::test]` per body of the
@@ -70,6 +74,7 @@ for_each_flavour!(
     a_replica_over_the_kv_threshold_gets_no_new_requests,
     turn_two_follows_turn_one_while_load_spreads,
     turn_two_follows_turn_one_across_workers,
+    simulated_kv_pressure_keeps_new_requests_off_a_full_replica,
     streams_through_the_picker_are_not_buffered;
     native_only: a_panic_fails_one_request_and_envoy_keeps_serving,
 );

@@ -276,6 +276,16 @@ pub async fn stack_over(
     concurrency: u32,
 ) -> Option<Stack> {
     if let Some(module) = flavor.artefact() {
+        // `cargo xtask test` names every artefact explicitly: there a missing one is a failure,
+        // never a skip.
+        let named = ["INFERGATE_WASM", "INFERGATE_NATIVE"]
+            .iter()
+            .any(|var| std::env::var_os(var).is_some_and(|v| module == std::path::Path::new(&v)));
+        assert!(
+            !named || module.is_file(),
+            "{flavor} flavour: {} was named but does not exist",
+            module.display()
+        );
         if !module.is_file() {
             eprintln!(
                 "SKIPPED: {flavor} flavour needs {} (build it with `cargo xtask build`)",

@@ -21,12 +21,13 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Modules: [`host`] and [`stream`] are the test API; [`state`] holds what tests inspect;
+//! Modules: [`host`], [`builder`] and [`stream`] are the test API; [`state`] holds what tests inspect;
 //! `hostcalls` implements the imports; [`shared`] is the cross-VM shared data; [`engine`]
 //! caches compiled modules per process; the `wasi-run` binary runs WASI command modules
 //! (cargo test binaries built for `wasm32-wasip1`).
 
 pub mod abi;
+pub mod builder;
 pub mod engine;
 pub mod headers;
 pub mod host;
@@ -38,8 +39,9 @@ pub mod state;
 pub mod stream;
 
 pub use abi::{Action, LogLevel, MetricType, Status};
+pub use builder::HostBuilder;
 pub use headers::HeaderMap;
-pub use host::{Host, HostBuilder};
+pub use host::Host;
 pub use shared::SharedData;
 pub use state::{
     ForeignCall, HttpCall, HttpCallResponse, LocalResponse, LogLine, Metric, StreamState,

@@ -140,7 +140,7 @@ async fn metadata_names_the_served_endpoint(
     for i in 0..3 {
         let trace = format!("{}-metadata-{i}", tag(flavor));
         let body = chat(MODEL_B, &format!("traced request {i}"));
-        let (b, _) = served_by(stack, &body, &[("x-infergate-trace", &trace)]).await;
+        let (b, _) = served_by(stack, &body, &[("infergate-trace", &trace)]).await;
         *tally.entry(b).or_default() += 1;
         let line = gw::traced(stack, &trace).await;
         let addr = backends[b].addr.to_string();

@@ -13,8 +13,11 @@ use std::collections::BTreeMap;
 
 const MODEL: &str = "model-a";
 
-/// The default scheduling profile plus a KV-utilisation filter at 80%.
-fn kv_limited_epp_config() -> serde_json::Value {
+/// A KV-utilisation filter at 80% in front of prefix, queue and in-flight scorers. Nothing
+/// else looks at KV usage (no `kv-cache-utilization-scorer`), so a full replica is kept
+/// off by the threshold alone, and prefix affinity (weight 3) would otherwise pull a
+/// conversation back to it.
+pub(super) fn kv_threshold_epp_config() -> serde_json::Value {
     json!({
         "plugins": [
             {"type": "approx-prefix-cache-producer"},
@@ -24,7 +27,6 @@ fn kv_limited_epp_config() -> serde_json::Value {
                 "fallbackOnEmpty": false}},
             {"type": "prefix-cache-scorer"},
             {"type": "queue-scorer"},
-            {"type": "kv-cache-utilization-scorer"},
             {"type": "inflight-load-scorer"},
             {"type": "max-score-picker"}
         ],
@@ -34,7 +36,6 @@ fn kv_limited_epp_config() -> serde_json::Value {
                 {"pluginRef": "utilization-filter"},
                 {"pluginRef": "prefix-cache-scorer", "weight": 3},
                 {"pluginRef": "queue-scorer", "weight": 1},
-                {"pluginRef": "kv-cache-utilization-scorer", "weight": 1},
                 {"pluginRef": "inflight-load-scorer", "weight": 1},
                 {"pluginRef": "max-score-picker"}
             ]
@@ -55,42 +56,65 @@ async fn spread(stack: &Stack, n: usize, label: &str) -> BTreeMap<usize, usize> 
 pub(super) async fn a_replica_over_the_kv_threshold_gets_no_new_requests(flavor: Flavor) {
     let backends = TestBackend::many(3, QUICK).await;
     let mut pool = PoolSpec::all(MODEL);
-    pool.picker_config = kv_limited_epp_config();
+    pool.picker_config = kv_threshold_epp_config();
     let Some(stack) = gw::start(flavor, &backends, Plan::new(vec![pool])).await else {
         return;
     };
     let before = spread(&stack, 30, "all below the threshold").await;
-    let stats = stack.envoy().stats().await.unwrap();
-    assert_eq!(
-        before.len(),
-        3,
-        "{}: {before:?} (b0 = {})\n{}",
-        tag(flavor),
-        backends[0].addr,
-        gw::gateway_stats(&stats)
-    );
+    assert_eq!(before.len(), 3, "{}: {before:?}", tag(flavor));
+    // Conversations whose first turn b0 served: their prefix is cached there.
+    let mut on_b0 = Vec::new();
+    let mut elsewhere = Vec::new();
+    for id in 0..40 {
+        let (b, _) = served_by(&stack, &turn_one(id), &[]).await;
+        if b == 0 {
+            on_b0.push(id);
+        } else {
+            elsewhere.push((id, b));
+        }
+        if on_b0.len() >= 3 && elsewhere.len() >= 3 {
+            break;
+        }
+    }
+    assert!(on_b0.len() >= 3, "{}: b0 served {on_b0:?}", tag(flavor));
 
     // b0 fills up; the others keep room. Once a scrape after the change has landed, b0
-    // gets nothing new.
+    // gets nothing new: neither fresh requests nor the second turns its cache would win.
     backends[0].set_kv(0.95);
     backends[0].wait_scrapes(3).await;
     let served_before = backends[0].served();
     let full = spread(&stack, 30, "b0 is full").await;
+    for &id in &on_b0 {
+        let (b, _) = served_by(&stack, &turn_two(id), &[]).await;
+        assert_ne!(
+            b,
+            0,
+            "{}: conversation {id} went back to the full b0",
+            tag(flavor)
+        );
+    }
+    for &(id, first) in &elsewhere {
+        let (b, _) = served_by(&stack, &turn_two(id), &[]).await;
+        assert_eq!(
+            b,
+            first,
+            "{}: conversation {id} lost its affinity",
+            tag(flavor)
+        );
+    }
     assert_eq!(
         backends[0].served(),
         served_before,
         "{}: {full:?}",
         tag(flavor)
     );
-    assert!(!full.contains_key(&0), "{}: {full:?}", tag(flavor));
     assert!(
         full.contains_key(&1) && full.contains_key(&2),
         "{}: the replicas with room share the load: {full:?}",
         tag(flavor)
     );
 
-    // Room again (the same usage as the others, so the scorers tie): b0 is back among
-    // the candidates.
+    // Room again: b0 is back among the candidates.
     backends[0].set_kv(0.1);
     backends[0].wait_scrapes(3).await;
     let after = spread(&stack, 30, "b0 has room again").await;

@@ -48,6 +48,12 @@ impl Plan {
 /// a snapshot (before that a `FailClose` pool answers 503). `None` (after printing why)
 /// when the flavour's module is not built.
 pub async fn start(flavor: Flavor, backends: &[TestBackend], plan: Plan) -> Option<Stack> {
+    let addrs: Vec<SocketAddr> = backends.iter().map(|b| b.addr).collect();
+    start_over(flavor, addrs, plan).await
+}
+
+/// [`start`] over replicas the test runs by other means (simulators), by address.
+pub async fn start_over(flavor: Flavor, addrs: Vec<SocketAddr>, plan: Plan) -> Option<Stack> {
     if let Some(module) = flavor.artefact() {
         if !module.is_file() {
             eprintln!(
@@ -57,7 +63,6 @@ pub async fn start(flavor: Flavor, backends: &[TestBackend], plan: Plan) -> Opti
             return None;
         }
     }
-    let addrs: Vec<SocketAddr> = backends.iter().map(|b| b.addr).collect();
     let pools = plan
         .pools
         .iter()
@@ -183,7 +188,7 @@ pub async fn post_chunked(url: &str, body: Bytes, chunk: usize) -> HttpResponse 
     }
 }
 
-/// The access-log lines (JSON) of requests sent with `x-infergate-trace: <trace>`: Envoy
+/// The access-log lines (JSON) of requests sent with `infergate-trace: <trace>`: Envoy
 /// writes them to its stderr, flushed about once a second, so this polls up to 5 s.
 pub async fn traced(stack: &Stack, trace: &str) -> serde_json::Value {
     let path = stack.envoy().log_path().with_file_name("stderr.log");

@@ -38,3 +38,35 @@ pub fn testmod() -> &'static Path {
         target.join("wasm32-wasip1/release/wasm_host_testmod.wasm")
     })
 }
+
+/// The project's proxy-wasm module (`wasm/`), built for wasm32-wasip1 (release) into its own
+/// target dir, or taken from `$INFERGATE_WASM` when set (the prebuilt file `cargo xtask test`
+/// names for every tier).
+pub fn product_module() -> &'static Path {
+    static WASM: OnceLock<PathBuf> = OnceLock::new();
+    WASM.get_or_init(|| {
+        if let Some(path) = std::env::var_os("INFERGATE_WASM") {
+            return PathBuf::from(path);
+        }
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml");
+        let target = target_dir().join("wasm-host-product");
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "--release", "-p", "infergate-wasm"])
+            .args(["--target", "wasm32-wasip1", "--manifest-path"])
+            .arg(&workspace)
+            .arg("--target-dir")
+            .arg(&target)
+            .status()
+            .expect("running cargo to build the wasm module");
+        assert!(status.success(), "building infergate-wasm failed");
+        target.join("wasm32-wasip1/release/infergate_wasm.wasm")
+    })
+}
+
+/// A file of the project's `testdata/`.
+pub fn testdata(relative: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata")
+        .join(relative);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}

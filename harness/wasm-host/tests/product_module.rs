@@ -1,0 +1,216 @@
+//! The project's built proxy-wasm module (`wasm/`, `infergate_wasm.wasm`) driven through the
+//! host with the shipped example configurations (`testdata/filters/`): body router, scraper
+//! and picker, without Envoy.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // helpers outside #[test] fns
+
+mod common;
+
+use common::{product_module, testdata};
+use infergate_wasm_host::{Action, Host, HttpCallResponse, HttpStream, SharedData};
+
+const LLAMA: &str = "meta-llama/Llama-3.1-8B-Instruct";
+const LLAMA_POOL: [&str; 3] = ["127.0.0.1:18001", "127.0.0.1:18002", "127.0.0.1:18003"];
+
+fn router() -> Host {
+    let host = Host::builder()
+        .vm_id("infergate")
+        .load(product_module())
+        .unwrap();
+    host.configure_plugin("router", testdata("filters/router.json"))
+        .unwrap();
+    host
+}
+
+fn chat(model: &str, text: &str) -> String {
+    format!(
+        r#"{{"model":"{model}","messages":[{{"role":"user","content":"{text}"}}],"max_tokens":16}}"#
+    )
+}
+
+fn post(s: &HttpStream, extra: &[(&str, &str)], body: &str) -> Action {
+    let mut headers = vec![
+        (":method", "POST"),
+        (":path", "/v1/chat/completions"),
+        (":authority", "gw"),
+        ("content-type", "application/json"),
+    ];
+    headers.extend_from_slice(extra);
+    assert_eq!(
+        s.request_headers(&headers, false).unwrap(),
+        Action::Pause,
+        "waits for the body"
+    );
+    s.request_body(body.as_bytes(), true).unwrap()
+}
+
+#[test]
+fn router_maps_an_adapter_to_its_base_model_and_strips_client_headers() {
+    let host = router();
+    let s = host.new_http_stream().unwrap();
+    let spoof = [
+        ("x-gateway-destination-endpoint", "6.6.6.6:80"),
+        ("x-gateway-base-model-name", "evil"),
+        ("x-llm-d-inference-objective", "critical"),
+    ];
+    assert_eq!(post(&s, &spoof, &chat("sql-lora", "hi")), Action::Continue);
+    assert!(s.local_response().is_none(), "{:?}", s.local_response());
+    let up = s.upstream_request_headers().expect("forwarded");
+    assert_eq!(up.get("x-gateway-model-name").as_deref(), Some("sql-lora"));
+    assert_eq!(up.get("x-gateway-base-model-name").as_deref(), Some(LLAMA));
+    assert_eq!(up.get("x-gateway-destination-endpoint"), None);
+    assert_eq!(up.get("x-llm-d-inference-objective"), None);
+    assert!(s.late_request_header_writes().is_empty());
+    assert!(s.done().unwrap());
+}
+
+#[test]
+fn router_answers_bad_json_unknown_model_and_oversize_bodies() {
+    let host = router();
+    let s = host.new_http_stream().unwrap();
+    post(&s, &[], "{not json");
+    assert_eq!(s.local_response().map(|r| r.status), Some(400));
+    assert_eq!(s.upstream_request_headers(), None);
+
+    let s = host.new_http_stream().unwrap();
+    post(&s, &[], &chat("no-such-model", "hi"));
+    let reply = s.local_response().expect("404");
+    assert_eq!(reply.status, 404);
+    assert!(reply.body_text().contains("error"), "{}", reply.body_text());
+
+    let small = Host::builder().load(product_module()).unwrap();
+    let config = testdata("filters/router.json").replace("4194304", "64");
+    small.configure_plugin("router", config).unwrap();
+    let s = small.new_http_stream().unwrap();
+    post(&s, &[], &chat(LLAMA, &"x".repeat(200)));
+    assert_eq!(s.local_response().map(|r| r.status), Some(413));
+}
+
+fn vllm_page(kv: f64, waiting: u32) -> String {
+    format!(
+        "# TYPE vllm:num_requests_running gauge\n\
+         vllm:num_requests_running{{model_name=\"{LLAMA}\",engine=\"0\"}} 1.0\n\
+         # TYPE vllm:num_requests_waiting gauge\n\
+         vllm:num_requests_waiting{{model_name=\"{LLAMA}\",engine=\"0\"}} {waiting}.0\n\
+         # TYPE vllm:kv_cache_usage_perc gauge\n\
+         vllm:kv_cache_usage_perc{{model_name=\"{LLAMA}\",engine=\"0\"}} {kv}\n"
+    )
+}
+
+/// Answers every pending scrape; the endpoint is the call's `:authority`.
+fn answer_scrapes(scraper: &Host, kv_of: impl Fn(&str) -> f64) -> usize {
+    let calls = scraper.pending_http_calls();
+    for call in &calls {
+        let endpoint = call.headers.get(":authority").unwrap_or_default();
+        let page = vllm_page(kv_of(&endpoint), 0);
+        scraper
+            .respond_http_call(call.token, HttpCallResponse::new(200, page))
+            .unwrap();
+    }
+    calls.len()
+}
+
+#[test]
+fn scraper_publishes_and_the_picker_routes_inside_the_pool_avoiding_a_full_replica() {
+    let shared = SharedData::new();
+    let scraper = Host::builder()
+        .vm_id("infergate")
+        .shared_data(&shared)
+        .load(product_module())
+        .unwrap();
+    let root = scraper
+        .configure_plugin("scraper", testdata("filters/scraper.json"))
+        .unwrap();
+    assert_eq!(scraper.tick_period_ms(root), Some(50));
+    scraper.advance_time_ms(50).unwrap();
+    let calls = scraper.pending_http_calls();
+    assert_eq!(calls.len(), 4, "one scrape per endpoint: {calls:?}");
+    assert!(calls
+        .iter()
+        .all(|c| c.upstream == "infergate_scrape" && c.path().as_deref() == Some("/metrics")));
+    // 18001 is over the 0.9 KV threshold of picker.json.
+    let answered = answer_scrapes(&scraper, |e| if e.ends_with(":18001") { 0.97 } else { 0.2 });
+    assert_eq!(answered, 4);
+    assert!(
+        shared.get("infergate.snapshot").is_some(),
+        "keys: {:?}",
+        shared.keys()
+    );
+
+    let picker = Host::builder()
+        .vm_id("infergate")
+        .shared_data(&shared)
+        .load(product_module())
+        .unwrap();
+    picker.set_time_ms(scraper.now_ms()).unwrap();
+    picker
+        .configure_plugin("picker", testdata("filters/picker.json"))
+        .unwrap();
+    let mut seen = Vec::new();
+    for i in 0..12 {
+        let s = picker.new_http_stream().unwrap();
+        let headers = [
+            ("x-gateway-base-model-name", LLAMA),
+            ("x-gateway-model-name", LLAMA),
+        ];
+        post(&s, &headers, &chat(LLAMA, &format!("conversation {i}")));
+        assert!(s.local_response().is_none(), "{:?}", s.local_response());
+        let up = s.upstream_request_headers().expect("forwarded");
+        let dest = up.get("x-gateway-destination-endpoint").expect("picked");
+        let first = dest.split(',').next().unwrap_or_default().to_string();
+        assert!(LLAMA_POOL.contains(&first.as_str()), "{dest}");
+        assert_ne!(first, "127.0.0.1:18001", "over the KV threshold");
+        seen.push(first);
+        s.response_headers(&[(":status", "200")], false).unwrap();
+        s.response_body(b"data: [DONE]\n\n", true).unwrap();
+        assert!(s.done().unwrap());
+    }
+    assert!(
+        seen.iter().any(|e| e == "127.0.0.1:18002") && seen.iter().any(|e| e == "127.0.0.1:18003"),
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn stale_metrics_are_refused_under_fail_close() {
+    let shared = SharedData::new();
+    let scraper = Host::builder()
+        .shared_data(&shared)
+        .load(product_module())
+        .unwrap();
+    scraper
+        .configure_plugin("scraper", testdata("filters/scraper.json"))
+        .unwrap();
+    scraper.advance_time_ms(50).unwrap();
+    answer_scrapes(&scraper, |_| 0.1);
+    let picker = Host::builder()
+        .shared_data(&shared)
+        .load(product_module())
+        .unwrap();
+    // picker.json: staleAfterMs 1000 for the FailClose pool.
+    picker.set_time_ms(scraper.now_ms() + 5_000).unwrap();
+    picker
+        .configure_plugin("picker", testdata("filters/picker.json"))
+        .unwrap();
+    let s = picker.new_http_stream().unwrap();
+    post(
+        &s,
+        &[("x-gateway-base-model-name", LLAMA)],
+        &chat(LLAMA, "hi"),
+    );
+    assert_eq!(s.local_response().map(|r| r.status), Some(503));
+    assert_eq!(s.upstream_request_headers(), None);
+}
+
+#[test]
+fn a_failed_scrape_does_not_crash_the_scraper() {
+    let scraper = Host::load(product_module()).unwrap();
+    scraper
+        .configure_plugin("scraper", testdata("filters/scraper.json"))
+        .unwrap();
+    scraper.advance_time_ms(50).unwrap();
+    let token = scraper.pending_http_calls()[0].token;
+    scraper.fail_http_call(token).unwrap();
+    // A timeout (250 ms in scraper.json) is a failure too.
+    scraper.advance_time_ms(300).unwrap();
+    assert!(scraper.trapped().is_none());
+}
