@@ -48,12 +48,14 @@ def test_stream_content_usage_and_cached_tokens_rise(start_sim):
     sim = start_sim()
     url = sim.urls[0]
     first = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is up?"}]
-    pieces, usage = stream_chat(url, first)
-    assert len(pieces) == 8
-    # Tokens arrive one engine step apart (6 ms+ per decode step): the stream is incremental.
-    assert pieces[-1][0] - pieces[0][0] > 0.02
+    pieces, usage = stream_chat(url, first, max_tokens=32)
+    assert len(pieces) == 32
+    # Tokens are generated one engine step apart (6 ms+ per decode step, 31 steps ≥ 186 ms):
+    # an incremental stream spreads them out. The bound leaves room for the client reading
+    # the first few late (they then arrive together), but not for a buffered response.
+    assert pieces[-1][0] - pieces[0][0] > 0.1
     assert usage is not None
-    assert usage.completion_tokens == 8
+    assert usage.completion_tokens == 32
     assert usage.prompt_tokens > 2000
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
     assert usage.prompt_tokens_details.cached_tokens == 0

@@ -220,11 +220,23 @@ impl Columns {
 
     /// The summary of the first column with `route` (and `label`, if given).
     pub fn find(&self, route: Route, label: Option<&str>) -> Option<&Summary> {
+        self.report(route, label).map(|r| &r.summary)
+    }
+
+    /// The whole-run and turns-2+ figures of the first column with `route` (and `label`).
+    pub fn figures(&self, route: Route, label: Option<&str>) -> Option<Figures> {
+        self.report(route, label).map(|r| Figures {
+            all: r.summary.clone(),
+            later: later_turns(&r.summary.label, &r.records),
+        })
+    }
+
+    fn report(&self, route: Route, label: Option<&str>) -> Option<&TargetReport> {
         self.specs
             .iter()
             .zip(&self.reports)
             .find(|(s, _)| s.route == route && label.is_none_or(|l| s.label == l))
-            .map(|(_, r)| &r.summary)
+            .map(|(_, r)| r)
     }
 
     /// The load generator's side-by-side table, plus the figures of turns 2 and later (the
@@ -290,21 +302,38 @@ pub fn spread(records: &[load::RequestRecord]) -> BTreeMap<String, u64> {
     m
 }
 
-/// `baseline ÷ picker` of TTFT p50 and the picker's hit ratio, with the issue-4 verdicts.
-pub fn ttft_verdict(label: &str, baseline: &Summary, picker: &Summary) -> String {
-    let ratio = if picker.ttft_p50_s > 0.0 {
-        baseline.ttft_p50_s / picker.ttft_p50_s
+/// What the comparison lines need of one column: the whole run and its turns 2+.
+#[derive(Clone, Debug)]
+pub struct Figures {
+    /// Every request.
+    pub all: Summary,
+    /// Turns 2 and later ([`later_turns`]).
+    pub later: Summary,
+}
+
+/// `baseline ÷ picker` of TTFT p50 and the cache-hit ratios (whole run and turns 2+); with
+/// `targets`, the issue-4 verdicts (TTFT ≥ 5× lower, hit ratio ≥ 85%).
+pub fn comparison(label: &str, baseline: &Figures, picker: &Figures, targets: bool) -> String {
+    let ratio = if picker.all.ttft_p50_s > 0.0 {
+        baseline.all.ttft_p50_s / picker.all.ttft_p50_s
     } else {
         0.0
     };
-    let ok = |b: bool| if b { "met" } else { "MISSED" };
+    let verdict = |ok: bool, target: &str| match (targets, ok) {
+        (false, _) => String::new(),
+        (true, true) => format!(" (target {target}: met)"),
+        (true, false) => format!(" (target {target}: MISSED)"),
+    };
+    let pct = |v: f64| format!("{:.1}%", v * 100.0);
     format!(
-        "{label}: TTFT p50 /rr ÷ picker = {ratio:.1}× (target ≥ 5×: {}); cache-hit ratio \
-         {:.1}% vs /rr {:.1}% (target ≥ 85%: {})\n",
-        ok(ratio >= 5.0),
-        picker.cache_hit_ratio * 100.0,
-        baseline.cache_hit_ratio * 100.0,
-        ok(picker.cache_hit_ratio >= 0.85)
+        "{label}: TTFT p50 /rr ÷ picker = {ratio:.1}×{}; cache-hit ratio {} vs /rr {}{}; \
+         turns 2+: {} vs {}\n",
+        verdict(ratio >= 5.0, "≥ 5×"),
+        pct(picker.all.cache_hit_ratio),
+        pct(baseline.all.cache_hit_ratio),
+        verdict(picker.all.cache_hit_ratio >= 0.85, "≥ 85%"),
+        pct(picker.later.cache_hit_ratio),
+        pct(baseline.later.cache_hit_ratio),
     )
 }
 
@@ -439,25 +468,27 @@ mod tests {
     }
 
     #[test]
-    fn verdict_compares_against_the_targets() {
-        let base = Summary {
-            ttft_p50_s: 1.0,
-            cache_hit_ratio: 0.2,
-            ..Summary::default()
+    fn comparison_states_ratios_and_verdicts() {
+        let fig = |ttft: f64, hit: f64| Figures {
+            all: Summary {
+                ttft_p50_s: ttft,
+                cache_hit_ratio: hit,
+                ..Summary::default()
+            },
+            later: Summary {
+                cache_hit_ratio: hit,
+                ..Summary::default()
+            },
         };
-        let good = Summary {
-            ttft_p50_s: 0.1,
-            cache_hit_ratio: 0.9,
-            ..Summary::default()
-        };
-        let v = ttft_verdict("wasm", &base, &good);
-        assert!(v.contains("10.0×") && !v.contains("MISSED"), "{v}");
-        let bad = Summary {
-            ttft_p50_s: 0.5,
-            cache_hit_ratio: 0.5,
-            ..Summary::default()
-        };
-        assert_eq!(ttft_verdict("w", &base, &bad).matches("MISSED").count(), 2);
+        let base = fig(1.0, 0.2);
+        let v = comparison("wasm", &base, &fig(0.1, 0.9), true);
+        assert!(
+            v.contains("10.0×") && v.contains("met") && !v.contains("MISSED"),
+            "{v}"
+        );
+        let v = comparison("w", &base, &fig(0.5, 0.5), true);
+        assert_eq!(v.matches("MISSED").count(), 2, "{v}");
+        assert!(!comparison("w", &base, &fig(0.5, 0.5), false).contains("target"));
     }
 
     #[test]

@@ -9,8 +9,10 @@ use crate::bench::calibration::{self, CalibrationArgs, Route, RunSpec};
 use crate::launch::Flavor;
 use anyhow::{Context, Result};
 
-/// Envoy worker threads of the demo (the `up` default).
-const DEMO_WORKERS: u32 = 2;
+/// Envoy worker threads of the demo. One: on a 2-core machine the simulator and the load
+/// generator need the other core, and a Wasm picker keeps its prefix index per worker, so
+/// with more workers each sees only part of a conversation (`bench affinity` shows it).
+const DEMO_WORKERS: u32 = 1;
 
 /// Entry point of `cargo xtask demo`.
 pub fn run(args: &[String]) -> Result<()> {
@@ -37,7 +39,7 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     eprintln!(
         "demo: the same multi-turn workload through Envoy's round-robin route, then through \
-         the gateway picker ({} Envoy workers)",
+         the gateway picker (Envoy --concurrency {})",
         workers
     );
     let cols = runtime()?.block_on(calibration::run(a.time_scale, a.quick, &specs))?;
@@ -45,11 +47,11 @@ pub fn run(args: &[String]) -> Result<()> {
     out.push_str(&cols.table());
     out.push('\n');
     let baseline = cols
-        .find(Route::Baseline, None)
+        .figures(Route::Baseline, None)
         .context("the /rr column is missing")?;
     for spec in specs.iter().filter(|s| s.route == Route::Picker) {
-        if let Some(p) = cols.find(Route::Picker, Some(&spec.label)) {
-            out.push_str(&calibration::ttft_verdict(&spec.label, baseline, p));
+        if let Some(p) = cols.figures(Route::Picker, Some(&spec.label)) {
+            out.push_str(&calibration::comparison(&spec.label, &baseline, &p, false));
         }
     }
     println!("\n{out}");

@@ -22,7 +22,7 @@ pub fn run(args: &[String]) -> Result<()> {
     // The end-to-end suite's native runs load the test build, which can inject a panic.
     artefacts.native_module = build_panic_injection_module()?;
     let env = artefacts.env();
-    cargo(&["test", "--workspace"], &env)?;
+    cargo(&["test", "--workspace", "--no-fail-fast"], &env)?;
 
     cargo(&["build", "-p", "infergate-wasm-host", "--bin", "wasi-run"], &[])?;
     let runner = target_dir().join("debug/wasi-run");
