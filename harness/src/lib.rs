@@ -3,6 +3,6 @@
 pub mod bench;
 pub mod explain;
 pub mod launch;
-pub mod xtask;
 pub mod load;
 pub mod sim;
+pub mod xtask;

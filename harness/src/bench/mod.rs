@@ -5,19 +5,24 @@
 //!   16k tokens/s prefill) and its multi-turn workload (64 conversations growing to ~8k
 //!   tokens over 6 turns, concurrency 16), run through one or more gateway stacks on one
 //!   shared simulated pool: the demo, `bench ttft` and `bench affinity`.
+//!   [`columns`] holds a run's results and renders them; [`cli`] parses the shared flags.
 //! - [`fast_backend`]: a backend that answers at once (a small completion JSON, a constant
 //!   `/metrics` page), so a proxy-overhead run measures Envoy and the filters, not an engine.
 //! - [`closed_loop`]: a fixed-concurrency keep-alive HTTP/1.1 client measuring requests/s
 //!   and latency.
 //! - [`overhead`]: `bench overhead`: requests/s and latency through Envoy with no gateway
-//!   filter, with the Wasm filters and with the native filters, in interleaved rounds.
+//!   filter, with the Wasm filters and with the native filters, in interleaved rounds;
+//!   [`overhead_table`] renders its report.
 //! - [`logic`]: the filters' parse and hash work per request, timed in-process, to split a
 //!   flavour's added cost between the filter logic and Envoy around it.
 //! - [`report`]: small formatting helpers shared by the tables.
 
 pub mod calibration;
+pub mod cli;
 pub mod closed_loop;
+pub mod columns;
 pub mod fast_backend;
 pub mod logic;
 pub mod overhead;
+pub mod overhead_table;
 pub mod report;

@@ -25,8 +25,8 @@ use serde_json::json;
 
 use super::closed_loop::{ClosedLoop, LoopResult, RequestTemplate};
 use super::fast_backend::FastBackend;
-use super::logic::LogicCost;
-use super::report::{median, ms, percentile_us, process_cpu, table};
+use super::overhead_table::{render, Arm};
+use super::report::process_cpu;
 use crate::launch::{Backends, EnvoyOptions, Flavor, Stack, StackOptions, DEFAULT_MODEL};
 use crate::load::workload::filler;
 
@@ -143,24 +143,6 @@ pub fn bodies(count: usize, tokens: u32) -> Vec<Bytes> {
             Bytes::from(body.to_string())
         })
         .collect()
-}
-
-/// One column of the report.
-struct Arm {
-    label: &'static str,
-    stack: Option<Stack>,
-    client: ClosedLoop,
-    total: LoopResult,
-    round_rps: Vec<f64>,
-    envoy_cpu: Duration,
-    backend_posts: u64,
-    backend_bytes: u64,
-}
-
-impl Arm {
-    fn envoy_pid(&self) -> Option<u32> {
-        self.stack.as_ref().and_then(|s| s.envoy().pid())
-    }
 }
 
 /// Runs the benchmark and returns the printed report.
@@ -323,158 +305,6 @@ async fn wait_until_served(client: &ClosedLoop, label: &str) -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-fn render(arms: &[Arm], opts: &OverheadOptions, logic: &LogicCost) -> String {
-    let mut lat: Vec<Vec<u32>> = arms.iter().map(|a| a.total.latencies_us.clone()).collect();
-    for l in &mut lat {
-        l.sort_unstable();
-    }
-    let p = |i: usize, q: f64| lat.get(i).map(|l| percentile_us(l, q)).unwrap_or(0);
-    let plain = arms.iter().position(|a| a.label == "plain").unwrap_or(0);
-    let plain_rps = arms.get(plain).map(|a| a.total.rps()).unwrap_or(0.0);
-    let ratio = |a: &Arm| {
-        if plain_rps > 0.0 {
-            a.total.rps() / plain_rps
-        } else {
-            0.0
-        }
-    };
-    let round_ratio = |a: &Arm| {
-        let base = arms
-            .get(plain)
-            .map(|b| b.round_rps.clone())
-            .unwrap_or_default();
-        let r: Vec<f64> = a
-            .round_rps
-            .iter()
-            .zip(&base)
-            .filter(|(_, b)| **b > 0.0)
-            .map(|(x, b)| x / b)
-            .collect();
-        median(&r)
-    };
-    let added = |i: usize, q: f64| {
-        let d = i64::from(p(i, q)) - i64::from(p(plain, q));
-        format!("{:+.2} ms", d as f64 / 1000.0)
-    };
-    let cells = |f: &dyn Fn(usize, &Arm) -> String| -> Vec<String> {
-        arms.iter().enumerate().map(|(i, a)| f(i, a)).collect()
-    };
-    let rows: Vec<(String, Vec<String>)> = vec![
-        (
-            "requests/s".into(),
-            cells(&|_, a| format!("{:.0}", a.total.rps())),
-        ),
-        (
-            "rps ÷ plain (totals)".into(),
-            cells(&|_, a| format!("{:.3}", ratio(a))),
-        ),
-        (
-            "rps ÷ plain (median of rounds)".into(),
-            cells(&|_, a| format!("{:.3}", round_ratio(a))),
-        ),
-        ("latency p50".into(), cells(&|i, _| ms(p(i, 50.0)))),
-        ("latency p99".into(), cells(&|i, _| ms(p(i, 99.0)))),
-        ("added p50 vs plain".into(), cells(&|i, _| added(i, 50.0))),
-        ("added p99 vs plain".into(), cells(&|i, _| added(i, 99.0))),
-        (
-            "Envoy CPU per request".into(),
-            cells(&|_, a| cpu_per_request(a)),
-        ),
-        ("Envoy CPU busy (cores)".into(), cells(&|_, a| cpu_busy(a))),
-        (
-            "plain CPU ÷ arm CPU per request".into(),
-            cells(&|_, a| {
-                cpu_ratio(arms.get(plain), a)
-                    .map(|r| format!("{r:.3}"))
-                    .unwrap_or_else(|| "-".into())
-            }),
-        ),
-        (
-            "requests measured".into(),
-            cells(&|_, a| a.total.ok.to_string()),
-        ),
-        ("errors".into(), cells(&|_, a| errors(a))),
-        (
-            "body bytes at backend/req".into(),
-            cells(&|_, a| bytes_per_post(a)),
-        ),
-    ];
-    let mut header = vec!["arm".to_string()];
-    header.extend(arms.iter().map(|a| a.label.to_string()));
-    let mut out = format!(
-        "proxy overhead: {} connections closed loop, Envoy --concurrency {}, {} rounds × {:.1} s \
-         per arm (order rotated), bodies of {} tokens (~{} KB)\n\n",
-        opts.connections,
-        opts.envoy_concurrency,
-        opts.rounds,
-        opts.measure.as_secs_f64(),
-        opts.body_tokens,
-        opts.body_tokens * 4 / 1024
-    );
-    out.push_str(&table(&header, &rows));
-    out.push('\n');
-    for (label, target) in [("wasm", 0.70), ("native", 0.90)] {
-        if let Some(a) = arms.iter().find(|a| a.label == label) {
-            let r = ratio(a);
-            let verdict = if r >= target { "met" } else { "MISSED" };
-            let cpu = cpu_ratio(arms.get(plain), a).unwrap_or(0.0);
-            out.push_str(&format!(
-                "{label}/plain requests/s = {r:.3} (median of rounds {:.3}; target ≥ {target:.2}: \
-                 {verdict}); CPU-bound ratio (plain ÷ {label} Envoy CPU per request) {cpu:.3}\n",
-                round_ratio(a)
-            ));
-        }
-    }
-    out.push_str(&format!(
-        "filter logic per request, native, in-process: body parse {:.1} µs (router), parse + \
-         prefix hashes {:.1} µs (picker; hashes alone {:.1} µs)\n",
-        logic.parse_us, logic.parse_and_hash_us, logic.hash_us
-    ));
-    out
-}
-
-fn cpu_per_request(a: &Arm) -> String {
-    if a.stack.is_none() || a.total.ok == 0 {
-        return "-".into();
-    }
-    format!(
-        "{:.0} µs",
-        a.envoy_cpu.as_secs_f64() * 1e6 / a.total.ok as f64
-    )
-}
-
-/// `plain`'s Envoy CPU per request ÷ `a`'s: the requests/s ratio Envoy would reach if it
-/// had a core to itself and were the only bottleneck.
-fn cpu_ratio(plain: Option<&Arm>, a: &Arm) -> Option<f64> {
-    let per = |x: &Arm| {
-        (x.stack.is_some() && x.total.ok > 0).then(|| x.envoy_cpu.as_secs_f64() / x.total.ok as f64)
-    };
-    let (p, x) = (per(plain?)?, per(a)?);
-    (x > 0.0).then(|| p / x)
-}
-
-fn cpu_busy(a: &Arm) -> String {
-    let s = a.total.elapsed.as_secs_f64();
-    if a.stack.is_none() || s <= 0.0 {
-        return "-".into();
-    }
-    format!("{:.2}", a.envoy_cpu.as_secs_f64() / s)
-}
-
-fn errors(a: &Arm) -> String {
-    match &a.total.first_error {
-        Some(e) if a.total.errors > 0 => format!("{} ({e})", a.total.errors),
-        _ => a.total.errors.to_string(),
-    }
-}
-
-fn bytes_per_post(a: &Arm) -> String {
-    if a.backend_posts == 0 {
-        return "-".into();
-    }
-    (a.backend_bytes / a.backend_posts).to_string()
 }
 
 #[cfg(test)]

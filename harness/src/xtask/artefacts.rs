@@ -68,18 +68,35 @@ pub fn cargo(args: &[&str], envs: &[(&str, PathBuf)]) -> Result<()> {
 /// Builds the release artefacts and returns where they are.
 pub fn build_all() -> Result<Artefacts> {
     cargo(
-        &["build", "--release", "-p", "infergate-wasm", "--target", "wasm32-wasip1"],
+        &[
+            "build",
+            "--release",
+            "-p",
+            "infergate-wasm",
+            "--target",
+            "wasm32-wasip1",
+        ],
         &[],
     )?;
     cargo(&["build", "--release", "-p", "infergate-envoy"], &[])?;
     cargo(
-        &["build", "--release", "-p", "infergate-harness", "--bin", "infergate-sim"],
+        &[
+            "build",
+            "--release",
+            "-p",
+            "infergate-harness",
+            "--bin",
+            "infergate-sim",
+        ],
         &[],
     )?;
     let artefacts = Artefacts::locate();
     for (name, path) in artefacts.env() {
         if !path.exists() {
-            bail!("{name}: expected artefact {} is missing after the build", path.display());
+            bail!(
+                "{name}: expected artefact {} is missing after the build",
+                path.display()
+            );
         }
     }
     Ok(artefacts)
@@ -90,7 +107,14 @@ pub fn build_all() -> Result<Artefacts> {
 /// while the demo and benchmarks keep loading the production module. Returns its path.
 pub fn build_panic_injection_module() -> Result<PathBuf> {
     cargo(
-        &["build", "--release", "-p", "infergate-envoy", "--features", "panic-injection"],
+        &[
+            "build",
+            "--release",
+            "-p",
+            "infergate-envoy",
+            "--features",
+            "panic-injection",
+        ],
         &[],
     )?;
     let built = target_dir().join("release/libinfergate_envoy.so");

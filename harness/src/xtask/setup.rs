@@ -27,7 +27,13 @@ pub fn ensure(python_tests: bool) -> Result<()> {
         pip.push(req.display().to_string());
     }
     if !pip.is_empty() {
-        let mut args = vec!["-m", "pip", "install", "--quiet", "--disable-pip-version-check"];
+        let mut args = vec![
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ];
         args.extend(pip.iter().map(String::as_str));
         run("python3", &args)?;
     }

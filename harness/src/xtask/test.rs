@@ -24,7 +24,10 @@ pub fn run(args: &[String]) -> Result<()> {
     let env = artefacts.env();
     cargo(&["test", "--workspace", "--no-fail-fast"], &env)?;
 
-    cargo(&["build", "-p", "infergate-wasm-host", "--bin", "wasi-run"], &[])?;
+    cargo(
+        &["build", "-p", "infergate-wasm-host", "--bin", "wasi-run"],
+        &[],
+    )?;
     let runner = target_dir().join("debug/wasi-run");
     cargo(
         &["test", "-p", "scheduler-core", "--target", "wasm32-wasip1"],

@@ -1,0 +1,126 @@
+//! The flags the calibration commands (`demo`, `bench ttft`, `bench affinity`) share.
+
+use anyhow::{bail, Context, Result};
+
+use super::calibration::DEFAULT_TIME_SCALE;
+use crate::launch::Flavor;
+
+/// The flags the calibration commands share: `--time-scale S`, `--quick`,
+/// `--flavor a[,b]`, `--concurrency a[,b]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CalibrationArgs {
+    /// Simulated seconds per real second.
+    pub time_scale: f64,
+    /// The smaller workload.
+    pub quick: bool,
+    /// Gateway flavours.
+    pub flavors: Vec<Flavor>,
+    /// Envoy `--concurrency` values.
+    pub concurrencies: Vec<u32>,
+}
+
+impl CalibrationArgs {
+    /// Parses `args` over the given defaults; anything else is an error.
+    pub fn parse(args: &[String], flavors: &[Flavor], concurrencies: &[u32]) -> Result<Self> {
+        let mut out = CalibrationArgs {
+            time_scale: DEFAULT_TIME_SCALE,
+            quick: false,
+            flavors: flavors.to_vec(),
+            concurrencies: concurrencies.to_vec(),
+        };
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            let mut value = |name: &str| {
+                it.next()
+                    .cloned()
+                    .with_context(|| format!("{name} needs a value"))
+            };
+            match arg.as_str() {
+                "--quick" => out.quick = true,
+                "--time-scale" => {
+                    out.time_scale = value(arg)?.parse().context("--time-scale")?;
+                    if out.time_scale.is_nan() || out.time_scale <= 0.0 {
+                        bail!("--time-scale must be positive");
+                    }
+                }
+                "--flavor" | "--flavour" | "--flavors" => {
+                    out.flavors = list(&value(arg)?).context("--flavor")?;
+                    if out.flavors.contains(&Flavor::Plain) {
+                        bail!("--flavor: the picker needs wasm or native");
+                    }
+                }
+                "--concurrency" => {
+                    out.concurrencies = list(&value(arg)?).context("--concurrency")?
+                }
+                other => bail!(
+                    "unknown argument `{other}` (expected --quick, --time-scale S, \
+                     --flavor wasm,native, --concurrency 1,2)"
+                ),
+            }
+        }
+        if out.flavors.is_empty() || out.concurrencies.is_empty() {
+            bail!("at least one flavour and one concurrency are needed");
+        }
+        Ok(out)
+    }
+}
+
+fn list<T: std::str::FromStr>(s: &str) -> Result<Vec<T>>
+where
+    T::Err: std::fmt::Display,
+{
+    s.split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(|x| x.parse::<T>().map_err(|e| anyhow::anyhow!("`{x}`: {e}")))
+        .collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn strings(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn arguments_parse() {
+        let a = CalibrationArgs::parse(&[], &[Flavor::Wasm], &[2]).unwrap();
+        assert_eq!(a.time_scale, DEFAULT_TIME_SCALE);
+        assert_eq!(
+            (a.flavors, a.concurrencies, a.quick),
+            (vec![Flavor::Wasm], vec![2], false)
+        );
+        let a = CalibrationArgs::parse(
+            &strings(&[
+                "--flavor",
+                "wasm,native",
+                "--concurrency",
+                "1,2,4",
+                "--quick",
+                "--time-scale",
+                "4",
+            ]),
+            &[Flavor::Wasm],
+            &[2],
+        )
+        .unwrap();
+        assert_eq!(a.flavors, vec![Flavor::Wasm, Flavor::Native]);
+        assert_eq!(a.concurrencies, vec![1, 2, 4]);
+        assert!(a.quick);
+        assert_eq!(a.time_scale, 4.0);
+        for bad in [
+            &["--flavor", "plain"][..],
+            &["--time-scale", "0"],
+            &["--concurrency", "x"],
+            &["--what"],
+        ] {
+            assert!(
+                CalibrationArgs::parse(&strings(bad), &[Flavor::Wasm], &[2]).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+}
