@@ -196,6 +196,9 @@ impl Stack {
             .unwrap_or_else(|| PluginConfigs::for_pools(&pools, &opts.settings));
         let bootstrap = render(&params)?;
         let envoy = Envoy::start(&bootstrap, &opts.envoy).await?;
+        if opts.flavor != Flavor::Plain {
+            wait_first_snapshot(&envoy).await?;
+        }
         Ok(Stack {
             flavor: opts.flavor,
             envoy,
@@ -244,5 +247,24 @@ impl Stack {
     /// The in-process simulator, if this stack runs one (engine stats per replica).
     pub fn sim(&self) -> Option<&SimHandle> {
         self.in_process.as_ref()
+    }
+}
+
+/// Envoy reports `/ready` before the scraper's first round has landed; until then a
+/// `FailClose` picker rightly answers 503. Waits for the first published snapshot so that
+/// whoever uses the stack (a person after `up`, a benchmark, a test) meets a working gateway.
+async fn wait_first_snapshot(envoy: &Envoy) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        if envoy.stats().await?.sum_containing("infergate.scraper.publishes") >= 1 {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!(
+                "the scraper published no snapshot within 15 s of Envoy being ready; log tail:\n{}",
+                envoy.log_tail(30)
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
