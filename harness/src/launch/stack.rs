@@ -256,7 +256,12 @@ impl Stack {
 async fn wait_first_snapshot(envoy: &Envoy) -> Result<()> {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
     loop {
-        if envoy.stats().await?.sum_containing("infergate.scraper.publishes") >= 1 {
+        if envoy
+            .stats()
+            .await?
+            .sum_containing("infergate.scraper.publishes")
+            >= 1
+        {
             return Ok(());
         }
         if tokio::time::Instant::now() >= deadline {
