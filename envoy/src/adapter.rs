@@ -9,7 +9,7 @@
 use infergate_filters::host::{
     Clock, DynamicMetadata, HostError, LocalReply, Random, RequestBody, RequestHeaders,
     ResponseBody, ResponseHeaders, SnapshotFetch, SnapshotSource, SnapshotVersion, Stats,
-    UpstreamOverride,
+    StreamState, UpstreamOverride,
 };
 use infergate_filters::reply::Reply;
 use infergate_filters::stats::{StatKey, StatKind};
@@ -245,6 +245,21 @@ impl DynamicMetadata for StreamHost<'_> {
     ) -> Result<(), HostError> {
         self.envoy.set_metadata_string(namespace, key, value);
         Ok(())
+    }
+}
+
+impl StreamState for StreamHost<'_> {
+    fn set_stream_state(&mut self, key: &str, value: &[u8]) -> Result<(), HostError> {
+        if self.envoy.set_filter_state_bytes(key, value) {
+            Ok(())
+        } else {
+            Err(HostError::Failed(format!(
+                "Envoy refused filter state {key}"
+            )))
+        }
+    }
+    fn stream_state(&self, key: &str) -> Option<Vec<u8>> {
+        self.envoy.filter_state_bytes(key)
     }
 }
 

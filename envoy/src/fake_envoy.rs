@@ -60,6 +60,8 @@ pub struct State {
     pub buffer_limit: u64,
     /// What `received_buffered_request_body` answers.
     pub received_is_buffered: bool,
+    /// Filter state by key (bytes objects), as the stream's filters set it.
+    pub filter_state: Vec<(String, Vec<u8>)>,
     /// When set, callouts fail to start with this result.
     pub callout_init_result: Option<CalloutInitResult>,
 }
@@ -347,6 +349,47 @@ unsafe extern "C" fn envoy_dynamic_module_callback_http_set_upstream_override_ho
     let host = text(host);
     with(|s| s.override_hosts.push((host, strict)));
     true
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_set_filter_state_bytes(
+    _f: HttpFilterEnvoyPtr,
+    key: ModuleBuffer,
+    value: ModuleBuffer,
+) -> bool {
+    let key = text(key);
+    let value = if value.ptr.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: the module passes buffers that are valid for the call.
+        unsafe { core::slice::from_raw_parts(value.ptr.cast::<u8>(), value.length) }.to_vec()
+    };
+    // Like Envoy: the object is read-only once set.
+    with(|s| {
+        if s.filter_state.iter().any(|(k, _)| *k == key) {
+            return false;
+        }
+        s.filter_state.push((key, value));
+        true
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_get_filter_state_bytes(
+    _f: HttpFilterEnvoyPtr,
+    key: ModuleBuffer,
+    result: *mut EnvoyBuffer,
+) -> bool {
+    let key = text(key);
+    with(|s| {
+        let Some((_, v)) = s.filter_state.iter().find(|(k, _)| *k == key) else {
+            return false;
+        };
+        // SAFETY: the module passes a writable out-parameter; the view points into the
+        // thread-local, which lives while the test runs and is not mutated meanwhile.
+        unsafe { *result = envoy_buf(v) };
+        true
+    })
 }
 
 #[no_mangle]

@@ -253,6 +253,39 @@ impl EnvoyStream {
         }
     }
 
+    /// Stores `value` under filter-state key `key` of this stream; `false` if Envoy refused.
+    pub fn set_filter_state_bytes(&mut self, key: &str, value: &[u8]) -> bool {
+        // SAFETY: `raw` is live; both buffers outlive the call and Envoy copies them.
+        unsafe {
+            cb::envoy_dynamic_module_callback_http_set_filter_state_bytes(
+                self.raw,
+                ModuleBuffer::from_bytes(key.as_bytes()),
+                ModuleBuffer::from_bytes(value),
+            )
+        }
+    }
+
+    /// The bytes of filter-state key `key` of this stream, copied; `None` if absent.
+    pub fn filter_state_bytes(&self, key: &str) -> Option<Vec<u8>> {
+        let mut out = EnvoyBuffer::EMPTY;
+        // SAFETY: `raw` is live; `key` outlives the call; `out` is a writable local.
+        let found = unsafe {
+            cb::envoy_dynamic_module_callback_http_get_filter_state_bytes(
+                self.raw,
+                ModuleBuffer::from_bytes(key.as_bytes()),
+                &mut out,
+            )
+        };
+        if !found {
+            return None;
+        }
+        if out.ptr.is_null() {
+            return Some(Vec::new());
+        }
+        // SAFETY: Envoy filled `out` with a view valid until the next setter; copied now.
+        Some(unsafe { out.as_bytes() }.to_vec())
+    }
+
     /// Adds `value` to counter `id` (defined by this stream's filter config) with label values.
     pub fn increment_counter(&mut self, id: usize, labels: &[&str], value: u64) {
         let mut raw_labels = LabelBuffers::new(labels);

@@ -16,7 +16,7 @@ use scheduler_core::types::Millis;
 use crate::host::{
     CalloutRequest, CalloutToken, Clock, DynamicMetadata, HostError, HttpCallout, LocalReply,
     Random, RequestBody, RequestHeaders, ResponseBody, ResponseHeaders, Resume, SnapshotFetch,
-    SnapshotSink, SnapshotSource, SnapshotVersion, Stats, UpstreamOverride,
+    SnapshotSink, SnapshotSource, SnapshotVersion, Stats, StreamState, UpstreamOverride,
 };
 use crate::reply::Reply;
 use crate::stats::StatKey;
@@ -59,6 +59,10 @@ pub struct FakeHost {
     pub upstream_override: Option<String>,
     /// Whether `set_upstream_override` is supported.
     pub supports_override: bool,
+    /// Per-stream state ([`StreamState`]) by key.
+    pub stream_state: BTreeMap<String, Vec<u8>>,
+    /// How many times the request body was read (to prove a path did not read it).
+    pub body_reads: std::cell::Cell<u32>,
     next_token: u64,
 }
 
@@ -89,6 +93,8 @@ impl FakeHost {
             metadata: Some(Vec::new()),
             upstream_override: None,
             supports_override: true,
+            stream_state: BTreeMap::new(),
+            body_reads: std::cell::Cell::new(0),
             next_token: 1,
         }
     }
@@ -219,6 +225,7 @@ impl ResponseHeaders for FakeHost {
 
 impl RequestBody for FakeHost {
     fn request_body(&self, start: usize, len: usize) -> Option<Vec<u8>> {
+        self.body_reads.set(self.body_reads.get().saturating_add(1));
         if self.body.is_empty() {
             return None;
         }
@@ -331,5 +338,15 @@ impl UpstreamOverride for FakeHost {
         }
         self.upstream_override = Some(endpoint.to_owned());
         Ok(())
+    }
+}
+
+impl StreamState for FakeHost {
+    fn set_stream_state(&mut self, key: &str, value: &[u8]) -> Result<(), HostError> {
+        self.stream_state.insert(key.to_owned(), value.to_vec());
+        Ok(())
+    }
+    fn stream_state(&self, key: &str) -> Option<Vec<u8>> {
+        self.stream_state.get(key).cloned()
     }
 }

@@ -189,3 +189,13 @@ pub trait UpstreamOverride {
     /// Route this request to `endpoint` (`ip:port`).
     fn set_upstream_override(&mut self, endpoint: &str) -> Result<(), HostError>;
 }
+
+/// Per-stream state shared by the filters of one request (Envoy filter state): the router
+/// leaves the picker a [`crate::handoff::Handoff`] here. Only filters write it, never a
+/// client.
+pub trait StreamState {
+    /// Store `value` under `key` for the rest of this stream.
+    fn set_stream_state(&mut self, key: &str, value: &[u8]) -> Result<(), HostError>;
+    /// The bytes stored under `key` on this stream, if any.
+    fn stream_state(&self, key: &str) -> Option<Vec<u8>>;
+}

@@ -33,11 +33,13 @@
 //!
 //! Module map: [`host`] (capability traits), [`status`] (what a callback returns),
 //! [`reply`] (OpenAI error replies), [`stats`] (stat names and families), [`headers`]
-//! (wire names and client-header stripping), [`router`] (body router), [`picker`]
+//! (wire names and client-header stripping), [`handoff`] (router → picker per-stream
+//! handoff), [`router`] (body router), [`picker`]
 //! (endpoint picker), [`scraper`] (metrics scraper), [`fake`] (a builder-style fake host
 //! for tests; feature `fake-host` exports it). `benches/filters.rs` measures the router
 //! and the picker on an 8k-token body.
 
+pub mod handoff;
 pub mod headers;
 pub mod host;
 pub mod picker;

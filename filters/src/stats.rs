@@ -44,6 +44,7 @@ pub const FAMILIES: &[StatFamily] = &[
     counter("infergate.picker.prefix_total_blocks", &["pool"]),
     counter("infergate.picker.fail_open_picks", &["pool"]),
     counter("infergate.picker.snapshot_errors", &[]),
+    counter("infergate.picker.handoff", &["pool"]),
     counter("infergate.scraper.scrapes", &["endpoint", "result"]),
     counter("infergate.scraper.publishes", &[]),
     counter("infergate.scraper.publish_errors", &[]),

@@ -19,6 +19,12 @@
 //!   balancer checks that key *before* its metadata key and header. The picker sets it
 //!   (an `ip:port` string) as its upstream override, so the pick holds even if some later
 //!   filter rewrote the header.
+//! - **Per-stream state between two Wasm filters: `set_property` / `get_property` with the
+//!   one-element path `[key]`.** Envoy's `Context::setProperty` stores the value as a
+//!   bytes `CelState` under filter-state key `wasm.<key>` of the stream (read-only once
+//!   set, filter-chain life span); `getProperty`'s top-level lookup of a name that is no
+//!   built-in attribute reads the same `wasm.<key>` back, serialised as the raw bytes. So
+//!   the picker reads what the router wrote on the same stream; a client cannot set it.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -27,7 +33,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use infergate_filters::host::{
     CalloutRequest, CalloutToken, Clock, DynamicMetadata, HostError, HttpCallout, LocalReply,
     Random, RequestBody, RequestHeaders, ResponseBody, ResponseHeaders, Resume, SnapshotFetch,
-    SnapshotSink, SnapshotSource, SnapshotVersion, Stats, UpstreamOverride,
+    SnapshotSink, SnapshotSource, SnapshotVersion, Stats, StreamState, UpstreamOverride,
 };
 use infergate_filters::reply::Reply;
 use infergate_filters::stats::StatKey;
@@ -281,6 +287,16 @@ impl UpstreamOverride for WasmHost<'_> {
         hostcalls::call_foreign_function("set_envoy_filter_state", Some(&args))
             .map(|_| ())
             .map_err(|s| HostError::Failed(format!("{s:?}")))
+    }
+}
+
+impl StreamState for WasmHost<'_> {
+    fn set_stream_state(&mut self, key: &str, value: &[u8]) -> Result<(), HostError> {
+        hostcalls::set_property(vec![key], Some(value))
+            .map_err(|s| HostError::Failed(format!("{s:?}")))
+    }
+    fn stream_state(&self, key: &str) -> Option<Vec<u8>> {
+        hostcalls::get_property(vec![key]).ok().flatten()
     }
 }
 

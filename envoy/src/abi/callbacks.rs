@@ -157,6 +157,26 @@ unsafe extern "C" {
         value: ModuleBuffer,
     );
 
+    // ----- per-stream filter state (stream's worker thread) -----
+
+    /// Stores `value` under filter-state key `key` of the stream (Envoy copies both into a
+    /// read-only string object, filter-chain life span). `false` if the stream has no stream
+    /// info or the key is already set read-only.
+    pub fn envoy_dynamic_module_callback_http_set_filter_state_bytes(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        key: ModuleBuffer,
+        value: ModuleBuffer,
+    ) -> bool;
+
+    /// Reads the bytes of the string filter-state object under `key`; `result` gets an
+    /// Envoy-owned view, valid until the current hook returns or a filter-state setter is
+    /// called. `false` if absent or not a string object (e.g. written by another extension).
+    pub fn envoy_dynamic_module_callback_http_get_filter_state_bytes(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        key: ModuleBuffer,
+        result: *mut EnvoyBuffer,
+    ) -> bool;
+
     // ----- HTTP filter stats (define on the main thread in config_new only) -----
 
     /// Defines a counter named `name` (prefixed with the module's metrics namespace) with

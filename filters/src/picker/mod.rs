@@ -3,7 +3,9 @@
 //! the request to it.
 //!
 //! Per request: `on_request_headers` (drops any `x-gateway-destination-endpoint` already
-//! present, finds the pool, pauses for the body) → `on_request_body` (parses the body for
+//! present, finds the pool; if the body router left a [`crate::handoff::Handoff`] that fits
+//! the pool, picks right there without reading the body; otherwise pauses for the body) →
+//! `on_request_body` (parses the body for
 //! the prompt, refreshes the snapshot, picks through [`PickerShared::pick`]) → sets
 //! `x-gateway-destination-endpoint`, the `envoy.lb` dynamic metadata and the host's
 //! upstream override, or answers 503 with `x-llm-d-request-dropped-reason:
@@ -33,10 +35,11 @@ use std::sync::Arc;
 
 use scheduler_core::request::Api;
 
+use crate::handoff::{Handoff, HANDOFF_KEY};
 use crate::headers::{BASE_MODEL, DESTINATION_ENDPOINT, LB_METADATA_NAMESPACE};
 use crate::host::{
     Clock, DynamicMetadata, LocalReply, Random, RequestBody, RequestHeaders, SnapshotSource, Stats,
-    UpstreamOverride,
+    StreamState, UpstreamOverride,
 };
 use crate::reply::{Reply, REJECTED_NO_ENDPOINTS};
 use crate::FilterStatus;
@@ -59,6 +62,7 @@ pub trait PickerHost:
     + Stats
     + DynamicMetadata
     + UpstreamOverride
+    + StreamState
 {
 }
 
@@ -72,6 +76,7 @@ impl<T> PickerHost for T where
         + Stats
         + DynamicMetadata
         + UpstreamOverride
+        + StreamState
         + ?Sized
 {
 }
@@ -140,6 +145,16 @@ impl PickerRequest {
             self.stage = Stage::Done;
             return FilterStatus::Continue;
         };
+        // The router already held the request until its body was complete and parsed it:
+        // if it left a handoff that fits this pool, pick now without touching the body.
+        let handoff = host
+            .stream_state(HANDOFF_KEY)
+            .and_then(|bytes| Handoff::decode(&bytes));
+        if let Some(prepared) = handoff.and_then(|h| PreparedPick::from_handoff(&plan, h, host)) {
+            plan.count_handoff(host);
+            self.stage = Stage::Done;
+            return self.decide(shared, host, &plan, prepared);
+        }
         self.stage = Stage::AwaitingBody {
             plan: Arc::clone(&plan),
             api,
@@ -173,7 +188,7 @@ impl PickerRequest {
     /// Prepare outside the state, pick inside it, write the outcome outside again.
     fn finish<S: PickerAccess, H: PickerHost + ?Sized>(
         &mut self,
-        mut shared: S,
+        shared: S,
         host: &mut H,
         plan: &PoolPlan,
         api: Api,
@@ -187,6 +202,17 @@ impl PickerRequest {
                 return FilterStatus::Replied;
             }
         };
+        self.decide(shared, host, plan, prepared)
+    }
+
+    /// Pick for a prepared request inside the state; write the outcome outside it.
+    fn decide<S: PickerAccess, H: PickerHost + ?Sized>(
+        &mut self,
+        mut shared: S,
+        host: &mut H,
+        plan: &PoolPlan,
+        prepared: PreparedPick,
+    ) -> FilterStatus {
         let req = prepared.request();
         let (refresh, outcome) = shared.with_state(|state| {
             let refresh = state.refresh_snapshot(&*host);

@@ -15,6 +15,7 @@ use scheduler_core::types::BlockHash;
 
 use super::config::PoolConfig;
 use super::state::{Picked, PoolId, Rejection};
+use crate::handoff::Handoff;
 use crate::host::Stats;
 use crate::stats::StatKey;
 
@@ -29,6 +30,7 @@ struct PoolStats {
     prefix_total_blocks: StatKey,
     degraded_picks: StatKey,
     snapshot_errors: StatKey,
+    handoff: StatKey,
 }
 
 impl PoolStats {
@@ -52,6 +54,7 @@ impl PoolStats {
             prefix_total_blocks: StatKey::new("infergate.picker.prefix_total_blocks", &p),
             degraded_picks: StatKey::new("infergate.picker.fail_open_picks", &p),
             snapshot_errors: StatKey::new("infergate.picker.snapshot_errors", &[]),
+            handoff: StatKey::new("infergate.picker.handoff", &p),
         }
     }
 }
@@ -113,6 +116,24 @@ impl PoolPlan {
             return Vec::new();
         };
         prefix::block_hashes(prefix::seed(target_model, cache_salt), prompt, &cfg)
+    }
+
+    /// How many of `handoff`'s block hashes this pool would hash itself, or `None` if the
+    /// handoff does not fit this pool (another base model, another block size, or cut
+    /// shorter than this pool hashes). A pool that reads no prefix index keeps none.
+    pub fn handoff_blocks(&self, handoff: &Handoff) -> Option<usize> {
+        if handoff.base_model != self.base_model {
+            return None;
+        }
+        match &self.hashing {
+            None => Some(0),
+            Some(cfg) => handoff.hashes_for(cfg).map(<[BlockHash]>::len),
+        }
+    }
+
+    /// Count a request picked from the router's handoff (no body read).
+    pub fn count_handoff<S: Stats + ?Sized>(&self, stats: &mut S) {
+        stats.counter_add(&self.stats.handoff, 1);
     }
 
     /// Emit the stats of one decision of this pool.

@@ -1,6 +1,8 @@
 //! The part of a pick that needs no shared state: parse the body, hash the prompt into
 //! prefix blocks, read the session header, the clock and the random source. It runs before
-//! the adapter's lock is taken; on a 128 KB body it is most of the picker's time.
+//! the adapter's lock is taken; on a 128 KB body it is most of the picker's time, which is
+//! why [`PreparedPick::from_handoff`] takes the router's parse and hashes instead when the
+//! router left them (`crate::handoff`).
 
 use scheduler_core::request::{self, Api, RequestError};
 use scheduler_core::types::{BlockHash, Millis, Tokens};
@@ -8,6 +10,7 @@ use scheduler_core::types::{BlockHash, Millis, Tokens};
 use super::plan::PoolPlan;
 use super::state::PickRequest;
 use super::PickerHost;
+use crate::handoff::Handoff;
 
 /// A request made ready for [`super::PickerShared::pick`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,6 +46,31 @@ impl PreparedPick {
             block_hashes,
             prompt_tokens: parsed.prompt_tokens,
             max_output_tokens: parsed.max_output_tokens,
+            session,
+            now: host.now(),
+            random: host.random_u64(),
+        })
+    }
+
+    /// Take the router's `handoff` instead of parsing the body, if it fits `plan`
+    /// ([`PoolPlan::handoff_blocks`]); reads the session header, the clock and the random
+    /// source from `host`.
+    pub fn from_handoff<H: PickerHost + ?Sized>(
+        plan: &PoolPlan,
+        handoff: Handoff,
+        host: &mut H,
+    ) -> Option<PreparedPick> {
+        let keep = plan.handoff_blocks(&handoff)?;
+        let mut block_hashes = handoff.block_hashes;
+        block_hashes.truncate(keep);
+        let session = plan
+            .session_header()
+            .and_then(|name| host.request_header(name));
+        Some(PreparedPick {
+            target_model: handoff.target_model,
+            block_hashes,
+            prompt_tokens: handoff.prompt_tokens,
+            max_output_tokens: handoff.max_output_tokens,
             session,
             now: host.now(),
             random: host.random_u64(),

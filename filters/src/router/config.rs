@@ -1,5 +1,6 @@
-//! Body-router configuration: the body limit and, per pool, the base model and the LoRA
-//! adapters it serves. Compiled once into a model → base-model table.
+//! Body-router configuration: the body limit and, per pool, the base model, the LoRA
+//! adapters it serves and the block size its picker hashes prompts at. Compiled once into a
+//! model → base-model table.
 
 use std::collections::HashMap;
 
@@ -31,7 +32,15 @@ pub struct PoolModels {
     /// LoRA adapter names served by the pool's engines.
     #[serde(default)]
     pub adapters: Vec<String>,
+    /// The picker pool's `blockSizeTokens` (default 64): the router hashes the prompt at
+    /// this size for the picker's handoff (`crate::handoff`). A picker configured
+    /// otherwise ignores the handoff and parses the body itself.
+    #[serde(default)]
+    pub block_size_tokens: Option<u32>,
 }
+
+/// Block size used for the handoff when a pool does not set `blockSizeTokens`.
+pub const DEFAULT_BLOCK_SIZE_TOKENS: u32 = 64;
 
 fn default_body_limit() -> usize {
     DEFAULT_BODY_LIMIT_BYTES
@@ -81,13 +90,19 @@ impl core::fmt::Display for RouterConfigError {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ModelTable {
     base_of: HashMap<String, String>,
+    /// Base model → block size of its (first) pool.
+    block_size_of: HashMap<String, u32>,
 }
 
 impl ModelTable {
     /// Build the table, rejecting a name that maps to two base models.
     pub fn build(pools: &[PoolModels]) -> Result<ModelTable, RouterConfigError> {
         let mut base_of: HashMap<String, String> = HashMap::new();
+        let mut block_size_of: HashMap<String, u32> = HashMap::new();
         for pool in pools {
+            block_size_of
+                .entry(pool.base_model.clone())
+                .or_insert(pool.block_size_tokens.unwrap_or(DEFAULT_BLOCK_SIZE_TOKENS));
             let names = core::iter::once(&pool.base_model).chain(pool.adapters.iter());
             for name in names {
                 if name.is_empty() || pool.base_model.is_empty() {
@@ -110,12 +125,24 @@ impl ModelTable {
                 }
             }
         }
-        Ok(ModelTable { base_of })
+        Ok(ModelTable {
+            base_of,
+            block_size_of,
+        })
     }
 
     /// The base model serving `model`, if any pool serves it.
     pub fn base_model(&self, model: &str) -> Option<&str> {
         self.base_of.get(model).map(String::as_str)
+    }
+
+    /// The block size the handoff of a request routed to `base_model` is hashed at (the
+    /// first pool of that base model decides, as in the picker).
+    pub fn block_size_tokens(&self, base_model: &str) -> u32 {
+        self.block_size_of
+            .get(base_model)
+            .copied()
+            .unwrap_or(DEFAULT_BLOCK_SIZE_TOKENS)
     }
 }
 
@@ -128,6 +155,7 @@ mod tests {
             name: name.into(),
             base_model: base.into(),
             adapters: adapters.iter().map(|a| (*a).to_owned()).collect(),
+            block_size_tokens: None,
         }
     }
 
@@ -159,5 +187,18 @@ mod tests {
             serde_json::from_str(r#"{"pools":[{"name":"a","baseModel":"m"}]}"#);
         let c = c.map_err(|e| e.to_string());
         assert_eq!(c.map(|c| c.body_limit_bytes), Ok(DEFAULT_BODY_LIMIT_BYTES));
+    }
+
+    #[test]
+    fn block_size_is_per_base_model_with_a_default() {
+        let c: Result<RouterConfig, _> = serde_json::from_str(
+            r#"{"pools":[{"name":"a","baseModel":"m","blockSizeTokens":16},{"name":"b","baseModel":"q"}]}"#,
+        );
+        let t = c
+            .map_err(|e| e.to_string())
+            .and_then(|c| ModelTable::build(&c.pools).map_err(|e| e.to_string()));
+        let t = t.unwrap_or_default();
+        assert_eq!(t.block_size_tokens("m"), 16);
+        assert_eq!(t.block_size_tokens("q"), DEFAULT_BLOCK_SIZE_TOKENS);
     }
 }

@@ -13,13 +13,17 @@
 //! (`/v1/models`, health checks, `/rr/...` baseline paths) passes through untouched, so the
 //! gateway stays usable for non-inference endpoints. An inference path without a body is a
 //! 400 like any other body that is not a request.
+//!
+//! A routed request also leaves the picker a [`Handoff`] in its per-stream state (best
+//! effort: if the host refuses, the picker parses the body itself).
 
 pub mod config;
 
 use scheduler_core::request::{self, Api};
 
+use crate::handoff::{Handoff, HANDOFF_KEY};
 use crate::headers::{self, BASE_MODEL, MODEL_NAME};
-use crate::host::{LocalReply, RequestBody, RequestHeaders, Stats};
+use crate::host::{LocalReply, RequestBody, RequestHeaders, Stats, StreamState};
 use crate::reply::Reply;
 use crate::stats::StatKey;
 use crate::FilterStatus;
@@ -124,7 +128,7 @@ impl RouterRequest {
         end_of_stream: bool,
     ) -> FilterStatus
     where
-        H: RequestHeaders + RequestBody + LocalReply + Stats + ?Sized,
+        H: RequestHeaders + RequestBody + LocalReply + Stats + StreamState + ?Sized,
     {
         if self.stage != Stage::Start {
             return FilterStatus::Continue;
@@ -161,7 +165,7 @@ impl RouterRequest {
         end_of_stream: bool,
     ) -> FilterStatus
     where
-        H: RequestHeaders + RequestBody + LocalReply + Stats + ?Sized,
+        H: RequestHeaders + RequestBody + LocalReply + Stats + StreamState + ?Sized,
     {
         let Stage::AwaitingBody(api) = self.stage else {
             return FilterStatus::Continue;
@@ -179,7 +183,7 @@ impl RouterRequest {
     /// Parse the complete body and set the routing headers, or reply with the error.
     fn finish<H>(&mut self, router: &Router, host: &mut H, api: Api, body: &[u8]) -> FilterStatus
     where
-        H: RequestHeaders + LocalReply + Stats + ?Sized,
+        H: RequestHeaders + LocalReply + Stats + StreamState + ?Sized,
     {
         if body.len() > router.body_limit {
             return self.reply(router, host, Reply::too_large(router.body_limit));
@@ -196,6 +200,11 @@ impl RouterRequest {
         };
         host.set_request_header(MODEL_NAME, &parsed.model);
         host.set_request_header(BASE_MODEL, base);
+        let handoff = Handoff::from_parsed(&parsed, base, router.models.block_size_tokens(base));
+        if let Some(bytes) = handoff.encode() {
+            // Best effort: without it the picker buffers and parses the body itself.
+            let _ = host.set_stream_state(HANDOFF_KEY, &bytes);
+        }
         host.counter_add(&router.stats.routed, 1);
         self.stage = Stage::Done;
         FilterStatus::Continue

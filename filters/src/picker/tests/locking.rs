@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::*;
-use crate::host::{HostError, SnapshotFetch, SnapshotVersion};
+use crate::host::{HostError, SnapshotFetch, SnapshotVersion, StreamState};
 use crate::stats::StatKey;
 use scheduler_core::request::Api;
 
@@ -103,6 +103,17 @@ impl LocalReply for ProbeHost<'_> {
     fn send_local_reply(&mut self, reply: &Reply) {
         self.probe.note("reply");
         self.inner.send_local_reply(reply);
+    }
+}
+
+impl StreamState for ProbeHost<'_> {
+    fn set_stream_state(&mut self, key: &str, value: &[u8]) -> Result<(), HostError> {
+        self.probe.note("set stream state");
+        self.inner.set_stream_state(key, value)
+    }
+    fn stream_state(&self, key: &str) -> Option<Vec<u8>> {
+        self.probe.note("read stream state");
+        StreamState::stream_state(&self.inner, key)
     }
 }
 

@@ -111,6 +111,7 @@ pub(super) fn requests_in_flight(shared: &PickerShared, address: &str) -> u32 {
         .map_or(u32::MAX, |l| l.requests)
 }
 
+mod handoff;
 mod locking;
 mod routing;
 mod state;

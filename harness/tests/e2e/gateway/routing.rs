@@ -190,6 +190,14 @@ async fn stats_count_decisions_and_picks(
         "{}: decisions\n{all}",
         tag(flavor)
     );
+    // The router held each request until its body was complete, parsed it and left the
+    // picker a handoff: every decision must have come from it, none from a second parse.
+    assert_eq!(
+        stats.sum_containing("infergate.picker.handoff"),
+        routed,
+        "{}: picks from the router's handoff\n{all}",
+        tag(flavor)
+    );
     for (i, b) in backends.iter().enumerate() {
         let label = endpoint_label(&b.addr);
         let picks: i64 = stats
