@@ -60,7 +60,17 @@ fn router_maps_an_adapter_to_its_base_model_and_strips_client_headers() {
     assert_eq!(up.get("x-gateway-destination-endpoint"), None);
     assert_eq!(up.get("x-llm-d-inference-objective"), None);
     assert!(s.late_request_header_writes().is_empty());
+    // The handoff for the picker: stream state under the one-element path, versioned.
+    let handoff = s.property(&["infergate_handoff"]).expect("handoff stored");
+    assert_eq!(handoff.get(..4), Some(&b"IGH\x01"[..]));
     assert!(s.done().unwrap());
+}
+
+/// The router's handoff bytes for one request.
+fn handoff_of(body: &str) -> Vec<u8> {
+    let s = router().new_http_stream().unwrap();
+    assert_eq!(post(&s, &[], body), Action::Continue);
+    s.property(&["infergate_handoff"]).expect("handoff stored")
 }
 
 #[test]
@@ -168,6 +178,35 @@ fn scraper_publishes_and_the_picker_routes_inside_the_pool_avoiding_a_full_repli
         seen.iter().any(|e| e == "127.0.0.1:18002") && seen.iter().any(|e| e == "127.0.0.1:18003"),
         "{seen:?}"
     );
+
+    // With the router's handoff on the stream, the picker picks in its headers callback:
+    // no pause for the body (the module reads back the property the router set).
+    let body = chat(LLAMA, "conversation with a handoff");
+    let s = picker.new_http_stream().unwrap();
+    s.set_property(&["infergate_handoff"], handoff_of(&body))
+        .unwrap();
+    let headers = [
+        (":method", "POST"),
+        (":path", "/v1/chat/completions"),
+        (":authority", "gw"),
+        ("x-gateway-base-model-name", LLAMA),
+        ("x-gateway-model-name", LLAMA),
+    ];
+    assert_eq!(
+        s.request_headers(&headers, false).unwrap(),
+        Action::Continue
+    );
+    let up = s.upstream_request_headers().expect("forwarded at headers");
+    let dest = up.get("x-gateway-destination-endpoint").expect("picked");
+    assert!(LLAMA_POOL.contains(&dest.as_str()), "{dest}");
+    assert_eq!(
+        picker.metric("infergate.picker.handoff.pool.llama-pool"),
+        Some(1)
+    );
+    s.request_body(body.as_bytes(), true).unwrap();
+    s.response_headers(&[(":status", "200")], false).unwrap();
+    s.response_body(b"data: [DONE]\n\n", true).unwrap();
+    assert!(s.done().unwrap());
 }
 
 #[test]
