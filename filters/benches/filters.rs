@@ -1,9 +1,13 @@
 //! Per-request cost of the filters on the fake host, with realistic prompt sizes: the body
 //! router and the picker (parse, prefix hashing, scheduling over 8 endpoints, bookkeeping)
-//! on an ~8k-token chat body. Run: `cargo bench -p infergate-filters --features fake-host`.
+//! on an ~8k-token chat body, and the two in sequence on one stream, with the router's
+//! handoff (the picker takes the parse and hashes from stream state) and without it (the
+//! picker buffers and parses again). Run: `cargo bench -p infergate-filters --features
+//! fake-host`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use infergate_filters::fake::FakeHost;
+use infergate_filters::handoff::HANDOFF_KEY;
 use infergate_filters::picker::{PickerRequest, PickerShared};
 use infergate_filters::router::{Router, RouterRequest};
 use scheduler_core::metrics::EndpointMetrics;
@@ -89,6 +93,32 @@ fn bench(c: &mut Criterion) {
             status
         })
     });
+    for (name, keep_handoff) in [
+        ("router_then_picker_with_handoff", true),
+        ("router_then_picker_without_handoff", false),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let mut host = FakeHost::new()
+                    .post("/v1/chat/completions", &sample)
+                    .now(NOW)
+                    .snapshot(1, snap.clone());
+                let mut r = RouterRequest::new();
+                r.on_request_headers(&router, &mut host, false);
+                r.on_request_body(&router, &mut host, sample.len(), true);
+                if !keep_handoff {
+                    host.stream_state.remove(HANDOFF_KEY);
+                }
+                let mut req = PickerRequest::new();
+                let mut status = req.on_request_headers(&mut shared, &mut host, false);
+                if status == infergate_filters::FilterStatus::Pause {
+                    status = req.on_request_body(&mut shared, &mut host, sample.len(), true);
+                }
+                req.on_end(&mut shared);
+                status
+            })
+        });
+    }
     group.finish();
 }
 
