@@ -158,18 +158,8 @@ fn ttft(args: &[String]) -> Result<String> {
         first_workers,
         Route::Sticky,
     ));
-    let cols = runtime()?.block_on(calibration::run(a.time_scale, a.quick, &specs))?;
-    let mut out = header("time to first token: /rr vs the picker", &a);
-    out.push_str(&cols.table());
-    out.push('\n');
-    let baseline = cols
-        .figures(Route::Baseline, None)
-        .context("the /rr column is missing")?;
-    for spec in specs.iter().filter(|s| s.route == Route::Picker) {
-        if let Some(p) = cols.figures(Route::Picker, Some(&spec.label)) {
-            out.push_str(&calibration::comparison(&spec.label, &baseline, &p, true));
-        }
-    }
+    let (mut out, cols) =
+        compare_with_baseline("time to first token: /rr vs the picker", &a, &specs, true)?;
     if let Some(c) = cols.figures(Route::Sticky, None) {
         out.push_str(&format!(
             "ceiling (each conversation pinned to one replica, no Envoy): cache-hit ratio \
@@ -199,4 +189,34 @@ pub fn header(title: &str, a: &CalibrationArgs) -> String {
          system prompts, concurrency 16\n\n",
         a.time_scale, w.conversations, w.turns, w.system_tokens
     )
+}
+
+/// Runs `specs` (a `/rr` baseline first, then pickers, maybe more) on the calibration
+/// workload and renders the header, the side-by-side table and each picker's ratios against
+/// the baseline (`with_targets`: also the issue's pass/fail targets). Shared by `demo` and
+/// `bench ttft`; returns the text and the columns for callers that add more lines.
+pub(super) fn compare_with_baseline(
+    title: &str,
+    a: &CalibrationArgs,
+    specs: &[RunSpec],
+    with_targets: bool,
+) -> Result<(String, calibration::Columns)> {
+    let cols = runtime()?.block_on(calibration::run(a.time_scale, a.quick, specs))?;
+    let mut out = header(title, a);
+    out.push_str(&cols.table());
+    out.push('\n');
+    let baseline = cols
+        .figures(Route::Baseline, None)
+        .context("the /rr column is missing")?;
+    for spec in specs.iter().filter(|s| s.route == Route::Picker) {
+        if let Some(p) = cols.figures(Route::Picker, Some(&spec.label)) {
+            out.push_str(&calibration::comparison(
+                &spec.label,
+                &baseline,
+                &p,
+                with_targets,
+            ));
+        }
+    }
+    Ok((out, cols))
 }

@@ -4,10 +4,10 @@
 //! the picker, prints the two side by side with the TTFT and cache-hit ratios, and stops
 //! Envoy and the simulator.
 
-use super::bench::{header, prepare, runtime};
-use crate::bench::calibration::{self, CalibrationArgs, Route, RunSpec};
+use super::bench::{compare_with_baseline, prepare};
+use crate::bench::calibration::{CalibrationArgs, Route, RunSpec};
 use crate::launch::Flavor;
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 /// Envoy worker threads of the demo. One: on a 2-core machine the simulator and the load
 /// generator need the other core, and a Wasm picker keeps its prefix index per worker, so
@@ -42,18 +42,12 @@ pub fn run(args: &[String]) -> Result<()> {
          the gateway picker (Envoy --concurrency {})",
         workers
     );
-    let cols = runtime()?.block_on(calibration::run(a.time_scale, a.quick, &specs))?;
-    let mut out = header("infergate demo: round-robin vs the gateway picker", &a);
-    out.push_str(&cols.table());
-    out.push('\n');
-    let baseline = cols
-        .figures(Route::Baseline, None)
-        .context("the /rr column is missing")?;
-    for spec in specs.iter().filter(|s| s.route == Route::Picker) {
-        if let Some(p) = cols.figures(Route::Picker, Some(&spec.label)) {
-            out.push_str(&calibration::comparison(&spec.label, &baseline, &p, false));
-        }
-    }
+    let (out, _) = compare_with_baseline(
+        "infergate demo: round-robin vs the gateway picker",
+        &a,
+        &specs,
+        false,
+    )?;
     println!("\n{out}");
     eprintln!("demo: Envoy and the simulator stopped");
     Ok(())
