@@ -151,11 +151,14 @@ impl ScraperExtension {
         } else {
             CalloutOutcome::Failed
         };
-        self.scraper.borrow_mut().on_callout_done(
-            &mut self.host(),
-            CalloutToken(callout_id),
-            outcome,
-        );
+        // Envoy's async client may answer a callout synchronously from inside the send (e.g.
+        // 503 "no healthy upstream"), i.e. while `on_timer` still holds the scraper. That
+        // nested answer is dropped: the outer dispatch already sees the send fail and counts
+        // it as a failed scrape.
+        let Ok(mut scraper) = self.scraper.try_borrow_mut() else {
+            return;
+        };
+        scraper.on_callout_done(&mut self.host(), CalloutToken(callout_id), outcome);
     }
 
     /// Stops scraping: deletes the timer (once).

@@ -26,11 +26,40 @@ use crate::host::EnvoyStream;
 const INTERNAL_ERROR_BODY: &[u8] =
     br#"{"error":{"message":"internal error in the gateway filter","type":"server_error","param":null,"code":"internal_error"}}"#;
 
+std::thread_local! {
+    /// The stream whose hook is running on this worker thread (NULL: none).
+    static ACTIVE_STREAM: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Marks a stream's hook as running on this thread for as long as the value lives, so a
+/// hook Envoy re-enters synchronously can tell (see `on_http_filter_stream_complete`).
+struct ActiveHook {
+    previous: usize,
+}
+
+impl ActiveHook {
+    fn enter(module_ptr: HttpFilterModulePtr) -> ActiveHook {
+        let previous = ACTIVE_STREAM.with(|a| a.replace(module_ptr as usize));
+        ActiveHook { previous }
+    }
+
+    fn is_active(module_ptr: HttpFilterModulePtr) -> bool {
+        !module_ptr.is_null() && ACTIVE_STREAM.with(|a| a.get() == module_ptr as usize)
+    }
+}
+
+impl Drop for ActiveHook {
+    fn drop(&mut self) {
+        ACTIVE_STREAM.with(|a| a.set(self.previous));
+    }
+}
+
 /// # Safety
 /// `ptr` must be NULL or a pointer returned by `on_http_filter_new` and not yet destroyed.
 unsafe fn stream<'a>(ptr: HttpFilterModulePtr) -> Option<&'a mut StreamState> {
-    // SAFETY: per the contract, a non-null `ptr` is our live `Box<StreamState>`; Envoy calls the
-    // hooks of one stream sequentially on one thread, so the `&mut` is unique.
+    // SAFETY: per the contract, a non-null `ptr` is our live `Box<StreamState>`. Envoy calls
+    // the hooks of one stream on one thread; the one hook it re-enters synchronously
+    // (`stream_complete`) checks `ActiveHook` first, so the `&mut` is unique.
     unsafe { ptr.cast_mut().cast::<StreamState>().as_mut() }
 }
 
@@ -99,6 +128,7 @@ fn guarded<R: Copy>(
     if state.failed {
         return skipped;
     }
+    let _active = ActiveHook::enter(module_ptr);
     match guard::catch(hook, || body(state, &mut envoy)) {
         Some(status) => status,
         None => {
@@ -258,7 +288,14 @@ extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
     module_ptr: HttpFilterModulePtr,
 ) {
     let _ = guard::catch("on_http_filter_stream_complete", || {
-        // SAFETY: pointers of the current stream.
+        // Envoy may call this synchronously from inside another hook of the same stream
+        // (a local reply ends the stream). A second `&mut StreamState` would then alias the
+        // outer hook's, so the work is skipped; `on_http_filter_destroy`, which 1.40 runs
+        // after every hook has returned, gives the in-flight lease back instead.
+        if ActiveHook::is_active(module_ptr) {
+            return;
+        }
+        // SAFETY: pointers of the current stream, and no other hook of it is running.
         if let Some(state) = unsafe { stream(module_ptr) } {
             let mut envoy = unsafe { EnvoyStream::from_hook(envoy_ptr) };
             state.on_stream_complete(&mut envoy);
@@ -377,3 +414,27 @@ extern "C" fn envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_
 #[cfg(test)]
 #[path = "http_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+mod active_hook_tests {
+    use super::*;
+
+    #[test]
+    fn a_hook_marks_its_stream_active_until_it_returns() {
+        let a = 0x10usize as HttpFilterModulePtr;
+        let b = 0x20usize as HttpFilterModulePtr;
+        assert!(!ActiveHook::is_active(a));
+        {
+            let _outer = ActiveHook::enter(a);
+            assert!(ActiveHook::is_active(a));
+            assert!(!ActiveHook::is_active(b));
+            {
+                let _inner = ActiveHook::enter(b);
+                assert!(ActiveHook::is_active(b));
+            }
+            assert!(ActiveHook::is_active(a), "the outer hook is restored");
+        }
+        assert!(!ActiveHook::is_active(a));
+        assert!(!ActiveHook::is_active(std::ptr::null()));
+    }
+}

@@ -225,17 +225,16 @@ impl PickerRequest {
         plan.count_decision(&outcome, host);
         match outcome {
             Ok(picked) => {
-                host.set_request_header(DESTINATION_ENDPOINT, &picked.endpoint);
+                // Hold the lease before any host call, so whatever happens next the request's
+                // end gives it back.
+                self.lease = Some(picked.lease);
+                let endpoint: &str = self.endpoint.insert(picked.endpoint);
+                host.set_request_header(DESTINATION_ENDPOINT, endpoint);
                 // Best effort: proxy-wasm cannot set dynamic metadata (the header and the
                 // upstream override already route the request).
-                let _ = host.set_metadata_string(
-                    LB_METADATA_NAMESPACE,
-                    DESTINATION_ENDPOINT,
-                    &picked.endpoint,
-                );
-                let _ = host.set_upstream_override(&picked.endpoint);
-                self.lease = Some(picked.lease);
-                self.endpoint = Some(picked.endpoint);
+                let _ =
+                    host.set_metadata_string(LB_METADATA_NAMESPACE, DESTINATION_ENDPOINT, endpoint);
+                let _ = host.set_upstream_override(endpoint);
                 FilterStatus::Continue
             }
             Err(rejection) => {

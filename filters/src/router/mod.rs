@@ -220,8 +220,9 @@ impl RouterRequest {
             _ => &router.stats.bad_request,
         };
         host.counter_add(key, 1);
-        host.send_local_reply(&reply);
+        // Done before the reply: a host may re-enter the filter while sending it.
         self.stage = Stage::Done;
+        host.send_local_reply(&reply);
         FilterStatus::Replied
     }
 }
