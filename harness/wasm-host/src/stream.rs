@@ -12,8 +12,9 @@ use crate::abi::Action;
 use crate::headers::HeaderMap;
 use crate::host::Host;
 use crate::runtime::release;
-use crate::state::{LocalResponse, StreamState};
+use crate::state::{Direction, LocalResponse, StreamState};
 use anyhow::{anyhow, Result};
+use std::collections::BTreeMap;
 
 /// Which direction a callback belongs to.
 #[derive(Clone, Copy)]
@@ -109,16 +110,7 @@ impl HttpStream {
         let n = count(map.len());
         let mut rt = self.host.rt()?;
         let f = {
-            let stream = rt
-                .store
-                .data_mut()
-                .streams
-                .get_mut(&id)
-                .ok_or_else(|| anyhow!("stream {id} is gone"))?;
-            let direction = match side {
-                Side::Request => &mut stream.request,
-                Side::Response => &mut stream.response,
-            };
+            let direction = direction_of(&mut rt.store.data_mut().streams, id, side)?;
             direction.headers = Some(map);
             direction.end_of_stream = end_of_stream;
             match side {
@@ -140,16 +132,7 @@ impl HttpStream {
         let id = self.id;
         let mut rt = self.host.rt()?;
         let (f, size) = {
-            let stream = rt
-                .store
-                .data_mut()
-                .streams
-                .get_mut(&id)
-                .ok_or_else(|| anyhow!("stream {id} is gone"))?;
-            let direction = match side {
-                Side::Request => &mut stream.request,
-                Side::Response => &mut stream.response,
-            };
+            let direction = direction_of(&mut rt.store.data_mut().streams, id, side)?;
             direction.buffered.extend_from_slice(chunk);
             direction.end_of_stream = end_of_stream;
             let size = count(direction.buffered.len());
@@ -174,16 +157,7 @@ impl HttpStream {
         let n = count(map.len());
         let mut rt = self.host.rt()?;
         let f = {
-            let stream = rt
-                .store
-                .data_mut()
-                .streams
-                .get_mut(&id)
-                .ok_or_else(|| anyhow!("stream {id} is gone"))?;
-            let direction = match side {
-                Side::Request => &mut stream.request,
-                Side::Response => &mut stream.response,
-            };
+            let direction = direction_of(&mut rt.store.data_mut().streams, id, side)?;
             direction.trailers = Some(map);
             direction.end_of_stream = true;
             match side {
@@ -300,4 +274,19 @@ fn callback_name(side: Side, what: &str) -> &'static str {
         (Side::Response, "body") => "proxy_on_response_body",
         (Side::Response, _) => "proxy_on_response_trailers",
     }
+}
+
+/// The `side` direction of the live stream `id`.
+fn direction_of(
+    streams: &mut BTreeMap<u32, StreamState>,
+    id: u32,
+    side: Side,
+) -> Result<&mut Direction> {
+    let stream = streams
+        .get_mut(&id)
+        .ok_or_else(|| anyhow!("stream {id} is gone"))?;
+    Ok(match side {
+        Side::Request => &mut stream.request,
+        Side::Response => &mut stream.response,
+    })
 }
