@@ -89,7 +89,7 @@ impl PickerFactory {
         };
         let state = process_state(value.to_string(), value)?;
         let host = HostConfig {
-            stats: StatsRegistry::define(envoy),
+            stats: StatsRegistry::define(envoy, &state.plans().stat_keys()),
             strict_override,
         };
         Ok(PickerFactory {
@@ -114,6 +114,10 @@ struct PickerStream {
 
 impl PickerStream {
     fn body_step(&mut self, envoy: &mut EnvoyStream, end_of_stream: bool) -> FilterStatus {
+        // Picked in the headers hook (the router's handoff): no need to copy the body out.
+        if !self.request.wants_body() {
+            return FilterStatus::Continue;
+        }
         let shared = Arc::clone(&self.shared);
         // The filter locks `state` for the pick alone (see the module doc).
         shared.host.body_step(envoy, end_of_stream, |host, len| {

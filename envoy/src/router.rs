@@ -49,7 +49,7 @@ impl RouterFactory {
     pub fn new(config: &[u8], envoy: &mut FilterConfigHandle) -> Result<RouterFactory, String> {
         let router = Router::from_json(config_json(config)?).map_err(|e| e.to_string())?;
         let host = HostConfig {
-            stats: StatsRegistry::define(envoy),
+            stats: StatsRegistry::define(envoy, &router.stat_keys()),
             strict_override: false,
         };
         Ok(RouterFactory {

@@ -57,6 +57,22 @@ impl PoolStats {
             handoff: StatKey::new("infergate.picker.handoff", &p),
         }
     }
+
+    /// Every key of the pool.
+    fn keys(&self) -> impl Iterator<Item = &StatKey> {
+        [
+            &self.decisions,
+            &self.reject_no_endpoints,
+            &self.reject_stale,
+            &self.prefix_matched_blocks,
+            &self.prefix_total_blocks,
+            &self.degraded_picks,
+            &self.snapshot_errors,
+            &self.handoff,
+        ]
+        .into_iter()
+        .chain(&self.picks)
+    }
 }
 
 /// One pool's immutable settings (see the module doc).
@@ -184,5 +200,14 @@ impl PickerPlans {
     /// The plan of pool `id`.
     pub fn get(&self, id: PoolId) -> Option<&Arc<PoolPlan>> {
         self.pools.get(id.0)
+    }
+
+    /// Every stat key the picker can emit for these pools (a key shared by pools, such as
+    /// `snapshot_errors`, once), so a host can define them all up front.
+    pub fn stat_keys(&self) -> Vec<&StatKey> {
+        let mut keys: Vec<&StatKey> = self.pools.iter().flat_map(|p| p.stats.keys()).collect();
+        keys.sort();
+        keys.dedup();
+        keys
     }
 }

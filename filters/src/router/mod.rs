@@ -59,6 +59,16 @@ impl RouterStats {
             model_not_found: key("model_not_found"),
         }
     }
+
+    fn keys(&self) -> [&StatKey; 5] {
+        [
+            &self.routed,
+            &self.passthrough,
+            &self.bad_request,
+            &self.too_large,
+            &self.model_not_found,
+        ]
+    }
 }
 
 impl Router {
@@ -81,6 +91,11 @@ impl Router {
     /// The body limit in bytes.
     pub fn body_limit(&self) -> usize {
         self.body_limit
+    }
+
+    /// Every stat key the router can emit, so a host can define them all up front.
+    pub fn stat_keys(&self) -> Vec<&StatKey> {
+        self.stats.keys().to_vec()
     }
 
     /// The base model serving `model`, if any.

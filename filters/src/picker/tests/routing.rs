@@ -245,3 +245,34 @@ fn a_host_without_metadata_still_routes() {
     assert_eq!(pick_one(&mut s, &mut host).0, FilterStatus::Continue);
     assert_eq!(host.header(DESTINATION_ENDPOINT), Some(A));
 }
+
+/// Hosts define `stat_keys()` up front (the native flavour as label-less counters, one atomic
+/// add each); a key emitted but not listed would fall back to a slow path. Picks, rejects,
+/// fail-open picks and the prefix counters must all be listed.
+#[test]
+fn every_emitted_counter_is_listed_in_stat_keys() {
+    let cases = [
+        (pool(&[A, B], json!({})), Some(fresh_all(&[A, B]))),
+        (pool(&[], json!({})), Some(fresh_all(&[A]))),
+        (
+            pool(&[A, B], json!({})),
+            Some(snapshot(NOW - 5_000, &[(A, metrics(0, 0.1))])),
+        ),
+        (pool(&[A, B], json!({"failureMode": "FailOpen"})), None),
+    ];
+    for (config, snap) in cases {
+        let mut s = shared(config);
+        let listed: Vec<String> = s
+            .plans()
+            .stat_keys()
+            .iter()
+            .map(|k| k.as_str().to_owned())
+            .collect();
+        let mut host = host_for(&chat("hello"), snap);
+        pick_one(&mut s, &mut host);
+        assert!(!host.counters.is_empty());
+        for name in host.counters.keys() {
+            assert!(listed.contains(name), "{name} not in {listed:?}");
+        }
+    }
+}
