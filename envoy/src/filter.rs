@@ -1,9 +1,9 @@
 //! The module-side objects behind Envoy's HTTP filter pointers: one [`HttpConfig`] per filter
 //! config (shared by every worker, so `Sync`), one [`StreamState`] per HTTP stream.
 //!
-//! `filter_name` in Envoy's `DynamicModuleFilter` selects the logic: `router` (the body router)
-//! or `picker` (the endpoint picker). The adapters for both live in `router.rs` and
-//! `picker.rs`; this file only dispatches.
+//! `filter_name` in Envoy's `DynamicModuleFilter` selects the logic: `router` (the body router),
+//! `picker` (the endpoint picker) or `probe` (a measuring tool, see `probe.rs`). The adapters
+//! live in `router.rs`, `picker.rs` and `probe.rs`; this file only dispatches.
 
 use infergate_filters::stats::StatKind;
 
@@ -109,9 +109,10 @@ impl HttpConfig {
         let factory: Box<dyn StreamFactory> = match filter_name {
             "router" => Box::new(crate::router::RouterFactory::new(config, envoy)?),
             "picker" => Box::new(crate::picker::PickerFactory::new(config, envoy)?),
+            "probe" => Box::new(crate::probe::ProbeFactory::new(config)?),
             other => {
                 return Err(format!(
-                    "unknown filter_name `{other}` (expected router or picker)"
+                    "unknown filter_name `{other}` (expected router, picker or probe)"
                 ))
             }
         };

@@ -12,7 +12,8 @@
 //! - [`host`]: a safe handle over one stream's `filter_envoy_ptr`; [`adapter`]: the filters'
 //!   host traits on it; [`stats`]: Envoy metrics for the filters' stat keys.
 //! - [`filter`]: the config/stream objects behind Envoy's HTTP filter pointers;
-//!   [`router`] and [`picker`]: the two HTTP filters (`filter_name` `router` / `picker`).
+//!   [`router`] and [`picker`]: the two HTTP filters (`filter_name` `router` / `picker`);
+//!   [`probe`]: a measuring filter (`probe`) that only buffers and reads the body.
 //! - [`scraper`]: the bootstrap extension (`extension_name` `scraper`).
 //! - [`shared`]: process-wide state shared by all workers.
 //! - `hooks`: the exported `envoy_dynamic_module_on_*` functions.
@@ -35,6 +36,8 @@ pub mod log;
 pub mod panic_injection;
 #[cfg(not(target_family = "wasm"))]
 pub mod picker;
+#[cfg(not(target_family = "wasm"))]
+pub mod probe;
 #[cfg(not(target_family = "wasm"))]
 pub mod router;
 #[cfg(not(target_family = "wasm"))]

@@ -6,6 +6,11 @@
 //! | `router` | `filters::router::RouterConfig` | — |
 //! | `picker` | `filters::picker::PickerConfig` (`{"pools": [...]}` or one pool) | `snapshotKey`, `filterStateOverride` |
 //! | `scraper` | `filters::scraper::ScraperConfig` | `snapshotKey` |
+//! | `probe` | nothing (`{"role": "probe"}`) | — |
+//!
+//! `probe` is a measuring tool, not part of the gateway: it holds each request until its body
+//! is complete, copies the body into the VM and lets the request go on unchanged, the least
+//! any body-based filter does. `cargo xtask bench overhead` runs it as the Wasm floor.
 //!
 //! `snapshotKey` (default [`DEFAULT_SNAPSHOT_KEY`]) is the shared-data key the scraper
 //! publishes under and the pickers read; both must also share a `vm_id`.
@@ -26,6 +31,8 @@ pub enum RoleKind {
     Picker,
     /// The metrics scraper (singleton root context).
     Scraper,
+    /// Buffers and reads each request body, nothing else (the cost floor; module doc).
+    Probe,
 }
 
 /// The parsed plugin configuration.
@@ -52,13 +59,18 @@ pub fn parse(bytes: &[u8]) -> Result<PluginConfig, String> {
         Some(Value::String(r)) if r == "router" => RoleKind::Router,
         Some(Value::String(r)) if r == "picker" => RoleKind::Picker,
         Some(Value::String(r)) if r == "scraper" => RoleKind::Scraper,
+        Some(Value::String(r)) if r == "probe" => RoleKind::Probe,
         Some(other) => {
             return Err(format!(
-                "plugin config: role must be \"router\", \"picker\" or \"scraper\", not {other}"
+                "plugin config: role must be \"router\", \"picker\", \"scraper\" or \"probe\", \
+                 not {other}"
             ))
         }
         None => return Err("plugin config: missing \"role\"".to_owned()),
     };
+    if role == RoleKind::Probe && !map.is_empty() {
+        return Err("plugin config: the probe takes no settings".to_owned());
+    }
     let snapshot_key = take_string(&mut map, "snapshotKey", role != RoleKind::Router)?
         .unwrap_or_else(|| DEFAULT_SNAPSHOT_KEY.to_owned());
     let filter_state_override = match map.remove("filterStateOverride") {

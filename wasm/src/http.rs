@@ -14,8 +14,9 @@ use infergate_filters::picker::{PickerRequest, PickerShared};
 use infergate_filters::reply::Reply;
 use infergate_filters::router::{Router, RouterRequest};
 use infergate_filters::FilterStatus;
+use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::{Action, LogLevel};
+use proxy_wasm::types::{Action, BufferType, LogLevel};
 
 use crate::host::{log, VmShared, WasmHost};
 
@@ -188,3 +189,34 @@ pub struct PassThroughContext;
 impl Context for PassThroughContext {}
 
 impl HttpContext for PassThroughContext {}
+
+/// The `probe` role: holds the request until its body is complete, copies the body into the
+/// VM, and lets it go on unchanged (see `config`); what any body-based filter costs at least.
+pub struct ProbeContext;
+
+impl ProbeContext {
+    fn read_body(body_size: usize) {
+        let body = hostcalls::get_buffer(BufferType::HttpRequestBody, 0, body_size);
+        core::hint::black_box(&body);
+    }
+}
+
+impl Context for ProbeContext {}
+
+impl HttpContext for ProbeContext {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        if end_of_stream {
+            Action::Continue
+        } else {
+            Action::Pause
+        }
+    }
+
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if !end_of_stream {
+            return Action::Pause;
+        }
+        ProbeContext::read_body(body_size);
+        Action::Continue
+    }
+}

@@ -17,13 +17,16 @@ use proxy_wasm::types::{BufferType, ContextType, LogLevel, MapType};
 
 use crate::config::{self, PluginConfig, RoleKind, DEFAULT_SNAPSHOT_KEY};
 use crate::host::{log, VmShared, WasmHost};
-use crate::http::{FailClosedContext, PassThroughContext, PickerContext, RouterContext};
+use crate::http::{
+    FailClosedContext, PassThroughContext, PickerContext, ProbeContext, RouterContext,
+};
 
 /// What this module instance runs, with its per-VM state.
 enum Role {
     Router(Rc<Router>),
     Picker(Rc<RefCell<PickerShared>>),
     Scraper(Box<Scraper>),
+    Probe,
 }
 
 /// The root context of every role.
@@ -66,6 +69,7 @@ impl Root {
                     .map_err(|s| format!("set_tick_period failed: {s:?}"))?;
                 Role::Scraper(Box::new(scraper))
             }
+            RoleKind::Probe => Role::Probe,
         });
         Ok(())
     }
@@ -143,6 +147,7 @@ impl RootContext for Root {
             Some(Role::Router(router)) => Box::new(RouterContext::new(vm, Rc::clone(router))),
             Some(Role::Picker(shared)) => Box::new(PickerContext::new(vm, Rc::clone(shared))),
             Some(Role::Scraper(_)) => Box::new(PassThroughContext),
+            Some(Role::Probe) => Box::new(ProbeContext),
             None => Box::new(FailClosedContext::new(vm)),
         })
     }

@@ -399,3 +399,30 @@ fn header_kinds_are_passed_as_envoy_numbers() {
     assert_eq!(HeadersStatus::StopAllIterationAndWatermark as u32, 4);
     assert_eq!(BodyStatus::StopIterationNoBuffer as u32, 3);
 }
+
+/// The `probe` filter (the native floor of `bench overhead`) holds the request until the body
+/// is complete, then lets it go on untouched; it refuses settings.
+#[test]
+fn probe_buffers_the_body_then_continues_without_touching_the_request() {
+    fake_envoy::reset();
+    assert!(new_config("probe", r#"{"x":1}"#).is_null());
+    let config = new_config("probe", "{}");
+    assert!(!config.is_null());
+    chat_request(CHAT);
+    let filter = envoy_dynamic_module_on_http_filter_new(config, dummy_ptr());
+    let h = envoy_dynamic_module_on_http_filter_request_headers(dummy_ptr(), filter, false);
+    assert_eq!(h, HeadersStatus::StopIteration);
+    let partial = envoy_dynamic_module_on_http_filter_request_body(dummy_ptr(), filter, false);
+    assert_eq!(partial, BodyStatus::StopIterationAndBuffer);
+    let b = envoy_dynamic_module_on_http_filter_request_body(dummy_ptr(), filter, true);
+    assert_eq!(b, BodyStatus::Continue);
+    assert_eq!(request_header("x-gateway-base-model-name"), None);
+    fake_envoy::with(|s| {
+        assert_eq!(s.route_cache_clears, 0);
+        assert!(s.replies.is_empty());
+        assert!(s.increments.is_empty());
+    });
+    envoy_dynamic_module_on_http_filter_stream_complete(dummy_ptr(), filter);
+    envoy_dynamic_module_on_http_filter_destroy(filter);
+    envoy_dynamic_module_on_http_filter_config_destroy(config);
+}

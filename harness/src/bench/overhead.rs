@@ -1,9 +1,13 @@
 //! `cargo xtask bench overhead`: what the gateway filters cost inside Envoy.
 //!
-//! Three Envoys with the same `--concurrency` run side by side in front of one
+//! Envoys with the same `--concurrency` run side by side in front of one
 //! [`FastBackend`](super::fast_backend::FastBackend): `plain` (no gateway filter; the client
 //! sets the routing headers the filters would set, so the request takes the same route and
-//! ORIGINAL_DST pool cluster), `wasm` and `native` (body router + picker + scraper). A
+//! ORIGINAL_DST pool cluster), `wasm` and `native` (body router + picker + scraper), and the
+//! floors `wasm-floor` / `native-floor`: `plain` plus that module's `probe` filter, which only
+//! holds each request until its body is complete and reads the body, the least any
+//! body-based filter on that host costs (a target above the floor's ratio is out of reach
+//! for any filter that must read the body). A
 //! closed-loop client with a fixed number of keep-alive connections sends ~8k-token (32 KB)
 //! chat bodies. Each round runs every arm once (warm-up, then a measured window), the order
 //! rotating from round to round, so slow drifts of a shared machine hit every arm alike.
@@ -71,11 +75,29 @@ impl Default for OverheadOptions {
 }
 
 /// Every arm, in report order.
-const ARMS: [&str; 4] = ["direct", "plain", "wasm", "native"];
+const ARMS: [&str; 6] = [
+    "direct",
+    "plain",
+    "wasm-floor",
+    "wasm",
+    "native-floor",
+    "native",
+];
+
+/// The Envoy arms: label, template flavour, and the module whose `probe` filter the `plain`
+/// template gets (the floors: a filter that only holds the request for its body and reads
+/// it, the least any body-based filter of that host costs).
+const ENVOY_ARMS: [(&str, Flavor, Option<Flavor>); 5] = [
+    ("plain", Flavor::Plain, None),
+    ("wasm-floor", Flavor::Plain, Some(Flavor::Wasm)),
+    ("wasm", Flavor::Wasm, None),
+    ("native-floor", Flavor::Plain, Some(Flavor::Native)),
+    ("native", Flavor::Native, None),
+];
 
 const USAGE: &str = "usage: bench overhead [--connections N] [--concurrency C] [--rounds R] \
                      [--warmup-ms MS] [--measure-s S] [--body-tokens T] [--quick] \
-                     [--arms direct,plain,wasm,native]";
+                     [--arms direct,plain,wasm-floor,wasm,native-floor,native]";
 
 impl OverheadOptions {
     /// Parses the command-line flags (see [`USAGE`]).
@@ -161,33 +183,30 @@ pub async fn run(opts: &OverheadOptions) -> Result<String> {
             opts,
         )?);
     }
-    for flavor in [Flavor::Plain, Flavor::Wasm, Flavor::Native] {
-        if !wanted(flavor.name()) {
+    for &(label, flavor, probe) in &ENVOY_ARMS {
+        if !wanted(label) {
             continue;
         }
         let mut so = StackOptions::new(flavor, Backends::External(addrs.clone()));
+        so.probe = probe;
         so.envoy = EnvoyOptions {
             concurrency: opts.envoy_concurrency,
             ..EnvoyOptions::default()
         };
         let stack = Stack::start(so)
             .await
-            .with_context(|| format!("starting the {flavor} stack"))?;
+            .with_context(|| format!("starting the {label} stack"))?;
+        // `plain` and the floors route on client-set headers; the gateway sets its own.
         let templates = match flavor {
             Flavor::Plain => plain_templates(&bodies, &addrs),
             _ => direct_templates(&bodies),
         };
         let listener = stack.envoy().listener();
         eprintln!(
-            "{flavor} Envoy: pid {}, listener {listener}, admin {}",
+            "{label} Envoy: pid {}, listener {listener}, admin {}",
             stack.envoy().pid().unwrap_or(0),
             stack.envoy().admin()
         );
-        let label = match flavor {
-            Flavor::Plain => "plain",
-            Flavor::Wasm => "wasm",
-            Flavor::Native => "native",
-        };
         arms.push(arm(label, Some(stack), templates, Some(&listener), opts)?);
     }
     for a in &arms {

@@ -12,7 +12,7 @@ use crate::launch::Stack;
 
 /// One column of the report.
 pub(super) struct Arm {
-    /// Column label: `direct`, `plain`, `wasm` or `native`.
+    /// Column label: `direct`, `plain`, `wasm-floor`, `wasm`, `native-floor` or `native`.
     pub(super) label: &'static str,
     /// The Envoy in front of the backend (`None` for `direct`).
     pub(super) stack: Option<Stack>,
@@ -138,6 +138,24 @@ pub(super) fn render(arms: &[Arm], opts: &OverheadOptions, logic: &LogicCost) ->
                 round_ratio(a)
             ));
         }
+        let floor = format!("{label}-floor");
+        if let Some(a) = arms.iter().find(|a| a.label == floor) {
+            // Envoy CPU per request the target allows, minus what the floor already spends.
+            let budget = match (arms.get(plain).and_then(cpu_us), cpu_us(a)) {
+                (Some(p), Some(f)) => format!(
+                    "at the target's CPU ratio, {:.1} µs of Envoy CPU per request are left \
+                     for everything beyond reading the body",
+                    p / target - f
+                ),
+                _ => "no CPU reading".into(),
+            };
+            out.push_str(&format!(
+                "{floor}/plain requests/s = {:.3} (median of rounds {:.3}): a {label} filter \
+                 that only buffers and reads the body; {budget}\n",
+                ratio(a),
+                round_ratio(a)
+            ));
+        }
     }
     out.push_str(&format!(
         "filter logic per request, native, in-process: body parse {:.1} µs (router), parse + \
@@ -147,14 +165,14 @@ pub(super) fn render(arms: &[Arm], opts: &OverheadOptions, logic: &LogicCost) ->
     out
 }
 
+/// Envoy CPU time per request in µs (`None` without an Envoy or requests).
+fn cpu_us(a: &Arm) -> Option<f64> {
+    (a.stack.is_some() && a.total.ok > 0)
+        .then(|| a.envoy_cpu.as_secs_f64() * 1e6 / a.total.ok as f64)
+}
+
 fn cpu_per_request(a: &Arm) -> String {
-    if a.stack.is_none() || a.total.ok == 0 {
-        return "-".into();
-    }
-    format!(
-        "{:.0} µs",
-        a.envoy_cpu.as_secs_f64() * 1e6 / a.total.ok as f64
-    )
+    cpu_us(a).map_or_else(|| "-".into(), |us| format!("{us:.0} µs"))
 }
 
 /// `plain`'s Envoy CPU per request ÷ `a`'s: the requests/s ratio Envoy would reach if it
@@ -232,5 +250,18 @@ mod tests {
         assert!(out.contains("target ≥ 0.70: met"), "{out}");
         assert!(out.contains("native/plain requests/s = 0.850"), "{out}");
         assert!(out.contains("target ≥ 0.90: MISSED"), "{out}");
+        assert!(!out.contains("floor"), "no floor arm, no floor line: {out}");
+    }
+
+    #[test]
+    fn a_floor_arm_reports_its_ratio_and_the_cpu_left_by_the_target() {
+        let arms = [arm("plain", 1000, 1), arm("native-floor", 950, 1)];
+        let out = render(&arms, &OverheadOptions::default(), &LogicCost::default());
+        assert!(
+            out.contains("native-floor/plain requests/s = 0.950"),
+            "{out}"
+        );
+        // Without an Envoy there is no CPU reading to budget from.
+        assert!(out.contains("no CPU reading"), "{out}");
     }
 }

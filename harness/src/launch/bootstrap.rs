@@ -253,6 +253,9 @@ pub struct BootstrapParams {
     pub module: Option<PathBuf>,
     /// HCM stream idle timeout, seconds: how long a stream may send nothing.
     pub stream_idle_timeout_s: u64,
+    /// `plain` only: put the `probe` filter of this flavour's module (`module`) in front of
+    /// Envoy's router, the floor `bench overhead` measures.
+    pub probe: Option<Flavor>,
 }
 
 impl BootstrapParams {
@@ -271,6 +274,7 @@ impl BootstrapParams {
             pools,
             module: flavor.artefact(),
             stream_idle_timeout_s: 300,
+            probe: None,
         }
     }
 }
@@ -333,6 +337,16 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
         .as_deref()
         .map(Path::to_string_lossy)
         .unwrap_or_default();
+    let mut probes = Vec::new();
+    if let Some(probe) = params.probe {
+        if params.flavor != Flavor::Plain || probe == Flavor::Plain {
+            bail!("a probe is a wasm or native filter on the plain flavour");
+        }
+        let mut pvars = Vars::new();
+        pvars.insert("module".into(), text(module.clone()));
+        probes.push(t.prototype(&format!("probe_{}", probe.name()), &pvars)?);
+    }
+    vars.insert("probe_filters".into(), Value::Sequence(probes));
     vars.insert("wasm_module".into(), text(module.clone()));
     vars.insert("native_module".into(), text(module));
     let body = t.render(&vars)?;
@@ -505,6 +519,37 @@ mod tests {
             rule["on_header_present"]["key"],
             "x-gateway-destination-endpoint"
         );
+    }
+
+    /// `plain` has no gateway filter; with a probe it has exactly that module's probe filter
+    /// in front of Envoy's router (the floor of `bench overhead`).
+    #[test]
+    fn plain_renders_a_probe_filter_only_when_asked() {
+        let names = |params: &BootstrapParams| -> Vec<String> {
+            let v: Value = serde_yaml::from_str(&render(params).unwrap()).unwrap();
+            v["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+                ["http_filters"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .filter_map(|f| f["name"].as_str().map(str::to_owned))
+                .collect()
+        };
+        let mut params = BootstrapParams::new(Flavor::Plain, two_pools());
+        assert_eq!(names(&params), ["envoy.filters.http.router"]);
+        for probe in [Flavor::Wasm, Flavor::Native] {
+            params.probe = Some(probe);
+            params.module = Some(PathBuf::from("/m/module"));
+            assert_eq!(
+                names(&params),
+                ["infergate.probe", "envoy.filters.http.router"]
+            );
+            let yaml = render(&params).unwrap();
+            assert!(yaml.contains("/m/module"), "{yaml}");
+        }
+        let mut wrong = BootstrapParams::new(Flavor::Wasm, two_pools());
+        wrong.probe = Some(Flavor::Wasm);
+        assert!(render(&wrong).is_err());
     }
 
     #[test]

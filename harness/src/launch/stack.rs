@@ -124,6 +124,9 @@ pub struct StackOptions {
     pub envoy: EnvoyOptions,
     /// How long the simulator may take to print its replicas.
     pub sim_timeout: Duration,
+    /// `plain` only: the `probe` filter of this flavour's module in front of Envoy's router
+    /// (see `envoy/config/plain.yaml`).
+    pub probe: Option<Flavor>,
 }
 
 impl StackOptions {
@@ -137,6 +140,7 @@ impl StackOptions {
             plugins: None,
             envoy: EnvoyOptions::default(),
             sim_timeout: Duration::from_secs(30),
+            probe: None,
         }
     }
 }
@@ -156,12 +160,13 @@ pub struct Stack {
 impl Stack {
     /// Starts the replicas (if simulated) and Envoy, and waits until Envoy is ready.
     pub async fn start(opts: StackOptions) -> Result<Stack> {
-        if opts.flavor != Flavor::Plain {
-            if let Some(module) = opts.flavor.artefact() {
+        // The module this Envoy loads: its flavour's, or the probe's on `plain`.
+        let module_flavor = opts.probe.unwrap_or(opts.flavor);
+        if module_flavor != Flavor::Plain {
+            if let Some(module) = module_flavor.artefact() {
                 if !module.is_file() {
                     bail!(
-                        "{} flavour: module {} is not built (run `cargo xtask build`)",
-                        opts.flavor,
+                        "{module_flavor} flavour: module {} is not built (run `cargo xtask build`)",
                         module.display()
                     );
                 }
@@ -190,6 +195,10 @@ impl Stack {
             .collect::<Result<Vec<_>>>()?;
         let mut params = BootstrapParams::new(opts.flavor, pools.clone());
         params.rr_endpoints = replicas.clone();
+        if let Some(probe) = opts.probe {
+            params.probe = Some(probe);
+            params.module = probe.artefact();
+        }
         params.plugins = opts
             .plugins
             .clone()

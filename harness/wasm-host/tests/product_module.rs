@@ -253,3 +253,35 @@ fn a_failed_scrape_does_not_crash_the_scraper() {
     scraper.advance_time_ms(300).unwrap();
     assert!(scraper.trapped().is_none());
 }
+
+/// The `probe` role (the Wasm floor of `bench overhead`) holds the request until its body is
+/// complete and forwards it unchanged; it accepts no settings.
+#[test]
+fn the_probe_holds_the_request_for_its_body_and_forwards_it_unchanged() {
+    let host = Host::builder()
+        .vm_id("infergate")
+        .load(product_module())
+        .unwrap();
+    host.configure_plugin("probe", r#"{"role":"probe"}"#)
+        .unwrap();
+    let s = host.new_http_stream().unwrap();
+    let headers = [(":method", "POST"), (":path", "/v1/chat/completions")];
+    assert_eq!(s.request_headers(&headers, false).unwrap(), Action::Pause);
+    assert_eq!(
+        s.request_body(b"{\"model\":", false).unwrap(),
+        Action::Pause
+    );
+    assert_eq!(s.request_body(b"\"m\"}", true).unwrap(), Action::Continue);
+    assert_eq!(s.upstream_request_body(), b"{\"model\":\"m\"}");
+    let up = s.upstream_request_headers().expect("forwarded");
+    assert_eq!(up.get(":path").as_deref(), Some("/v1/chat/completions"));
+    assert!(s.local_response().is_none());
+
+    let bad = Host::builder()
+        .vm_id("infergate")
+        .load(product_module())
+        .unwrap();
+    assert!(bad
+        .configure_plugin("probe", r#"{"role":"probe","x":1}"#)
+        .is_err());
+}
