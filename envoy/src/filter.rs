@@ -123,6 +123,12 @@ impl HttpConfig {
     pub fn new_stream(&self) -> Box<dyn StreamLogic> {
         self.factory.new_stream()
     }
+
+    /// A config around any factory (tests drive the hooks with factories of their own).
+    #[cfg(test)]
+    pub fn from_factory(factory: Box<dyn StreamFactory>) -> HttpConfig {
+        HttpConfig { factory }
+    }
 }
 
 /// Our object behind `filter_module_ptr`.

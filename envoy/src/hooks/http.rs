@@ -16,7 +16,7 @@ use crate::abi::{
     HttpFilterConfigModulePtr, HttpFilterEnvoyPtr, HttpFilterModulePtr, LocalReplyStatus,
     TrailersStatus,
 };
-use crate::filter::{FilterConfigHandle, HttpConfig, StreamState};
+use crate::filter::{FilterConfigHandle, HttpConfig, StreamLogic, StreamState};
 use crate::guard;
 use crate::host::EnvoyStream;
 
@@ -187,8 +187,29 @@ extern "C" fn envoy_dynamic_module_on_http_filter_new(
         let state = StreamState::new(config.new_stream());
         Box::into_raw(Box::new(state)).cast_const().cast()
     })
-    // NULL makes Envoy close the stream: fail closed.
-    .unwrap_or(core::ptr::null())
+    // Creating the stream's logic panicked: a stream that answers 500 at its headers. (A
+    // NULL here would leave the request waiting for Envoy's idle timeout.)
+    .unwrap_or_else(|| {
+        guard::catch("on_http_filter_new (fail-closed stream)", || {
+            let state = StreamState::new(Box::new(FailClosedStream));
+            Box::into_raw(Box::new(state)).cast_const().cast()
+        })
+        .unwrap_or(core::ptr::null())
+    })
+}
+
+/// The logic of a stream whose real logic could not be created: it answers 500.
+struct FailClosedStream;
+
+impl StreamLogic for FailClosedStream {
+    fn on_request_headers(
+        &mut self,
+        envoy: &mut EnvoyStream,
+        _end_of_stream: bool,
+    ) -> HeadersStatus {
+        fail_request(envoy);
+        HeadersStatus::StopIteration
+    }
 }
 
 #[no_mangle]

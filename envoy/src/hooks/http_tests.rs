@@ -252,6 +252,40 @@ fn null_module_pointers_never_crash_a_hook() {
     envoy_dynamic_module_on_http_filter_config_destroy(null);
 }
 
+/// A factory whose streams cannot be created.
+struct PanickingFactory;
+
+impl crate::filter::StreamFactory for PanickingFactory {
+    fn new_stream(&self) -> Box<dyn StreamLogic> {
+        panic!("stream creation failed")
+    }
+}
+
+/// If the stream's logic cannot be created, the request gets a 500 at once instead of
+/// waiting for Envoy's idle timeout.
+#[test]
+fn a_stream_that_cannot_be_created_answers_500() {
+    crate::guard::install_panic_hook();
+    fake_envoy::reset();
+    let config: HttpFilterConfigModulePtr = Box::into_raw(Box::new(HttpConfig::from_factory(
+        Box::new(PanickingFactory),
+    )))
+    .cast_const()
+    .cast();
+    let filter = envoy_dynamic_module_on_http_filter_new(config, dummy_ptr());
+    assert!(!filter.is_null());
+    assert_eq!(
+        envoy_dynamic_module_on_http_filter_request_headers(dummy_ptr(), filter, false),
+        HeadersStatus::StopIteration
+    );
+    let replies = fake_envoy::with(|s| s.replies.clone());
+    assert_eq!(replies.len(), 1);
+    assert_eq!(replies[0].status, 500);
+    envoy_dynamic_module_on_http_filter_stream_complete(dummy_ptr(), filter);
+    envoy_dynamic_module_on_http_filter_destroy(filter);
+    envoy_dynamic_module_on_http_filter_config_destroy(config);
+}
+
 #[cfg(feature = "panic-injection")]
 #[test]
 fn injected_panic_header_fails_only_the_marked_request() {
