@@ -110,9 +110,9 @@ async fn stream_has_role_content_finish_usage_and_done() {
     let usage = chunks.last().unwrap();
     assert_eq!(usage["choices"], json!([]));
     assert_eq!(usage["usage"]["completion_tokens"], 5);
-    // "<|user|>\n" + 400 bytes + "\n" = 410 bytes = 103 tokens.
-    assert_eq!(usage["usage"]["prompt_tokens"], 103);
-    assert_eq!(usage["usage"]["total_tokens"], 108);
+    // "<|user|>\n" + 400 bytes + "\n" + "<|assistant|>\n" = 424 bytes = 106 tokens.
+    assert_eq!(usage["usage"]["prompt_tokens"], 106);
+    assert_eq!(usage["usage"]["total_tokens"], 111);
     assert_eq!(usage["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
 }
 
@@ -182,6 +182,42 @@ async fn repeated_prefix_is_cached_and_output_is_deterministic() {
     assert_eq!(c["model"], "adapter-a");
     assert_eq!(c["choices"][0]["finish_reason"], "stop");
     assert_eq!(c["usage"]["completion_tokens"], 128);
+}
+
+/// vLLM caches the blocks of generated tokens too: turn 2, which repeats turn 1's prompt and
+/// its answer, finds the answer's blocks cached (the chat prompt ends with the generation
+/// prompt `<|assistant|>\n`, so prompt + answer is a prefix of the next prompt).
+#[tokio::test]
+async fn the_next_turn_reuses_the_blocks_of_the_previous_answer() {
+    let sim = pool(1, EngineConfig::default(), 50.0).await;
+    let base = &sim.base_urls()[0];
+    let system = "sys ".repeat(300);
+    let mut messages = vec![
+        json!({"role": "system", "content": system}),
+        json!({"role": "user", "content": "hi"}),
+    ];
+    let turn = |messages: &Vec<Value>| json!({"model": "sim-model", "messages": messages, "max_tokens": 64, "ignore_eos": true});
+    let a: Value = serde_json::from_str(
+        &call(base, "POST", "/v1/chat/completions", Some(turn(&messages)))
+            .await
+            .body,
+    )
+    .unwrap();
+    let answer = a["choices"][0]["message"]["content"].as_str().unwrap();
+    assert_eq!(answer.len(), 64 * 4);
+    messages.push(json!({"role": "assistant", "content": answer}));
+    messages.push(json!({"role": "user", "content": "more"}));
+    let b: Value = serde_json::from_str(
+        &call(base, "POST", "/v1/chat/completions", Some(turn(&messages)))
+            .await
+            .body,
+    )
+    .unwrap();
+    // Turn 1: 11 + 1200 + 1 + 9 + 2 + 1 + 14 = 1238 bytes = 310 tokens; with its 64-token
+    // answer, 373 tokens were computed: 23 full blocks = 368 tokens. The prompt alone holds
+    // 19 full blocks (304 tokens).
+    assert_eq!(a["usage"]["prompt_tokens"], 310);
+    assert_eq!(b["usage"]["prompt_tokens_details"]["cached_tokens"], 368);
 }
 
 #[tokio::test]

@@ -30,7 +30,7 @@ struct Args {
     #[arg(long, default_value_t = 6)]
     turns: u32,
     /// Tokens of each conversation's own system prompt.
-    #[arg(long, default_value_t = 6800)]
+    #[arg(long, default_value_t = 4500)]
     system_tokens: u32,
     /// Tokens of a preamble shared by all conversations.
     #[arg(long, default_value_t = 0)]
@@ -39,8 +39,11 @@ struct Args {
     #[arg(long, default_value_t = 64)]
     user_tokens: u32,
     /// max_tokens per request.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 600)]
     max_tokens: u32,
+    /// Send vLLM's `ignore_eos` so every answer is exactly max_tokens long.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    ignore_eos: bool,
     /// Requests in flight at most.
     #[arg(long, default_value_t = 16)]
     concurrency: u32,
@@ -92,6 +95,7 @@ async fn main() -> anyhow::Result<()> {
             shared_prefix_tokens: a.shared_prefix_tokens,
             user_tokens: a.user_tokens,
             max_tokens: a.max_tokens,
+            ignore_eos: a.ignore_eos,
             seed: a.seed,
         },
         targets,

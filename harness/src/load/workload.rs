@@ -28,6 +28,9 @@ pub struct Workload {
     pub user_tokens: u32,
     /// `max_tokens` of each request.
     pub max_tokens: u32,
+    /// Send vLLM's `ignore_eos: true`, so every answer is exactly `max_tokens` long (as vLLM's
+    /// own serving benchmark does); the history then grows by a known amount each turn.
+    pub ignore_eos: bool,
     /// Seed of all text and of the turn order.
     pub seed: u64,
 }
@@ -38,10 +41,11 @@ impl Default for Workload {
             model: "sim-model".to_string(),
             conversations: 64,
             turns: 6,
-            system_tokens: 6800,
+            system_tokens: 4500,
             shared_prefix_tokens: 0,
             user_tokens: 64,
-            max_tokens: 128,
+            max_tokens: 600,
+            ignore_eos: true,
             seed: 1,
         }
     }
@@ -145,6 +149,9 @@ impl Workload {
             body.push_str(m);
         }
         body.push_str("],\"stream\":true,\"stream_options\":{\"include_usage\":true},");
+        if self.ignore_eos {
+            body.push_str("\"ignore_eos\":true,");
+        }
         body.push_str(&format!("\"max_tokens\":{}}}", self.max_tokens));
         body
     }
@@ -199,7 +206,8 @@ mod tests {
         assert_eq!(b["messages"][0]["role"], "system");
         assert_eq!(b["messages"][1]["content"].as_str().unwrap().len(), 256);
         assert_eq!(b["stream_options"]["include_usage"], true);
-        assert_eq!(b["max_tokens"], 128);
+        assert_eq!(b["max_tokens"], 600);
+        assert_eq!(b["ignore_eos"], true);
         assert_eq!(b["model"], "sim-model");
         c.push("assistant", "ok");
         let b: Value = serde_json::from_str(&w.next_body(0, &mut c)).unwrap();

@@ -1,9 +1,13 @@
 //! Turns OpenAI request bodies into what the engine needs: a prompt byte stream, a token
 //! count (4 bytes per token, the gateway's estimate) and chained block hashes.
 //!
-//! Chat prompts are serialized as `<|role|>\n` + content + `\n` per message, in order. This
-//! need not equal the gateway's canonical form: it only has to be stable, so a conversation
-//! whose history grows keeps the same leading bytes and so the same leading block hashes.
+//! Chat prompts are serialized as `<|role|>\n` + content + `\n` per message, in order, then
+//! the generation prompt `<|assistant|>\n` (vLLM's `add_generation_prompt`). This need not
+//! equal the gateway's canonical form: it only has to be stable, so a conversation whose
+//! history grows keeps the same leading bytes and so the same leading block hashes. Because
+//! the generation prompt is the start of the next turn's assistant message, a prompt followed
+//! by its completion is a prefix of the next turn's prompt, and the engine can reuse the
+//! completion's blocks as vLLM does (see [`sequence_block_hashes`]).
 //! Blocks are `block_size` tokens × 4 bytes; a trailing partial block is not hashed. The hash
 //! chain is h₀ = xxh3(block₀, seed), hᵢ = xxh3(blockᵢ, hᵢ₋₁), with the seed derived from the
 //! model (or adapter) name and `cache_salt`, so different models never share blocks.
@@ -171,8 +175,12 @@ fn chat_prompt(messages: Option<&Value>) -> Result<Vec<u8>, BadRequest> {
         }
         out.push(b'\n');
     }
+    out.extend_from_slice(GENERATION_PROMPT);
     Ok(out)
 }
+
+/// What a chat prompt ends with: the opening of the assistant message the model writes.
+pub const GENERATION_PROMPT: &[u8] = b"<|assistant|>\n";
 
 fn completion_prompt(prompt: Option<&Value>) -> Result<Vec<u8>, BadRequest> {
     match prompt {
@@ -209,6 +217,22 @@ pub fn model_seed(model: &str, cache_salt: Option<&str>) -> u64 {
         Some(salt) => xxh3_64_with_seed(salt.as_bytes(), base),
         None => base,
     }
+}
+
+/// Chained hashes of the full blocks of the whole sequence the engine will hold: the prompt,
+/// then the `completion` it will generate. vLLM hashes a block as soon as it is full, generated
+/// tokens included, so the next turn of a conversation (whose prompt repeats this prompt and
+/// its answer) finds the answer's blocks cached too.
+pub fn sequence_block_hashes(
+    seed: u64,
+    prompt: &[u8],
+    completion: &[u8],
+    block_size: u32,
+) -> Vec<BlockHash> {
+    let mut sequence = Vec::with_capacity(prompt.len() + completion.len());
+    sequence.extend_from_slice(prompt);
+    sequence.extend_from_slice(completion);
+    block_hashes(seed, &sequence, block_size)
 }
 
 /// Chained hashes of the prompt's full blocks of `block_size` tokens.

@@ -137,9 +137,15 @@ async fn completion(
         Err(msg) => return error(StatusCode::BAD_REQUEST, &msg, Some("max_tokens")),
     };
     let seed = prompt::model_seed(&parsed.model, parsed.cache_salt.as_deref());
+    let output_seed = text::output_seed(seed, &parsed.prompt);
     let engine_req = EngineRequest {
         prompt_tokens: parsed.prompt_tokens,
-        block_hashes: prompt::block_hashes(seed, &parsed.prompt, cfg.engine.block_size),
+        block_hashes: prompt::sequence_block_hashes(
+            seed,
+            &parsed.prompt,
+            text::completion(output_seed, output_tokens).as_bytes(),
+            cfg.engine.block_size,
+        ),
         output_tokens,
         lora,
     };
@@ -171,7 +177,7 @@ async fn completion(
             created: unix_secs_f64() as u64,
             model: parsed.model.clone(),
         },
-        seed: text::output_seed(seed, &parsed.prompt),
+        seed: output_seed,
         output_tokens,
         finish_reason,
         prompt_tokens: parsed.prompt_tokens,

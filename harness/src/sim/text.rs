@@ -20,6 +20,11 @@ pub fn token_text(seed: u64, index: u32) -> &'static str {
         .unwrap_or("the ")
 }
 
+/// The first `tokens` tokens of the completion with `seed`, as one text.
+pub fn completion(seed: u64, tokens: u32) -> String {
+    (0..tokens).map(|i| token_text(seed, i)).collect()
+}
+
 const SPACED: &[&str] = &[
     "the ", "and ", "for ", "you ", "are ", "not ", "but ", "can ", "all ", "one ", "out ", "get ",
     "has ", "new ", "now ", "old ", "see ", "two ", "way ", "who ", "did ", "its ", "let ", "put ",

@@ -1,9 +1,9 @@
 //! The engine model of one replica: a plain state machine with no sockets and no clock.
 //!
 //! It follows vLLM's v1 scheduler where it matters for routing:
-//! - **KV blocks** ([`BlockPool`]): capacity in blocks of `block_size` tokens; prompt blocks
-//!   are hashed (chained) and reusable by later requests with the same prefix; unreferenced
-//!   blocks are evicted least recently freed first.
+//! - **KV blocks** ([`BlockPool`]): capacity in blocks of `block_size` tokens; full blocks
+//!   (prompt and generated tokens) are hashed (chained) and reusable by later requests with
+//!   the same prefix; unreferenced blocks are evicted least recently freed first.
 //! - **Continuous batching**: every step first advances the running sequences (one decode
 //!   token each, or the next prefill chunk), then admits waiting requests in FCFS order while
 //!   the step's token budget, `max_num_seqs` and free KV blocks allow. A request that does
@@ -62,7 +62,10 @@ pub struct RequestId(pub u64);
 pub struct EngineRequest {
     /// Prompt length in tokens (at least 1).
     pub prompt_tokens: u32,
-    /// Chained hashes of the prompt's full blocks, in order.
+    /// Chained hashes of the sequence's full blocks, in order: the prompt, then the
+    /// completion the request will generate. Admission matches prompt blocks only; every
+    /// block is registered in the prefix cache once its tokens are computed, the generated
+    /// ones included (vLLM's behaviour), so the next turn of a conversation hits its answer.
     pub block_hashes: Vec<BlockHash>,
     /// Tokens to generate (at least 1); the simulated model stops exactly there.
     pub output_tokens: u32,

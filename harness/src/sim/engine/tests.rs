@@ -107,6 +107,24 @@ fn repeated_prefix_hits_the_cache_but_never_the_last_token() {
 }
 
 #[test]
+fn generated_tokens_blocks_are_cached_for_the_next_turn() {
+    let mut e = Engine::new(cfg(100));
+    // Turn 1: 40 prompt tokens and 40 generated; the hashes cover the 80-token sequence.
+    let mut turn1 = req(7, 40, 40);
+    turn1.block_hashes = hashes(7, 5);
+    e.submit(SimTime(0), RequestId(1), turn1).unwrap();
+    drain(&mut e);
+    // Turn 2 repeats turn 1 and its answer, then adds 20 tokens.
+    let mut turn2 = req(7, 100, 1);
+    turn2.block_hashes = hashes(7, 6);
+    e.submit(SimTime(1), RequestId(2), turn2).unwrap();
+    let ev = drain(&mut e);
+    // 79 tokens were computed (the last sampled token never is): 4 full blocks, the last two
+    // of them holding generated tokens. Prompt blocks alone would give 32.
+    assert_eq!(usage_of(&ev, RequestId(2)).cached_tokens, 64);
+}
+
+#[test]
 fn cached_prefix_skips_prefill_time() {
     let mut e = Engine::new(cfg(1000));
     e.submit(SimTime(0), RequestId(1), req(1, 1600, 1)).unwrap();
