@@ -158,6 +158,32 @@ mod tests {
     }
 
     #[test]
+    fn keys_known_at_config_time_are_label_less_counters_and_others_fall_back() {
+        let mut envoy = Recorder::default();
+        let routed = StatKey::new("infergate.router.requests", &[("outcome", "routed")]);
+        let registry = StatsRegistry::define(&mut envoy, &[&routed]);
+        let scalar = envoy
+            .defined
+            .iter()
+            .position(|(_, n, l)| n == "infergate.router.requests.outcome.routed" && l.is_empty());
+        assert!(scalar.is_some(), "{:?}", envoy.defined);
+        assert_eq!(
+            registry.resolve(StatKind::Counter, &routed),
+            scalar.map(|id| (id, Vec::new()))
+        );
+        // A key not listed at config time still counts, through its family's vector.
+        let other = StatKey::new("infergate.router.requests", &[("outcome", "too_large")]);
+        let family = envoy
+            .defined
+            .iter()
+            .position(|(_, n, _)| n == "infergate.router.requests");
+        assert_eq!(
+            registry.resolve(StatKind::Counter, &other),
+            family.map(|id| (id, vec!["too_large"]))
+        );
+    }
+
+    #[test]
     fn label_less_keys_resolve() {
         let key = StatKey::new("infergate.scraper.publishes", &[]);
         let (family, values) = split_key(key.as_str()).unwrap_or((usize::MAX, vec!["x"]));

@@ -243,6 +243,11 @@ async fn errors_are_openai_shaped() {
     let r = call(base, "POST", "/v1/completions", Some(huge)).await;
     assert_eq!(r.status, 400);
     assert!(r.body.contains("maximum context length"));
+    // A forced answer longer than the model is refused at once (nothing that long is built).
+    let endless = json!({"model": "sim-model", "prompt": "x", "max_tokens": 4_000_000_000u64, "ignore_eos": true});
+    let r = call(base, "POST", "/v1/completions", Some(endless)).await;
+    assert_eq!(r.status, 400);
+    assert!(r.body.contains("maximum context length"), "{}", r.body);
     assert_eq!(call(base, "GET", "/nowhere", None).await.status, 404);
     assert_eq!(
         call(base, "GET", "/v1/chat/completions", None).await.status,

@@ -138,12 +138,14 @@ async fn completion(
     };
     let seed = prompt::model_seed(&parsed.model, parsed.cache_salt.as_deref());
     let output_seed = text::output_seed(seed, &parsed.prompt);
+    // A completion longer than the model length is refused at submission; never build more.
+    let hashed_output = output_tokens.min(cfg.engine.effective_max_model_len());
     let engine_req = EngineRequest {
         prompt_tokens: parsed.prompt_tokens,
         block_hashes: prompt::sequence_block_hashes(
             seed,
             &parsed.prompt,
-            text::completion(output_seed, output_tokens).as_bytes(),
+            text::completion(output_seed, hashed_output).as_bytes(),
             cfg.engine.block_size,
         ),
         output_tokens,
