@@ -38,6 +38,8 @@ pub struct State {
     pub replies: Vec<Reply>,
     /// Stream resets requested.
     pub resets: usize,
+    /// Calls that read body bytes (`get_body_chunks`).
+    pub body_reads: usize,
     /// Upstream override hosts set (host, strict).
     pub override_hosts: Vec<(String, bool)>,
     /// Route cache clears.
@@ -270,6 +272,7 @@ unsafe extern "C" fn envoy_dynamic_module_callback_http_get_body_chunks(
     result: *mut EnvoyBuffer,
 ) -> bool {
     with(|s| {
+        s.body_reads += 1;
         let body = &s.bodies[kind as usize];
         if !body.is_empty() {
             // SAFETY: the module allocated `get_body_chunks_size` (= 1) slots.

@@ -6,7 +6,7 @@
 //! the gateway's overhead can be read against what merely reading the body costs. Config:
 //! empty or `{}`.
 
-use crate::abi::{BodyStatus, HeadersStatus};
+use crate::abi::{BodyStatus, HeadersStatus, TrailersStatus};
 use crate::filter::{StreamFactory, StreamLogic};
 use crate::host::EnvoyStream;
 
@@ -56,5 +56,11 @@ impl StreamLogic for ProbeStream {
         }
         core::hint::black_box(envoy.request_body());
         BodyStatus::Continue
+    }
+
+    fn on_request_trailers(&mut self, envoy: &mut EnvoyStream) -> TrailersStatus {
+        // Trailers end the request: the buffered body is complete.
+        core::hint::black_box(envoy.request_body());
+        TrailersStatus::Continue
     }
 }

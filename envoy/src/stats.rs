@@ -44,6 +44,8 @@ impl StatsRegistry {
             .collect();
         let scalars = counters
             .iter()
+            // A key without labels is its family, already defined as a plain counter above.
+            .filter(|key| !key.label_values().is_empty())
             .filter_map(|key| {
                 let id = envoy.define(StatKind::Counter, key.as_str(), &[])?;
                 Some((key.as_str().to_owned(), id))

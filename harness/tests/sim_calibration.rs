@@ -4,9 +4,9 @@
 //! to the same replica must keep most of the prompt cached (> 80%) and cut the median TTFT by
 //! at least 10× against random assignment, whose hit ratio must stay near or below 1/4.
 //!
-//! Runs at `--time-scale` 2 by default (about 50 s): at higher scales the fixed per-request
-//! overhead of HTTP on a busy 2-core machine (a few ms of wall time) starts to weigh on the
-//! sticky TTFT, which is only ~28 ms simulated. Set `INFERGATE_CALIBRATION_SCALE` to change
+//! Runs at `--time-scale` 2 by default (about two minutes): at higher scales the fixed
+//! per-request overhead of HTTP on a busy 2-core machine (a few ms of wall time) starts to
+//! weigh on the sticky TTFT, which is only some 20 ms simulated. Set `INFERGATE_CALIBRATION_SCALE` to change
 //! it. The real-time run is the ignored test `calibration_real_time`.
 
 #![allow(clippy::expect_used)]

@@ -192,7 +192,10 @@ impl HttpContext for PassThroughContext {}
 
 /// The `probe` role: holds the request until its body is complete, copies the body into the
 /// VM, and lets it go on unchanged (see `config`); what any body-based filter costs at least.
-pub struct ProbeContext;
+#[derive(Default)]
+pub struct ProbeContext {
+    body_len: usize,
+}
 
 impl ProbeContext {
     fn read_body(body_size: usize) {
@@ -213,10 +216,17 @@ impl HttpContext for ProbeContext {
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        self.body_len = body_size;
         if !end_of_stream {
             return Action::Pause;
         }
         ProbeContext::read_body(body_size);
+        Action::Continue
+    }
+
+    fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
+        // Trailers end the request: the buffered body is complete.
+        ProbeContext::read_body(self.body_len);
         Action::Continue
     }
 }

@@ -147,7 +147,7 @@ impl RootContext for Root {
             Some(Role::Router(router)) => Box::new(RouterContext::new(vm, Rc::clone(router))),
             Some(Role::Picker(shared)) => Box::new(PickerContext::new(vm, Rc::clone(shared))),
             Some(Role::Scraper(_)) => Box::new(PassThroughContext),
-            Some(Role::Probe) => Box::new(ProbeContext),
+            Some(Role::Probe) => Box::<ProbeContext>::default(),
             None => Box::new(FailClosedContext::new(vm)),
         })
     }

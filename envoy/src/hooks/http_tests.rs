@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::*;
-use crate::abi::HeaderKind;
+use crate::abi::{HeaderKind, TrailersStatus};
 use crate::fake_envoy::{self, dummy_ptr, request_header, set_request_header};
 use crate::filter::StreamLogic;
 
@@ -448,14 +448,34 @@ fn probe_buffers_the_body_then_continues_without_touching_the_request() {
     assert_eq!(h, HeadersStatus::StopIteration);
     let partial = envoy_dynamic_module_on_http_filter_request_body(dummy_ptr(), filter, false);
     assert_eq!(partial, BodyStatus::StopIterationAndBuffer);
+    assert_eq!(
+        fake_envoy::with(|s| s.body_reads),
+        0,
+        "nothing read before the end"
+    );
     let b = envoy_dynamic_module_on_http_filter_request_body(dummy_ptr(), filter, true);
     assert_eq!(b, BodyStatus::Continue);
+    assert!(
+        fake_envoy::with(|s| s.body_reads) > 0,
+        "the body is read at its end"
+    );
     assert_eq!(request_header("x-gateway-base-model-name"), None);
     fake_envoy::with(|s| {
         assert_eq!(s.route_cache_clears, 0);
         assert!(s.replies.is_empty());
         assert!(s.increments.is_empty());
     });
+    // A request that ends with trailers is read and let go at its trailers.
+    let with_trailers = envoy_dynamic_module_on_http_filter_new(config, dummy_ptr());
+    envoy_dynamic_module_on_http_filter_request_headers(dummy_ptr(), with_trailers, false);
+    envoy_dynamic_module_on_http_filter_request_body(dummy_ptr(), with_trailers, false);
+    let reads = fake_envoy::with(|s| s.body_reads);
+    assert_eq!(
+        envoy_dynamic_module_on_http_filter_request_trailers(dummy_ptr(), with_trailers),
+        TrailersStatus::Continue
+    );
+    assert!(fake_envoy::with(|s| s.body_reads) > reads);
+    envoy_dynamic_module_on_http_filter_destroy(with_trailers);
     envoy_dynamic_module_on_http_filter_stream_complete(dummy_ptr(), filter);
     envoy_dynamic_module_on_http_filter_destroy(filter);
     envoy_dynamic_module_on_http_filter_config_destroy(config);

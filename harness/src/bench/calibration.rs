@@ -23,8 +23,9 @@ use crate::load::{Assign, LoadConfig, Target, Workload};
 use crate::sim::{self, EngineConfig, SimConfig, SimHandle};
 
 /// Default simulated seconds per real second: the largest at which the fixed per-request
-/// HTTP cost of this 2-core machine stays small against a ~28 ms simulated cached TTFT
-/// (the simulator's own calibration test runs at the same scale).
+/// HTTP cost of this 2-core machine stays small against a cached TTFT of some 20 ms
+/// simulated (about 10 ms of wall time at this scale; the simulator's own calibration test
+/// runs at the same scale).
 pub const DEFAULT_TIME_SCALE: f64 = 2.0;
 
 /// Which route a column sends to.

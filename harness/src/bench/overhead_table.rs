@@ -142,11 +142,7 @@ pub(super) fn render(arms: &[Arm], opts: &OverheadOptions, logic: &LogicCost) ->
         if let Some(a) = arms.iter().find(|a| a.label == floor) {
             // Envoy CPU per request the target allows, minus what the floor already spends.
             let budget = match (arms.get(plain).and_then(cpu_us), cpu_us(a)) {
-                (Some(p), Some(f)) => format!(
-                    "at the target's CPU ratio, {:.1} µs of Envoy CPU per request are left \
-                     for everything beyond reading the body",
-                    p / target - f
-                ),
+                (Some(p), Some(f)) => budget_text(p / target - f),
                 _ => "no CPU reading".into(),
             };
             out.push_str(&format!(
@@ -163,6 +159,23 @@ pub(super) fn render(arms: &[Arm], opts: &OverheadOptions, logic: &LogicCost) ->
         logic.parse_us, logic.parse_and_hash_us, logic.hash_us
     ));
     out
+}
+
+/// What a target leaves beyond a floor: `left_us` of Envoy CPU per request (the target's
+/// CPU ratio applied to `plain`, minus the floor's own CPU).
+fn budget_text(left_us: f64) -> String {
+    if left_us > 0.0 {
+        format!(
+            "at the target's CPU ratio, {left_us:.1} µs of Envoy CPU per request are left for \
+             everything beyond reading the body"
+        )
+    } else {
+        format!(
+            "the target is below this floor ({:.1} µs of Envoy CPU per request over the \
+             target's budget): out of reach for any filter that reads the body",
+            -left_us
+        )
+    }
 }
 
 /// Envoy CPU time per request in µs (`None` without an Envoy or requests).
@@ -263,5 +276,15 @@ mod tests {
         );
         // Without an Envoy there is no CPU reading to budget from.
         assert!(out.contains("no CPU reading"), "{out}");
+    }
+
+    #[test]
+    fn the_budget_says_when_the_target_is_below_the_floor() {
+        // plain 85 µs at a 0.90 target allows 94.4 µs: a 90 µs floor leaves 4.4 µs, a 97 µs
+        // floor is 2.6 µs over.
+        assert!(budget_text(85.0 / 0.9 - 90.0).contains("4.4 µs of Envoy CPU per request are left"));
+        let over = budget_text(85.0 / 0.9 - 97.0);
+        assert!(over.contains("below this floor (2.6 µs"), "{over}");
+        assert!(over.contains("out of reach"), "{over}");
     }
 }

@@ -30,7 +30,7 @@ struct Args {
     #[arg(long, default_value_t = 6)]
     turns: u32,
     /// Tokens of each conversation's own system prompt.
-    #[arg(long, default_value_t = 4500)]
+    #[arg(long, default_value_t = 4000)]
     system_tokens: u32,
     /// Tokens of a preamble shared by all conversations.
     #[arg(long, default_value_t = 0)]

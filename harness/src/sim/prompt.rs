@@ -220,7 +220,9 @@ pub fn model_seed(model: &str, cache_salt: Option<&str>) -> u64 {
 }
 
 /// Chained hashes of the full blocks of the whole sequence the engine will hold: the prompt,
-/// then the `completion` it will generate. vLLM hashes a block as soon as it is full, generated
+/// then the `completion` it will generate. Blocks are cut from the bytes while the engine
+/// counts ⌈prompt bytes ÷ 4⌉ prompt tokens, so a block that straddles the prompt's end may be
+/// registered up to 3 bytes early; the completion is fixed in advance, so no result changes. vLLM hashes a block as soon as it is full, generated
 /// tokens included, so the next turn of a conversation (whose prompt repeats this prompt and
 /// its answer) finds the answer's blocks cached too.
 pub fn sequence_block_hashes(

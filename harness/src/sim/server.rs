@@ -138,8 +138,13 @@ async fn completion(
     };
     let seed = prompt::model_seed(&parsed.model, parsed.cache_salt.as_deref());
     let output_seed = text::output_seed(seed, &parsed.prompt);
-    // A completion longer than the model length is refused at submission; never build more.
-    let hashed_output = output_tokens.min(cfg.engine.effective_max_model_len());
+    // A sequence longer than the model length is refused at submission: never build more
+    // completion text than could fit after the prompt.
+    let hashed_output = output_tokens.min(
+        cfg.engine
+            .effective_max_model_len()
+            .saturating_sub(parsed.prompt_tokens),
+    );
     let engine_req = EngineRequest {
         prompt_tokens: parsed.prompt_tokens,
         block_hashes: prompt::sequence_block_hashes(

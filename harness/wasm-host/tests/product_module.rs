@@ -285,3 +285,23 @@ fn the_probe_holds_the_request_for_its_body_and_forwards_it_unchanged() {
         .configure_plugin("probe", r#"{"role":"probe","x":1}"#)
         .is_err());
 }
+
+/// A request that ends with trailers leaves the probe at its trailers, body intact.
+#[test]
+fn the_probe_lets_a_request_with_trailers_go_at_its_trailers() {
+    let host = Host::builder()
+        .vm_id("infergate")
+        .load(product_module())
+        .unwrap();
+    host.configure_plugin("probe", r#"{"role":"probe"}"#)
+        .unwrap();
+    let s = host.new_http_stream().unwrap();
+    let headers = [(":method", "POST"), (":path", "/v1/completions")];
+    assert_eq!(s.request_headers(&headers, false).unwrap(), Action::Pause);
+    assert_eq!(s.request_body(b"{\"x\":1}", false).unwrap(), Action::Pause);
+    assert_eq!(
+        s.request_trailers(&[("x-checksum", "1")]).unwrap(),
+        Action::Continue
+    );
+    assert_eq!(s.upstream_request_body(), b"{\"x\":1}");
+}

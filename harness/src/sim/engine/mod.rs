@@ -63,9 +63,11 @@ pub struct EngineRequest {
     /// Prompt length in tokens (at least 1).
     pub prompt_tokens: u32,
     /// Chained hashes of the sequence's full blocks, in order: the prompt, then the
-    /// completion the request will generate. Admission matches prompt blocks only; every
-    /// block is registered in the prefix cache once its tokens are computed, the generated
-    /// ones included (vLLM's behaviour), so the next turn of a conversation hits its answer.
+    /// completion the request will generate. Admission matches the blocks of what the
+    /// sequence already holds (the prompt, plus the tokens generated before a preemption),
+    /// never its last token; every block is registered in the prefix cache once its tokens
+    /// are computed, generated ones included (vLLM's behaviour), so the next turn of a
+    /// conversation hits its answer.
     pub block_hashes: Vec<BlockHash>,
     /// Tokens to generate (at least 1); the simulated model stops exactly there.
     pub output_tokens: u32,
