@@ -38,7 +38,7 @@ use crate::adapter::HostConfig;
 use crate::filter::{FilterConfigHandle, StreamFactory, StreamLogic};
 use crate::host::EnvoyStream;
 use crate::router::config_json;
-use crate::stats::StatsRegistry;
+use crate::stats::{counters, StatsRegistry};
 
 /// Process-wide picker states by config text; weak so a state dies with its last config.
 static REGISTRY: Mutex<Option<HashMap<String, Weak<SharedPicker>>>> = Mutex::new(None);
@@ -89,7 +89,7 @@ impl PickerFactory {
         };
         let state = process_state(value.to_string(), value)?;
         let host = HostConfig {
-            stats: StatsRegistry::define(envoy, &state.plans().stat_keys()),
+            stats: StatsRegistry::define(envoy, &counters(&state.plans().stat_keys())),
             strict_override,
         };
         Ok(PickerFactory {

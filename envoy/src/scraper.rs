@@ -75,7 +75,7 @@ impl ScraperExtension {
         config: &[u8],
     ) -> Result<ScraperExtension, String> {
         let scraper = Scraper::from_json(crate::router::config_json(config)?)?;
-        let stats = StatsRegistry::define(&mut BootstrapDefiner { envoy }, &[]);
+        let stats = StatsRegistry::define(&mut BootstrapDefiner { envoy }, &scraper.stat_keys());
         // SAFETY: `envoy` is the config pointer of the running config_new hook; Envoy
         // registered its init target before calling us, so signalling now is allowed.
         unsafe {

@@ -7,13 +7,14 @@
 //! names the Wasm flavour emits). Incrementing such a counter is one atomic add inside Envoy.
 //! A labelled counter vector costs Envoy a stat-name build and a store lookup on every
 //! increment: about 2 µs each, some 13 µs per request with the picker's and router's six
-//! increments (measured with `cargo xtask bench overhead`).
+//! increments (measured with `cargo xtask bench overhead`). The scraper's counters and
+//! gauges are defined the same way on the bootstrap extension's config.
 //!
 //! Each family is also defined as a counter vector, the fallback for a key that was not known
 //! at config time (the resulting stat has the same flattened name). A key of an unknown
 //! family is dropped: stats are best effort and must never fail a request. The list of
 //! families is the filters crate's [`FAMILIES`], so a family added there is defined here
-//! without a change to this adapter. The bootstrap extension (scraper) uses the vectors.
+//! without a change to this adapter.
 
 use std::collections::HashMap;
 
@@ -29,26 +30,26 @@ pub trait DefineMetric {
 pub struct StatsRegistry {
     /// `(family index, Envoy metric id)` for every family Envoy accepted.
     ids: Vec<(usize, usize)>,
-    /// Envoy ids of the label-less counters, by flattened key.
-    scalars: HashMap<String, usize>,
+    /// Envoy kind and id of the label-less metrics, by flattened key.
+    scalars: HashMap<String, (StatKind, usize)>,
 }
 
 impl StatsRegistry {
-    /// Defines every family, and every key of `counters` as a label-less counter, on the
-    /// config being created.
-    pub fn define(envoy: &mut dyn DefineMetric, counters: &[&StatKey]) -> StatsRegistry {
+    /// Defines every family, and every key of `keys` as a label-less metric of its kind, on
+    /// the config being created.
+    pub fn define(envoy: &mut dyn DefineMetric, keys: &[(StatKind, &StatKey)]) -> StatsRegistry {
         let ids = FAMILIES
             .iter()
             .enumerate()
             .filter_map(|(i, f)| envoy.define(f.kind, f.name, f.labels).map(|id| (i, id)))
             .collect();
-        let scalars = counters
+        let scalars = keys
             .iter()
-            // A key without labels is its family, already defined as a plain counter above.
-            .filter(|key| !key.label_values().is_empty())
-            .filter_map(|key| {
-                let id = envoy.define(StatKind::Counter, key.as_str(), &[])?;
-                Some((key.as_str().to_owned(), id))
+            // A key without labels is its family, already defined as a plain metric above.
+            .filter(|(_, key)| !key.label_values().is_empty())
+            .filter_map(|&(kind, key)| {
+                let id = envoy.define(kind, key.as_str(), &[])?;
+                Some((key.as_str().to_owned(), (kind, id)))
             })
             .collect();
         StatsRegistry { ids, scalars }
@@ -57,8 +58,8 @@ impl StatsRegistry {
     /// Resolves `key` of kind `kind` to `(Envoy id, label values)`; `None` for unknown keys.
     /// A key defined as a label-less counter resolves to it, with no label values.
     pub fn resolve<'k>(&self, kind: StatKind, key: &'k StatKey) -> Option<(usize, Vec<&'k str>)> {
-        if kind == StatKind::Counter {
-            if let Some(&id) = self.scalars.get(key.as_str()) {
+        if let Some(&(scalar_kind, id)) = self.scalars.get(key.as_str()) {
+            if scalar_kind == kind {
                 return Some((id, Vec::new()));
             }
         }
@@ -69,6 +70,11 @@ impl StatsRegistry {
         let &(_, id) = self.ids.iter().find(|(f, _)| *f == family)?;
         Some((id, values))
     }
+}
+
+/// `keys`, all counters, in the shape [`StatsRegistry::define`] takes.
+pub fn counters<'k>(keys: &[&'k StatKey]) -> Vec<(StatKind, &'k StatKey)> {
+    keys.iter().map(|k| (StatKind::Counter, *k)).collect()
 }
 
 /// Splits a flattened key into its family index and label values.
@@ -163,7 +169,7 @@ mod tests {
     fn keys_known_at_config_time_are_label_less_counters_and_others_fall_back() {
         let mut envoy = Recorder::default();
         let routed = StatKey::new("infergate.router.requests", &[("outcome", "routed")]);
-        let registry = StatsRegistry::define(&mut envoy, &[&routed]);
+        let registry = StatsRegistry::define(&mut envoy, &[(StatKind::Counter, &routed)]);
         let scalar = envoy
             .defined
             .iter()

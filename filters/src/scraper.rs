@@ -24,7 +24,7 @@ use crate::headers::DESTINATION_ENDPOINT;
 use crate::host::{
     CalloutOutcome, CalloutRequest, CalloutToken, Clock, HttpCallout, SnapshotSink, Stats,
 };
-use crate::stats::StatKey;
+use crate::stats::{StatKey, StatKind};
 
 /// The scraper's configuration (JSON, camelCase; `role` is removed by the adapter).
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
@@ -90,6 +90,21 @@ pub struct Scraper {
 }
 
 impl Scraper {
+    /// Every stat key the scraper can emit, with its kind, so a host can define them all up
+    /// front.
+    pub fn stat_keys(&self) -> Vec<(StatKind, &StatKey)> {
+        let mut keys = vec![
+            (StatKind::Counter, &self.publishes),
+            (StatKind::Counter, &self.publish_errors),
+        ];
+        for e in &self.stats {
+            keys.push((StatKind::Counter, &e.ok));
+            keys.push((StatKind::Counter, &e.failed));
+            keys.push((StatKind::Gauge, &e.consecutive_failures));
+        }
+        keys
+    }
+
     /// A scraper for `config`; endpoints start unknown.
     pub fn new(config: ScraperConfig) -> Scraper {
         let samples = config

@@ -157,6 +157,21 @@ fn failures_accumulate_keep_old_metrics_and_reset_on_success() {
     }
     assert_eq!(s.samples()[0].consecutive_failures, 0);
     assert_eq!(s.samples()[0].scraped_at, Millis(2_000));
+    // Every counter and gauge the scraper emitted is listed up front, with its kind (the
+    // native host defines them as plain Envoy metrics at config time).
+    let listed = s.stat_keys();
+    let has = |kind: StatKind, name: &str| {
+        listed
+            .iter()
+            .any(|(k, key)| *k == kind && key.as_str() == name)
+    };
+    assert!(!host.counters.is_empty() && !host.gauges.is_empty());
+    for name in host.counters.keys() {
+        assert!(has(StatKind::Counter, name), "counter {name} not listed");
+    }
+    for name in host.gauges.keys() {
+        assert!(has(StatKind::Gauge, name), "gauge {name} not listed");
+    }
 }
 
 #[test]
