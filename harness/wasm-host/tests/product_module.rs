@@ -254,16 +254,18 @@ fn a_failed_scrape_does_not_crash_the_scraper() {
     assert!(scraper.trapped().is_none());
 }
 
+/// The product module configured as `root_id` with `config`.
+fn module_as(root_id: &str, config: &str) -> anyhow::Result<Host> {
+    let host = Host::builder().vm_id("infergate").load(product_module())?;
+    host.configure_plugin(root_id, config)?;
+    Ok(host)
+}
+
 /// The `probe` role (the Wasm floor of `bench overhead`) holds the request until its body is
 /// complete and forwards it unchanged; it accepts no settings.
 #[test]
 fn the_probe_holds_the_request_for_its_body_and_forwards_it_unchanged() {
-    let host = Host::builder()
-        .vm_id("infergate")
-        .load(product_module())
-        .unwrap();
-    host.configure_plugin("probe", r#"{"role":"probe"}"#)
-        .unwrap();
+    let host = module_as("probe", r#"{"role":"probe"}"#).unwrap();
     let s = host.new_http_stream().unwrap();
     let headers = [(":method", "POST"), (":path", "/v1/chat/completions")];
     assert_eq!(s.request_headers(&headers, false).unwrap(), Action::Pause);
@@ -277,24 +279,13 @@ fn the_probe_holds_the_request_for_its_body_and_forwards_it_unchanged() {
     assert_eq!(up.get(":path").as_deref(), Some("/v1/chat/completions"));
     assert!(s.local_response().is_none());
 
-    let bad = Host::builder()
-        .vm_id("infergate")
-        .load(product_module())
-        .unwrap();
-    assert!(bad
-        .configure_plugin("probe", r#"{"role":"probe","x":1}"#)
-        .is_err());
+    assert!(module_as("probe", r#"{"role":"probe","x":1}"#).is_err());
 }
 
 /// A request that ends with trailers leaves the probe at its trailers, body intact.
 #[test]
 fn the_probe_lets_a_request_with_trailers_go_at_its_trailers() {
-    let host = Host::builder()
-        .vm_id("infergate")
-        .load(product_module())
-        .unwrap();
-    host.configure_plugin("probe", r#"{"role":"probe"}"#)
-        .unwrap();
+    let host = module_as("probe", r#"{"role":"probe"}"#).unwrap();
     let s = host.new_http_stream().unwrap();
     let headers = [(":method", "POST"), (":path", "/v1/completions")];
     assert_eq!(s.request_headers(&headers, false).unwrap(), Action::Pause);
