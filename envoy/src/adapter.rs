@@ -1,8 +1,10 @@
 //! The filters crate's host capabilities, implemented on one Envoy HTTP stream.
 //!
-//! [`StreamHost`] lives for one hook call: it borrows the [`EnvoyStream`] of that call, the
-//! config's [`StatsRegistry`] and, on the body hook that completes the request, the request
-//! body this adapter assembled from Envoy's buffered and received slices. [`HostConfig`] is
+//! [`StreamHost`] lives for one hook call: it borrows the [`EnvoyStream`] of that call and the
+//! config's [`StatsRegistry`]; on the body hook that completes the request, a filter that asks
+//! for the body gets it copied out of Envoy's buffered and received slices then (a filter
+//! that does not need it, such as a picker that picked from the router's handoff, costs no
+//! copy). [`HostConfig`] is
 //! what a filter config lends those hosts, and builds them the same way for every filter;
 //! the `From` impls turn a filter step's [`FilterStatus`] into the status Envoy's hook expects.
 
@@ -39,14 +41,13 @@ impl HostConfig {
         step(&mut StreamHost {
             envoy,
             stats: &self.stats,
-            body: None,
+            body_complete: false,
             strict_override: self.strict_override,
         })
     }
 
     /// Runs a body step. `step` gets the number of body bytes received so far; the host's
-    /// body is the whole request body, assembled from Envoy's slices, at end of stream and
-    /// empty before (the filters only read it once it is complete).
+    /// body can be read at end of stream only (the filters only read it once it is complete).
     pub fn body_step<R>(
         &self,
         envoy: &mut EnvoyStream,
@@ -54,15 +55,10 @@ impl HostConfig {
         step: impl FnOnce(&mut StreamHost<'_>, usize) -> R,
     ) -> R {
         let len = envoy.request_body_len();
-        let body = if end_of_stream {
-            envoy.request_body()
-        } else {
-            Vec::new()
-        };
         let mut host = StreamHost {
             envoy,
             stats: &self.stats,
-            body: Some(&body),
+            body_complete: end_of_stream,
             strict_override: self.strict_override,
         };
         step(&mut host, len)
@@ -106,8 +102,8 @@ pub struct StreamHost<'a> {
     pub envoy: &'a mut EnvoyStream,
     /// Counter ids of the stream's filter config.
     pub stats: &'a StatsRegistry,
-    /// The complete request body, when the adapter has assembled it.
-    pub body: Option<&'a [u8]>,
+    /// Whether the request body is complete (a body step at end of stream), and so readable.
+    pub body_complete: bool,
     /// Whether `set_upstream_override` asks Envoy to fail rather than fall back.
     pub strict_override: bool,
 }
@@ -172,9 +168,18 @@ impl ResponseHeaders for StreamHost<'_> {
 
 impl RequestBody for StreamHost<'_> {
     fn request_body(&self, start: usize, len: usize) -> Option<Vec<u8>> {
-        let body = self.body?;
+        if !self.body_complete {
+            return None;
+        }
+        // One copy out of Envoy, cut to the asked range in place.
+        let mut body = self.envoy.request_body();
         let end = start.saturating_add(len).min(body.len());
-        body.get(start..end).map(<[u8]>::to_vec)
+        if start > end {
+            return None;
+        }
+        body.truncate(end);
+        body.drain(..start);
+        Some(body)
     }
     fn replace_request_body(&mut self, body: &[u8]) -> Result<(), HostError> {
         // At end of stream the body is split between what Envoy buffered and the last chunk:

@@ -38,7 +38,7 @@ use crate::adapter::HostConfig;
 use crate::filter::{FilterConfigHandle, StreamFactory, StreamLogic};
 use crate::host::EnvoyStream;
 use crate::router::config_json;
-use crate::stats::{counters, StatsRegistry};
+use crate::stats::StatsRegistry;
 
 /// Process-wide picker states by config text; weak so a state dies with its last config.
 static REGISTRY: Mutex<Option<HashMap<String, Weak<SharedPicker>>>> = Mutex::new(None);
@@ -89,7 +89,7 @@ impl PickerFactory {
         };
         let state = process_state(value.to_string(), value)?;
         let host = HostConfig {
-            stats: StatsRegistry::define(envoy, &counters(&state.plans().stat_keys())),
+            stats: StatsRegistry::define(envoy, &state.plans().stat_keys()),
             strict_override,
         };
         Ok(PickerFactory {
@@ -114,10 +114,6 @@ struct PickerStream {
 
 impl PickerStream {
     fn body_step(&mut self, envoy: &mut EnvoyStream, end_of_stream: bool) -> FilterStatus {
-        // Picked in the headers hook (the router's handoff): no need to copy the body out.
-        if !self.request.wants_body() {
-            return FilterStatus::Continue;
-        }
         let shared = Arc::clone(&self.shared);
         // The filter locks `state` for the pick alone (see the module doc).
         shared.host.body_step(envoy, end_of_stream, |host, len| {

@@ -17,7 +17,7 @@ use crate::abi::{BodyStatus, HeadersStatus, TrailersStatus};
 use crate::adapter::HostConfig;
 use crate::filter::{FilterConfigHandle, StreamFactory, StreamLogic};
 use crate::host::EnvoyStream;
-use crate::stats::{counters, StatsRegistry};
+use crate::stats::StatsRegistry;
 
 /// Parses a filter config, dropping the Wasm-only `role` field.
 pub fn config_json(config: &[u8]) -> Result<serde_json::Value, String> {
@@ -49,7 +49,7 @@ impl RouterFactory {
     pub fn new(config: &[u8], envoy: &mut FilterConfigHandle) -> Result<RouterFactory, String> {
         let router = Router::from_json(config_json(config)?).map_err(|e| e.to_string())?;
         let host = HostConfig {
-            stats: StatsRegistry::define(envoy, &counters(&router.stat_keys())),
+            stats: StatsRegistry::define(envoy, &router.stat_keys()),
             strict_override: false,
         };
         Ok(RouterFactory {

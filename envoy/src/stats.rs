@@ -72,11 +72,6 @@ impl StatsRegistry {
     }
 }
 
-/// `keys`, all counters, in the shape [`StatsRegistry::define`] takes.
-pub fn counters<'k>(keys: &[&'k StatKey]) -> Vec<(StatKind, &'k StatKey)> {
-    keys.iter().map(|k| (StatKind::Counter, *k)).collect()
-}
-
 /// Splits a flattened key into its family index and label values.
 fn split_key(key: &str) -> Option<(usize, Vec<&str>)> {
     FAMILIES.iter().enumerate().find_map(|(i, family)| {

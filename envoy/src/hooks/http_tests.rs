@@ -362,6 +362,44 @@ fn picker_routes_with_header_metadata_and_strict_override_and_releases_on_destro
     envoy_dynamic_module_on_http_filter_config_destroy(config);
 }
 
+/// After the router's handoff the picker decides in its headers hook and never copies the
+/// body out of Envoy (the body is read only when a filter asks for it).
+#[test]
+fn a_picker_that_picked_from_the_handoff_never_reads_the_body() {
+    fake_envoy::reset();
+    let router = new_config("router", ROUTER_CONFIG);
+    let json = picker_config("handoff", &["127.0.0.1:9101"], "");
+    let picker = new_config("picker", &json);
+    chat_request(CHAT);
+    let (_, b, routed) = run_request(router);
+    assert_eq!(b, BodyStatus::Continue);
+    let reads = fake_envoy::with(|s| s.body_reads);
+    assert!(reads > 0, "the router reads the body");
+    let filter = envoy_dynamic_module_on_http_filter_new(picker, dummy_ptr());
+    assert_eq!(
+        envoy_dynamic_module_on_http_filter_request_headers(dummy_ptr(), filter, false),
+        HeadersStatus::Continue,
+        "picked in the headers hook"
+    );
+    assert_eq!(
+        envoy_dynamic_module_on_http_filter_request_body(dummy_ptr(), filter, true),
+        BodyStatus::Continue
+    );
+    assert_eq!(
+        request_header("x-gateway-destination-endpoint").as_deref(),
+        Some("127.0.0.1:9101")
+    );
+    assert_eq!(
+        fake_envoy::with(|s| s.body_reads),
+        reads,
+        "the picker read no body"
+    );
+    for (f, c) in [(filter, picker), (routed, router)] {
+        envoy_dynamic_module_on_http_filter_destroy(f);
+        envoy_dynamic_module_on_http_filter_config_destroy(c);
+    }
+}
+
 #[test]
 fn picker_fallback_mode_asks_for_a_non_strict_override() {
     fake_envoy::reset();

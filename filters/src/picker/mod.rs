@@ -118,12 +118,6 @@ impl PickerRequest {
         self.endpoint.as_deref()
     }
 
-    /// Whether the picker still waits for the request body (it has not decided yet); a host
-    /// that copies the body out before a body step can skip that copy otherwise.
-    pub fn wants_body(&self) -> bool {
-        matches!(self.stage, Stage::AwaitingBody { .. })
-    }
-
     /// Whether this request currently counts in an endpoint's in-flight load.
     pub fn holds_lease(&self) -> bool {
         self.lease.is_some()

@@ -17,7 +17,7 @@ use super::config::PoolConfig;
 use super::state::{Picked, PoolId, Rejection};
 use crate::handoff::Handoff;
 use crate::host::Stats;
-use crate::stats::StatKey;
+use crate::stats::{StatKey, StatKind};
 
 /// Stat keys of one pool.
 #[derive(Clone, Debug)]
@@ -202,12 +202,12 @@ impl PickerPlans {
         self.pools.get(id.0)
     }
 
-    /// Every stat key the picker can emit for these pools (a key shared by pools, such as
-    /// `snapshot_errors`, once), so a host can define them all up front.
-    pub fn stat_keys(&self) -> Vec<&StatKey> {
+    /// Every stat key the picker can emit for these pools (all counters; a key shared by
+    /// pools, such as `snapshot_errors`, once), so a host can define them all up front.
+    pub fn stat_keys(&self) -> Vec<(StatKind, &StatKey)> {
         let mut keys: Vec<&StatKey> = self.pools.iter().flat_map(|p| p.stats.keys()).collect();
         keys.sort();
         keys.dedup();
-        keys
+        keys.into_iter().map(|k| (StatKind::Counter, k)).collect()
     }
 }

@@ -25,7 +25,7 @@ use crate::handoff::{Handoff, HANDOFF_KEY};
 use crate::headers::{self, BASE_MODEL, MODEL_NAME};
 use crate::host::{LocalReply, RequestBody, RequestHeaders, Stats, StreamState};
 use crate::reply::Reply;
-use crate::stats::StatKey;
+use crate::stats::{StatKey, StatKind};
 use crate::FilterStatus;
 
 pub use config::{ModelTable, PoolModels, RouterConfig, RouterConfigError};
@@ -93,9 +93,14 @@ impl Router {
         self.body_limit
     }
 
-    /// Every stat key the router can emit, so a host can define them all up front.
-    pub fn stat_keys(&self) -> Vec<&StatKey> {
-        self.stats.keys().to_vec()
+    /// Every stat key the router can emit (all counters), so a host can define them all up
+    /// front.
+    pub fn stat_keys(&self) -> Vec<(StatKind, &StatKey)> {
+        self.stats
+            .keys()
+            .into_iter()
+            .map(|k| (StatKind::Counter, k))
+            .collect()
     }
 
     /// The base model serving `model`, if any.

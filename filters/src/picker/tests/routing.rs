@@ -1,6 +1,7 @@
 //! Pool confinement, rejections, failure modes and pass-through.
 
 use super::*;
+use crate::stats::StatKind;
 
 #[test]
 fn picks_a_pool_endpoint_and_sets_header_metadata_and_override() {
@@ -266,7 +267,10 @@ fn every_emitted_counter_is_listed_in_stat_keys() {
             .plans()
             .stat_keys()
             .iter()
-            .map(|k| k.as_str().to_owned())
+            .map(|(kind, k)| {
+                assert_eq!(*kind, StatKind::Counter);
+                k.as_str().to_owned()
+            })
             .collect();
         let mut host = host_for(&chat("hello"), snap);
         pick_one(&mut s, &mut host);
