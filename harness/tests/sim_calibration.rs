@@ -11,28 +11,17 @@
 
 #![allow(clippy::expect_used)]
 
-use infergate_harness::load::{self, Assign, LoadConfig, Summary, Target, Workload};
-use infergate_harness::sim::{self, EngineConfig, SimConfig};
+use infergate_harness::bench::calibration;
+use infergate_harness::load::{self, Assign, LoadConfig, Summary, Target};
+use infergate_harness::sim;
 
 async fn run(assign: Assign, time_scale: f64) -> (Summary, u64) {
-    let sim = sim::start(SimConfig {
-        replicas: 4,
-        time_scale,
-        engine: EngineConfig {
-            kv_capacity_tokens: 160_000,
-            prefill_tokens_per_s: 16_000.0,
-            ..EngineConfig::default()
-        },
-        ..SimConfig::default()
-    })
-    .await
-    .expect("simulator starts");
+    // The same pool and workload `cargo xtask bench ttft` and the demo run.
+    let sim = sim::start(calibration::sim_config(time_scale))
+        .await
+        .expect("simulator starts");
     let cfg = LoadConfig {
-        workload: Workload {
-            conversations: 64,
-            turns: 6,
-            ..Workload::default()
-        },
+        workload: calibration::workload(false),
         targets: vec![Target {
             label: format!("{assign:?}"),
             urls: sim.base_urls(),

@@ -69,20 +69,10 @@ impl Default for OverheadOptions {
             body_tokens: 8000,
             bodies: 32,
             endpoints: 4,
-            arms: ARMS.iter().map(|a| a.to_string()).collect(),
+            arms: arm_labels().map(str::to_string).collect(),
         }
     }
 }
-
-/// Every arm, in report order.
-const ARMS: [&str; 6] = [
-    "direct",
-    "plain",
-    "wasm-floor",
-    "wasm",
-    "native-floor",
-    "native",
-];
 
 /// The Envoy arms: label, template flavour, and the module whose `probe` filter the `plain`
 /// template gets (the floors: a filter that only holds the request for its body and reads
@@ -94,6 +84,11 @@ const ENVOY_ARMS: [(&str, Flavor, Option<Flavor>); 5] = [
     ("native-floor", Flavor::Plain, Some(Flavor::Native)),
     ("native", Flavor::Native, None),
 ];
+
+/// Every arm, in report order: `direct` (no Envoy), then the Envoy arms.
+fn arm_labels() -> impl Iterator<Item = &'static str> {
+    std::iter::once("direct").chain(ENVOY_ARMS.iter().map(|&(label, _, _)| label))
+}
 
 const USAGE: &str = "usage: bench overhead [--connections N] [--concurrency C] [--rounds R] \
                      [--warmup-ms MS] [--measure-s S] [--body-tokens T] [--quick] \
@@ -126,7 +121,7 @@ impl OverheadOptions {
                 "--arms" => {
                     let list = value(arg)?;
                     o.arms = list.split(',').map(|a| a.trim().to_string()).collect();
-                    if let Some(bad) = o.arms.iter().find(|a| !ARMS.contains(&a.as_str())) {
+                    if let Some(bad) = o.arms.iter().find(|a| !arm_labels().any(|l| l == *a)) {
                         bail!("--arms: unknown arm `{bad}`; {USAGE}");
                     }
                     if !o.arms.iter().any(|a| a == "plain") {

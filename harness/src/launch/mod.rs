@@ -26,3 +26,12 @@ pub use bootstrap::{BootstrapParams, FailureMode, Flavor, GatewaySettings, Plugi
 pub use envoy::{Envoy, EnvoyOptions};
 pub use stack::{Backends, PoolSpec, Stack, StackOptions, DEFAULT_MODEL};
 pub use up::{up, up_blocking, UpOptions};
+
+/// A Tokio runtime for a process that runs stacks or measures them: two workers, one per
+/// core of the machine.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}

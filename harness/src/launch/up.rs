@@ -123,11 +123,7 @@ pub async fn up(opts: UpOptions) -> Result<()> {
 /// Runs [`up`] on a fresh Tokio runtime (for the synchronous xtask entry point).
 pub fn up_blocking(args: &[String]) -> Result<()> {
     let opts = UpOptions::parse(args)?;
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?
-        .block_on(up(opts))
+    super::runtime()?.block_on(up(opts))
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use super::artefacts::{build_all, cargo, target_dir};
 use super::setup;
 use crate::bench::calibration::{self, CalibrationArgs, Route, RunSpec};
 use crate::bench::overhead::{self, OverheadOptions};
-use crate::launch::Flavor;
+use crate::launch::{runtime, Flavor};
 use anyhow::{bail, Context, Result};
 
 /// Set by a debug xtask for the release xtask it becomes: the artefacts are already built.
@@ -56,14 +56,6 @@ pub fn prepare() -> Result<()> {
         .env(PREBUILT_ENV, "1")
         .exec();
     Err(err).with_context(|| format!("running {}", release.display()))
-}
-
-/// A Tokio runtime for the measuring process: two workers, one per core of the machine.
-pub fn runtime() -> Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?)
 }
 
 /// Entry point of `cargo xtask bench …`.
