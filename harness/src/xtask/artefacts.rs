@@ -102,14 +102,20 @@ pub fn build_all() -> Result<Artefacts> {
     Ok(artefacts)
 }
 
-/// Builds the native module with the `panic-injection` test feature and copies it aside
-/// (`<target>/test-artefacts/`), so the end-to-end suite can prove a panic fails one request
-/// while the demo and benchmarks keep loading the production module. Returns its path.
+/// The cargo profile of test-only builds (`[profile.test-artefact]` in the root
+/// `Cargo.toml`: release settings, its own output directory `<target>/test-artefact/`).
+pub const TEST_PROFILE: &str = "test-artefact";
+
+/// Builds the native module with the `panic-injection` test feature under the
+/// [`TEST_PROFILE`] profile, so it lands in `<target>/test-artefact/` and never replaces the
+/// production module in `<target>/release/` (which the demo, the benchmarks and a user's
+/// packaging load). Returns its path.
 pub fn build_panic_injection_module() -> Result<PathBuf> {
     cargo(
         &[
             "build",
-            "--release",
+            "--profile",
+            TEST_PROFILE,
             "-p",
             "infergate-envoy",
             "--features",
@@ -117,11 +123,14 @@ pub fn build_panic_injection_module() -> Result<PathBuf> {
         ],
         &[],
     )?;
-    let built = target_dir().join("release/libinfergate_envoy.so");
-    let dir = target_dir().join("test-artefacts");
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let copy = dir.join("libinfergate_envoy_panic_injection.so");
-    std::fs::copy(&built, &copy)
-        .with_context(|| format!("copying {} to {}", built.display(), copy.display()))?;
-    Ok(copy)
+    let built = target_dir()
+        .join(TEST_PROFILE)
+        .join("libinfergate_envoy.so");
+    if !built.exists() {
+        bail!(
+            "the panic-injection module is missing after the build: {}",
+            built.display()
+        );
+    }
+    Ok(built)
 }
