@@ -1,6 +1,11 @@
 //! Local replies: the DESIGN §10 failures as OpenAI-style error JSON
 //! (`{"error": {"message", "type", "param", "code"}}`), with `content-type` and, for
 //! rejections, `x-llm-d-request-dropped-reason`.
+//!
+//! A message may quote the client's input (a `model` name, a parser's complaint): every
+//! quoted value is cut to [`MAX_QUOTED_BYTES`] and every message to [`MAX_MESSAGE_BYTES`],
+//! so an error reply stays small whatever the request held (a 1 MiB `model` gets a 404 of
+//! a few hundred bytes).
 
 use serde_json::{json, Value};
 
@@ -20,6 +25,27 @@ pub struct Reply {
 /// The reason value of `x-llm-d-request-dropped-reason` when no endpoint can take a request.
 pub const REJECTED_NO_ENDPOINTS: &str = "rejected-no-endpoints";
 
+/// The most bytes of one client-supplied value a message quotes.
+pub const MAX_QUOTED_BYTES: usize = 128;
+
+/// The most bytes of an error message (longer ones are cut, ending in `…`).
+pub const MAX_MESSAGE_BYTES: usize = 512;
+
+/// `text` cut to at most `max` bytes at a character boundary, with `…` appended when cut.
+pub fn truncate_for_message(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut cut = String::with_capacity(end + 3);
+    cut.push_str(text.get(..end).unwrap_or_default());
+    cut.push('…');
+    std::borrow::Cow::Owned(cut)
+}
+
 impl Reply {
     /// An OpenAI error reply: `kind` is the error `type`, `param`/`code` may be absent.
     pub fn openai_error(
@@ -31,7 +57,7 @@ impl Reply {
     ) -> Reply {
         let body = json!({
             "error": {
-                "message": message,
+                "message": truncate_for_message(message, MAX_MESSAGE_BYTES),
                 "type": kind,
                 "param": param.map_or(Value::Null, |p| Value::String(p.to_owned())),
                 "code": code.map_or(Value::Null, |c| Value::String(c.to_owned())),
@@ -61,8 +87,9 @@ impl Reply {
         )
     }
 
-    /// 404: no configured pool serves `model`.
+    /// 404: no configured pool serves `model` (quoted up to [`MAX_QUOTED_BYTES`]).
     pub fn model_not_found(model: &str) -> Reply {
+        let model = truncate_for_message(model, MAX_QUOTED_BYTES);
         let message = format!("The model `{model}` does not exist or is not served here");
         Reply::openai_error(
             404,
@@ -115,6 +142,25 @@ mod tests {
         let v = body_json(&r);
         assert_eq!(v["error"]["param"], Value::Null);
         assert_eq!(v["error"]["message"], "bad \"quote\"\n");
+    }
+
+    #[test]
+    fn quoted_input_and_messages_are_bounded() {
+        let huge = "é".repeat(512 * 1024);
+        let r = Reply::model_not_found(&huge);
+        assert!(r.body.len() < 1024, "{}", r.body.len());
+        let v = body_json(&r);
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("éé…`"), "{message}");
+        let r = Reply::bad_request(&"x".repeat(10_000), None, "invalid_json");
+        let message = body_json(&r)["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert_eq!(message.len(), MAX_MESSAGE_BYTES + '…'.len_utf8());
+        assert_eq!(truncate_for_message("short", 10), "short");
+        // A cut never splits a character.
+        assert_eq!(truncate_for_message("aé", 2), "a…");
     }
 
     #[test]
