@@ -1,6 +1,8 @@
-//! Every bootstrap template, rendered, passes `envoy --mode validate` of the real Envoy
-//! 1.40.0. The `wasm` and `native` templates load their module to validate, so they are
-//! skipped (with a printed reason) when the module is not built.
+//! Every bootstrap template, rendered in its deployment form and with the `/rr` baseline,
+//! passes `envoy --mode validate` of the real Envoy 1.40.0 (so the Wasm plugins'
+//! `failure_policy: FAIL_RELOAD` and the client timeouts are accepted). The `wasm` and
+//! `native` templates load their module to validate, so they are skipped (with a printed
+//! reason) when the module is not built.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use infergate_harness::launch::binary::envoy_binary;
@@ -24,10 +26,19 @@ fn validate(flavor: Flavor) {
     let mut b = Pool::new("base", vec![a(9003)]);
     b.adapters = vec!["base-lora".into()];
     let pools = vec![Pool::new("org/model-a", vec![a(9001), a(9002)]), b];
-    let yaml = render(&BootstrapParams::new(flavor, pools)).unwrap();
+    for baseline in [false, true] {
+        let params = BootstrapParams {
+            baseline,
+            ..BootstrapParams::new(flavor, pools.clone())
+        };
+        validate_rendered(flavor, &render(&params).unwrap());
+    }
+}
+
+fn validate_rendered(flavor: Flavor, yaml: &str) {
     let dir = RunDir::new("validate").unwrap();
     let file = dir.path().join(format!("{flavor}.yaml"));
-    std::fs::write(&file, &yaml).unwrap();
+    std::fs::write(&file, yaml).unwrap();
     let out = Command::new(envoy_binary().unwrap())
         .args([
             "--mode",
@@ -70,12 +81,13 @@ fn native_template_validates() {
 #[test]
 fn a_broken_bootstrap_is_rejected_by_validate() {
     // Proves the validation above can fail: an unknown cluster in a route is an error.
-    let yaml = render(&BootstrapParams::new(
-        Flavor::Plain,
-        vec![Pool::new("m", vec![])],
-    ))
-    .unwrap()
-    .replace("cluster: rr\n", "cluster: no-such-cluster\n");
+    let params = BootstrapParams {
+        baseline: true,
+        ..BootstrapParams::new(Flavor::Plain, vec![Pool::new("m", vec![])])
+    };
+    let yaml = render(&params)
+        .unwrap()
+        .replace("cluster: rr\n", "cluster: no-such-cluster\n");
     let dir = RunDir::new("validate-bad").unwrap();
     let file = dir.path().join("bad.yaml");
     std::fs::write(&file, yaml).unwrap();

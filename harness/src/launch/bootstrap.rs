@@ -12,6 +12,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::time::Duration;
 
 /// Which gateway build Envoy runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -234,6 +235,35 @@ impl PluginConfigs {
     }
 }
 
+/// The connection manager's client-side timeouts (`HttpConnectionManager` fields).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientTimeouts {
+    /// `request_timeout`: the whole request (headers and body) must arrive within this;
+    /// Envoy answers 408 otherwise. Disarmed once the request is complete or the response
+    /// starts, so it never cuts a stream; it stops a client trickling its body from holding
+    /// a buffer of up to the body limit.
+    pub request: Duration,
+    /// `request_headers_timeout`: the headers alone must arrive within this.
+    pub request_headers: Duration,
+    /// `stream_idle_timeout`: a stream that sends nothing for this long is reset.
+    pub stream_idle: Duration,
+}
+
+impl Default for ClientTimeouts {
+    fn default() -> Self {
+        ClientTimeouts {
+            request: Duration::from_secs(60),
+            request_headers: Duration::from_secs(10),
+            stream_idle: Duration::from_secs(300),
+        }
+    }
+}
+
+/// A duration in Envoy's (protobuf JSON) text form, millisecond precision: `2.500s`.
+fn envoy_duration(d: Duration) -> Value {
+    text(format!("{}.{:03}s", d.as_secs(), d.subsec_millis()))
+}
+
 /// Everything a bootstrap is rendered from.
 #[derive(Clone, Debug)]
 pub struct BootstrapParams {
@@ -243,7 +273,7 @@ pub struct BootstrapParams {
     pub admin_port: u16,
     /// Gateway listener port; 0 lets the kernel choose.
     pub listener_port: u16,
-    /// The `/rr` baseline's replicas.
+    /// The `/rr` baseline's replicas (rendered only with `baseline`).
     pub rr_endpoints: Vec<SocketAddr>,
     /// Model pools.
     pub pools: Vec<Pool>,
@@ -251,8 +281,11 @@ pub struct BootstrapParams {
     pub plugins: PluginConfigs,
     /// Module path for `wasm` / `native`.
     pub module: Option<PathBuf>,
-    /// HCM stream idle timeout, seconds: how long a stream may send nothing.
-    pub stream_idle_timeout_s: u64,
+    /// The connection manager's timeouts on the client side of each stream.
+    pub timeouts: ClientTimeouts,
+    /// Splice the `/rr` round-robin baseline (route and cluster) in. Off renders the
+    /// deployment form; the demo, the benchmarks and the tests turn it on.
+    pub baseline: bool,
     /// `plain` only: put the `probe` filter of this flavour's module (`module`) in front of
     /// Envoy's router, the floor `bench overhead` measures.
     pub probe: Option<Flavor>,
@@ -273,7 +306,8 @@ impl BootstrapParams {
             plugins: PluginConfigs::for_pools(&pools, &GatewaySettings::default()),
             pools,
             module: flavor.artefact(),
-            stream_idle_timeout_s: 300,
+            timeouts: ClientTimeouts::default(),
+            baseline: false,
             probe: None,
         }
     }
@@ -322,12 +356,31 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
     let mut vars = Vars::new();
     vars.insert("admin_port".into(), Value::from(params.admin_port));
     vars.insert("listener_port".into(), Value::from(params.listener_port));
-    vars.insert("rr_lb_endpoints".into(), lb_endpoints(&params.rr_endpoints));
     vars.insert("pool_routes".into(), Value::Sequence(routes));
     vars.insert("pool_clusters".into(), Value::Sequence(clusters));
     vars.insert(
         "stream_idle_timeout".into(),
-        text(format!("{}s", params.stream_idle_timeout_s)),
+        envoy_duration(params.timeouts.stream_idle),
+    );
+    vars.insert(
+        "request_timeout".into(),
+        envoy_duration(params.timeouts.request),
+    );
+    vars.insert(
+        "request_headers_timeout".into(),
+        envoy_duration(params.timeouts.request_headers),
+    );
+    let (mut baseline_routes, mut baseline_clusters) = (Vec::new(), Vec::new());
+    if params.baseline {
+        let mut bvars = Vars::new();
+        bvars.insert("rr_lb_endpoints".into(), lb_endpoints(&params.rr_endpoints));
+        baseline_routes.push(t.prototype("baseline_route", &bvars)?);
+        baseline_clusters.push(t.prototype("baseline_cluster", &bvars)?);
+    }
+    vars.insert("baseline_routes".into(), Value::Sequence(baseline_routes));
+    vars.insert(
+        "baseline_clusters".into(),
+        Value::Sequence(baseline_clusters),
     );
     vars.insert("router_config".into(), json_text(&params.plugins.router));
     vars.insert("picker_config".into(), json_text(&params.plugins.picker));
@@ -377,10 +430,21 @@ mod tests {
         ]
     }
 
+    fn with_baseline(flavor: Flavor) -> BootstrapParams {
+        BootstrapParams {
+            baseline: true,
+            ..BootstrapParams::new(flavor, two_pools())
+        }
+    }
+
+    fn hcm(v: &Value) -> &Value {
+        &v["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    }
+
     #[test]
     fn every_template_renders_with_all_pools_and_no_placeholder_left() {
         for flavor in Flavor::ALL {
-            let yaml = render(&BootstrapParams::new(flavor, two_pools())).unwrap();
+            let yaml = render(&with_baseline(flavor)).unwrap();
             assert!(!yaml.contains("{{"), "{flavor}: placeholder left");
             assert!(!yaml.contains("x-infergate"), "{flavor}: prototypes leaked");
             let v: Value = serde_yaml::from_str(&yaml).unwrap();
@@ -403,18 +467,31 @@ mod tests {
         }
     }
 
+    /// Routes never time a stream out; the connection manager bounds only how long the
+    /// request may take to arrive (the default, and what a caller sets).
     #[test]
-    fn every_route_of_every_template_lets_streams_run_unbounded() {
+    fn streams_run_unbounded_and_requests_must_arrive_in_bounded_time() {
         for flavor in Flavor::ALL {
-            let yaml = render(&BootstrapParams::new(flavor, two_pools())).unwrap();
+            let yaml = render(&with_baseline(flavor)).unwrap();
             let v: Value = serde_yaml::from_str(&yaml).unwrap();
-            let hcm = &v["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
-                ["typed_config"];
-            assert_eq!(hcm["request_timeout"].as_str(), Some("0s"), "{flavor}");
+            let hcm = hcm(&v);
+            assert_eq!(hcm["request_timeout"].as_str(), Some("60.000s"), "{flavor}");
+            assert_eq!(
+                hcm["request_headers_timeout"].as_str(),
+                Some("10.000s"),
+                "{flavor}"
+            );
             assert_eq!(
                 hcm["stream_idle_timeout"].as_str(),
-                Some("300s"),
+                Some("300.000s"),
                 "{flavor}"
+            );
+            let mut short = with_baseline(flavor);
+            short.timeouts.request = Duration::from_millis(1500);
+            let short = serde_yaml::from_str::<Value>(&render(&short).unwrap()).unwrap();
+            assert_eq!(
+                self::hcm(&short)["request_timeout"].as_str(),
+                Some("1.500s")
             );
             let routes = hcm["route_config"]["virtual_hosts"][0]["routes"]
                 .as_sequence()
@@ -550,6 +627,72 @@ mod tests {
         let mut wrong = BootstrapParams::new(Flavor::Wasm, two_pools());
         wrong.probe = Some(Flavor::Wasm);
         assert!(render(&wrong).is_err());
+    }
+
+    /// The deployment form (no baseline asked for) has no `/rr` route and no `rr`
+    /// cluster in any template; asking for it adds exactly those.
+    #[test]
+    fn the_baseline_is_spliced_only_when_asked_for() {
+        for flavor in Flavor::ALL {
+            let names = |params: &BootstrapParams| {
+                let v: Value = serde_yaml::from_str(&render(params).unwrap()).unwrap();
+                let routes: Vec<String> = hcm(&v)["route_config"]["virtual_hosts"][0]["routes"]
+                    .as_sequence()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|r| r["name"].as_str().map(str::to_owned))
+                    .collect();
+                let clusters: Vec<String> = v["static_resources"]["clusters"]
+                    .as_sequence()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|c| c["name"].as_str().map(str::to_owned))
+                    .collect();
+                (routes, clusters)
+            };
+            let deploy = BootstrapParams::new(flavor, two_pools());
+            let text = render(&deploy).unwrap();
+            assert!(!text.contains("/rr/"), "{flavor}: {text}");
+            let (routes, clusters) = names(&deploy);
+            assert!(!routes.contains(&"baseline".to_string()), "{flavor}");
+            assert!(!clusters.contains(&"rr".to_string()), "{flavor}");
+            let (with_routes, with_clusters) = names(&with_baseline(flavor));
+            assert_eq!(with_routes[0], "baseline", "{flavor}: first match wins");
+            assert_eq!(&with_routes[1..], &routes[..], "{flavor}");
+            assert_eq!(with_clusters.len(), clusters.len() + 1, "{flavor}");
+            assert!(with_clusters.contains(&"rr".to_string()), "{flavor}");
+        }
+    }
+
+    /// Every Wasm plugin (router, picker, scraper; the probe of `plain`) pins
+    /// `FAIL_RELOAD`: a failed VM comes back, and never fails open onto an ORIGINAL_DST
+    /// cluster steered by the client's own header.
+    #[test]
+    fn every_wasm_plugin_reloads_a_failed_vm() {
+        fn plugin_configs(v: &Value, out: &mut Vec<Value>) {
+            match v {
+                Value::Mapping(m) => {
+                    if m.contains_key("vm_config") {
+                        out.push(v.clone());
+                    }
+                    m.values().for_each(|x| plugin_configs(x, out));
+                }
+                Value::Sequence(s) => s.iter().for_each(|x| plugin_configs(x, out)),
+                _ => {}
+            }
+        }
+        let mut probe = BootstrapParams::new(Flavor::Plain, two_pools());
+        probe.probe = Some(Flavor::Wasm);
+        probe.module = Some(PathBuf::from("/m/module.wasm"));
+        for (params, expected) in [(with_baseline(Flavor::Wasm), 3), (probe, 1)] {
+            let v: Value = serde_yaml::from_str(&render(&params).unwrap()).unwrap();
+            let mut found = Vec::new();
+            plugin_configs(&v, &mut found);
+            assert_eq!(found.len(), expected, "{found:?}");
+            for c in found {
+                assert_eq!(c["failure_policy"].as_str(), Some("FAIL_RELOAD"), "{c:?}");
+            }
+        }
     }
 
     #[test]

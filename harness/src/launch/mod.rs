@@ -22,7 +22,9 @@ pub mod stats;
 pub mod template;
 pub mod up;
 
-pub use bootstrap::{BootstrapParams, FailureMode, Flavor, GatewaySettings, PluginConfigs, Pool};
+pub use bootstrap::{
+    BootstrapParams, ClientTimeouts, FailureMode, Flavor, GatewaySettings, PluginConfigs, Pool,
+};
 pub use envoy::{Envoy, EnvoyOptions};
 pub use stack::{Backends, PoolSpec, Stack, StackOptions, DEFAULT_MODEL};
 pub use up::{up, up_blocking, UpOptions};

@@ -2,7 +2,8 @@
 //! or backends the caller already runs) and one Envoy of a chosen flavour in front of them.
 
 use super::bootstrap::{
-    render, BootstrapParams, FailureMode, Flavor, GatewaySettings, PluginConfigs, Pool,
+    render, BootstrapParams, ClientTimeouts, FailureMode, Flavor, GatewaySettings, PluginConfigs,
+    Pool,
 };
 use super::envoy::{Envoy, EnvoyOptions};
 use super::sim::SimProcess;
@@ -127,6 +128,11 @@ pub struct StackOptions {
     /// `plain` only: the `probe` filter of this flavour's module in front of Envoy's router
     /// (see `envoy/config/plain.yaml`).
     pub probe: Option<Flavor>,
+    /// The `/rr` round-robin baseline route and cluster (on by default: every stack runs
+    /// for a demo, a benchmark or a test; off renders the deployment form).
+    pub baseline: bool,
+    /// The connection manager's client-side timeouts.
+    pub timeouts: ClientTimeouts,
 }
 
 impl StackOptions {
@@ -141,6 +147,8 @@ impl StackOptions {
             envoy: EnvoyOptions::default(),
             sim_timeout: Duration::from_secs(30),
             probe: None,
+            baseline: true,
+            timeouts: ClientTimeouts::default(),
         }
     }
 }
@@ -195,6 +203,8 @@ impl Stack {
             .collect::<Result<Vec<_>>>()?;
         let mut params = BootstrapParams::new(opts.flavor, pools.clone());
         params.rr_endpoints = replicas.clone();
+        params.baseline = opts.baseline;
+        params.timeouts = opts.timeouts;
         if let Some(probe) = opts.probe {
             params.probe = Some(probe);
             params.module = probe.artefact();
@@ -228,7 +238,8 @@ impl Stack {
         self.envoy.base_url()
     }
 
-    /// `http://127.0.0.1:PORT/rr`: the round-robin baseline (no gateway filters).
+    /// `http://127.0.0.1:PORT/rr`: the round-robin baseline (no gateway filters), when the
+    /// stack was started with it (the default).
     pub fn baseline_url(&self) -> String {
         format!("{}/rr", self.envoy.base_url())
     }
