@@ -236,8 +236,21 @@ impl Stats for StreamHost<'_> {
             self.envoy.increment_counter(id, &labels, delta);
         }
     }
-    fn gauge_set(&mut self, _key: &StatKey, _value: u64) {
-        // No gauge families are emitted by the HTTP filters yet.
+    fn gauge_set(&mut self, key: &StatKey, value: u64) {
+        if let Some((id, labels)) = self.stats.resolve(StatKind::Gauge, key) {
+            self.envoy.set_gauge(id, &labels, value);
+        }
+    }
+    fn gauge_add(&mut self, key: &StatKey, delta: i64) {
+        if delta == 0 {
+            return;
+        }
+        if let Some((id, labels)) = self.stats.resolve(StatKind::Gauge, key) {
+            self.envoy.add_gauge(id, &labels, delta);
+        }
+    }
+    fn log_error(&mut self, message: &str) {
+        crate::log::error(message);
     }
 }
 

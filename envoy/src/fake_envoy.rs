@@ -46,10 +46,12 @@ pub struct State {
     pub route_cache_clears: usize,
     /// Dynamic metadata set (ns, key, value).
     pub metadata: Vec<(String, String, String)>,
-    /// Counters defined (name); the id is the index.
+    /// Counters and gauges defined (name); the id is the index.
     pub counters: Vec<String>,
-    /// Counter increments (id, labels, value).
+    /// Counter increments and gauge sets (id, labels, value).
     pub increments: Vec<(usize, Vec<String>, u64)>,
+    /// Gauge increments (positive) and decrements (negative): (id, labels, delta).
+    pub gauge_moves: Vec<(usize, Vec<String>, i64)>,
     /// Number of `signal_init_complete` calls.
     pub init_complete: usize,
     /// Timers created; the value is the last delay armed (None = never armed / deleted).
@@ -451,6 +453,82 @@ unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_increment_counter
     value: u64,
 ) -> MetricsResult {
     increment(id, labels, n, value)
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_config_define_gauge(
+    _c: HttpFilterConfigEnvoyPtr,
+    name: ModuleBuffer,
+    _labels: *mut ModuleBuffer,
+    _n: usize,
+    id: *mut usize,
+) -> MetricsResult {
+    define_counter(name, id)
+}
+
+fn gauge_move(id: usize, labels: *mut ModuleBuffer, n: usize, delta: i64) -> MetricsResult {
+    let mut ls = Vec::new();
+    for i in 0..n {
+        // SAFETY: the module passes `n` label buffers.
+        ls.push(text(unsafe { *labels.add(i) }));
+    }
+    with(|s| s.gauge_moves.push((id, ls, delta)));
+    crate::abi::METRICS_SUCCESS
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_increment_gauge(
+    _f: HttpFilterEnvoyPtr,
+    id: usize,
+    labels: *mut ModuleBuffer,
+    n: usize,
+    value: u64,
+) -> MetricsResult {
+    gauge_move(id, labels, n, value as i64)
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_decrement_gauge(
+    _f: HttpFilterEnvoyPtr,
+    id: usize,
+    labels: *mut ModuleBuffer,
+    n: usize,
+    value: u64,
+) -> MetricsResult {
+    gauge_move(id, labels, n, -(value as i64))
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_set_gauge(
+    _f: HttpFilterEnvoyPtr,
+    id: usize,
+    labels: *mut ModuleBuffer,
+    n: usize,
+    value: u64,
+) -> MetricsResult {
+    increment(id, labels, n, value)
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_config_increment_gauge(
+    _c: BootstrapConfigEnvoyPtr,
+    id: usize,
+    labels: *mut ModuleBuffer,
+    n: usize,
+    value: u64,
+) -> MetricsResult {
+    gauge_move(id, labels, n, value as i64)
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_config_decrement_gauge(
+    _c: BootstrapConfigEnvoyPtr,
+    id: usize,
+    labels: *mut ModuleBuffer,
+    n: usize,
+    value: u64,
+) -> MetricsResult {
+    gauge_move(id, labels, n, -(value as i64))
 }
 
 #[no_mangle]

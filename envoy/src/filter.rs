@@ -64,33 +64,33 @@ impl FilterConfigHandle {
     pub fn new(raw: HttpFilterConfigEnvoyPtr) -> FilterConfigHandle {
         FilterConfigHandle { raw }
     }
+}
 
-    /// Defines a counter `name` with `labels`; returns its id, or `None` if Envoy refused.
-    fn define_counter(&mut self, name: &str, labels: &[&str]) -> Option<usize> {
+impl DefineMetric for FilterConfigHandle {
+    /// Defines a counter or gauge `name` with `labels`; its id, or `None` if Envoy refused.
+    fn define(&mut self, kind: StatKind, name: &str, labels: &[&str]) -> Option<usize> {
+        use crate::abi::callbacks as cb;
         let mut raw_labels = LabelBuffers::new(labels);
+        let (ptr, count) = (raw_labels.as_mut_ptr(), raw_labels.count());
+        let name = ModuleBuffer::from_bytes(name.as_bytes());
         let mut id = 0usize;
         // SAFETY: `raw` is the live config pointer of the current config_new hook (main
         // thread); the buffers borrow `name`/`labels` for the call; `id` is a writable local.
         let result = unsafe {
-            crate::abi::callbacks::envoy_dynamic_module_callback_http_filter_config_define_counter(
-                self.raw,
-                ModuleBuffer::from_bytes(name.as_bytes()),
-                raw_labels.as_mut_ptr(),
-                raw_labels.count(),
-                &mut id,
-            )
+            match kind {
+                StatKind::Counter => {
+                    cb::envoy_dynamic_module_callback_http_filter_config_define_counter(
+                        self.raw, name, ptr, count, &mut id,
+                    )
+                }
+                StatKind::Gauge => {
+                    cb::envoy_dynamic_module_callback_http_filter_config_define_gauge(
+                        self.raw, name, ptr, count, &mut id,
+                    )
+                }
+            }
         };
         (result == crate::abi::METRICS_SUCCESS).then_some(id)
-    }
-}
-
-impl DefineMetric for FilterConfigHandle {
-    /// HTTP filters emit counters only; gauge families are left undefined here.
-    fn define(&mut self, kind: StatKind, name: &str, labels: &[&str]) -> Option<usize> {
-        match kind {
-            StatKind::Counter => self.define_counter(name, labels),
-            StatKind::Gauge => None,
-        }
     }
 }
 

@@ -286,6 +286,48 @@ impl EnvoyStream {
         Some(unsafe { out.as_bytes() }.to_vec())
     }
 
+    /// Moves gauge `id` (defined on this stream's config): adds `delta` when positive,
+    /// subtracts its magnitude when negative. Failures are ignored like counters'.
+    pub fn add_gauge(&mut self, id: usize, labels: &[&str], delta: i64) {
+        let mut raw_labels = LabelBuffers::new(labels);
+        let magnitude = delta.unsigned_abs();
+        // SAFETY: `raw` is live; `raw_labels` borrows `labels` for the call.
+        let _ = unsafe {
+            if delta >= 0 {
+                cb::envoy_dynamic_module_callback_http_filter_increment_gauge(
+                    self.raw,
+                    id,
+                    raw_labels.as_mut_ptr(),
+                    raw_labels.count(),
+                    magnitude,
+                )
+            } else {
+                cb::envoy_dynamic_module_callback_http_filter_decrement_gauge(
+                    self.raw,
+                    id,
+                    raw_labels.as_mut_ptr(),
+                    raw_labels.count(),
+                    magnitude,
+                )
+            }
+        };
+    }
+
+    /// Sets gauge `id` (defined on this stream's config) to `value`.
+    pub fn set_gauge(&mut self, id: usize, labels: &[&str], value: u64) {
+        let mut raw_labels = LabelBuffers::new(labels);
+        // SAFETY: `raw` is live; `raw_labels` borrows `labels` for the call.
+        let _ = unsafe {
+            cb::envoy_dynamic_module_callback_http_filter_set_gauge(
+                self.raw,
+                id,
+                raw_labels.as_mut_ptr(),
+                raw_labels.count(),
+                value,
+            )
+        };
+    }
+
     /// Adds `value` to counter `id` (defined by this stream's filter config) with label values.
     pub fn increment_counter(&mut self, id: usize, labels: &[&str], value: u64) {
         let mut raw_labels = LabelBuffers::new(labels);

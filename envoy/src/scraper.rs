@@ -130,6 +130,13 @@ impl ScraperExtension {
         headers: &[EnvoyHttpHeader],
         body: &[EnvoyBuffer],
     ) {
+        // Envoy's async client may answer a callout synchronously from inside the send (e.g.
+        // 503 "no healthy upstream"), i.e. while `on_timer` still holds the scraper. That
+        // nested answer is dropped: the outer dispatch already sees the send fail and counts
+        // it as a failed scrape.
+        let Ok(mut scraper) = self.scraper.try_borrow_mut() else {
+            return;
+        };
         let outcome = if result == CALLOUT_SUCCESS {
             let status = headers
                 .iter()
@@ -139,24 +146,21 @@ impl ScraperExtension {
                     (k == b":status").then(|| std::str::from_utf8(v).ok()?.parse::<u16>().ok())?
                 })
                 .unwrap_or(0);
-            let mut bytes = Vec::new();
-            for chunk in body {
-                // SAFETY: Envoy's body views are valid for the duration of this hook.
-                bytes.extend_from_slice(unsafe { chunk.as_bytes() });
-            }
-            CalloutOutcome::Response {
-                status,
-                body: bytes,
-            }
+            // The chunks' lengths are known before anything is copied: a page over
+            // `maxMetricsPageBytes` is refused without a copy.
+            let body_bytes = body
+                .iter()
+                .fold(0usize, |sum, chunk| sum.saturating_add(chunk.length));
+            scraper.callout_outcome(status, body_bytes, || {
+                let mut bytes = Vec::with_capacity(body_bytes);
+                for chunk in body {
+                    // SAFETY: Envoy's body views are valid for the duration of this hook.
+                    bytes.extend_from_slice(unsafe { chunk.as_bytes() });
+                }
+                bytes
+            })
         } else {
             CalloutOutcome::Failed
-        };
-        // Envoy's async client may answer a callout synchronously from inside the send (e.g.
-        // 503 "no healthy upstream"), i.e. while `on_timer` still holds the scraper. That
-        // nested answer is dropped: the outer dispatch already sees the send fail and counts
-        // it as a failed scrape.
-        let Ok(mut scraper) = self.scraper.try_borrow_mut() else {
-            return;
         };
         scraper.on_callout_done(&mut self.host(), CalloutToken(callout_id), outcome);
     }
@@ -232,6 +236,30 @@ impl Stats for ScraperHost<'_> {
     }
     fn gauge_set(&mut self, key: &StatKey, value: u64) {
         self.update(StatKind::Gauge, key, value);
+    }
+    fn gauge_add(&mut self, key: &StatKey, delta: i64) {
+        let Some((id, labels)) = self.stats.resolve(StatKind::Gauge, key) else {
+            return;
+        };
+        let mut raw = LabelBuffers::new(&labels);
+        let (ptr, count) = (raw.as_mut_ptr(), raw.count());
+        let magnitude = delta.unsigned_abs();
+        // SAFETY: main thread, live config pointer; `raw` borrows `labels` for the call. A
+        // failed stat update is ignored (best effort).
+        let _ = unsafe {
+            if delta >= 0 {
+                cb::envoy_dynamic_module_callback_bootstrap_extension_config_increment_gauge(
+                    self.envoy, id, ptr, count, magnitude,
+                )
+            } else {
+                cb::envoy_dynamic_module_callback_bootstrap_extension_config_decrement_gauge(
+                    self.envoy, id, ptr, count, magnitude,
+                )
+            }
+        };
+    }
+    fn log_error(&mut self, message: &str) {
+        crate::log::error(message);
     }
 }
 

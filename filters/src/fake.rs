@@ -45,6 +45,10 @@ pub struct FakeHost {
     pub counters: BTreeMap<String, u64>,
     /// Gauges by flattened name.
     pub gauges: BTreeMap<String, u64>,
+    /// `gauge_add` calls that would have taken a gauge below zero (left unchanged).
+    pub gauge_underflows: u32,
+    /// Lines logged through `Stats::log_error`.
+    pub error_logs: Vec<String>,
     /// The published snapshot, if any.
     pub snapshot: Option<(SnapshotVersion, Vec<u8>)>,
     /// How many times the snapshot bytes were copied out (to test version caching).
@@ -86,6 +90,8 @@ impl FakeHost {
             rng: SplitMix64::new(7),
             counters: BTreeMap::new(),
             gauges: BTreeMap::new(),
+            gauge_underflows: 0,
+            error_logs: Vec::new(),
             snapshot: None,
             snapshot_reads: std::cell::Cell::new(0),
             callouts: Vec::new(),
@@ -298,6 +304,17 @@ impl Stats for FakeHost {
     }
     fn gauge_set(&mut self, key: &StatKey, value: u64) {
         self.gauges.insert(key.as_str().to_owned(), value);
+    }
+    fn gauge_add(&mut self, key: &StatKey, delta: i64) {
+        let gauge = self.gauges.entry(key.as_str().to_owned()).or_insert(0);
+        match gauge.checked_add_signed(delta) {
+            Some(value) => *gauge = value,
+            // A gauge driven below zero means a release without a matching take.
+            None => self.gauge_underflows += 1,
+        }
+    }
+    fn log_error(&mut self, message: &str) {
+        self.error_logs.push(message.to_owned());
     }
 }
 

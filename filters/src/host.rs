@@ -125,13 +125,21 @@ pub trait Random {
     fn random_u64(&mut self) -> u64;
 }
 
-/// Counters and gauges. Keys are built once at configuration time ([`StatKey`]); the
-/// adapter maps a key to its host's metric id (and may cache that mapping).
+/// Counters and gauges, and the error log line that explains a counted problem. Keys are
+/// built once at configuration time ([`StatKey`]); the adapter maps a key to its host's
+/// metric id (and may cache that mapping).
 pub trait Stats {
     /// Add `delta` to the counter `key`.
     fn counter_add(&mut self, key: &StatKey, delta: u64);
     /// Set the gauge `key` to `value`.
     fn gauge_set(&mut self, key: &StatKey, value: u64);
+    /// Add the signed `delta` to the gauge `key`. Gauges that several independent states
+    /// feed (in-flight counts: one picker state per Wasm VM, one Envoy stat for all VMs)
+    /// move only by deltas, so the host's value is the sum over every state.
+    fn gauge_add(&mut self, key: &StatKey, delta: i64);
+    /// Log `message` at error level: a problem an operator must fix (a configuration
+    /// inconsistency, a failing scraper), reported next to the stat that counts it.
+    fn log_error(&mut self, message: &str);
 }
 
 /// One outbound HTTP request (a scrape).
@@ -160,6 +168,14 @@ pub enum CalloutOutcome {
         status: u16,
         /// The response body.
         body: Vec<u8>,
+    },
+    /// A response arrived whose body is larger than the receiver accepts; the adapter did
+    /// not copy it (see `crate::scraper::Scraper::callout_outcome`).
+    TooLarge {
+        /// HTTP status code (`:status`).
+        status: u16,
+        /// The body's length as the host reported it.
+        body_bytes: usize,
     },
     /// No response: connection failure, reset or timeout.
     Failed,

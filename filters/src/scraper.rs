@@ -10,10 +10,21 @@
 //! last metrics with their old `scraped_at`, so they age into "unknown" by the pickers'
 //! staleness bound, and the pickers drop the endpoint after `maxConsecutiveFailures`.
 //!
+//! A page larger than `maxMetricsPageBytes` (default 4 MiB) is a failed scrape: adapters
+//! hand the answer over through [`Scraper::callout_outcome`], which looks at the body
+//! length the host reports before anything is copied, so an engine answering 30 MB never
+//! costs 30 MB here. The first such page of a failure streak is logged.
+//!
+//! Configuration is checked at load ([`Scraper::from_json`]): every entry of `endpoints`
+//! must be an `ip:port` (it is the address the callout is routed to), and the interval,
+//! the timeout and the page limit must be positive.
+//!
 //! How a callout reaches one endpoint through Envoy: it goes to cluster `cluster` (an
 //! `ORIGINAL_DST` cluster with `use_http_header: true` and `http_header_name:
 //! x-gateway-destination-endpoint`), carrying that header and `:authority` set to the
 //! endpoint's `ip:port`.
+
+use std::net::SocketAddr;
 
 use scheduler_core::metrics::{extract, MetricNames};
 use scheduler_core::snapshot::{encode_with_generation, EndpointSample, Snapshot};
@@ -44,6 +55,16 @@ pub struct ScraperConfig {
     /// The metrics path.
     #[serde(default = "default_path")]
     pub path: String,
+    /// A `/metrics` page longer than this (bytes) is a failed scrape, never copied.
+    #[serde(default = "default_max_metrics_page_bytes")]
+    pub max_metrics_page_bytes: usize,
+}
+
+/// Default `maxMetricsPageBytes`: 4 MiB, some 40× a vLLM page with a few LoRA adapters.
+pub const DEFAULT_MAX_METRICS_PAGE_BYTES: usize = 4 * 1024 * 1024;
+
+fn default_max_metrics_page_bytes() -> usize {
+    DEFAULT_MAX_METRICS_PAGE_BYTES
 }
 
 fn default_interval_ms() -> u64 {
@@ -85,6 +106,7 @@ pub struct Scraper {
     stats: Vec<EndpointStats>,
     publishes: StatKey,
     publish_errors: StatKey,
+    tick_failures: StatKey,
     generation: u64,
     dirty: bool,
 }
@@ -96,6 +118,7 @@ impl Scraper {
         let mut keys = vec![
             (StatKind::Counter, &self.publishes),
             (StatKind::Counter, &self.publish_errors),
+            (StatKind::Counter, &self.tick_failures),
         ];
         for e in &self.stats {
             keys.push((StatKind::Counter, &e.ok));
@@ -144,20 +167,56 @@ impl Scraper {
             stats,
             publishes: StatKey::new("infergate.scraper.publishes", &[]),
             publish_errors: StatKey::new("infergate.scraper.publish_errors", &[]),
+            tick_failures: StatKey::new("infergate.scraper.tick_failures", &[]),
             generation: 0,
             dirty: true,
             config,
         }
     }
 
-    /// Parse JSON (the plugin config minus `role`).
+    /// Parse JSON (the plugin config minus `role`) and check it (see the module doc); the
+    /// error names the offending field.
     pub fn from_json(value: serde_json::Value) -> Result<Scraper, String> {
         let config: ScraperConfig =
             serde_json::from_value(value).map_err(|e| format!("scraper config: {e}"))?;
-        if config.interval_ms == 0 {
-            return Err("scraper config: intervalMs must be positive".to_owned());
-        }
+        config.validate()?;
         Ok(Scraper::new(config))
+    }
+
+    /// The endpoints scraped, in configuration order.
+    pub fn endpoints(&self) -> &[String] {
+        &self.config.endpoints
+    }
+
+    /// The largest `/metrics` body accepted, bytes (`maxMetricsPageBytes`).
+    pub fn max_page_bytes(&self) -> usize {
+        self.config.max_metrics_page_bytes
+    }
+
+    /// The outcome to report for a callout answered with `status` and a body the host says
+    /// is `body_bytes` long. `read_body` copies the body out of the host and is called only
+    /// when the length is within [`Scraper::max_page_bytes`]; a longer page becomes
+    /// [`CalloutOutcome::TooLarge`] without a copy. Adapters call this from their callout
+    /// callback before [`Scraper::on_callout_done`].
+    pub fn callout_outcome(
+        &self,
+        status: u16,
+        body_bytes: usize,
+        read_body: impl FnOnce() -> Vec<u8>,
+    ) -> CalloutOutcome {
+        if body_bytes > self.config.max_metrics_page_bytes {
+            return CalloutOutcome::TooLarge { status, body_bytes };
+        }
+        CalloutOutcome::Response {
+            status,
+            body: read_body(),
+        }
+    }
+
+    /// Count one tick that failed inside the adapter (a contained panic): the stat
+    /// `infergate.scraper.tick_failures`.
+    pub fn count_tick_failure<H: Stats + ?Sized>(&self, host: &mut H) {
+        host.counter_add(&self.tick_failures, 1);
     }
 
     /// The tick period the adapter should ask its host for, ms.
@@ -243,9 +302,21 @@ impl Scraper {
             return;
         };
         let now = host.now();
+        let limit = self.config.max_metrics_page_bytes;
         let metrics = match outcome {
-            CalloutOutcome::Response { status, body } if (200..300).contains(&status) => {
+            // The length is checked here too, for adapters that copied the body anyway.
+            CalloutOutcome::Response { status, body }
+                if (200..300).contains(&status) && body.len() <= limit =>
+            {
                 Some(extract(&body, &self.names)).filter(|m| !m.is_empty())
+            }
+            CalloutOutcome::Response { body, .. } if body.len() > limit => {
+                self.log_too_large(host, i, body.len());
+                None
+            }
+            CalloutOutcome::TooLarge { body_bytes, .. } => {
+                self.log_too_large(host, i, body_bytes);
+                None
             }
             _ => None,
         };
@@ -269,6 +340,22 @@ impl Scraper {
         }
         if self.outstanding() == 0 {
             self.publish(host, now);
+        }
+    }
+
+    /// Log an oversized page of endpoint `i`, once per failure streak (a scrape every 50 ms
+    /// must not flood the log).
+    fn log_too_large<H: Stats + ?Sized>(&self, host: &mut H, i: usize, bytes: usize) {
+        let first_failure = self
+            .samples
+            .get(i)
+            .is_some_and(|s| s.consecutive_failures == 0);
+        if let (true, Some(address)) = (first_failure, self.config.endpoints.get(i)) {
+            host.log_error(&format!(
+                "infergate: scraper: the /metrics page of `{address}` is {bytes} bytes, \
+                 above maxMetricsPageBytes ({}): counted as a failed scrape",
+                self.config.max_metrics_page_bytes
+            ));
         }
     }
 
@@ -304,6 +391,29 @@ impl Scraper {
             }
             Err(_) => host.counter_add(&self.publish_errors, 1),
         }
+    }
+}
+
+impl ScraperConfig {
+    /// Check what serde cannot (see the module doc); the error names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        for (i, endpoint) in self.endpoints.iter().enumerate() {
+            if endpoint.parse::<SocketAddr>().is_err() {
+                let shown = crate::reply::truncate_for_message(endpoint, 64);
+                return Err(format!(
+                    "scraper config: endpoints[{i}]: `{shown}` is not ip:port"
+                ));
+            }
+        }
+        let positive = [
+            ("intervalMs", self.interval_ms),
+            ("timeoutMs", self.timeout_ms),
+            ("maxMetricsPageBytes", self.max_metrics_page_bytes as u64),
+        ];
+        if let Some((field, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("scraper config: {field} must be positive"));
+        }
+        Ok(())
     }
 }
 

@@ -235,3 +235,96 @@ fn config_defaults_and_validation() {
     assert!(Scraper::from_json(json!({"endpoints": [], "intervalMs": 0})).is_err());
     assert!(Scraper::from_json(json!({"endpoint": []})).is_err());
 }
+
+#[test]
+fn a_page_over_the_limit_fails_without_being_read_and_is_logged_once_per_streak() {
+    let mut s = match Scraper::from_json(json!({"endpoints": [A], "maxMetricsPageBytes": 64})) {
+        Ok(s) => s,
+        Err(e) => unreachable!("{e}"),
+    };
+    assert_eq!(s.max_page_bytes(), 64);
+    let mut host = FakeHost::new().now(1_000);
+    for round in 0..2u64 {
+        s.on_tick(&mut host);
+        let token = last_token_for(&host, A).unwrap_or(CalloutToken(0));
+        let mut read = false;
+        let outcome = s.callout_outcome(200, 30 * 1024 * 1024, || {
+            read = true;
+            Vec::new()
+        });
+        assert!(!read, "an oversized body is never copied");
+        assert_eq!(
+            outcome,
+            CalloutOutcome::TooLarge {
+                status: 200,
+                body_bytes: 30 * 1024 * 1024
+            }
+        );
+        s.on_callout_done(&mut host, token, outcome);
+        assert_eq!(s.samples()[0].consecutive_failures, round as u32 + 1);
+        host.now = Millis(host.now.0 + 50);
+    }
+    let failed = "infergate.scraper.scrapes.endpoint.10_0_0_1_8000.result.failed";
+    assert_eq!(host.counters.get(failed), Some(&2));
+    assert_eq!(host.error_logs.len(), 1, "{:?}", host.error_logs);
+    assert!(
+        host.error_logs[0].contains("maxMetricsPageBytes") && host.error_logs[0].contains(A),
+        "{:?}",
+        host.error_logs
+    );
+
+    // A page within the limit is read and succeeds; one over it, even if an adapter copied
+    // it anyway, still fails.
+    s.on_tick(&mut host);
+    let token = last_token_for(&host, A).unwrap_or(CalloutToken(0));
+    let small = b"vllm:num_requests_waiting 1\n";
+    let outcome = s.callout_outcome(200, small.len(), || small.to_vec());
+    s.on_callout_done(&mut host, token, outcome);
+    assert_eq!(s.samples()[0].consecutive_failures, 0);
+    host.now = Millis(host.now.0 + 50);
+    s.on_tick(&mut host);
+    let token = last_token_for(&host, A).unwrap_or(CalloutToken(0));
+    let mut big = PAGE.to_vec();
+    big.resize(65, b'\n');
+    s.on_callout_done(&mut host, token, ok(&big));
+    assert_eq!(s.samples()[0].consecutive_failures, 1);
+}
+
+#[test]
+fn the_default_page_limit_is_4_mib() {
+    assert_eq!(scraper().max_page_bytes(), 4 * 1024 * 1024);
+}
+
+#[test]
+fn config_errors_name_the_field() {
+    let err = |v: serde_json::Value| Scraper::from_json(v).err().unwrap_or_default();
+    let e = err(json!({"endpoints": [A, "model-0.svc:8000"]}));
+    assert!(
+        e.contains("endpoints[1]") && e.contains("not ip:port"),
+        "{e}"
+    );
+    let e = err(json!({"endpoints": ["8000"]}));
+    assert!(e.contains("endpoints[0]"), "{e}");
+    assert!(err(json!({"endpoints": [A], "intervalMs": 0})).contains("intervalMs"));
+    assert!(err(json!({"endpoints": [A], "timeoutMs": 0})).contains("timeoutMs"));
+    let e = err(json!({"endpoints": [A], "maxMetricsPageBytes": 0}));
+    assert!(e.contains("maxMetricsPageBytes"), "{e}");
+    // A hostile endpoint string is quoted short.
+    let e = err(json!({ "endpoints": ["x".repeat(100_000)] }));
+    assert!(e.len() < 300, "{}", e.len());
+}
+
+#[test]
+fn a_counted_tick_failure_is_a_stat() {
+    let s = scraper();
+    let mut host = FakeHost::new();
+    s.count_tick_failure(&mut host);
+    s.count_tick_failure(&mut host);
+    assert_eq!(
+        host.counters.get("infergate.scraper.tick_failures"),
+        Some(&2)
+    );
+    assert!(s.stat_keys().iter().any(
+        |(k, key)| *k == StatKind::Counter && key.as_str() == "infergate.scraper.tick_failures"
+    ));
+}

@@ -11,7 +11,8 @@
 pub enum StatKind {
     /// Monotonic counter ([`crate::host::Stats::counter_add`]).
     Counter,
-    /// Settable gauge ([`crate::host::Stats::gauge_set`]).
+    /// Gauge, set ([`crate::host::Stats::gauge_set`]) or moved by signed deltas
+    /// ([`crate::host::Stats::gauge_add`]).
     Gauge,
 }
 
@@ -34,6 +35,14 @@ const fn counter(name: &'static str, labels: &'static [&'static str]) -> StatFam
     }
 }
 
+const fn gauge(name: &'static str, labels: &'static [&'static str]) -> StatFamily {
+    StatFamily {
+        kind: StatKind::Gauge,
+        name,
+        labels,
+    }
+}
+
 /// Every metric family the router, the picker and the scraper emit.
 pub const FAMILIES: &[StatFamily] = &[
     counter("infergate.router.requests", &["outcome"]),
@@ -45,14 +54,15 @@ pub const FAMILIES: &[StatFamily] = &[
     counter("infergate.picker.fail_open_picks", &["pool"]),
     counter("infergate.picker.snapshot_errors", &[]),
     counter("infergate.picker.handoff", &["pool"]),
+    counter("infergate.picker.no_pool_rejects", &[]),
+    gauge("infergate.picker.inflight_requests", &["pool"]),
+    gauge("infergate.picker.inflight_requests", &["pool", "endpoint"]),
+    gauge("infergate.picker.unscraped_endpoints", &["pool"]),
     counter("infergate.scraper.scrapes", &["endpoint", "result"]),
     counter("infergate.scraper.publishes", &[]),
     counter("infergate.scraper.publish_errors", &[]),
-    StatFamily {
-        kind: StatKind::Gauge,
-        name: "infergate.scraper.consecutive_failures",
-        labels: &["endpoint"],
-    },
+    counter("infergate.scraper.tick_failures", &[]),
+    gauge("infergate.scraper.consecutive_failures", &["endpoint"]),
 ];
 
 /// A pre-built stat name (see the module doc for the flattening).
@@ -150,6 +160,7 @@ mod tests {
             timeout_ms: 10,
             cluster: "c".to_owned(),
             path: "/metrics".to_owned(),
+            max_metrics_page_bytes: 1024,
         });
         host.fail_dispatch = true;
         scraper.on_tick(&mut host);

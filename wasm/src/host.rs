@@ -245,6 +245,18 @@ impl Stats for WasmHost<'_> {
             let _ = hostcalls::record_metric(id, value);
         }
     }
+    fn gauge_add(&mut self, key: &StatKey, delta: i64) {
+        // Envoy adds a signed increment to a gauge, so every VM's deltas sum in one stat.
+        if delta == 0 {
+            return;
+        }
+        if let Some(id) = self.vm.metric_id(key, MetricType::Gauge) {
+            let _ = hostcalls::increment_metric(id, delta);
+        }
+    }
+    fn log_error(&mut self, message: &str) {
+        log(LogLevel::Error, message);
+    }
 }
 
 impl HttpCallout for WasmHost<'_> {

@@ -198,6 +198,43 @@ unsafe extern "C" {
         value: u64,
     ) -> MetricsResult;
 
+    /// Defines a gauge like `http_filter_config_define_counter`; writes its id to
+    /// `gauge_id_ptr`.
+    pub fn envoy_dynamic_module_callback_http_filter_config_define_gauge(
+        filter_config_envoy_ptr: HttpFilterConfigEnvoyPtr,
+        name: ModuleBuffer,
+        label_names: *mut ModuleBuffer,
+        label_names_length: usize,
+        gauge_id_ptr: *mut usize,
+    ) -> MetricsResult;
+
+    /// Adds `value` to a gauge defined by this stream's config; the label count must match.
+    pub fn envoy_dynamic_module_callback_http_filter_increment_gauge(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        id: usize,
+        label_values: *mut ModuleBuffer,
+        label_values_length: usize,
+        value: u64,
+    ) -> MetricsResult;
+
+    /// Subtracts `value` from a gauge defined by this stream's config.
+    pub fn envoy_dynamic_module_callback_http_filter_decrement_gauge(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        id: usize,
+        label_values: *mut ModuleBuffer,
+        label_values_length: usize,
+        value: u64,
+    ) -> MetricsResult;
+
+    /// Sets a gauge defined by this stream's config to `value`.
+    pub fn envoy_dynamic_module_callback_http_filter_set_gauge(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        id: usize,
+        label_values: *mut ModuleBuffer,
+        label_values_length: usize,
+        value: u64,
+    ) -> MetricsResult;
+
     // ----- bootstrap extension (main thread) -----
 
     /// Unblocks Envoy's init manager (Envoy registers one init target per bootstrap extension
@@ -256,6 +293,24 @@ unsafe extern "C" {
 
     /// Sets a bootstrap gauge to `value`.
     pub fn envoy_dynamic_module_callback_bootstrap_extension_config_set_gauge(
+        extension_config_envoy_ptr: BootstrapConfigEnvoyPtr,
+        id: usize,
+        label_values: *mut ModuleBuffer,
+        label_values_length: usize,
+        value: u64,
+    ) -> MetricsResult;
+
+    /// Adds `value` to a bootstrap gauge.
+    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_increment_gauge(
+        extension_config_envoy_ptr: BootstrapConfigEnvoyPtr,
+        id: usize,
+        label_values: *mut ModuleBuffer,
+        label_values_length: usize,
+        value: u64,
+    ) -> MetricsResult;
+
+    /// Subtracts `value` from a bootstrap gauge.
+    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_decrement_gauge(
         extension_config_envoy_ptr: BootstrapConfigEnvoyPtr,
         id: usize,
         label_values: *mut ModuleBuffer,

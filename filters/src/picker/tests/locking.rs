@@ -150,6 +150,14 @@ impl Stats for ProbeHost<'_> {
         self.probe.note("gauge");
         self.inner.gauge_set(key, value);
     }
+    fn gauge_add(&mut self, key: &StatKey, delta: i64) {
+        self.probe.note("gauge");
+        self.inner.gauge_add(key, delta);
+    }
+    fn log_error(&mut self, message: &str) {
+        self.probe.note("log");
+        self.inner.log_error(message);
+    }
 }
 
 impl DynamicMetadata for ProbeHost<'_> {
