@@ -18,7 +18,8 @@
 //! - [`shared`]: process-wide state shared by all workers.
 //! - `hooks`: the exported `envoy_dynamic_module_on_*` functions.
 //!
-//! Cargo feature `panic-injection` (test builds only) adds `panic_injection`. On a wasm
+//! Cargo feature `panic-injection` (test builds only; this crate's unit tests too) adds
+//! `panic_injection`. On a wasm
 //! target only the ABI types compile (the callbacks are Envoy symbols, not Wasm imports).
 
 pub mod abi;
@@ -32,7 +33,7 @@ pub mod guard;
 pub mod host;
 #[cfg(not(target_family = "wasm"))]
 pub mod log;
-#[cfg(all(feature = "panic-injection", not(target_family = "wasm")))]
+#[cfg(all(any(test, feature = "panic-injection"), not(target_family = "wasm")))]
 pub mod panic_injection;
 #[cfg(not(target_family = "wasm"))]
 pub mod picker;

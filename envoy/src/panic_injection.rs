@@ -1,9 +1,17 @@
-//! Test-build-only panic injection (cargo feature `panic-injection`, never in a release
-//! artefact): a request carrying `x-infergate-test-panic: <phase>` makes the filter panic in
-//! that phase, so the end-to-end suite can show that the panicking request fails closed and
-//! that Envoy keeps serving the next ones. Phases: `1` or `request-headers`, `request-body`,
-//! `response-headers`.
+//! Test-build-only panic injection (cargo feature `panic-injection` and this crate's unit
+//! tests, never in a release artefact):
+//!
+//! - a request carrying `x-infergate-test-panic: <phase>` makes the filter panic in that
+//!   phase, so the end-to-end suite can show that the panicking request fails closed and
+//!   that Envoy keeps serving the next ones. Phases: `1` or `request-headers`,
+//!   `request-body`, `response-headers`;
+//! - the scraper's config key `testPanicTicks` (a list of tick numbers, the first tick being
+//!   1) makes those ticks of the native scraper panic, so a test can show that scraping goes
+//!   on after a panicking tick. A release build has no such key: its scraper config
+//!   refuses it as an unknown field.
 #![allow(clippy::panic)]
+
+use std::cell::Cell;
 
 use crate::abi::HeaderKind;
 use crate::host::EnvoyStream;
@@ -43,6 +51,46 @@ impl Phase {
     pub fn fire_if(self, phase: Phase) {
         if self == phase {
             panic!("injected test panic ({phase:?})");
+        }
+    }
+}
+
+/// The scraper config key listing the ticks that panic.
+pub const SCRAPER_TICKS_KEY: &str = "testPanicTicks";
+
+/// Which of the native scraper's ticks panic (main thread only).
+#[derive(Debug, Default)]
+pub struct TickPanic {
+    at: Vec<u64>,
+    ticks: Cell<u64>,
+}
+
+impl TickPanic {
+    /// Takes [`SCRAPER_TICKS_KEY`] out of the scraper's JSON config (so the scraper never
+    /// sees it); absent → no tick panics.
+    pub fn from_config(config: &mut serde_json::Value) -> Result<TickPanic, String> {
+        let Some(value) = config
+            .as_object_mut()
+            .and_then(|m| m.remove(SCRAPER_TICKS_KEY))
+        else {
+            return Ok(TickPanic::default());
+        };
+        let at = value
+            .as_array()
+            .map(|ticks| ticks.iter().filter_map(serde_json::Value::as_u64).collect())
+            .ok_or_else(|| format!("{SCRAPER_TICKS_KEY} must be a list of tick numbers"))?;
+        Ok(TickPanic {
+            at,
+            ticks: Cell::new(0),
+        })
+    }
+
+    /// Counts one tick; panics if it is one of the chosen ones.
+    pub fn tick(&self) {
+        let n = self.ticks.get().saturating_add(1);
+        self.ticks.set(n);
+        if self.at.contains(&n) {
+            panic!("injected test panic (scraper tick {n})");
         }
     }
 }

@@ -7,7 +7,11 @@
 //!   wait for model servers that may be down — stale metrics are handled by the pickers).
 //! - `server_initialized`: create the timer and fire it immediately (callouts before this
 //!   point fail with ClusterNotFound).
-//! - `timer_fired`: one scraper tick (callouts through Envoy), then re-arm.
+//! - `timer_fired`: re-arm first, then one scraper tick (callouts through Envoy) inside
+//!   [`crate::guard::catch`]. The timer is armed before the tick runs, so a tick that panics
+//!   (contained, logged and counted as `infergate.scraper.tick_failures`) costs one round,
+//!   never the scraping itself: a scraper that stopped would turn every `FailClose` pool
+//!   into 503s for good.
 //! - `http_callout_done`: feed the answer to the scraper, which publishes the encoded snapshot
 //!   to the process-wide slot ([`crate::shared::SNAPSHOT`]) the pickers read.
 //! - `shutdown`: delete the timer; the hook calls Envoy's completion callback exactly once.
@@ -35,6 +39,12 @@ pub struct ScraperExtension {
     scraper: RefCell<Scraper>,
     stats: StatsRegistry,
     timer: Cell<Option<BootstrapTimerModulePtr>>,
+    /// The tick period, ms (fixed by the config; kept here so re-arming never needs the
+    /// scraper, which a panicking tick may leave borrowed mid-unwind).
+    period_ms: u64,
+    /// Test builds: which tick to make panic.
+    #[cfg(any(test, feature = "panic-injection"))]
+    tick_panic: crate::panic_injection::TickPanic,
 }
 
 /// Defines metrics on the bootstrap config during `config_new`.
@@ -74,7 +84,11 @@ impl ScraperExtension {
         envoy: BootstrapConfigEnvoyPtr,
         config: &[u8],
     ) -> Result<ScraperExtension, String> {
-        let scraper = Scraper::from_json(crate::router::config_json(config)?)?;
+        #[allow(unused_mut)]
+        let mut value = crate::router::config_json(config)?;
+        #[cfg(any(test, feature = "panic-injection"))]
+        let tick_panic = crate::panic_injection::TickPanic::from_config(&mut value)?;
+        let scraper = Scraper::from_json(value)?;
         let stats = StatsRegistry::define(&mut BootstrapDefiner { envoy }, &scraper.stat_keys());
         // SAFETY: `envoy` is the config pointer of the running config_new hook; Envoy
         // registered its init target before calling us, so signalling now is allowed.
@@ -83,9 +97,12 @@ impl ScraperExtension {
         };
         Ok(ScraperExtension {
             envoy,
+            period_ms: scraper.tick_period_ms(),
             scraper: RefCell::new(scraper),
             stats,
             timer: Cell::new(None),
+            #[cfg(any(test, feature = "panic-injection"))]
+            tick_panic,
         })
     }
 
@@ -107,18 +124,31 @@ impl ScraperExtension {
         unsafe { cb::envoy_dynamic_module_callback_bootstrap_extension_timer_enable(timer, 0) };
     }
 
-    /// One tick: scrape, then re-arm `timer` for the next one.
+    /// One tick: re-arm `timer` for the next one, then scrape (see the module doc).
     pub(crate) fn on_timer(&self, timer: BootstrapTimerModulePtr) {
-        let period = {
-            let mut scraper = self.scraper.borrow_mut();
-            scraper.on_tick(&mut self.host());
-            scraper.tick_period_ms()
-        };
         if self.timer.get() == Some(timer) {
             // SAFETY: `timer` is our live timer (checked against the one we own).
             unsafe {
-                cb::envoy_dynamic_module_callback_bootstrap_extension_timer_enable(timer, period)
+                cb::envoy_dynamic_module_callback_bootstrap_extension_timer_enable(
+                    timer,
+                    self.period_ms,
+                )
             };
+        }
+        let ticked = crate::guard::catch("scraper tick", || {
+            #[cfg(any(test, feature = "panic-injection"))]
+            self.tick_panic.tick();
+            // A tick re-entered from inside a tick (it cannot happen on Envoy's main-thread
+            // timer) is skipped rather than allowed to panic on the borrow.
+            if let Ok(mut scraper) = self.scraper.try_borrow_mut() {
+                scraper.on_tick(&mut self.host());
+            }
+        });
+        if ticked.is_none() {
+            // The unwind dropped the tick's borrow, so the scraper is reachable again.
+            if let Ok(scraper) = self.scraper.try_borrow() {
+                scraper.count_tick_failure(&mut self.host());
+            }
         }
     }
 

@@ -182,3 +182,66 @@ fn unknown_extensions_and_bad_configs_are_rejected() {
     assert_eq!(fake_envoy::logs().len(), 3);
     assert_eq!(fake_envoy::with(|s| s.init_complete), 0);
 }
+
+#[test]
+fn a_panicking_tick_is_counted_and_scraping_goes_on() {
+    fake_envoy::reset();
+    let json = format!(
+        r#"{{"endpoints": ["{EP1}", "{EP2}"], "intervalMs": 40, "timeoutMs": 100, "testPanicTicks": [2]}}"#
+    );
+    let config = new_config("scraper", &json);
+    assert!(!config.is_null(), "{:?}", fake_envoy::logs());
+    CONFIG.with(|c| c.set(config));
+    let ext = envoy_dynamic_module_on_bootstrap_extension_new(config, dummy_ptr());
+    envoy_dynamic_module_on_bootstrap_extension_server_initialized(dummy_ptr(), ext);
+    let timer = 1usize as BootstrapTimerModulePtr;
+
+    // Tick 1 scrapes both endpoints; both answer.
+    envoy_dynamic_module_on_bootstrap_extension_timer_fired(dummy_ptr(), config, timer);
+    assert_eq!(fake_envoy::with(|s| s.callouts.len()), 2);
+    answer(1, "200", "vllm:num_requests_waiting 1\n");
+    answer(2, "200", "vllm:num_requests_waiting 2\n");
+
+    // Tick 2 panics: contained, logged, counted, and the timer is armed all the same.
+    fake_envoy::with(|s| s.timers = vec![None]);
+    envoy_dynamic_module_on_bootstrap_extension_timer_fired(dummy_ptr(), config, timer);
+    fake_envoy::with(|s| {
+        assert_eq!(s.timers, vec![Some(40)], "re-armed despite the panic");
+        assert_eq!(s.callouts.len(), 2, "the panicking tick sent nothing");
+        assert!(
+            s.logs.iter().any(|l| l.contains("panic in scraper tick")),
+            "{:?}",
+            s.logs
+        );
+        let id = s
+            .counters
+            .iter()
+            .position(|n| n == "infergate.scraper.tick_failures");
+        let counted: u64 = s
+            .increments
+            .iter()
+            .filter(|(i, _, _)| Some(*i) == id)
+            .map(|(_, _, v)| *v)
+            .sum();
+        assert_eq!(counted, 1, "one tick failure counted");
+    });
+
+    // Tick 3 scrapes again.
+    envoy_dynamic_module_on_bootstrap_extension_timer_fired(dummy_ptr(), config, timer);
+    fake_envoy::with(|s| {
+        assert_eq!(s.callouts.len(), 4, "scraping continues after the panic");
+        assert_eq!(s.timers, vec![Some(40)]);
+    });
+    envoy_dynamic_module_on_bootstrap_extension_destroy(ext);
+    envoy_dynamic_module_on_bootstrap_extension_config_destroy(config);
+}
+
+#[test]
+fn scraper_config_errors_name_the_field() {
+    fake_envoy::reset();
+    assert!(new_config("scraper", r#"{"endpoints": ["localhost:8000"]}"#).is_null());
+    assert!(new_config("scraper", r#"{"endpoints": [], "testPanicTicks": 3}"#).is_null());
+    let logs = fake_envoy::logs();
+    assert!(logs[0].contains("endpoints[0]"), "{logs:?}");
+    assert!(logs[1].contains("testPanicTicks"), "{logs:?}");
+}
