@@ -1,9 +1,15 @@
 //! [`WasmHost`]: the `filters::host` capabilities over proxy-wasm hostcalls, for the
 //! context currently being called.
 //!
-//! Every hostcall goes through `proxy_wasm::hostcalls` directly (not the SDK's trait
-//! helpers, which `unwrap` host errors and would abort the VM): an error becomes "absent"
-//! for reads and is ignored (or reported as [`HostError`]) for writes.
+//! Every hostcall goes through [`crate::abi::hostcalls`], which answers every host status
+//! as a `Result` and never panics. Header values and properties are read as bytes; where a
+//! filter trait wants a `String`, a value that is not UTF-8 (Envoy passes bytes above 0x7F
+//! as they arrived) is converted lossily, so `caf\xe9` reads as `caf\u{fffd}`. A read
+//! that finds nothing is "absent". A read the host *fails* (any status but `NotFound`) of
+//! the request headers or body is also recorded ([`WasmHost::take_failure`]): the HTTP
+//! contexts then fail the request closed with 500 unless the filter already answered,
+//! because a filter that could not see the headers cannot know it stripped the reserved
+//! ones. Failed writes are ignored (or reported as [`HostError`] where the trait can).
 //!
 //! What Envoy 1.40 offers a proxy-wasm filter for routing to the picked endpoint, as found
 //! in Envoy's `source/extensions/common/wasm/` and `source/extensions/clusters/original_dst/`:
@@ -26,9 +32,8 @@
 //!   built-in attribute reads the same `wasm.<key>` back, serialised as the raw bytes. So
 //!   the picker reads what the router wrote on the same stream; a client cannot set it.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::time::{Duration, UNIX_EPOCH};
 
 use infergate_filters::host::{
     CalloutRequest, CalloutToken, Clock, DynamicMetadata, HostError, HttpCallout, LocalReply,
@@ -37,10 +42,11 @@ use infergate_filters::host::{
 };
 use infergate_filters::reply::Reply;
 use infergate_filters::stats::StatKey;
-use proxy_wasm::hostcalls;
-use proxy_wasm::types::{BufferType, LogLevel, MapType, MetricType};
 use scheduler_core::scheduling::pick::SplitMix64;
 use scheduler_core::types::Millis;
+
+use crate::abi::hostcalls;
+use crate::abi::{BufferType, LogLevel, MapType, MetricType, Status};
 
 /// The `ORIGINAL_DST` cluster's filter-state key (Envoy's well-known filter state).
 pub const ORIGINAL_DST_FILTER_STATE: &str = "envoy.network.transport_socket.original_dst_address";
@@ -59,10 +65,7 @@ pub struct VmShared {
 impl VmShared {
     /// Settings for this VM; the RNG is seeded from the clock and `salt`.
     pub fn new(snapshot_key: String, filter_state_override: bool, salt: u64) -> Self {
-        let nanos = hostcalls::get_current_time()
-            .ok()
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_nanos() as u64);
+        let nanos = hostcalls::current_time_nanos().unwrap_or(0);
         VmShared {
             metric_ids: RefCell::new(HashMap::new()),
             rng: RefCell::new(SplitMix64::new(nanos ^ salt.rotate_left(32))),
@@ -88,72 +91,131 @@ pub fn log(level: LogLevel, message: &str) {
     let _ = hostcalls::log(level, message);
 }
 
+/// Bytes as text for the filters' `&str` world: lossy where they are not UTF-8.
+fn text(bytes: Vec<u8>) -> String {
+    match String::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    }
+}
+
 /// The capabilities of the current context.
 pub struct WasmHost<'a> {
     vm: &'a VmShared,
+    /// The first required read the host failed, if any (see the module doc).
+    failure: Cell<Option<(&'static str, Status)>>,
 }
 
 impl<'a> WasmHost<'a> {
     /// A host view for the context being called now.
     pub fn new(vm: &'a VmShared) -> Self {
-        WasmHost { vm }
+        WasmHost {
+            vm,
+            failure: Cell::new(None),
+        }
+    }
+
+    /// The first required read the host failed since this view was made: what, and how.
+    pub fn take_failure(&self) -> Option<(&'static str, Status)> {
+        self.failure.take()
+    }
+
+    /// `result`'s value, or `None` after recording the failure (the first one is kept).
+    fn required<T>(&self, what: &'static str, result: Result<T, Status>) -> Option<T> {
+        match result {
+            Ok(value) => Some(value),
+            Err(status) => {
+                if self.failure.get().is_none() {
+                    self.failure.set(Some((what, status)));
+                }
+                None
+            }
+        }
+    }
+
+    fn header(&self, map: MapType, name: &str) -> Option<String> {
+        let value = hostcalls::header_map_value(map, name);
+        self.required("header value", value).flatten().map(text)
+    }
+
+    fn headers(&self, map: MapType) -> Vec<(String, String)> {
+        let pairs = self.required("header map", hostcalls::header_map_pairs(map));
+        pairs
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(name, value)| (text(name), text(value)))
+            .collect()
     }
 }
 
-fn map_get(map: MapType, name: &str) -> Option<String> {
-    hostcalls::get_map_value(map, name).ok().flatten()
+fn set_header(map: MapType, name: &str, value: &str) {
+    let _ = hostcalls::replace_header_map_value(map, name, value.as_bytes());
 }
 
-fn map_all(map: MapType) -> Vec<(String, String)> {
-    hostcalls::get_map(map).unwrap_or_default()
+fn add_header(map: MapType, name: &str, value: &str) {
+    let _ = hostcalls::add_header_map_value(map, name, value.as_bytes());
+}
+
+fn remove_header(map: MapType, name: &str) {
+    let _ = hostcalls::remove_header_map_value(map, name);
+}
+
+fn failed(status: Status) -> HostError {
+    HostError::Failed(format!("{status:?}"))
 }
 
 impl RequestHeaders for WasmHost<'_> {
     fn request_header(&self, name: &str) -> Option<String> {
-        map_get(MapType::HttpRequestHeaders, name)
+        self.header(MapType::HttpRequestHeaders, name)
     }
     fn request_headers(&self) -> Vec<(String, String)> {
-        map_all(MapType::HttpRequestHeaders)
+        self.headers(MapType::HttpRequestHeaders)
     }
     fn set_request_header(&mut self, name: &str, value: &str) {
-        let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, name, Some(value));
+        set_header(MapType::HttpRequestHeaders, name, value);
     }
     fn add_request_header(&mut self, name: &str, value: &str) {
-        let _ = hostcalls::add_map_value(MapType::HttpRequestHeaders, name, value);
+        add_header(MapType::HttpRequestHeaders, name, value);
     }
     fn remove_request_header(&mut self, name: &str) {
-        let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, name);
+        remove_header(MapType::HttpRequestHeaders, name);
     }
 }
 
 impl ResponseHeaders for WasmHost<'_> {
     fn response_header(&self, name: &str) -> Option<String> {
-        map_get(MapType::HttpResponseHeaders, name)
+        // Response-side reads are best effort: nothing security-relevant depends on them.
+        hostcalls::header_map_value(MapType::HttpResponseHeaders, name)
+            .ok()
+            .flatten()
+            .map(text)
     }
     fn response_headers(&self) -> Vec<(String, String)> {
-        map_all(MapType::HttpResponseHeaders)
+        hostcalls::header_map_pairs(MapType::HttpResponseHeaders)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(name, value)| (text(name), text(value)))
+            .collect()
     }
     fn set_response_header(&mut self, name: &str, value: &str) {
-        let _ = hostcalls::set_map_value(MapType::HttpResponseHeaders, name, Some(value));
+        set_header(MapType::HttpResponseHeaders, name, value);
     }
     fn add_response_header(&mut self, name: &str, value: &str) {
-        let _ = hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value);
+        add_header(MapType::HttpResponseHeaders, name, value);
     }
     fn remove_response_header(&mut self, name: &str) {
-        let _ = hostcalls::remove_map_value(MapType::HttpResponseHeaders, name);
+        remove_header(MapType::HttpResponseHeaders, name);
     }
 }
 
 impl RequestBody for WasmHost<'_> {
     fn request_body(&self, start: usize, len: usize) -> Option<Vec<u8>> {
-        hostcalls::get_buffer(BufferType::HttpRequestBody, start, len)
-            .ok()
-            .flatten()
+        let body = hostcalls::get_buffer(BufferType::HttpRequestBody, start, len);
+        self.required("request body", body).flatten()
     }
     fn replace_request_body(&mut self, body: &[u8]) -> Result<(), HostError> {
         // start 0 with a length past the end replaces the whole buffered body.
-        hostcalls::set_buffer(BufferType::HttpRequestBody, 0, usize::MAX, body)
-            .map_err(|s| HostError::Failed(format!("{s:?}")))
+        hostcalls::set_buffer(BufferType::HttpRequestBody, 0, usize::MAX, body).map_err(failed)
     }
 }
 
@@ -173,11 +235,11 @@ impl LocalReply for WasmHost<'_> {
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         if let Err(status) =
-            hostcalls::send_http_response(u32::from(reply.status), headers, Some(&reply.body))
+            hostcalls::send_local_response(u32::from(reply.status), &headers, &reply.body)
         {
             log(
                 LogLevel::Error,
-                &format!("send_http_response failed: {status:?}"),
+                &format!("send_local_response failed: {status:?}"),
             );
         }
     }
@@ -192,33 +254,29 @@ impl Resume for WasmHost<'_> {
 impl SnapshotSource for WasmHost<'_> {
     fn snapshot_if_changed(&self, known: Option<SnapshotVersion>) -> SnapshotFetch {
         match hostcalls::get_shared_data(&self.vm.snapshot_key) {
-            Ok((Some(bytes), cas)) => {
-                let version = SnapshotVersion(u64::from(cas.unwrap_or(0)));
-                if known == Some(version) && cas.is_some() {
+            Ok(Some((bytes, cas))) => {
+                let version = SnapshotVersion(u64::from(cas));
+                // CAS 0 is "no version": always treat it as new.
+                if known == Some(version) && cas != 0 {
                     SnapshotFetch::Unchanged
                 } else {
                     SnapshotFetch::Changed { version, bytes }
                 }
             }
-            _ => SnapshotFetch::Missing,
+            Ok(None) | Err(_) => SnapshotFetch::Missing,
         }
     }
 }
 
 impl SnapshotSink for WasmHost<'_> {
     fn publish_snapshot(&mut self, bytes: &[u8]) -> Result<(), HostError> {
-        hostcalls::set_shared_data(&self.vm.snapshot_key, Some(bytes), None)
-            .map_err(|s| HostError::Failed(format!("{s:?}")))
+        hostcalls::set_shared_data(&self.vm.snapshot_key, bytes, 0).map_err(failed)
     }
 }
 
 impl Clock for WasmHost<'_> {
     fn now(&self) -> Millis {
-        let ms = hostcalls::get_current_time()
-            .ok()
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        Millis(ms)
+        Millis(hostcalls::current_time_nanos().unwrap_or(0) / 1_000_000)
     }
 }
 
@@ -266,16 +324,10 @@ impl HttpCallout for WasmHost<'_> {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        let body = (!request.body.is_empty()).then_some(request.body.as_slice());
-        hostcalls::dispatch_http_call(
-            &request.cluster,
-            headers,
-            body,
-            Vec::new(),
-            Duration::from_millis(request.timeout_ms),
-        )
-        .map(|token| CalloutToken(u64::from(token)))
-        .map_err(|s| HostError::Failed(format!("{s:?}")))
+        let timeout_ms = u32::try_from(request.timeout_ms).unwrap_or(u32::MAX);
+        hostcalls::http_call(&request.cluster, &headers, &request.body, timeout_ms)
+            .map(|token| CalloutToken(u64::from(token)))
+            .map_err(failed)
     }
 }
 
@@ -296,19 +348,19 @@ impl UpstreamOverride for WasmHost<'_> {
             return Err(HostError::Unsupported);
         }
         let args = set_filter_state_args(ORIGINAL_DST_FILTER_STATE, endpoint);
-        hostcalls::call_foreign_function("set_envoy_filter_state", Some(&args))
+        hostcalls::call_foreign_function("set_envoy_filter_state", &args)
             .map(|_| ())
-            .map_err(|s| HostError::Failed(format!("{s:?}")))
+            .map_err(failed)
     }
 }
 
 impl StreamState for WasmHost<'_> {
     fn set_stream_state(&mut self, key: &str, value: &[u8]) -> Result<(), HostError> {
-        hostcalls::set_property(vec![key], Some(value))
-            .map_err(|s| HostError::Failed(format!("{s:?}")))
+        hostcalls::set_property(&[key], value).map_err(failed)
     }
     fn stream_state(&self, key: &str) -> Option<Vec<u8>> {
-        hostcalls::get_property(vec![key]).ok().flatten()
+        // Optional: a reader falls back to its own work when the state is not there.
+        hostcalls::get_property(&[key]).ok().flatten()
     }
 }
 

@@ -5,6 +5,10 @@
 //! `allow_on_headers_stop_iteration: true` in Envoy (else the body never arrives); `Pause`
 //! from the body callback means "keep buffering". After a local reply the context returns
 //! `Pause` so nothing else runs for the request.
+//!
+//! A request whose headers or body the host failed to hand over (any status but
+//! `NotFound`, see `host`) is failed closed with 500 after the filter's callback, unless
+//! the filter already answered it.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -14,10 +18,8 @@ use infergate_filters::picker::{PickerRequest, PickerShared};
 use infergate_filters::reply::Reply;
 use infergate_filters::router::{Router, RouterRequest};
 use infergate_filters::FilterStatus;
-use proxy_wasm::hostcalls;
-use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::{Action, BufferType, LogLevel};
 
+use crate::abi::{hostcalls, Action, BufferType, HttpHooks, LogLevel};
 use crate::host::{log, VmShared, WasmHost};
 
 /// The proxy-wasm action for a filter status.
@@ -33,6 +35,17 @@ fn fail_closed(vm: &VmShared, why: &str) -> Action {
     log(LogLevel::Error, why);
     WasmHost::new(vm).send_local_reply(&Reply::internal("internal error in the gateway filter"));
     Action::Pause
+}
+
+/// The action for what the filter returned, or a 500 if the host failed a read it needed.
+fn finish(vm: &VmShared, host: &WasmHost<'_>, status: FilterStatus) -> Action {
+    match host.take_failure() {
+        Some((what, why)) if status != FilterStatus::Replied => fail_closed(
+            vm,
+            &format!("the host failed to hand over the request's {what}: {why:?}"),
+        ),
+        _ => action(status),
+    }
 }
 
 /// The body router for one request.
@@ -55,32 +68,30 @@ impl RouterContext {
     }
 }
 
-impl Context for RouterContext {}
-
-impl HttpContext for RouterContext {
-    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+impl HttpHooks for RouterContext {
+    fn on_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         let mut host = WasmHost::new(&self.vm);
-        action(
-            self.req
-                .on_request_headers(&self.router, &mut host, end_of_stream),
-        )
+        let status = self
+            .req
+            .on_request_headers(&self.router, &mut host, end_of_stream);
+        finish(&self.vm, &host, status)
     }
 
-    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+    fn on_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         self.body_len = body_size;
         let mut host = WasmHost::new(&self.vm);
-        action(
-            self.req
-                .on_request_body(&self.router, &mut host, body_size, end_of_stream),
-        )
+        let status = self
+            .req
+            .on_request_body(&self.router, &mut host, body_size, end_of_stream);
+        finish(&self.vm, &host, status)
     }
 
-    fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
+    fn on_request_trailers(&mut self, _num_trailers: usize) -> Action {
         let mut host = WasmHost::new(&self.vm);
-        action(
-            self.req
-                .on_request_body(&self.router, &mut host, self.body_len, true),
-        )
+        let status = self
+            .req
+            .on_request_body(&self.router, &mut host, self.body_len, true);
+        finish(&self.vm, &host, status)
     }
 }
 
@@ -109,10 +120,10 @@ impl PickerContext {
             return fail_closed(&self.vm, "picker state busy (re-entrant call)");
         };
         let mut host = WasmHost::new(&self.vm);
-        action(
+        let status =
             self.req
-                .on_request_body(&mut *shared, &mut host, self.body_len, end_of_stream),
-        )
+                .on_request_body(&mut *shared, &mut host, self.body_len, end_of_stream);
+        finish(&self.vm, &host, status)
     }
 
     fn end(&mut self) {
@@ -129,26 +140,24 @@ impl PickerContext {
     }
 }
 
-impl Context for PickerContext {}
-
-impl HttpContext for PickerContext {
-    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+impl HttpHooks for PickerContext {
+    fn on_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         let Ok(mut shared) = self.shared.try_borrow_mut() else {
             return fail_closed(&self.vm, "picker state busy (re-entrant call)");
         };
         let mut host = WasmHost::new(&self.vm);
-        action(
-            self.req
-                .on_request_headers(&mut *shared, &mut host, end_of_stream),
-        )
+        let status = self
+            .req
+            .on_request_headers(&mut *shared, &mut host, end_of_stream);
+        finish(&self.vm, &host, status)
     }
 
-    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+    fn on_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         self.body_len = body_size;
         self.body(end_of_stream)
     }
 
-    fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
+    fn on_request_trailers(&mut self, _num_trailers: usize) -> Action {
         self.body(true)
     }
 
@@ -175,10 +184,8 @@ impl FailClosedContext {
     }
 }
 
-impl Context for FailClosedContext {}
-
-impl HttpContext for FailClosedContext {
-    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+impl HttpHooks for FailClosedContext {
+    fn on_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
         fail_closed(&self.vm, "gateway filter has no valid configuration")
     }
 }
@@ -186,9 +193,7 @@ impl HttpContext for FailClosedContext {
 /// A request seen by a module configured as the scraper: not its business, pass through.
 pub struct PassThroughContext;
 
-impl Context for PassThroughContext {}
-
-impl HttpContext for PassThroughContext {}
+impl HttpHooks for PassThroughContext {}
 
 /// The `probe` role: holds the request until its body is complete, copies the body into the
 /// VM, and lets it go on unchanged (see `config`); what any body-based filter costs at least.
@@ -200,14 +205,13 @@ pub struct ProbeContext {
 impl ProbeContext {
     fn read_body(body_size: usize) {
         let body = hostcalls::get_buffer(BufferType::HttpRequestBody, 0, body_size);
+        // Whatever the host answered, the request goes on unchanged: the probe only reads.
         core::hint::black_box(&body);
     }
 }
 
-impl Context for ProbeContext {}
-
-impl HttpContext for ProbeContext {
-    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+impl HttpHooks for ProbeContext {
+    fn on_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         if end_of_stream {
             Action::Continue
         } else {
@@ -215,7 +219,7 @@ impl HttpContext for ProbeContext {
         }
     }
 
-    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+    fn on_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         self.body_len = body_size;
         if !end_of_stream {
             return Action::Pause;
@@ -224,7 +228,7 @@ impl HttpContext for ProbeContext {
         Action::Continue
     }
 
-    fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
+    fn on_request_trailers(&mut self, _num_trailers: usize) -> Action {
         // Trailers end the request: the buffered body is complete.
         ProbeContext::read_body(self.body_len);
         Action::Continue

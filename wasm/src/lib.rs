@@ -6,24 +6,22 @@
 //!
 //! Build: `cargo build -p infergate-wasm --target wasm32-wasip1 --release`.
 //!
-//! Modules: [`config`] (plugin configuration JSON), [`host`] (the `filters` host traits
+//! Modules: [`abi`] (the proxy-wasm ABI spoken directly: hostcalls, header-map codec,
+//! exports and the context table), [`config`] (plugin configuration JSON), [`host`] (the `filters` host traits
 //! over hostcalls, and what Envoy lets a Wasm filter do for routing), [`http`] (router,
 //! picker and fail-closed HTTP contexts), [`root`] (configuration, scraper ticks and
 //! callouts).
 //!
-//! Panics: a panic aborts the Wasm VM, so no code here panics on input: hostcall errors are
-//! handled (the SDK's `unwrap`ping helpers are not used), shared state is borrowed with
-//! `try_borrow_mut`, and a request that meets an internal error or an unconfigured module
-//! is failed closed with a 500 OpenAI-style error.
+//! Panics: a panic aborts the Wasm VM (and with it every request of that Envoy worker),
+//! so no code here panics on input or on a host answer. The module does not use the
+//! `proxy-wasm` SDK, whose wrappers `unwrap` UTF-8 conversions and panic on unexpected
+//! statuses: [`abi`] returns every hostcall status as a value and reads header values as
+//! bytes (converted lossily where a filter wants text). Shared state is borrowed with
+//! `try_borrow_mut`; a request that meets a failed host read, an internal error or an
+//! unconfigured module is failed closed with a 500 OpenAI-style error.
 
+pub mod abi;
 pub mod config;
 pub mod host;
 pub mod http;
 pub mod root;
-
-proxy_wasm::main! {{
-    proxy_wasm::set_log_level(proxy_wasm::types::LogLevel::Info);
-    proxy_wasm::set_root_context(|context_id| -> Box<dyn proxy_wasm::traits::RootContext> {
-        Box::new(root::Root::new(context_id))
-    });
-}}

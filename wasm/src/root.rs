@@ -2,19 +2,24 @@
 //! (one per VM, i.e. per Envoy worker for HTTP filters, and one for the singleton
 //! scraper service), creates the HTTP contexts, and runs the scraper's ticks and
 //! callout responses.
+//!
+//! The scraper survives its own failures: Envoy re-arms the tick timer whatever a tick
+//! does, and nothing on the tick or callout path can panic (hostcall failures are values,
+//! the scraper state is owned here, not behind a `RefCell`). A callout the host refuses, fails,
+//! answers without headers or with an unreadable status or body counts as one failed scrape
+//! of its endpoint (`infergate.scraper.scrapes.…result.failed`, and the endpoint's
+//! `consecutive_failures` gauge); a callout never answered expires after twice its
+//! timeout, so no endpoint stays "outstanding" forever and the next round scrapes it again.
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::time::Duration;
 
 use infergate_filters::host::{CalloutOutcome, CalloutToken};
 use infergate_filters::picker::PickerShared;
 use infergate_filters::router::Router;
 use infergate_filters::scraper::Scraper;
-use proxy_wasm::hostcalls;
-use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{BufferType, ContextType, LogLevel, MapType};
 
+use crate::abi::{hostcalls, BufferType, HttpHooks, LogLevel, MapType};
 use crate::config::{self, PluginConfig, RoleKind, DEFAULT_SNAPSHOT_KEY};
 use crate::host::{log, VmShared, WasmHost};
 use crate::http::{
@@ -65,7 +70,8 @@ impl Root {
             ))),
             RoleKind::Scraper => {
                 let scraper = Scraper::from_json(cfg.rest)?;
-                hostcalls::set_tick_period(Duration::from_millis(scraper.tick_period_ms()))
+                let period = u32::try_from(scraper.tick_period_ms()).unwrap_or(u32::MAX);
+                hostcalls::set_tick_period_ms(period)
                     .map_err(|s| format!("set_tick_period failed: {s:?}"))?;
                 Role::Scraper(Box::new(scraper))
             }
@@ -75,45 +81,19 @@ impl Root {
     }
 }
 
-impl Context for Root {
-    fn on_http_call_response(
-        &mut self,
-        token_id: u32,
-        num_headers: usize,
-        body_size: usize,
-        _num_trailers: usize,
-    ) {
+impl Root {
+    /// `proxy_on_http_call_response` of a callout this root dispatched.
+    pub fn on_http_call_response(&mut self, token_id: u32, num_headers: usize, body_size: usize) {
         let Some(Role::Scraper(scraper)) = &mut self.role else {
             return;
         };
-        // A failed or timed-out call arrives without headers. Envoy then answers any read of
-        // the response header map with BadArgument, on which the SDK panics (killing the
-        // scraper VM), so the map is only read when headers exist.
-        let status = if num_headers == 0 {
-            None
-        } else {
-            hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status")
-                .ok()
-                .flatten()
-                .and_then(|s| s.parse::<u16>().ok())
-        };
-        let outcome = match status {
-            Some(status) => CalloutOutcome::Response {
-                status,
-                body: hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
-                    .ok()
-                    .flatten()
-                    .unwrap_or_default(),
-            },
-            None => CalloutOutcome::Failed,
-        };
+        let outcome = callout_outcome(num_headers, body_size);
         let mut host = WasmHost::new(&self.vm);
         scraper.on_callout_done(&mut host, CalloutToken(u64::from(token_id)), outcome);
     }
-}
 
-impl RootContext for Root {
-    fn on_configure(&mut self, _plugin_configuration_size: usize) -> bool {
+    /// `proxy_on_configure`: false refuses the configuration (logged at critical).
+    pub fn on_configure(&mut self, _plugin_configuration_size: usize) -> bool {
         let bytes = hostcalls::get_buffer(BufferType::PluginConfiguration, 0, usize::MAX)
             .ok()
             .flatten()
@@ -128,27 +108,46 @@ impl RootContext for Root {
         }
     }
 
-    fn on_tick(&mut self) {
+    /// `proxy_on_tick`: one scraper round (other roles set no tick period).
+    pub fn on_tick(&mut self) {
         if let Some(Role::Scraper(scraper)) = &mut self.role {
             let mut host = WasmHost::new(&self.vm);
             scraper.on_tick(&mut host);
         }
     }
 
-    fn get_type(&self) -> Option<ContextType> {
-        // Always HTTP: the SDK aborts the VM if a host creates a child context of a root
-        // without a type, and an unconfigured or scraper root must still answer safely.
-        Some(ContextType::HttpContext)
-    }
-
-    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+    /// The HTTP context of a new stream on this plugin.
+    pub fn create_http_context(&self, _context_id: u32) -> Box<dyn HttpHooks> {
         let vm = Rc::clone(&self.vm);
-        Some(match &self.role {
+        match &self.role {
             Some(Role::Router(router)) => Box::new(RouterContext::new(vm, Rc::clone(router))),
             Some(Role::Picker(shared)) => Box::new(PickerContext::new(vm, Rc::clone(shared))),
             Some(Role::Scraper(_)) => Box::new(PassThroughContext),
             Some(Role::Probe) => Box::<ProbeContext>::default(),
             None => Box::new(FailClosedContext::new(vm)),
-        })
+        }
+    }
+}
+
+/// How the callout being delivered ended. A failed or timed-out call arrives without
+/// headers (Envoy then answers any read of the response map with `BadArgument`); a status
+/// or body the host cannot hand over makes the scrape a failure rather than a guess.
+fn callout_outcome(num_headers: usize, body_size: usize) -> CalloutOutcome {
+    if num_headers == 0 {
+        return CalloutOutcome::Failed;
+    }
+    let status = hostcalls::header_map_value(MapType::HttpCallResponseHeaders, ":status")
+        .ok()
+        .flatten()
+        .and_then(|s| std::str::from_utf8(&s).ok()?.parse::<u16>().ok());
+    let Some(status) = status else {
+        return CalloutOutcome::Failed;
+    };
+    match hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size) {
+        Ok(body) => CalloutOutcome::Response {
+            status,
+            body: body.unwrap_or_default(),
+        },
+        Err(_) => CalloutOutcome::Failed,
     }
 }
