@@ -80,6 +80,14 @@ impl PrefixConfig {
         }
     }
 
+    /// The most leading prompt bytes hashing ever reads (`max_prefix_tokens_to_match` × 4):
+    /// what [`crate::request::parse_with_limit`] needs to store.
+    pub fn max_prompt_bytes(&self) -> usize {
+        usize::try_from(self.max_prefix_tokens_to_match)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(BYTES_PER_TOKEN)
+    }
+
     /// Full blocks in a prompt of `prompt_len` bytes (before the `max_prefix_tokens_to_match` cap).
     pub fn full_blocks(&self, prompt_len: usize) -> usize {
         prompt_len.checked_div(self.block_bytes()).unwrap_or(0)

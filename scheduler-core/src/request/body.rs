@@ -5,12 +5,11 @@ use super::canonical;
 use super::content::{ContentSeed, MessagesSeed, SYSTEM};
 use super::prompt::PromptSeed;
 use super::scalar::{fail, wrong, KeySeed, ScalarSeed, Sink};
+use super::stream::Stream;
 use super::{Api, RequestError, GS, RS, US};
 use alloc::string::String;
-use alloc::vec::Vec;
 use core::fmt;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::Value;
 
 /// Scalar fields collected from the body.
 #[derive(Default)]
@@ -26,9 +25,9 @@ pub(crate) struct Fields {
 /// Output buffers: the prompt proper, and the sections that go before it whatever their
 /// position in the JSON (tools, then Anthropic `system`).
 pub(crate) struct Buffers<'a> {
-    pub prompt: &'a mut Vec<u8>,
-    pub tools: &'a mut Vec<u8>,
-    pub system: &'a mut Vec<u8>,
+    pub prompt: &'a mut Stream,
+    pub tools: &'a mut Stream,
+    pub system: &'a mut Stream,
     pub err: &'a mut Option<RequestError>,
     pub fields: &'a mut Fields,
 }
@@ -85,18 +84,10 @@ impl<'de> Visitor<'de> for BodySeed<'_> {
                 }
                 "tools" if api != Api::Completions => {
                     b.tools.clear();
-                    match map.next_value::<Value>()? {
-                        Value::Null => {}
-                        Value::Array(a) if a.is_empty() => {}
-                        tools @ Value::Array(_) => {
-                            b.tools.push(GS);
-                            b.tools.extend_from_slice(b"tools");
-                            b.tools.push(US);
-                            canonical::write_value(&tools, b.tools);
-                            b.tools.push(RS);
-                        }
-                        _ => return Err(wrong(b.err, "tools", "array")),
-                    }
+                    map.next_value_seed(ToolsSeed {
+                        out: b.tools,
+                        err: b.err,
+                    })?;
                 }
                 "system" if api == Api::AnthropicMessages => {
                     b.system.clear();
@@ -170,6 +161,59 @@ impl<'de> Visitor<'de> for BodySeed<'_> {
     }
     fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
         Err(fail(self.bufs.err, RequestError::NotObject))
+    }
+}
+
+/// `tools`: null, or an array written as `GS "tools" US <canonical JSON> RS` unless empty.
+struct ToolsSeed<'a> {
+    out: &'a mut Stream,
+    err: &'a mut Option<RequestError>,
+}
+
+impl<'de> DeserializeSeed<'de> for ToolsSeed<'_> {
+    type Value = ();
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ToolsSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an array of tools")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
+        self.out.push(GS);
+        self.out.extend_from_slice(b"tools");
+        self.out.push(US);
+        if canonical::write_array(seq, self.out)? == 0 {
+            // An empty list is no tools.
+            self.out.clear();
+        } else {
+            self.out.push(RS);
+        }
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<(), A::Error> {
+        Err(wrong(self.err, "tools", "array"))
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        Err(wrong(self.err, "tools", "array"))
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        Err(wrong(self.err, "tools", "array"))
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        Err(wrong(self.err, "tools", "array"))
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        Err(wrong(self.err, "tools", "array"))
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Err(wrong(self.err, "tools", "array"))
     }
 }
 

@@ -1,102 +1,300 @@
 //! Canonical JSON: the byte form of structured request parts (tools, tool calls, non-text
 //! content parts) inside the prompt byte stream.
 //!
-//! Compact JSON (no whitespace) with object keys sorted by their UTF-8 bytes, so two clients
-//! that send the same tools with keys in a different order or with different whitespace
-//! produce the same bytes. Strings escape only `"`, `\` and control characters (`\u00XX`,
-//! lowercase hex); everything else is raw UTF-8. Integers print in decimal; other numbers
-//! print as Rust's shortest round-trip `f64` form (`2.0` → `2`, `0.1` → `0.1`). The sort is
-//! done here rather than relying on `serde_json::Map` ordering, which a `preserve_order`
-//! feature elsewhere in the build could change.
+//! Compact JSON (no whitespace) with object keys sorted by their UTF-8 bytes (a repeated key:
+//! the last one wins), so two clients that send the same tools with keys in a different order
+//! or with different whitespace produce the same bytes. Strings escape only `"`, `\` and
+//! control characters (`\u00XX`, lowercase hex); everything else is raw UTF-8.
+//!
+//! Numbers: integers, and floats that are integral and below 2^53 in magnitude, print in
+//! decimal (`2.0` → `2`). Every other float prints as Rust's shortest round-trip form, in
+//! exponent notation where that is strictly shorter than the positional one: `0.1`, `123.25`,
+//! but `1e308`, `1.5e-7`, `-2.5e100`. (Version 1 of the stream wrote every float
+//! positionally, so `1e308` took 309 bytes; now no number is written more than a few bytes
+//! longer than its shortest form, and the stream stays within a small multiple of the body.)
+//!
+//! [`CanonSeed`] writes a value while serde parses it, without building a `serde_json::Value`
+//! (which costs 32 bytes or more per JSON value, whatever its text size). Arrays and scalars
+//! go straight to the output; an object's members are written to one [`Stream`] each, then
+//! sorted and joined. A member can only land after the object's `{`, so it never stores more
+//! than the output could still hold from there. The sort is done here rather than relying on
+//! `serde_json::Map` ordering, which a `preserve_order` feature elsewhere in the build could
+//! change.
 
+use super::scalar::KeySeed;
+use super::stream::Stream;
+use alloc::borrow::Cow;
 use alloc::vec::Vec;
-use core::fmt::Write;
-use serde_json::Value;
+use core::fmt::{self, Write};
+use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 
-/// Appends the canonical JSON of `value` to `out`.
-pub(crate) fn write_value(value: &Value, out: &mut Vec<u8>) {
-    match value {
-        Value::Null => out.extend_from_slice(b"null"),
-        Value::Bool(true) => out.extend_from_slice(b"true"),
-        Value::Bool(false) => out.extend_from_slice(b"false"),
-        Value::Number(n) => write_number(n, out),
-        Value::String(s) => write_string(s, out),
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_value(item, out);
-            }
-            out.push(b']');
-        }
-        Value::Object(map) => {
-            let mut entries: Vec<(&str, &Value)> =
-                map.iter().map(|(k, v)| (k.as_str(), v)).collect();
-            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            write_object(&entries, out);
-        }
-    }
+/// One object member: its key and the canonical JSON of its value.
+pub(crate) struct Member<'de> {
+    /// The key as sent (escapes decoded).
+    pub key: Cow<'de, str>,
+    /// The value's canonical JSON (a prefix of it, if it was cut).
+    pub value: Stream,
 }
 
-/// Appends the canonical JSON of an object given as (key, value) pairs already sorted.
-pub(crate) fn write_object(entries: &[(&str, &Value)], out: &mut Vec<u8>) {
+/// Sorts members by key bytes; of repeated keys only the last one stays.
+pub(crate) fn sort_members(members: &mut Vec<Member<'_>>) {
+    // Stable, so repeated keys keep their order and the last can be picked.
+    members.sort_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
+    members.dedup_by(|later, earlier| {
+        if later.key == earlier.key {
+            core::mem::swap(later, earlier);
+            true
+        } else {
+            false
+        }
+    });
+}
+
+/// Appends the canonical JSON of an object whose members are already sorted.
+pub(crate) fn write_members(members: &[Member<'_>], out: &mut Stream) {
     out.push(b'{');
-    for (i, (key, value)) in entries.iter().enumerate() {
+    for (i, m) in members.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        write_string(key, out);
+        write_string(&m.key, out);
         out.push(b':');
-        write_value(value, out);
+        out.append(&m.value);
     }
     out.push(b'}');
 }
 
 /// Appends a JSON string with the minimal canonical escaping described in the module doc.
-pub(crate) fn write_string(s: &str, out: &mut Vec<u8>) {
+pub(crate) fn write_string(s: &str, out: &mut Stream) {
     out.push(b'"');
-    for &b in s.as_bytes() {
-        match b {
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            0..=0x1f => {
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                out.extend_from_slice(b"\\u00");
-                out.push(HEX[usize::from(b >> 4)]);
-                out.push(HEX[usize::from(b & 0xf)]);
-            }
-            _ => out.push(b),
+    let bytes = s.as_bytes();
+    let mut plain = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escaped: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            0..=0x1f => &[],
+            _ => continue,
+        };
+        // Copy the run of bytes that need no escape in one call.
+        out.extend_from_slice(bytes.get(plain..i).unwrap_or_default());
+        plain = i + 1;
+        if escaped.is_empty() {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.extend_from_slice(b"\\u00");
+            out.push(HEX[usize::from(b >> 4)]);
+            out.push(HEX[usize::from(b & 0xf)]);
+        } else {
+            out.extend_from_slice(escaped);
         }
     }
+    out.extend_from_slice(bytes.get(plain..).unwrap_or_default());
     out.push(b'"');
 }
 
-fn write_number(n: &serde_json::Number, out: &mut Vec<u8>) {
-    let mut w = VecWriter(out);
-    // Writing into a Vec cannot fail; the Result only exists for the fmt::Write signature.
-    let _ = if let Some(u) = n.as_u64() {
-        write!(w, "{u}")
-    } else if let Some(i) = n.as_i64() {
-        write!(w, "{i}")
-    } else {
-        let f = n.as_f64().unwrap_or(0.0);
-        if f.abs() < 9.007_199_254_740_992e15 && (f as i64) as f64 == f {
-            // Integral floats print like integers so `2.0` and `2` agree.
-            write!(w, "{}", f as i64)
-        } else {
-            write!(w, "{f}")
-        }
-    };
+/// Appends an unsigned integer in decimal.
+pub(crate) fn write_u64(u: u64, out: &mut Stream) {
+    // Writing into a Stream cannot fail; the Result only exists for the fmt::Write signature.
+    let _ = write!(StreamWriter(out), "{u}");
 }
 
-/// `core::fmt::Write` into a byte vector.
-struct VecWriter<'a>(&'a mut Vec<u8>);
+fn write_i64(i: i64, out: &mut Stream) {
+    let _ = write!(StreamWriter(out), "{i}");
+}
 
-impl Write for VecWriter<'_> {
-    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+/// Appends a float in the canonical form of the module doc.
+pub(crate) fn write_f64(f: f64, out: &mut Stream) {
+    if f.abs() < 9.007_199_254_740_992e15 && (f as i64) as f64 == f {
+        // Integral floats print like integers so `2.0` and `2` agree.
+        return write_i64(f as i64, out);
+    }
+    let mut exp = SmallBuf::default();
+    if write!(exp, "{f:e}").is_ok() && exp.len < positional_len(exp.as_bytes()) {
+        out.extend_from_slice(exp.as_bytes());
+    } else {
+        let _ = write!(StreamWriter(out), "{f}");
+    }
+}
+
+/// The length of Rust's positional (`{}`) form of the float whose shortest exponent form
+/// (`{:e}`: `[-]d[.ddd]e[-]x`) is `exp`, without formatting it (`1e308` would take 309 bytes).
+fn positional_len(exp: &[u8]) -> usize {
+    let Some(e) = exp.iter().position(|&b| b == b'e') else {
+        return exp.len();
+    };
+    let (mantissa, exponent) = exp.split_at(e);
+    let sign = usize::from(mantissa.first() == Some(&b'-'));
+    let digits = mantissa.iter().filter(|b| b.is_ascii_digit()).count();
+    let (negative, magnitude) = match exponent.get(1..) {
+        Some([b'-', rest @ ..]) => (true, rest),
+        Some(rest) => (false, rest),
+        None => (false, &[][..]),
+    };
+    let x = magnitude
+        .iter()
+        .fold(0usize, |n, d| n * 10 + usize::from(d.wrapping_sub(b'0')));
+    sign + if negative {
+        // 0.000ddd: "0." + (x − 1) zeros + digits.
+        digits + 1 + x
+    } else if x + 1 >= digits {
+        // ddd000: the digits, padded with zeros up to x + 1 places.
+        x + 1
+    } else {
+        // dd.d: the digits and a point.
+        digits + 1
+    }
+}
+
+/// A fixed buffer big enough for any `f64` in exponent form (at most 24 bytes).
+#[derive(Default)]
+struct SmallBuf {
+    buf: [u8; 32],
+    len: usize,
+}
+
+impl SmallBuf {
+    fn as_bytes(&self) -> &[u8] {
+        self.buf.get(..self.len).unwrap_or_default()
+    }
+}
+
+impl Write for SmallBuf {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let end = self.len + s.len();
+        let dst = self.buf.get_mut(self.len..end).ok_or(fmt::Error)?;
+        dst.copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
+/// `core::fmt::Write` into a [`Stream`].
+struct StreamWriter<'a>(&'a mut Stream);
+
+impl Write for StreamWriter<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
         self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// Appends the canonical JSON of the array `seq` is reading; returns its element count.
+pub(crate) fn write_array<'de, A: SeqAccess<'de>>(
+    mut seq: A,
+    out: &mut Stream,
+) -> Result<usize, A::Error> {
+    out.push(b'[');
+    let mut count = 0;
+    loop {
+        // The comma is written before the element is known to exist, and taken back when
+        // the array turns out to have ended.
+        let mark = out.len();
+        if count > 0 {
+            out.push(b',');
+        }
+        if seq
+            .next_element_seed(CanonSeed { out: &mut *out })?
+            .is_none()
+        {
+            out.truncate(mark);
+            break;
+        }
+        count += 1;
+    }
+    out.push(b']');
+    Ok(count)
+}
+
+/// Like [`CanonSeed`], but JSON null writes nothing; the value is whether anything else was there.
+pub(crate) struct OptCanonSeed<'a> {
+    /// Where the canonical JSON goes.
+    pub out: &'a mut Stream,
+}
+
+impl<'de> DeserializeSeed<'de> for OptCanonSeed<'_> {
+    type Value = bool;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for OptCanonSeed<'_> {
+    type Value = bool;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_none<E>(self) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_unit<E>(self) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_some<D: de::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        CanonSeed { out: self.out }.deserialize(d).map(|()| true)
+    }
+}
+
+/// Parses any JSON value and appends its canonical JSON to `out` as it goes.
+pub(crate) struct CanonSeed<'a> {
+    /// Where the canonical JSON goes.
+    pub out: &'a mut Stream,
+}
+
+impl<'de> DeserializeSeed<'de> for CanonSeed<'_> {
+    type Value = ();
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for CanonSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        self.out.extend_from_slice(b"null");
+        Ok(())
+    }
+    fn visit_none<E>(self) -> Result<(), E> {
+        self.out.extend_from_slice(b"null");
+        Ok(())
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<(), E> {
+        self.out
+            .extend_from_slice(if v { b"true" } else { b"false" });
+        Ok(())
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<(), E> {
+        write_u64(v, self.out);
+        Ok(())
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<(), E> {
+        write_i64(v, self.out);
+        Ok(())
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<(), E> {
+        write_f64(v, self.out);
+        Ok(())
+    }
+    fn visit_str<E>(self, v: &str) -> Result<(), E> {
+        write_string(v, self.out);
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
+        write_array(seq, self.out).map(|_| ())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        // Every member lands after the `{`.
+        let room = self.out.room_from(self.out.len()).saturating_sub(1);
+        let mut members = Vec::new();
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            let mut value = Stream::with_limit(room, 0);
+            map.next_value_seed(CanonSeed { out: &mut value })?;
+            members.push(Member { key, value });
+        }
+        sort_members(&mut members);
+        write_members(&members, self.out);
         Ok(())
     }
 }

@@ -1,15 +1,14 @@
 //! Visitors for chat messages and their content (OpenAI and Anthropic), writing the
 //! canonical prompt bytes described in [`super`] straight into the output buffer.
 
-use super::canonical;
+use super::canonical::OptCanonSeed;
 use super::part::PartSeed;
 use super::scalar::{wrong, KeySeed, ScalarSeed, Sink};
+use super::stream::Stream;
 use super::{RS, US};
 use alloc::borrow::Cow;
-use alloc::vec::Vec;
 use core::fmt;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::Value;
 
 /// Field paths used in errors for one kind of content (message content or `system`).
 pub(crate) struct Names {
@@ -116,7 +115,7 @@ impl<'de> Visitor<'de> for MessageSeed<'_> {
         let mut role = None;
         let mut name = None;
         let mut tool_call_id = None;
-        let mut tool_calls: Option<Value> = None;
+        let mut tool_calls: Option<Stream> = None;
         while let Some(key) = map.next_key_seed(KeySeed)? {
             match &*key {
                 "content" => {
@@ -131,7 +130,12 @@ impl<'de> Visitor<'de> for MessageSeed<'_> {
                     tool_call_id = opt_str(&mut map, &mut self.sink, "messages[].tool_call_id")?
                 }
                 "tool_calls" => {
-                    tool_calls = Some(map.next_value::<Value>()?).filter(|v| !v.is_null())
+                    // The trailer lands after everything written so far, so it never needs
+                    // more than the room left from here.
+                    let out = &*self.sink.out;
+                    let mut calls = Stream::with_limit(out.room_from(out.len()), 0);
+                    let present = map.next_value_seed(OptCanonSeed { out: &mut calls })?;
+                    tool_calls = present.then_some(calls);
                 }
                 _ => {
                     map.next_value::<IgnoredAny>()?;
@@ -151,7 +155,7 @@ impl<'de> Visitor<'de> for MessageSeed<'_> {
             out.push(US);
             out.extend_from_slice(b"tool_calls");
             out.push(US);
-            canonical::write_value(&calls, out);
+            out.append(&calls);
         }
         out.push(RS);
         Ok(())
@@ -179,7 +183,7 @@ impl<'de> Visitor<'de> for MessageSeed<'_> {
     }
 }
 
-fn push_attr(out: &mut Vec<u8>, key: &[u8], value: &[u8]) {
+fn push_attr(out: &mut Stream, key: &[u8], value: &[u8]) {
     out.push(US);
     out.extend_from_slice(key);
     out.push(US);

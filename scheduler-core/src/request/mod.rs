@@ -6,7 +6,7 @@
 //! model, the prompt bytes for prefix hashing ([`crate::prefix`]), an estimated prompt token
 //! count, the output token limit, `stream`, `stream_options.include_usage` and `cache_salt`.
 //!
-//! # Canonical prompt byte stream (version 1)
+//! # Canonical prompt byte stream (version 2)
 //!
 //! The stream is what [`crate::prefix`] cuts into blocks of `blockSizeTokens` × 4 bytes, so
 //! it must be identical for identical prompts and must share leading bytes when prompts
@@ -23,7 +23,8 @@
 //!
 //! `/v1/chat/completions` and `/v1/messages` (in this order, whatever the JSON key order):
 //! 1. Tools, if `tools` is a non-empty array: `GS "tools" US <canonical JSON of tools> RS`.
-//!    Canonical JSON is defined in `canonical.rs`: compact, object keys sorted bytewise.
+//!    Canonical JSON is defined in `canonical.rs`: compact, object keys sorted bytewise,
+//!    floats in exponent form where that is shorter (version 1 wrote them positionally).
 //! 2. Anthropic `system`, if present and not null: `<content> US "system" RS` — the same
 //!    bytes an OpenAI `{"role": "system", "content": ...}` message produces.
 //! 3. Each message of `messages`, in order:
@@ -48,7 +49,22 @@
 //!
 //! # Other fields
 //!
-//! - `prompt_tokens` = ⌈prompt bytes / 4⌉ (DESIGN §6: 4 bytes per token).
+//! - `prompt_tokens` = ⌈whole prompt bytes / 4⌉ (4 bytes per token), counted even where the
+//!   bytes were not stored (below).
+//!
+//! # Bounds
+//!
+//! Only the first `maxPrefixTokensToMatch` × 4 bytes of the stream are ever hashed, so
+//! [`parse_with_limit`] stores no more than that ([`parse`]: the default producer's 512 KiB)
+//! and counts the rest: `prompt` is exactly the first `min(prompt_len, limit)` bytes of the
+//! whole stream, so every block hash it covers is unchanged. Nothing in the stream is much
+//! longer than the JSON it comes from (at most 6 bytes per escaped control character that
+//! took 2, 4 bytes per token id of 1 digit, 16 digits for an integral float like `1e15`), so
+//! the whole stream, counted or not, stays within a small multiple of the body, and so does
+//! the memory a parse takes: no `serde_json::Value` tree is built (its 32 bytes per value
+//! would be 16 times a body of `0,0,0,…`); an object inside tools, tool calls or a non-text
+//! part keeps its members' bytes until they are sorted, and a media part keeps its fields'
+//! canonical JSON until it is digested.
 //! - `max_output_tokens` = `max_completion_tokens` if set, else `max_tokens`.
 //! - `include_usage` = `stream_options.include_usage`; for `/v1/messages` it is always true,
 //!   because the Messages API always reports usage.
@@ -67,8 +83,11 @@ mod error;
 mod part;
 mod prompt;
 mod scalar;
+mod stream;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_bounds;
 mod utf8;
 
 pub use error::RequestError;
@@ -127,9 +146,12 @@ pub struct ParsedRequest {
     pub api: Api,
     /// The requested model name (non-empty).
     pub model: String,
-    /// The canonical prompt byte stream (module doc), input to prefix hashing.
+    /// The leading bytes of the canonical prompt byte stream (module doc), input to prefix
+    /// hashing: all of it, or its first `max_prompt_bytes` ([`parse_with_limit`]).
     pub prompt: Vec<u8>,
-    /// Estimated prompt tokens: `prompt.len() / 4`, rounded up.
+    /// Length of the whole canonical prompt, stored or not (`prompt.len()` when not cut).
+    pub prompt_len: usize,
+    /// Estimated prompt tokens: `prompt_len / 4`, rounded up.
     pub prompt_tokens: Tokens,
     /// `max_completion_tokens`, else `max_tokens`.
     pub max_output_tokens: Option<u64>,
@@ -146,12 +168,30 @@ pub fn estimate_tokens(len: usize) -> Tokens {
     Tokens((len as u64).div_ceil(4))
 }
 
-/// Parses `body` as a request to `api` in one pass.
+/// The most canonical prompt bytes [`parse`] stores: what the default
+/// `approx-prefix-cache-producer` hashes (`maxPrefixTokensToMatch` 131072 × 4 bytes).
+pub const DEFAULT_MAX_PROMPT_BYTES: usize = 131_072 * crate::prefix::BYTES_PER_TOKEN;
+
+/// Parses `body` as a request to `api` in one pass, storing at most
+/// [`DEFAULT_MAX_PROMPT_BYTES`] of the prompt (see [`parse_with_limit`]).
 pub fn parse(api: Api, body: &[u8]) -> Result<ParsedRequest, RequestError> {
+    parse_with_limit(api, body, DEFAULT_MAX_PROMPT_BYTES)
+}
+
+/// Parses `body` as a request to `api` in one pass, storing only the first
+/// `max_prompt_bytes` of the canonical prompt (hashing never reads further: pass
+/// [`crate::prefix::PrefixConfig::max_prompt_bytes`]). The rest is counted, not stored, so
+/// [`ParsedRequest::prompt_len`] and the token estimate cover the whole prompt, and the
+/// stored bytes are exactly the leading bytes of the whole prompt.
+pub fn parse_with_limit(
+    api: Api,
+    body: &[u8],
+    max_prompt_bytes: usize,
+) -> Result<ParsedRequest, RequestError> {
     // The canonical stream is never much longer than the JSON it comes from.
-    let mut prompt = Vec::with_capacity(body.len());
-    let mut tools = Vec::new();
-    let mut system = Vec::new();
+    let mut prompt = stream::Stream::with_limit(max_prompt_bytes, body.len());
+    let mut tools = stream::Stream::with_limit(max_prompt_bytes, 0);
+    let mut system = stream::Stream::with_limit(max_prompt_bytes, 0);
     let mut err = None;
     let mut fields = body::Fields::default();
     if !utf8::is_valid(body) {
@@ -178,14 +218,24 @@ pub fn parse(api: Api, body: &[u8]) -> Result<ParsedRequest, RequestError> {
     }
     let model = fields.model.ok_or(RequestError::MissingModel)?;
     if !tools.is_empty() || !system.is_empty() {
-        tools.extend_from_slice(&system);
-        prompt.splice(0..0, tools);
+        // Tools, then the system prompt, then the messages, whatever their order in the body.
+        let total = tools
+            .len()
+            .saturating_add(system.len())
+            .saturating_add(prompt.len());
+        let mut all = stream::Stream::with_limit(max_prompt_bytes, total);
+        all.append(&tools);
+        all.append(&system);
+        all.append(&prompt);
+        prompt = all;
     }
+    let prompt_len = prompt.len();
     Ok(ParsedRequest {
         api,
         model,
-        prompt_tokens: estimate_tokens(prompt.len()),
-        prompt,
+        prompt_tokens: estimate_tokens(prompt_len),
+        prompt_len,
+        prompt: prompt.into_bytes(),
         max_output_tokens: fields.max_completion_tokens.or(fields.max_tokens),
         stream: fields.stream,
         include_usage: fields.include_usage || api == Api::AnthropicMessages,

@@ -1,16 +1,16 @@
 //! One content part (OpenAI) or content block (Anthropic): text is written as it is
 //! parsed; media and other parts become the markers described in [`super`].
 
-use super::canonical;
+use super::canonical::{self, CanonSeed, Member};
 use super::content::{opt_str, Names};
 use super::scalar::{wrong, KeySeed, Sink};
+use super::stream::Stream;
 use super::{SUB, US};
 use alloc::borrow::Cow;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::Value;
 
 /// Part types whose `text` is the content.
 const TEXT_TYPES: &[&str] = &["text", "input_text", "output_text"];
@@ -55,23 +55,41 @@ impl<'de> Visitor<'de> for PartSeed<'_> {
         let start = self.sink.out.len();
         let mut part_type: Option<Cow<'de, str>> = None;
         let mut has_text = false;
-        let mut others: Vec<(Cow<'de, str>, Value)> = Vec::new();
+        // The text, kept aside only when the output could not store all of it and the part
+        // may turn out not to be text (its text then goes into the marker).
+        let mut spilled: Option<String> = None;
+        let mut others: Vec<Member<'de>> = Vec::new();
         while let Some(key) = map.next_key_seed(KeySeed)? {
+            let known_text = part_type
+                .as_deref()
+                .is_some_and(|t| TEXT_TYPES.contains(&t));
             match &*key {
                 "type" => part_type = opt_str(&mut map, &mut self.sink, self.names.part_type)?,
                 "text" => {
                     // A repeated `text` replaces the earlier one, as in a JSON object.
                     self.sink.out.truncate(start);
+                    spilled = None;
                     has_text = map.next_value_seed(TextSeed {
                         sink: self.sink.reborrow(),
                         field: self.names.text,
+                        spill: (!known_text).then_some(&mut spilled),
                     })?;
                 }
-                // Anthropic caching hints move between turns; they are not content.
+                // Anthropic caching hints move between turns; they are not content. The
+                // other fields of a text part are not content either.
                 "cache_control" => {
                     map.next_value::<IgnoredAny>()?;
                 }
-                _ => others.push((key, map.next_value::<Value>()?)),
+                _ if known_text => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+                _ => {
+                    // Kept whole: a media marker digests its fields whole, and a later
+                    // `type` may still make this part one.
+                    let mut value = Stream::unbounded();
+                    map.next_value_seed(CanonSeed { out: &mut value })?;
+                    others.push(Member { key, value });
+                }
             }
         }
         let part_type = match part_type {
@@ -81,21 +99,26 @@ impl<'de> Visitor<'de> for PartSeed<'_> {
         // Not a text part: its text (rare) joins the other fields in the marker.
         let out = &mut *self.sink.out;
         if has_text {
-            let text = String::from_utf8_lossy(out.get(start..).unwrap_or_default()).into_owned();
-            others.push((Cow::Borrowed("text"), Value::String(text)));
+            let text = spilled
+                .unwrap_or_else(|| String::from_utf8_lossy(out.stored_from(start)).into_owned());
+            let mut value = Stream::unbounded();
+            canonical::write_string(&text, &mut value);
+            others.push(Member {
+                key: Cow::Borrowed("text"),
+                value,
+            });
         }
         out.truncate(start);
-        let mut entries: Vec<(&str, &Value)> = others.iter().map(|(k, v)| (&**k, v)).collect();
-        entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        canonical::sort_members(&mut others);
         out.push(SUB);
         out.extend_from_slice(part_type.as_bytes());
         out.push(US);
         if MEDIA_TYPES.contains(&&*part_type) {
-            let mut json = Vec::new();
-            canonical::write_object(&entries, &mut json);
-            push_hex64(out, xxhash_rust::xxh3::xxh3_64(&json));
+            let mut json = Stream::unbounded();
+            canonical::write_members(&others, &mut json);
+            push_hex64(out, xxhash_rust::xxh3::xxh3_64(json.bytes()));
         } else {
-            canonical::write_object(&entries, out);
+            canonical::write_members(&others, out);
         }
         out.push(SUB);
         Ok(())
@@ -121,7 +144,7 @@ impl<'de> Visitor<'de> for PartSeed<'_> {
 }
 
 /// 16 lowercase hex digits, most significant first.
-fn push_hex64(out: &mut Vec<u8>, v: u64) {
+fn push_hex64(out: &mut Stream, v: u64) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     for shift in (0..16).rev() {
         out.push(HEX[((v >> (shift * 4)) & 0xf) as usize]);
@@ -129,25 +152,32 @@ fn push_hex64(out: &mut Vec<u8>, v: u64) {
 }
 
 /// A part's `text`: a string appended to the output, or null.
-struct TextSeed<'a> {
+struct TextSeed<'a, 's> {
     sink: Sink<'a>,
     field: &'static str,
+    /// Where to keep a copy of the text if the output cannot store all of it.
+    spill: Option<&'s mut Option<String>>,
 }
 
-impl<'de> DeserializeSeed<'de> for TextSeed<'_> {
+impl<'de> DeserializeSeed<'de> for TextSeed<'_, '_> {
     type Value = bool;
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
         d.deserialize_any(self)
     }
 }
 
-impl<'de> Visitor<'de> for TextSeed<'_> {
+impl<'de> Visitor<'de> for TextSeed<'_, '_> {
     type Value = bool;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a string")
     }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<bool, E> {
         self.sink.out.extend_from_slice(v.as_bytes());
+        if let Some(spill) = self.spill {
+            if !self.sink.out.is_complete() {
+                *spill = Some(String::from(v));
+            }
+        }
         Ok(true)
     }
     fn visit_unit<E: de::Error>(self) -> Result<bool, E> {

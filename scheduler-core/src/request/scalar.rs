@@ -5,17 +5,17 @@
 //! record a [`RequestError`] in a [`Sink`] before aborting, and `parse` prefers it over the
 //! generic "not JSON" answer.
 
+use super::stream::Stream;
 use super::RequestError;
 use alloc::borrow::Cow;
 use alloc::string::String;
-use alloc::vec::Vec;
 use core::fmt;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 /// Where visitors write prompt bytes and record the first typed error.
 pub(crate) struct Sink<'a> {
     /// The byte stream being built.
-    pub out: &'a mut Vec<u8>,
+    pub out: &'a mut Stream,
     /// The first typed error seen, if any.
     pub err: &'a mut Option<RequestError>,
 }

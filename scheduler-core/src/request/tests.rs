@@ -7,6 +7,9 @@ use alloc::vec;
 use proptest::prelude::*;
 use std::format;
 
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 fn chat(body: &str) -> ParsedRequest {
     match parse(Api::ChatCompletions, body.as_bytes()) {
         Ok(p) => p,
@@ -592,7 +595,8 @@ proptest! {
         for api in [Api::ChatCompletions, Api::Completions, Api::AnthropicMessages] {
             if let Ok(p) = parse(api, &body) {
                 prop_assert!(!p.model.is_empty());
-                prop_assert_eq!(p.prompt_tokens, estimate_tokens(p.prompt.len()));
+                prop_assert_eq!(p.prompt_tokens, estimate_tokens(p.prompt_len));
+                prop_assert!(p.prompt.len() <= p.prompt_len);
             }
         }
     }

@@ -71,6 +71,8 @@ mod tests {
     use super::is_valid;
     use alloc::vec::Vec;
     use proptest::prelude::*;
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn edge_cases_agree_with_core() {

@@ -1,0 +1,169 @@
+//! A byte stream that stores at most a fixed number of leading bytes and counts the rest.
+//!
+//! The canonical prompt is only ever hashed up to `maxPrefixTokensToMatch` × 4 bytes, but its
+//! full length is the prompt-token estimate. A [`Stream`] keeps both: [`Stream::bytes`] is
+//! always a prefix of what was written (at most `limit` bytes), [`Stream::len`] the length of
+//! everything written. Writers never need to know where the limit is; a request that expands
+//! (floats, escapes, batches of token ids) costs its length in counting, not in memory.
+
+use alloc::vec::Vec;
+
+/// Leading bytes of a stream (at most `limit`), and its full length.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Stream {
+    /// A prefix of the stream; shorter than `len` once the limit was reached.
+    bytes: Vec<u8>,
+    /// Bytes written in all, stored or not.
+    len: usize,
+    /// The most bytes stored.
+    limit: usize,
+}
+
+impl Stream {
+    /// An empty stream storing at most `limit` bytes, with room reserved for `capacity`.
+    pub fn with_limit(limit: usize, capacity: usize) -> Self {
+        Stream {
+            bytes: Vec::with_capacity(capacity.min(limit)),
+            len: 0,
+            limit,
+        }
+    }
+
+    /// An empty stream that stores everything.
+    pub fn unbounded() -> Self {
+        Stream::with_limit(usize::MAX, 0)
+    }
+
+    /// Bytes written in all (stored or counted).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing was written.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The stored prefix.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Whether every byte written is stored.
+    pub fn is_complete(&self) -> bool {
+        self.bytes.len() == self.len
+    }
+
+    /// The stored prefix, taken out of the stream.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+
+    /// How many bytes written from logical position `pos` on would still be stored: a
+    /// nested writer whose output lands at `pos` or later never needs to keep more.
+    pub fn room_from(&self, pos: usize) -> usize {
+        if pos > self.bytes.len() && !self.is_complete() {
+            0
+        } else {
+            self.limit.saturating_sub(pos)
+        }
+    }
+
+    /// Appends `b`: the part that fits is stored, all of it is counted.
+    pub fn extend_from_slice(&mut self, b: &[u8]) {
+        // Once a byte was dropped nothing after it may be stored, or the prefix would have a hole.
+        if self.is_complete() {
+            let take = self.limit.saturating_sub(self.bytes.len()).min(b.len());
+            if let Some(head) = b.get(..take) {
+                self.bytes.extend_from_slice(head);
+            }
+        }
+        self.len = self.len.saturating_add(b.len());
+    }
+
+    /// Appends one byte.
+    pub fn push(&mut self, b: u8) {
+        self.extend_from_slice(&[b]);
+    }
+
+    /// Appends another stream: its stored prefix, then its counted rest.
+    pub fn append(&mut self, other: &Stream) {
+        self.extend_from_slice(&other.bytes);
+        let rest = other.len - other.bytes.len();
+        if rest > 0 {
+            // Those bytes were never stored, so nothing after them can be either.
+            self.len = self.len.saturating_add(rest);
+        }
+    }
+
+    /// Cuts the stream back to its first `at` bytes (no-op if it is not longer).
+    pub fn truncate(&mut self, at: usize) {
+        if at < self.len {
+            self.len = at;
+            self.bytes.truncate(at);
+        }
+    }
+
+    /// Empties the stream (the limit stays).
+    pub fn clear(&mut self) {
+        self.truncate(0);
+    }
+
+    /// The stored bytes from logical position `start` on (empty if none are stored).
+    pub fn stored_from(&self, start: usize) -> &[u8] {
+        self.bytes.get(start..).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
+
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use super::Stream;
+
+    #[test]
+    fn stores_up_to_the_limit_and_counts_the_rest() {
+        let mut s = Stream::with_limit(5, 100);
+        s.extend_from_slice(b"abc");
+        s.extend_from_slice(b"defg");
+        s.push(b'h');
+        assert_eq!(
+            (s.bytes(), s.len(), s.is_complete()),
+            (&b"abcde"[..], 8, false)
+        );
+        s.truncate(4);
+        assert_eq!(
+            (s.bytes(), s.len(), s.is_complete()),
+            (&b"abcd"[..], 4, true)
+        );
+        s.extend_from_slice(b"xy");
+        assert_eq!(s.bytes(), b"abcdx");
+    }
+
+    #[test]
+    fn appending_a_cut_stream_leaves_no_hole() {
+        let mut inner = Stream::with_limit(2, 0);
+        inner.extend_from_slice(b"1234");
+        let mut outer = Stream::with_limit(10, 0);
+        outer.append(&inner);
+        outer.extend_from_slice(b"z");
+        // "34" were never stored, so "z" may not follow "12" in the prefix.
+        assert_eq!((outer.bytes(), outer.len()), (&b"12"[..], 5));
+        assert_eq!(outer.room_from(outer.len()), 0);
+    }
+
+    #[test]
+    fn room_from_a_position() {
+        let mut s = Stream::with_limit(8, 0);
+        s.extend_from_slice(b"abc");
+        assert_eq!(s.room_from(3), 5);
+        assert_eq!(s.room_from(1), 7);
+        assert_eq!(s.room_from(4), 4);
+        s.extend_from_slice(b"0123456789");
+        assert_eq!(s.room_from(9), 0);
+        assert_eq!(Stream::unbounded().room_from(0), usize::MAX);
+    }
+}
