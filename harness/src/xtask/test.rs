@@ -5,19 +5,27 @@
 //! 2. `cargo test --workspace`: unit, property, fake-host, wasmtime-host and real-Envoy tests;
 //! 3. the scheduling core's tests compiled to `wasm32-wasip1`, run by our wasmtime runner, so
 //!    hashing and parsing are proven identical on the Wasm target;
-//! 4. the Python tests: the simulator under the official `openai` client and
+//! 4. the same tests under `wasm-bindgen-test` on `wasm32-unknown-unknown`, with Node as the
+//!    host through `wasm-bindgen-test-runner`, checked to be every test the native build has;
+//! 5. the Python tests: the simulator under the official `openai` client and
 //!    `prometheus_client`'s parser.
 
 use super::artefacts::{
     build_all, build_panic_injection_module, cargo, target_dir, workspace_root,
 };
 use anyhow::{bail, Context, Result};
-use std::process::Command;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// The target of the `wasm-bindgen-test` tier.
+const WASM_BINDGEN_TARGET: &str = "wasm32-unknown-unknown";
 
 /// Runs every tier; `args` may hold `--skip-python` for machines without the Python deps.
 pub fn run(args: &[String]) -> Result<()> {
     let skip_python = args.iter().any(|a| a == "--skip-python");
     super::setup::ensure(!skip_python)?;
+    let wasm_bindgen_runner = super::setup::ensure_wasm_bindgen_test()?;
     let mut artefacts = build_all()?;
     // The end-to-end suite's native runs load the test build, which can inject a panic.
     artefacts.native_module = build_panic_injection_module()?;
@@ -33,6 +41,7 @@ pub fn run(args: &[String]) -> Result<()> {
         &["test", "-p", "scheduler-core", "--target", "wasm32-wasip1"],
         &[("CARGO_TARGET_WASM32_WASIP1_RUNNER", runner)],
     )?;
+    wasm_bindgen_tier(wasm_bindgen_runner)?;
 
     if !skip_python {
         eprintln!("xtask: pytest harness/python");
@@ -48,4 +57,73 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     eprintln!("xtask: all tests passed");
     Ok(())
+}
+
+/// Runs the core's tests under `wasm-bindgen-test`, then checks that the tier knows every
+/// test the native build has. A test module that lacks the `wasm_bindgen_test as test`
+/// import still compiles for this target, but its tests are never registered with the
+/// runner: they would silently not run.
+fn wasm_bindgen_tier(runner: PathBuf) -> Result<()> {
+    let env = [("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER", runner)];
+    cargo(
+        &[
+            "test",
+            "-p",
+            "scheduler-core",
+            "--target",
+            WASM_BINDGEN_TARGET,
+        ],
+        &env,
+    )?;
+    let native = core_test_names(None, &[])?;
+    let wasm = core_test_names(Some(WASM_BINDGEN_TARGET), &env)?;
+    if native != wasm {
+        let missing: Vec<&str> = native.difference(&wasm).map(String::as_str).collect();
+        let extra: Vec<&str> = wasm.difference(&native).map(String::as_str).collect();
+        bail!(
+            "the wasm-bindgen-test tier knows {} of the core's {} tests; missing: [{}], \
+             not native: [{}] (a test module without \
+             `use wasm_bindgen_test::wasm_bindgen_test as test;`?)",
+            wasm.len(),
+            native.len(),
+            missing.join(", "),
+            extra.join(", ")
+        );
+    }
+    eprintln!(
+        "xtask: wasm-bindgen-test knows all {} of the core's unit tests",
+        wasm.len()
+    );
+    Ok(())
+}
+
+/// The names of the core's unit tests (ignored ones included) as its test binary lists them,
+/// built for `target` (the host when `None`).
+fn core_test_names(target: Option<&str>, envs: &[(&str, PathBuf)]) -> Result<BTreeSet<String>> {
+    let mut args = vec!["test", "-p", "scheduler-core", "--lib"];
+    if let Some(target) = target {
+        args.extend(["--target", target]);
+    }
+    args.extend(["--", "--list", "--format", "terse"]);
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!("xtask: cargo {}", args.join(" "));
+    let out = Command::new(cargo)
+        .args(&args)
+        .envs(envs.iter().map(|(k, v)| (*k, v.as_os_str())))
+        .current_dir(workspace_root())
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo")?;
+    if !out.status.success() {
+        bail!("cargo {} failed with {}", args.join(" "), out.status);
+    }
+    let names: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_suffix(": test"))
+        .map(str::to_string)
+        .collect();
+    if names.is_empty() {
+        bail!("cargo {} listed no tests", args.join(" "));
+    }
+    Ok(names)
 }

@@ -8,6 +8,9 @@ use alloc::vec;
 use proptest::prelude::*;
 use std::format;
 
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 fn cfg(block_size_tokens: u32) -> PrefixConfig {
     PrefixConfig {
         block_size_tokens,

@@ -11,6 +11,9 @@ use super::*;
 use crate::metrics::{CacheConfig, EndpointMetrics, LoraState};
 use crate::types::Millis;
 
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 fn sample_snapshot() -> Snapshot {
     Snapshot {
         taken_at: Millis(1_756_392_103_456),

@@ -5,6 +5,9 @@ use alloc::vec::Vec;
 
 use crate::metrics::exposition::{lines, parse_line, Line, MetricKind, Sample};
 
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 fn sample(line: &str) -> Sample<'_> {
     match parse_line(line) {
         Line::Sample(s) => s,

@@ -3,6 +3,9 @@
 
 use crate::metrics::{extract, EndpointMetrics, MetricNames};
 
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 fn check(name: &str, page: &str, expected_json: &str) {
     let expected: EndpointMetrics = serde_json::from_str(expected_json).unwrap();
     let got = extract(page.as_bytes(), &MetricNames::default());

@@ -9,6 +9,9 @@ use proptest::prelude::*;
 use crate::metrics::exposition::{lines, parse_line, raw_lines, Line};
 use crate::metrics::{extract, MetricNames};
 
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 /// Lines built from the format's own alphabet reach much deeper than uniform bytes.
 fn format_ish() -> impl Strategy<Value = String> {
     let piece = prop_oneof![

@@ -7,6 +7,9 @@ use crate::metrics::{
     extract, CacheConfig, CacheInfoSpec, EndpointMetrics, LoraState, MetricNames,
 };
 
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 fn ex(page: &str) -> EndpointMetrics {
     extract(page.as_bytes(), &MetricNames::default())
 }

@@ -7,6 +7,9 @@ use super::super::{ConfigError, EndpointPickerConfig, Scheduler};
 use super::sched;
 use crate::metrics::{CacheConfig, EndpointMetrics};
 
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 fn err(json: &str) -> ConfigError {
     match Scheduler::from_json_str(json) {
         Ok(_) => panic!("config accepted: {json}"),

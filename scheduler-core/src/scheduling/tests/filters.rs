@@ -8,6 +8,9 @@ use super::{cand, hashes, m, req, run, sched, FakePrefix};
 use crate::metrics::EndpointMetrics;
 use crate::types::Millis;
 
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 const UTIL: &str = r#"{"plugins": [
     {"type": "utilization-filter", "name": "u", "parameters": {"conditions": [
         {"metric": "kv-cache-utilization", "maxValue": 0.8},

@@ -5,6 +5,9 @@ use alloc::vec::Vec;
 use super::super::pick::SplitMix64;
 use super::{cand, hashes, m, req, run, sched};
 
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 const KV_MAX: &str = r#"{"plugins": [{"type": "kv-cache-utilization-scorer"}, {"type": "max-score-picker", "parameters": {"maxFallbacks": 2}}]}"#;
 
 fn counts(picks: impl Iterator<Item = Option<usize>>, n: usize) -> Vec<usize> {

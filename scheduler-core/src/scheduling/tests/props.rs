@@ -13,6 +13,9 @@ use super::{sched, FakePrefix};
 use crate::metrics::{EndpointMetrics, LoraState};
 use crate::types::{InFlight, Millis, Tokens};
 
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 const SCORERS: &[&str] = &[
     "prefix-cache-scorer",
     "queue-scorer",

@@ -8,6 +8,9 @@ use super::{cand, m, sched};
 use crate::prefix::request_hashes;
 use crate::types::{Millis, Tokens};
 
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 #[test]
 fn recorded_prefix_wins_over_lighter_load() {
     let s = sched(

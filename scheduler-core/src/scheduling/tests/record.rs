@@ -3,6 +3,9 @@
 use super::{cand, hashes, m, req, sched, FakePrefix};
 use crate::types::Millis;
 
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 #[test]
 fn record_serializes_filters_scores_totals_and_pick() {
     let s = sched(

@@ -7,6 +7,9 @@ use super::super::{Candidate, RequestView};
 use super::{cand, hashes, lora, m, only, req, run, FakePrefix};
 use crate::types::{InFlight, Millis, Tokens};
 
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 /// Raw scores of the only scorer of a one-scorer profile, per candidate.
 fn raw(ty: &str, r: &RequestView<'_>, c: &[Candidate<'_>], prefix: &FakePrefix) -> Vec<f64> {
     let s = only(&[ty]);
