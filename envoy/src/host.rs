@@ -26,6 +26,12 @@ impl EnvoyStream {
         EnvoyStream { raw }
     }
 
+    /// The `filter_envoy_ptr` this handle wraps (to reach the same stream again from its
+    /// destroy hook, see `crate::picker`).
+    pub fn raw(&self) -> HttpFilterEnvoyPtr {
+        self.raw
+    }
+
     /// First value of header `name` in `kind`, copied; `None` if absent.
     pub fn header(&self, kind: HeaderKind, name: &str) -> Option<Vec<u8>> {
         let mut out = EnvoyBuffer::EMPTY;

@@ -5,8 +5,8 @@
 //!   phase, so the end-to-end suite can show that the panicking request fails closed and
 //!   that Envoy keeps serving the next ones. Phases: `1` or `request-headers`,
 //!   `request-body`, `response-headers`;
-//! - the scraper's config key `testPanicTicks` (a list of tick numbers, the first tick being
-//!   1) makes those ticks of the native scraper panic, so a test can show that scraping goes
+//! - the scraper's config key `testPanicTicks`, a list of tick numbers counted from one,
+//!   makes those ticks of the native scraper panic, so a test can show that scraping goes
 //!   on after a panicking tick. A release build has no such key: its scraper config
 //!   refuses it as an unknown field.
 #![allow(clippy::panic)]

@@ -24,6 +24,13 @@
 //! `"upstreamOverride": "fallback"` keeps the header-driven `ORIGINAL_DST` setup working
 //! (its hosts only join the cluster once the header has created them).
 //!
+//! **In-flight gauges.** A lease taken at the pick raises the pool's and the endpoint's
+//! `infergate.picker.inflight_requests` gauges; the stream's end lowers them, from
+//! `stream_complete` or, when Envoy skipped that (a completion re-entered from inside a
+//! hook, a panic), from the destroy hook. Envoy runs `on_http_filter_destroy` from a member
+//! function of its live filter object, whose config holds the gauges, so the stream's
+//! `filter_envoy_ptr`, kept from its last hook, still reaches them there.
+//!
 //! Config: the Wasm flavour's picker JSON (`{"pools": [...]}` or one pool; `role` ignored),
 //! plus the native-only `"upstreamOverride": "strict" | "fallback"`.
 
@@ -33,7 +40,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use infergate_filters::picker::{PickerRequest, PickerShared, SharedPicker};
 use infergate_filters::FilterStatus;
 
-use crate::abi::{BodyStatus, HeadersStatus, TrailersStatus};
+use crate::abi::{BodyStatus, HeadersStatus, HttpFilterEnvoyPtr, TrailersStatus};
 use crate::adapter::HostConfig;
 use crate::filter::{FilterConfigHandle, StreamFactory, StreamLogic};
 use crate::host::EnvoyStream;
@@ -103,6 +110,7 @@ impl StreamFactory for PickerFactory {
         Box::new(PickerStream {
             shared: Arc::clone(&self.shared),
             request: PickerRequest::new(),
+            envoy: core::ptr::null_mut(),
         })
     }
 }
@@ -110,10 +118,14 @@ impl StreamFactory for PickerFactory {
 struct PickerStream {
     shared: Arc<Shared>,
     request: PickerRequest,
+    /// The stream's `filter_envoy_ptr` as of its last hook (NULL before the first), for the
+    /// destroy hook to lower the in-flight gauges (see the module doc).
+    envoy: HttpFilterEnvoyPtr,
 }
 
 impl PickerStream {
     fn body_step(&mut self, envoy: &mut EnvoyStream, end_of_stream: bool) -> FilterStatus {
+        self.envoy = envoy.raw();
         let shared = Arc::clone(&self.shared);
         // The filter locks `state` for the pick alone (see the module doc).
         shared.host.body_step(envoy, end_of_stream, |host, len| {
@@ -129,6 +141,7 @@ impl StreamLogic for PickerStream {
         envoy: &mut EnvoyStream,
         end_of_stream: bool,
     ) -> HeadersStatus {
+        self.envoy = envoy.raw();
         let shared = Arc::clone(&self.shared);
         // Reads the pool's plan without locking `state`.
         shared
@@ -148,18 +161,34 @@ impl StreamLogic for PickerStream {
         self.body_step(envoy, true).into()
     }
 
-    fn on_stream_complete(&mut self, _envoy: &mut EnvoyStream) {
-        self.request.on_end(&*self.shared.state);
+    fn on_stream_complete(&mut self, envoy: &mut EnvoyStream) {
+        let shared = Arc::clone(&self.shared);
+        shared.host.headers_step(envoy, |host| {
+            self.request.on_end_counted(&*shared.state, host);
+        });
     }
 }
 
 impl Drop for PickerStream {
     /// A stream destroyed without `stream_complete` (or after a panic) still gives its
-    /// in-flight lease back; `on_end` is a no-op when it already ran.
+    /// in-flight lease back and lowers the gauges; a no-op when the end already ran.
     fn drop(&mut self) {
-        if self.request.holds_lease() {
-            self.request.on_end(&*self.shared.state);
+        if !self.request.holds_lease() {
+            return;
         }
+        let shared = Arc::clone(&self.shared);
+        if self.envoy.is_null() {
+            // Unreachable (a lease is taken inside a hook, which records the pointer).
+            self.request.on_end(&*shared.state);
+            return;
+        }
+        // SAFETY: the picker's streams are dropped only from `on_http_filter_destroy`,
+        // which Envoy runs from its live filter object (see the module doc): the pointer of
+        // the stream's last hook still designates it, and the handle dies within this call.
+        let mut envoy = unsafe { EnvoyStream::from_hook(self.envoy) };
+        shared.host.headers_step(&mut envoy, |host| {
+            self.request.on_end_counted(&*shared.state, host);
+        });
     }
 }
 

@@ -518,3 +518,74 @@ fn probe_buffers_the_body_then_continues_without_touching_the_request() {
     envoy_dynamic_module_on_http_filter_destroy(filter);
     envoy_dynamic_module_on_http_filter_config_destroy(config);
 }
+
+/// Net gauge movement per defined name, from the fake's record of increments/decrements.
+fn gauge_totals() -> std::collections::BTreeMap<String, i64> {
+    fake_envoy::with(|s| {
+        let mut totals = std::collections::BTreeMap::new();
+        for (id, _, delta) in &s.gauge_moves {
+            let name = s.counters.get(*id).cloned().unwrap_or_default();
+            *totals.entry(name).or_insert(0) += delta;
+        }
+        totals
+    })
+}
+
+#[test]
+fn picker_in_flight_gauges_return_to_zero_on_complete_and_on_destroy_alone() {
+    fake_envoy::reset();
+    let json = picker_config("gauges", &["127.0.0.1:9201"], "");
+    let config = new_config("picker", &json);
+    assert!(!config.is_null(), "{:?}", fake_envoy::logs());
+    let pool = "infergate.picker.inflight_requests.pool.gauges";
+    let endpoint = format!("{pool}.endpoint.127_0_0_1_9201");
+    // Both gauges are label-less metrics defined at config time.
+    fake_envoy::with(|s| {
+        assert!(s.counters.iter().any(|n| n == pool), "{:?}", s.counters);
+        assert!(s.counters.contains(&endpoint));
+    });
+
+    picker_request();
+    let (_, _, completed) = run_request(config);
+    let (_, _, reset) = run_request(config);
+    let totals = gauge_totals();
+    assert_eq!(totals.get(pool), Some(&2), "{totals:?}");
+    assert_eq!(totals.get(&endpoint), Some(&2));
+
+    // One stream completes normally; the other is destroyed without stream_complete.
+    envoy_dynamic_module_on_http_filter_stream_complete(dummy_ptr(), completed);
+    assert_eq!(gauge_totals().get(pool), Some(&1));
+    envoy_dynamic_module_on_http_filter_destroy(completed);
+    assert_eq!(gauge_totals().get(pool), Some(&1), "no second release");
+    envoy_dynamic_module_on_http_filter_destroy(reset);
+    let totals = gauge_totals();
+    assert_eq!(totals.get(pool), Some(&0), "{totals:?}");
+    assert_eq!(totals.get(&endpoint), Some(&0));
+    assert_eq!(inflight(&json, "127.0.0.1:9201"), 0);
+    envoy_dynamic_module_on_http_filter_config_destroy(config);
+}
+
+#[test]
+fn a_routed_model_without_a_picker_pool_gets_the_pickers_503() {
+    fake_envoy::reset();
+    let json = picker_config("nopool", &["127.0.0.1:9301"], "");
+    let config = new_config("picker", &json);
+    chat_request(r#"{"model":"qwen","messages":[{"role":"user","content":"hi"}]}"#);
+    set_request_header("x-gateway-base-model-name", "qwen");
+    let filter = envoy_dynamic_module_on_http_filter_new(config, dummy_ptr());
+    assert_eq!(
+        envoy_dynamic_module_on_http_filter_request_headers(dummy_ptr(), filter, false),
+        HeadersStatus::StopIteration
+    );
+    let reply = fake_envoy::with(|s| s.replies.last().cloned());
+    let reply = reply.unwrap_or_else(|| unreachable!("the picker answers"));
+    assert_eq!(reply.status, 503);
+    assert!(reply
+        .headers
+        .iter()
+        .any(|(k, v)| k == "x-llm-d-request-dropped-reason" && v == "rejected-no-endpoints"));
+    assert!(reply.body.contains("`qwen`"), "{}", reply.body);
+    assert!(fake_envoy::with(|s| s.override_hosts.is_empty()));
+    envoy_dynamic_module_on_http_filter_destroy(filter);
+    envoy_dynamic_module_on_http_filter_config_destroy(config);
+}

@@ -15,6 +15,9 @@ use std::net::SocketAddr;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::headers::is_reserved;
+use crate::reply::truncate_for_message;
+
 /// What to do when the pool's metrics are stale or missing (DESIGN §10).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 pub enum FailureMode {
@@ -132,6 +135,13 @@ pub enum PickerConfigError {
         /// The core's error.
         error: String,
     },
+    /// A field holds a value the picker cannot work with.
+    Field {
+        /// The field's path, e.g. `pools[0].staleAfterMs`.
+        field: String,
+        /// What is wrong with it.
+        problem: String,
+    },
 }
 
 impl core::fmt::Display for PickerConfigError {
@@ -141,7 +151,7 @@ impl core::fmt::Display for PickerConfigError {
             PickerConfigError::BadEndpoint { pool, endpoint } => {
                 write!(
                     f,
-                    "picker config: pool `{pool}`: `{endpoint}` is not ip:port"
+                    "picker config: pool `{pool}`: endpoints: `{endpoint}` is not ip:port"
                 )
             }
             PickerConfigError::DuplicateEndpoint { pool, endpoint } => {
@@ -152,6 +162,9 @@ impl core::fmt::Display for PickerConfigError {
             }
             PickerConfigError::Scheduler { pool, error } => {
                 write!(f, "picker config: pool `{pool}`: eppConfig: {error}")
+            }
+            PickerConfigError::Field { field, problem } => {
+                write!(f, "picker config: {field}: {problem}")
             }
         }
     }
@@ -169,10 +182,31 @@ impl PickerConfig {
         }
     }
 
-    /// Check what serde cannot: endpoint syntax, duplicates.
+    /// Check what serde cannot: endpoint syntax, duplicates, a zero staleness bound (every
+    /// sample would count as stale, so a `FailClose` pool would answer only 503s) and a
+    /// session header the gateway strips from every request (`x-gateway-*`, `x-llm-d-*`:
+    /// affinity would never see it).
     pub fn validate(&self) -> Result<(), PickerConfigError> {
         let mut bases = HashSet::new();
-        for pool in &self.pools {
+        for (i, pool) in self.pools.iter().enumerate() {
+            if pool.stale_after_ms == 0 {
+                return Err(PickerConfigError::Field {
+                    field: format!("pools[{i}].staleAfterMs"),
+                    problem: "must be positive (0 makes every sample stale)".to_owned(),
+                });
+            }
+            if let Some(header) = &pool.session_header {
+                if header.is_empty() || is_reserved(header) {
+                    return Err(PickerConfigError::Field {
+                        field: format!("pools[{i}].sessionHeader"),
+                        problem: format!(
+                            "`{}` is a gateway header (x-gateway-*, x-llm-d-*), which is \
+                             removed from every request, so affinity would never see it",
+                            truncate_for_message(header, 64)
+                        ),
+                    });
+                }
+            }
             if !bases.insert(pool.base_model.as_str()) {
                 return Err(PickerConfigError::DuplicateBaseModel(
                     pool.base_model.clone(),
@@ -183,7 +217,7 @@ impl PickerConfig {
                 if endpoint.parse::<SocketAddr>().is_err() {
                     return Err(PickerConfigError::BadEndpoint {
                         pool: pool.pool.clone(),
-                        endpoint: endpoint.clone(),
+                        endpoint: truncate_for_message(endpoint, 64).into_owned(),
                     });
                 }
                 if !seen.insert(endpoint.as_str()) {
@@ -233,6 +267,34 @@ mod tests {
             dup,
             Err(PickerConfigError::DuplicateEndpoint { .. })
         ));
+    }
+
+    #[test]
+    fn zero_staleness_and_a_stripped_session_header_are_rejected_by_field() {
+        let check = |extra: Value| {
+            let mut pool = serde_json::json!({"pool": "p", "baseModel": "m", "endpoints": []});
+            if let (Some(o), Some(e)) = (pool.as_object_mut(), extra.as_object()) {
+                o.extend(e.clone());
+            }
+            let ok = serde_json::json!({"pool": "q", "baseModel": "n"});
+            PickerConfig::from_json(serde_json::json!({"pools": [ok, pool]}))
+                .and_then(|c| c.validate())
+                .map_err(|e| e.to_string())
+        };
+        let e = check(serde_json::json!({"staleAfterMs": 0}))
+            .err()
+            .unwrap_or_default();
+        assert!(e.contains("pools[1].staleAfterMs"), "{e}");
+        for header in ["x-gateway-session", "X-LLM-D-Session", ""] {
+            let e = check(serde_json::json!({ "sessionHeader": header }))
+                .err()
+                .unwrap_or_default();
+            assert!(e.contains("pools[1].sessionHeader"), "{header}: {e}");
+        }
+        assert_eq!(
+            check(serde_json::json!({"sessionHeader": "x-session-id"})),
+            Ok(())
+        );
     }
 
     #[test]

@@ -9,12 +9,21 @@
 //! the prompt, refreshes the snapshot, picks through [`PickerShared::pick`]) → sets
 //! `x-gateway-destination-endpoint`, the `envoy.lb` dynamic metadata and the host's
 //! upstream override, or answers 503 with `x-llm-d-request-dropped-reason:
-//! rejected-no-endpoints` → `on_end` (complete or reset, whichever the adapter sees first;
-//! later calls do nothing) gives the in-flight lease back.
+//! rejected-no-endpoints` → [`PickerRequest::on_end_counted`] (complete or reset,
+//! whichever the adapter sees first; later calls do nothing) gives the in-flight lease back.
+//! The gauges `infergate.picker.inflight_requests.pool.<p>` and
+//! `….pool.<p>.endpoint.<e>` move by +1 when a lease is taken and −1 when it is given back,
+//! so they read 0 whenever no request is in flight, in both flavours (in Wasm every VM's
+//! deltas add up in the one Envoy stat).
 //!
-//! Requests this picker does not own pass through untouched: no base-model header, a base
-//! model no pool serves, or a non-inference path. A malformed body gets the router's 400
-//! (the picker does not trust the router to be in front of it).
+//! Requests this picker does not own pass through untouched: no base-model header, or a
+//! non-inference path. A request whose base model (set by the body router) no pool of this
+//! picker serves is answered 503 `rejected-no-endpoints` naming the model: the router
+//! routed it to a pool the picker does not know, which is a configuration gap, and passing
+//! it on would leave the answer to whatever the route's cluster does without a pick (an
+//! `ORIGINAL_DST` cluster with no destination: 503; a static cluster: round robin past
+//! the picker). A malformed body gets the router's 400 (the picker does not trust the
+//! router to be in front of it).
 //!
 //! **Locking.** The shared state is reached through a [`PickerAccess`], entered only for
 //! the pick itself and to give a lease back. Everything slow happens outside: the pool's
@@ -41,13 +50,13 @@ use crate::host::{
     Clock, DynamicMetadata, LocalReply, Random, RequestBody, RequestHeaders, SnapshotSource, Stats,
     StreamState, UpstreamOverride,
 };
-use crate::reply::{Reply, REJECTED_NO_ENDPOINTS};
+use crate::reply::{truncate_for_message, Reply, MAX_QUOTED_BYTES, REJECTED_NO_ENDPOINTS};
 use crate::FilterStatus;
 
 pub use access::{PickerAccess, SharedPicker};
 pub use config::{FailureMode, PickerConfig, PickerConfigError, PoolConfig};
 pub use lease::InFlightLease;
-pub use plan::{PickerPlans, PoolPlan};
+pub use plan::{PickerPlans, PoolPlan, UnscrapedReport};
 pub use prepare::PreparedPick;
 pub use state::{PickRequest, Picked, PickerShared, PoolId, Rejection, SnapshotRefresh};
 
@@ -89,11 +98,18 @@ enum Stage {
     Done,
 }
 
+/// A lease the request holds, with the plan whose in-flight gauges it moved.
+#[derive(Debug)]
+struct Held {
+    lease: InFlightLease,
+    plan: Arc<PoolPlan>,
+}
+
 /// The picker's state for one request.
 #[derive(Debug)]
 pub struct PickerRequest {
     stage: Stage,
-    lease: Option<InFlightLease>,
+    lease: Option<Held>,
     endpoint: Option<String>,
 }
 
@@ -135,14 +151,16 @@ impl PickerRequest {
         }
         // Only the picker may set the destination: drop whatever came in.
         host.remove_request_header(DESTINATION_ENDPOINT);
-        let plan = host
-            .request_header(BASE_MODEL)
-            .and_then(|base| shared.plan_for(&base));
+        let base = host.request_header(BASE_MODEL);
+        let plan = base.as_deref().and_then(|base| shared.plan_for(base));
         let api = host
             .request_header(":path")
             .and_then(|path| Api::from_path(&path));
         let (Some(plan), Some(api)) = (plan, api) else {
             self.stage = Stage::Done;
+            if let (Some(base), Some(_)) = (base, api) {
+                return self.reject_no_pool(shared, host, &base);
+            }
             return FilterStatus::Continue;
         };
         // The router already held the request until its body was complete and parsed it:
@@ -185,12 +203,29 @@ impl PickerRequest {
         self.finish(shared, host, &plan, api, &body)
     }
 
+    /// 503 for an inference request whose base model no pool of this picker serves.
+    fn reject_no_pool<S: PickerAccess, H: PickerHost + ?Sized>(
+        &mut self,
+        mut shared: S,
+        host: &mut H,
+        base_model: &str,
+    ) -> FilterStatus {
+        let plans = shared.with_state(|state| state.plans());
+        plans.count_no_pool(host);
+        let message = format!(
+            "no endpoint pool of the picker serves the model `{}`",
+            truncate_for_message(base_model, MAX_QUOTED_BYTES)
+        );
+        host.send_local_reply(&Reply::rejected(REJECTED_NO_ENDPOINTS, &message));
+        FilterStatus::Replied
+    }
+
     /// Prepare outside the state, pick inside it, write the outcome outside again.
     fn finish<S: PickerAccess, H: PickerHost + ?Sized>(
         &mut self,
         shared: S,
         host: &mut H,
-        plan: &PoolPlan,
+        plan: &Arc<PoolPlan>,
         api: Api,
         body: &[u8],
     ) -> FilterStatus {
@@ -210,24 +245,38 @@ impl PickerRequest {
         &mut self,
         mut shared: S,
         host: &mut H,
-        plan: &PoolPlan,
+        plan: &Arc<PoolPlan>,
         prepared: PreparedPick,
     ) -> FilterStatus {
         let req = prepared.request();
-        let (refresh, outcome) = shared.with_state(|state| {
+        let (refresh, outcome, reports, plans) = shared.with_state(|state| {
             let refresh = state.refresh_snapshot(&*host);
             let outcome = state.pick(plan, &req, prepared.now, prepared.random);
-            (refresh, outcome)
+            let reports = state.take_unscraped_reports();
+            // Only when there is something to report: the plans' `Arc` costs an atomic.
+            let plans = (!reports.is_empty()).then(|| state.plans());
+            (refresh, outcome, reports, plans)
         });
         if refresh == SnapshotRefresh::Undecodable {
             plan.count_snapshot_error(host);
+        }
+        if let Some(plans) = plans {
+            for report in &reports {
+                if let Some(p) = plans.get(report.pool) {
+                    p.report_unscraped(report, host);
+                }
+            }
         }
         plan.count_decision(&outcome, host);
         match outcome {
             Ok(picked) => {
                 // Hold the lease before any host call, so whatever happens next the request's
-                // end gives it back.
-                self.lease = Some(picked.lease);
+                // end gives it back (and lowers the gauges it raises here).
+                plan.count_in_flight(picked.lease.endpoint_index(), 1, host);
+                self.lease = Some(Held {
+                    lease: picked.lease,
+                    plan: Arc::clone(plan),
+                });
                 let endpoint: &str = self.endpoint.insert(picked.endpoint);
                 host.set_request_header(DESTINATION_ENDPOINT, endpoint);
                 // Best effort: proxy-wasm cannot set dynamic metadata (the header and the
@@ -238,23 +287,35 @@ impl PickerRequest {
                 FilterStatus::Continue
             }
             Err(rejection) => {
-                let message = match rejection {
-                    Rejection::NoEndpoints => "no endpoint of the pool can take this request",
-                    Rejection::StaleMetrics => "the pool's metrics are stale or missing",
-                };
-                host.send_local_reply(&Reply::rejected(REJECTED_NO_ENDPOINTS, message));
+                host.send_local_reply(&Reply::rejected(REJECTED_NO_ENDPOINTS, rejection.message()));
                 FilterStatus::Replied
             }
         }
     }
 
-    /// The request ended (completed, reset, or its context is being dropped). Gives the
-    /// in-flight lease back the first time; every later call does nothing (and does not
-    /// enter the state).
+    /// The request ended (completed, reset, aborted, answered locally, or its context is
+    /// being dropped). Gives the in-flight lease back and lowers the in-flight gauges the
+    /// first time; every later call does nothing (and does not enter the state).
+    pub fn on_end_counted<S: PickerAccess, H: Stats + ?Sized>(
+        &mut self,
+        mut shared: S,
+        stats: &mut H,
+    ) {
+        self.stage = Stage::Done;
+        if let Some(Held { lease, plan }) = self.lease.take() {
+            let endpoint = lease.endpoint_index();
+            shared.with_state(|state| state.release(lease));
+            plan.count_in_flight(endpoint, -1, stats);
+        }
+    }
+
+    /// [`PickerRequest::on_end_counted`] for an adapter without a stats host at the end:
+    /// gives the lease back but cannot lower the in-flight gauges, which then stay raised
+    /// by this request. Adapters should call `on_end_counted`.
     pub fn on_end<S: PickerAccess>(&mut self, mut shared: S) {
         self.stage = Stage::Done;
-        if let Some(lease) = self.lease.take() {
-            shared.with_state(|state| state.release(lease));
+        if let Some(held) = self.lease.take() {
+            shared.with_state(|state| state.release(held.lease));
         }
     }
 }

@@ -31,6 +31,12 @@ struct PoolStats {
     degraded_picks: StatKey,
     snapshot_errors: StatKey,
     handoff: StatKey,
+    reject_unscraped: StatKey,
+    /// Gauges: requests in flight in the pool, and per endpoint (pool order).
+    inflight: StatKey,
+    inflight_by_endpoint: Vec<StatKey>,
+    /// Gauge: pool endpoints absent from the scraper's snapshot.
+    unscraped: StatKey,
 }
 
 impl PoolStats {
@@ -55,15 +61,28 @@ impl PoolStats {
             degraded_picks: StatKey::new("infergate.picker.fail_open_picks", &p),
             snapshot_errors: StatKey::new("infergate.picker.snapshot_errors", &[]),
             handoff: StatKey::new("infergate.picker.handoff", &p),
+            reject_unscraped: reject(Rejection::Unscraped.label()),
+            inflight: StatKey::new("infergate.picker.inflight_requests", &p),
+            inflight_by_endpoint: endpoints
+                .iter()
+                .map(|e| {
+                    StatKey::new(
+                        "infergate.picker.inflight_requests",
+                        &[("pool", pool), ("endpoint", e)],
+                    )
+                })
+                .collect(),
+            unscraped: StatKey::new("infergate.picker.unscraped_endpoints", &p),
         }
     }
 
-    /// Every key of the pool.
-    fn keys(&self) -> impl Iterator<Item = &StatKey> {
-        [
+    /// Every key of the pool, with its kind.
+    fn keys(&self) -> impl Iterator<Item = (StatKind, &StatKey)> {
+        let counters = [
             &self.decisions,
             &self.reject_no_endpoints,
             &self.reject_stale,
+            &self.reject_unscraped,
             &self.prefix_matched_blocks,
             &self.prefix_total_blocks,
             &self.degraded_picks,
@@ -72,6 +91,12 @@ impl PoolStats {
         ]
         .into_iter()
         .chain(&self.picks)
+        .map(|k| (StatKind::Counter, k));
+        let gauges = [&self.inflight, &self.unscraped]
+            .into_iter()
+            .chain(&self.inflight_by_endpoint)
+            .map(|k| (StatKind::Gauge, k));
+        counters.chain(gauges)
     }
 }
 
@@ -173,7 +198,37 @@ impl PoolPlan {
             }
             Err(Rejection::NoEndpoints) => stats.counter_add(&s.reject_no_endpoints, 1),
             Err(Rejection::StaleMetrics) => stats.counter_add(&s.reject_stale, 1),
+            Err(Rejection::Unscraped) => stats.counter_add(&s.reject_unscraped, 1),
         }
+    }
+
+    /// Move the in-flight gauges of the pool and of endpoint `endpoint` (its index in the
+    /// pool) by `delta`: +1 when a lease is taken, −1 when it is given back.
+    pub fn count_in_flight<S: Stats + ?Sized>(&self, endpoint: usize, delta: i64, stats: &mut S) {
+        stats.gauge_add(&self.stats.inflight, delta);
+        if let Some(key) = self.stats.inflight_by_endpoint.get(endpoint) {
+            stats.gauge_add(key, delta);
+        }
+    }
+
+    /// Report how many of the pool's endpoints the scraper's snapshot lacks (gauge
+    /// `infergate.picker.unscraped_endpoints`) and log `message` when there is one.
+    pub fn report_unscraped<S: Stats + ?Sized>(&self, report: &UnscrapedReport, stats: &mut S) {
+        stats.gauge_set(&self.stats.unscraped, report.endpoints.len() as u64);
+        if report.endpoints.is_empty() {
+            return;
+        }
+        let list: Vec<String> = report.endpoints.iter().map(|e| format!("`{e}`")).collect();
+        stats.log_error(&format!(
+            "infergate: picker pool `{}`: {} of pools[{}].endpoints missing from the \
+             scraper's snapshot (add them to the scraper's `endpoints`): {}; they have no \
+             metrics, so a FailClose pool never picks them and answers 503 \
+             rejected-no-endpoints when no other endpoint is scraped",
+            self.name,
+            report.endpoints.len(),
+            self.id.0,
+            list.join(", ")
+        ));
     }
 
     /// Count a published snapshot that did not decode.
@@ -182,13 +237,48 @@ impl PoolPlan {
     }
 }
 
+/// A pool's endpoints that a newly decoded snapshot has no record of (see
+/// [`PoolPlan::report_unscraped`]); made when that set changes, the first snapshot included.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnscrapedReport {
+    /// The pool.
+    pub pool: PoolId,
+    /// Its endpoints absent from the snapshot, in pool order.
+    pub endpoints: Vec<String>,
+}
+
 /// Every pool's plan, in pool order.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct PickerPlans {
     pub(super) pools: Vec<Arc<PoolPlan>>,
+    /// Requests for a base model no pool serves.
+    no_pool: StatKey,
+}
+
+impl Default for PickerPlans {
+    fn default() -> Self {
+        PickerPlans::new(Vec::new())
+    }
 }
 
 impl PickerPlans {
+    pub(super) fn new(pools: Vec<Arc<PoolPlan>>) -> Self {
+        PickerPlans {
+            pools,
+            no_pool: StatKey::new("infergate.picker.no_pool_rejects", &[]),
+        }
+    }
+
+    /// Count a request rejected because no pool serves its base model.
+    pub fn count_no_pool<S: Stats + ?Sized>(&self, stats: &mut S) {
+        stats.counter_add(&self.no_pool, 1);
+    }
+
+    /// The base models of every pool, in pool order.
+    pub fn base_models(&self) -> impl Iterator<Item = &str> {
+        self.pools.iter().map(|p| p.base_model.as_str())
+    }
+
     /// The plan of the pool serving `base_model`.
     pub fn for_base_model(&self, base_model: &str) -> Option<Arc<PoolPlan>> {
         self.pools
@@ -202,12 +292,17 @@ impl PickerPlans {
         self.pools.get(id.0)
     }
 
-    /// Every stat key the picker can emit for these pools (all counters; a key shared by
+    /// Every stat key the picker can emit for these pools, with its kind (a key shared by
     /// pools, such as `snapshot_errors`, once), so a host can define them all up front.
     pub fn stat_keys(&self) -> Vec<(StatKind, &StatKey)> {
-        let mut keys: Vec<&StatKey> = self.pools.iter().flat_map(|p| p.stats.keys()).collect();
-        keys.sort();
-        keys.dedup();
-        keys.into_iter().map(|k| (StatKind::Counter, k)).collect()
+        let mut keys: Vec<(StatKind, &StatKey)> = self
+            .pools
+            .iter()
+            .flat_map(|p| p.stats.keys())
+            .chain([(StatKind::Counter, &self.no_pool)])
+            .collect();
+        keys.sort_by(|a, b| a.1.cmp(b.1));
+        keys.dedup_by(|a, b| a.1 == b.1);
+        keys
     }
 }

@@ -15,6 +15,16 @@
 //! `FailOpen` → schedule over the live (not dead) ones with unknown metrics, which the
 //! core scores on in-proxy state only (prefix index, in-flight load). Only the pool's own
 //! endpoints are ever candidates, so no request can be steered outside the pool.
+//!
+//! **Endpoints the scraper does not know.** The picker and the scraper are configured
+//! separately (in Wasm they even run in different VMs), so a pool may list an endpoint the
+//! scraper's `endpoints` lack: it would stay "unknown" forever. Each decoded snapshot is
+//! compared with every pool's list; when the set of missing endpoints changes (the first
+//! snapshot included), an [`UnscrapedReport`] is queued for the request path to turn into
+//! the gauge `infergate.picker.unscraped_endpoints` and an error log line naming both
+//! fields. A `FailClose` pool whose every live endpoint is missing from the snapshot
+//! answers [`Rejection::Unscraped`] (503 `rejected-no-endpoints`, saying why) rather than
+//! "stale metrics".
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,7 +35,7 @@ use scheduler_core::types::{BlockHash, InFlight, Millis, Tokens};
 
 use super::config::{FailureMode, PickerConfig, PickerConfigError};
 use super::lease::InFlightLease;
-use super::plan::{PickerPlans, PoolPlan};
+use super::plan::{PickerPlans, PoolPlan, UnscrapedReport};
 use super::pool::PoolState;
 use crate::host::{SnapshotFetch, SnapshotSource, SnapshotVersion};
 
@@ -78,13 +88,16 @@ pub enum SnapshotRefresh {
     Undecodable,
 }
 
-/// Why no endpoint was picked (both answered 503 `rejected-no-endpoints`).
+/// Why no endpoint was picked (all answered 503 `rejected-no-endpoints`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rejection {
     /// The pool is empty, every endpoint is dead, or the filters dropped every candidate.
     NoEndpoints,
     /// Metrics are stale or missing and the pool is `FailClose`.
     StaleMetrics,
+    /// The pool is `FailClose` and a snapshot exists, but none of the pool's live
+    /// endpoints is in it: the scraper is not configured to scrape them.
+    Unscraped,
 }
 
 impl Rejection {
@@ -93,6 +106,19 @@ impl Rejection {
         match self {
             Rejection::NoEndpoints => "no_endpoints",
             Rejection::StaleMetrics => "stale_metrics",
+            Rejection::Unscraped => "unscraped_endpoints",
+        }
+    }
+
+    /// The message of the 503 this rejection answers.
+    pub fn message(self) -> &'static str {
+        match self {
+            Rejection::NoEndpoints => "no endpoint of the pool can take this request",
+            Rejection::StaleMetrics => "the pool's metrics are stale or missing",
+            Rejection::Unscraped => {
+                "no endpoint of the pool is scraped: the scraper's `endpoints` do not list \
+                 the pool's endpoints"
+            }
         }
     }
 }
@@ -105,6 +131,10 @@ pub struct PickerShared {
     pools: Vec<PoolState>,
     snapshot: SnapshotCache,
     version: Option<SnapshotVersion>,
+    /// Whether a snapshot was ever decoded (before that, no endpoint can be "unscraped").
+    decoded_once: bool,
+    /// Reports made by the last snapshot change, waiting for a host to emit them.
+    unscraped_reports: Vec<UnscrapedReport>,
 }
 
 impl PickerShared {
@@ -128,10 +158,12 @@ impl PickerShared {
             .collect();
         Ok(PickerShared {
             issuer,
-            plans: Arc::new(PickerPlans { pools: plans }),
+            plans: Arc::new(PickerPlans::new(plans)),
             pools,
             snapshot: SnapshotCache::default(),
             version: None,
+            decoded_once: false,
+            unscraped_reports: Vec::new(),
         })
     }
 
@@ -178,10 +210,21 @@ impl PickerShared {
         }
     }
 
-    /// Map each pool endpoint to its snapshot record and apply LRU capacities.
+    /// The reports of pool endpoints missing from the snapshot made since the last call
+    /// (see the module doc); the caller emits them with [`PoolPlan::report_unscraped`]
+    /// after leaving the state.
+    pub fn take_unscraped_reports(&mut self) -> Vec<UnscrapedReport> {
+        core::mem::take(&mut self.unscraped_reports)
+    }
+
+    /// Map each pool endpoint to its snapshot record and apply LRU capacities; queue a
+    /// report for each pool whose set of endpoints missing from the snapshot changed.
     fn reindex(&mut self) {
+        let first = !self.decoded_once;
+        self.decoded_once = true;
         let samples = &self.snapshot.snapshot().endpoints;
-        for pool in &mut self.pools {
+        for (p, pool) in self.pools.iter_mut().enumerate() {
+            let before = pool.sample_of.clone();
             for (i, address) in pool.endpoints.iter().enumerate() {
                 let found = samples.iter().position(|s| &s.address == address);
                 if let Some(slot) = pool.sample_of.get_mut(i) {
@@ -197,6 +240,21 @@ impl PickerShared {
                         *applied = Some(cap);
                     }
                 }
+            }
+            let missing = |of: &[Option<usize>]| -> Vec<usize> {
+                (0..of.len())
+                    .filter(|i| of.get(*i) == Some(&None))
+                    .collect()
+            };
+            let now_missing = missing(&pool.sample_of);
+            if first || now_missing != missing(&before) {
+                self.unscraped_reports.push(UnscrapedReport {
+                    pool: PoolId(p),
+                    endpoints: now_missing
+                        .iter()
+                        .filter_map(|i| pool.endpoints.get(*i).cloned())
+                        .collect(),
+                });
             }
         }
     }
@@ -227,6 +285,8 @@ impl PickerShared {
         let mut fresh_idx: Vec<usize> = Vec::with_capacity(state.endpoints.len());
         let mut unknown: Vec<Candidate<'_>> = Vec::new();
         let mut unknown_idx: Vec<usize> = Vec::new();
+        // Live endpoints with no record at all in a decoded snapshot.
+        let mut unscraped = 0usize;
         for (i, address) in state.endpoints.iter().enumerate() {
             let sample = state
                 .sample_of
@@ -252,6 +312,9 @@ impl PickerShared {
                     fresh_idx.push(i);
                 }
                 None => {
+                    if sample.is_none() && self.decoded_once {
+                        unscraped += 1;
+                    }
                     unknown.push(Candidate {
                         address,
                         metrics: None,
@@ -267,6 +330,9 @@ impl PickerShared {
         } else if unknown.is_empty() {
             return Err(Rejection::NoEndpoints);
         } else if state.failure_mode == FailureMode::FailClose {
+            if unscraped == unknown.len() {
+                return Err(Rejection::Unscraped);
+            }
             return Err(Rejection::StaleMetrics);
         } else {
             (unknown, unknown_idx)

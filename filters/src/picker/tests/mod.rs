@@ -1,7 +1,8 @@
 //! Picker tests against the fake host. Shared helpers here; [`routing`] covers pool
 //! confinement, rejections and failure modes, [`state`] in-flight accounting, prefix and
 //! session affinity, snapshot caching and thread safety, [`locking`] what runs inside the
-//! shared state and what outside.
+//! shared state and what outside, [`gauges`] the in-flight gauges and the report of
+//! endpoints the scraper does not cover.
 
 pub(super) use scheduler_core::metrics::EndpointMetrics;
 pub(super) use scheduler_core::snapshot::{encode, EndpointSample, Snapshot};
@@ -11,6 +12,7 @@ pub(super) use serde_json::{json, Value};
 pub(super) use super::*;
 pub(super) use crate::fake::FakeHost;
 pub(super) use crate::headers::{DESTINATION_ENDPOINT, DROPPED_REASON};
+pub(super) use crate::host::SnapshotVersion;
 
 pub(super) const A: &str = "10.0.0.1:8000";
 pub(super) const B: &str = "10.0.0.2:8000";
@@ -111,6 +113,7 @@ pub(super) fn requests_in_flight(shared: &PickerShared, address: &str) -> u32 {
         .map_or(u32::MAX, |l| l.requests)
 }
 
+mod gauges;
 mod handoff;
 mod locking;
 mod routing;

@@ -183,7 +183,7 @@ fn garbage_snapshot_bytes_count_an_error_and_fail_closed() {
 }
 
 #[test]
-fn requests_for_other_models_or_paths_pass_through_untouched() {
+fn an_inference_request_for_a_base_model_without_a_pool_is_503_naming_the_model() {
     let mut s = shared(pool(&[A], json!({})));
     let mut host = FakeHost::new()
         .request_header(BASE_MODEL, "qwen")
@@ -191,10 +191,61 @@ fn requests_for_other_models_or_paths_pass_through_untouched() {
     let mut req = PickerRequest::new();
     assert_eq!(
         req.on_request_headers(&mut s, &mut host, false),
+        FilterStatus::Replied
+    );
+    let reply = host.last_reply().cloned().unwrap_or_else(|| unreachable!());
+    assert_eq!(reply.status, 503);
+    assert!(reply
+        .headers
+        .iter()
+        .any(|(k, v)| k == DROPPED_REASON && v == "rejected-no-endpoints"));
+    let body: Value = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
+    assert_eq!(body["error"]["code"], "rejected-no-endpoints");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("`qwen`")),
+        "{body}"
+    );
+    assert_eq!(host.counter("infergate.picker.no_pool_rejects"), 1);
+    assert!(host.header(DESTINATION_ENDPOINT).is_none());
+    // Later callbacks of the answered request do nothing.
+    assert_eq!(
+        req.on_request_body(&mut s, &mut host, 10, true),
+        FilterStatus::Continue
+    );
+    assert_eq!(host.replies.len(), 1);
+
+    // A huge base model is quoted short.
+    let mut host = FakeHost::new()
+        .request_header(BASE_MODEL, &"m".repeat(1 << 20))
+        .post("/v1/completions", b"{}");
+    assert_eq!(
+        PickerRequest::new().on_request_headers(&mut s, &mut host, false),
+        FilterStatus::Replied
+    );
+    assert!(host.last_reply().is_some_and(|r| r.body.len() < 1024));
+}
+
+#[test]
+fn requests_without_a_base_model_or_off_the_inference_paths_pass_through_untouched() {
+    let mut s = shared(pool(&[A], json!({})));
+    let mut host = FakeHost::new().post("/v1/chat/completions", &chat("x"));
+    let mut req = PickerRequest::new();
+    assert_eq!(
+        req.on_request_headers(&mut s, &mut host, false),
         FilterStatus::Continue
     );
     assert_eq!(
         req.on_request_body(&mut s, &mut host, 10, true),
+        FilterStatus::Continue
+    );
+    let mut host = FakeHost::new()
+        .request_header(BASE_MODEL, "qwen")
+        .request_header(":path", "/v1/models");
+    let mut req = PickerRequest::new();
+    assert_eq!(
+        req.on_request_headers(&mut s, &mut host, true),
         FilterStatus::Continue
     );
     let mut host = FakeHost::new()
@@ -247,11 +298,11 @@ fn a_host_without_metadata_still_routes() {
     assert_eq!(host.header(DESTINATION_ENDPOINT), Some(A));
 }
 
-/// Hosts define `stat_keys()` up front (the native flavour as label-less counters, one atomic
+/// Hosts define `stat_keys()` up front (the native flavour as label-less metrics, one atomic
 /// add each); a key emitted but not listed would fall back to a slow path. Picks, rejects,
-/// fail-open picks and the prefix counters must all be listed.
+/// fail-open picks, the prefix counters and the gauges must all be listed, with their kind.
 #[test]
-fn every_emitted_counter_is_listed_in_stat_keys() {
+fn every_emitted_stat_is_listed_in_stat_keys() {
     let cases = [
         (pool(&[A, B], json!({})), Some(fresh_all(&[A, B]))),
         (pool(&[], json!({})), Some(fresh_all(&[A]))),
@@ -263,20 +314,31 @@ fn every_emitted_counter_is_listed_in_stat_keys() {
     ];
     for (config, snap) in cases {
         let mut s = shared(config);
-        let listed: Vec<String> = s
-            .plans()
-            .stat_keys()
-            .iter()
-            .map(|(kind, k)| {
-                assert_eq!(*kind, StatKind::Counter);
-                k.as_str().to_owned()
-            })
-            .collect();
+        let plans = s.plans();
+        let listed = |kind: StatKind| -> Vec<String> {
+            plans
+                .stat_keys()
+                .iter()
+                .filter(|(k, _)| *k == kind)
+                .map(|(_, key)| key.as_str().to_owned())
+                .collect()
+        };
+        let (counters, gauges) = (listed(StatKind::Counter), listed(StatKind::Gauge));
         let mut host = host_for(&chat("hello"), snap);
-        pick_one(&mut s, &mut host);
+        let (_, mut req) = pick_one(&mut s, &mut host);
+        req.on_end_counted(&mut s, &mut host);
+        let mut other = host_for(&chat("x"), None);
+        other.request_headers.retain(|(k, _)| k != BASE_MODEL);
+        other
+            .request_headers
+            .push((BASE_MODEL.to_owned(), "qwen".to_owned()));
+        pick_one(&mut s, &mut other);
         assert!(!host.counters.is_empty());
-        for name in host.counters.keys() {
-            assert!(listed.contains(name), "{name} not in {listed:?}");
+        for name in host.counters.keys().chain(other.counters.keys()) {
+            assert!(counters.contains(name), "{name} not in {counters:?}");
+        }
+        for name in host.gauges.keys() {
+            assert!(gauges.contains(name), "{name} not in {gauges:?}");
         }
     }
 }
