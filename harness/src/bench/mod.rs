@@ -16,6 +16,9 @@
 //! - [`logic`]: the filters' parse and hash work per request, timed in-process, to split a
 //!   flavour's added cost between the filter logic and Envoy around it.
 //! - [`report`]: small formatting helpers shared by the tables.
+//! - [`soak`]: `bench soak` (minutes of multi-turn load with replica kills, client aborts
+//!   and hostile requests, watching Envoy's memory) and `bench memory` (the most memory one
+//!   request can make Envoy take).
 
 pub mod calibration;
 pub mod cli;
@@ -26,3 +29,4 @@ pub mod logic;
 pub mod overhead;
 pub mod overhead_table;
 pub mod report;
+pub mod soak;

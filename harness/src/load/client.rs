@@ -1,5 +1,7 @@
 //! One streamed chat request over plain HTTP/1.1 (hyper client with a small keep-alive
-//! pool), measuring time to first content token and reading the usage chunk.
+//! pool), measuring time to first content token and reading the usage chunk. A request
+//! may carry extra headers and may be abandoned after a few content chunks, as a user who
+//! stops a generation does ([`ChatExtras`]; the soak uses both).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -117,6 +119,8 @@ pub struct RequestRecord {
     pub served_by: Option<String>,
     /// Error message (transport error or the body's `error.message`).
     pub error: Option<String>,
+    /// The client dropped the stream on purpose before its end ([`ChatExtras::abort_after`]).
+    pub aborted: bool,
     /// The assistant text, for the next turn (not serialized).
     #[serde(skip)]
     pub content: String,
@@ -129,6 +133,16 @@ impl RequestRecord {
     }
 }
 
+/// What a request does beyond the plain workload turn.
+#[derive(Debug, Clone, Default)]
+pub struct ChatExtras {
+    /// Headers added to the request.
+    pub headers: Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)>,
+    /// Drop the stream (and its connection) once this many content chunks have arrived,
+    /// as a client that goes away mid-stream; the record says `aborted`.
+    pub abort_after: Option<u32>,
+}
+
 /// Sends one chat request and reads its SSE stream to the end, reusing an idle connection
 /// from `pool` when there is one.
 pub async fn chat(
@@ -138,6 +152,18 @@ pub async fn chat(
     api_key: Option<&str>,
     timeout: Duration,
 ) -> RequestRecord {
+    chat_with(pool, base, body, api_key, timeout, &ChatExtras::default()).await
+}
+
+/// [`chat`] with extra headers and an optional abort mid-stream.
+pub async fn chat_with(
+    pool: &ConnPool,
+    base: &BaseUrl,
+    body: Bytes,
+    api_key: Option<&str>,
+    timeout: Duration,
+    extras: &ChatExtras,
+) -> RequestRecord {
     let start = Instant::now();
     let mut rec = RequestRecord {
         url: base.url.clone(),
@@ -145,7 +171,7 @@ pub async fn chat(
     };
     let result = tokio::time::timeout(
         timeout,
-        exchange(pool, base, body, api_key, start, &mut rec),
+        exchange(pool, base, body, api_key, extras, start, &mut rec),
     )
     .await;
     match result {
@@ -162,6 +188,7 @@ async fn exchange(
     base: &BaseUrl,
     body: Bytes,
     api_key: Option<&str>,
+    extras: &ChatExtras,
     start: Instant,
     rec: &mut RequestRecord,
 ) -> anyhow::Result<()> {
@@ -172,6 +199,9 @@ async fn exchange(
         .header("accept", "text/event-stream");
     if let Some(key) = api_key {
         req = req.header("authorization", format!("Bearer {key}"));
+    }
+    for (name, value) in &extras.headers {
+        req = req.header(name, value);
     }
     let resp = sender.send_request(req.body(Full::new(body))?).await?;
     rec.status = resp.status().as_u16();
@@ -187,6 +217,7 @@ async fn exchange(
     let mut body = resp.into_body();
     let mut buf: Vec<u8> = Vec::new();
     let mut events = SseEvents::default();
+    let mut content_chunks = 0u32;
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame?.into_data() else {
             continue;
@@ -205,6 +236,7 @@ async fn exchange(
                     rec.ttft_s = Some(start.elapsed().as_secs_f64());
                 }
                 rec.content.push_str(text);
+                content_chunks += u32::from(!text.is_empty());
                 continue;
             }
             let Ok(v) = serde_json::from_str::<Value>(&payload) else {
@@ -217,6 +249,7 @@ async fn exchange(
                     rec.ttft_s = Some(start.elapsed().as_secs_f64());
                 }
                 rec.content.push_str(text);
+                content_chunks += 1;
             }
             if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
                 let n = |p: &str| u.pointer(p).and_then(Value::as_u64).unwrap_or(0);
@@ -224,6 +257,12 @@ async fn exchange(
                 rec.completion_tokens = n("/completion_tokens");
                 rec.cached_tokens = n("/prompt_tokens_details/cached_tokens");
             }
+        }
+        if extras.abort_after.is_some_and(|n| content_chunks >= n) {
+            // Dropping the body and the sender closes the connection mid-response, which
+            // is what a client that goes away does; the connection never returns to the pool.
+            rec.aborted = true;
+            return Ok(());
         }
     }
     pool.put(&base.authority, sender);

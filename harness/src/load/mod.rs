@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-pub use client::{BaseUrl, ConnPool, RequestRecord};
+pub use client::{BaseUrl, ChatExtras, ConnPool, RequestRecord};
 pub use summary::{table, Summary};
 pub use workload::Workload;
 

@@ -1,5 +1,6 @@
-//! `cargo xtask bench overhead|affinity|ttft`: the numbers of issues 4 and 5, each measured
-//! as ratios in one run (see `crate::bench`).
+//! `cargo xtask bench overhead|affinity|ttft|soak|memory`: the numbers of issues 4 and 5,
+//! each measured as ratios in one run, and the soak and per-request memory figures (see
+//! `crate::bench`).
 //!
 //! Also home of [`prepare`], which `up`, `demo` and `bench` share: the `cargo xtask` alias
 //! builds this binary in debug, but a load client, a simulator and a fast backend measured
@@ -10,19 +11,33 @@ use super::artefacts::{build_all, cargo, target_dir};
 use super::setup;
 use crate::bench::calibration::{self, CalibrationArgs, Route, RunSpec};
 use crate::bench::overhead::{self, OverheadOptions};
+use crate::bench::soak::request_memory::{self, MemoryOptions};
+use crate::bench::soak::{self, SoakOptions};
 use crate::launch::{runtime, Flavor};
 use anyhow::{bail, Context, Result};
 
 /// Set by a debug xtask for the release xtask it becomes: the artefacts are already built.
 const PREBUILT_ENV: &str = "INFERGATE_XTASK_PREBUILT";
 
-const USAGE: &str = "usage: cargo xtask bench <overhead|affinity|ttft> [options]
+const USAGE: &str = "usage: cargo xtask bench <overhead|affinity|ttft|soak|memory> [options]
   overhead  requests/s and latency through Envoy: no filter vs Wasm vs native
             [--connections N] [--concurrency C] [--rounds R] [--measure-s S] [--quick]
   affinity  cache-hit ratio through the picker at Envoy --concurrency 1 and 2, both flavours
             [--flavor wasm,native] [--concurrency 1,2] [--time-scale S] [--quick]
   ttft      TTFT and cache hits: /rr vs the picker vs the sticky ceiling
-            [--flavor wasm,native] [--concurrency 1] [--time-scale S] [--quick]";
+            [--flavor wasm,native] [--concurrency 1] [--time-scale S] [--quick]
+  soak      the multi-turn workload for N minutes per flavour (one after the other) with a
+            replica killed and restarted every 30 s, 10% of turns aborted mid-stream and 5%
+            hostile requests; Envoy's RSS and Wasm VM memory every 10 s, errors by status x
+            request kind x injected fault, the picker's in-flight gauges at the end; exits
+            non-zero unless RSS grows < 1 MB per 100k requests after warm-up, the in-flight
+            gauges are back to 0, every failed request is explained by a replica kill, and
+            Envoy still serves
+            [--minutes N (10)] [--flavor wasm|native|both (both)] [--clients C (32)]
+  memory    the most memory one request can make Envoy take, body limit 4 MiB: peak RSS
+            above the level before for each worst-case body (4 MiB of 1e308 in tools, one
+            4 MiB string, 100k messages, deep nesting), one alone and N at once, a fresh
+            Envoy each time [--flavor wasm|native|both (both)] [--parallel N (8)]";
 
 /// Builds what the stack needs, then continues in a release build of this binary.
 /// Returns only in the process that should do the work.
@@ -76,6 +91,12 @@ pub fn run(args: &[String]) -> Result<()> {
         "affinity" | "ttft" => {
             CalibrationArgs::parse(rest, &[Flavor::Wasm], &[1])?;
         }
+        "soak" => {
+            SoakOptions::parse(rest)?;
+        }
+        "memory" => {
+            MemoryOptions::parse(rest)?;
+        }
         other => bail!("unknown benchmark `{other}`\n{USAGE}"),
     }
     prepare()?;
@@ -85,6 +106,12 @@ pub fn run(args: &[String]) -> Result<()> {
             runtime()?.block_on(overhead::run(&opts))?
         }
         "affinity" => affinity(rest)?,
+        "soak" => {
+            // Each flavour's report is printed as it ends; a failed verdict is the error.
+            runtime()?.block_on(soak::run(&SoakOptions::parse(rest)?))?;
+            return Ok(());
+        }
+        "memory" => runtime()?.block_on(request_memory::run(&MemoryOptions::parse(rest)?))?,
         _ => ttft(rest)?,
     };
     println!("\n{report}");

@@ -22,7 +22,7 @@ commands:
   test    run every test: native, wasm32, Python client tests, real-Envoy end-to-end
   up      the stack on the simulated pool until Ctrl-C: --flavor wasm|native|plain [--replicas N]
   demo    /rr vs the gateway picker on the calibration workload: [--flavor wasm|native] [--quick]
-  bench   overhead | affinity | ttft (`cargo xtask bench help`)";
+  bench   overhead | affinity | ttft | soak | memory (`cargo xtask bench help`)";
 
 /// Entry point of the `xtask` binary.
 pub fn main() -> ExitCode {
