@@ -75,6 +75,8 @@ struct Shared {
 /// One picker filter config.
 pub struct PickerFactory {
     shared: Arc<Shared>,
+    /// This config's entry in the process's config registry (see `crate::shared`).
+    _registration: crate::shared::Registration,
 }
 
 impl PickerFactory {
@@ -95,12 +97,25 @@ impl PickerFactory {
             }
         };
         let state = process_state(value.to_string(), value)?;
+        let declaration = crate::shared::PickerDeclaration {
+            pools: state
+                .plans()
+                .pools()
+                .iter()
+                .map(|p| {
+                    let name = p.name().to_owned();
+                    (name, p.base_model().to_owned(), p.endpoints().to_vec())
+                })
+                .collect(),
+        };
+        let registration = crate::shared::config_registry().register_picker(declaration)?;
         let host = HostConfig {
             stats: StatsRegistry::define(envoy, &state.plans().stat_keys()),
             strict_override,
         };
         Ok(PickerFactory {
             shared: Arc::new(Shared { state, host }),
+            _registration: registration,
         })
     }
 }

@@ -42,6 +42,8 @@ struct Shared {
 /// One router filter config: the compiled router, shared by all workers.
 pub struct RouterFactory {
     shared: Arc<Shared>,
+    /// This config's entry in the process's config registry (see `crate::shared`).
+    _registration: crate::shared::Registration,
 }
 
 impl RouterFactory {
@@ -52,8 +54,15 @@ impl RouterFactory {
             stats: StatsRegistry::define(envoy, &router.stat_keys()),
             strict_override: false,
         };
+        let bases = router
+            .base_models()
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        let registration = crate::shared::config_registry().register_router(bases);
         Ok(RouterFactory {
             shared: Arc::new(Shared { router, host }),
+            _registration: registration,
         })
     }
 }

@@ -42,6 +42,8 @@ pub struct ScraperExtension {
     /// The tick period, ms (fixed by the config; kept here so re-arming never needs the
     /// scraper, which a panicking tick may leave borrowed mid-unwind).
     period_ms: u64,
+    /// This config's entry in the process's config registry (see `crate::shared`).
+    _registration: crate::shared::Registration,
     /// Test builds: which tick to make panic.
     #[cfg(any(test, feature = "panic-injection"))]
     tick_panic: crate::panic_injection::TickPanic,
@@ -89,6 +91,8 @@ impl ScraperExtension {
         #[cfg(any(test, feature = "panic-injection"))]
         let tick_panic = crate::panic_injection::TickPanic::from_config(&mut value)?;
         let scraper = Scraper::from_json(value)?;
+        let registration =
+            crate::shared::config_registry().register_scraper(scraper.endpoints())?;
         let stats = StatsRegistry::define(&mut BootstrapDefiner { envoy }, &scraper.stat_keys());
         // SAFETY: `envoy` is the config pointer of the running config_new hook; Envoy
         // registered its init target before calling us, so signalling now is allowed.
@@ -101,6 +105,7 @@ impl ScraperExtension {
             scraper: RefCell::new(scraper),
             stats,
             timer: Cell::new(None),
+            _registration: registration,
             #[cfg(any(test, feature = "panic-injection"))]
             tick_panic,
         })

@@ -245,3 +245,25 @@ fn scraper_config_errors_name_the_field() {
     assert!(logs[0].contains("endpoints[0]"), "{logs:?}");
     assert!(logs[1].contains("testPanicTicks"), "{logs:?}");
 }
+
+#[test]
+fn a_scraper_that_misses_a_loaded_pickers_endpoint_is_refused() {
+    fake_envoy::reset();
+    let picker =
+        crate::shared::config_registry().register_picker(crate::shared::PickerDeclaration {
+            pools: vec![("p".into(), "m".into(), vec![EP1.into(), EP2.into()])],
+        });
+    assert!(picker.is_ok());
+    let only_one = format!(r#"{{"endpoints": ["{EP1}"]}}"#);
+    assert!(new_config("scraper", &only_one).is_null());
+    let logs = fake_envoy::logs();
+    assert!(
+        logs.iter()
+            .any(|l| l.contains(EP2) && l.contains("pools[0].endpoints[1]")),
+        "{logs:?}"
+    );
+    let both = format!(r#"{{"endpoints": ["{EP1}", "{EP2}"]}}"#);
+    let config = new_config("scraper", &both);
+    assert!(!config.is_null(), "{:?}", fake_envoy::logs());
+    envoy_dynamic_module_on_bootstrap_extension_config_destroy(config);
+}

@@ -589,3 +589,26 @@ fn a_routed_model_without_a_picker_pool_gets_the_pickers_503() {
     envoy_dynamic_module_on_http_filter_destroy(filter);
     envoy_dynamic_module_on_http_filter_config_destroy(config);
 }
+
+#[test]
+fn a_picker_config_that_leaves_a_routed_base_model_without_a_pool_is_refused() {
+    fake_envoy::reset();
+    let router = new_config(
+        "router",
+        r#"{"pools": [{"name": "a", "baseModel": "llama"}, {"name": "b", "baseModel": "qwen"}]}"#,
+    );
+    assert!(!router.is_null());
+    let json = picker_config("only-llama", &["127.0.0.1:9401"], "");
+    assert!(new_config("picker", &json).is_null());
+    let logs = fake_envoy::logs();
+    assert!(
+        logs.iter()
+            .any(|l| l.contains("`qwen`") && l.contains("pools[].baseModel")),
+        "{logs:?}"
+    );
+    // Once the router is gone, the same picker config loads.
+    envoy_dynamic_module_on_http_filter_config_destroy(router);
+    let picker = new_config("picker", &json);
+    assert!(!picker.is_null(), "{:?}", fake_envoy::logs());
+    envoy_dynamic_module_on_http_filter_config_destroy(picker);
+}

@@ -108,6 +108,7 @@ pub struct PoolPlan {
     pub(super) id: PoolId,
     pub(super) name: String,
     pub(super) base_model: String,
+    endpoints: Vec<String>,
     session_header: Option<String>,
     /// How prompts are cut into blocks; `None` when no profile reads the prefix index.
     hashing: Option<PrefixConfig>,
@@ -121,6 +122,7 @@ impl PoolPlan {
             id,
             name: cfg.pool.clone(),
             base_model: cfg.base_model.clone(),
+            endpoints: cfg.endpoints.clone(),
             session_header: cfg.session_header.as_ref().map(|h| h.to_ascii_lowercase()),
             hashing: scheduler
                 .uses_prefix_index()
@@ -137,6 +139,16 @@ impl PoolPlan {
     /// The pool's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The base model the pool serves.
+    pub fn base_model(&self) -> &str {
+        &self.base_model
+    }
+
+    /// The pool's endpoints (`ip:port`), in configuration order.
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
     }
 
     /// The session header, lower-case, if configured.
@@ -285,6 +297,11 @@ impl PickerPlans {
             .iter()
             .find(|p| p.base_model == base_model)
             .map(Arc::clone)
+    }
+
+    /// Every pool's plan, in pool order.
+    pub fn pools(&self) -> &[Arc<PoolPlan>] {
+        &self.pools
     }
 
     /// The plan of pool `id`.

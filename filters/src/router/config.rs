@@ -131,6 +131,13 @@ impl ModelTable {
         })
     }
 
+    /// Every base model a pool serves, sorted.
+    pub fn base_models(&self) -> Vec<&str> {
+        let mut bases: Vec<&str> = self.block_size_of.keys().map(String::as_str).collect();
+        bases.sort_unstable();
+        bases
+    }
+
     /// The base model serving `model`, if any pool serves it.
     pub fn base_model(&self, model: &str) -> Option<&str> {
         self.base_of.get(model).map(String::as_str)
@@ -167,6 +174,7 @@ mod tests {
         assert_eq!(t.base_model("sql-lora"), Some("llama"));
         assert_eq!(t.base_model("qwen"), Some("qwen"));
         assert_eq!(t.base_model("gpt-4"), None);
+        assert_eq!(t.base_models(), vec!["llama", "qwen"]);
     }
 
     #[test]

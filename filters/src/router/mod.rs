@@ -103,6 +103,11 @@ impl Router {
             .collect()
     }
 
+    /// Every base model the router routes to, sorted.
+    pub fn base_models(&self) -> Vec<&str> {
+        self.models.base_models()
+    }
+
     /// The base model serving `model`, if any.
     pub fn base_model(&self, model: &str) -> Option<&str> {
         self.models.base_model(model)
