@@ -209,3 +209,34 @@ fn unknown_config_fields_are_rejected() {
     let r = Router::from_json(serde_json::json!({"pool": []}));
     assert!(matches!(r, Err(RouterConfigError::Json(_))));
 }
+
+#[test]
+fn a_one_mib_model_gets_a_small_404_and_never_reaches_a_header() {
+    let config = serde_json::json!({
+        "bodyLimitBytes": 4 * 1024 * 1024,
+        "pools": [{"name": "a", "baseModel": "llama"}]
+    });
+    let r = Router::from_json(config).unwrap_or_else(|e| unreachable!("{e}"));
+    let model = "m".repeat(1 << 20);
+    let mut host = FakeHost::new().post(CHAT, &chat_body(&model));
+    let mut req = RouterRequest::new();
+    assert_eq!(
+        req.on_request_headers(&r, &mut host, false),
+        FilterStatus::Pause
+    );
+    let len = host.body.len();
+    assert_eq!(
+        req.on_request_body(&r, &mut host, len, true),
+        FilterStatus::Replied
+    );
+    let reply = host.last_reply().cloned().unwrap_or_else(|| unreachable!());
+    assert_eq!(reply.status, 404);
+    assert!(reply.body.len() < 1024, "{}", reply.body.len());
+    let longest_header = host
+        .request_headers
+        .iter()
+        .map(|(_, v)| v.len())
+        .max()
+        .unwrap_or(0);
+    assert!(longest_header < 1024, "{longest_header}");
+}
