@@ -21,7 +21,9 @@
 //!   block-count gauges (maximum over series), if both are present and positive.
 //! - `lora`: among series of the LoRA info metric whose slot-count label parses, the one
 //!   with the **newest value** (the gauge value is the time it was set) wins; on a tie the
-//!   earlier line wins. Adapter lists are split on `,`, trimmed, empties dropped.
+//!   earlier line wins. Adapter lists are split on `,`, trimmed, empties dropped, and cut
+//!   at [`MAX_ADAPTERS`] names (a label of `a,a,a,…` would otherwise cost ~20 bytes of
+//!   memory per byte of page).
 
 use alloc::string::{String, ToString};
 use alloc::vec;
@@ -216,10 +218,14 @@ fn parse_count(text: &str) -> Option<u64> {
     (n as f64 == v).then_some(n)
 }
 
+/// The most adapter names kept per LoRA list; engines load tens, not thousands.
+pub const MAX_ADAPTERS: usize = 1024;
+
 fn split_adapters(list: &str) -> Vec<String> {
     list.split(',')
         .map(str::trim)
         .filter(|name| !name.is_empty())
+        .take(MAX_ADAPTERS)
         .map(ToString::to_string)
         .collect()
 }

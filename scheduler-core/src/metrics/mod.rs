@@ -30,7 +30,7 @@ pub mod names;
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests;
 
-pub use extract::extract;
+pub use extract::{extract, MAX_ADAPTERS};
 pub use names::{CacheInfoSpec, LoraInfoSpec, MetricNames};
 
 /// The DESIGN §5 table for one endpoint. A metric the page did not carry is `None`.

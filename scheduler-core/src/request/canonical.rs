@@ -15,59 +15,109 @@
 //!
 //! [`CanonSeed`] writes a value while serde parses it, without building a `serde_json::Value`
 //! (which costs 32 bytes or more per JSON value, whatever its text size). Arrays and scalars
-//! go straight to the output; an object's members are written to one [`Stream`] each, then
-//! sorted and joined. A member can only land after the object's `{`, so it never stores more
+//! go straight to the output; an object's members are gathered in one arena ([`Members`]),
+//! then sorted and joined. A member can only land after the object's `{`, so it never stores more
 //! than the output could still hold from there. The sort is done here rather than relying on
 //! `serde_json::Map` ordering, which a `preserve_order` feature elsewhere in the build could
 //! change.
 
 use super::scalar::KeySeed;
 use super::stream::Stream;
-use alloc::borrow::Cow;
 use alloc::vec::Vec;
 use core::fmt::{self, Write};
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 
-/// One object member: its key and the canonical JSON of its value.
-pub(crate) struct Member<'de> {
-    /// The key as sent (escapes decoded).
-    pub key: Cow<'de, str>,
-    /// The value's canonical JSON (a prefix of it, if it was cut).
-    pub value: Stream,
+/// The members of one object, gathered until they can be sorted: every key and value in
+/// one byte arena, and 16 bytes of offsets per member (a `String` and a `Vec` per member
+/// would cost 80 bytes or more, whatever their text: 13 times a body of `"k":0,`).
+#[derive(Default)]
+pub(crate) struct Members {
+    /// Per member: the key's bytes as sent (escapes decoded), then its value's canonical JSON
+    /// (a prefix of it, if it was cut).
+    arena: Vec<u8>,
+    entries: Vec<Entry>,
 }
 
-/// Sorts members by key bytes; of repeated keys only the last one stays.
-pub(crate) fn sort_members(members: &mut Vec<Member<'_>>) {
-    // Stable, so repeated keys keep their order and the last can be picked.
-    members.sort_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
-    members.dedup_by(|later, earlier| {
-        if later.key == earlier.key {
-            core::mem::swap(later, earlier);
-            true
-        } else {
-            false
-        }
-    });
+/// Where one member lives in the arena: key `start..key_end`, value `key_end..end`, and
+/// `uncounted` bytes of value that were counted but not stored.
+#[derive(Clone, Copy)]
+struct Entry {
+    start: u32,
+    key_end: u32,
+    end: u32,
+    uncounted: u32,
 }
 
-/// Appends the canonical JSON of an object whose members are already sorted.
-pub(crate) fn write_members(members: &[Member<'_>], out: &mut Stream) {
-    out.push(b'{');
-    for (i, m) in members.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        write_string(&m.key, out);
-        out.push(b':');
-        out.append(&m.value);
+impl Members {
+    /// Adds a member: `key`, and a value that `write` appends to a stream that stores at most
+    /// `room` bytes of it. Fails (with `write`'s error, or as too large past 4 GiB of
+    /// members, which no body limit allows) without adding anything usable.
+    pub fn push_with<E: de::Error>(
+        &mut self,
+        key: &str,
+        room: usize,
+        write: impl FnOnce(&mut Stream) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let offset = |n: usize| u32::try_from(n).map_err(|_| E::custom("object too large"));
+        let start = offset(self.arena.len())?;
+        self.arena.extend_from_slice(key.as_bytes());
+        let key_end = self.arena.len();
+        let mut value = Stream::resume(core::mem::take(&mut self.arena), room);
+        let written = write(&mut value);
+        let uncounted = value.len() - value.bytes().len();
+        self.arena = value.into_bytes();
+        written?;
+        self.entries.push(Entry {
+            start,
+            key_end: offset(key_end)?,
+            end: offset(self.arena.len())?,
+            // Only a cut value has uncounted bytes, and its length only feeds the estimate.
+            uncounted: u32::try_from(uncounted).unwrap_or(u32::MAX),
+        });
+        Ok(())
     }
-    out.push(b'}');
+
+    fn key(&self, e: &Entry) -> &[u8] {
+        self.arena
+            .get(e.start as usize..e.key_end as usize)
+            .unwrap_or_default()
+    }
+
+    /// Appends the canonical JSON of the object: members sorted by key bytes, of repeated
+    /// keys only the last one.
+    pub fn write_sorted(mut self, out: &mut Stream) {
+        let mut entries = core::mem::take(&mut self.entries);
+        // Ties broken by position: as stable as a stable sort, without its buffer.
+        entries.sort_unstable_by(|a, b| self.key(a).cmp(self.key(b)).then(a.start.cmp(&b.start)));
+        entries.dedup_by(|later, earlier| {
+            if self.key(later) == self.key(earlier) {
+                core::mem::swap(later, earlier);
+                true
+            } else {
+                false
+            }
+        });
+        out.push(b'{');
+        for (i, e) in entries.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_string(self.key(e), out);
+            out.push(b':');
+            let value = self
+                .arena
+                .get(e.key_end as usize..e.end as usize)
+                .unwrap_or_default();
+            out.extend_from_slice(value);
+            out.count(e.uncounted as usize);
+        }
+        out.push(b'}');
+    }
 }
 
 /// Appends a JSON string with the minimal canonical escaping described in the module doc.
-pub(crate) fn write_string(s: &str, out: &mut Stream) {
+pub(crate) fn write_string(bytes: &[u8], out: &mut Stream) {
     out.push(b'"');
-    let bytes = s.as_bytes();
     let mut plain = 0;
     for (i, &b) in bytes.iter().enumerate() {
         let escaped: &[u8] = match b {
@@ -278,7 +328,7 @@ impl<'de> Visitor<'de> for CanonSeed<'_> {
         Ok(())
     }
     fn visit_str<E>(self, v: &str) -> Result<(), E> {
-        write_string(v, self.out);
+        write_string(v.as_bytes(), self.out);
         Ok(())
     }
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
@@ -287,14 +337,13 @@ impl<'de> Visitor<'de> for CanonSeed<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         // Every member lands after the `{`.
         let room = self.out.room_from(self.out.len()).saturating_sub(1);
-        let mut members = Vec::new();
+        let mut members = Members::default();
         while let Some(key) = map.next_key_seed(KeySeed)? {
-            let mut value = Stream::with_limit(room, 0);
-            map.next_value_seed(CanonSeed { out: &mut value })?;
-            members.push(Member { key, value });
+            members.push_with(&key, room, |value| {
+                map.next_value_seed(CanonSeed { out: value })
+            })?;
         }
-        sort_members(&mut members);
-        write_members(&members, self.out);
+        members.write_sorted(self.out);
         Ok(())
     }
 }

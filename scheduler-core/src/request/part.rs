@@ -1,14 +1,13 @@
 //! One content part (OpenAI) or content block (Anthropic): text is written as it is
 //! parsed; media and other parts become the markers described in [`super`].
 
-use super::canonical::{self, CanonSeed, Member};
+use super::canonical::{self, CanonSeed, Members};
 use super::content::{opt_str, Names};
 use super::scalar::{wrong, KeySeed, Sink};
 use super::stream::Stream;
 use super::{SUB, US};
 use alloc::borrow::Cow;
 use alloc::string::String;
-use alloc::vec::Vec;
 use core::fmt;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
@@ -58,7 +57,7 @@ impl<'de> Visitor<'de> for PartSeed<'_> {
         // The text, kept aside only when the output could not store all of it and the part
         // may turn out not to be text (its text then goes into the marker).
         let mut spilled: Option<String> = None;
-        let mut others: Vec<Member<'de>> = Vec::new();
+        let mut others = Members::default();
         while let Some(key) = map.next_key_seed(KeySeed)? {
             let known_text = part_type
                 .as_deref()
@@ -86,9 +85,9 @@ impl<'de> Visitor<'de> for PartSeed<'_> {
                 _ => {
                     // Kept whole: a media marker digests its fields whole, and a later
                     // `type` may still make this part one.
-                    let mut value = Stream::unbounded();
-                    map.next_value_seed(CanonSeed { out: &mut value })?;
-                    others.push(Member { key, value });
+                    others.push_with(&key, usize::MAX, |value| {
+                        map.next_value_seed(CanonSeed { out: value })
+                    })?;
                 }
             }
         }
@@ -101,24 +100,21 @@ impl<'de> Visitor<'de> for PartSeed<'_> {
         if has_text {
             let text = spilled
                 .unwrap_or_else(|| String::from_utf8_lossy(out.stored_from(start)).into_owned());
-            let mut value = Stream::unbounded();
-            canonical::write_string(&text, &mut value);
-            others.push(Member {
-                key: Cow::Borrowed("text"),
-                value,
-            });
+            others.push_with::<A::Error>("text", usize::MAX, |value| {
+                canonical::write_string(text.as_bytes(), value);
+                Ok(())
+            })?;
         }
         out.truncate(start);
-        canonical::sort_members(&mut others);
         out.push(SUB);
         out.extend_from_slice(part_type.as_bytes());
         out.push(US);
         if MEDIA_TYPES.contains(&&*part_type) {
             let mut json = Stream::unbounded();
-            canonical::write_members(&others, &mut json);
+            others.write_sorted(&mut json);
             push_hex64(out, xxhash_rust::xxh3::xxh3_64(json.bytes()));
         } else {
-            canonical::write_members(&others, out);
+            others.write_sorted(out);
         }
         out.push(SUB);
         Ok(())

@@ -29,6 +29,16 @@ impl Stream {
         }
     }
 
+    /// A stream that already holds `bytes` (all stored) and may store `room` more.
+    pub fn resume(bytes: Vec<u8>, room: usize) -> Self {
+        let len = bytes.len();
+        Stream {
+            limit: len.saturating_add(room),
+            bytes,
+            len,
+        }
+    }
+
     /// An empty stream that stores everything.
     pub fn unbounded() -> Self {
         Stream::with_limit(usize::MAX, 0)
@@ -89,11 +99,12 @@ impl Stream {
     /// Appends another stream: its stored prefix, then its counted rest.
     pub fn append(&mut self, other: &Stream) {
         self.extend_from_slice(&other.bytes);
-        let rest = other.len - other.bytes.len();
-        if rest > 0 {
-            // Those bytes were never stored, so nothing after them can be either.
-            self.len = self.len.saturating_add(rest);
-        }
+        self.count(other.len - other.bytes.len());
+    }
+
+    /// Counts `n` bytes that were never stored (so nothing after them can be either).
+    pub fn count(&mut self, n: usize) {
+        self.len = self.len.saturating_add(n);
     }
 
     /// Cuts the stream back to its first `at` bytes (no-op if it is not longer).

@@ -41,7 +41,7 @@ fn oracle(v: &Value, out: &mut Stream) {
                 write_f64(n.as_f64().unwrap(), out);
             }
         }
-        Value::String(s) => super::canonical::write_string(s, out),
+        Value::String(s) => super::canonical::write_string(s.as_bytes(), out),
         Value::Array(a) => {
             out.push(b'[');
             for (i, x) in a.iter().enumerate() {
@@ -60,7 +60,7 @@ fn oracle(v: &Value, out: &mut Stream) {
                 if i > 0 {
                     out.push(b',');
                 }
-                super::canonical::write_string(k, out);
+                super::canonical::write_string(k.as_bytes(), out);
                 out.push(b':');
                 oracle(x, out);
             }

@@ -51,7 +51,7 @@ mod codec;
 
 pub use codec::{
     decode, decode_into, decode_with_header, encode, encode_into, encode_with_generation,
-    read_header,
+    read_header, reseal,
 };
 
 // A test fails by panicking on a broken fixture; the crate-wide ban is for product code.
