@@ -7,9 +7,10 @@
 //! as they arrived) is converted lossily, so `caf\xe9` reads as `caf\u{fffd}`. A read
 //! that finds nothing is "absent". A read the host *fails* (any status but `NotFound`) of
 //! the request headers or body is also recorded ([`WasmHost::take_failure`]): the HTTP
-//! contexts then fail the request closed with 500 unless the filter already answered,
-//! because a filter that could not see the headers cannot know it stripped the reserved
-//! ones. Failed writes are ignored (or reported as [`HostError`] where the trait can).
+//! contexts then fail the request closed with 500, because a filter that could not see
+//! the headers cannot know it stripped the reserved ones; a local reply the filter sends
+//! after such a read becomes that 500 too. Failed writes are ignored (or reported as
+//! [`HostError`] where the trait can).
 //!
 //! What Envoy 1.40 offers a proxy-wasm filter for routing to the picked endpoint, as found
 //! in Envoy's `source/extensions/common/wasm/` and `source/extensions/clusters/original_dst/`:
@@ -229,6 +230,15 @@ impl ResponseBody for WasmHost<'_> {
 
 impl LocalReply for WasmHost<'_> {
     fn send_local_reply(&mut self, reply: &Reply) {
+        // An answer built on a read the host failed (a 400 for a body it did not hand
+        // over) would blame the client: the request fails closed with 500 instead.
+        let internal;
+        let reply = if self.failure.get().is_some() {
+            internal = Reply::internal("internal error in the gateway filter");
+            &internal
+        } else {
+            reply
+        };
         let headers: Vec<(&str, &str)> = reply
             .headers
             .iter()

@@ -3,12 +3,14 @@
 //!
 //! `Pause` from the request-headers callback needs the plugin's
 //! `allow_on_headers_stop_iteration: true` in Envoy (else the body never arrives); `Pause`
-//! from the body callback means "keep buffering". After a local reply the context returns
-//! `Pause` so nothing else runs for the request.
+//! from the body callback means "keep buffering".
 //!
 //! A request whose headers or body the host failed to hand over (any status but
-//! `NotFound`, see `host`) is failed closed with 500 after the filter's callback, unless
-//! the filter already answered it.
+//! `NotFound`, see `host`) is failed closed with 500 after the filter's callback; if the
+//! filter answered it meanwhile, `host` already turned that answer into the 500. Once a
+//! request is answered or failed closed, its context is [`Latch::Closed`]: every later
+//! callback returns `Pause` without running the filter, so a reply the host refused to
+//! send can never be followed by a body forwarded upstream.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -37,14 +39,48 @@ fn fail_closed(vm: &VmShared, why: &str) -> Action {
     Action::Pause
 }
 
-/// The action for what the filter returned, or a 500 if the host failed a read it needed.
-fn finish(vm: &VmShared, host: &WasmHost<'_>, status: FilterStatus) -> Action {
-    match host.take_failure() {
-        Some((what, why)) if status != FilterStatus::Replied => fail_closed(
-            vm,
-            &format!("the host failed to hand over the request's {what}: {why:?}"),
-        ),
-        _ => action(status),
+/// Whether a request's filter still runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Latch {
+    /// The filter sees the callbacks.
+    #[default]
+    Open,
+    /// The request was answered or failed closed: hold everything.
+    Closed,
+}
+
+impl Latch {
+    /// The action for what the filter returned, or a 500 if the host failed a read it
+    /// needed; closes the latch when the request was answered either way.
+    fn finish(&mut self, vm: &VmShared, host: &WasmHost<'_>, status: FilterStatus) -> Action {
+        match (host.take_failure(), status) {
+            (Some((what, why)), FilterStatus::Replied) => {
+                *self = Latch::Closed;
+                log(
+                    LogLevel::Error,
+                    &format!("the host failed to hand over the request's {what}: {why:?}"),
+                );
+                Action::Pause
+            }
+            (Some((what, why)), _) => {
+                *self = Latch::Closed;
+                fail_closed(
+                    vm,
+                    &format!("the host failed to hand over the request's {what}: {why:?}"),
+                )
+            }
+            (None, FilterStatus::Replied) => {
+                *self = Latch::Closed;
+                Action::Pause
+            }
+            (None, status) => action(status),
+        }
+    }
+
+    /// Fail closed for `why` and stay closed.
+    fn fail(&mut self, vm: &VmShared, why: &str) -> Action {
+        *self = Latch::Closed;
+        fail_closed(vm, why)
     }
 }
 
@@ -54,6 +90,7 @@ pub struct RouterContext {
     router: Rc<Router>,
     req: RouterRequest,
     body_len: usize,
+    latch: Latch,
 }
 
 impl RouterContext {
@@ -64,34 +101,42 @@ impl RouterContext {
             router,
             req: RouterRequest::new(),
             body_len: 0,
+            latch: Latch::Open,
         }
+    }
+
+    /// The body so far (`end_of_stream`: complete) to the router.
+    fn body(&mut self, end_of_stream: bool) -> Action {
+        if self.latch == Latch::Closed {
+            return Action::Pause;
+        }
+        let mut host = WasmHost::new(&self.vm);
+        let status =
+            self.req
+                .on_request_body(&self.router, &mut host, self.body_len, end_of_stream);
+        self.latch.finish(&self.vm, &host, status)
     }
 }
 
 impl HttpHooks for RouterContext {
     fn on_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        if self.latch == Latch::Closed {
+            return Action::Pause;
+        }
         let mut host = WasmHost::new(&self.vm);
         let status = self
             .req
             .on_request_headers(&self.router, &mut host, end_of_stream);
-        finish(&self.vm, &host, status)
+        self.latch.finish(&self.vm, &host, status)
     }
 
     fn on_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         self.body_len = body_size;
-        let mut host = WasmHost::new(&self.vm);
-        let status = self
-            .req
-            .on_request_body(&self.router, &mut host, body_size, end_of_stream);
-        finish(&self.vm, &host, status)
+        self.body(end_of_stream)
     }
 
     fn on_request_trailers(&mut self, _num_trailers: usize) -> Action {
-        let mut host = WasmHost::new(&self.vm);
-        let status = self
-            .req
-            .on_request_body(&self.router, &mut host, self.body_len, true);
-        finish(&self.vm, &host, status)
+        self.body(true)
     }
 }
 
@@ -102,6 +147,7 @@ pub struct PickerContext {
     shared: Rc<RefCell<PickerShared>>,
     req: PickerRequest,
     body_len: usize,
+    latch: Latch,
 }
 
 impl PickerContext {
@@ -112,18 +158,24 @@ impl PickerContext {
             shared,
             req: PickerRequest::new(),
             body_len: 0,
+            latch: Latch::Open,
         }
     }
 
     fn body(&mut self, end_of_stream: bool) -> Action {
+        if self.latch == Latch::Closed {
+            return Action::Pause;
+        }
         let Ok(mut shared) = self.shared.try_borrow_mut() else {
-            return fail_closed(&self.vm, "picker state busy (re-entrant call)");
+            return self
+                .latch
+                .fail(&self.vm, "picker state busy (re-entrant call)");
         };
         let mut host = WasmHost::new(&self.vm);
         let status =
             self.req
                 .on_request_body(&mut *shared, &mut host, self.body_len, end_of_stream);
-        finish(&self.vm, &host, status)
+        self.latch.finish(&self.vm, &host, status)
     }
 
     fn end(&mut self) {
@@ -142,14 +194,19 @@ impl PickerContext {
 
 impl HttpHooks for PickerContext {
     fn on_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        if self.latch == Latch::Closed {
+            return Action::Pause;
+        }
         let Ok(mut shared) = self.shared.try_borrow_mut() else {
-            return fail_closed(&self.vm, "picker state busy (re-entrant call)");
+            return self
+                .latch
+                .fail(&self.vm, "picker state busy (re-entrant call)");
         };
         let mut host = WasmHost::new(&self.vm);
         let status = self
             .req
             .on_request_headers(&mut *shared, &mut host, end_of_stream);
-        finish(&self.vm, &host, status)
+        self.latch.finish(&self.vm, &host, status)
     }
 
     fn on_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {

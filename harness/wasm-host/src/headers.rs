@@ -29,6 +29,15 @@ impl HeaderMap {
         map
     }
 
+    /// Builds a map from byte-valued pairs (keys are lower-cased; values kept as given).
+    pub fn from_byte_pairs<K: AsRef<str>, V: AsRef<[u8]>>(pairs: &[(K, V)]) -> Self {
+        let mut map = Self::new();
+        for (k, v) in pairs {
+            map.add(k.as_ref(), v.as_ref());
+        }
+        map
+    }
+
     /// The first value of `key` (case-insensitive), as a lossy UTF-8 string.
     pub fn get(&self, key: &str) -> Option<String> {
         self.get_bytes(key)

@@ -13,7 +13,8 @@ use crate::builder::HostBuilder;
 use crate::runtime::Runtime;
 use crate::shared::SharedData;
 use crate::state::{
-    ForeignCall, HostState, HttpCall, HttpCallResponse, LogLine, Metric, RootState, StreamState,
+    ForeignCall, HostState, HostcallFault, HttpCall, HttpCallResponse, LogLine, Metric, RootState,
+    StreamState,
 };
 use crate::stream::HttpStream;
 use anyhow::{anyhow, bail, Result};
@@ -290,6 +291,37 @@ impl Host {
         rt.store.data_mut().call_response = None;
         rt.store.data_mut().call_failed = false;
         result
+    }
+
+    /// Loses a pending HTTP call: the host never answers it (no response, no timeout), as
+    /// when a callout's answer goes missing.
+    pub fn drop_http_call(&self, token: u32) -> Result<()> {
+        let mut rt = self.rt()?;
+        let calls = &mut rt.store.data_mut().pending_calls;
+        let before = calls.len();
+        calls.retain(|c| c.token != token);
+        if calls.len() == before {
+            bail!("no pending HTTP call with token {token}");
+        }
+        Ok(())
+    }
+
+    /// From now on hostcall `name` (e.g. `proxy_get_header_map_value`) answers `fault`
+    /// instead of doing its work, until [`Host::clear_faults`].
+    pub fn inject_fault(&self, name: &str, fault: HostcallFault) -> Result<()> {
+        self.state_mut(|s| {
+            s.faults.insert(name.to_string(), fault);
+        })
+    }
+
+    /// Hostcall `name` answers status `status` from now on (see [`Host::inject_fault`]).
+    pub fn inject_status(&self, name: &str, status: Status) -> Result<()> {
+        self.inject_fault(name, HostcallFault::Status(status.code()))
+    }
+
+    /// Every hostcall behaves normally again.
+    pub fn clear_faults(&self) -> Result<()> {
+        self.state_mut(|s| s.faults.clear())
     }
 
     /// The shared-data scope of this host.

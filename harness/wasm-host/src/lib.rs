@@ -21,6 +21,11 @@
 //! # Ok(()) }
 //! ```
 //!
+//! A host in trouble is part of the test API: header values are bytes (a test can send
+//! `caf\xe9` or control bytes, as Envoy passes them), any hostcall can be made to answer an
+//! error status or garbled bytes ([`Host::inject_fault`]), and a callout can be lost
+//! ([`Host::drop_http_call`]).
+//!
 //! Modules: [`host`], [`builder`] and [`stream`] are the test API; [`state`] holds what tests inspect;
 //! `hostcalls` implements the imports; [`shared`] is the cross-VM shared data; [`engine`]
 //! caches compiled modules per process; the `wasi-run` binary runs WASI command modules
@@ -44,6 +49,7 @@ pub use headers::HeaderMap;
 pub use host::Host;
 pub use shared::SharedData;
 pub use state::{
-    ForeignCall, HttpCall, HttpCallResponse, LocalResponse, LogLine, Metric, StreamState,
+    ForeignCall, HostcallFault, HttpCall, HttpCallResponse, LocalResponse, LogLine, Metric,
+    StreamState,
 };
 pub use stream::HttpStream;

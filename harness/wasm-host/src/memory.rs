@@ -6,7 +6,7 @@
 //! `proxy_on_memory_allocate`), because the SDK frees them with its own allocator.
 
 use crate::abi::Status;
-use crate::state::HostState;
+use crate::state::{HostState, HostcallFault};
 use wasmtime::Caller;
 
 /// A host call's result before it is turned into a status code: `Err` is a trap.
@@ -110,4 +110,30 @@ pub(crate) fn return_bytes(
     Ok(write(caller, ptr, bytes)
         .and_then(|()| write_u32(caller, ptr_ptr, ptr))
         .and_then(|()| write_u32(caller, size_ptr, len)))
+}
+
+/// The status an injected fault makes hostcall `name` answer (a status-only call ignores a
+/// [`HostcallFault::Bytes`] fault).
+pub(crate) fn injected_status(caller: &Caller<'_, HostState>, name: &str) -> Option<u32> {
+    match caller.data().fault(name)? {
+        HostcallFault::Status(code) => Some(code),
+        HostcallFault::Bytes(_) => None,
+    }
+}
+
+/// The answer an injected fault makes the byte-returning hostcall `name` give: its status,
+/// or `Ok` with the injected bytes handed over as the call's value.
+pub(crate) fn injected_bytes(
+    caller: &mut Caller<'_, HostState>,
+    name: &str,
+    ptr_ptr: u32,
+    size_ptr: u32,
+) -> wasmtime::Result<Option<u32>> {
+    Ok(match caller.data().fault(name) {
+        None => None,
+        Some(HostcallFault::Status(code)) => Some(code),
+        Some(HostcallFault::Bytes(bytes)) => {
+            Some(status(return_bytes(caller, &bytes, ptr_ptr, size_ptr)?))
+        }
+    })
 }

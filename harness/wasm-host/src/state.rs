@@ -111,6 +111,18 @@ pub struct ForeignCall {
 /// A foreign function a test registers: arguments in, results (or a status) out.
 pub type ForeignFunction = Box<dyn FnMut(&[u8]) -> Result<Vec<u8>, Status> + Send>;
 
+/// How a hostcall answers in place of its normal behaviour, for tests of a host in
+/// trouble: Envoy answers `BadArgument`, `NotFound`, `InternalFailure` and others where its
+/// state says so, and a module must survive each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostcallFault {
+    /// Return this status number (any `u32`, also ones outside the ABI) and do nothing.
+    Status(u32),
+    /// Answer `Ok` with these bytes as the returned value (for calls that return bytes:
+    /// header maps, header values, buffers, properties, shared data), e.g. a garbled map.
+    Bytes(Vec<u8>),
+}
+
 /// A metric defined by the module.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Metric {
@@ -232,6 +244,8 @@ pub struct HostState {
     pub(crate) foreign_functions: HashMap<String, ForeignFunction>,
     /// Every foreign-function call the module made.
     pub(crate) foreign_calls: Vec<ForeignCall>,
+    /// Injected answers by hostcall name (`proxy_get_header_map_value`, ...).
+    pub(crate) faults: HashMap<String, HostcallFault>,
     /// Environment variables the module sees through WASI.
     pub(crate) env: Vec<(String, String)>,
     /// Exit code if the module called WASI `proc_exit`.
@@ -270,6 +284,7 @@ impl HostState {
             shared,
             foreign_functions: HashMap::new(),
             foreign_calls: Vec::new(),
+            faults: HashMap::new(),
             env: Vec::new(),
             exit_code: None,
             partial_output: [Vec::new(), Vec::new()],
@@ -289,6 +304,14 @@ impl HostState {
             context_id: self.effective_context,
             message,
         });
+    }
+
+    /// The injected answer of hostcall `name`, if a test set one.
+    pub(crate) fn fault(&self, name: &str) -> Option<HostcallFault> {
+        if self.faults.is_empty() {
+            return None;
+        }
+        self.faults.get(name).cloned()
     }
 
     /// The stream the effective context designates, if it is a stream.

@@ -48,6 +48,12 @@ impl HttpStream {
         self.headers(Side::Request, HeaderMap::from_pairs(headers), end_of_stream)
     }
 
+    /// Delivers request headers given as a map, so values can be any bytes
+    /// (`proxy_on_request_headers`).
+    pub fn request_header_map_in(&self, headers: HeaderMap, end_of_stream: bool) -> Result<Action> {
+        self.headers(Side::Request, headers, end_of_stream)
+    }
+
     /// Delivers a request body chunk (`proxy_on_request_body`).
     pub fn request_body(&self, chunk: &[u8], end_of_stream: bool) -> Result<Action> {
         self.body(Side::Request, chunk, end_of_stream)

@@ -1,7 +1,10 @@
 //! Context lifecycle, logging, time, ticks, buffers, properties and foreign functions.
 
 use crate::abi::{BufferType, LogLevel, Status};
-use crate::memory::{read, read_string, return_bytes, status, write_u32, write_u64, CallResult};
+use crate::memory::{
+    injected_bytes, injected_status, read, read_string, return_bytes, status, write_u32, write_u64,
+    CallResult,
+};
 use crate::state::{ForeignCall, HostState, StreamState};
 use wasmtime::{Caller, Linker};
 
@@ -17,6 +20,9 @@ pub(super) fn add(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         "env",
         "proxy_get_current_time_nanoseconds",
         |mut c: C<'_>, ptr: u32| {
+            if let Some(code) = injected_status(&c, "proxy_get_current_time_nanoseconds") {
+                return code;
+            }
             let now = c.data().now_ns;
             status(write_u64(&mut c, ptr, now))
         },
@@ -56,6 +62,9 @@ pub(super) fn add(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
 }
 
 fn proxy_log(mut c: C<'_>, level: u32, ptr: u32, len: u32) -> u32 {
+    if let Some(code) = injected_status(&c, "proxy_log") {
+        return code;
+    }
     let Some(level) = LogLevel::from_code(level) else {
         return Status::BadArgument.code();
     };
@@ -69,6 +78,9 @@ fn proxy_log(mut c: C<'_>, level: u32, ptr: u32, len: u32) -> u32 {
 }
 
 fn set_tick_period(mut c: C<'_>, period_ms: u32) -> u32 {
+    if let Some(code) = injected_status(&c, "proxy_set_tick_period_milliseconds") {
+        return code;
+    }
     let state = c.data_mut();
     let now = state.now_ms();
     let Some(root_id) = state.root_of(state.effective_context) else {
@@ -117,6 +129,9 @@ fn get_buffer_bytes(
     ptr_ptr: u32,
     size_ptr: u32,
 ) -> CallResult {
+    if let Some(code) = injected_bytes(&mut c, "proxy_get_buffer_bytes", ptr_ptr, size_ptr)? {
+        return Ok(code);
+    }
     let Some(kind) = BufferType::from_code(kind) else {
         return Ok(Status::BadArgument.code());
     };
@@ -143,6 +158,9 @@ fn body_of(stream: &mut StreamState, kind: BufferType) -> Option<&mut Vec<u8>> {
 }
 
 fn set_buffer_bytes(mut c: C<'_>, kind: u32, start: u32, size: u32, ptr: u32, len: u32) -> u32 {
+    if let Some(code) = injected_status(&c, "proxy_set_buffer_bytes") {
+        return code;
+    }
     let Some(kind) = BufferType::from_code(kind) else {
         return Status::BadArgument.code();
     };
@@ -231,6 +249,9 @@ fn get_property(
     ptr_ptr: u32,
     size_ptr: u32,
 ) -> CallResult {
+    if let Some(code) = injected_bytes(&mut c, "proxy_get_property", ptr_ptr, size_ptr)? {
+        return Ok(code);
+    }
     let path = match read(&mut c, path_ptr, path_len) {
         Ok(raw) => parse_path(&raw),
         Err(s) => return Ok(s.code()),
@@ -242,6 +263,9 @@ fn get_property(
 }
 
 fn set_property(mut c: C<'_>, path_ptr: u32, path_len: u32, ptr: u32, len: u32) -> u32 {
+    if let Some(code) = injected_status(&c, "proxy_set_property") {
+        return code;
+    }
     let (path, value) = match (read(&mut c, path_ptr, path_len), read(&mut c, ptr, len)) {
         (Ok(path), Ok(value)) => (parse_path(&path), value),
         (Err(s), _) | (_, Err(s)) => return s.code(),
@@ -267,6 +291,10 @@ fn call_foreign_function(
     ptr_ptr: u32,
     size_ptr: u32,
 ) -> CallResult {
+    let fault = injected_bytes(&mut c, "proxy_call_foreign_function", ptr_ptr, size_ptr)?;
+    if let Some(code) = fault {
+        return Ok(code);
+    }
     let (name, arguments) = match (
         read_string(&mut c, name_ptr, name_len),
         read(&mut c, args_ptr, args_len),

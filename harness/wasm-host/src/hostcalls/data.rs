@@ -1,7 +1,10 @@
 //! Shared data (with compare-and-swap), shared queues and metrics.
 
 use crate::abi::{MetricType, Status};
-use crate::memory::{read, read_string, return_bytes, status, write_u32, write_u64, CallResult};
+use crate::memory::{
+    injected_bytes, injected_status, read, read_string, return_bytes, status, write_u32, write_u64,
+    CallResult,
+};
 use crate::state::{HostState, Metric};
 use wasmtime::{Caller, Linker};
 
@@ -65,6 +68,9 @@ pub(super) fn add(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         "env",
         "proxy_increment_metric",
         |mut c: C<'_>, id: u32, delta: i64| {
+            if let Some(code) = injected_status(&c, "proxy_increment_metric") {
+                return code;
+            }
             with_metric(&mut c, id, |m| match m.kind {
                 MetricType::Counter if delta < 0 => Err(Status::BadArgument),
                 MetricType::Histogram => Err(Status::BadArgument),
@@ -79,6 +85,9 @@ pub(super) fn add(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         "env",
         "proxy_record_metric",
         |mut c: C<'_>, id: u32, value: u64| {
+            if let Some(code) = injected_status(&c, "proxy_record_metric") {
+                return code;
+            }
             with_metric(&mut c, id, |m| {
                 m.value = value;
                 if m.kind == MetricType::Histogram {
@@ -114,6 +123,9 @@ fn get_shared_data(
     size_ptr: u32,
     cas_ptr: u32,
 ) -> CallResult {
+    if let Some(code) = injected_bytes(&mut c, "proxy_get_shared_data", ptr_ptr, size_ptr)? {
+        return Ok(code);
+    }
     let key = match read_string(&mut c, key_ptr, key_len) {
         Ok(key) => key,
         Err(s) => return Ok(s.code()),
@@ -128,6 +140,9 @@ fn get_shared_data(
 }
 
 fn set_shared_data(mut c: C<'_>, key_ptr: u32, key_len: u32, ptr: u32, len: u32, cas: u32) -> u32 {
+    if let Some(code) = injected_status(&c, "proxy_set_shared_data") {
+        return code;
+    }
     let (key, value) = match (
         read_string(&mut c, key_ptr, key_len),
         read(&mut c, ptr, len),
@@ -142,6 +157,9 @@ fn set_shared_data(mut c: C<'_>, key_ptr: u32, key_len: u32, ptr: u32, len: u32,
 }
 
 fn define_metric(mut c: C<'_>, kind: u32, ptr: u32, len: u32, id_ptr: u32) -> u32 {
+    if let Some(code) = injected_status(&c, "proxy_define_metric") {
+        return code;
+    }
     let Some(kind) = MetricType::from_code(kind) else {
         return Status::BadArgument.code();
     };

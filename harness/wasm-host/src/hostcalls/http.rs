@@ -5,7 +5,9 @@
 
 use crate::abi::{MapType, Status, StreamType};
 use crate::headers::HeaderMap;
-use crate::memory::{read, read_string, return_bytes, status, write_u32, CallResult};
+use crate::memory::{
+    injected_bytes, injected_status, read, read_string, return_bytes, status, write_u32, CallResult,
+};
 use crate::state::{Direction, HostState, HttpCall, LocalResponse};
 use wasmtime::{Caller, Linker};
 
@@ -20,23 +22,47 @@ pub(super) fn add(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         "env",
         "proxy_add_header_map_value",
         |c: C<'_>, m: u32, kp: u32, kl: u32, vp: u32, vl: u32| {
-            edit(c, m, kp, kl, Some((vp, vl)), |map, k, v| map.add(k, v))
+            let add = |map: &mut HeaderMap, k: &str, v: &[u8]| map.add(k, v);
+            edit(
+                c,
+                "proxy_add_header_map_value",
+                m,
+                kp,
+                kl,
+                Some((vp, vl)),
+                add,
+            )
         },
     )?;
     linker.func_wrap(
         "env",
         "proxy_replace_header_map_value",
         |c: C<'_>, m: u32, kp: u32, kl: u32, vp: u32, vl: u32| {
-            edit(c, m, kp, kl, Some((vp, vl)), |map, k, v| map.replace(k, v))
+            let replace = |map: &mut HeaderMap, k: &str, v: &[u8]| map.replace(k, v);
+            edit(
+                c,
+                "proxy_replace_header_map_value",
+                m,
+                kp,
+                kl,
+                Some((vp, vl)),
+                replace,
+            )
         },
     )?;
     linker.func_wrap(
         "env",
         "proxy_remove_header_map_value",
-        |c: C<'_>, m: u32, kp: u32, kl: u32| edit(c, m, kp, kl, None, |map, k, _| map.remove(k)),
+        |c: C<'_>, m: u32, kp: u32, kl: u32| {
+            let remove = |map: &mut HeaderMap, k: &str, _: &[u8]| map.remove(k);
+            edit(c, "proxy_remove_header_map_value", m, kp, kl, None, remove)
+        },
     )?;
     linker.func_wrap("env", "proxy_send_local_response", send_local_response)?;
     linker.func_wrap("env", "proxy_continue_stream", |mut c: C<'_>, kind: u32| {
+        if let Some(code) = injected_status(&c, "proxy_continue_stream") {
+            return code;
+        }
         stream_control(&mut c, kind, |d| d.continue_requested = true)
     })?;
     linker.func_wrap("env", "proxy_close_stream", |mut c: C<'_>, kind: u32| {
@@ -131,6 +157,9 @@ fn mutable_map(state: &mut HostState, kind: MapType) -> Option<(&mut HeaderMap, 
 }
 
 fn get_pairs(mut c: C<'_>, kind: u32, ptr_ptr: u32, size_ptr: u32) -> CallResult {
+    if let Some(code) = injected_bytes(&mut c, "proxy_get_header_map_pairs", ptr_ptr, size_ptr)? {
+        return Ok(code);
+    }
     let Some(kind) = MapType::from_code(kind) else {
         return Ok(Status::BadArgument.code());
     };
@@ -189,6 +218,9 @@ fn get_value(
     ptr_ptr: u32,
     size_ptr: u32,
 ) -> CallResult {
+    if let Some(code) = injected_bytes(&mut c, "proxy_get_header_map_value", ptr_ptr, size_ptr)? {
+        return Ok(code);
+    }
     let Some(kind) = MapType::from_code(kind) else {
         return Ok(Status::BadArgument.code());
     };
@@ -210,12 +242,16 @@ fn get_value(
 
 fn edit(
     mut c: C<'_>,
+    name: &str,
     kind: u32,
     key_ptr: u32,
     key_len: u32,
     value: Option<(u32, u32)>,
     apply: impl FnOnce(&mut HeaderMap, &str, &[u8]),
 ) -> u32 {
+    if let Some(code) = injected_status(&c, name) {
+        return code;
+    }
     let Some(kind) = MapType::from_code(kind) else {
         return Status::BadArgument.code();
     };
@@ -263,6 +299,9 @@ fn send_local_response(
     headers_len: u32,
     grpc_status: i32,
 ) -> u32 {
+    if let Some(code) = injected_status(&c, "proxy_send_local_response") {
+        return code;
+    }
     let details = read_string(&mut c, details_ptr, details_len);
     let body = read(&mut c, body_ptr, body_len);
     let headers = read(&mut c, headers_ptr, headers_len);
@@ -315,6 +354,9 @@ fn http_call(
     timeout_ms: u32,
     token_ptr: u32,
 ) -> u32 {
+    if let Some(code) = injected_status(&c, "proxy_http_call") {
+        return code;
+    }
     let upstream = read_string(&mut c, upstream_ptr, upstream_len);
     let headers = read(&mut c, headers_ptr, headers_len);
     let body = read(&mut c, body_ptr, body_len);

@@ -70,3 +70,5 @@ pub fn testdata(relative: &str) -> String {
         .join(relative);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
+
+pub mod gateway;
