@@ -42,7 +42,7 @@ use infergate_filters::host::{
     SnapshotSink, SnapshotSource, SnapshotVersion, Stats, StreamState, UpstreamOverride,
 };
 use infergate_filters::reply::Reply;
-use infergate_filters::stats::StatKey;
+use infergate_filters::stats::{StatKey, StatKind};
 use scheduler_core::scheduling::pick::SplitMix64;
 use scheduler_core::types::Millis;
 
@@ -73,6 +73,16 @@ impl VmShared {
             snapshot_key,
             filter_state_override,
         }
+    }
+
+    /// Define the metric `key` now (it reads 0 until it moves); a host failure leaves it to
+    /// be defined at its first use.
+    pub fn define_metric(&self, key: &StatKey, kind: StatKind) {
+        let kind = match kind {
+            StatKind::Counter => MetricType::Counter,
+            StatKind::Gauge => MetricType::Gauge,
+        };
+        let _ = self.metric_id(key, kind);
     }
 
     fn metric_id(&self, key: &StatKey, kind: MetricType) -> Option<u32> {

@@ -73,6 +73,12 @@ impl Root {
                 let period = u32::try_from(scraper.tick_period_ms()).unwrap_or(u32::MAX);
                 hostcalls::set_tick_period_ms(period)
                     .map_err(|s| format!("set_tick_period failed: {s:?}"))?;
+                // Every scraper stat exists from the start (at 0), as in the native
+                // flavour, so a failing scraper shows as a counter that moves, not one
+                // that appears.
+                for (kind, key) in scraper.stat_keys() {
+                    self.vm.define_metric(key, kind);
+                }
                 Role::Scraper(Box::new(scraper))
             }
             RoleKind::Probe => Role::Probe,
@@ -87,7 +93,7 @@ impl Root {
         let Some(Role::Scraper(scraper)) = &mut self.role else {
             return;
         };
-        let outcome = callout_outcome(num_headers, body_size);
+        let outcome = callout_outcome(scraper, num_headers, body_size);
         let mut host = WasmHost::new(&self.vm);
         scraper.on_callout_done(&mut host, CalloutToken(u64::from(token_id)), outcome);
     }
@@ -131,8 +137,9 @@ impl Root {
 
 /// How the callout being delivered ended. A failed or timed-out call arrives without
 /// headers (Envoy then answers any read of the response map with `BadArgument`); a status
-/// or body the host cannot hand over makes the scrape a failure rather than a guess.
-fn callout_outcome(num_headers: usize, body_size: usize) -> CalloutOutcome {
+/// or body the host cannot hand over makes the scrape a failure rather than a guess. A page
+/// longer than the scraper's limit is never copied into the VM (its memory never shrinks).
+fn callout_outcome(scraper: &Scraper, num_headers: usize, body_size: usize) -> CalloutOutcome {
     if num_headers == 0 {
         return CalloutOutcome::Failed;
     }
@@ -143,11 +150,19 @@ fn callout_outcome(num_headers: usize, body_size: usize) -> CalloutOutcome {
     let Some(status) = status else {
         return CalloutOutcome::Failed;
     };
-    match hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size) {
-        Ok(body) => CalloutOutcome::Response {
-            status,
-            body: body.unwrap_or_default(),
-        },
-        Err(_) => CalloutOutcome::Failed,
+    let mut unreadable = false;
+    let outcome = scraper.callout_outcome(status, body_size, || {
+        match hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size) {
+            Ok(body) => body.unwrap_or_default(),
+            Err(_) => {
+                unreadable = true;
+                Vec::new()
+            }
+        }
+    });
+    if unreadable {
+        CalloutOutcome::Failed
+    } else {
+        outcome
     }
 }

@@ -251,3 +251,37 @@ fn the_scraper_keeps_scraping_through_every_kind_of_failed_callout() {
     assert!(publishes() > before);
     assert_eq!(scraper.trapped(), None);
 }
+
+#[test]
+fn an_oversized_page_is_a_failed_scrape_and_never_copied_into_the_vm() {
+    let scraper = Host::builder().load(common::product_module()).unwrap();
+    let config = common::testdata("filters/scraper.json")
+        .replace("\"path\"", "\"maxMetricsPageBytes\": 1024, \"path\"");
+    scraper.configure_plugin("scraper", config).unwrap();
+    // Every scraper stat exists from the start.
+    assert_eq!(scraper.metric("infergate.scraper.tick_failures"), Some(0));
+    assert_eq!(scrapes(&scraper, "failed"), 0);
+    scraper.advance_time_ms(50).unwrap();
+    // Were the body copied, it would read as this small valid page and succeed.
+    scraper
+        .inject_fault(
+            "proxy_get_buffer_bytes",
+            HostcallFault::Bytes(vllm_page(0.1).into_bytes()),
+        )
+        .unwrap();
+    let huge = vllm_page(0.1).repeat(200);
+    for call in scraper.pending_http_calls() {
+        scraper
+            .respond_http_call(call.token, HttpCallResponse::new(200, huge.clone()))
+            .unwrap();
+    }
+    assert_eq!(scrapes(&scraper, "failed"), 4);
+    assert_eq!(scrapes(&scraper, "ok"), 0);
+    assert!(scraper.logged("above maxMetricsPageBytes"));
+    // A page within the limit is copied and scraped.
+    scraper.clear_faults().unwrap();
+    scraper.advance_time_ms(50).unwrap();
+    answer_scrapes(&scraper);
+    assert_eq!(scrapes(&scraper, "ok"), 4);
+    assert_eq!(scraper.trapped(), None);
+}
