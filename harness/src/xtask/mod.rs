@@ -6,6 +6,7 @@
 mod artefacts;
 mod bench;
 mod demo;
+mod fuzz;
 mod setup;
 mod test;
 mod up;
@@ -22,7 +23,8 @@ commands:
   test    run every test: native, wasm32, Python client tests, real-Envoy end-to-end
   up      the stack on the simulated pool until Ctrl-C: --flavor wasm|native|plain [--replicas N]
   demo    /rr vs the gateway picker on the calibration workload: [--flavor wasm|native] [--quick]
-  bench   overhead | affinity | ttft | soak | memory (`cargo xtask bench help`)";
+  bench   overhead | affinity | ttft | soak | memory (`cargo xtask bench help`)
+  fuzz    each fuzz target (or one) for N seconds on nightly: [TARGET] [--seconds N] | --build";
 
 /// Entry point of the `xtask` binary.
 pub fn main() -> ExitCode {
@@ -34,6 +36,7 @@ pub fn main() -> ExitCode {
         Some("up") => up::run(&args[1..]),
         Some("demo") => demo::run(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
+        Some("fuzz") => fuzz::run(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())
