@@ -89,7 +89,7 @@ fn bench(c: &mut Criterion) {
             let mut req = PickerRequest::new();
             req.on_request_headers(&mut shared, &mut host, false);
             let status = req.on_request_body(&mut shared, &mut host, sample.len(), true);
-            req.on_end(&mut shared);
+            req.on_end_counted(&mut shared, &mut host);
             status
         })
     });
@@ -114,7 +114,7 @@ fn bench(c: &mut Criterion) {
                 if status == infergate_filters::FilterStatus::Pause {
                     status = req.on_request_body(&mut shared, &mut host, sample.len(), true);
                 }
-                req.on_end(&mut shared);
+                req.on_end_counted(&mut shared, &mut host);
                 status
             })
         });
