@@ -37,6 +37,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
+use infergate_filters::consistency::PickerDeclaration;
 use infergate_filters::picker::{PickerRequest, PickerShared, SharedPicker};
 use infergate_filters::FilterStatus;
 
@@ -97,17 +98,7 @@ impl PickerFactory {
             }
         };
         let state = process_state(value.to_string(), value)?;
-        let declaration = crate::shared::PickerDeclaration {
-            pools: state
-                .plans()
-                .pools()
-                .iter()
-                .map(|p| {
-                    let name = p.name().to_owned();
-                    (name, p.base_model().to_owned(), p.endpoints().to_vec())
-                })
-                .collect(),
-        };
+        let declaration = PickerDeclaration::of(state.plans());
         let registration = crate::shared::config_registry().register_picker(declaration)?;
         let host = HostConfig {
             stats: StatsRegistry::define(envoy, &state.plans().stat_keys()),

@@ -12,26 +12,15 @@
 //! pointer swap would save one uncontended atomic per request, not worth `unsafe` code.
 //!
 //! **The config registry** ([`ConfigRegistry`]) is where the three configs that must agree
-//! meet: the scraper's `endpoints`, each picker's pools and each router's base models. In
-//! the Wasm flavour they live in different VMs and can only be compared at the first
-//! snapshot (the picker's own check, in the filters crate); one native process sees them
-//! all as they load, so a mismatch refuses the config that loads second, with an error
-//! naming both fields:
-//! - a picker pool endpoint the scraper does not list (it would never get metrics, and a
-//!   `FailClose` pool could never pick it) — checked by the picker against a loaded
-//!   scraper, or by the scraper against loaded pickers;
-//! - a router base model no loaded picker serves (its requests would get the picker's
-//!   503) — checked by the picker, against every loaded router and with every loaded
-//!   picker's pools counted, so a listener update that adds a pool to both (Envoy builds
-//!   the new router config before the new picker config, while the old ones still live)
-//!   or removes one passes. A router never checks: created first in its filter chain, it
-//!   would refuse the very update that adds a pool.
-//!
-//! Each registration is undone when its config is destroyed ([`Registration`]'s `Drop`).
+//! meet as they load: the scraper's `endpoints`, each picker's pools and each router's base
+//! models. It holds the filters crate's `consistency::LoadedConfigs` (which says what is
+//! checked, and why a router is never the one refused) behind a mutex; a config that
+//! disagrees with what is loaded is refused with an error naming both fields, and each
+//! registration is undone when its config is destroyed ([`Registration`]'s `Drop`).
 
-use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
+use infergate_filters::consistency::{ConfigId, LoadedConfigs, PickerDeclaration};
 use infergate_filters::host::{SnapshotFetch, SnapshotVersion};
 
 /// The newest encoded metric snapshot and its version.
@@ -85,67 +74,22 @@ impl Default for SnapshotCell {
     }
 }
 
-/// What one loaded picker config declares: per pool, its name, base model and endpoints.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PickerDeclaration {
-    /// `(pool name, base model, endpoints)` in pool order.
-    pub pools: Vec<(String, String, Vec<String>)>,
-}
-
-/// Everything registered, by registration id.
-#[derive(Debug, Default)]
-struct Registered {
-    next_id: u64,
-    scrapers: Vec<(u64, Vec<String>)>,
-    pickers: Vec<(u64, PickerDeclaration)>,
-    routers: Vec<(u64, Vec<String>)>,
-}
-
-impl Registered {
-    fn id(&mut self) -> u64 {
-        self.next_id = self.next_id.wrapping_add(1);
-        self.next_id
-    }
-
-    /// The first pool endpoint of `picker` that no scraper in `scrapers` lists.
-    fn unscraped<'a>(
-        picker: &'a PickerDeclaration,
-        scraped: &BTreeSet<&str>,
-    ) -> Option<(usize, &'a str, usize, &'a str)> {
-        picker
-            .pools
-            .iter()
-            .enumerate()
-            .find_map(|(i, (name, _, endpoints))| {
-                endpoints
-                    .iter()
-                    .enumerate()
-                    .find(|(_, e)| !scraped.contains(e.as_str()))
-                    .map(|(j, e)| (i, name.as_str(), j, e.as_str()))
-            })
-    }
-}
-
 /// The process's loaded configs, for the consistency checks in the module doc.
 #[derive(Debug, Default)]
 pub struct ConfigRegistry {
-    inner: Mutex<Registered>,
+    inner: Mutex<LoadedConfigs>,
 }
 
 /// One config's entry in a [`ConfigRegistry`]; dropping it (with the config) removes it.
 #[derive(Debug)]
 pub struct Registration {
     registry: &'static ConfigRegistry,
-    id: u64,
+    id: ConfigId,
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        let mut r = self.registry.lock();
-        let id = self.id;
-        r.scrapers.retain(|(i, _)| *i != id);
-        r.pickers.retain(|(i, _)| *i != id);
-        r.routers.retain(|(i, _)| *i != id);
+        self.registry.lock().remove(self.id);
     }
 }
 
@@ -153,84 +97,33 @@ impl ConfigRegistry {
     /// An empty registry.
     pub const fn new() -> ConfigRegistry {
         ConfigRegistry {
-            inner: Mutex::new(Registered {
-                next_id: 0,
-                scrapers: Vec::new(),
-                pickers: Vec::new(),
-                routers: Vec::new(),
-            }),
+            inner: Mutex::new(LoadedConfigs::new()),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Registered> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LoadedConfigs> {
         // Every update is a single push or retain: a poisoned lock is still consistent.
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Registers a scraper's `endpoints`, unless a loaded picker has a pool endpoint that
-    /// they lack.
+    /// Registers a scraper's `endpoints` (see `LoadedConfigs::add_scraper`).
     pub fn register_scraper(&'static self, endpoints: &[String]) -> Result<Registration, String> {
-        let mut r = self.lock();
-        let scraped: BTreeSet<&str> = endpoints.iter().map(String::as_str).collect();
-        for (_, picker) in &r.pickers {
-            if let Some((i, pool, j, endpoint)) = Registered::unscraped(picker, &scraped) {
-                return Err(format!(
-                    "scraper config: endpoints: a loaded picker's pools[{i}].endpoints[{j}] \
-                     `{endpoint}` (pool `{pool}`) is not listed, so it would never be scraped"
-                ));
-            }
-        }
-        let id = r.id();
-        r.scrapers.push((id, endpoints.to_vec()));
+        let id = self.lock().add_scraper(endpoints)?;
         Ok(Registration { registry: self, id })
     }
 
-    /// Registers a picker, unless a loaded scraper lacks one of its pool endpoints or a
-    /// loaded router routes a base model that no loaded picker (this one included) serves.
+    /// Registers a picker (see `LoadedConfigs::add_picker`).
     pub fn register_picker(
         &'static self,
         picker: PickerDeclaration,
     ) -> Result<Registration, String> {
-        let mut r = self.lock();
-        if !r.scrapers.is_empty() {
-            let scraped: BTreeSet<&str> = r
-                .scrapers
-                .iter()
-                .flat_map(|(_, e)| e.iter().map(String::as_str))
-                .collect();
-            if let Some((i, pool, j, endpoint)) = Registered::unscraped(&picker, &scraped) {
-                return Err(format!(
-                    "picker config: pools[{i}].endpoints[{j}]: `{endpoint}` (pool `{pool}`) is \
-                     not in the scraper's `endpoints`, so it would never have metrics"
-                ));
-            }
-        }
-        let served: BTreeSet<&str> = r
-            .pickers
-            .iter()
-            .map(|(_, p)| p)
-            .chain([&picker])
-            .flat_map(|p| p.pools.iter().map(|(_, base, _)| base.as_str()))
-            .collect();
-        for (_, bases) in &r.routers {
-            if let Some(base) = bases.iter().find(|b| !served.contains(b.as_str())) {
-                return Err(format!(
-                    "picker config: pools: no pool serves base model `{base}`, which a loaded \
-                     router's pools[].baseModel routes here (its requests would be answered \
-                     503 rejected-no-endpoints)"
-                ));
-            }
-        }
-        let id = r.id();
-        r.pickers.push((id, picker));
+        let id = self.lock().add_picker(picker)?;
         Ok(Registration { registry: self, id })
     }
 
-    /// Registers a router's base models (never refused: see the module doc).
+    /// Registers a router's base models (never refused).
     pub fn register_router(&'static self, base_models: Vec<String>) -> Registration {
-        let mut r = self.lock();
-        let id = r.id();
-        r.routers.push((id, base_models));
+        let id = self.lock().add_router(base_models);
         Registration { registry: self, id }
     }
 }
@@ -257,106 +150,22 @@ pub fn config_registry() -> &'static ConfigRegistry {
 mod tests {
     use super::*;
 
-    fn leaked() -> &'static ConfigRegistry {
-        Box::leak(Box::new(ConfigRegistry::new()))
-    }
-
-    fn picker(pools: &[(&str, &str, &[&str])]) -> PickerDeclaration {
-        PickerDeclaration {
-            pools: pools
-                .iter()
-                .map(|(n, b, e)| {
-                    let e = e.iter().map(|s| (*s).to_owned()).collect();
-                    ((*n).to_owned(), (*b).to_owned(), e)
-                })
-                .collect(),
-        }
-    }
-
-    fn strings(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| (*s).to_owned()).collect()
-    }
-
     #[test]
-    fn a_picker_endpoint_the_scraper_lacks_is_refused_whichever_loads_second() {
-        let r = leaked();
-        let scraper = r.register_scraper(&strings(&["1.1.1.1:80"]));
+    fn registrations_check_and_leave_with_their_config() {
+        let registry: &'static ConfigRegistry = Box::leak(Box::new(ConfigRegistry::new()));
+        let scraper = registry.register_scraper(&["1.1.1.1:80".to_owned()]);
         assert!(scraper.is_ok());
-        let e = r
-            .register_picker(picker(&[("p", "m", &["1.1.1.1:80", "2.2.2.2:80"])]))
-            .err()
-            .unwrap_or_default();
-        assert!(
-            e.contains("pools[0].endpoints[1]") && e.contains("scraper's `endpoints`"),
-            "{e}"
-        );
-        assert!(r
-            .register_picker(picker(&[("p", "m", &["1.1.1.1:80"])]))
-            .is_ok());
-
-        // Picker first, scraper second.
-        let r = leaked();
-        let _picker = r.register_picker(picker(&[("p", "m", &["2.2.2.2:80"])]));
-        let e = r
-            .register_scraper(&strings(&["1.1.1.1:80"]))
-            .err()
-            .unwrap_or_default();
-        assert!(
-            e.contains("scraper config: endpoints") && e.contains("2.2.2.2:80"),
-            "{e}"
-        );
-        // Without any scraper, pickers load (a FailOpen deployment may run without one).
-        let r = leaked();
-        assert!(r
-            .register_picker(picker(&[("p", "m", &["9.9.9.9:1"])]))
-            .is_ok());
-    }
-
-    #[test]
-    fn a_router_base_model_without_a_picker_pool_is_refused_at_the_picker() {
-        let r = leaked();
-        let _router = r.register_router(strings(&["llama", "qwen"]));
-        let e = r
-            .register_picker(picker(&[("p", "llama", &[])]))
-            .err()
-            .unwrap_or_default();
-        assert!(
-            e.contains("`qwen`") && e.contains("pools[].baseModel"),
-            "{e}"
-        );
-        assert!(r
-            .register_picker(picker(&[("p", "llama", &[]), ("q", "qwen", &[])]))
-            .is_ok());
-    }
-
-    #[test]
-    fn listener_updates_that_add_or_remove_a_pool_pass() {
-        let r = leaked();
-        let old_router = r.register_router(strings(&["llama"]));
-        let old_picker = r.register_picker(picker(&[("p", "llama", &[])]));
-        assert!(old_picker.is_ok());
-        // Adding qwen: the new router loads first, then the new picker.
-        let new_router = r.register_router(strings(&["llama", "qwen"]));
-        let new_picker = r.register_picker(picker(&[("p", "llama", &[]), ("q", "qwen", &[])]));
-        assert!(new_picker.is_ok());
-        drop((old_router, old_picker));
-        // Removing llama again.
-        let newer_router = r.register_router(strings(&["qwen"]));
-        assert!(r.register_picker(picker(&[("q", "qwen", &[])])).is_ok());
-        drop((new_router, new_picker, newer_router));
-    }
-
-    #[test]
-    fn destroyed_configs_leave_the_registry() {
-        let r = leaked();
-        let router = r.register_router(strings(&["qwen"]));
-        drop(router);
-        assert!(r.register_picker(picker(&[("p", "llama", &[])])).is_ok());
-        let scraper = r.register_scraper(&strings(&[]));
+        let declaration = PickerDeclaration {
+            pools: vec![infergate_filters::consistency::PoolDeclaration {
+                name: "p".into(),
+                base_model: "m".into(),
+                endpoints: vec!["2.2.2.2:80".into()],
+            }],
+        };
+        let refused = registry.register_picker(declaration.clone());
+        assert!(refused.is_err_and(|e| e.contains("pools[0].endpoints[0]")));
         drop(scraper);
-        assert!(r
-            .register_picker(picker(&[("p", "llama", &["1.1.1.1:1"])]))
-            .is_ok());
+        assert!(registry.register_picker(declaration).is_ok());
     }
 
     #[test]

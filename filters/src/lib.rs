@@ -35,10 +35,12 @@
 //! [`reply`] (OpenAI error replies), [`stats`] (stat names and families), [`headers`]
 //! (wire names and client-header stripping), [`handoff`] (router → picker per-stream
 //! handoff), [`router`] (body router), [`picker`]
-//! (endpoint picker), [`scraper`] (metrics scraper), [`fake`] (a builder-style fake host
+//! (endpoint picker), [`scraper`] (metrics scraper), [`consistency`] (checks between
+//! separately loaded configs), [`fake`] (a builder-style fake host
 //! for tests; feature `fake-host` exports it). `benches/filters.rs` measures the router
 //! and the picker on an 8k-token body.
 
+pub mod consistency;
 pub mod handoff;
 pub mod headers;
 pub mod host;

@@ -249,10 +249,15 @@ fn scraper_config_errors_name_the_field() {
 #[test]
 fn a_scraper_that_misses_a_loaded_pickers_endpoint_is_refused() {
     fake_envoy::reset();
-    let picker =
-        crate::shared::config_registry().register_picker(crate::shared::PickerDeclaration {
-            pools: vec![("p".into(), "m".into(), vec![EP1.into(), EP2.into()])],
-        });
+    let picker = crate::shared::config_registry().register_picker(
+        infergate_filters::consistency::PickerDeclaration {
+            pools: vec![infergate_filters::consistency::PoolDeclaration {
+                name: "p".into(),
+                base_model: "m".into(),
+                endpoints: vec![EP1.into(), EP2.into()],
+            }],
+        },
+    );
     assert!(picker.is_ok());
     let only_one = format!(r#"{{"endpoints": ["{EP1}"]}}"#);
     assert!(new_config("scraper", &only_one).is_null());
