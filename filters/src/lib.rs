@@ -22,8 +22,9 @@
 //!   nothing in here is `Sync`-aware or blocks.
 //! - **In-flight accounting cannot leak or double count**: a pick returns an
 //!   [`picker::InFlightLease`] (not `Clone`, `#[must_use]`), held by the request's
-//!   [`picker::PickerRequest`]; [`picker::PickerRequest::on_end`] gives it back by value
-//!   exactly once, whichever of "complete" and "reset" (or the context drop) comes first.
+//!   [`picker::PickerRequest`]; [`picker::PickerRequest::on_end_counted`] gives it back by
+//!   value exactly once, whichever of "complete" and "reset" (or the context drop) comes
+//!   first, and moves the in-flight gauges back with it.
 //! - **No decisions here that belong to the core**: endpoint choice is
 //!   `scheduler_core::scheduling`; this crate turns host events into core calls and core
 //!   results into headers, replies and stats.

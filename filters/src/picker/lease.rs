@@ -5,8 +5,9 @@
 //! back ([`super::PickerShared::release`]) consumes it, so one pick is released at most
 //! once by construction. The request keeps it in an `Option` and `take`s it on the first
 //! end event (complete, reset or context drop), so it is released at least once as long
-//! as the adapter reports any end event — adapters call `on_end` from both their
-//! end-of-stream hook and their context destructor.
+//! as the adapter reports any end event — adapters call `on_end_counted` from both their
+//! end-of-stream hook and their context destructor (it also lowers the in-flight gauges
+//! the pick raised).
 
 use scheduler_core::types::Tokens;
 
