@@ -22,6 +22,8 @@ pub struct Sample {
     pub rss_bytes: u64,
     /// tcmalloc's allocated bytes (admin `/memory`), if it answered.
     pub heap_allocated_bytes: Option<u64>,
+    /// tcmalloc's heap size (what it holds from the OS, in use or free), if it answered.
+    pub heap_size_bytes: Option<u64>,
     /// The Wasm VMs' linear memories (zero count in the native flavour).
     pub wasm: WasmMemories,
 }

@@ -68,6 +68,8 @@ pub struct SoakOptions {
     pub down_for: Duration,
     /// Simulated seconds per real second.
     pub time_scale: f64,
+    /// RSS floor growth per 100k requests after warm-up that passes, bytes.
+    pub max_growth_bytes_per_100k: f64,
 }
 
 impl Default for SoakOptions {
@@ -81,12 +83,13 @@ impl Default for SoakOptions {
             kill_every: Duration::from_secs(30),
             down_for: Duration::from_secs(3),
             time_scale: 10.0,
+            max_growth_bytes_per_100k: GROWTH_TARGET_BYTES_PER_100K,
         }
     }
 }
 
 impl SoakOptions {
-    /// Parses `--minutes N`, `--flavor wasm|native|both`, `--clients C`.
+    /// Parses `--minutes N`, `--flavor wasm|native|both`, `--clients C`, `--max-growth-mb M`.
     pub fn parse(args: &[String]) -> Result<Self> {
         let mut o = SoakOptions::default();
         let mut it = args.iter();
@@ -111,9 +114,16 @@ impl SoakOptions {
                         bail!("--clients must be at least 1");
                     }
                 }
+                "--max-growth-mb" => {
+                    let m: f64 = value()?.parse().context("--max-growth-mb")?;
+                    if !(m > 0.0 && m.is_finite()) {
+                        bail!("--max-growth-mb must be positive");
+                    }
+                    o.max_growth_bytes_per_100k = m * 1e6;
+                }
                 other => bail!(
                     "unknown argument `{other}` (expected --minutes N, \
-                     --flavor wasm|native|both, --clients C)"
+                     --flavor wasm|native|both, --clients C, --max-growth-mb M)"
                 ),
             }
         }
@@ -222,6 +232,7 @@ pub async fn soak(opts: &SoakOptions, flavor: Flavor) -> Result<SoakReport> {
     };
     let stack = Stack::start(stack_opts).await?;
     let pid = stack.envoy().pid().context("Envoy has no pid")?;
+    wait_serving(&stack).await?;
     let load_before = loadavg();
     eprintln!(
         "soak {flavor}: {} replicas {:?}, Envoy pid {pid} ({} workers), {} clients for {:?}",
@@ -293,7 +304,7 @@ pub async fn soak(opts: &SoakOptions, flavor: Flavor) -> Result<SoakReport> {
     let heap_growth = growth_of(&samples, opts.warmup(), |s| {
         s.heap_allocated_bytes.unwrap_or(0)
     });
-    let mut verdicts = vec![growth_verdict(floor_growth)];
+    let mut verdicts = vec![growth_verdict(floor_growth, opts.max_growth_bytes_per_100k)];
     let inflight = match &stats {
         Ok(st) => inflight_verdict(st),
         Err(e) => Verdict {
@@ -416,23 +427,24 @@ fn kill_loop(
 }
 
 async fn sample(stack: &Stack, pid: u32, epoch: Instant, shared: &Shared) -> Sample {
-    let heap = admin_allocated(stack).await;
+    let heap = admin_memory(stack).await;
+    let field = |name: &str| heap.as_ref().and_then(|v| v[name].as_str()?.parse().ok());
     Sample {
         at: epoch.elapsed(),
         done: shared.done.load(Ordering::Relaxed),
         rss_bytes: procmem::rss_bytes(pid).unwrap_or(0),
-        heap_allocated_bytes: heap,
+        heap_allocated_bytes: field("allocated"),
+        heap_size_bytes: field("heap_size"),
         wasm: procmem::wasm_memories(pid).unwrap_or_default(),
     }
 }
 
-/// tcmalloc's allocated bytes from admin `/memory`.
-async fn admin_allocated(stack: &Stack) -> Option<u64> {
+/// Admin `/memory`: tcmalloc's figures, as decimal strings.
+async fn admin_memory(stack: &Stack) -> Option<serde_json::Value> {
     let resp = client::get(&format!("http://{}/memory", stack.envoy().admin()))
         .await
         .ok()?;
-    let v = resp.json().ok()?;
-    v["allocated"].as_str()?.parse().ok()
+    resp.json().ok()
 }
 
 fn progress_line(flavor: Flavor, s: &Sample, shared: &Shared) -> String {
@@ -460,8 +472,8 @@ fn wasm_text(s: &Sample) -> String {
 
 fn memory_table(samples: &[Sample]) -> String {
     let mut out = format!(
-        "  {:>6}  {:>9}  {:>10}  {:>11}  wasm linear memory\n",
-        "time", "requests", "Envoy RSS", "heap alloc"
+        "  {:>6}  {:>9}  {:>10}  {:>11}  {:>10}  wasm linear memory\n",
+        "time", "requests", "Envoy RSS", "heap alloc", "heap size"
     );
     let mut next = Duration::ZERO;
     let last = samples.len().saturating_sub(1);
@@ -470,10 +482,8 @@ fn memory_table(samples: &[Sample]) -> String {
             continue;
         }
         next = s.at + Duration::from_millis(9_500);
-        let heap = s
-            .heap_allocated_bytes
-            .map(|b| mb(b as f64))
-            .unwrap_or_else(|| "?".into());
+        let show = |b: Option<u64>| b.map(|b| mb(b as f64)).unwrap_or_else(|| "?".into());
+        let (heap, heap_size) = (show(s.heap_allocated_bytes), show(s.heap_size_bytes));
         let wasm = if s.wasm.count == 0 {
             "-".to_string()
         } else {
@@ -485,11 +495,12 @@ fn memory_table(samples: &[Sample]) -> String {
             )
         };
         out.push_str(&format!(
-            "  {:>5.0}s  {:>9}  {:>10}  {:>11}  {wasm}\n",
+            "  {:>5.0}s  {:>9}  {:>10}  {:>11}  {:>10}  {wasm}\n",
             s.at.as_secs_f64(),
             s.done,
             mb(s.rss_bytes as f64),
-            heap
+            heap,
+            heap_size
         ));
     }
     out
@@ -553,14 +564,14 @@ fn growth_lines(
     out
 }
 
-fn growth_verdict(g: Option<Growth>) -> Verdict {
+fn growth_verdict(g: Option<Growth>, target: f64) -> Verdict {
     match g {
         Some(g) => Verdict {
-            pass: g.bytes_per_100k < GROWTH_TARGET_BYTES_PER_100K,
+            pass: g.bytes_per_100k < target,
             text: format!(
                 "RSS floor growth after warm-up {} per 100k requests (target < {})",
                 mb(g.bytes_per_100k),
-                mb(GROWTH_TARGET_BYTES_PER_100K)
+                mb(target)
             ),
         },
         None => Verdict {
@@ -603,6 +614,43 @@ fn wasm_stat_lines(stats: &Stats) -> String {
         return String::new();
     }
     format!("Wasm VM stats at the end: {}\n", wanted.join(", "))
+}
+
+/// Waits (up to 15 s) until every replica has been scraped and a plain request is served:
+/// Envoy is ready before the scraper has seen each endpoint, and a `FailClose` pool rightly
+/// answers 503 until then, which must not count against the soak.
+pub async fn wait_serving(stack: &Stack) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let body = serde_json::json!({
+        "model": DEFAULT_MODEL,
+        "max_tokens": 1,
+        "messages": [{"role": "user", "content": "ready?"}],
+    });
+    let url = format!("{}/v1/chat/completions", stack.picker_url());
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        let scraped = match stack.envoy().stats().await {
+            Ok(st) => stack.replicas().iter().all(|r| {
+                let key = format!(
+                    ".endpoint.{}.result.ok",
+                    r.to_string().replace([':', '.'], "_")
+                );
+                st.sum_containing(&key) > 0
+            }),
+            Err(_) => false,
+        };
+        if scraped {
+            match client::post_json(&url, &body, &[]).await {
+                Ok(r) if r.status == 200 => return Ok(()),
+                Ok(r) => last = format!("answered {}: {}", r.status, r.text()),
+                Err(e) => last = format!("{e:#}"),
+            }
+        } else {
+            last = "not every replica scraped yet".to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!("the gateway did not serve a plain request within 15 s: {last}")
 }
 
 /// A plain turn after the soak must be served.
@@ -657,6 +705,7 @@ mod tests {
             &["--minutes"],
             &["--flavor", "plain"],
             &["--clients", "0"],
+            &["--max-growth-mb", "-1"],
             &["--what"],
         ] {
             assert!(SoakOptions::parse(&strings(bad)).is_err(), "{bad:?}");
@@ -675,6 +724,6 @@ mod tests {
             .pass
         );
         assert!(!inflight_verdict(&s("x.infergate.picker.inflight_requests.pool.p: 2\n")).pass);
-        assert!(!growth_verdict(None).pass);
+        assert!(!growth_verdict(None, 1e6).pass);
     }
 }

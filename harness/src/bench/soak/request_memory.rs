@@ -254,6 +254,7 @@ pub async fn measure(flavor: Flavor, body: Arc<Vec<u8>>, n: usize) -> Result<Mea
         "max_tokens": 2,
         "messages": [{"role": "user", "content": "warm up"}],
     });
+    super::wait_serving(&stack).await?;
     for _ in 0..20 {
         let r = client::post_json(&url, &plain, &[]).await?;
         if r.status != 200 {
