@@ -629,6 +629,27 @@ mod tests {
         assert!(render(&wrong).is_err());
     }
 
+    /// Every upstream an LLM stream can take (each pool cluster, the baseline) holds
+    /// thousands of concurrent streams: Envoy's default circuit breakers (1024) would queue
+    /// the rest unanswered.
+    #[test]
+    fn pool_clusters_hold_thousands_of_streams() {
+        for flavor in Flavor::ALL {
+            let v: Value = serde_yaml::from_str(&render(&with_baseline(flavor)).unwrap()).unwrap();
+            for c in v["static_resources"]["clusters"].as_sequence().unwrap() {
+                let name = c["name"].as_str().unwrap();
+                if !(name.starts_with("pool-") || name == "rr") {
+                    continue;
+                }
+                let t = &c["circuit_breakers"]["thresholds"][0];
+                for field in ["max_connections", "max_pending_requests", "max_requests"] {
+                    let n = t[field].as_u64().unwrap_or(0);
+                    assert!(n >= 4096, "{flavor}: {name}.{field} = {n}");
+                }
+            }
+        }
+    }
+
     /// The deployment form (no baseline asked for) has no `/rr` route and no `rr`
     /// cluster in any template; asking for it adds exactly those.
     #[test]

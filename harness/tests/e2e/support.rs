@@ -1,9 +1,14 @@
 //! Shared pieces of the end-to-end suite: tiny engine-like backends the tests control
 //! exactly (which replica answered, how slowly a stream is produced, the KV usage their
-//! `/metrics` reports, whether `/metrics` fails), and stack start-up that skips a flavour
-//! whose module is not built. [`gw`] holds the gateway-specific helpers.
+//! `/metrics` reports, how `/metrics` and requests fail, killing a replica outright), and
+//! stack start-up that skips a flavour whose module is not built. [`gw`] holds the
+//! gateway-specific helpers, [`raw`] an HTTP/1.1 client that sends any bytes, [`h2`] an
+//! HTTP/2 (h2c) client, [`settle`] the checks every fault scenario ends with.
 
 pub mod gw;
+pub mod h2;
+pub mod raw;
+pub mod settle;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -15,8 +20,8 @@ use infergate_harness::launch::{Backends, EnvoyOptions, Flavor, PoolSpec, Stack,
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -29,36 +34,135 @@ pub struct StreamPace {
     pub gap: Duration,
 }
 
+/// How a backend answers `GET /metrics`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum MetricsMode {
+    /// The vLLM page.
+    Normal = 0,
+    /// 500 with a short text body.
+    Error = 1,
+    /// Accepts the request and never answers.
+    Hang = 2,
+    /// A 30 MB page of well-formed gauge lines.
+    Huge = 3,
+    /// 200 with bytes that are not a Prometheus page (invalid UTF-8, NUL, broken lines).
+    Garbage = 4,
+}
+
+/// How a backend answers everything but `/metrics`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ServeMode {
+    /// JSON, or SSE when the body asks for a stream.
+    Normal = 0,
+    /// Reads the request and never answers.
+    Hang = 1,
+    /// A 200 `text/event-stream` that is not valid SSE ([`MALFORMED_SSE`]).
+    MalformedSse = 2,
+}
+
+/// The body a [`ServeMode::MalformedSse`] backend sends: events without `data:`, JSON cut
+/// short, NUL and invalid UTF-8, CR-only line ends, a `[DONE]` that is not the end, and a
+/// last event never terminated.
+pub const MALFORMED_SSE: &[u8] = b"data: {\"choices\": [{\"delta\": {\"content\": \"ok\"}}]}\n\n\
+data: {\"choices\": [{\"delta\"\n\n\
+event without data\n\n\
+data: \x00\x01\xff\xfe\xc3\x28\n\n\
+data: [DONE]\n\n\
+data: {\"after\": \"done\"}\r\r\
+: comment\n\
+data: {\"unterminated\": ";
+
 /// What a test changes on a running backend, and what it counts.
 #[derive(Debug)]
 pub struct Control {
     /// KV utilisation reported on `/metrics`, in thousandths.
     kv_permille: AtomicU64,
-    /// `/metrics` answers 500 while set.
-    metrics_broken: AtomicBool,
-    /// Requests other than `/metrics` answered.
+    /// A [`MetricsMode`].
+    metrics_mode: AtomicU8,
+    /// A [`ServeMode`].
+    serve_mode: AtomicU8,
+    /// Requests other than `/metrics` answered (or held, when hanging).
     served: AtomicU64,
     /// `/metrics` requests answered (successfully or not).
     scrapes: AtomicU64,
+    /// SSE streams in progress.
+    streams_open: AtomicI64,
+    /// SSE streams whose reader went away before the end.
+    streams_cancelled: AtomicU64,
+    /// Every connection task, so [`TestBackend::kill`] can drop them all at once.
+    connections: Mutex<Vec<tokio::task::AbortHandle>>,
 }
 
 impl Default for Control {
     fn default() -> Self {
         Control {
             kv_permille: AtomicU64::new(100),
-            metrics_broken: AtomicBool::new(false),
+            metrics_mode: AtomicU8::new(MetricsMode::Normal as u8),
+            serve_mode: AtomicU8::new(ServeMode::Normal as u8),
             served: AtomicU64::new(0),
             scrapes: AtomicU64::new(0),
+            streams_open: AtomicI64::new(0),
+            streams_cancelled: AtomicU64::new(0),
+            connections: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl Control {
+    fn metrics_mode(&self) -> MetricsMode {
+        match self.metrics_mode.load(Ordering::SeqCst) {
+            1 => MetricsMode::Error,
+            2 => MetricsMode::Hang,
+            3 => MetricsMode::Huge,
+            4 => MetricsMode::Garbage,
+            _ => MetricsMode::Normal,
+        }
+    }
+
+    fn serve_mode(&self) -> ServeMode {
+        match self.serve_mode.load(Ordering::SeqCst) {
+            1 => ServeMode::Hang,
+            2 => ServeMode::MalformedSse,
+            _ => ServeMode::Normal,
+        }
+    }
+}
+
+/// Counts a stream as open while it lives; a drop before `finished` counts it cancelled.
+struct OpenStream {
+    ctl: Arc<Control>,
+    finished: bool,
+}
+
+impl OpenStream {
+    fn new(ctl: Arc<Control>) -> OpenStream {
+        ctl.streams_open.fetch_add(1, Ordering::SeqCst);
+        OpenStream {
+            ctl,
+            finished: false,
+        }
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.ctl.streams_open.fetch_sub(1, Ordering::SeqCst);
+        if !self.finished {
+            self.ctl.streams_cancelled.fetch_add(1, Ordering::SeqCst);
         }
     }
 }
 
 /// A backend that answers like a minimal OpenAI-compatible engine and says who it is:
 /// - `GET /metrics`: vLLM gauges (idle, KV from [`Control`], 10% unless set), after a
-///   `# backend <name>` comment; 500 while [`TestBackend::break_metrics`] is on;
-/// - a body with `"stream": true`: SSE, `pace.events` chunks `pace.gap` apart, then `[DONE]`;
+///   `# backend <name>` comment, or the fault of its [`MetricsMode`];
+/// - a body with `"stream": true`: SSE, `pace.events` chunks `pace.gap` apart, then `[DONE]`
+///   (the body's own `stream_events` / `stream_gap_ms` override the pace);
 /// - anything else: JSON `{"backend", "path", "headers": {…}}` plus an OpenAI-style
-///   `choices` so clients that expect a completion are satisfied.
+///   `choices` so clients that expect a completion are satisfied;
+/// - or the fault of its [`ServeMode`].
 pub struct TestBackend {
     pub addr: SocketAddr,
     pub control: Arc<Control>,
@@ -67,7 +171,7 @@ pub struct TestBackend {
 
 impl Drop for TestBackend {
     fn drop(&mut self) {
-        self.task.abort();
+        self.kill();
     }
 }
 
@@ -84,13 +188,17 @@ impl TestBackend {
                     break;
                 };
                 let name = name.clone();
-                let ctl = ctl.clone();
-                tokio::spawn(async move {
-                    let svc = service_fn(move |req| handle(name.clone(), pace, ctl.clone(), req));
+                let conn_ctl = ctl.clone();
+                let task = tokio::spawn(async move {
+                    let svc =
+                        service_fn(move |req| handle(name.clone(), pace, conn_ctl.clone(), req));
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), svc)
                         .await;
                 });
+                let mut conns = ctl.connections.lock().unwrap();
+                conns.retain(|c| !c.is_finished());
+                conns.push(task.abort_handle());
             }
         });
         TestBackend {
@@ -108,7 +216,43 @@ impl TestBackend {
 
     /// Makes `/metrics` answer 500 (`true`) or the normal page (`false`).
     pub fn break_metrics(&self, broken: bool) {
-        self.control.metrics_broken.store(broken, Ordering::SeqCst);
+        let mode = if broken {
+            MetricsMode::Error
+        } else {
+            MetricsMode::Normal
+        };
+        self.set_metrics(mode);
+    }
+
+    /// How `/metrics` answers from now on.
+    pub fn set_metrics(&self, mode: MetricsMode) {
+        self.control
+            .metrics_mode
+            .store(mode as u8, Ordering::SeqCst);
+    }
+
+    /// How every other request is answered from now on.
+    pub fn set_serve(&self, mode: ServeMode) {
+        self.control.serve_mode.store(mode as u8, Ordering::SeqCst);
+    }
+
+    /// The replica dies: it stops listening and every open connection is dropped at once
+    /// (streams end mid-way, as when an engine process is killed).
+    pub fn kill(&self) {
+        self.task.abort();
+        for conn in self.control.connections.lock().unwrap().drain(..) {
+            conn.abort();
+        }
+    }
+
+    /// SSE streams in progress now.
+    pub fn streams_open(&self) -> i64 {
+        self.control.streams_open.load(Ordering::SeqCst)
+    }
+
+    /// SSE streams whose reader went away before their end.
+    pub fn streams_cancelled(&self) -> u64 {
+        self.control.streams_cancelled.load(Ordering::SeqCst)
     }
 
     /// Requests other than `/metrics` this backend has answered.
@@ -154,10 +298,20 @@ async fn handle(
     req: Request<Incoming>,
 ) -> Result<Response<ChannelBody>, Infallible> {
     let path = req.uri().path().to_string();
+    // Every value of the steering header, so a test can tell one from many.
+    let destinations: Vec<String> = req
+        .headers()
+        .get_all("x-gateway-destination-endpoint")
+        .iter()
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .collect();
     let headers: serde_json::Map<String, serde_json::Value> = req
         .headers()
         .iter()
-        .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").into()))
+        .map(|(k, v)| {
+            let text = String::from_utf8_lossy(v.as_bytes()).into_owned();
+            (k.to_string(), text.into())
+        })
         .collect();
     let body = req
         .into_body()
@@ -168,10 +322,21 @@ async fn handle(
     let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     if path == "/metrics" {
         ctl.scrapes.fetch_add(1, Ordering::SeqCst);
-        if ctl.metrics_broken.load(Ordering::SeqCst) {
-            let mut resp = ChannelBody::full("text/plain", Bytes::from_static(b"broken\n"));
-            *resp.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
-            return Ok(resp);
+        match ctl.metrics_mode() {
+            MetricsMode::Normal => {}
+            MetricsMode::Error => {
+                let mut resp = ChannelBody::full("text/plain", Bytes::from_static(b"broken\n"));
+                *resp.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
+                return Ok(resp);
+            }
+            MetricsMode::Hang => std::future::pending::<()>().await,
+            MetricsMode::Huge => return Ok(ChannelBody::chunked("text/plain", huge_page())),
+            MetricsMode::Garbage => {
+                return Ok(ChannelBody::full(
+                    "text/plain; version=0.0.4",
+                    Bytes::from_static(GARBAGE_PAGE),
+                ))
+            }
         }
         let kv = ctl.kv_permille.load(Ordering::SeqCst) as f64 / 1000.0;
         let page = format!(
@@ -183,9 +348,30 @@ async fn handle(
         return Ok(ChannelBody::full("text/plain; version=0.0.4", page.into()));
     }
     ctl.served.fetch_add(1, Ordering::SeqCst);
+    match ctl.serve_mode() {
+        ServeMode::Normal => {}
+        ServeMode::Hang => std::future::pending::<()>().await,
+        ServeMode::MalformedSse => {
+            return Ok(ChannelBody::full(
+                "text/event-stream",
+                Bytes::from_static(MALFORMED_SSE),
+            ))
+        }
+    }
     if json["stream"] == true {
+        let pace = StreamPace {
+            events: json["stream_events"]
+                .as_u64()
+                .map_or(pace.events, |n| n as usize),
+            gap: json["stream_gap_ms"]
+                .as_u64()
+                .map_or(pace.gap, Duration::from_millis),
+        };
         let (tx, rx) = mpsc::channel(4);
+        let open = OpenStream::new(ctl.clone());
         tokio::spawn(async move {
+            // The whole guard moves into the task (not just the field it sets at the end).
+            let mut open = open;
             for i in 0..pace.events {
                 let event = serde_json::json!({"backend": name, "index": i,
                     "choices": [{"index": 0, "delta": {"content": format!("t{i} ")}}]});
@@ -196,9 +382,19 @@ async fn handle(
                 {
                     return;
                 }
-                tokio::time::sleep(pace.gap).await;
+                // A reader that goes away is seen at once, not at the next event.
+                tokio::select! {
+                    _ = tokio::time::sleep(pace.gap) => {}
+                    _ = tx.closed() => return,
+                }
             }
-            let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+            if tx
+                .send(Bytes::from_static(b"data: [DONE]\n\n"))
+                .await
+                .is_ok()
+            {
+                open.finished = true;
+            }
         });
         let mut resp = Response::new(ChannelBody { rx: Some(rx) });
         resp.headers_mut()
@@ -206,7 +402,7 @@ async fn handle(
         return Ok(resp);
     }
     let answer = serde_json::json!({
-        "backend": name, "path": path, "headers": headers,
+        "backend": name, "path": path, "headers": headers, "destinations": destinations,
         "object": "chat.completion",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
@@ -236,7 +432,41 @@ impl ChannelBody {
             .insert("content-type", content_type.parse().unwrap());
         resp
     }
+
+    /// `data` sent in 1 MiB frames, as a real server writes a large page.
+    fn chunked(content_type: &str, data: Bytes) -> Response<ChannelBody> {
+        let (tx, rx) = mpsc::channel(2);
+        tokio::spawn(async move {
+            for at in (0..data.len()).step_by(1 << 20) {
+                let end = (at + (1 << 20)).min(data.len());
+                if tx.send(data.slice(at..end)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let mut resp = Response::new(ChannelBody { rx: Some(rx) });
+        resp.headers_mut()
+            .insert("content-type", content_type.parse().unwrap());
+        resp
+    }
 }
+
+/// A [`MetricsMode::Huge`] page: 30 MB of well-formed gauge lines.
+fn huge_page() -> Bytes {
+    static PAGE: OnceLock<Bytes> = OnceLock::new();
+    PAGE.get_or_init(|| {
+        let line = "vllm:num_requests_waiting{model_name=\"m\",replica=\"padding\"} 0\n";
+        Bytes::from(line.repeat((30 << 20) / line.len() + 1))
+    })
+    .clone()
+}
+
+/// A [`MetricsMode::Garbage`] page.
+const GARBAGE_PAGE: &[u8] = b"\xff\xfe\x00garbage {{{\n\x80\x81\x82\n\
+vllm:num_requests_waiting{model_name=\"m\" NaN NaN\n\
+vllm:kv_cache_usage_perc{model_name=\"m\"} not-a-number\n\
+vllm:num_requests_running{model_name=\"m\",\xc3\x28=\"\xff\"} 1e999999\n\
+}}}}\t\x01\x02 no newline at the end";
 
 impl Body for ChannelBody {
     type Data = Bytes;

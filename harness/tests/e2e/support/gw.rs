@@ -10,7 +10,8 @@ use hyper_util::rt::TokioIo;
 use infergate_harness::launch::client::HttpResponse;
 use infergate_harness::launch::stats::Stats;
 use infergate_harness::launch::{
-    Backends, EnvoyOptions, Flavor, GatewaySettings, PluginConfigs, PoolSpec, Stack, StackOptions,
+    Backends, ClientTimeouts, EnvoyOptions, Flavor, GatewaySettings, PluginConfigs, PoolSpec,
+    Stack, StackOptions,
 };
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -30,6 +31,8 @@ pub struct Plan {
     pub settings: GatewaySettings,
     /// Applied to the configurations computed from `pools` and `settings`.
     pub tweak: Option<Tweak>,
+    /// The connection manager's client-side timeouts.
+    pub timeouts: ClientTimeouts,
 }
 
 impl Plan {
@@ -40,6 +43,7 @@ impl Plan {
             concurrency: 1,
             settings: GatewaySettings::default(),
             tweak: None,
+            timeouts: ClientTimeouts::default(),
         }
     }
 }
@@ -77,6 +81,7 @@ pub async fn start_over(flavor: Flavor, addrs: Vec<SocketAddr>, plan: Plan) -> O
     opts.pools = plan.pools;
     opts.settings = plan.settings;
     opts.plugins = Some(plugins);
+    opts.timeouts = plan.timeouts;
     opts.envoy = EnvoyOptions {
         concurrency: plan.concurrency,
         // Access-log files (the trace log on stderr) are flushed this often; Envoy's
