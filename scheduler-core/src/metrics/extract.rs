@@ -218,8 +218,9 @@ fn parse_count(text: &str) -> Option<u64> {
     (n as f64 == v).then_some(n)
 }
 
-/// The most adapter names kept per LoRA list; engines load tens, not thousands.
-pub const MAX_ADAPTERS: usize = 1024;
+/// The most adapter names kept per LoRA list: engines serve tens of adapter slots, and the
+/// list's 24 bytes per name stay within a few kilobytes, whatever the page.
+pub const MAX_ADAPTERS: usize = 256;
 
 fn split_adapters(list: &str) -> Vec<String> {
     list.split(',')
