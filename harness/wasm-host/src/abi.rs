@@ -89,7 +89,7 @@ pub enum LogLevel {
     Warn = 3,
     /// Error.
     Error = 4,
-    /// Critical (the SDK logs panics at this level).
+    /// Critical (panic hooks log at this level).
     Critical = 5,
 }
 

@@ -1,7 +1,7 @@
 //! A proxy-wasm host on wasmtime, for testing the built `.wasm` module without Envoy.
 //!
-//! It implements the proxy-wasm ABI 0.2.1 as the Rust `proxy-wasm` 0.2.x SDK imports it,
-//! with Envoy's observable behaviour where the ABI leaves room (header-map availability,
+//! It implements the proxy-wasm ABI 0.2.1 as the Rust `proxy-wasm` 0.2.x SDK imports it (the
+//! `testmod` fixture) and as the product module speaks it without the SDK, with Envoy's observable behaviour where the ABI leaves room (header-map availability,
 //! body-buffer edits, shared-data CAS, HTTP-call checks), plus the WASI subset a proxy gives
 //! a plugin. Tests load a module, configure plugins, and drive requests, ticks and HTTP calls:
 //!

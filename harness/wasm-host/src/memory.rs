@@ -3,7 +3,8 @@
 //! Every pointer and size comes from the module, so every access is bounds-checked and an
 //! out-of-range one becomes `Status::InvalidMemoryAccess` instead of a host panic. Values the
 //! host returns are copied into memory the module allocates itself (through
-//! `proxy_on_memory_allocate`), because the SDK frees them with its own allocator.
+//! `proxy_on_memory_allocate`), because the module adopts and frees them with its own
+//! allocator.
 
 use crate::abi::Status;
 use crate::state::{HostState, HostcallFault};

@@ -1,8 +1,8 @@
 //! The instantiated module: its exported callbacks and the one place that calls into it.
 //!
 //! Every callback goes through [`Runtime::call`], which sets the effective context, turns a
-//! trap into an error that quotes the module's last error logs (the SDK logs panics at
-//! `Critical`), poisons the instance after a trap (its state can no longer be trusted, as in
+//! trap into an error that quotes the module's last error logs (the SDK's and the product
+//! module's panic hooks log at `Critical`), poisons the instance after a trap (its state can no longer be trusted, as in
 //! Envoy, which would restart the VM), and afterwards applies what the module asked for
 //! during the callback: continuing a paused stream, finishing a context with `proxy_done`.
 

@@ -140,7 +140,7 @@ fn get_buffer_bytes(
         Err(s) => return Ok(s.code()),
     };
     let start = start as usize;
-    // Envoy clamps the length to what is there: the SDK asks for `usize::MAX` bytes.
+    // Envoy clamps the length to what is there: modules ask for `usize::MAX` bytes.
     let Some(tail) = contents.get(start..) else {
         return Ok(Status::BadArgument.code());
     };

@@ -1,7 +1,8 @@
 //! The host functions the module imports, registered on a wasmtime `Linker`.
 //!
 //! `env` holds the proxy-wasm ABI 0.2.1 calls the Rust `proxy-wasm` 0.2.x SDK imports (it
-//! imports all of them, used or not, through its trait vtables); `wasi_snapshot_preview1`
+//! imports all of them, used or not, through its trait vtables; the product module imports
+//! the few it uses); `wasi_snapshot_preview1`
 //! holds the small WASI subset a proxy host gives a plugin. Split by capability:
 //! [`context`] (lifecycle, logging, time, ticks, buffers, properties, foreign functions),
 //! [`http`] (header maps, stream control, local replies, HTTP/gRPC calls),
