@@ -11,6 +11,11 @@ use super::filter::ALIVE;
 use super::plugins::{Filter, Picker, Plugin, PrefixSettings, Scorer};
 use crate::prefix::{PrefixConfig, PrefixIndex};
 
+/// The largest scorer weight. Raw scores are in [0, 1], so a profile's total is at most its
+/// weight sum; with weights this small no sum of them comes near overflowing to infinity
+/// (which would make the tie threshold NaN and drop every candidate).
+pub const MAX_WEIGHT: f64 = 1e6;
+
 /// Name of the profile synthesized when the config declares none.
 pub const DEFAULT_PROFILE: &str = "default";
 
@@ -187,20 +192,24 @@ impl Scheduler {
 
     /// The prefix-index LRU bound for an endpoint, in blocks: `lruCapacityPerServer` if
     /// configured, else the endpoint's KV capacity converted to our block size when its
-    /// metrics expose it, else the default (31,250).
+    /// metrics expose it, else the default (31,250); never more than
+    /// `maxLruCapacityPerServer`, so an engine reporting a huge cache cannot make the index
+    /// unbounded.
     pub fn lru_capacity_for(&self, metrics: Option<&crate::metrics::EndpointMetrics>) -> u32 {
         let s = self.prefix.config;
+        let max = self.prefix.max_lru_capacity_per_server;
         if self.prefix.lru_capacity_configured {
-            return s.lru_capacity_per_server;
+            return s.lru_capacity_per_server.min(max);
         }
-        match metrics.and_then(|m| m.cache) {
+        let blocks = match metrics.and_then(|m| m.cache) {
             Some(c) if c.num_blocks > 0 && c.block_size > 0 => {
                 let tokens = c.num_blocks.saturating_mul(u64::from(c.block_size));
                 let blocks = (tokens / u64::from(s.block_size_tokens.max(1))).max(1);
                 u32::try_from(blocks).unwrap_or(u32::MAX)
             }
             _ => s.lru_capacity_per_server,
-        }
+        };
+        blocks.min(max)
     }
 }
 
@@ -219,7 +228,7 @@ fn compile_profile(
             });
         };
         let weight = r.weight.unwrap_or(1.0);
-        if !weight.is_finite() || weight < 0.0 {
+        if !weight.is_finite() || !(0.0..=MAX_WEIGHT).contains(&weight) {
             return Err(ConfigError::BadWeight {
                 profile: spec.name.clone(),
                 plugin_ref: r.plugin_ref.clone(),

@@ -136,7 +136,7 @@ pub enum ConfigError {
         /// What is wrong with it.
         reason: String,
     },
-    /// A weight is negative or not finite.
+    /// A weight is negative, not finite or above [`super::MAX_WEIGHT`].
     BadWeight {
         /// The profile holding the reference.
         profile: String,
@@ -182,7 +182,8 @@ impl fmt::Display for ConfigError {
                 plugin_ref,
             } => write!(
                 f,
-                "scheduling profile `{profile}`: weight of `{plugin_ref}` must be a finite number >= 0"
+                "scheduling profile `{profile}`: weight of `{plugin_ref}` must be a number in 0..={}",
+                super::MAX_WEIGHT
             ),
             ConfigError::MultiplePickers { profile } => {
                 write!(f, "scheduling profile `{profile}` references more than one picker")

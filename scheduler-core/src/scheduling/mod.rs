@@ -32,9 +32,9 @@ pub mod score;
 #[allow(clippy::panic)]
 mod tests;
 
-pub use compile::{Profile, Scheduler, DEFAULT_PROFILE};
+pub use compile::{Profile, Scheduler, DEFAULT_PROFILE, MAX_WEIGHT};
 pub use config::{ConfigError, EndpointPickerConfig, PluginRef, PluginSpec, ProfileSpec};
 pub use decision::{Decision, ProfileDecision};
 pub use filter::FilterNote;
-pub use plugins::{PrefixSettings, PLUGIN_TYPES};
+pub use plugins::{PrefixSettings, DEFAULT_MAX_LRU_CAPACITY, PLUGIN_TYPES};
 pub use run::{Candidate, NoPrefixIndex, PrefixMatch, RequestView};

@@ -81,19 +81,28 @@ fn max_score(
     eligible: &impl Fn(usize) -> bool,
     rng: &mut SplitMix64,
 ) -> Option<usize> {
+    // A NaN total ranks below every number, so it can neither win nor poison the threshold.
+    let total = |c: usize| match totals.get(c) {
+        Some(t) if !t.is_nan() => *t,
+        _ => f64::NEG_INFINITY,
+    };
     let mut best = f64::NEG_INFINITY;
     let mut any = false;
-    for (c, t) in totals.iter().enumerate() {
+    for c in 0..totals.len() {
         if eligible(c) {
             any = true;
-            best = best.max(*t);
+            best = best.max(total(c));
         }
     }
     if !any {
         return None;
     }
-    let floor = best - TIE_EPSILON * best.abs().max(1.0);
-    let is_top = |c: usize| eligible(c) && totals.get(c).is_some_and(|t| *t >= floor);
+    // An infinite best gives ∞ − ∞ = NaN, which nothing is ≥; then only a tie with the best counts.
+    let floor = match best - TIE_EPSILON * best.abs().max(1.0) {
+        f if f.is_nan() => best,
+        f => f,
+    };
+    let is_top = |c: usize| eligible(c) && total(c) >= floor;
     nth_eligible(totals.len(), &is_top, rng)
 }
 

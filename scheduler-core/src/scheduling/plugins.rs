@@ -3,7 +3,7 @@
 //!
 //! | type | kind | parameters (default) | endpoint with unknown metrics |
 //! |---|---|---|---|
-//! | `approx-prefix-cache-producer` | producer | `blockSizeTokens` (64), `maxPrefixTokensToMatch` (131072), `lruCapacityPerServer` (31250, or the endpoint's KV capacity when known) | — |
+//! | `approx-prefix-cache-producer` | producer | `blockSizeTokens` (64), `maxPrefixTokensToMatch` (131072), `lruCapacityPerServer` (31250, or the endpoint's KV capacity when known), `maxLruCapacityPerServer` (262144: no endpoint's LRU exceeds it, whatever its metrics claim; `lruCapacityPerServer` may not either) | — |
 //! | `inflight-load-producer` | producer | none | — (the host's own counts) |
 //! | `utilization-filter` | filter | `conditions: [{metric, maxValue}]` (metric: `kv-cache-utilization` 0..1, `waiting-queue`, `running-requests`), `fallbackOnEmpty` (false) | kept (an unknown or NaN value never exceeds) |
 //! | `prefix-cache-affinity-filter` | filter | `threshold` (0.5), `maxTTFTPenaltyMs` (1000), `prefillTokensPerSecond` (10000), `queuedRequestMs` (250), `maxWaitingQueue` (16), `maxKVCacheUtilization` (0.95) | not overloaded; queue counts as 0 in the TTFT estimate |
@@ -43,14 +43,31 @@ pub const PLUGIN_TYPES: &[&str] = &[
     "random-picker",
 ];
 
+/// Default `maxLruCapacityPerServer`, in blocks: 16.7 M tokens at 64-token blocks, more
+/// KV cache than any engine holds today, and at most ~12 MiB of index per endpoint (48 bytes
+/// per block at most). It bounds what an engine's `cache_config_info` can make us keep.
+pub const DEFAULT_MAX_LRU_CAPACITY: u32 = 262_144;
+
 /// Settings of the approximate prefix index (`approx-prefix-cache-producer`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PrefixSettings {
     /// Block size, match limit and default LRU bound.
     pub config: PrefixConfig,
     /// Whether `lruCapacityPerServer` was configured; if not, an endpoint's KV capacity
     /// (when its metrics expose it) takes precedence over the default.
     pub lru_capacity_configured: bool,
+    /// `maxLruCapacityPerServer`: no endpoint's LRU bound exceeds it, whatever its metrics say.
+    pub max_lru_capacity_per_server: u32,
+}
+
+impl Default for PrefixSettings {
+    fn default() -> Self {
+        PrefixSettings {
+            config: PrefixConfig::default(),
+            lru_capacity_configured: false,
+            max_lru_capacity_per_server: DEFAULT_MAX_LRU_CAPACITY,
+        }
+    }
 }
 
 /// The metric a utilization condition reads.
@@ -214,14 +231,22 @@ fn prefix_producer(p: &Params<'_>) -> Result<Plugin, ConfigError> {
         "blockSizeTokens",
         "maxPrefixTokensToMatch",
         "lruCapacityPerServer",
+        "maxLruCapacityPerServer",
     ])?;
     let d = PrefixConfig::default();
     let block = p.u64_in("blockSizeTokens", d.block_size_tokens.into(), 1, 1 << 20)?;
-    let cap = p.u64_in(
-        "lruCapacityPerServer",
-        d.lru_capacity_per_server.into(),
+    let max_cap = p.u64_in(
+        "maxLruCapacityPerServer",
+        DEFAULT_MAX_LRU_CAPACITY.into(),
         1,
         u32::MAX.into(),
+    )?;
+    // The default bound gives way to a smaller maximum; a configured one may not exceed it.
+    let cap = p.u64_in(
+        "lruCapacityPerServer",
+        u64::from(d.lru_capacity_per_server).min(max_cap),
+        1,
+        max_cap,
     )?;
     let config = PrefixConfig {
         block_size_tokens: u32::try_from(block).unwrap_or(d.block_size_tokens),
@@ -236,6 +261,7 @@ fn prefix_producer(p: &Params<'_>) -> Result<Plugin, ConfigError> {
     Ok(Plugin::PrefixProducer(PrefixSettings {
         config,
         lru_capacity_configured: p.has("lruCapacityPerServer"),
+        max_lru_capacity_per_server: u32::try_from(max_cap).unwrap_or(u32::MAX),
     }))
 }
 

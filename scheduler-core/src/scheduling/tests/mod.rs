@@ -1,5 +1,6 @@
 //! Unit and property tests of the scheduling module, with small builders shared below.
 
+mod bounds;
 mod config;
 mod filters;
 mod pickers;
