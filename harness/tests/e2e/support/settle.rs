@@ -12,6 +12,15 @@ use std::time::{Duration, Instant};
 /// The picker's per-pool in-flight gauges (requests picked and not yet finished).
 pub const PICKER_INFLIGHT: &str = "infergate.picker.inflight_requests";
 
+/// The picker's in-flight requests over every pool (the pool-level gauges).
+pub fn picker_in_flight(stats: &Stats) -> i64 {
+    stats
+        .containing(PICKER_INFLIGHT)
+        .filter(|(k, _)| !k.contains(".endpoint."))
+        .map(|(_, v)| v)
+        .sum()
+}
+
 /// Requests in flight, by what holds them: `(what, count)` for every non-zero holder.
 pub fn in_flight(stats: &Stats) -> Vec<(String, i64)> {
     let mut out: Vec<(String, i64)> = stats
@@ -73,6 +82,14 @@ pub async fn still_serving(stack: &Stack, model: &str, what: &str) {
         "{}: after {what}: not a replica's answer: {}",
         stack.flavor(),
         resp.text()
+    );
+    // A served request has moved the picker's gauges, so they exist: the in-flight check
+    // below is never vacuous.
+    let stats = stack.envoy().stats().await.unwrap();
+    assert!(
+        stats.containing(PICKER_INFLIGHT).count() > 0,
+        "{}: after {what}: no `{PICKER_INFLIGHT}` gauge",
+        stack.flavor()
     );
     nothing_in_flight(stack, what).await;
 }

@@ -7,7 +7,9 @@
 use super::MODEL;
 use crate::support::gw::{self, Plan};
 use crate::support::h2::H2;
-use crate::support::settle::{envoy_rss_kib, in_flight, nothing_in_flight, still_serving};
+use crate::support::settle::{
+    envoy_rss_kib, in_flight, nothing_in_flight, picker_in_flight, still_serving,
+};
 use crate::support::{StreamPace, TestBackend};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -227,6 +229,7 @@ async fn held_open(stack: &Stack, backends: &[TestBackend]) {
     let opened_in = started.elapsed();
     let stats = stack.envoy().stats().await.unwrap();
     let held = in_flight(&stats);
+    let picked = picker_in_flight(&stats);
     let rss_during = envoy_rss_kib(stack);
     let replica_open = open(backends);
     release_tx.send(true).unwrap();
@@ -251,6 +254,7 @@ async fn held_open(stack: &Stack, backends: &[TestBackend]) {
         .find(|(k, _)| k == "http.gateway.downstream_rq_active")
         .map_or(0, |(_, v)| *v);
     assert_eq!(active, HELD as i64, "{flavor}: {held:?}");
+    assert_eq!(picked, HELD as i64, "{flavor}: picker in flight: {held:?}");
     replicas_cancelled(
         stack,
         backends,

@@ -211,7 +211,6 @@ async fn killed_mid_stream(stack: &Stack, backends: &[TestBackend]) {
     let first = stream.frame().await.unwrap().unwrap();
     assert!(first.is_data());
     victim.kill();
-    let killed_at = Instant::now();
     let mut ended = None;
     while let Some(frame) = stream.frame().await {
         if let Err(e) = frame {
@@ -231,7 +230,6 @@ async fn killed_mid_stream(stack: &Stack, backends: &[TestBackend]) {
         stack.flavor(),
         ended.unwrap_or_default()
     );
-    assert!(killed_at.elapsed() >= took);
     let after = spread(stack, &shared(KILLED), 16, "after the kill").await;
     assert!(
         after.iter().all(|b| b == &format!("b{HEALTHY}")),
