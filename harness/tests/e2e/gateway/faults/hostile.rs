@@ -435,18 +435,39 @@ async fn bodies(stack: &Stack, wrong: &mut Vec<String>) {
             Expect::Status(404),
         ),
     ];
+    let h2 = H2::connect(stack.envoy().listener()).await;
+    let json_type = [("content-type", HeaderValue::from_static("application/json"))];
     for (what, body, expect) in cases {
-        let what = format!("body: {what} ({} bytes)", body.len());
-        let req = raw::post_json(CHAT, &[], &body);
-        let got = raw::exchange(stack.envoy().listener(), req, Duration::from_secs(30)).await;
-        if let Ok(r) = &got {
-            // An error answer quotes little of the input, whatever its size.
-            if r.status != 200 && r.body.len() > 4096 {
-                wrong.push(format!("{what}: a {} byte error body", r.body.len()));
+        for http2 in [false, true] {
+            let what = format!(
+                "{} body: {what} ({} bytes)",
+                if http2 { "HTTP/2" } else { "HTTP/1.1" },
+                body.len()
+            );
+            let got = if http2 {
+                let sent = h2.send("POST", CHAT, &json_type, body.clone()).await;
+                match sent {
+                    Ok(resp) => crate::support::h2::collect(resp).await,
+                    Err(e) => Err(e),
+                }
+                .map(|r| RawResponse {
+                    status: r.status,
+                    head: String::new(),
+                    body: r.body.to_vec(),
+                })
+            } else {
+                let req = raw::post_json(CHAT, &[], &body);
+                raw::exchange(stack.envoy().listener(), req, Duration::from_secs(30)).await
+            };
+            if let Ok(r) = &got {
+                // An error answer quotes little of the input, whatever its size.
+                if r.status != 200 && r.body.len() > 4096 {
+                    wrong.push(format!("{what}: a {} byte error body", r.body.len()));
+                }
             }
+            check(&what, got, expect, wrong);
+            still_serving(stack, MODEL, &what).await;
         }
-        check(&what, got, expect, wrong);
-        still_serving(stack, MODEL, &what).await;
     }
     eprintln!(
         "{}: Envoy RSS around the hostile bodies: {rss_before} KiB before, {} KiB after",
