@@ -33,6 +33,8 @@ pub struct Plan {
     pub tweak: Option<Tweak>,
     /// The connection manager's client-side timeouts.
     pub timeouts: ClientTimeouts,
+    /// The `/rr` baseline route and cluster; off is the deployment form.
+    pub baseline: bool,
 }
 
 impl Plan {
@@ -44,6 +46,7 @@ impl Plan {
             settings: GatewaySettings::default(),
             tweak: None,
             timeouts: ClientTimeouts::default(),
+            baseline: true,
         }
     }
 }
@@ -82,6 +85,7 @@ pub async fn start_over(flavor: Flavor, addrs: Vec<SocketAddr>, plan: Plan) -> O
     opts.settings = plan.settings;
     opts.plugins = Some(plugins);
     opts.timeouts = plan.timeouts;
+    opts.baseline = plan.baseline;
     opts.envoy = EnvoyOptions {
         concurrency: plan.concurrency,
         // Access-log files (the trace log on stderr) are flushed this often; Envoy's

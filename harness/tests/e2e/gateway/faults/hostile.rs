@@ -1,7 +1,8 @@
 //! Hostile requests: header values no well-behaved client sends, bodies built to hurt a
 //! parser or its memory, and bodies that arrive too slowly or never finish. Each is
 //! answered (served, or refused with the right status), and Envoy goes on serving with
-//! nothing left in flight.
+//! nothing left in flight. The stack is the deployment form of the template (no `/rr`
+//! baseline), with short client timeouts.
 
 use super::{with_sessions, MODEL, SESSION_HEADER};
 use crate::support::gw::{self, Plan};
@@ -53,11 +54,22 @@ pub(in crate::gateway) async fn hostile_requests_are_answered_and_envoy_keeps_se
     let mut plan = Plan::new(vec![PoolSpec::all(MODEL)]);
     plan.tweak = Some(Box::new(|p| with_sessions(p, MODEL)));
     plan.timeouts = TIMEOUTS;
+    // What users deploy: the template without the `/rr` benchmark baseline.
+    plan.baseline = false;
     let Some(stack) = gw::start(flavor, &backends, plan).await else {
         return;
     };
     let mut wrong = Vec::new();
     still_serving(&stack, MODEL, "nothing hostile yet").await;
+    // No baseline route: `/rr/...` is an ordinary path, passed through to no route.
+    let req = raw::post_json("/rr/v1/chat/completions", &[], &chat_body("baseline?"));
+    let got = raw::exchange(stack.envoy().listener(), req, Duration::from_secs(10)).await;
+    check(
+        "the deployment form's /rr/",
+        got,
+        Expect::Status(404),
+        &mut wrong,
+    );
     header_values(&stack, &backends, &mut wrong).await;
     duplicate_steering_headers(&stack, &backends, &mut wrong).await;
     headers_over_http2(&stack, &backends, &mut wrong).await;
