@@ -47,23 +47,34 @@ pub(in crate::gateway) async fn aborted_and_held_streams_leave_nothing_in_flight
     held_open(&stack, &backends).await;
 }
 
-/// Raises this process's open-file limit to at least `want` (as far as the hard limit
-/// allows); Envoy, started afterwards, inherits it.
+/// Raises this process's open-file limit to at least `want` (the hard limit too, where
+/// the process may: root may); Envoy, started afterwards, inherits it. Fails naming the
+/// limit when it cannot: 2,000 streams need about two descriptors each in this process
+/// (client and test backend) and two in Envoy's.
 fn raise_fd_limit(want: u64) {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return;
+    let got = unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < want {
+            let wanted = libc::rlimit {
+                rlim_cur: want,
+                rlim_max: lim.rlim_max.max(want),
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) != 0 {
+                lim.rlim_cur = lim.rlim_max.min(want);
+                libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+            }
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
         }
-        if lim.rlim_cur < want {
-            lim.rlim_cur = want.min(lim.rlim_max);
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-    }
+        lim.rlim_cur
+    };
+    assert!(
+        got >= want,
+        "open-file limit {got} < {want} needed for {HELD} streams (raise `ulimit -Hn`)"
+    );
 }
 
 fn cancelled(backends: &[TestBackend]) -> u64 {
