@@ -103,7 +103,16 @@ async fn failures(stack: &Stack, backend: &TestBackend) -> i64 {
         "infergate.scraper.consecutive_failures.endpoint.{}",
         endpoint_label(&backend.addr)
     );
-    stack.envoy().stats().await.unwrap().sum_containing(&key)
+    // Exact name (after the flavour's prefix): one port must not match another's prefix.
+    stack
+        .envoy()
+        .stats()
+        .await
+        .unwrap()
+        .containing(&key)
+        .filter(|(k, _)| k.ends_with(&key))
+        .map(|(_, v)| v)
+        .sum()
 }
 
 /// Waits until the scraper has failed `backend` `MAX_FAILURES` times in a row (at most
@@ -211,6 +220,7 @@ async fn killed_mid_stream(stack: &Stack, backends: &[TestBackend]) {
     let first = stream.frame().await.unwrap().unwrap();
     assert!(first.is_data());
     victim.kill();
+    let killed = Instant::now();
     let mut ended = None;
     while let Some(frame) = stream.frame().await {
         if let Err(e) = frame {
@@ -218,17 +228,26 @@ async fn killed_mid_stream(stack: &Stack, backends: &[TestBackend]) {
             break;
         }
     }
+    let stream_ended = killed.elapsed();
     assert!(
         ended.is_some(),
         "{}: the stream from a killed replica ended cleanly",
         stack.flavor()
     );
-    let took = until_dead(stack, victim, Duration::from_secs(5), "killed replica").await;
+    until_dead(stack, victim, Duration::from_secs(5), "killed replica").await;
+    let dead = killed.elapsed();
     eprintln!(
-        "{}: killed replica: stream ended with `{}`; scraper gave up on it {took:?} after its \
-         death",
+        "{}: killed replica: the client's stream ended ({}) {stream_ended:?} after the kill \
+         (Envoy's HTTP/1.1 delayed-close timeout is 1 s); the \
+         scraper had failed it {MAX_FAILURES} times {dead:?} after the kill",
         stack.flavor(),
         ended.unwrap_or_default()
+    );
+    // Refused connections fail each 50 ms scrape at once: three take a few hundred ms.
+    assert!(
+        stream_ended < Duration::from_secs(3) && dead < Duration::from_secs(3),
+        "{}: stream ended {stream_ended:?}, replica dead {dead:?} after the kill",
+        stack.flavor()
     );
     let after = spread(stack, &shared(KILLED), 16, "after the kill").await;
     assert!(
