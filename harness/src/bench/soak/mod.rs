@@ -448,13 +448,26 @@ async fn admin_memory(stack: &Stack) -> Option<serde_json::Value> {
 }
 
 fn progress_line(flavor: Flavor, s: &Sample, shared: &Shared) -> String {
+    let causes = match shared.failed_by.lock() {
+        Ok(by) => by
+            .iter()
+            .map(|((status, kind), n)| format!("{n} {status} on {kind}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        Err(_) => String::new(),
+    };
     format!(
-        "[soak {flavor}] {:>4.0} s  requests {:>7}  failed {:>5}  rss {}{}",
+        "[soak {flavor}] {:>4.0} s  requests {:>7}  rss {}{}  failed {}{}",
         s.at.as_secs_f64(),
         s.done,
-        shared.failed.load(Ordering::Relaxed),
         mb(s.rss_bytes as f64),
-        wasm_text(s)
+        wasm_text(s),
+        shared.failed.load(Ordering::Relaxed),
+        if causes.is_empty() {
+            String::new()
+        } else {
+            format!(" ({causes})")
+        }
     )
 }
 

@@ -133,3 +133,45 @@ fn spawn(port: u16, args: &[String]) -> Result<(ChildGuard, SocketAddr)> {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+
+    /// The status of `GET /health`, or why there was none.
+    fn health(addr: SocketAddr) -> Result<String> {
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        s.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")?;
+        let mut answer = String::new();
+        s.read_to_string(&mut answer)?;
+        Ok(answer.lines().next().unwrap_or_default().to_string())
+    }
+
+    #[test]
+    fn a_killed_replica_is_gone_until_it_restarts_on_its_port() {
+        if sim_binary().is_err() {
+            eprintln!("SKIPPED: the simulator binary is not built (cargo xtask build)");
+            return;
+        }
+        let mut set = ReplicaSet::start(2, &[]).unwrap();
+        let addrs = set.addrs().to_vec();
+        assert_eq!(addrs.len(), 2);
+        assert_ne!(addrs[0], addrs[1]);
+        assert!(health(addrs[0]).unwrap().contains(" 200"));
+        set.kill(0).unwrap();
+        assert!(health(addrs[0]).is_err(), "a killed replica still answers");
+        assert!(set.kill(0).is_err(), "killing a dead replica is an error");
+        assert!(
+            health(addrs[1]).unwrap().contains(" 200"),
+            "the other one lives"
+        );
+        set.restart(0).unwrap();
+        assert_eq!(set.addrs(), &addrs[..]);
+        assert!(health(addrs[0]).unwrap().contains(" 200"));
+        assert!(set.restart(5).is_err());
+    }
+}

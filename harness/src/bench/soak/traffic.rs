@@ -3,6 +3,7 @@
 //! steady), and mixes in the faults it injects itself: some turns are abandoned after their
 //! first content chunks, some requests are hostile (one kind after another).
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -46,6 +47,9 @@ pub struct Shared {
     pub done: AtomicU64,
     /// Failed requests so far (5xx, no answer, cut, timeout).
     pub failed: AtomicU64,
+    /// Failed requests so far by status and kind, as the client saw them (which fault
+    /// explains them is only known from Envoy's trace log, at the end).
+    pub failed_by: Mutex<BTreeMap<(String, String), u64>>,
     next_trace: AtomicU64,
 }
 
@@ -110,6 +114,10 @@ impl Client {
             };
             if outcome.failed() {
                 self.shared.failed.fetch_add(1, Ordering::Relaxed);
+                if let Ok(mut by) = self.shared.failed_by.lock() {
+                    *by.entry((outcome.status_label(), outcome.kind.name()))
+                        .or_insert(0) += 1;
+                }
             }
             self.shared.done.fetch_add(1, Ordering::Relaxed);
             if let Ok(mut all) = self.shared.outcomes.lock() {
