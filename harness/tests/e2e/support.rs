@@ -166,7 +166,10 @@ impl Drop for OpenStream {
 pub struct TestBackend {
     pub addr: SocketAddr,
     pub control: Arc<Control>,
-    task: tokio::task::JoinHandle<()>,
+    name: String,
+    pace: StreamPace,
+    /// The accept loop; replaced by [`TestBackend::restart`].
+    task: Mutex<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for TestBackend {
@@ -179,33 +182,23 @@ impl TestBackend {
     pub async fn start(name: &str, pace: StreamPace) -> TestBackend {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let name = name.to_string();
         let control = Arc::new(Control::default());
-        let ctl = control.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    break;
-                };
-                let name = name.clone();
-                let conn_ctl = ctl.clone();
-                let task = tokio::spawn(async move {
-                    let svc =
-                        service_fn(move |req| handle(name.clone(), pace, conn_ctl.clone(), req));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
-                });
-                let mut conns = ctl.connections.lock().unwrap();
-                conns.retain(|c| !c.is_finished());
-                conns.push(task.abort_handle());
-            }
-        });
+        let task = accept_loop(listener, name.to_string(), pace, control.clone());
         TestBackend {
             addr,
             control,
-            task,
+            name: name.to_string(),
+            pace,
+            task: Mutex::new(task),
         }
+    }
+
+    /// A killed replica comes back on the same address, with the same controls.
+    pub async fn restart(&self) {
+        let listener = TcpListener::bind(self.addr).await.unwrap();
+        let task = accept_loop(listener, self.name.clone(), self.pace, self.control.clone());
+        let old = std::mem::replace(&mut *self.task.lock().unwrap(), task);
+        old.abort();
     }
 
     /// Sets the KV utilisation (0..1) the next `/metrics` pages report.
@@ -239,7 +232,7 @@ impl TestBackend {
     /// The replica dies: it stops listening and every open connection is dropped at once
     /// (streams end mid-way, as when an engine process is killed).
     pub fn kill(&self) {
-        self.task.abort();
+        self.task.lock().unwrap().abort();
         for conn in self.control.connections.lock().unwrap().drain(..) {
             conn.abort();
         }
@@ -289,6 +282,34 @@ impl TestBackend {
         }
         out
     }
+}
+
+/// Accepts connections on `listener` and serves each as [`TestBackend`] describes; every
+/// connection task is recorded in `ctl` so a kill can drop them all.
+fn accept_loop(
+    listener: TcpListener,
+    name: String,
+    pace: StreamPace,
+    ctl: Arc<Control>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                break;
+            };
+            let name = name.clone();
+            let conn_ctl = ctl.clone();
+            let task = tokio::spawn(async move {
+                let svc = service_fn(move |req| handle(name.clone(), pace, conn_ctl.clone(), req));
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+            let mut conns = ctl.connections.lock().unwrap();
+            conns.retain(|c| !c.is_finished());
+            conns.push(task.abort_handle());
+        }
+    })
 }
 
 async fn handle(

@@ -10,9 +10,11 @@
 use super::MODEL;
 use crate::gateway::endpoint_label;
 use crate::support::gw::{self, gateway_stats, Plan};
+use crate::support::h2::H2;
 use crate::support::settle::{nothing_in_flight, still_serving};
 use crate::support::{MetricsMode, ServeMode, TestBackend, MALFORMED_SSE, QUICK};
 use http_body_util::BodyExt;
+use hyper::header::HeaderValue;
 use infergate_harness::launch::client::{post_json, request_streamed};
 use infergate_harness::launch::{ClientTimeouts, Flavor, PoolSpec, Stack};
 use serde_json::json;
@@ -183,7 +185,8 @@ async fn malformed_sse(stack: &Stack, backends: &[TestBackend]) {
 
 /// A replica killed while streaming: the client's stream ends with an error (never a
 /// clean end), and once the scraper has failed it `maxConsecutiveFailures` times the
-/// shared pool sends nothing more its way.
+/// shared pool sends nothing more its way. Restarted, it is served again; killed again
+/// under an HTTP/2 client, that client's stream is reset.
 async fn killed_mid_stream(stack: &Stack, backends: &[TestBackend]) {
     let victim = &backends[KILLED];
     // Fresh prompts on two idle replicas land on both: the victim serves before it dies.
@@ -256,6 +259,45 @@ async fn killed_mid_stream(stack: &Stack, backends: &[TestBackend]) {
         stack.flavor()
     );
     nothing_in_flight(stack, "killed mid-stream").await;
+    // The replica comes back: once it scrapes cleanly it is served again.
+    victim.restart().await;
+    until_alive(stack, victim, "restarted replica").await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let back = spread(stack, &shared(KILLED), 24, "after the restart").await;
+    assert!(
+        back.contains(&format!("b{KILLED}")),
+        "{}: the restarted replica is never served: {back:?}",
+        stack.flavor()
+    );
+    // Killed under an HTTP/2 client: the stream is reset at once (no connection to close).
+    let h2 = H2::connect(stack.envoy().listener()).await;
+    let json_type = [("content-type", HeaderValue::from_static("application/json"))];
+    let resp = h2
+        .send("POST", "/v1/chat/completions", &json_type, body.to_string())
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{}: HTTP/2 stream", stack.flavor());
+    let mut stream = resp.into_body();
+    assert!(stream.frame().await.unwrap().unwrap().is_data());
+    victim.kill();
+    let killed = Instant::now();
+    let mut reset = false;
+    while let Some(frame) = stream.frame().await {
+        if frame.is_err() {
+            reset = true;
+            break;
+        }
+    }
+    let took = killed.elapsed();
+    assert!(
+        reset && took < Duration::from_secs(2),
+        "{}: HTTP/2 stream from a killed replica: reset {reset} after {took:?}",
+        stack.flavor()
+    );
+    eprintln!(
+        "{}: killed replica under HTTP/2: stream reset {took:?} after the kill",
+        stack.flavor()
+    );
     still_serving(stack, MODEL, "killed mid-stream").await;
 }
 
