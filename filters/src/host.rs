@@ -1,7 +1,7 @@
-//! The host capabilities the filters use, one small trait per capability (DESIGN §3).
+//! The host capabilities the filters use, one small trait per capability.
 //!
-//! Both adapters implement these: the proxy-wasm one with `proxy_wasm::hostcalls` in the
-//! current context, the dynamic-module one with the Envoy ABI callbacks on its filter
+//! Both adapters implement these: the proxy-wasm one with its own raw hostcalls (`wasm/src/abi`)
+//! in the current context, the dynamic-module one with the Envoy ABI callbacks on its filter
 //! pointer. Header names are lower-case on the wire and in every call here. Calls that can
 //! fail on the host return [`HostError`]; the filters treat a failed *optional* call
 //! (metadata, upstream override) as best effort and a failed required one as an internal

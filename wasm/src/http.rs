@@ -183,7 +183,9 @@ impl PickerContext {
             return;
         }
         match self.shared.try_borrow_mut() {
-            Ok(mut shared) => self.req.on_end(&mut *shared),
+            Ok(mut shared) => self
+                .req
+                .on_end_counted(&mut *shared, &mut WasmHost::new(&self.vm)),
             Err(_) => log(
                 LogLevel::Error,
                 "picker state busy at request end: lease kept",

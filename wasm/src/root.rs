@@ -10,10 +10,17 @@
 //! of its endpoint (`infergate.scraper.scrapes.…result.failed`, and the endpoint's
 //! `consecutive_failures` gauge); a callout never answered expires after twice its
 //! timeout, so no endpoint stays "outstanding" forever and the next round scrapes it again.
+//!
+//! The router and the picker roots of one worker share a VM (`vm_id`), so their configs
+//! meet here: [`LOADED`] holds what each configured root declares, and a picker that leaves
+//! a loaded router's base model without a pool is refused at configuration, as in the
+//! native flavour. The scraper runs in the main thread's VM and never meets them; the
+//! picker compares its endpoints with the scraper's snapshot instead.
 
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use infergate_filters::consistency::{ConfigId, LoadedConfigs, PickerDeclaration};
 use infergate_filters::host::{CalloutOutcome, CalloutToken};
 use infergate_filters::picker::PickerShared;
 use infergate_filters::router::Router;
@@ -34,11 +41,44 @@ enum Role {
     Probe,
 }
 
+thread_local! {
+    /// The configs of this VM's roots (a VM runs on one thread).
+    static LOADED: RefCell<LoadedConfigs> = const { RefCell::new(LoadedConfigs::new()) };
+}
+
+/// A root's entry in [`LOADED`], removed when the root is reconfigured or dropped.
+struct Registration(ConfigId);
+
+impl Registration {
+    fn router(router: &Router) -> Registration {
+        let bases = router
+            .base_models()
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        Registration(LOADED.with(|l| l.borrow_mut().add_router(bases)))
+    }
+
+    fn picker(shared: &PickerShared) -> Result<Registration, String> {
+        let declaration = PickerDeclaration::of(&shared.plans());
+        LOADED
+            .with(|l| l.borrow_mut().add_picker(declaration))
+            .map(Registration)
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        LOADED.with(|l| l.borrow_mut().remove(self.0));
+    }
+}
+
 /// The root context of every role.
 pub struct Root {
     context_id: u32,
     vm: Rc<VmShared>,
     role: Option<Role>,
+    _registration: Option<Registration>,
 }
 
 impl Root {
@@ -52,6 +92,7 @@ impl Root {
                 u64::from(context_id),
             )),
             role: None,
+            _registration: None,
         }
     }
 
@@ -61,13 +102,19 @@ impl Root {
             cfg.filter_state_override,
             u64::from(self.context_id),
         ));
+        // The old config leaves the registry before the new one is checked against it.
+        self._registration = None;
         self.role = Some(match cfg.role {
-            RoleKind::Router => Role::Router(Rc::new(
-                Router::from_json(cfg.rest).map_err(|e| e.to_string())?,
-            )),
-            RoleKind::Picker => Role::Picker(Rc::new(RefCell::new(
-                PickerShared::from_json(cfg.rest).map_err(|e| e.to_string())?,
-            ))),
+            RoleKind::Router => {
+                let router = Router::from_json(cfg.rest).map_err(|e| e.to_string())?;
+                self._registration = Some(Registration::router(&router));
+                Role::Router(Rc::new(router))
+            }
+            RoleKind::Picker => {
+                let shared = PickerShared::from_json(cfg.rest).map_err(|e| e.to_string())?;
+                self._registration = Some(Registration::picker(&shared)?);
+                Role::Picker(Rc::new(RefCell::new(shared)))
+            }
             RoleKind::Scraper => {
                 let scraper = Scraper::from_json(cfg.rest)?;
                 let period = u32::try_from(scraper.tick_period_ms()).unwrap_or(u32::MAX);
@@ -109,6 +156,7 @@ impl Root {
             Err(e) => {
                 log(LogLevel::Critical, &format!("infergate: {e}"));
                 self.role = None;
+                self._registration = None;
                 false
             }
         }

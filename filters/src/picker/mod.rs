@@ -309,10 +309,9 @@ impl PickerRequest {
         }
     }
 
-    /// [`PickerRequest::on_end_counted`] for an adapter without a stats host at the end:
-    /// gives the lease back but cannot lower the in-flight gauges, which then stay raised
-    /// by this request. Adapters should call `on_end_counted`.
-    pub fn on_end<S: PickerAccess>(&mut self, mut shared: S) {
+    /// [`PickerRequest::on_end_counted`] without gauges, for tests about leases alone.
+    #[cfg(test)]
+    pub(crate) fn on_end<S: PickerAccess>(&mut self, mut shared: S) {
         self.stage = Stage::Done;
         if let Some(held) = self.lease.take() {
             shared.with_state(|state| state.release(held.lease));

@@ -296,3 +296,29 @@ fn the_probe_lets_a_request_with_trailers_go_at_its_trailers() {
     );
     assert_eq!(s.upstream_request_body(), b"{\"x\":1}");
 }
+
+/// The router and the picker of one worker share a VM, so the picker is checked against
+/// the router at configuration: a picker that leaves a routed base model without a pool
+/// is refused (its requests could only be answered 503), naming the model; the full
+/// example picker then loads in the same VM.
+#[test]
+fn a_picker_that_leaves_a_routed_base_model_without_a_pool_is_refused() {
+    let host = router();
+    let mut picker: serde_json::Value =
+        serde_json::from_str(&testdata("filters/picker.json")).unwrap();
+    picker["pools"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|p| p["baseModel"] == LLAMA);
+    let refused = host.configure_plugin("picker", picker.to_string());
+    assert!(refused.is_err(), "a picker without the qwen pool loaded");
+    let logs = host.logs();
+    assert!(
+        logs.iter()
+            .any(|l| l.message.contains("Qwen/Qwen2.5-7B-Instruct")),
+        "{logs:?}"
+    );
+    host.configure_plugin("picker", testdata("filters/picker.json"))
+        .unwrap();
+    assert_eq!(host.trapped(), None);
+}
