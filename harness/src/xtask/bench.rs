@@ -34,8 +34,9 @@ const USAGE: &str = "usage: cargo xtask bench <overhead|affinity|ttft|soak|memor
             gauges are back to 0, every failed request is explained by a replica kill, and
             Envoy still serves
             [--minutes N (10)] [--flavor wasm|native|both (both)] [--clients C (32)]
-            [--max-growth-mb M (1): the growth target; a 1-minute run is mostly warm-up,
-            so its fit cannot resolve 1 MB per 100k requests and a gross-leak bound fits it]
+            [--max-growth-mb M: the growth bound; default 1, or 50 for runs under 5 min,
+            which are mostly warm-up (RSS still creeps up a few MB per 100k requests) and
+            cannot resolve 1 MB, while a gross leak still fails them]
   memory    the most memory one request can make Envoy take, body limit 4 MiB: peak RSS
             above the level before for each worst-case body (4 MiB of 1e308 in tools, one
             4 MiB string, 100k messages, deep nesting), one alone and N at once, a fresh
