@@ -38,15 +38,19 @@ pub enum WorstBody {
     ManyMessages,
     /// Arrays nested as deep as the body allows.
     DeepNesting,
+    /// One object in `tools` with ~700k members `"k":0` (an object's members are gathered
+    /// and sorted before they can be written, unlike an array's elements).
+    ObjectMembers,
 }
 
 impl WorstBody {
     /// Every body.
-    pub const ALL: [WorstBody; 4] = [
+    pub const ALL: [WorstBody; 5] = [
         WorstBody::FloatTools,
         WorstBody::OneString,
         WorstBody::ManyMessages,
         WorstBody::DeepNesting,
+        WorstBody::ObjectMembers,
     ];
 
     /// Label for tables.
@@ -56,6 +60,7 @@ impl WorstBody {
             WorstBody::OneString => "one 4 MiB string",
             WorstBody::ManyMessages => "100k messages",
             WorstBody::DeepNesting => "nesting ~2M deep",
+            WorstBody::ObjectMembers => "700k members in a tool",
         }
     }
 
@@ -78,6 +83,17 @@ impl WorstBody {
                     "{{\"model\":{},\"max_tokens\":1,\"messages\":[{}]}}",
                     json_string(model),
                     vec![one; n].join(",")
+                )
+                .into_bytes()
+            }
+            WorstBody::ObjectMembers => {
+                let member = "\"k\":0,";
+                let n = (room - 128) / member.len();
+                format!(
+                    "{{\"model\":{},\"max_tokens\":1,\"messages\":[{{\"role\":\"user\",\
+                     \"content\":\"hi\"}}],\"tools\":[{{{}\"k\":0}}]}}",
+                    json_string(model),
+                    member.repeat(n)
                 )
                 .into_bytes()
             }
@@ -317,6 +333,9 @@ mod tests {
         let floats: serde_json::Value =
             serde_json::from_slice(&WorstBody::FloatTools.build("m")).unwrap();
         assert!(floats["tools"].as_array().unwrap().len() > 600_000);
+        let members = WorstBody::ObjectMembers.build("m");
+        assert!(serde_json::from_slice::<serde_json::Value>(&members).is_ok());
+        assert!(members.windows(6).filter(|w| w == b"\"k\":0,").count() > 600_000);
         let m = MemoryOptions::parse(&["--parallel".into(), "4".into()]).unwrap();
         assert_eq!(m.parallel, 4);
         assert!(MemoryOptions::parse(&["--parallel".into(), "0".into()]).is_err());
