@@ -5,7 +5,7 @@
 //! and after the 2,000.
 
 use super::MODEL;
-use crate::support::gw::{self, Plan};
+use crate::support::gw::{self, picker_pool, Plan};
 use crate::support::h2::H2;
 use crate::support::settle::{
     envoy_rss_kib, in_flight, nothing_in_flight, picker_in_flight, still_serving,
@@ -15,7 +15,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::header::HeaderValue;
 use hyper_util::rt::TokioIo;
-use infergate_harness::launch::{Flavor, PoolSpec, Stack};
+use infergate_harness::launch::{Flavor, GatewaySettings, PoolSpec, Stack};
 use serde_json::json;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
@@ -37,8 +37,20 @@ pub(in crate::gateway) async fn aborted_and_held_streams_leave_nothing_in_flight
         gap: Duration::from_millis(5),
     };
     let backends = TestBackend::many(2, pace).await;
-    let Some(stack) = gw::start(flavor, &backends, Plan::new(vec![PoolSpec::all(MODEL)])).await
-    else {
+    let mut plan = Plan::new(vec![PoolSpec::all(MODEL)]);
+    // The replicas share this process with 2,000 clients: while those connect, a `/metrics`
+    // answer can take longer than the default 250 ms scrape timeout, and three such scrapes
+    // would (rightly) take the replicas out of the pool. Liveness is the engine suite's
+    // subject; here the scraper is patient so that only the streams are under test.
+    plan.settings = GatewaySettings {
+        scrape_timeout_ms: 3000,
+        stale_after_ms: 20_000,
+        ..GatewaySettings::default()
+    };
+    plan.tweak = Some(Box::new(|plugins| {
+        picker_pool(plugins, MODEL)["maxConsecutiveFailures"] = 20.into();
+    }));
+    let Some(stack) = gw::start(flavor, &backends, plan).await else {
         return;
     };
     still_serving(&stack, MODEL, "no fault yet").await;
@@ -220,7 +232,7 @@ async fn held_open(stack: &Stack, backends: &[TestBackend]) {
         }));
         // Connect in bursts the listener's backlog takes without SYN retries.
         if i % 100 == 99 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
     drop(ready_tx);
@@ -239,6 +251,16 @@ async fn held_open(stack: &Stack, backends: &[TestBackend]) {
     }
     let opened_in = started.elapsed();
     let stats = stack.envoy().stats().await.unwrap();
+    let scraping: Vec<String> = stats
+        .iter()
+        .filter(|(k, v)| {
+            *v != 0
+                && (k.contains("infergate.picker.rejects")
+                    || k.contains("infergate.scraper.consecutive_failures")
+                    || (k.contains("infergate.scraper.scrapes") && k.ends_with("failed")))
+        })
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect();
     let held = in_flight(&stats);
     let picked = picker_in_flight(&stats);
     let rss_during = envoy_rss_kib(stack);
@@ -251,7 +273,7 @@ async fn held_open(stack: &Stack, backends: &[TestBackend]) {
         ok,
         HELD,
         "{flavor}: only {ok} of {HELD} streams started; in flight: {held:?}; failures \
-         (first 5 of {}): {:?}\n{}",
+         (first 5 of {}): {:?}; rejects and failed scrapes: {scraping:?}\n{}",
         failed.len(),
         &failed[..failed.len().min(5)],
         stack.envoy().log_tail(20)
