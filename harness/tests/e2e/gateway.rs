@@ -83,13 +83,11 @@ for_each_flavour!(
     turn_two_follows_turn_one_while_load_spreads,
     turn_two_follows_turn_one_across_workers,
     simulated_kv_pressure_keeps_new_requests_off_a_full_replica,
-    streams_through_the_picker_are_not_buffered;
-    // The fault suite runs for the native flavour only until the Wasm picker lowers its
-    // in-flight gauges at stream end (they stay raised by every request today).
-    native_only: a_panic_fails_one_request_and_envoy_keeps_serving,
+    streams_through_the_picker_are_not_buffered,
     hostile_requests_are_answered_and_envoy_keeps_serving,
     failing_engines_are_avoided_and_envoy_keeps_serving,
-    aborted_and_held_streams_leave_nothing_in_flight,
+    aborted_and_held_streams_leave_nothing_in_flight;
+    native_only: a_panic_fails_one_request_and_envoy_keeps_serving,
 );
 
 /// A one-message chat request for `model`.
