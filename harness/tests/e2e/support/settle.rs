@@ -3,7 +3,7 @@
 //! clusters, and the picker's in-flight gauges `infergate.picker.inflight_requests.*`),
 //! plus Envoy's resident memory for the scenarios that report it.
 
-use infergate_harness::launch::client::post_json;
+use infergate_harness::launch::client::{get, post_json};
 use infergate_harness::launch::stats::Stats;
 use infergate_harness::launch::Stack;
 use serde_json::json;
@@ -103,4 +103,19 @@ pub fn envoy_rss_kib(stack: &Stack) -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap()
+}
+
+/// Envoy's allocated heap now (admin `/memory`, tcmalloc's count), KiB: unlike RSS it
+/// falls when memory is freed.
+pub async fn envoy_heap_kib(stack: &Stack) -> u64 {
+    let url = format!("http://{}/memory", stack.envoy().admin());
+    let resp = get(&url).await.unwrap();
+    let json = resp.json().unwrap();
+    let allocated = &json["allocated"];
+    allocated
+        .as_str()
+        .and_then(|s| s.parse::<u64>().ok())
+        .or_else(|| allocated.as_u64())
+        .unwrap_or_else(|| panic!("admin /memory: {json}"))
+        >> 10
 }

@@ -8,7 +8,7 @@ use super::MODEL;
 use crate::support::gw::{self, picker_pool, Plan};
 use crate::support::h2::H2;
 use crate::support::settle::{
-    envoy_rss_kib, in_flight, nothing_in_flight, picker_in_flight, still_serving,
+    envoy_heap_kib, envoy_rss_kib, in_flight, nothing_in_flight, picker_in_flight, still_serving,
 };
 use crate::support::{StreamPace, TestBackend};
 use bytes::Bytes;
@@ -212,7 +212,7 @@ async fn held_open(stack: &Stack, backends: &[TestBackend]) {
     let flavor = stack.flavor();
     let base = cancelled(backends);
     let rss_before = envoy_rss_kib(stack);
-    let heap_before = heap_kib(stack).await;
+    let heap_before = envoy_heap_kib(stack).await;
     let (release_tx, release_rx) = watch::channel(false);
     let (ready_tx, mut ready_rx) = mpsc::channel::<Result<(), String>>(HELD);
     let started = Instant::now();
@@ -265,7 +265,7 @@ async fn held_open(stack: &Stack, backends: &[TestBackend]) {
     let held = in_flight(&stats);
     let picked = picker_in_flight(&stats);
     let rss_during = envoy_rss_kib(stack);
-    let heap_during = heap_kib(stack).await;
+    let heap_during = envoy_heap_kib(stack).await;
     let replica_open = open(backends);
     release_tx.send(true).unwrap();
     for c in clients {
@@ -300,7 +300,7 @@ async fn held_open(stack: &Stack, backends: &[TestBackend]) {
     nothing_in_flight(stack, "2,000 held streams dropped").await;
     still_serving(stack, MODEL, "2,000 held streams").await;
     let rss_after = envoy_rss_kib(stack);
-    let heap_after = heap_kib(stack).await;
+    let heap_after = envoy_heap_kib(stack).await;
     // What 2,000 streams hold is given back once they end (RSS stays: the allocator keeps
     // its pages). A quarter of it left over would be a leak of ~13 KiB per stream.
     assert!(
@@ -315,21 +315,6 @@ async fn held_open(stack: &Stack, backends: &[TestBackend]) {
          during: {held:?}",
         (rss_during.saturating_sub(rss_before)) / HELD as u64
     );
-}
-
-/// Envoy's allocated heap now (admin `/memory`, tcmalloc's count), KiB: unlike RSS it
-/// falls when memory is freed.
-async fn heap_kib(stack: &Stack) -> u64 {
-    let url = format!("http://{}/memory", stack.envoy().admin());
-    let resp = infergate_harness::launch::client::get(&url).await.unwrap();
-    let json = resp.json().unwrap();
-    let allocated = &json["allocated"];
-    allocated
-        .as_str()
-        .and_then(|s| s.parse::<u64>().ok())
-        .or_else(|| allocated.as_u64())
-        .unwrap_or_else(|| panic!("admin /memory: {json}"))
-        >> 10
 }
 
 /// Opens one HTTP/1.1 stream to `addr`; `Ok` once its first chunk has arrived, else

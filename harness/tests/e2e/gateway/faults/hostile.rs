@@ -8,7 +8,7 @@ use super::{with_sessions, MODEL, SESSION_HEADER};
 use crate::support::gw::{self, Plan};
 use crate::support::h2::H2;
 use crate::support::raw::{self, RawResponse};
-use crate::support::settle::{envoy_rss_kib, nothing_in_flight, still_serving};
+use crate::support::settle::{envoy_heap_kib, envoy_rss_kib, nothing_in_flight, still_serving};
 use crate::support::{TestBackend, QUICK};
 use hyper::header::HeaderValue;
 use infergate_harness::launch::{ClientTimeouts, Flavor, PoolSpec, Stack};
@@ -369,6 +369,7 @@ async fn headers_over_http2(stack: &Stack, backends: &[TestBackend], wrong: &mut
 async fn bodies(stack: &Stack, wrong: &mut Vec<String>) {
     let limit = 4 << 20;
     let rss_before = envoy_rss_kib(stack);
+    let heap_before = envoy_heap_kib(stack).await;
     let nested = {
         let depth = 200;
         format!(
@@ -482,9 +483,11 @@ async fn bodies(stack: &Stack, wrong: &mut Vec<String>) {
         }
     }
     eprintln!(
-        "{}: Envoy RSS around the hostile bodies: {rss_before} KiB before, {} KiB after",
+        "{}: Envoy around the hostile bodies: RSS {rss_before} KiB before, {} KiB after; \
+         heap allocated {heap_before} KiB before, {} KiB after",
         stack.flavor(),
-        envoy_rss_kib(stack)
+        envoy_rss_kib(stack),
+        envoy_heap_kib(stack).await
     );
 }
 
