@@ -492,7 +492,8 @@ async fn bodies(stack: &Stack, wrong: &mut Vec<String>) {
 }
 
 /// A body trickled in gets Envoy's 408 once `request_timeout` has passed (headers alike
-/// with `request_headers_timeout`); a body abandoned half-way ends the stream. Neither
+/// with `request_headers_timeout`; HTTP/2 streams alike); a body abandoned half-way ends
+/// the stream. Neither
 /// reaches a replica, and neither leaves anything in flight.
 async fn slow_and_abandoned_requests(
     stack: &Stack,
@@ -555,6 +556,45 @@ async fn slow_and_abandoned_requests(
         nothing_in_flight(stack, what).await;
         still_serving(stack, MODEL, what).await;
     }
+    // The same trickle on an HTTP/2 stream: 408 on that stream, in time.
+    let what = "an HTTP/2 body trickled in";
+    {
+        let h2 = H2::connect(addr).await;
+        let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(1);
+        let trickler = tokio::spawn(async move {
+            let start = format!("{{\"model\": \"{MODEL}\", ");
+            if tx.send(bytes::Bytes::from(start)).await.is_err() {
+                return;
+            }
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if tx.send(bytes::Bytes::from_static(b" ")).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let started = Instant::now();
+        let json_type = [("content-type", HeaderValue::from_static("application/json"))];
+        let sent = tokio::time::timeout(
+            TIMEOUTS.request + Duration::from_secs(5),
+            h2.send_streaming("POST", CHAT, &json_type, rx),
+        )
+        .await;
+        trickler.abort();
+        let took = started.elapsed();
+        match sent {
+            Ok(Ok(resp)) if resp.status() == 408 => {
+                if took < TIMEOUTS.request || took > TIMEOUTS.request + Duration::from_secs(2) {
+                    wrong.push(format!("{what}: 408 after {took:?}"));
+                }
+            }
+            Ok(Ok(resp)) => wrong.push(format!("{what}: answered {}", resp.status())),
+            Ok(Err(e)) => wrong.push(format!("{what}: {e} after {took:?}")),
+            Err(_) => wrong.push(format!("{what}: no answer after {took:?}")),
+        }
+    }
+    nothing_in_flight(stack, what).await;
+    still_serving(stack, MODEL, what).await;
     // Abandoned: 1 MiB announced, 100 KiB sent, the connection closed.
     let what = "a body abandoned half-way";
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -586,12 +626,12 @@ async fn slow_and_abandoned_requests(
     }
     nothing_in_flight(stack, what).await;
     still_serving(stack, MODEL, what).await;
-    if served() != served_before + 4 {
-        // Four `still_serving` requests; the slow and abandoned ones never reached a replica.
+    if served() != served_before + 5 {
+        // Five `still_serving` requests; the slow and abandoned ones never reached a replica.
         wrong.push(format!(
             "slow or abandoned requests reached a replica: {} served, expected {}",
             served(),
-            served_before + 4
+            served_before + 5
         ));
     }
 }
