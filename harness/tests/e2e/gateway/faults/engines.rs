@@ -248,7 +248,7 @@ async fn killed_mid_stream(stack: &Stack, backends: &[TestBackend]) {
     );
     // Refused connections fail each 50 ms scrape at once: three take a few hundred ms.
     assert!(
-        stream_ended < Duration::from_secs(3) && dead < Duration::from_secs(3),
+        stream_ended < Duration::from_secs(5) && dead < Duration::from_secs(5),
         "{}: stream ended {stream_ended:?}, replica dead {dead:?} after the kill",
         stack.flavor()
     );
@@ -290,7 +290,7 @@ async fn killed_mid_stream(stack: &Stack, backends: &[TestBackend]) {
     }
     let took = killed.elapsed();
     assert!(
-        reset && took < Duration::from_secs(2),
+        reset && took < Duration::from_secs(3),
         "{}: HTTP/2 stream from a killed replica: reset {reset} after {took:?}",
         stack.flavor()
     );

@@ -492,9 +492,9 @@ async fn bodies(stack: &Stack, wrong: &mut Vec<String>) {
 }
 
 /// Whether a timeout answer after `took` came when `timeout` says: not before it (Envoy's
-/// timer and this clock may differ by a few ms) and at most 2 s after.
+/// timer and this clock may differ by a few ms) and at most 4 s after (a loaded CI machine).
 fn in_time(took: Duration, timeout: Duration) -> bool {
-    took + Duration::from_millis(50) >= timeout && took <= timeout + Duration::from_secs(2)
+    took + Duration::from_millis(50) >= timeout && took <= timeout + Duration::from_secs(4)
 }
 
 /// A body trickled in gets Envoy's 408 once `request_timeout` has passed (headers alike
@@ -544,7 +544,7 @@ async fn slow_and_abandoned_requests(
         });
         let mut answer = Vec::new();
         let _ = tokio::time::timeout(
-            timeout + Duration::from_secs(5),
+            timeout + Duration::from_secs(8),
             tokio::io::AsyncReadExt::read_to_end(&mut rd, &mut answer),
         )
         .await;
@@ -582,7 +582,7 @@ async fn slow_and_abandoned_requests(
         let started = Instant::now();
         let json_type = [("content-type", HeaderValue::from_static("application/json"))];
         let sent = tokio::time::timeout(
-            TIMEOUTS.request + Duration::from_secs(5),
+            TIMEOUTS.request + Duration::from_secs(8),
             h2.send_streaming("POST", CHAT, &json_type, rx),
         )
         .await;
