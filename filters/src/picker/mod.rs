@@ -309,9 +309,10 @@ impl PickerRequest {
         }
     }
 
-    /// [`PickerRequest::on_end_counted`] without gauges, for tests about leases alone.
-    #[cfg(test)]
-    pub(crate) fn on_end<S: PickerAccess>(&mut self, mut shared: S) {
+    /// [`PickerRequest::on_end_counted`] for an end with no stats host at hand (the native
+    /// adapter's unreachable destroy without a hook pointer): gives the lease back, but the
+    /// in-flight gauges stay raised by this request. Adapters call `on_end_counted`.
+    pub fn on_end<S: PickerAccess>(&mut self, mut shared: S) {
         self.stage = Stage::Done;
         if let Some(held) = self.lease.take() {
             shared.with_state(|state| state.release(held.lease));
