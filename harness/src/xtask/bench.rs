@@ -17,7 +17,7 @@ use crate::launch::{runtime, Flavor};
 use anyhow::{bail, Context, Result};
 
 /// Set by a debug xtask for the release xtask it becomes: the artefacts are already built.
-const PREBUILT_ENV: &str = "INFERGATE_XTASK_PREBUILT";
+pub(super) const PREBUILT_ENV: &str = "INFERGATE_XTASK_PREBUILT";
 
 const USAGE: &str = "usage: cargo xtask bench <overhead|affinity|ttft|soak|memory> [options]
   overhead  requests/s and latency through Envoy: no filter vs Wasm vs native

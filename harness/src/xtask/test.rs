@@ -8,7 +8,9 @@
 //! 4. the same tests under `wasm-bindgen-test` on `wasm32-unknown-unknown`, with Node as the
 //!    host through `wasm-bindgen-test-runner`, checked to be every test the native build has;
 //! 5. the Python tests: the simulator under the official `openai` client and
-//!    `prometheus_client`'s parser.
+//!    `prometheus_client`'s parser;
+//! 6. the soak's short form: one minute per flavour of the multi-turn workload with replica
+//!    kills, client aborts and hostile requests, failing on any verdict (`bench soak`).
 
 use super::artefacts::{
     build_all, build_panic_injection_module, cargo, target_dir, workspace_root,
@@ -55,6 +57,7 @@ pub fn run(args: &[String]) -> Result<()> {
             bail!("python tests failed with {status}");
         }
     }
+    soak_short_form()?;
     eprintln!("xtask: all tests passed");
     Ok(())
 }
@@ -126,4 +129,37 @@ fn core_test_names(target: Option<&str>, envs: &[(&str, PathBuf)]) -> Result<BTr
         bail!("cargo {} listed no tests", args.join(" "));
     }
     Ok(names)
+}
+
+/// Minutes the soak runs per flavour here; `cargo xtask bench soak` runs 10 by default.
+const SOAK_MINUTES: &str = "1";
+
+/// `bench soak --minutes 1` in a release build of this binary (the soak's clients and
+/// simulated replicas share the machine with Envoy, so a debug build would measure itself),
+/// over the release artefacts already built (the production native module, not the
+/// panic-injection one); its verdicts fail the tier.
+fn soak_short_form() -> Result<()> {
+    cargo(
+        &[
+            "build",
+            "--release",
+            "-p",
+            "infergate-harness",
+            "--bin",
+            "xtask",
+        ],
+        &[],
+    )?;
+    let xtask = target_dir().join("release/xtask");
+    eprintln!("xtask: bench soak --minutes {SOAK_MINUTES}");
+    let status = Command::new(&xtask)
+        .args(["bench", "soak", "--minutes", SOAK_MINUTES])
+        .env(super::bench::PREBUILT_ENV, "1")
+        .current_dir(workspace_root())
+        .status()
+        .with_context(|| format!("running {}", xtask.display()))?;
+    if !status.success() {
+        bail!("the soak's short form failed with {status}");
+    }
+    Ok(())
 }
