@@ -67,7 +67,8 @@ impl Handoff {
         };
         let seed = prefix::seed(&parsed.model, parsed.cache_salt.as_deref());
         let block_hashes = prefix::block_hashes(seed, &parsed.prompt, &cfg);
-        let complete = block_hashes.len() >= cfg.full_blocks(parsed.prompt.len());
+        // Against the whole prompt's length: the parse may have kept only its leading bytes.
+        let complete = block_hashes.len() >= cfg.full_blocks(parsed.prompt_len);
         Handoff {
             base_model: base_model.to_owned(),
             target_model: parsed.model.clone(),

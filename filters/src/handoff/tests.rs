@@ -85,6 +85,31 @@ fn from_parsed_matches_the_pickers_own_hashing() {
     assert_eq!(h.hashes_for(&other), None);
 }
 
+/// The router's parse keeps only the prompt bytes its hashing reads. A prompt longer than
+/// that is not complete: a picker that matches further must parse the body itself.
+#[test]
+fn a_prompt_longer_than_the_routers_parse_keeps_is_not_complete() {
+    let long = "x".repeat(PrefixConfig::default().max_prompt_bytes() + 4096);
+    let body = format!(r#"{{"model":"m","prompt":"{long}"}}"#);
+    let parsed = parse(Api::Completions, body.as_bytes());
+    let Ok(parsed) = parsed else {
+        panic!("body did not parse: {parsed:?}");
+    };
+    assert!(parsed.prompt.len() < parsed.prompt_len, "the parse kept it all");
+    let h = Handoff::from_parsed(&parsed, "base", 64);
+    assert!(!h.complete);
+    let default = PrefixConfig::default();
+    assert_eq!(
+        h.hashes_for(&default).map(<[_]>::len),
+        Some(default.max_blocks())
+    );
+    let further = PrefixConfig {
+        max_prefix_tokens_to_match: default.max_prefix_tokens_to_match * 2,
+        ..default
+    };
+    assert_eq!(h.hashes_for(&further), None);
+}
+
 #[test]
 fn a_cut_short_handoff_only_serves_a_picker_that_cuts_as_short() {
     let h = Handoff {

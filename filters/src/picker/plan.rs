@@ -131,6 +131,14 @@ impl PoolPlan {
         }
     }
 
+    /// How many prompt bytes this pool hashes at most: what a parse for it must keep (0
+    /// when no profile reads the prefix index).
+    pub fn max_prompt_bytes(&self) -> usize {
+        self.hashing
+            .as_ref()
+            .map_or(0, PrefixConfig::max_prompt_bytes)
+    }
+
     /// The pool's index in its state.
     pub fn id(&self) -> PoolId {
         self.id

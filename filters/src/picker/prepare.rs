@@ -27,7 +27,8 @@ pub struct PreparedPick {
 }
 
 impl PreparedPick {
-    /// Parse `body` as `api` and hash its prompt with `plan`; reads the session header, the
+    /// Parse `body` as `api`, keeping only the prompt bytes `plan` hashes, and hash them;
+    /// reads the session header, the
     /// clock and the random source from `host`.
     pub fn new<H: PickerHost + ?Sized>(
         plan: &PoolPlan,
@@ -35,7 +36,7 @@ impl PreparedPick {
         body: &[u8],
         host: &mut H,
     ) -> Result<PreparedPick, RequestError> {
-        let parsed = request::parse(api, body)?;
+        let parsed = request::parse_with_limit(api, body, plan.max_prompt_bytes())?;
         let block_hashes =
             plan.block_hashes(&parsed.model, parsed.cache_salt.as_deref(), &parsed.prompt);
         let session = plan
