@@ -95,7 +95,10 @@ fn a_prompt_longer_than_the_routers_parse_keeps_is_not_complete() {
     let Ok(parsed) = parsed else {
         panic!("body did not parse: {parsed:?}");
     };
-    assert!(parsed.prompt.len() < parsed.prompt_len, "the parse kept it all");
+    assert!(
+        parsed.prompt.len() < parsed.prompt_len,
+        "the parse kept it all"
+    );
     let h = Handoff::from_parsed(&parsed, "base", 64);
     assert!(!h.complete);
     let default = PrefixConfig::default();
