@@ -1,4 +1,4 @@
-//! Wire names (DESIGN §4) and the removal of client-sent gateway headers.
+//! Wire names and the removal of client-sent gateway headers.
 //!
 //! A client must never steer routing, priority or tenancy, so every `x-gateway-*` and
 //! `x-llm-d-*` header it sends is removed before any stage reads it. With an

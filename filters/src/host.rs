@@ -7,7 +7,7 @@
 //! (metadata, upstream override) as best effort and a failed required one as an internal
 //! error (500).
 //!
-//! The traits cover what DESIGN §3 lists even where the first filters use only part:
+//! The traits cover what the request pipeline needs even where the first filters use only part:
 //! response headers and the response body stream (usage accounting), body replacement
 //! (`include_usage` forcing, model rewrite) and resume (flow-control queueing).
 

@@ -1,4 +1,4 @@
-//! Local replies: the DESIGN §10 failures as OpenAI-style error JSON
+//! Local replies: the failure answers as OpenAI-style error JSON
 //! (`{"error": {"message", "type", "param", "code"}}`), with `content-type` and, for
 //! rejections, `x-llm-d-request-dropped-reason`.
 //!

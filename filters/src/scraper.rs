@@ -1,4 +1,4 @@
-//! The scraper loop (DESIGN §2, §5): every tick, one `GET /metrics` callout per endpoint
+//! The scraper loop: every tick, one `GET /metrics` callout per endpoint
 //! that has none outstanding; each answer updates that endpoint's sample; the encoded
 //! snapshot is published when a round's last answer arrives (and on the next tick if
 //! anything changed since), so pickers see new numbers within one round trip.

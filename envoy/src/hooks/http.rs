@@ -21,7 +21,7 @@ use crate::guard;
 use crate::host::EnvoyStream;
 
 /// Body of the 500 a panicking filter answers with: the OpenAI error shape of
-/// `infergate_filters::reply::Reply::internal` (DESIGN §10), kept static so the panic path
+/// `infergate_filters::reply::Reply::internal`, kept static so the panic path
 /// allocates nothing.
 const INTERNAL_ERROR_BODY: &[u8] =
     br#"{"error":{"message":"internal error in the gateway filter","type":"server_error","param":null,"code":"internal_error"}}"#;

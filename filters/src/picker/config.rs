@@ -1,5 +1,5 @@
 //! Picker configuration: per pool its base model, its endpoints, the failure mode, the
-//! staleness bound and the `EndpointPickerConfig` (DESIGN §6, §10).
+//! staleness bound and the `EndpointPickerConfig`.
 //!
 //! JSON (camelCase), either `{"pools": [POOL, ...]}` or a single `POOL`:
 //!
@@ -18,7 +18,7 @@ use serde_json::Value;
 use crate::headers::is_reserved;
 use crate::reply::truncate_for_message;
 
-/// What to do when the pool's metrics are stale or missing (DESIGN §10).
+/// What to do when the pool's metrics are stale or missing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 pub enum FailureMode {
     /// Answer 503 (the default).

@@ -1,4 +1,4 @@
-//! The endpoint picker (DESIGN §2, §6, §10): for a request the body router has tagged
+//! The endpoint picker: for a request the body router has tagged
 //! with `x-gateway-base-model-name`, choose one endpoint of that model's pool and route
 //! the request to it.
 //!

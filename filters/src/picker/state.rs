@@ -5,7 +5,7 @@
 //! request path can do its slow work (body parse, prefix hashing, stats) before and after
 //! the lock: [`PickerShared::pick`] takes finished block hashes and reports no stats.
 //!
-//! Candidate rules (DESIGN §5, §10), per endpoint of the pool, at `now`:
+//! Candidate rules, per endpoint of the pool, at `now`:
 //! - *dead*: its last `maxConsecutiveFailures` scrapes failed → never a candidate;
 //! - *fresh*: metrics present and scraped at most `staleAfterMs` ago → candidate with
 //!   metrics;

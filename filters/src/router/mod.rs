@@ -1,4 +1,4 @@
-//! The body router (DESIGN §2, §10): strips client-sent gateway headers, buffers the body
+//! The body router: strips client-sent gateway headers, buffers the body
 //! of inference requests, parses it with the core and sets `x-gateway-model-name` and
 //! `x-gateway-base-model-name` for Envoy's route match.
 //!

@@ -1,4 +1,4 @@
-//! The calibration workload of issue 3 through real gateway stacks: the demo, `bench ttft`
+//! The simulator's calibration workload through real gateway stacks: the demo, `bench ttft`
 //! and `bench affinity`.
 //!
 //! One simulated pool (4 replicas × 160k tokens of KV, 16k tokens/s prefill, a `--time-scale`
@@ -65,7 +65,7 @@ impl RunSpec {
     }
 }
 
-/// The simulated pool of issue 3's calibration.
+/// The simulated pool of the calibration.
 pub fn sim_config(time_scale: f64) -> SimConfig {
     SimConfig {
         replicas: 4,

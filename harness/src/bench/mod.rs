@@ -1,7 +1,7 @@
 //! The benchmarks behind `cargo xtask bench …` and `cargo xtask demo`: every number the
 //! issues ask for, measured through a real Envoy in one run, as ratios.
 //!
-//! - [`calibration`]: the simulator calibration of issue 3 (4 replicas × 160k tokens of KV,
+//! - [`calibration`]: the simulator calibration (4 replicas × 160k tokens of KV,
 //!   16k tokens/s prefill) and its multi-turn workload (64 conversations growing to ~8k
 //!   tokens over 6 turns, concurrency 16), run through one or more gateway stacks on one
 //!   shared simulated pool: the demo, `bench ttft` and `bench affinity`.

@@ -76,7 +76,7 @@ impl FromStr for Flavor {
     }
 }
 
-/// What a pool does when its metrics are stale or missing (DESIGN §10).
+/// What a pool does when its metrics are stale or missing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum FailureMode {
     /// Answer 503.

@@ -70,7 +70,7 @@ impl PoolSpec {
         }
     }
 
-    /// A pool of `base_model` with no endpoint (the empty-pool case of DESIGN §10).
+    /// A pool of `base_model` with no endpoint (the empty-pool case).
     pub fn empty(base_model: impl Into<String>) -> Self {
         PoolSpec {
             no_endpoints: true,

@@ -1,4 +1,4 @@
-//! Prometheus text exposition of one replica, with vLLM's metric names (DESIGN §5).
+//! Prometheus text exposition of one replica, with vLLM's metric names.
 //!
 //! Counters are written as `prometheus_client` (and so vLLM) writes them: HELP and TYPE name
 //! the `_total` series, which parsers fold into the family without the suffix.

@@ -1,4 +1,4 @@
-//! `cargo xtask bench overhead|affinity|ttft|soak|memory`: the numbers of issues 4 and 5,
+//! `cargo xtask bench overhead|affinity|ttft|soak|memory`: the affinity, TTFT and overhead numbers,
 //! each measured as ratios in one run, and the soak and per-request memory figures (see
 //! `crate::bench`).
 //!

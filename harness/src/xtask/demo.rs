@@ -1,5 +1,5 @@
 //! `cargo xtask demo [--flavor wasm|native] [--quick] [--time-scale S]`: the README's main
-//! command. Builds the artefacts, brings the gateway up on the simulated pool of issue 3's
+//! command. Builds the artefacts, brings the gateway up on the simulated pool of the
 //! calibration, sends the multi-turn workload to Envoy's round-robin `/rr` and then through
 //! the picker, prints the two side by side with the TTFT and cache-hit ratios, and stops
 //! Envoy and the simulator.

@@ -1,6 +1,6 @@
 //! The gateway suite: every test body here takes a [`Flavor`] and runs once per gateway
 //! flavour (`gateway::wasm::…`, `gateway::native::…`), so both builds are held to exactly
-//! the same behaviour (issue 5: one suite, passing unchanged for both). Add a body, then
+//! the same behaviour (one suite, passing unchanged for both). Add a body, then
 //! add its name to the `for_each_flavour!` list; bodies that only make sense for one
 //! build (panic injection exists only in the native test build) go in `native_only`.
 //!

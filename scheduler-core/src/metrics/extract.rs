@@ -33,7 +33,7 @@ use super::exposition::{leading_bare_name, parse_line, raw_lines, Line, Sample};
 use super::names::{length_bit, MetricNames, Role};
 use super::{CacheConfig, EndpointMetrics, LoraState};
 
-/// Extracts the DESIGN §5 fields from a Prometheus text page. Never fails: anything
+/// Extracts the scheduling metrics from a Prometheus text page. Never fails: anything
 /// unreadable is skipped, and a page with none of the metrics yields all-`None`
 /// (see [`EndpointMetrics::is_empty`]).
 pub fn extract(page: &[u8], names: &MetricNames) -> EndpointMetrics {

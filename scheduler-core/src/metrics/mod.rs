@@ -1,5 +1,5 @@
 //! Model-server metrics: what the picker needs to know about one endpoint, and the
-//! Prometheus text parser that extracts it (DESIGN §5).
+//! Prometheus text parser that extracts it.
 //!
 //! - [`exposition`]: a tolerant line reader for the Prometheus text format (never panics,
 //!   skips what it cannot read).
@@ -33,7 +33,7 @@ mod tests;
 pub use extract::{extract, MAX_ADAPTERS};
 pub use names::{CacheInfoSpec, LoraInfoSpec, MetricNames};
 
-/// The DESIGN §5 table for one endpoint. A metric the page did not carry is `None`.
+/// The scraped metrics of one endpoint. A metric the page did not carry is `None`.
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
 pub struct EndpointMetrics {
     /// Queued requests (`vllm:num_requests_waiting`, ...).

@@ -1,4 +1,4 @@
-//! Which metric names and labels carry the DESIGN §5 table, per engine.
+//! Which metric names and labels carry the scraped metrics, per engine.
 //!
 //! [`MetricNames`] lists, for every field of [`super::EndpointMetrics`], the metric names
 //! to look for, in priority order. The default is the union of vLLM, SGLang and TRT-LLM,

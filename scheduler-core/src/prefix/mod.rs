@@ -1,4 +1,4 @@
-//! Prompt prefix hashing and the approximate prefix index (DESIGN §6).
+//! Prompt prefix hashing and the approximate prefix index.
 //!
 //! # Block hashes (version 1)
 //!

@@ -1,4 +1,4 @@
-//! Typed request errors: the DESIGN §10 "400 with an OpenAI error JSON" answers.
+//! Typed request errors: the "400 with an OpenAI error JSON" answers.
 //!
 //! Each variant knows its HTTP status, its OpenAI error `type`, `code` and `param`, so the
 //! filters can build `{"error": {"message", "type", "param", "code"}}` without guessing.

@@ -1,4 +1,4 @@
-//! One-pass parsing of OpenAI and Anthropic request bodies (DESIGN §6, §10).
+//! One-pass parsing of OpenAI and Anthropic request bodies.
 //!
 //! [`parse`] walks the body once with `serde_json`, borrowing strings from the body where
 //! they have no escapes, skipping every field it does not need with `IgnoredAny`, and writing
@@ -72,7 +72,7 @@
 //!
 //! # Errors
 //!
-//! Any [`RequestError`] is a 400 with an OpenAI error body (DESIGN §10): not JSON, not an
+//! Any [`RequestError`] is a 400 with an OpenAI error body: not JSON, not an
 //! object, `model` missing/empty/not a string, or a field read here with the wrong type
 //! (the field is named by [`RequestError::param`]).
 

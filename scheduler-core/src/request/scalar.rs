@@ -1,7 +1,7 @@
 //! Small serde building blocks for the one-pass parser: a typed-error side channel and a
 //! "whatever scalar is here" visitor.
 //!
-//! serde's own type errors are strings; to answer DESIGN §10 with the field name, visitors
+//! serde's own type errors are strings; to answer 400 with the field name, visitors
 //! record a [`RequestError`] in a [`Sink`] before aborting, and `parse` prefers it over the
 //! generic "not JSON" answer.
 

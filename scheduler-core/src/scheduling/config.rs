@@ -27,7 +27,7 @@ pub struct EndpointPickerConfig {
     /// Profiles referencing plugins by name. None → one profile with every declared plugin.
     #[serde(default)]
     pub scheduling_profiles: Vec<ProfileSpec>,
-    /// Flow-control settings (DESIGN §7): kept verbatim for the flow-control stage.
+    /// Flow-control settings: kept verbatim for the flow-control stage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flow_control: Option<Value>,
     /// llm-d feature gates: accepted and kept, not used.

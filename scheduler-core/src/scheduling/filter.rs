@@ -5,7 +5,7 @@
 //! Missing metrics: a filter only drops an endpoint on evidence. An endpoint whose metrics
 //! are unknown (no snapshot, or the metric is absent or NaN) passes `utilization-filter`,
 //! counts as not overloaded, and its waiting queue counts as empty in the TTFT estimate.
-//! Stale or missing snapshots are the pool's `failureMode` decision (DESIGN §10), taken
+//! Stale or missing snapshots are the pool's `failureMode` decision, taken
 //! before scheduling; inside the scheduler, "unknown" must not mean "unroutable".
 //!
 //! TTFT estimate (`prefix-cache-affinity-filter`), in milliseconds:

@@ -1,4 +1,4 @@
-//! `EndpointPickerConfig`, the scheduling plugins, profiles and the decision record (DESIGN §6).
+//! `EndpointPickerConfig`, the scheduling plugins, profiles and the decision record.
 //!
 //! Lifecycle: a host parses the config ([`EndpointPickerConfig`], JSON here or YAML with
 //! `serde_yaml` in std hosts) and compiles it once into a [`Scheduler`]; every request then

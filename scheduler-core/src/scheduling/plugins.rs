@@ -1,4 +1,4 @@
-//! The plugin catalogue: every plugin type of DESIGN §6 as a compiled enum variant, with
+//! The plugin catalogue: every plugin type as a compiled enum variant, with
 //! its parameters parsed and range-checked once, at config time.
 //!
 //! | type | kind | parameters (default) | endpoint with unknown metrics |
@@ -24,7 +24,7 @@ use super::config::{ConfigError, PluginSpec};
 use super::params::{bad, number_in, Params};
 use crate::prefix::PrefixConfig;
 
-/// Every plugin type this build knows, in the order of the DESIGN §6 table.
+/// Every plugin type this build knows, in the order of the README's plugin table.
 pub const PLUGIN_TYPES: &[&str] = &[
     "approx-prefix-cache-producer",
     "inflight-load-producer",

@@ -96,7 +96,7 @@ fn linear(dropped_by: &[u16], out: &mut [f64], load: impl Fn(usize) -> Option<f6
     });
 }
 
-/// DESIGN §6 `lora-affinity-scorer`. An endpoint exposing no LoRA state cannot be shown to
+/// `lora-affinity-scorer`. An endpoint exposing no LoRA state cannot be shown to
 /// serve the adapter and scores 0 (unless the request is for the base model).
 fn lora(ctx: &Ctx<'_, '_>, dropped_by: &[u16], out: &mut [f64]) {
     let wanted = ctx.req.target_model;

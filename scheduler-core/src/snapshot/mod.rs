@@ -65,7 +65,7 @@ pub const MAGIC: [u8; 4] = *b"IGSN";
 pub const VERSION: u8 = 1;
 /// Bytes in the fixed header.
 pub const HEADER_LEN: usize = 33;
-/// DESIGN §5: a sample older than this counts as unknown unless configured otherwise.
+/// A sample older than this counts as unknown unless configured otherwise.
 pub const DEFAULT_MAX_AGE_MS: u64 = 1_000;
 
 /// All endpoints of one pool as last scraped.

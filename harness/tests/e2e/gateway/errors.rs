@@ -1,4 +1,4 @@
-//! DESIGN §10 through the real Envoy: 400 / 413 / 404 from the body router, 503
+//! The failure answers through the real Envoy: 400 / 413 / 404 from the body router, 503
 //! `rejected-no-endpoints` from the picker (empty pool, every endpoint dead, stale metrics
 //! under `FailClose`), and a `FailOpen` pool still served on stale metrics. Every error
 //! body is OpenAI error JSON.

@@ -1,4 +1,4 @@
-//! DESIGN §10, native build: a panic inside the dynamic module (injected by the test-only
+//! Native build: a panic inside the dynamic module (injected by the test-only
 //! `x-infergate-test-panic` header of the `panic-injection` feature) fails that one request
 //! with 500, and Envoy keeps serving the requests around it.
 

@@ -1,7 +1,7 @@
 //! Scheduling through the real Envoy: the KV-utilisation filter keeps new requests off a
 //! full replica, and a conversation's second turn lands where its first turn was served
 //! (the prefix index) while first turns spread over the replicas, with one Envoy worker and
-//! with two (issue 5: one index per process for the native flavour; the Wasm flavour keeps
+//! with two (one index per process for the native flavour; the Wasm flavour keeps
 //! one per worker, so there the cross-worker ratio is recorded, not asserted).
 
 use super::{chat, served_by, tag};
