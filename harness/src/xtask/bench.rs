@@ -52,6 +52,22 @@ pub fn prepare() -> Result<()> {
     if !cfg!(debug_assertions) {
         return Ok(());
     }
+    let release = build_release_xtask()?;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    eprintln!("xtask: continuing in {}", release.display());
+    // exec: the release xtask takes this process's place (same pid, same terminal), so
+    // Ctrl-C and SIGTERM reach it directly and it shuts its stack down cleanly.
+    use std::os::unix::process::CommandExt;
+    let err = std::process::Command::new(&release)
+        .args(&args)
+        .env(PREBUILT_ENV, "1")
+        .exec();
+    Err(err).with_context(|| format!("running {}", release.display()))
+}
+
+/// Builds this binary in release (a benchmark must not measure a debug build of its own
+/// clients) and returns its path.
+pub(super) fn build_release_xtask() -> Result<std::path::PathBuf> {
     cargo(
         &[
             "build",
@@ -63,17 +79,7 @@ pub fn prepare() -> Result<()> {
         ],
         &[],
     )?;
-    let release = target_dir().join("release/xtask");
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    eprintln!("xtask: continuing in {}", release.display());
-    // exec: the release xtask takes this process's place (same pid, same terminal), so
-    // Ctrl-C and SIGTERM reach it directly and it shuts its stack down cleanly.
-    use std::os::unix::process::CommandExt;
-    let err = std::process::Command::new(&release)
-        .args(&args)
-        .env(PREBUILT_ENV, "1")
-        .exec();
-    Err(err).with_context(|| format!("running {}", release.display()))
+    Ok(target_dir().join("release/xtask"))
 }
 
 /// Entry point of `cargo xtask bench …`.

@@ -139,18 +139,7 @@ const SOAK_MINUTES: &str = "1";
 /// over the release artefacts already built (the production native module, not the
 /// panic-injection one); its verdicts fail the tier.
 fn soak_short_form() -> Result<()> {
-    cargo(
-        &[
-            "build",
-            "--release",
-            "-p",
-            "infergate-harness",
-            "--bin",
-            "xtask",
-        ],
-        &[],
-    )?;
-    let xtask = target_dir().join("release/xtask");
+    let xtask = super::bench::build_release_xtask()?;
     eprintln!("xtask: bench soak --minutes {SOAK_MINUTES}");
     let status = Command::new(&xtask)
         .args(["bench", "soak", "--minutes", SOAK_MINUTES])
