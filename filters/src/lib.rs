@@ -41,6 +41,7 @@
 //! for tests; feature `fake-host` exports it). `benches/filters.rs` measures the router
 //! and the picker on an 8k-token body.
 
+pub(crate) mod codec;
 pub mod consistency;
 pub mod handoff;
 pub mod headers;

@@ -24,6 +24,7 @@
 //! (wrong magic or version, short, trailing bytes, unknown flags, bad UTF-8) and never
 //! panics.
 
+use crate::codec::Reader;
 use scheduler_core::prefix::{self, PrefixConfig};
 use scheduler_core::request::ParsedRequest;
 use scheduler_core::types::{BlockHash, Tokens};
@@ -142,16 +143,10 @@ impl Handoff {
         let max_output = r.u64()?;
         let base_model = r.string()?;
         let target_model = r.string()?;
-        let count = usize::try_from(r.u32()?).ok()?;
-        let raw = r.take(count.checked_mul(8)?)?;
-        if !r.0.is_empty() {
+        let block_hashes = r.u64s()?.into_iter().map(BlockHash).collect();
+        if !r.is_empty() {
             return None;
         }
-        let block_hashes = raw
-            .chunks_exact(8)
-            .map(|c| <[u8; 8]>::try_from(c).map(|b| BlockHash(u64::from_le_bytes(b))))
-            .collect::<Result<Vec<_>, _>>()
-            .ok()?;
         Some(Handoff {
             base_model,
             target_model,
@@ -161,37 +156,6 @@ impl Handoff {
             complete: flags & FLAG_COMPLETE != 0,
             block_hashes,
         })
-    }
-}
-
-/// A cursor over untrusted bytes: every read checks the length first.
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if n > self.0.len() {
-            return None;
-        }
-        let (head, tail) = self.0.split_at(n);
-        self.0 = tail;
-        Some(head)
-    }
-    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
-        self.take(N).and_then(|b| <[u8; N]>::try_from(b).ok())
-    }
-    fn u8(&mut self) -> Option<u8> {
-        self.array::<1>().map(|[b]| b)
-    }
-    fn u32(&mut self) -> Option<u32> {
-        self.array().map(u32::from_le_bytes)
-    }
-    fn u64(&mut self) -> Option<u64> {
-        self.array().map(u64::from_le_bytes)
-    }
-    fn string(&mut self) -> Option<String> {
-        let len = usize::from(self.array().map(u16::from_le_bytes)?);
-        let bytes = self.take(len)?;
-        core::str::from_utf8(bytes).ok().map(str::to_owned)
     }
 }
 

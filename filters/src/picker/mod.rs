@@ -37,6 +37,7 @@ pub mod lease;
 pub mod plan;
 mod pool;
 pub mod prepare;
+pub mod remote;
 pub mod sessions;
 pub mod state;
 
@@ -94,7 +95,15 @@ impl<T> PickerHost for T where
 #[derive(Clone, Debug)]
 enum Stage {
     Start,
-    AwaitingBody { plan: Arc<PoolPlan>, api: Api },
+    AwaitingBody {
+        plan: Arc<PoolPlan>,
+        api: Api,
+    },
+    /// Prepared and handed to a state that lives elsewhere; waiting for its answer.
+    AwaitingAnswer {
+        plan: Arc<PoolPlan>,
+        prepared: PreparedPick,
+    },
     Done,
 }
 
@@ -111,6 +120,8 @@ pub struct PickerRequest {
     stage: Stage,
     lease: Option<Held>,
     endpoint: Option<String>,
+    /// Whether the pick is made by a state elsewhere ([`PickerRequest::deferred`]).
+    deferred: bool,
 }
 
 impl Default for PickerRequest {
@@ -126,7 +137,64 @@ impl PickerRequest {
             stage: Stage::Start,
             lease: None,
             endpoint: None,
+            deferred: false,
         }
+    }
+
+    /// A request whose pick a state elsewhere makes (the Wasm flavour's state owner, see
+    /// [`remote`]): once the request is prepared it pauses, the adapter sends
+    /// [`PickerRequest::pending_pick`] to the owner and hands the answer to
+    /// [`PickerRequest::on_answer`]. The lease then lives with the owner.
+    pub fn deferred() -> Self {
+        PickerRequest {
+            deferred: true,
+            ..PickerRequest::new()
+        }
+    }
+
+    /// The prepared pick waiting for the owner's answer, with its pool.
+    pub fn pending_pick(&self) -> Option<(PoolId, &PreparedPick)> {
+        match &self.stage {
+            Stage::AwaitingAnswer { plan, prepared } => Some((plan.id(), prepared)),
+            _ => None,
+        }
+    }
+
+    /// Make the pending pick in `shared` after all (the owner cannot be reached).
+    pub fn pick_here<S: PickerAccess, H: PickerHost + ?Sized>(
+        &mut self,
+        shared: S,
+        host: &mut H,
+    ) -> FilterStatus {
+        match std::mem::replace(&mut self.stage, Stage::Done) {
+            Stage::AwaitingAnswer { plan, prepared } => {
+                self.decide_here(shared, host, &plan, prepared)
+            }
+            other => {
+                self.stage = other;
+                FilterStatus::Continue
+            }
+        }
+    }
+
+    /// The owner's answer to the pending pick: the endpoint, or why there is none. `None`
+    /// if this request is not waiting for one (the adapter then leaves it alone).
+    pub fn on_answer<H: PickerHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        answer: Result<&str, Rejection>,
+    ) -> Option<FilterStatus> {
+        if !matches!(self.stage, Stage::AwaitingAnswer { .. }) {
+            return None;
+        }
+        self.stage = Stage::Done;
+        Some(match answer {
+            Ok(endpoint) => self.route_to(host, endpoint.to_owned()),
+            Err(rejection) => {
+                host.send_local_reply(&Reply::rejected(REJECTED_NO_ENDPOINTS, rejection.message()));
+                FilterStatus::Replied
+            }
+        })
     }
 
     /// The endpoint picked for this request, once picked.
@@ -240,57 +308,59 @@ impl PickerRequest {
         self.decide(shared, host, plan, prepared)
     }
 
-    /// Pick for a prepared request inside the state; write the outcome outside it.
+    /// Pick for a prepared request (or, deferred, wait for the owner's pick).
     fn decide<S: PickerAccess, H: PickerHost + ?Sized>(
         &mut self,
-        mut shared: S,
+        shared: S,
         host: &mut H,
         plan: &Arc<PoolPlan>,
         prepared: PreparedPick,
     ) -> FilterStatus {
-        let req = prepared.request();
-        let (refresh, outcome, reports, plans) = shared.with_state(|state| {
-            let refresh = state.refresh_snapshot(&*host);
-            let outcome = state.pick(plan, &req, prepared.now, prepared.random);
-            let reports = state.take_unscraped_reports();
-            // Only when there is something to report: the plans' `Arc` costs an atomic.
-            let plans = (!reports.is_empty()).then(|| state.plans());
-            (refresh, outcome, reports, plans)
-        });
-        if refresh == SnapshotRefresh::Undecodable {
-            plan.count_snapshot_error(host);
+        if self.deferred {
+            self.stage = Stage::AwaitingAnswer {
+                plan: Arc::clone(plan),
+                prepared,
+            };
+            return FilterStatus::Pause;
         }
-        if let Some(plans) = plans {
-            for report in &reports {
-                if let Some(p) = plans.get(report.pool) {
-                    p.report_unscraped(report, host);
-                }
-            }
-        }
-        plan.count_decision(&outcome, host);
-        match outcome {
+        self.decide_here(shared, host, plan, prepared)
+    }
+
+    /// Pick inside the state; write the outcome outside it.
+    fn decide_here<S: PickerAccess, H: PickerHost + ?Sized>(
+        &mut self,
+        shared: S,
+        host: &mut H,
+        plan: &Arc<PoolPlan>,
+        prepared: PreparedPick,
+    ) -> FilterStatus {
+        match pick_counted(shared, host, plan, &prepared) {
             Ok(picked) => {
                 // Hold the lease before any host call, so whatever happens next the request's
-                // end gives it back (and lowers the gauges it raises here).
-                plan.count_in_flight(picked.lease.endpoint_index(), 1, host);
+                // end gives it back (and lowers the gauges `pick_counted` raised).
                 self.lease = Some(Held {
                     lease: picked.lease,
                     plan: Arc::clone(plan),
                 });
-                let endpoint: &str = self.endpoint.insert(picked.endpoint);
-                host.set_request_header(DESTINATION_ENDPOINT, endpoint);
-                // Best effort: proxy-wasm cannot set dynamic metadata (the header and the
-                // upstream override already route the request).
-                let _ =
-                    host.set_metadata_string(LB_METADATA_NAMESPACE, DESTINATION_ENDPOINT, endpoint);
-                let _ = host.set_upstream_override(endpoint);
-                FilterStatus::Continue
+                self.route_to(host, picked.endpoint)
             }
             Err(rejection) => {
                 host.send_local_reply(&Reply::rejected(REJECTED_NO_ENDPOINTS, rejection.message()));
                 FilterStatus::Replied
             }
         }
+    }
+
+    /// Send the request to `endpoint`: the destination header, the `envoy.lb` metadata and
+    /// the host's upstream override.
+    fn route_to<H: PickerHost + ?Sized>(&mut self, host: &mut H, endpoint: String) -> FilterStatus {
+        let endpoint: &str = self.endpoint.insert(endpoint);
+        host.set_request_header(DESTINATION_ENDPOINT, endpoint);
+        // Best effort: proxy-wasm cannot set dynamic metadata (the header and the upstream
+        // override already route the request).
+        let _ = host.set_metadata_string(LB_METADATA_NAMESPACE, DESTINATION_ENDPOINT, endpoint);
+        let _ = host.set_upstream_override(endpoint);
+        FilterStatus::Continue
     }
 
     /// The request ended (completed, reset, aborted, answered locally, or its context is
@@ -318,6 +388,42 @@ impl PickerRequest {
             shared.with_state(|state| state.release(held.lease));
         }
     }
+}
+
+/// The part of a pick that needs the state, and its stats: refresh the snapshot, pick,
+/// report endpoints the snapshot lacks, count the decision, and raise the in-flight gauges
+/// for a lease taken. The picker's own requests and the Wasm flavour's state owner
+/// ([`remote::Owner`]) both pick through here.
+pub(crate) fn pick_counted<S: PickerAccess, H: SnapshotSource + Stats + ?Sized>(
+    mut shared: S,
+    host: &mut H,
+    plan: &PoolPlan,
+    prepared: &PreparedPick,
+) -> Result<Picked, Rejection> {
+    let req = prepared.request();
+    let (refresh, outcome, reports, plans) = shared.with_state(|state| {
+        let refresh = state.refresh_snapshot(&*host);
+        let outcome = state.pick(plan, &req, prepared.now, prepared.random);
+        let reports = state.take_unscraped_reports();
+        // Only when there is something to report: the plans' `Arc` costs an atomic.
+        let plans = (!reports.is_empty()).then(|| state.plans());
+        (refresh, outcome, reports, plans)
+    });
+    if refresh == SnapshotRefresh::Undecodable {
+        plan.count_snapshot_error(host);
+    }
+    if let Some(plans) = plans {
+        for report in &reports {
+            if let Some(p) = plans.get(report.pool) {
+                p.report_unscraped(report, host);
+            }
+        }
+    }
+    plan.count_decision(&outcome, host);
+    if let Ok(picked) = &outcome {
+        plan.count_in_flight(picked.lease.endpoint_index(), 1, host);
+    }
+    outcome
 }
 
 #[cfg(test)]

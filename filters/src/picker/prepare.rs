@@ -10,6 +10,7 @@ use scheduler_core::types::{BlockHash, Millis, Tokens};
 use super::plan::PoolPlan;
 use super::state::PickRequest;
 use super::PickerHost;
+use crate::codec::{put_string, put_u64s, Reader};
 use crate::handoff::Handoff;
 
 /// A request made ready for [`super::PickerShared::pick`].
@@ -75,6 +76,47 @@ impl PreparedPick {
             session,
             now: host.now(),
             random: host.random_u64(),
+        })
+    }
+
+    /// Append the binary encoding (all integers little-endian): `u64` now ‖ `u64` random ‖
+    /// `u64` prompt tokens ‖ `u8` flags (bit 0: output cap, bit 1: session) ‖ `u64` output
+    /// cap ‖ `u16` len ‖ target model ‖ `u16` len ‖ session ‖ `u32` count ‖ count × `u64`
+    /// block hash. `None` if a name is longer than `u16::MAX` bytes.
+    pub(crate) fn encode_into(&self, out: &mut Vec<u8>) -> Option<()> {
+        out.extend_from_slice(&self.now.0.to_le_bytes());
+        out.extend_from_slice(&self.random.to_le_bytes());
+        out.extend_from_slice(&self.prompt_tokens.0.to_le_bytes());
+        let flags =
+            u8::from(self.max_output_tokens.is_some()) | u8::from(self.session.is_some()) << 1;
+        out.push(flags);
+        out.extend_from_slice(&self.max_output_tokens.unwrap_or(0).to_le_bytes());
+        put_string(out, &self.target_model)?;
+        put_string(out, self.session.as_deref().unwrap_or(""))?;
+        put_u64s(out, self.block_hashes.iter().map(|h| h.0))
+    }
+
+    /// Read what [`PreparedPick::encode_into`] wrote; `None` for anything else.
+    pub(crate) fn decode_from(r: &mut Reader<'_>) -> Option<PreparedPick> {
+        let now = Millis(r.u64()?);
+        let random = r.u64()?;
+        let prompt_tokens = Tokens(r.u64()?);
+        let flags = r.u8()?;
+        if flags & !0b11 != 0 {
+            return None;
+        }
+        let max_output = r.u64()?;
+        let target_model = r.string()?;
+        let session = r.string()?;
+        let block_hashes = r.u64s()?.into_iter().map(BlockHash).collect();
+        Some(PreparedPick {
+            target_model,
+            block_hashes,
+            prompt_tokens,
+            max_output_tokens: (flags & 1 != 0).then_some(max_output),
+            session: (flags & 2 != 0).then_some(session),
+            now,
+            random,
         })
     }
 

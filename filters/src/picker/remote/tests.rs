@@ -1,0 +1,287 @@
+//! The owner protocol: the codec rejects what it did not write, and requests prepared in
+//! different "workers" meet one state at the owner (affinity and in-flight load are shared).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use serde_json::json;
+
+use super::*;
+use crate::fake::FakeHost;
+use crate::headers::{BASE_MODEL, DESTINATION_ENDPOINT};
+use crate::picker::PickerRequest;
+use crate::FilterStatus;
+use scheduler_core::metrics::EndpointMetrics;
+use scheduler_core::snapshot::{encode, EndpointSample, Snapshot};
+use scheduler_core::types::Millis;
+
+const ENDPOINTS: [&str; 4] = [
+    "10.0.0.1:8000",
+    "10.0.0.2:8000",
+    "10.0.0.3:8000",
+    "10.0.0.4:8000",
+];
+const NOW: u64 = 100_000;
+
+fn config() -> Vec<u8> {
+    serde_json::to_vec(&json!({"pool": "p", "baseModel": "llama", "endpoints": ENDPOINTS})).unwrap()
+}
+
+fn snapshot() -> Vec<u8> {
+    encode(&Snapshot {
+        taken_at: Millis(NOW),
+        endpoints: ENDPOINTS
+            .iter()
+            .map(|a| EndpointSample {
+                address: (*a).to_owned(),
+                scraped_at: Millis(NOW),
+                consecutive_failures: 0,
+                metrics: Some(EndpointMetrics {
+                    waiting: Some(0),
+                    running: Some(0),
+                    kv_cache_usage: Some(0.1),
+                    ..EndpointMetrics::default()
+                }),
+            })
+            .collect(),
+    })
+}
+
+fn host(content: &str) -> FakeHost {
+    let body =
+        json!({"model": "llama", "messages": [{"role": "user", "content": content}]}).to_string();
+    FakeHost::new()
+        .request_header(BASE_MODEL, "llama")
+        .post("/v1/chat/completions", body.as_bytes())
+        .now(NOW)
+        .snapshot(1, snapshot())
+}
+
+/// One worker: its own copy of the state (for the plans only) and deferred requests.
+struct Worker {
+    local: PickerShared,
+    queue: u32,
+    next_ticket: u64,
+}
+
+impl Worker {
+    fn new(queue: u32) -> Worker {
+        let local = PickerShared::from_json(serde_json::from_slice(&config()).unwrap()).unwrap();
+        Worker {
+            local,
+            queue,
+            next_ticket: 0,
+        }
+    }
+
+    /// Headers + body through a deferred request, then the `Pick` message it sends.
+    fn prepare(&mut self, host: &mut FakeHost) -> (PickerRequest, u64, Vec<u8>) {
+        let mut req = PickerRequest::deferred();
+        assert_eq!(
+            req.on_request_headers(&mut self.local, host, false),
+            FilterStatus::Pause
+        );
+        let len = host.body.len();
+        assert_eq!(
+            req.on_request_body(&mut self.local, host, len, true),
+            FilterStatus::Pause
+        );
+        let (pool, prepared) = req.pending_pick().expect("a pending pick");
+        self.next_ticket += 1;
+        let message = ToOwner::Pick {
+            state: StateKey::of_config(&config()),
+            reply_queue: self.queue,
+            ticket: self.next_ticket,
+            pool,
+            prepared: prepared.clone(),
+        };
+        (req, self.next_ticket, message.encode().unwrap())
+    }
+}
+
+fn hello() -> Vec<u8> {
+    ToOwner::Hello {
+        state: StateKey::of_config(&config()),
+        config: config(),
+    }
+    .encode()
+    .unwrap()
+}
+
+/// Send `content` from `worker` through `owner`; the endpoint and the lease.
+fn turn(owner: &mut Owner, worker: &mut Worker, content: &str) -> (String, u64) {
+    let mut host = host(content);
+    let (mut req, ticket, message) = worker.prepare(&mut host);
+    let mut owner_host = FakeHost::new().now(NOW).snapshot(1, snapshot());
+    let (queue, answer) = owner.handle(&mut owner_host, &message).expect("an answer");
+    assert_eq!(queue, worker.queue);
+    assert_eq!(answer.ticket(), ticket);
+    let ToWorker::Picked {
+        lease, endpoint, ..
+    } = answer
+    else {
+        panic!("expected a pick, got {answer:?}");
+    };
+    let status = req.on_answer(&mut host, Ok(&endpoint));
+    assert_eq!(status, Some(FilterStatus::Continue));
+    assert_eq!(host.header(DESTINATION_ENDPOINT), Some(endpoint.as_str()));
+    // A second answer for the same request is not applied.
+    assert_eq!(req.on_answer(&mut host, Ok("1.2.3.4:1")), None);
+    (endpoint, lease)
+}
+
+#[test]
+fn conversations_keep_their_endpoint_whichever_worker_carries_each_turn() {
+    let mut owner = Owner::new();
+    let mut no_stats = FakeHost::new();
+    assert!(owner.handle(&mut no_stats, &hello()).is_none());
+    let mut workers: Vec<Worker> = (1..=4).map(Worker::new).collect();
+    let key = StateKey::of_config(&config());
+    for conv in 0..8 {
+        let mut history = format!("conversation {conv} system prompt. ").repeat(60);
+        let mut served = Vec::new();
+        for turn_no in 0..4 {
+            history.push_str(&format!(" user turn {turn_no} with some words."));
+            // Turn n of every conversation arrives on worker (conv + n) % 4.
+            let worker = &mut workers[(conv + turn_no) % 4];
+            let (endpoint, lease) = turn(&mut owner, worker, &history);
+            served.push(endpoint);
+            let mut stats = FakeHost::new();
+            owner.handle(
+                &mut stats,
+                &ToOwner::Release { state: key, lease }.encode().unwrap(),
+            );
+        }
+        assert!(
+            served.iter().all(|e| *e == served[0]),
+            "conversation {conv} moved: {served:?}"
+        );
+    }
+    assert_eq!(owner.leases(), 0);
+}
+
+#[test]
+fn in_flight_load_is_counted_once_for_every_worker_and_released_once() {
+    let mut owner = Owner::new();
+    let mut stats = FakeHost::new();
+    owner.handle(&mut stats, &hello());
+    let key = StateKey::of_config(&config());
+    let mut w1 = Worker::new(1);
+    let mut w2 = Worker::new(2);
+    let (e1, l1) = turn(&mut owner, &mut w1, "first request");
+    let (e2, l2) = turn(&mut owner, &mut w2, "another request");
+    assert_eq!(owner.leases(), 2);
+    let load = |owner: &Owner, e: &str| owner.inflight(key, PoolId(0), e).unwrap().requests;
+    assert_eq!(
+        load(&owner, &e1) + u32::from(e1 != e2) * load(&owner, &e2),
+        2
+    );
+    let release = |lease| ToOwner::Release { state: key, lease }.encode().unwrap();
+    owner.handle(&mut stats, &release(l1));
+    owner.handle(&mut stats, &release(l1));
+    owner.handle(&mut stats, &release(999));
+    assert_eq!(owner.leases(), 1);
+    owner.handle(&mut stats, &release(l2));
+    assert_eq!(owner.leases(), 0);
+    assert_eq!(load(&owner, &e1), 0);
+    assert_eq!(load(&owner, &e2), 0);
+}
+
+#[test]
+fn an_owner_without_the_state_asks_for_a_hello() {
+    let mut owner = Owner::new();
+    let mut w = Worker::new(7);
+    let mut host = host("hello");
+    let (mut req, ticket, message) = w.prepare(&mut host);
+    let mut stats = FakeHost::new();
+    let answer = owner.handle(&mut stats, &message);
+    assert_eq!(answer, Some((7, ToWorker::UnknownState { ticket })));
+    // The request still waits; picking here after all routes it.
+    assert!(req.pending_pick().is_some());
+    assert_eq!(
+        req.pick_here(&mut w.local, &mut host),
+        FilterStatus::Continue
+    );
+    assert!(host.header(DESTINATION_ENDPOINT).is_some());
+}
+
+#[test]
+fn a_pick_for_a_pool_the_state_lacks_is_rejected_and_answered_503() {
+    let mut owner = Owner::new();
+    let mut stats = FakeHost::new();
+    owner.handle(&mut stats, &hello());
+    let mut w = Worker::new(1);
+    let mut host = host("which pool");
+    let (mut req, ticket, message) = w.prepare(&mut host);
+    let Some(ToOwner::Pick { prepared, .. }) = ToOwner::decode(&message) else {
+        panic!("a pick");
+    };
+    let wrong_pool = ToOwner::Pick {
+        state: StateKey::of_config(&config()),
+        reply_queue: 1,
+        ticket,
+        pool: PoolId(5),
+        prepared,
+    };
+    let (_, answer) = owner
+        .handle(&mut stats, &wrong_pool.encode().unwrap())
+        .unwrap();
+    assert_eq!(
+        answer,
+        ToWorker::Rejected {
+            ticket,
+            rejection: Rejection::NoEndpoints
+        }
+    );
+    let status = req.on_answer(&mut host, Err(Rejection::NoEndpoints));
+    assert_eq!(status, Some(FilterStatus::Replied));
+    assert_eq!(host.last_reply().map(|r| r.status), Some(503));
+    assert_eq!(owner.leases(), 0);
+}
+
+#[test]
+fn the_codec_round_trips_and_rejects_every_truncation_and_trailing_byte() {
+    let prepared_message = {
+        let mut w = Worker::new(3);
+        let mut host = host("codec");
+        w.prepare(&mut host).2
+    };
+    let answers = [
+        ToWorker::Picked {
+            ticket: 5,
+            lease: 9,
+            endpoint: "10.0.0.1:8000".into(),
+        },
+        ToWorker::Rejected {
+            ticket: 6,
+            rejection: Rejection::Unscraped,
+        },
+        ToWorker::UnknownState { ticket: 7 },
+    ];
+    for answer in &answers {
+        let bytes = answer.encode();
+        assert_eq!(ToWorker::decode(&bytes).as_ref(), Some(answer));
+        for cut in 0..bytes.len() {
+            assert_eq!(ToWorker::decode(&bytes[..cut]), None);
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert_eq!(ToWorker::decode(&longer), None);
+    }
+    let release = ToOwner::Release {
+        state: StateKey(1),
+        lease: 2,
+    }
+    .encode()
+    .unwrap();
+    for bytes in [prepared_message, release] {
+        let decoded = ToOwner::decode(&bytes).expect("decodes");
+        assert_eq!(decoded.encode().unwrap(), bytes);
+        for cut in 0..bytes.len() {
+            assert_eq!(ToOwner::decode(&bytes[..cut]), None, "cut at {cut}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert_eq!(ToOwner::decode(&longer), None);
+    }
+    assert!(ToOwner::decode(&[]).is_none());
+}
