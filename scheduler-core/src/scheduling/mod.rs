@@ -13,9 +13,13 @@
 //! `max-score-picker`. Filters that empty the candidate set yield `picked: None` (the host
 //! answers 503 `rejected-no-endpoints`).
 //!
+//! Which endpoints of a pool become candidates at all (dead, fresh, unknown; fail open or
+//! close) is decided before scheduling, by [`candidates`].
+//!
 //! Plugin semantics and parameters: [`plugins`] (catalogue), [`filter`] (filters, the TTFT
 //! estimate, missing metrics), [`score`] (scorers, missing metrics), [`pick`] (pickers, RNG).
 
+pub mod candidates;
 pub mod compile;
 pub mod config;
 pub mod decision;

@@ -1,6 +1,7 @@
 //! Unit and property tests of the scheduling module, with small builders shared below.
 
 mod bounds;
+mod candidates;
 mod config;
 mod filters;
 mod pickers;
