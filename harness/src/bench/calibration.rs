@@ -16,7 +16,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 pub use super::cli::CalibrationArgs;
-pub use super::columns::{comparison, later_turns, spread, Columns, Figures};
+pub use super::columns::{
+    affinity_table, affinity_verdict, comparison, later_turns, spread, AffinityVerdict, Columns,
+    Figures,
+};
 use crate::launch::{client, Backends, EnvoyOptions, Flavor, PoolSpec, Stack, StackOptions};
 use crate::load::runner::run_target;
 use crate::load::{Assign, LoadConfig, Target, Workload};
@@ -162,7 +165,7 @@ async fn start_stack(sim: &SimHandle, flavor: Flavor, workers: u32) -> Result<St
     let stack = Stack::start(so)
         .await
         .with_context(|| format!("starting the {flavor} stack (--concurrency {workers})"))?;
-    let waited = wait_for_picker(&stack).await?;
+    let waited = wait_for_picker(&stack, workers).await?;
     eprintln!(
         "{flavor} Envoy (--concurrency {workers}) up: picker {}, baseline {}; the picker \
          answered 200 {} ms after Envoy was ready",
@@ -173,30 +176,43 @@ async fn start_stack(sim: &SimHandle, flavor: Flavor, workers: u32) -> Result<St
     Ok(stack)
 }
 
-/// Waits until a small request through the picker succeeds: Envoy's `/ready` comes before
-/// the gateway's first metrics snapshot, and until then the picker rejects with 503
-/// (`rejected-no-endpoints`), which would count as errors of the first column on a fresh
-/// stack. Returns how long that took.
-async fn wait_for_picker(stack: &Stack) -> Result<Duration> {
+/// Waits until the scraper has published and small requests through the picker succeed:
+/// Envoy's `/ready` comes before the gateway's first metrics snapshot, and until then the
+/// picker rejects with 503 (`rejected-no-endpoints`), which would count as errors of the
+/// first column on a fresh stack. Returns how long that took.
+async fn wait_for_picker(stack: &Stack, workers: u32) -> Result<Duration> {
     let url = format!("{}/v1/chat/completions", stack.picker_url());
     let body = serde_json::json!({
         "model": crate::launch::DEFAULT_MODEL,
         "messages": [{"role": "user", "content": "ping"}],
         "max_tokens": 1,
     });
+    // Each probe is a new connection, which the kernel hands to some worker: with several
+    // workers, several probes in a row make it likely that every worker answered once.
+    let probes = (2 * workers).max(4);
     let start = Instant::now();
     let mut last = String::new();
     while start.elapsed() < Duration::from_secs(30) {
-        // Several probes per round: with several Envoy workers each has its own picker.
-        let mut ok = 0;
-        for _ in 0..4 {
-            match client::post_json(&url, &body, &[]).await {
-                Ok(r) if r.status == 200 => ok += 1,
-                Ok(r) => last = format!("{} {}", r.status, r.text().trim()),
-                Err(e) => last = format!("{e:#}"),
+        let published = match stack.envoy().stats().await {
+            Ok(stats) => stats.sum_containing("infergate.scraper.publishes"),
+            Err(e) => {
+                last = format!("reading stats: {e:#}");
+                0
             }
+        };
+        let mut ok = 0;
+        if published > 0 {
+            for _ in 0..probes {
+                match client::post_json(&url, &body, &[]).await {
+                    Ok(r) if r.status == 200 => ok += 1,
+                    Ok(r) => last = format!("{} {}", r.status, r.text().trim()),
+                    Err(e) => last = format!("{e:#}"),
+                }
+            }
+        } else {
+            last = "the scraper has not published yet".into();
         }
-        if ok == 4 {
+        if ok == probes {
             return Ok(start.elapsed());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -6,7 +6,8 @@ use super::calibration::DEFAULT_TIME_SCALE;
 use crate::launch::Flavor;
 
 /// The flags the calibration commands share: `--time-scale S`, `--quick`,
-/// `--flavor a[,b]`, `--concurrency a[,b]`.
+/// `--flavor a[,b]`, `--workers a[,b]` (Envoy's `--concurrency`, which is accepted as its
+/// other name).
 #[derive(Clone, Debug, PartialEq)]
 pub struct CalibrationArgs {
     /// Simulated seconds per real second.
@@ -15,7 +16,7 @@ pub struct CalibrationArgs {
     pub quick: bool,
     /// Gateway flavours.
     pub flavors: Vec<Flavor>,
-    /// Envoy `--concurrency` values.
+    /// Envoy worker counts (`--concurrency` values).
     pub concurrencies: Vec<u32>,
 }
 
@@ -49,12 +50,15 @@ impl CalibrationArgs {
                         bail!("--flavor: the picker needs wasm or native");
                     }
                 }
-                "--concurrency" => {
-                    out.concurrencies = list(&value(arg)?).context("--concurrency")?
+                "--workers" | "--concurrency" => {
+                    out.concurrencies = list(&value(arg)?).with_context(|| arg.clone())?;
+                    if out.concurrencies.contains(&0) {
+                        bail!("{arg}: Envoy needs at least one worker");
+                    }
                 }
                 other => bail!(
                     "unknown argument `{other}` (expected --quick, --time-scale S, \
-                     --flavor wasm,native, --concurrency 1,2)"
+                     --flavor wasm,native, --workers 1,2 (or --concurrency 1,2))"
                 ),
             }
         }
@@ -111,10 +115,15 @@ mod tests {
         assert_eq!(a.concurrencies, vec![1, 2, 4]);
         assert!(a.quick);
         assert_eq!(a.time_scale, 4.0);
+        let a = CalibrationArgs::parse(&strings(&["--workers", "1,2,4,8"]), &[Flavor::Wasm], &[2])
+            .unwrap();
+        assert_eq!(a.concurrencies, vec![1, 2, 4, 8]);
         for bad in [
             &["--flavor", "plain"][..],
             &["--time-scale", "0"],
             &["--concurrency", "x"],
+            &["--workers", "1,0"],
+            &["--workers"],
             &["--what"],
         ] {
             assert!(

@@ -1,6 +1,7 @@
 //! The results of a calibration run, one column per [`RunSpec`](super::calibration::RunSpec):
 //! the side-by-side table (the load generator's, plus turns 2+ and the spread over
-//! replicas) and the comparison lines of the demo and `bench ttft`.
+//! replicas), the comparison lines of the demo and `bench ttft`, and the worker-count
+//! verdicts of `bench affinity`.
 
 use std::collections::BTreeMap;
 
@@ -142,6 +143,152 @@ pub fn comparison(label: &str, baseline: &Figures, picker: &Figures, targets: bo
     )
 }
 
+/// The affinity criteria: at any Envoy worker count a flavour keeps at least this share of
+/// the cache-hit ratio it has with one worker…
+pub const AFFINITY_HIT_SHARE: f64 = 0.97;
+/// …and its TTFT p50 is at most this fraction above the one-worker p50 (a lower p50 is no
+/// loss of affinity: only a higher one can show turns sent where their prefix is not).
+pub const AFFINITY_TTFT_SLACK: f64 = 0.10;
+
+/// How one worker count of a flavour compares with the same flavour's reference run (the
+/// fewest workers, normally one).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AffinityVerdict {
+    /// Cache-hit ratio ÷ the reference's.
+    pub hit_share: f64,
+    /// TTFT p50 ÷ the reference's, minus 1 (+0.05 is 5% slower).
+    pub ttft_p50_change: f64,
+    /// Failed requests of this run or of the reference: figures over a partial run prove
+    /// nothing, so any failure fails the row.
+    pub errors: u64,
+    /// Every criterion holds.
+    pub met: bool,
+}
+
+/// Judges `run` against `reference` ([`AFFINITY_HIT_SHARE`], [`AFFINITY_TTFT_SLACK`], no
+/// failed request in either).
+pub fn affinity_verdict(reference: &Summary, run: &Summary) -> AffinityVerdict {
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    let hit_share = ratio(run.cache_hit_ratio, reference.cache_hit_ratio);
+    let ttft_p50_change = if reference.ttft_p50_s > 0.0 {
+        run.ttft_p50_s / reference.ttft_p50_s - 1.0
+    } else {
+        f64::INFINITY
+    };
+    let errors = failed(run) + failed(reference);
+    AffinityVerdict {
+        hit_share,
+        ttft_p50_change,
+        errors,
+        met: errors == 0
+            && hit_share >= AFFINITY_HIT_SHARE
+            && ttft_p50_change <= AFFINITY_TTFT_SLACK,
+    }
+}
+
+fn failed(s: &Summary) -> u64 {
+    s.errors.values().sum()
+}
+
+/// One flavour's table over its worker counts (`runs`: worker count and figures, in any
+/// order), each row judged against the fewest workers with [`affinity_verdict`], then a
+/// one-line summary. Returns the text and whether every row met the criteria.
+pub fn affinity_table(flavor: &str, runs: &[(u32, Figures)]) -> (String, bool) {
+    let mut runs: Vec<&(u32, Figures)> = runs.iter().collect();
+    runs.sort_by_key(|(w, _)| *w);
+    let Some((ref_workers, reference)) = runs.first().map(|(w, f)| (*w, &f.all)) else {
+        return (format!("{flavor}: no run to judge\n"), false);
+    };
+    let pct = |v: f64| format!("{:.1}%", v * 100.0);
+    let ms = |s: f64| format!("{:.1} ms", s * 1000.0);
+    let header: Vec<String> = [
+        "workers",
+        "cache hits",
+        "turns 2+",
+        "hits / ref",
+        "TTFT p50",
+        "p50 vs ref",
+        "TTFT p99",
+        "failed",
+        "criteria",
+    ]
+    .iter()
+    .map(|h| h.to_string())
+    .collect();
+    let mut rows = Vec::new();
+    let mut missed = Vec::new();
+    for (i, (workers, fig)) in runs.iter().enumerate() {
+        let (share, change, verdict) = if i == 0 {
+            let ok = failed(reference) == 0;
+            if !ok {
+                missed.push(*workers);
+            }
+            let v = if ok {
+                "reference"
+            } else {
+                "NOT met (failures)"
+            };
+            ("ref".to_string(), "ref".to_string(), v.to_string())
+        } else {
+            let v = affinity_verdict(reference, &fig.all);
+            let mut why = Vec::new();
+            if v.hit_share < AFFINITY_HIT_SHARE {
+                why.push("hits");
+            }
+            if v.ttft_p50_change > AFFINITY_TTFT_SLACK {
+                why.push("TTFT");
+            }
+            if v.errors > 0 {
+                why.push("failures");
+            }
+            let verdict = if v.met {
+                "met".to_string()
+            } else {
+                missed.push(*workers);
+                format!("NOT met ({})", why.join(", "))
+            };
+            (
+                format!("{:.3}", v.hit_share),
+                format!("{:+.1}%", v.ttft_p50_change * 100.0),
+                verdict,
+            )
+        };
+        rows.push((
+            workers.to_string(),
+            vec![
+                pct(fig.all.cache_hit_ratio),
+                pct(fig.later.cache_hit_ratio),
+                share,
+                ms(fig.all.ttft_p50_s),
+                change,
+                ms(fig.all.ttft_p99_s),
+                failed(&fig.all).to_string(),
+                verdict,
+            ],
+        ));
+    }
+    let mut out = format!("{flavor} (reference: {ref_workers} worker(s))\n");
+    out.push_str(&table(&header, &rows));
+    let criteria = format!(
+        "cache hits >= {AFFINITY_HIT_SHARE} x {} and TTFT p50 <= {} x {} of {ref_workers} \
+         worker(s), no failed request",
+        pct(reference.cache_hit_ratio),
+        1.0 + AFFINITY_TTFT_SLACK,
+        ms(reference.ttft_p50_s),
+    );
+    let ok = missed.is_empty();
+    let line = if !ok {
+        let list: Vec<String> = missed.iter().map(u32::to_string).collect();
+        format!("NOT met at {} worker(s) ({criteria})", list.join(", "))
+    } else if runs.len() < 2 {
+        format!("only {ref_workers} worker(s) ran, nothing to compare")
+    } else {
+        format!("met at every worker count ({criteria})")
+    };
+    out.push_str(&format!("{flavor}: {line}\n"));
+    (out, ok)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -196,5 +343,66 @@ mod tests {
         let m = spread(&[rec("a", 200), rec("a", 200), rec("b", 200), rec("b", 503)]);
         assert_eq!(m.get("a"), Some(&2));
         assert_eq!(m.get("b"), Some(&1));
+    }
+
+    fn figures(hit: f64, p50_ms: f64, failed: u64) -> Figures {
+        let mut all = Summary {
+            cache_hit_ratio: hit,
+            ttft_p50_s: p50_ms / 1000.0,
+            ttft_p99_s: p50_ms * 3.0 / 1000.0,
+            ..Summary::default()
+        };
+        if failed > 0 {
+            all.errors.insert("503".into(), failed);
+        }
+        Figures {
+            later: all.clone(),
+            all,
+        }
+    }
+
+    #[test]
+    fn affinity_verdict_holds_hits_and_ttft_to_the_reference() {
+        let base = figures(0.88, 20.0, 0).all;
+        let v = affinity_verdict(&base, &figures(0.87, 21.0, 0).all);
+        assert!(v.met, "{v:?}");
+        // 0.85 / 0.88 = 0.966: just under the 0.97 share.
+        assert!(!affinity_verdict(&base, &figures(0.85, 20.0, 0).all).met);
+        // 22.4 ms is 12% slower.
+        assert!(!affinity_verdict(&base, &figures(0.88, 22.4, 0).all).met);
+        // Faster is no loss of affinity.
+        assert!(affinity_verdict(&base, &figures(0.88, 10.0, 0).all).met);
+        let v = affinity_verdict(&base, &figures(0.88, 20.0, 2).all);
+        assert_eq!((v.errors, v.met), (2, false));
+        assert!(!affinity_verdict(&figures(0.88, 0.0, 0).all, &base).met);
+    }
+
+    #[test]
+    fn affinity_table_judges_every_row_against_the_fewest_workers() {
+        let runs = vec![
+            (4, figures(0.63, 40.0, 0)),
+            (1, figures(0.88, 20.0, 0)),
+            (2, figures(0.87, 20.5, 0)),
+        ];
+        let (text, ok) = affinity_table("wasm", &runs);
+        assert!(!ok, "{text}");
+        let row = |w: &str| {
+            text.lines()
+                .find(|l| l.split_whitespace().next() == Some(w))
+                .unwrap()
+                .to_string()
+        };
+        assert!(row("1").ends_with("reference"), "{text}");
+        assert!(row("2").ends_with(" met"), "{text}");
+        assert!(row("4").contains("NOT met (hits, TTFT)"), "{text}");
+        assert!(text.contains("wasm: NOT met at 4 worker(s)"), "{text}");
+        let (text, ok) = affinity_table("native", &runs[1..]);
+        assert!(
+            ok && text.contains("native: met at every worker count"),
+            "{text}"
+        );
+        let (text, ok) = affinity_table("native", &[(1, figures(0.9, 20.0, 1))]);
+        assert!(!ok && text.contains("NOT met (failures)"), "{text}");
+        assert!(!affinity_table("x", &[]).1);
     }
 }

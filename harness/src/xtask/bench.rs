@@ -22,8 +22,12 @@ pub(super) const PREBUILT_ENV: &str = "INFERGATE_XTASK_PREBUILT";
 const USAGE: &str = "usage: cargo xtask bench <overhead|affinity|ttft|soak|memory> [options]
   overhead  requests/s and latency through Envoy: no filter vs Wasm vs native
             [--connections N] [--concurrency C] [--rounds R] [--measure-s S] [--quick]
-  affinity  cache-hit ratio through the picker at Envoy --concurrency 1 and 2, both flavours
-            [--flavor wasm,native] [--concurrency 1,2] [--time-scale S] [--quick]
+  affinity  the picker at several Envoy worker counts, each flavour on the calibration
+            workload: cache-hit ratio, TTFT p50 and p99 per worker count; exits non-zero
+            unless every multi-worker run keeps >= 0.97 x the flavour's 1-worker hit ratio
+            and a TTFT p50 at most 10% above its 1-worker p50, with no failed request
+            [--workers 1,2,4,8 (--concurrency is the same flag)] [--flavor wasm,native]
+            [--time-scale S] [--quick: 3 turns per conversation instead of 6]
   ttft      TTFT and cache hits: /rr vs the picker vs the sticky ceiling
             [--flavor wasm,native] [--concurrency 1] [--time-scale S] [--quick]
   soak      the multi-turn workload for N minutes per flavour (one after the other) with a
@@ -114,7 +118,11 @@ pub fn run(args: &[String]) -> Result<()> {
             let opts = OverheadOptions::parse(rest)?;
             runtime()?.block_on(overhead::run(&opts))?
         }
-        "affinity" => affinity(rest)?,
+        "affinity" => {
+            // The tables are printed before a missed criterion becomes the error.
+            affinity(rest)?;
+            return Ok(());
+        }
         "soak" => {
             // Each flavour's report is printed as it ends; a failed verdict is the error.
             runtime()?.block_on(soak::run(&SoakOptions::parse(rest)?))?;
@@ -127,17 +135,15 @@ pub fn run(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// `bench affinity`: /rr, then the picker of every flavour at every Envoy concurrency.
-fn affinity(args: &[String]) -> Result<String> {
-    let a = CalibrationArgs::parse(args, &[Flavor::Wasm, Flavor::Native], &[1, 2])?;
+/// The Envoy worker counts `bench affinity` compares by default.
+const AFFINITY_WORKERS: [u32; 4] = [1, 2, 4, 8];
+
+/// `bench affinity`: the picker of every flavour at every Envoy worker count, on one shared
+/// simulated pool; prints each flavour's table and fails unless every row meets the
+/// criteria (see [`calibration::affinity_table`]).
+fn affinity(args: &[String]) -> Result<()> {
+    let a = CalibrationArgs::parse(args, &[Flavor::Wasm, Flavor::Native], &AFFINITY_WORKERS)?;
     let mut specs = Vec::new();
-    let (first_flavor, first_workers) = first(&a)?;
-    specs.push(RunSpec::new(
-        "/rr",
-        first_flavor,
-        first_workers,
-        Route::Baseline,
-    ));
     for &f in &a.flavors {
         for &c in &a.concurrencies {
             specs.push(RunSpec::new(format!("{f} x{c}"), f, c, Route::Picker));
@@ -146,23 +152,25 @@ fn affinity(args: &[String]) -> Result<String> {
     let cols = runtime()?.block_on(calibration::run(a.time_scale, a.quick, &specs))?;
     let mut out = header("prefix affinity across Envoy workers", &a);
     out.push_str(&cols.table());
-    out.push('\n');
+    let mut missed = Vec::new();
     for &f in &a.flavors {
-        let hits: Vec<String> = a
+        let runs: Vec<(u32, calibration::Figures)> = a
             .concurrencies
             .iter()
-            .filter_map(|c| {
-                let s = cols.find(Route::Picker, Some(&format!("{f} x{c}")))?;
-                Some(format!(
-                    "{c} worker(s) {:.1}% (TTFT p50 {:.0} ms)",
-                    s.cache_hit_ratio * 100.0,
-                    s.ttft_p50_s * 1000.0
-                ))
-            })
+            .filter_map(|&c| Some((c, cols.figures(Route::Picker, Some(&format!("{f} x{c}")))?)))
             .collect();
-        out.push_str(&format!("{f}: cache-hit ratio {}\n", hits.join(", ")));
+        let (text, ok) = calibration::affinity_table(f.name(), &runs);
+        out.push('\n');
+        out.push_str(&text);
+        if !ok {
+            missed.push(f.name());
+        }
     }
-    Ok(out)
+    println!("\n{out}");
+    if !missed.is_empty() {
+        bail!("affinity criteria not met for {}", missed.join(", "));
+    }
+    Ok(())
 }
 
 /// `bench ttft`: /rr, the picker of every flavour, and the sticky ceiling.

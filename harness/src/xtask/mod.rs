@@ -22,10 +22,10 @@ commands:
   setup   install what is missing: the wasm32 targets, Envoy 1.40.0, the Python clients, Node's
           wasm-bindgen test runner
   build   build the release artefacts: the Wasm module, the native module, the simulator
-  test    run every test: native, wasm32, Python client tests, real-Envoy end-to-end
+  test    run every test: native, wasm32, Python client tests, real-Envoy end-to-end [--workers N]
   up      the stack on the simulated pool until Ctrl-C: --flavor wasm|native|plain [--replicas N]
   demo    /rr vs the gateway picker on the calibration workload: [--flavor wasm|native] [--quick]
-  bench   overhead | affinity | ttft | soak | memory (`cargo xtask bench help`)
+  bench   overhead | affinity [--workers 1,2,4,8] | ttft | soak | memory (`cargo xtask bench help`)
   fuzz    each fuzz target (or one) for N seconds on nightly: [TARGET] [--seconds N] | --build";
 
 /// Entry point of the `xtask` binary.

@@ -2,7 +2,8 @@
 //!
 //! 1. the release artefacts (Wasm module, native module with the `panic-injection` test
 //!    feature, simulator), which the end-to-end tests load into a real Envoy;
-//! 2. `cargo test --workspace`: unit, property, fake-host, wasmtime-host and real-Envoy tests;
+//! 2. `cargo test --workspace`: unit, property, fake-host, wasmtime-host and real-Envoy tests,
+//!    the end-to-end stacks at `--workers N` Envoy workers (2 unless told);
 //! 3. the scheduling core's tests compiled to `wasm32-wasip1`, run by our wasmtime runner, so
 //!    hashing and parsing are proven identical on the Wasm target;
 //! 4. the same tests under `wasm-bindgen-test` on `wasm32-unknown-unknown`, with Node as the
@@ -23,16 +24,67 @@ use std::process::{Command, Stdio};
 /// The target of the `wasm-bindgen-test` tier.
 const WASM_BINDGEN_TARGET: &str = "wasm32-unknown-unknown";
 
-/// Runs every tier; `args` may hold `--skip-python` for machines without the Python deps.
+/// The variable the end-to-end suite reads its Envoy worker count from (its `support`
+/// module reads the same name).
+const E2E_WORKERS_ENV: &str = "INFERGATE_E2E_WORKERS";
+
+/// Envoy workers of the end-to-end stacks unless `--workers` says otherwise: more than one,
+/// so state that a worker keeps to itself shows, and no more than this 2-core machine runs.
+const DEFAULT_E2E_WORKERS: u32 = 2;
+
+/// What `cargo xtask test` was asked for.
+#[derive(Debug, PartialEq)]
+struct TestArgs {
+    /// No Python tier (machines without the Python clients).
+    skip_python: bool,
+    /// Envoy workers of every end-to-end stack that does not pin its own.
+    e2e_workers: u32,
+}
+
+impl TestArgs {
+    fn parse(args: &[String]) -> Result<TestArgs> {
+        let mut out = TestArgs {
+            skip_python: false,
+            e2e_workers: DEFAULT_E2E_WORKERS,
+        };
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            match arg.as_str() {
+                "--skip-python" => out.skip_python = true,
+                "--workers" | "--concurrency" => {
+                    let n = it.next().with_context(|| format!("{arg} needs a value"))?;
+                    out.e2e_workers = n.parse().with_context(|| format!("{arg} `{n}`"))?;
+                    if out.e2e_workers == 0 {
+                        bail!("{arg}: Envoy needs at least one worker");
+                    }
+                }
+                other => bail!(
+                    "unknown argument `{other}` (expected --skip-python, --workers N: Envoy \
+                     workers of the end-to-end stacks, {DEFAULT_E2E_WORKERS} by default)"
+                ),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Runs every tier; `args` may hold `--skip-python` for machines without the Python deps and
+/// `--workers N` for the end-to-end suite's Envoy worker count.
 pub fn run(args: &[String]) -> Result<()> {
-    let skip_python = args.iter().any(|a| a == "--skip-python");
+    let TestArgs {
+        skip_python,
+        e2e_workers,
+    } = TestArgs::parse(args)?;
     super::setup::ensure(!skip_python)?;
     let wasm_bindgen_runner = super::setup::ensure_wasm_bindgen_test()?;
     let mut artefacts = build_all()?;
     // The end-to-end suite's native runs load the test build, which can inject a panic.
     artefacts.native_module = build_panic_injection_module()?;
     let env = artefacts.env();
-    cargo(&["test", "--workspace", "--no-fail-fast"], &env)?;
+    let mut test_env = env.clone();
+    test_env.push((E2E_WORKERS_ENV, PathBuf::from(e2e_workers.to_string())));
+    eprintln!("xtask: end-to-end stacks at {e2e_workers} Envoy worker(s)");
+    cargo(&["test", "--workspace", "--no-fail-fast"], &test_env)?;
 
     cargo(
         &["build", "-p", "infergate-wasm-host", "--bin", "wasi-run"],
@@ -151,4 +203,36 @@ fn soak_short_form() -> Result<()> {
         bail!("the soak's short form failed with {status}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn strings(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn arguments_parse() {
+        let a = TestArgs::parse(&[]).unwrap();
+        assert_eq!((a.skip_python, a.e2e_workers), (false, DEFAULT_E2E_WORKERS));
+        let a = TestArgs::parse(&strings(&["--workers", "4", "--skip-python"])).unwrap();
+        assert_eq!((a.skip_python, a.e2e_workers), (true, 4));
+        assert_eq!(
+            TestArgs::parse(&strings(&["--concurrency", "1"]))
+                .unwrap()
+                .e2e_workers,
+            1
+        );
+        for bad in [
+            &["--workers"][..],
+            &["--workers", "0"],
+            &["--workers", "x"],
+            &["-v"],
+        ] {
+            assert!(TestArgs::parse(&strings(bad)).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -2,12 +2,15 @@
 //! flavour (`gateway::wasm::…`, `gateway::native::…`), so both builds are held to exactly
 //! the same behaviour (one suite, passing unchanged for both). Add a body, then
 //! add its name to the `for_each_flavour!` list; bodies that only make sense for one
-//! build (panic injection exists only in the native test build) go in `native_only`.
+//! build (panic injection exists only in the native test build) go in `native_only`, and a
+//! body the Wasm build does not pass yet goes in `wasm_ignored` with the reason (its Wasm
+//! test is generated `#[ignore]`d, its native test runs).
 //!
 //! Each body starts its own stack (Envoy over the in-test backends of `support`) and
 //! checks several related behaviours on it, so a flavour costs a handful of Envoy starts.
-//! Unless a body is about Envoy's worker threads, stacks run one worker: per-worker state
-//! (the Wasm flavour's prefix index) is then not a variable.
+//! Unless a body is about Envoy's worker threads, stacks run the suite's worker count
+//! (`support::workers`: `INFERGATE_E2E_WORKERS`, 2 by default), so the suite can be run
+//! at any count and state one worker keeps to itself shows.
 //!
 //! - [`routing`]: model and adapter routing, client-sent steering headers, the `envoy.lb`
 //!   metadata, the `/rr` baseline, stats per decision and endpoint;
@@ -16,6 +19,8 @@
 //! - [`scheduling`]: the KV threshold, turn-2 affinity with load spread, across workers;
 //! - [`simulated`]: the KV threshold again, over the engine simulator (its `/metrics`,
 //!   its block accounting);
+//! - [`workers`]: every turn of a conversation lands on its first turn's replica, with
+//!   four Envoy workers and each turn on a new connection;
 //! - [`streaming`]: responses stream through unbuffered;
 //! - [`panics`]: a panic inside the native module fails one request, Envoy keeps serving;
 //! - [`faults`]: the fault suite: hostile headers and bodies (HTTP/1.1 and HTTP/2),
@@ -28,6 +33,7 @@ mod routing;
 mod scheduling;
 mod simulated;
 mod streaming;
+mod workers;
 
 use errors::error_answers_are_openai_json;
 use faults::{
@@ -46,16 +52,27 @@ use scheduling::{
 use serde_json::json;
 use simulated::simulated_kv_pressure_keeps_new_requests_off_a_full_replica;
 use streaming::streams_through_the_picker_are_not_buffered;
+use workers::every_turn_follows_the_first_across_four_workers;
 
 /// Generates `mod wasm` and `mod native`, each with one `#[tokio::test]` per body of the
-/// first list; `native_only:` bodies are generated in `mod native` alone.
+/// first list; `native_only:` bodies are generated in `mod native` alone; `wasm_ignored:`
+/// bodies (`name = "reason"`) in both, the Wasm one ignored for that reason.
 macro_rules! for_each_flavour {
-    ($($test:ident),* $(,)? ; native_only: $($native:ident),* $(,)?) => {
+    ($($test:ident),* $(,)? ;
+     native_only: $($native:ident),* $(,)? ;
+     wasm_ignored: $($ignored:ident = $why:literal),* $(,)?) => {
         mod wasm {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $test() {
                     super::$test(infergate_harness::launch::Flavor::Wasm).await
+                }
+            )*
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[ignore = $why]
+                async fn $ignored() {
+                    super::$ignored(infergate_harness::launch::Flavor::Wasm).await
                 }
             )*
         }
@@ -64,6 +81,12 @@ macro_rules! for_each_flavour {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $test() {
                     super::$test(infergate_harness::launch::Flavor::Native).await
+                }
+            )*
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $ignored() {
+                    super::$ignored(infergate_harness::launch::Flavor::Native).await
                 }
             )*
             $(
@@ -87,7 +110,10 @@ for_each_flavour!(
     hostile_requests_are_answered_and_envoy_keeps_serving,
     failing_engines_are_avoided_and_envoy_keeps_serving,
     aborted_and_held_streams_leave_nothing_in_flight;
-    native_only: a_panic_fails_one_request_and_envoy_keeps_serving,
+    native_only: a_panic_fails_one_request_and_envoy_keeps_serving;
+    wasm_ignored: every_turn_follows_the_first_across_four_workers =
+        "the Wasm picker keeps a prefix index per Envoy worker: a turn taken by another \
+         worker than the first turn's is sent without its prefix",
 );
 
 /// A one-message chat request for `model`.

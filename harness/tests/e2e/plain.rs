@@ -1,7 +1,7 @@
 //! The `plain` flavour: Envoy with no gateway filter, routing only on headers the client
 //! sets. It proves the routes and clusters the gateway flavours build on.
 
-use crate::support::{answered_by, stack_over, StreamPace, TestBackend, QUICK};
+use crate::support::{answered_by, stack_over, workers, StreamPace, TestBackend, QUICK};
 use infergate_harness::launch::client::{get, post_json, post_json_streamed};
 use infergate_harness::launch::{Flavor, PoolSpec, Stack};
 use serde_json::json;
@@ -9,13 +9,19 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 async fn plain(backends: &[TestBackend], pools: Vec<PoolSpec>) -> Stack {
-    stack_over(Flavor::Plain, backends, pools, 1).await.unwrap()
+    stack_over(Flavor::Plain, backends, pools, workers())
+        .await
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rr_strips_the_prefix_and_spreads_requests_over_every_replica() {
     let backends = TestBackend::many(3, QUICK).await;
-    let stack = plain(&backends, vec![PoolSpec::all("m")]).await;
+    // Pinned to one worker: every Envoy worker runs its own round robin (from its own
+    // starting point), so an even spread is a property of one worker's sequence.
+    let stack = stack_over(Flavor::Plain, &backends, vec![PoolSpec::all("m")], 1)
+        .await
+        .unwrap();
     let mut per_backend = BTreeMap::<String, usize>::new();
     for _ in 0..30 {
         let resp = get(&format!("{}/v1/models", stack.baseline_url()))
@@ -171,6 +177,8 @@ async fn simulator_replicas_answer_through_plain_envoy() {
         ..SimConfig::default()
     };
     let mut opts = StackOptions::new(Flavor::Plain, Backends::InProcess(Box::new(sim)));
+    // Pinned to one worker: four round-robin requests reach both replicas only within one
+    // worker's sequence (each worker has its own).
     opts.envoy.concurrency = 1;
     let stack = Stack::start(opts).await.unwrap();
     let body = json!({"model": DEFAULT_MODEL, "max_tokens": 4,

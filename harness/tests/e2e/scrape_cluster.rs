@@ -6,7 +6,7 @@
 //! `native` templates and called by a Lua filter's `httpCall`, which goes through the same
 //! Envoy async HTTP client as Wasm and dynamic-module callouts.
 
-use crate::support::{TestBackend, QUICK};
+use crate::support::{workers, TestBackend, QUICK};
 use infergate_harness::launch::bootstrap::{render, BootstrapParams, SCRAPE_CLUSTER};
 use infergate_harness::launch::client::request;
 use infergate_harness::launch::{Envoy, EnvoyOptions, Flavor, Pool};
@@ -58,12 +58,13 @@ async fn scrape_cluster_of_both_templates_reaches_the_endpoint_named_in_the_call
             .as_sequence_mut()
             .unwrap()
             .push(scrape_cluster_of(flavor));
-        let envoy = Envoy::start(
-            &serde_yaml::to_string(&boot).unwrap(),
-            &EnvoyOptions::default(),
-        )
-        .await
-        .unwrap();
+        let opts = EnvoyOptions {
+            concurrency: workers(),
+            ..EnvoyOptions::default()
+        };
+        let envoy = Envoy::start(&serde_yaml::to_string(&boot).unwrap(), &opts)
+            .await
+            .unwrap();
         for (i, b) in backends.iter().enumerate().rev() {
             let target = b.addr.to_string();
             let resp = request(

@@ -1,7 +1,8 @@
 //! Shared pieces of the end-to-end suite: tiny engine-like backends the tests control
 //! exactly (which replica answered, how slowly a stream is produced, the KV usage their
 //! `/metrics` reports, how `/metrics` and requests fail, killing a replica outright), and
-//! stack start-up that skips a flavour whose module is not built. [`gw`] holds the
+//! stack start-up that skips a flavour whose module is not built, and the one Envoy worker
+//! count every stack runs unless a test pins its own ([`workers`]). [`gw`] holds the
 //! gateway-specific helpers, [`raw`] an HTTP/1.1 client that sends any bytes, [`h2`] an
 //! HTTP/2 (h2c) client, [`settle`] the checks every fault scenario ends with.
 
@@ -516,6 +517,30 @@ pub const QUICK: StreamPace = StreamPace {
     events: 3,
     gap: Duration::from_millis(5),
 };
+
+/// The variable that sets the Envoy worker count of the suite's stacks
+/// (`cargo xtask test --workers N` sets it).
+pub const WORKERS_ENV: &str = "INFERGATE_E2E_WORKERS";
+
+/// Envoy workers when [`WORKERS_ENV`] is not set: more than one, so state a worker keeps to
+/// itself shows.
+const DEFAULT_WORKERS: u32 = 2;
+
+/// The Envoy worker count (`--concurrency`) of every stack in the suite, except those of
+/// tests that pin a count because workers are their subject: [`WORKERS_ENV`], or
+/// [`DEFAULT_WORKERS`]. A value that is not a positive number fails the test that asks, so a
+/// typo never silently runs another count.
+pub fn workers() -> u32 {
+    static WORKERS: OnceLock<u32> = OnceLock::new();
+    *WORKERS.get_or_init(|| match std::env::var(WORKERS_ENV) {
+        Err(std::env::VarError::NotPresent) => DEFAULT_WORKERS,
+        Ok(v) => match v.trim().parse::<u32>() {
+            Ok(n) if n > 0 => n,
+            _ => panic!("{WORKERS_ENV}={v:?}: expected a positive number of Envoy workers"),
+        },
+        Err(e) => panic!("{WORKERS_ENV}: {e}"),
+    })
+}
 
 /// Starts `flavor` over `backends` with `pools`, Envoy at `concurrency` workers. Returns
 /// `None` (after printing why) when the flavour's module is not built, so a machine without

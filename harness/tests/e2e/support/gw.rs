@@ -2,7 +2,7 @@
 //! the scraper has published, read the gateway's stats whatever their flavour prefix, send
 //! a chunked (length-less) body, and read the traced-request access log.
 
-use super::{ChannelBody, TestBackend};
+use super::{workers, ChannelBody, TestBackend};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::Request;
@@ -38,11 +38,12 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// `pools` on one Envoy worker, default settings, configurations as generated.
+    /// `pools` on the suite's Envoy worker count ([`workers`]), default settings,
+    /// configurations as generated.
     pub fn new(pools: Vec<PoolSpec>) -> Plan {
         Plan {
             pools,
-            concurrency: 1,
+            concurrency: workers(),
             settings: GatewaySettings::default(),
             tweak: None,
             timeouts: ClientTimeouts::default(),
