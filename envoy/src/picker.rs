@@ -5,13 +5,14 @@
 //! sessions, decoded snapshot) lives in a process-wide registry keyed by the config text, so
 //! every worker thread, and every filter config built from the same JSON (an LDS reload, the
 //! same filter on two listeners), shares one instance: turn 2 of a conversation finds turn 1's
-//! prefix whichever worker served it. It sits behind one `Mutex` ([`SharedPicker`]): a pick
-//! needs a consistent view of the index and the loads of every endpoint of the pool
+//! prefix whichever worker served it. Each pool has its own lock ([`SharedPicker`]): a pick
+//! needs a consistent view of the index and the loads of every endpoint of its pool
 //! (splitting it per endpoint would let two workers pick the same "least loaded" endpoint at
-//! once). The critical section is the decision alone: the pool's immutable plan is read
-//! without the lock, and the body is copied out of Envoy, parsed and hashed into prefix
-//! blocks before it; headers, metadata, the override and stats are written after it.
-//! Requests hold no lock between hooks, and no hook holds it while calling into Envoy.
+//! once), and picks in different pools never wait for each other. The critical section is
+//! the decision alone: the pool's immutable plan is read without the lock, and the body is
+//! copied out of Envoy, parsed and hashed into prefix blocks before it; headers, metadata,
+//! the override and stats are written after it. Requests hold no lock between hooks, no
+//! hook holds one while calling into Envoy, and a lease is given back without one.
 //!
 //! **Endpoint choice: `http_set_upstream_override_host`.** The picker sets
 //! `x-gateway-destination-endpoint` and the `envoy.lb` metadata exactly like the Wasm flavour,
@@ -212,8 +213,8 @@ pub(crate) mod tests_support {
         process_state(value.to_string(), value)
     }
 
-    /// Locks the process-wide state (a poisoned lock is taken over).
-    pub(crate) fn lock(state: &SharedPicker) -> std::sync::MutexGuard<'_, PickerShared> {
-        state.lock()
+    /// The process-wide state (it locks per pool inside).
+    pub(crate) fn lock(state: &SharedPicker) -> &PickerShared {
+        state.state()
     }
 }

@@ -1,24 +1,29 @@
-//! How a request reaches the shared picker state: the adapter chooses the locking.
+//! How a request reaches the shared picker state.
 //!
-//! [`super::PickerRequest`] never holds the state across its slow work. It asks a
+//! [`super::PickerRequest`] never holds any lock across its slow work. It asks a
 //! [`PickerAccess`] for the pool's immutable [`PoolPlan`] at headers time, parses the body
 //! and hashes the prompt with that plan alone, and enters [`PickerAccess::with_state`] once
-//! for the pick (and once more at the end, to give a lease back). So:
+//! for the pick. The state locks what it touches itself (the pool picked from, briefly the
+//! snapshot; see [`super::state`]), and the request's end gives its lease back without
+//! entering the state at all ([`super::lease`]). So:
 //!
-//! - a Wasm VM (single-threaded) passes `&mut PickerShared` directly: no lock at all;
+//! - a Wasm VM (single-threaded) passes `&mut PickerShared` or `&PickerShared`: its locks
+//!   are never contended;
 //! - an Envoy process (all workers share one state) passes `&SharedPicker`: the plans are
-//!   read without locking and only the pick itself runs under the mutex, so one worker
-//!   parsing a 128 KB body never stalls the others.
+//!   read without locking, only the pick runs under its pool's lock, and workers picking
+//!   in different pools never wait for each other; one worker parsing a 128 KB body never
+//!   stalls the others.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
 use super::plan::{PickerPlans, PoolPlan};
 use super::state::PickerShared;
 
 /// Access to the picker's shared state (see the module doc).
 pub trait PickerAccess {
-    /// Run `f` with exclusive access to the state. Keep `f` short: it is the critical
-    /// section every worker contends for.
+    /// Run `f` with the state. Keep `f` short: the pick inside it holds its pool's lock.
+    /// The state locks what it touches itself; `&mut` only lets a VM-local accessor pass
+    /// its own handle.
     fn with_state<R>(&mut self, f: impl FnOnce(&mut PickerShared) -> R) -> R;
 
     /// The plan of the pool serving `base_model`. The default enters the state; accessors
@@ -34,12 +39,19 @@ impl PickerAccess for &mut PickerShared {
     }
 }
 
-/// A picker state shared by threads: its plans (read freely) and the state behind one
-/// mutex.
+impl PickerAccess for &PickerShared {
+    /// Passes a clone of the handle (one reference count).
+    fn with_state<R>(&mut self, f: impl FnOnce(&mut PickerShared) -> R) -> R {
+        f(&mut PickerShared::clone(self))
+    }
+}
+
+/// A picker state shared by threads: its plans, kept aside so a request reads them without
+/// entering the state, and the state (which locks per pool).
 #[derive(Debug)]
 pub struct SharedPicker {
     plans: Arc<PickerPlans>,
-    state: Mutex<PickerShared>,
+    state: PickerShared,
 }
 
 impl SharedPicker {
@@ -47,15 +59,19 @@ impl SharedPicker {
     pub fn new(state: PickerShared) -> SharedPicker {
         SharedPicker {
             plans: state.plans(),
-            state: Mutex::new(state),
+            state,
         }
     }
 
-    /// Lock the state. A panic inside a pick leaves the state usable (every mutation is a
-    /// whole-step update), so a poisoned lock is taken over rather than failing every later
-    /// request.
-    pub fn lock(&self) -> MutexGuard<'_, PickerShared> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The state. There is no lock to take: each pool has its own, taken by the pick.
+    pub fn state(&self) -> &PickerShared {
+        &self.state
+    }
+
+    /// The state, as before pools had their own locks: kept so adapters written against
+    /// the one-mutex state still read it (nothing is locked).
+    pub fn lock(&self) -> &PickerShared {
+        &self.state
     }
 
     /// The immutable per-pool plans.
@@ -65,8 +81,10 @@ impl SharedPicker {
 }
 
 impl PickerAccess for &SharedPicker {
+    /// Passes a clone of the state's handle (one reference count): the pools lock
+    /// themselves.
     fn with_state<R>(&mut self, f: impl FnOnce(&mut PickerShared) -> R) -> R {
-        f(&mut self.lock())
+        f(&mut self.state.clone())
     }
 
     fn plan_for(&mut self, base_model: &str) -> Option<Arc<PoolPlan>> {

@@ -12,21 +12,17 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 
+use scheduler_core::scheduling::candidates::CandidateRules;
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::headers::is_reserved;
 use crate::reply::truncate_for_message;
 
-/// What to do when the pool's metrics are stale or missing.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-pub enum FailureMode {
-    /// Answer 503 (the default).
-    #[default]
-    FailClose,
-    /// Pick among the live endpoints by in-proxy state only (prefix index, in-flight load).
-    FailOpen,
-}
+/// What to do when the pool's metrics are stale or missing: `FailClose` (503, the default)
+/// or `FailOpen` (the live endpoints by in-proxy state only). The core's type, so the
+/// picker and `explain` read the same rules.
+pub use scheduler_core::scheduling::candidates::FailureMode;
 
 /// One pool's configuration.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -60,12 +56,23 @@ pub struct PoolConfig {
     pub max_sessions: usize,
 }
 
+impl PoolConfig {
+    /// The thresholds that classify the pool's endpoints (shared with `explain`).
+    pub fn candidate_rules(&self) -> CandidateRules {
+        CandidateRules {
+            stale_after_ms: self.stale_after_ms,
+            max_consecutive_failures: self.max_consecutive_failures,
+            failure_mode: self.failure_mode,
+        }
+    }
+}
+
 fn default_stale_after_ms() -> u64 {
     scheduler_core::snapshot::DEFAULT_MAX_AGE_MS
 }
 
 fn default_max_consecutive_failures() -> u32 {
-    3
+    scheduler_core::scheduling::candidates::DEFAULT_MAX_CONSECUTIVE_FAILURES
 }
 
 fn default_max_sessions() -> usize {

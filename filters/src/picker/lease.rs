@@ -1,34 +1,235 @@
 //! In-flight accounting that cannot leak or double count.
 //!
-//! A successful pick adds one request (and its estimated tokens) to the endpoint's
-//! in-flight load and hands back an [`InFlightLease`]. The lease is not `Clone`; giving it
-//! back ([`super::PickerShared::release`]) consumes it, so one pick is released at most
-//! once by construction. The request keeps it in an `Option` and `take`s it on the first
-//! end event (complete, reset or context drop), so it is released at least once as long
-//! as the adapter reports any end event — adapters call `on_end_counted` from both their
-//! end-of-stream hook and their context destructor (it also lowers the in-flight gauges
-//! the pick raised).
+//! Each pool keeps its endpoints' in-flight load in a [`PoolLoad`]: counters shared by
+//! `Arc` between the pool and every lease it issued (tower's `PendingRequests` handle is
+//! the model: the lease holds a handle to the counter it raised). A successful pick adds
+//! the request (and its estimated tokens) to the endpoint's load and returns an
+//! [`InFlightLease`]; dropping the lease takes them back. The lease is not `Clone`, so a
+//! pick is given back at most once; giving back is its `Drop`, so it is given back at
+//! least once whatever path the request takes (complete, reset, local reply, a context
+//! destroyed without any end event, a panic unwinding through the owner).
+//!
+//! **Why counters outside the pool's lock.** A lease may be dropped anywhere, including
+//! on a thread that holds its pool's lock (in Wasm everything runs on one thread, and a
+//! std `Mutex` there panics when locked twice). Giving back never takes a lock, so it can
+//! neither deadlock nor panic. Picks read and raise the counts under the pool's lock, so
+//! two picks of one pool never see the same load.
+//!
+//! **Gauges.** The pool's and the endpoint's `infergate.picker.inflight_requests` gauges
+//! are host stats, reachable only through a request's host. The request raises them with
+//! [`InFlightLease::raise_gauges`] right after the pick and lowers them with
+//! [`InFlightLease::end`] when it ends with a host at hand. A lease dropped without `end`
+//! owes its decrement: the [`PoolLoad`] keeps it and the next `raise_gauges` or `end` of
+//! the pool pays it, so the gauges read the exact count again as soon as the pool sees
+//! another request (and never go below it: an owed decrement was raised first).
 
-use scheduler_core::types::Tokens;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
-/// Proof that one request is counted in an endpoint's in-flight load.
-#[must_use = "a dropped lease leaks in-flight load: give it back with PickerShared::release"]
-#[derive(Debug, PartialEq, Eq)]
+use scheduler_core::types::{InFlight, Tokens};
+
+use crate::host::Stats;
+use crate::stats::StatKey;
+
+/// One endpoint's counters.
+#[derive(Debug, Default)]
+struct EndpointLoad {
+    requests: AtomicU32,
+    tokens: AtomicU64,
+    /// Gauge decrements owed by leases dropped without [`InFlightLease::end`].
+    owed: AtomicU32,
+}
+
+/// The in-flight gauges of one pool: the pool's, and each endpoint's (pool order).
+#[derive(Clone, Debug)]
+pub(super) struct InFlightGauges {
+    pub(super) pool: StatKey,
+    pub(super) endpoints: Vec<StatKey>,
+}
+
+impl InFlightGauges {
+    pub(super) fn new(pool: &str, endpoints: &[String]) -> Self {
+        const NAME: &str = "infergate.picker.inflight_requests";
+        InFlightGauges {
+            pool: StatKey::new(NAME, &[("pool", pool)]),
+            endpoints: endpoints
+                .iter()
+                .map(|e| StatKey::new(NAME, &[("pool", pool), ("endpoint", e)]))
+                .collect(),
+        }
+    }
+
+    /// Move the pool's gauge and endpoint `endpoint`'s by `delta`.
+    pub(super) fn add<S: Stats + ?Sized>(&self, endpoint: usize, delta: i64, stats: &mut S) {
+        stats.gauge_add(&self.pool, delta);
+        if let Some(key) = self.endpoints.get(endpoint) {
+            stats.gauge_add(key, delta);
+        }
+    }
+}
+
+/// The in-flight load of one pool's endpoints (see the module doc).
+#[derive(Debug)]
+pub struct PoolLoad {
+    endpoints: Vec<EndpointLoad>,
+    gauges: InFlightGauges,
+    /// Set when some endpoint has an owed decrement, so paying costs one load otherwise.
+    owes: AtomicBool,
+}
+
+impl PoolLoad {
+    pub(super) fn new(gauges: InFlightGauges) -> Self {
+        PoolLoad {
+            endpoints: gauges
+                .endpoints
+                .iter()
+                .map(|_| EndpointLoad::default())
+                .collect(),
+            gauges,
+            owes: AtomicBool::new(false),
+        }
+    }
+
+    /// The load of endpoint `endpoint` (its index in the pool).
+    pub fn get(&self, endpoint: usize) -> Option<InFlight> {
+        self.endpoints.get(endpoint).map(|e| InFlight {
+            requests: e.requests.load(Ordering::Relaxed),
+            tokens: Tokens(e.tokens.load(Ordering::Relaxed)),
+        })
+    }
+
+    /// Count one request of `tokens` against endpoint `endpoint`; `None` for an index the
+    /// pool does not have.
+    pub(super) fn take(self: &Arc<Self>, endpoint: usize, tokens: Tokens) -> Option<InFlightLease> {
+        let e = self.endpoints.get(endpoint)?;
+        e.requests.fetch_add(1, Ordering::Relaxed);
+        e.tokens.fetch_add(tokens.0, Ordering::Relaxed);
+        Some(InFlightLease {
+            load: Arc::clone(self),
+            endpoint,
+            tokens,
+            gauged: false,
+        })
+    }
+
+    fn give_back(&self, endpoint: usize, tokens: Tokens) {
+        let Some(e) = self.endpoints.get(endpoint) else {
+            return;
+        };
+        // Saturating: every give-back matches one take, but a counter must never wrap.
+        let _ = e
+            .requests
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_sub(1))
+            });
+        let _ = e
+            .tokens
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_sub(tokens.0))
+            });
+    }
+
+    fn owe(&self, endpoint: usize) {
+        if let Some(e) = self.endpoints.get(endpoint) {
+            e.owed.fetch_add(1, Ordering::SeqCst);
+            self.owes.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Lower the gauges by every decrement owed so far.
+    fn pay_owed<S: Stats + ?Sized>(&self, stats: &mut S) {
+        if !self.owes.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        for (i, e) in self.endpoints.iter().enumerate() {
+            let owed = e.owed.swap(0, Ordering::SeqCst);
+            if owed > 0 {
+                self.gauges.add(i, -i64::from(owed), stats);
+            }
+        }
+    }
+
+    /// Gauge decrements owed right now, over every endpoint (tests and diagnostics).
+    pub fn owed_gauge_decrements(&self) -> u64 {
+        self.endpoints
+            .iter()
+            .map(|e| u64::from(e.owed.load(Ordering::SeqCst)))
+            .sum()
+    }
+}
+
+/// Proof that one request is counted in an endpoint's in-flight load; dropping it gives
+/// the load back (see the module doc).
+#[must_use = "dropping a lease gives its in-flight load back at once"]
 pub struct InFlightLease {
-    /// Identity of the [`super::PickerShared`] that issued it (a reconfigured state must
-    /// not take back leases of its predecessor).
-    pub(crate) issuer: u64,
-    /// Pool index in the issuer.
-    pub(crate) pool: usize,
+    load: Arc<PoolLoad>,
     /// Endpoint index in the pool.
-    pub(crate) endpoint: usize,
+    endpoint: usize,
     /// Tokens added with the request.
-    pub(crate) tokens: Tokens,
+    tokens: Tokens,
+    /// Whether this lease raised the in-flight gauges and has not lowered them yet.
+    gauged: bool,
 }
 
 impl InFlightLease {
     /// The endpoint index (in its pool's list) this lease counts against.
     pub fn endpoint_index(&self) -> usize {
         self.endpoint
+    }
+
+    /// Raise the pool's and the endpoint's in-flight gauges for this request (once; later
+    /// calls do nothing), paying any decrement the pool owes first.
+    pub fn raise_gauges<S: Stats + ?Sized>(&mut self, stats: &mut S) {
+        if self.gauged {
+            return;
+        }
+        self.load.pay_owed(stats);
+        self.load.gauges.add(self.endpoint, 1, stats);
+        self.gauged = true;
+    }
+
+    /// The request ended with a host at hand: lower the gauges it raised (and any the
+    /// pool owes), then give the load back.
+    pub fn end<S: Stats + ?Sized>(mut self, stats: &mut S) {
+        if self.gauged {
+            self.load.gauges.add(self.endpoint, -1, stats);
+            self.gauged = false;
+        }
+        self.load.pay_owed(stats);
+    }
+
+    /// Give the load back; whoever raised the gauges lowers them.
+    pub(super) fn gauges_lowered_by_caller(mut self) {
+        self.gauged = false;
+    }
+}
+
+impl Drop for InFlightLease {
+    fn drop(&mut self) {
+        self.load.give_back(self.endpoint, self.tokens);
+        if self.gauged {
+            self.load.owe(self.endpoint);
+        }
+    }
+}
+
+impl PartialEq for InFlightLease {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.load, &other.load)
+            && self.endpoint == other.endpoint
+            && self.tokens == other.tokens
+    }
+}
+
+impl Eq for InFlightLease {}
+
+impl fmt::Debug for InFlightLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InFlightLease")
+            .field("endpoint", &self.endpoint)
+            .field("tokens", &self.tokens)
+            .field("gauged", &self.gauged)
+            .finish()
     }
 }

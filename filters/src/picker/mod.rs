@@ -107,18 +107,11 @@ enum Stage {
     Done,
 }
 
-/// A lease the request holds, with the plan whose in-flight gauges it moved.
-#[derive(Debug)]
-struct Held {
-    lease: InFlightLease,
-    plan: Arc<PoolPlan>,
-}
-
 /// The picker's state for one request.
 #[derive(Debug)]
 pub struct PickerRequest {
     stage: Stage,
-    lease: Option<Held>,
+    lease: Option<InFlightLease>,
     endpoint: Option<String>,
     /// Whether the pick is made by a state elsewhere ([`PickerRequest::deferred`]).
     deferred: bool,
@@ -338,10 +331,7 @@ impl PickerRequest {
             Ok(picked) => {
                 // Hold the lease before any host call, so whatever happens next the request's
                 // end gives it back (and lowers the gauges `pick_counted` raised).
-                self.lease = Some(Held {
-                    lease: picked.lease,
-                    plan: Arc::clone(plan),
-                });
+                self.lease = Some(picked.lease);
                 self.route_to(host, picked.endpoint)
             }
             Err(rejection) => {
@@ -368,25 +358,22 @@ impl PickerRequest {
     /// first time; every later call does nothing (and does not enter the state).
     pub fn on_end_counted<S: PickerAccess, H: Stats + ?Sized>(
         &mut self,
-        mut shared: S,
+        _shared: S,
         stats: &mut H,
     ) {
         self.stage = Stage::Done;
-        if let Some(Held { lease, plan }) = self.lease.take() {
-            let endpoint = lease.endpoint_index();
-            shared.with_state(|state| state.release(lease));
-            plan.count_in_flight(endpoint, -1, stats);
+        if let Some(lease) = self.lease.take() {
+            lease.end(stats);
         }
     }
 
     /// [`PickerRequest::on_end_counted`] for an end with no stats host at hand (the native
-    /// adapter's unreachable destroy without a hook pointer): gives the lease back, but the
-    /// in-flight gauges stay raised by this request. Adapters call `on_end_counted`.
-    pub fn on_end<S: PickerAccess>(&mut self, mut shared: S) {
+    /// adapter's unreachable destroy without a hook pointer): gives the lease back; the
+    /// gauge decrement is owed and paid by the pool's next request (see [`lease`]).
+    /// Dropping the request does the same. Adapters call `on_end_counted`.
+    pub fn on_end<S: PickerAccess>(&mut self, _shared: S) {
         self.stage = Stage::Done;
-        if let Some(held) = self.lease.take() {
-            shared.with_state(|state| state.release(held.lease));
-        }
+        drop(self.lease.take());
     }
 }
 
@@ -420,8 +407,9 @@ pub(crate) fn pick_counted<S: PickerAccess, H: SnapshotSource + Stats + ?Sized>(
         }
     }
     plan.count_decision(&outcome, host);
-    if let Ok(picked) = &outcome {
-        plan.count_in_flight(picked.lease.endpoint_index(), 1, host);
+    let mut outcome = outcome;
+    if let Ok(picked) = &mut outcome {
+        picked.lease.raise_gauges(host);
     }
     outcome
 }

@@ -5,7 +5,7 @@
 //! A [`PoolPlan`] is built once with its [`super::PickerShared`] and never changes, so it is
 //! shared by `Arc`: the request takes one at headers time and then parses its body, hashes
 //! its prompt and emits its stats without holding the state's lock. Only the pick itself
-//! (snapshot refresh, schedule, prefix record, in-flight lease) needs the mutable state.
+//! (snapshot refresh, schedule, prefix record, in-flight lease) needs the pool's lock.
 
 use std::sync::Arc;
 
@@ -14,6 +14,7 @@ use scheduler_core::scheduling::Scheduler;
 use scheduler_core::types::BlockHash;
 
 use super::config::PoolConfig;
+use super::lease::InFlightGauges;
 use super::state::{Picked, PoolId, Rejection};
 use crate::handoff::Handoff;
 use crate::host::Stats;
@@ -33,8 +34,7 @@ struct PoolStats {
     handoff: StatKey,
     reject_unscraped: StatKey,
     /// Gauges: requests in flight in the pool, and per endpoint (pool order).
-    inflight: StatKey,
-    inflight_by_endpoint: Vec<StatKey>,
+    inflight: InFlightGauges,
     /// Gauge: pool endpoints absent from the scraper's snapshot.
     unscraped: StatKey,
 }
@@ -62,16 +62,7 @@ impl PoolStats {
             snapshot_errors: StatKey::new("infergate.picker.snapshot_errors", &[]),
             handoff: StatKey::new("infergate.picker.handoff", &p),
             reject_unscraped: reject(Rejection::Unscraped.label()),
-            inflight: StatKey::new("infergate.picker.inflight_requests", &p),
-            inflight_by_endpoint: endpoints
-                .iter()
-                .map(|e| {
-                    StatKey::new(
-                        "infergate.picker.inflight_requests",
-                        &[("pool", pool), ("endpoint", e)],
-                    )
-                })
-                .collect(),
+            inflight: InFlightGauges::new(pool, endpoints),
             unscraped: StatKey::new("infergate.picker.unscraped_endpoints", &p),
         }
     }
@@ -92,9 +83,9 @@ impl PoolStats {
         .into_iter()
         .chain(&self.picks)
         .map(|k| (StatKind::Counter, k));
-        let gauges = [&self.inflight, &self.unscraped]
+        let gauges = [&self.inflight.pool, &self.unscraped]
             .into_iter()
-            .chain(&self.inflight_by_endpoint)
+            .chain(&self.inflight.endpoints)
             .map(|k| (StatKind::Gauge, k));
         counters.chain(gauges)
     }
@@ -223,12 +214,15 @@ impl PoolPlan {
     }
 
     /// Move the in-flight gauges of the pool and of endpoint `endpoint` (its index in the
-    /// pool) by `delta`: +1 when a lease is taken, −1 when it is given back.
+    /// pool) by `delta`. Requests do not call this: their lease moves the gauges
+    /// ([`super::InFlightLease::raise_gauges`], [`super::InFlightLease::end`]).
     pub fn count_in_flight<S: Stats + ?Sized>(&self, endpoint: usize, delta: i64, stats: &mut S) {
-        stats.gauge_add(&self.stats.inflight, delta);
-        if let Some(key) = self.stats.inflight_by_endpoint.get(endpoint) {
-            stats.gauge_add(key, delta);
-        }
+        self.stats.inflight.add(endpoint, delta, stats);
+    }
+
+    /// The pool's in-flight gauge keys, for the pool's [`super::lease::PoolLoad`].
+    pub(super) fn in_flight_gauges(&self) -> InFlightGauges {
+        self.stats.inflight.clone()
     }
 
     /// Report how many of the pool's endpoints the scraper's snapshot lacks (gauge

@@ -1,59 +1,106 @@
-//! One pool's mutable part of the picker state: its candidate settings, compiled
-//! scheduler, prefix index, in-flight load and sessions. The immutable part a request needs
-//! outside the lock (name, base model, session header, hashing, stat keys) is its
-//! [`super::plan::PoolPlan`].
+//! One pool of the picker: its endpoints, its mutable state behind its own lock, and its
+//! in-flight load beside the lock.
+//!
+//! [`PoolState`] is what a pick reads and writes: the candidate rules, the compiled
+//! scheduler, the prefix index, the session table, and the pool's view of the current
+//! metric snapshot (which record belongs to which endpoint, and which snapshot that view
+//! was built from). Picks of one pool are serialised by its lock; picks of different pools
+//! never wait for each other. The in-flight load is a [`PoolLoad`] of counters outside the
+//! lock, so a lease given back never takes it (see [`super::lease`]). The immutable part a
+//! request needs outside any lock (name, base model, session header, hashing, stat keys)
+//! is the pool's [`super::plan::PoolPlan`].
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
 use scheduler_core::prefix::PrefixIndex;
+use scheduler_core::scheduling::candidates::CandidateRules;
 use scheduler_core::scheduling::Scheduler;
-use scheduler_core::types::InFlight;
 
-use super::config::{FailureMode, PickerConfigError, PoolConfig};
+use super::config::{PickerConfigError, PoolConfig};
+use super::lease::{InFlightGauges, PoolLoad};
 use super::sessions::SessionTable;
 
-/// One pool's state.
+/// One pool's state under its lock.
 #[derive(Debug)]
 pub(super) struct PoolState {
     pub(super) endpoints: Vec<String>,
-    pub(super) failure_mode: FailureMode,
-    pub(super) stale_after_ms: u64,
-    pub(super) max_consecutive_failures: u32,
+    pub(super) rules: CandidateRules,
     pub(super) scheduler: Scheduler,
     pub(super) prefix: PrefixIndex,
-    pub(super) inflight: Vec<InFlight>,
     pub(super) sessions: SessionTable,
-    /// Per endpoint: its record's index in the current snapshot.
+    /// The snapshot generation `sample_of` and `capacity` were built from (0: none yet).
+    pub(super) generation: u64,
+    /// Per endpoint: its record's index in that snapshot.
     pub(super) sample_of: Vec<Option<usize>>,
     /// Per endpoint: the prefix LRU capacity last applied.
     pub(super) capacity: Vec<Option<u32>>,
+    /// The endpoints last reported missing from the snapshot (`None`: no report yet).
+    pub(super) reported_missing: Option<Vec<usize>>,
     pub(super) matched_blocks: u64,
     pub(super) total_blocks: u64,
 }
 
 impl PoolState {
-    pub(super) fn new(cfg: &PoolConfig) -> Result<PoolState, PickerConfigError> {
-        let epp = cfg
-            .epp_config
-            .clone()
-            .unwrap_or_else(super::config::default_epp_config);
-        let scheduler = Scheduler::from_value(epp).map_err(|e| PickerConfigError::Scheduler {
-            pool: cfg.pool.clone(),
-            error: e.to_string(),
-        })?;
+    fn new(cfg: &PoolConfig, scheduler: Scheduler) -> PoolState {
         let prefix = scheduler.new_prefix_index();
         let n = cfg.endpoints.len();
-        Ok(PoolState {
+        PoolState {
             endpoints: cfg.endpoints.clone(),
-            failure_mode: cfg.failure_mode,
-            stale_after_ms: cfg.stale_after_ms,
-            max_consecutive_failures: cfg.max_consecutive_failures,
+            rules: cfg.candidate_rules(),
             scheduler,
             prefix,
-            inflight: vec![InFlight::default(); n],
             sessions: SessionTable::new(cfg.max_sessions),
+            generation: 0,
             sample_of: vec![None; n],
             capacity: vec![None; n],
+            reported_missing: None,
             matched_blocks: 0,
             total_blocks: 0,
-        })
+        }
+    }
+}
+
+/// One pool: its state behind its own lock, and its in-flight load.
+#[derive(Debug)]
+pub(super) struct Pool {
+    state: Mutex<PoolState>,
+    pub(super) load: Arc<PoolLoad>,
+}
+
+/// Compile a pool's scheduling config (its own, or the default).
+pub(super) fn compile(cfg: &PoolConfig) -> Result<Scheduler, PickerConfigError> {
+    let epp = cfg
+        .epp_config
+        .clone()
+        .unwrap_or_else(super::config::default_epp_config);
+    Scheduler::from_value(epp).map_err(|e| PickerConfigError::Scheduler {
+        pool: cfg.pool.clone(),
+        error: e.to_string(),
+    })
+}
+
+impl Pool {
+    /// A pool of `cfg` scheduled by `scheduler`, its in-flight load reported under
+    /// `gauges` (the plan's keys).
+    pub(super) fn new(cfg: &PoolConfig, scheduler: Scheduler, gauges: InFlightGauges) -> Pool {
+        Pool {
+            state: Mutex::new(PoolState::new(cfg, scheduler)),
+            load: Arc::new(PoolLoad::new(gauges)),
+        }
+    }
+
+    /// Lock the pool. Every mutation of the state is a whole step, so a lock poisoned by a
+    /// panic is taken over rather than failing every later request.
+    pub(super) fn lock(&self) -> MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Lock the pool if no one holds it.
+    pub(super) fn try_lock(&self) -> Option<MutexGuard<'_, PoolState>> {
+        match self.state.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
     }
 }

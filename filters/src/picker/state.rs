@@ -1,45 +1,53 @@
-//! The picker's shared state: one per Wasm VM or one per Envoy process (behind the
-//! adapter's lock). Per pool it holds the compiled scheduler, the prefix index, the
-//! in-flight load per endpoint and the session table; for all pools, the last decoded
-//! metric snapshot. Its immutable part, the [`PickerPlans`], is handed out by `Arc` so the
-//! request path can do its slow work (body parse, prefix hashing, stats) before and after
-//! the lock: [`PickerShared::pick`] takes finished block hashes and reports no stats.
+//! The picker's shared state: one per Wasm VM or one per Envoy process. It is a list of
+//! pools, each with its own lock ([`super::pool`]), and the last decoded metric snapshot
+//! behind a lock of its own ([`snapshot`]); there is no lock across pools, so picks in
+//! different pools never wait for each other. Its immutable part, the [`PickerPlans`], is
+//! handed out by `Arc` so the request path does its slow work (body parse, prefix hashing,
+//! stats) before and after any lock: [`PickerShared::pick`] takes finished block hashes and
+//! reports no stats. Every method takes `&self`, so one state serves every thread, and a
+//! [`PickerShared`] is a handle (clones share the state).
 //!
-//! Candidate rules, per endpoint of the pool, at `now`:
-//! - *dead*: its last `maxConsecutiveFailures` scrapes failed → never a candidate;
-//! - *fresh*: metrics present and scraped at most `staleAfterMs` ago → candidate with
-//!   metrics;
-//! - otherwise *unknown*.
-//!
-//! Some fresh → schedule over the fresh ones. None fresh: `FailClose` → reject (503),
-//! `FailOpen` → schedule over the live (not dead) ones with unknown metrics, which the
-//! core scores on in-proxy state only (prefix index, in-flight load). Only the pool's own
-//! endpoints are ever candidates, so no request can be steered outside the pool.
+//! Candidate rules (dead, fresh, unknown; fail open or close) are the core's
+//! ([`scheduler_core::scheduling::candidates`]), applied here to the pool's endpoints and
+//! their records in the snapshot at the request's `now`: the same functions `explain`
+//! runs. Only the pool's own endpoints are ever candidates, so no request can be steered
+//! outside the pool.
 //!
 //! **Endpoints the scraper does not know.** The picker and the scraper are configured
 //! separately (in Wasm they even run in different VMs), so a pool may list an endpoint the
-//! scraper's `endpoints` lack: it would stay "unknown" forever. Each decoded snapshot is
-//! compared with every pool's list; when the set of missing endpoints changes (the first
-//! snapshot included), an [`UnscrapedReport`] is queued for the request path to turn into
-//! the gauge `infergate.picker.unscraped_endpoints` and an error log line naming both
-//! fields. A `FailClose` pool whose every live endpoint is missing from the snapshot
-//! answers [`Rejection::Unscraped`] (503 `rejected-no-endpoints`, saying why) rather than
-//! "stale metrics".
+//! scraper's `endpoints` lack: it would stay "unknown" forever. When a pool first sees a
+//! snapshot generation (at the refresh that decoded it, or at its next pick if its lock
+//! was busy then), its endpoints are compared with the snapshot; when the set of missing
+//! endpoints changes (the first snapshot included), an [`UnscrapedReport`] is queued for
+//! the request path to turn into the gauge `infergate.picker.unscraped_endpoints` and an
+//! error log line naming both fields. A `FailClose` pool whose every live endpoint is
+//! missing from the snapshot answers [`Rejection::Unscraped`] (503
+//! `rejected-no-endpoints`, saying why) rather than "stale metrics".
+//!
+//! **Lock order.** A pool's lock, then the snapshot's or the report queue's; never two
+//! pools at once (a refresh that finds a pool locked leaves its view to that pool's next
+//! pick). A lease is given back without any lock ([`super::lease`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+mod snapshot;
 
-use scheduler_core::scheduling::{Candidate, RequestView};
-use scheduler_core::snapshot::SnapshotCache;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use scheduler_core::scheduling::candidates::{
+    pool_candidates, NoCandidates, PoolEndpoint, Selection, SnapshotRecord,
+};
+use scheduler_core::scheduling::RequestView;
+use scheduler_core::snapshot::Snapshot;
 use scheduler_core::types::{BlockHash, InFlight, Millis, Tokens};
 
-use super::config::{FailureMode, PickerConfig, PickerConfigError};
+use self::snapshot::SnapshotSlot;
+use super::config::{PickerConfig, PickerConfigError};
 use super::lease::InFlightLease;
 use super::plan::{PickerPlans, PoolPlan, UnscrapedReport};
-use super::pool::PoolState;
-use crate::host::{SnapshotFetch, SnapshotSource, SnapshotVersion};
+use super::pool::{compile, Pool, PoolState};
+use crate::host::SnapshotSource;
 
-/// Distinguishes [`PickerShared`] instances so a lease is only taken back by its issuer.
+/// Distinguishes [`PickerShared`] instances so a plan is only used with its own state.
 static NEXT_ISSUER: AtomicU64 = AtomicU64::new(1);
 
 /// Index of a pool in [`PickerShared`].
@@ -123,47 +131,58 @@ impl Rejection {
     }
 }
 
-/// The picker's shared state (see the module doc).
-#[derive(Debug)]
+impl From<NoCandidates> for Rejection {
+    fn from(reason: NoCandidates) -> Self {
+        match reason {
+            NoCandidates::NoLiveEndpoints => Rejection::NoEndpoints,
+            NoCandidates::StaleMetrics => Rejection::StaleMetrics,
+            NoCandidates::Unscraped => Rejection::Unscraped,
+        }
+    }
+}
+
+/// The picker's shared state (see the module doc). A handle: clones share one state, so
+/// an accessor can hand out `&mut PickerShared` without exclusive access to the state.
+#[derive(Clone, Debug)]
 pub struct PickerShared {
+    inner: Arc<Inner>,
+}
+
+/// What [`PickerShared`] handles share.
+#[derive(Debug)]
+struct Inner {
     issuer: u64,
     plans: Arc<PickerPlans>,
-    pools: Vec<PoolState>,
-    snapshot: SnapshotCache,
-    version: Option<SnapshotVersion>,
-    /// Whether a snapshot was ever decoded (before that, no endpoint can be "unscraped").
-    decoded_once: bool,
-    /// Reports made by the last snapshot change, waiting for a host to emit them.
-    unscraped_reports: Vec<UnscrapedReport>,
+    pools: Vec<Pool>,
+    snapshot: SnapshotSlot,
+    /// Reports made by snapshot changes, waiting for a host to emit them.
+    reports: Mutex<Vec<UnscrapedReport>>,
+    /// Whether `reports` may be non-empty (spares the request path its lock).
+    has_reports: AtomicBool,
 }
 
 impl PickerShared {
     /// Build from a validated configuration.
     pub fn new(config: &PickerConfig) -> Result<PickerShared, PickerConfigError> {
         config.validate()?;
-        let pools = config
-            .pools
-            .iter()
-            .map(PoolState::new)
-            .collect::<Result<Vec<_>, _>>()?;
         let issuer = NEXT_ISSUER.fetch_add(1, Ordering::Relaxed);
-        let plans = config
-            .pools
-            .iter()
-            .zip(&pools)
-            .enumerate()
-            .map(|(i, (cfg, state))| {
-                Arc::new(PoolPlan::new(issuer, PoolId(i), cfg, &state.scheduler))
-            })
-            .collect();
+        let mut plans = Vec::with_capacity(config.pools.len());
+        let mut pools = Vec::with_capacity(config.pools.len());
+        for (i, cfg) in config.pools.iter().enumerate() {
+            let scheduler = compile(cfg)?;
+            let plan = PoolPlan::new(issuer, PoolId(i), cfg, &scheduler);
+            pools.push(Pool::new(cfg, scheduler, plan.in_flight_gauges()));
+            plans.push(Arc::new(plan));
+        }
         Ok(PickerShared {
-            issuer,
-            plans: Arc::new(PickerPlans::new(plans)),
-            pools,
-            snapshot: SnapshotCache::default(),
-            version: None,
-            decoded_once: false,
-            unscraped_reports: Vec::new(),
+            inner: Arc::new(Inner {
+                issuer,
+                plans: Arc::new(PickerPlans::new(plans)),
+                pools,
+                snapshot: SnapshotSlot::default(),
+                reports: Mutex::new(Vec::new()),
+                has_reports: AtomicBool::new(false),
+            }),
         })
     }
 
@@ -173,170 +192,109 @@ impl PickerShared {
     }
 
     /// The immutable per-pool plans; they never change for this state, so callers may
-    /// keep them and read them without the state's lock.
+    /// keep them and read them without any lock.
     pub fn plans(&self) -> Arc<PickerPlans> {
-        Arc::clone(&self.plans)
+        Arc::clone(&self.inner.plans)
     }
 
     /// The plan of the pool serving `base_model`.
     pub fn pool_plan(&self, base_model: &str) -> Option<Arc<PoolPlan>> {
-        self.plans.for_base_model(base_model)
+        self.inner.plans.for_base_model(base_model)
     }
 
     /// The pool serving `base_model`.
     pub fn pool_for_base_model(&self, base_model: &str) -> Option<PoolId> {
-        self.plans.for_base_model(base_model).map(|p| p.id())
+        self.inner.plans.for_base_model(base_model).map(|p| p.id())
     }
 
     /// The session header of `pool`, lower-case, if configured.
     pub fn session_header(&self, pool: PoolId) -> Option<&str> {
-        self.plans.get(pool).and_then(|p| p.session_header())
+        self.inner.plans.get(pool).and_then(|p| p.session_header())
     }
 
-    /// Read the newest snapshot from the host; decode it only if it changed.
-    pub fn refresh_snapshot<H: SnapshotSource + ?Sized>(&mut self, host: &H) -> SnapshotRefresh {
-        let (version, bytes) = match host.snapshot_if_changed(self.version) {
-            SnapshotFetch::Missing | SnapshotFetch::Unchanged => return SnapshotRefresh::Unchanged,
-            SnapshotFetch::Changed { version, bytes } => (version, bytes),
-        };
-        self.version = Some(version);
-        match self.snapshot.update(&bytes) {
-            Ok(true) => {
-                self.reindex();
-                SnapshotRefresh::Updated
+    /// Read the newest snapshot from the host; decode it only if it changed. A new
+    /// snapshot is mapped onto every pool whose lock is free now (the others map it at
+    /// their next pick).
+    pub fn refresh_snapshot<H: SnapshotSource + ?Sized>(&self, host: &H) -> SnapshotRefresh {
+        let (refresh, new_generation) = self.inner.snapshot.refresh(host);
+        if new_generation {
+            for (i, pool) in self.inner.pools.iter().enumerate() {
+                if let Some(mut state) = pool.try_lock() {
+                    self.sync(PoolId(i), &mut state);
+                }
             }
-            Ok(false) => SnapshotRefresh::Updated,
-            Err(_) => SnapshotRefresh::Undecodable,
         }
+        refresh
     }
 
     /// The reports of pool endpoints missing from the snapshot made since the last call
     /// (see the module doc); the caller emits them with [`PoolPlan::report_unscraped`]
     /// after leaving the state.
-    pub fn take_unscraped_reports(&mut self) -> Vec<UnscrapedReport> {
-        core::mem::take(&mut self.unscraped_reports)
+    pub fn take_unscraped_reports(&self) -> Vec<UnscrapedReport> {
+        if !self.inner.has_reports.swap(false, Ordering::SeqCst) {
+            return Vec::new();
+        }
+        core::mem::take(
+            &mut *self
+                .inner
+                .reports
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
     }
 
-    /// Map each pool endpoint to its snapshot record and apply LRU capacities; queue a
-    /// report for each pool whose set of endpoints missing from the snapshot changed.
-    fn reindex(&mut self) {
-        let first = !self.decoded_once;
-        self.decoded_once = true;
-        let samples = &self.snapshot.snapshot().endpoints;
-        for (p, pool) in self.pools.iter_mut().enumerate() {
-            let before = pool.sample_of.clone();
-            for (i, address) in pool.endpoints.iter().enumerate() {
-                let found = samples.iter().position(|s| &s.address == address);
-                if let Some(slot) = pool.sample_of.get_mut(i) {
-                    *slot = found;
+    /// Bring `state`'s view of the snapshot up to the current generation; returns that
+    /// snapshot (`None` before the first decode).
+    fn sync(&self, pool: PoolId, state: &mut PoolState) -> Option<Arc<Snapshot>> {
+        let (generation, snapshot) = self.inner.snapshot.current();
+        if generation != state.generation {
+            state.generation = generation;
+            if let Some(snapshot) = &snapshot {
+                if let Some(report) = reindex(pool, state, snapshot) {
+                    let mut queue = self
+                        .inner
+                        .reports
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    queue.push(report);
+                    self.inner.has_reports.store(true, Ordering::SeqCst);
                 }
-                let metrics = found
-                    .and_then(|f| samples.get(f))
-                    .and_then(|s| s.metrics.as_ref());
-                let cap = pool.scheduler.lru_capacity_for(metrics);
-                if let Some(applied) = pool.capacity.get_mut(i) {
-                    if *applied != Some(cap) {
-                        pool.prefix.set_capacity(address, cap);
-                        *applied = Some(cap);
-                    }
-                }
-            }
-            let missing = |of: &[Option<usize>]| -> Vec<usize> {
-                (0..of.len())
-                    .filter(|i| of.get(*i) == Some(&None))
-                    .collect()
-            };
-            let now_missing = missing(&pool.sample_of);
-            if first || now_missing != missing(&before) {
-                self.unscraped_reports.push(UnscrapedReport {
-                    pool: PoolId(p),
-                    endpoints: now_missing
-                        .iter()
-                        .filter_map(|i| pool.endpoints.get(*i).cloned())
-                        .collect(),
-                });
             }
         }
+        snapshot
     }
 
     /// Pick an endpoint of `plan`'s pool for `req`; on success the endpoint's in-flight
-    /// load includes the request until the returned lease is released. The caller reports
-    /// the outcome with [`PoolPlan::count_decision`] (after unlocking). A plan of another
-    /// state is refused as `NoEndpoints`.
+    /// load includes the request until the returned lease is dropped. Locks only that
+    /// pool. The caller reports the outcome with [`PoolPlan::count_decision`] (after
+    /// unlocking). A plan of another state is refused as `NoEndpoints`.
     pub fn pick(
-        &mut self,
+        &self,
         plan: &PoolPlan,
         req: &PickRequest<'_>,
         now: Millis,
         random: u64,
     ) -> Result<Picked, Rejection> {
-        let issuer = self.issuer;
-        if plan.issuer != issuer {
+        if plan.issuer != self.inner.issuer {
             return Err(Rejection::NoEndpoints);
         }
-        let pool = plan.id;
-        let samples = &self.snapshot.snapshot().endpoints;
-        let Some(state) = self.pools.get_mut(pool.0) else {
+        let Some(pool) = self.inner.pools.get(plan.id.0) else {
             return Err(Rejection::NoEndpoints);
         };
-
-        // Classify endpoints: fresh (with metrics), live-unknown, dead.
-        let mut fresh: Vec<Candidate<'_>> = Vec::with_capacity(state.endpoints.len());
-        let mut fresh_idx: Vec<usize> = Vec::with_capacity(state.endpoints.len());
-        let mut unknown: Vec<Candidate<'_>> = Vec::new();
-        let mut unknown_idx: Vec<usize> = Vec::new();
-        // Live endpoints with no record at all in a decoded snapshot.
-        let mut unscraped = 0usize;
-        for (i, address) in state.endpoints.iter().enumerate() {
-            let sample = state
-                .sample_of
-                .get(i)
-                .copied()
-                .flatten()
-                .and_then(|s| samples.get(s));
-            let dead = sample.is_some_and(|s| {
-                state.max_consecutive_failures > 0
-                    && s.consecutive_failures >= state.max_consecutive_failures
+        let mut guard = pool.lock();
+        let snapshot = self.sync(plan.id, &mut guard);
+        let state = &mut *guard;
+        let samples = snapshot.as_deref().map(|s| s.endpoints.as_slice());
+        let endpoints = state
+            .endpoints
+            .iter()
+            .enumerate()
+            .map(|(i, address)| PoolEndpoint {
+                address,
+                record: record_of(samples, state.sample_of.get(i).copied().flatten()),
+                inflight: pool.load.get(i).unwrap_or_default(),
             });
-            if dead {
-                continue;
-            }
-            let inflight = state.inflight.get(i).copied().unwrap_or_default();
-            match sample.and_then(|s| s.fresh_metrics(now, state.stale_after_ms)) {
-                Some(metrics) => {
-                    fresh.push(Candidate {
-                        address,
-                        metrics: Some(metrics),
-                        inflight,
-                    });
-                    fresh_idx.push(i);
-                }
-                None => {
-                    if sample.is_none() && self.decoded_once {
-                        unscraped += 1;
-                    }
-                    unknown.push(Candidate {
-                        address,
-                        metrics: None,
-                        inflight,
-                    });
-                    unknown_idx.push(i);
-                }
-            }
-        }
-        let degraded = fresh.is_empty();
-        let (candidates, index) = if !degraded {
-            (fresh, fresh_idx)
-        } else if unknown.is_empty() {
-            return Err(Rejection::NoEndpoints);
-        } else if state.failure_mode == FailureMode::FailClose {
-            if unscraped == unknown.len() {
-                return Err(Rejection::Unscraped);
-            }
-            return Err(Rejection::StaleMetrics);
-        } else {
-            (unknown, unknown_idx)
-        };
+        let set = pool_candidates(endpoints, &state.rules, now)?;
 
         let hashes = req.block_hashes;
         let session_endpoint = req
@@ -353,32 +311,32 @@ impl PickerShared {
         };
         let decision = state
             .scheduler
-            .schedule(&view, &candidates, &state.prefix, random, now);
+            .schedule(&view, &set.candidates, &state.prefix, random, now);
         let outcome = decision.picked().and_then(|c| {
-            let endpoint = index.get(c).copied()?;
+            let endpoint = set.pool_index.get(c).copied()?;
             Some((endpoint, decision.prefix_matched(c), decision.full_blocks()))
         });
+        let degraded = set.selection == Selection::Degraded;
         drop(decision);
-        drop(candidates);
+        drop(set);
         let Some((endpoint, matched, total)) = outcome else {
             return Err(Rejection::NoEndpoints);
         };
         let Some(address) = state.endpoints.get(endpoint).cloned() else {
             return Err(Rejection::NoEndpoints);
         };
-
-        // Record: prefix blocks, in-flight load, session.
-        if !hashes.is_empty() {
-            state.prefix.record(&address, hashes);
-        }
         let tokens = Tokens(
             req.prompt_tokens
                 .0
                 .saturating_add(req.max_output_tokens.unwrap_or(0)),
         );
-        if let Some(load) = state.inflight.get_mut(endpoint) {
-            load.requests = load.requests.saturating_add(1);
-            load.tokens = Tokens(load.tokens.0.saturating_add(tokens.0));
+        let Some(lease) = pool.load.take(endpoint, tokens) else {
+            return Err(Rejection::NoEndpoints);
+        };
+
+        // Record: prefix blocks, session, hit ratio (the load is the lease).
+        if !hashes.is_empty() {
+            state.prefix.record(&address, hashes);
         }
         if let Some(session) = req.session {
             state.sessions.record(session, endpoint);
@@ -387,59 +345,118 @@ impl PickerShared {
         state.total_blocks = state.total_blocks.saturating_add(total as u64);
         Ok(Picked {
             endpoint: address,
-            lease: InFlightLease {
-                issuer,
-                pool: pool.0,
-                endpoint,
-                tokens,
-            },
+            lease,
             matched_blocks: matched,
             total_blocks: total,
             degraded,
         })
     }
 
-    /// Give back a lease: the endpoint's in-flight load drops by the request. A lease of
-    /// another (earlier) state is ignored: its counts died with that state.
-    pub fn release(&mut self, lease: InFlightLease) {
-        if lease.issuer != self.issuer {
-            return;
-        }
-        let load = self
-            .pools
-            .get_mut(lease.pool)
-            .and_then(|p| p.inflight.get_mut(lease.endpoint));
-        if let Some(load) = load {
-            load.requests = load.requests.saturating_sub(1);
-            load.tokens = Tokens(load.tokens.0.saturating_sub(lease.tokens.0));
-        }
+    /// Give a lease back for a caller that lowers the in-flight gauges itself (with
+    /// [`PoolPlan::count_in_flight`]): the same as dropping it, except that no gauge
+    /// decrement is owed. Requests use [`InFlightLease::end`] or simply drop the lease.
+    pub fn release(&self, lease: InFlightLease) {
+        lease.gauges_lowered_by_caller();
     }
 
-    /// In-flight load of endpoint `address` in `pool`.
+    /// In-flight load of endpoint `address` in `pool` (read without any lock).
     pub fn inflight(&self, pool: PoolId, address: &str) -> Option<InFlight> {
-        let p = self.pools.get(pool.0)?;
-        let i = p.endpoints.iter().position(|e| e == address)?;
-        p.inflight.get(i).copied()
+        let i = self
+            .inner
+            .plans
+            .get(pool)?
+            .endpoints()
+            .iter()
+            .position(|e| e == address)?;
+        self.inner.pools.get(pool.0)?.load.get(i)
+    }
+
+    /// Gauge decrements `pool` owes for leases dropped without an end (see
+    /// [`super::lease`]).
+    pub fn owed_gauge_decrements(&self, pool: PoolId) -> u64 {
+        self.inner
+            .pools
+            .get(pool.0)
+            .map_or(0, |p| p.load.owed_gauge_decrements())
     }
 
     /// Matched ÷ total prompt blocks over every pick of `pool` so far (0 before any).
     pub fn prefix_hit_ratio(&self, pool: PoolId) -> f64 {
-        self.pools.get(pool.0).map_or(0.0, |p| {
-            if p.total_blocks == 0 {
+        self.inner.pools.get(pool.0).map_or(0.0, |p| {
+            let state = p.lock();
+            if state.total_blocks == 0 {
                 0.0
             } else {
-                p.matched_blocks as f64 / p.total_blocks as f64
+                state.matched_blocks as f64 / state.total_blocks as f64
             }
         })
     }
 
     /// The pool's name.
     pub fn pool_name(&self, pool: PoolId) -> Option<&str> {
-        self.plans.get(pool).map(|p| p.name())
+        self.inner.plans.get(pool).map(|p| p.name())
     }
 
     /// Sessions remembered by `pool`.
     pub fn sessions(&self, pool: PoolId) -> usize {
-        self.pools.get(pool.0).map_or(0, |p| p.sessions.len())
+        self.inner
+            .pools
+            .get(pool.0)
+            .map_or(0, |p| p.lock().sessions.len())
     }
+
+    /// Hold `pool`'s lock (tests: what proceeds while a pool is busy).
+    #[cfg(test)]
+    pub(super) fn hold_pool(&self, pool: PoolId) -> Option<std::sync::MutexGuard<'_, PoolState>> {
+        self.inner.pools.get(pool.0).map(Pool::lock)
+    }
+}
+
+/// An endpoint's record: `index` in the snapshot's list, if mapped.
+fn record_of<'a>(
+    samples: Option<&'a [scheduler_core::snapshot::EndpointSample]>,
+    index: Option<usize>,
+) -> SnapshotRecord<'a> {
+    match samples {
+        None => SnapshotRecord::NoSnapshot,
+        Some(list) => index
+            .and_then(|i| list.get(i))
+            .map_or(SnapshotRecord::Missing, SnapshotRecord::Present),
+    }
+}
+
+/// Map each endpoint of `state` to its record in `snapshot` and apply LRU capacities;
+/// the report to queue when the set of endpoints missing from it changed (or on the first
+/// snapshot the pool sees).
+fn reindex(pool: PoolId, state: &mut PoolState, snapshot: &Snapshot) -> Option<UnscrapedReport> {
+    let samples = &snapshot.endpoints;
+    let mut missing = Vec::new();
+    for (i, address) in state.endpoints.iter().enumerate() {
+        let found = samples.iter().position(|s| &s.address == address);
+        if let Some(slot) = state.sample_of.get_mut(i) {
+            *slot = found;
+        }
+        if found.is_none() {
+            missing.push(i);
+        }
+        let metrics = found
+            .and_then(|f| samples.get(f))
+            .and_then(|s| s.metrics.as_ref());
+        let cap = state.scheduler.lru_capacity_for(metrics);
+        if let Some(applied) = state.capacity.get_mut(i) {
+            if *applied != Some(cap) {
+                state.prefix.set_capacity(address, cap);
+                *applied = Some(cap);
+            }
+        }
+    }
+    if state.reported_missing.as_ref() == Some(&missing) {
+        return None;
+    }
+    let endpoints = missing
+        .iter()
+        .filter_map(|i| state.endpoints.get(*i).cloned())
+        .collect();
+    state.reported_missing = Some(missing);
+    Some(UnscrapedReport { pool, endpoints })
 }

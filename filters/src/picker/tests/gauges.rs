@@ -1,5 +1,6 @@
-//! In-flight gauges (raised when a lease is taken, lowered when it is given back, back to 0
-//! once every request ended, summed right over several states as in Wasm) and the report
+//! In-flight gauges (raised when a lease is taken, lowered when it is given back, or by
+//! the pool's next request when it was dropped with no host at hand; back to 0 once every
+//! request ended, summed right over several states as in Wasm) and the report
 //! of pool endpoints the scraper's snapshot lacks.
 
 use super::*;
@@ -83,13 +84,19 @@ fn gauges_summed_over_several_states_read_the_total_in_flight() {
 }
 
 #[test]
-fn the_uncounted_end_gives_the_lease_back_but_leaves_the_gauge() {
+fn the_uncounted_end_gives_the_lease_back_and_the_next_request_lowers_the_gauge() {
     let mut s = shared(pool(&[A], json!({})));
     let mut host = host_for(&chat("x"), Some(fresh_all(&[A])));
     let (_, mut req) = pick_one(&mut s, &mut host);
     req.on_end(&mut s);
     assert_eq!(requests_in_flight(&s, A), 0);
+    // No host at hand: the gauge stays until the pool's next request pays the debt.
     assert_eq!(gauge(&host, INFLIGHT_POOL), Some(1));
+    let (_, mut next) = pick_one(&mut s, &mut host);
+    next.on_end_counted(&mut s, &mut host);
+    assert_eq!(gauge(&host, INFLIGHT_POOL), Some(0));
+    assert_eq!(gauge(&host, &inflight_endpoint(A)), Some(0));
+    assert_eq!(host.gauge_underflows, 0);
 }
 
 #[test]

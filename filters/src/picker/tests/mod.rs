@@ -2,7 +2,8 @@
 //! confinement, rejections and failure modes, [`state`] in-flight accounting, prefix and
 //! session affinity, snapshot caching and thread safety, [`locking`] what runs inside the
 //! shared state and what outside, [`gauges`] the in-flight gauges and the report of
-//! endpoints the scraper does not cover.
+//! endpoints the scraper does not cover, [`pools`] per-pool locks and leases that give
+//! themselves back.
 
 pub(super) use scheduler_core::metrics::EndpointMetrics;
 pub(super) use scheduler_core::snapshot::{encode, EndpointSample, Snapshot};
@@ -116,5 +117,6 @@ pub(super) fn requests_in_flight(shared: &PickerShared, address: &str) -> u32 {
 mod gauges;
 mod handoff;
 mod locking;
+mod pools;
 mod routing;
 mod state;

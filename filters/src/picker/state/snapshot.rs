@@ -1,0 +1,90 @@
+//! The picker's decoded metric snapshot, behind its own small lock.
+//!
+//! It is read from the host only when the host's version changed, decoded only when the
+//! header says the bytes did, and handed to picks as an `Arc` with a generation number
+//! (1 for the first decoded snapshot, then one more per new content): each pool rebuilds
+//! its view of the snapshot (which record is whose) when it sees a generation it has not
+//! seen. Decoding reuses the previous buffers whenever no pick still holds them, so a
+//! stable pool re-decodes without allocating. The lock is never held while a pool's lock
+//! is taken, so it orders after every pool lock.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use scheduler_core::snapshot::{decode_into, read_header, Snapshot, SnapshotHeader};
+
+use super::SnapshotRefresh;
+use crate::host::{SnapshotFetch, SnapshotSource, SnapshotVersion};
+
+/// The last decoded snapshot and how it was obtained.
+#[derive(Debug, Default)]
+struct Slot {
+    version: Option<SnapshotVersion>,
+    header: Option<SnapshotHeader>,
+    current: Option<Arc<Snapshot>>,
+    /// The buffers of the snapshot before `current`, decoded into next time.
+    spare: Option<Arc<Snapshot>>,
+    generation: u64,
+}
+
+/// The shared decoded snapshot (see the module doc).
+#[derive(Debug, Default)]
+pub(super) struct SnapshotSlot {
+    slot: Mutex<Slot>,
+}
+
+/// A decoded snapshot and its generation.
+pub(super) type CurrentSnapshot = (u64, Option<Arc<Snapshot>>);
+
+impl SnapshotSlot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slot> {
+        // Every update is a whole step (the swap happens after a successful decode).
+        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Read the host's snapshot if its version changed; decode it if its content did.
+    /// Returns what happened and whether a new generation exists.
+    pub(super) fn refresh<H: SnapshotSource + ?Sized>(&self, host: &H) -> (SnapshotRefresh, bool) {
+        let mut slot = self.lock();
+        let bytes = match host.snapshot_if_changed(slot.version) {
+            SnapshotFetch::Missing | SnapshotFetch::Unchanged => {
+                return (SnapshotRefresh::Unchanged, false)
+            }
+            SnapshotFetch::Changed { version, bytes } => {
+                slot.version = Some(version);
+                bytes
+            }
+        };
+        let Ok(header) = read_header(&bytes) else {
+            return (SnapshotRefresh::Undecodable, false);
+        };
+        if slot.header == Some(header) {
+            return (SnapshotRefresh::Updated, false);
+        }
+        let mut spare = slot
+            .spare
+            .take()
+            .and_then(|mut s| Arc::get_mut(&mut s).is_some().then_some(s))
+            .unwrap_or_default();
+        let Some(target) = Arc::get_mut(&mut spare) else {
+            return (SnapshotRefresh::Undecodable, false);
+        };
+        match decode_into(&bytes, target) {
+            Ok(header) => {
+                slot.header = Some(header);
+                slot.spare = slot.current.replace(spare);
+                slot.generation = slot.generation.saturating_add(1);
+                (SnapshotRefresh::Updated, true)
+            }
+            Err(_) => {
+                slot.spare = Some(spare);
+                (SnapshotRefresh::Undecodable, false)
+            }
+        }
+    }
+
+    /// The current snapshot and its generation (0 and `None` before the first decode).
+    pub(super) fn current(&self) -> CurrentSnapshot {
+        let slot = self.lock();
+        (slot.generation, slot.current.clone())
+    }
+}
