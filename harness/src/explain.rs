@@ -7,26 +7,49 @@
 //! {"endpoints": [{"address": "10.0.0.1:8000",
 //!                 "metrics": {"waiting": 3, "running": 5, "kv_cache_usage": 0.7,
 //!                             "lora": {"max": 4, "running": ["a"], "waiting": []}},
+//!                 "scraped_at_ms": 99500, "consecutive_failures": 0,
 //!                 "inflight": {"requests": 2, "tokens": 4096}}],
+//!  "failure_mode": "FailClose", "stale_after_ms": 1000, "max_consecutive_failures": 3,
 //!  "history": [{"endpoint": "10.0.0.1:8000", "path": "/v1/completions", "body": {...}}],
 //!  "base_model": "meta-llama/Llama-3.1-8B-Instruct",
 //!  "last_endpoint_for_session": "10.0.0.1:8000"}
 //! ```
 //!
-//! `metrics` absent means unknown; `inflight`, `history`, `base_model` (default: the
-//! request's model) and `last_endpoint_for_session` are optional. History requests are
-//! parsed with the core's request parser and recorded in the prefix index in order, as if
-//! they had been routed to their endpoint, exactly as the picker records routed requests.
+//! Each endpoint is the scraper's record of it: `metrics` absent means never scraped
+//! successfully, `scraped_at_ms` (default: `--now-ms`, i.e. just scraped) is when the
+//! metrics were, `consecutive_failures` (default 0) counts failed scrapes since, and
+//! `"in_snapshot": false` says the scraper has no record of it at all. The pool's
+//! `failure_mode`, `stale_after_ms` and `max_consecutive_failures` are the picker's pool
+//! fields of the same names (same defaults). The endpoints are classified and the
+//! candidate set chosen by the core's candidate rules
+//! ([`scheduler_core::scheduling::candidates`]) at `--now-ms`, the functions the gateway's
+//! picker runs: dead endpoints are never candidates, stale ones are unknown, and with none
+//! fresh a `FailClose` pool is rejected (the gateway's 503) while a `FailOpen` one is
+//! scheduled over the live endpoints without metrics. The output is the decision record
+//! plus `endpoints` (each endpoint's class) and `selection` (`fresh` or `degraded`); a
+//! rejection prints `picked: null`, `rejected` (the gateway's stat label) and `message`
+//! (its 503 text). `inflight`, `history`, `base_model` (default: the request's model) and
+//! `last_endpoint_for_session` are optional. History requests are parsed with the core's
+//! request parser and recorded in the prefix index in order, as if they had been routed
+//! to their endpoint, exactly as the picker records routed requests. As in the picker,
+//! prompts are hashed into prefix blocks only when a profile reads the prefix index.
 
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
+use infergate_filters::picker::Rejection;
 use scheduler_core::metrics::EndpointMetrics;
 use scheduler_core::prefix::{request_hashes, PrefixIndex};
 use scheduler_core::request::{parse, Api, ParsedRequest};
-use scheduler_core::scheduling::{Candidate, RequestView, Scheduler};
+use scheduler_core::scheduling::candidates::{
+    classify, pool_candidates, CandidateRules, FailureMode, PoolEndpoint, SnapshotRecord,
+    DEFAULT_MAX_CONSECUTIVE_FAILURES,
+};
+use scheduler_core::scheduling::{RequestView, Scheduler};
+use scheduler_core::snapshot::{EndpointSample, DEFAULT_MAX_AGE_MS};
 use scheduler_core::types::{InFlight, Millis};
 use serde::Deserialize;
+use serde_json::{json, Value};
 
 /// The pool as the explain command sees it.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -43,6 +66,54 @@ pub struct State {
     /// The endpoint that last served the request's session.
     #[serde(default)]
     pub last_endpoint_for_session: Option<String>,
+    /// No endpoint fresh: reject (`FailClose`, the default) or schedule the live ones.
+    #[serde(default)]
+    pub failure_mode: FailureMode,
+    /// A sample older than this (ms) at `now` has unknown metrics.
+    #[serde(default = "default_stale_after_ms")]
+    pub stale_after_ms: u64,
+    /// This many failed scrapes in a row make an endpoint dead (0: never).
+    #[serde(default = "default_max_consecutive_failures")]
+    pub max_consecutive_failures: u32,
+}
+
+fn default_stale_after_ms() -> u64 {
+    DEFAULT_MAX_AGE_MS
+}
+
+fn default_max_consecutive_failures() -> u32 {
+    DEFAULT_MAX_CONSECUTIVE_FAILURES
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl State {
+    /// The pool's candidate rules, as the picker's pool fields set them.
+    pub fn rules(&self) -> CandidateRules {
+        CandidateRules {
+            stale_after_ms: self.stale_after_ms,
+            max_consecutive_failures: self.max_consecutive_failures,
+            failure_mode: self.failure_mode,
+        }
+    }
+
+    /// The scraper's snapshot records of the endpoints at `now` (`None` for one the
+    /// snapshot lacks), in endpoint order.
+    pub fn samples(&self, now: Millis) -> Vec<Option<EndpointSample>> {
+        self.endpoints
+            .iter()
+            .map(|e| {
+                e.in_snapshot.then(|| EndpointSample {
+                    address: e.address.clone(),
+                    scraped_at: e.scraped_at_ms.map_or(now, Millis),
+                    consecutive_failures: e.consecutive_failures,
+                    metrics: e.metrics.clone(),
+                })
+            })
+            .collect()
+    }
 }
 
 /// One endpoint of the state file.
@@ -54,6 +125,15 @@ pub struct StateEndpoint {
     /// Scraped metrics; absent = unknown.
     #[serde(default)]
     pub metrics: Option<EndpointMetrics>,
+    /// When the metrics were scraped (ms); absent = at `now`.
+    #[serde(default)]
+    pub scraped_at_ms: Option<u64>,
+    /// Failed scrapes in a row since the last success.
+    #[serde(default)]
+    pub consecutive_failures: u32,
+    /// Whether the scraper's snapshot has a record of the endpoint at all.
+    #[serde(default = "default_true")]
+    pub in_snapshot: bool,
     /// The proxy's in-flight load to this endpoint.
     #[serde(default)]
     pub inflight: InFlight,
@@ -130,7 +210,95 @@ pub fn build_index(scheduler: &Scheduler, state: &State) -> Result<PrefixIndex> 
     Ok(index)
 }
 
-/// Runs one decision and returns its record as pretty JSON.
+/// The request's prefix block hashes, as the picker computes them: none when no profile
+/// reads the prefix index.
+fn block_hashes(
+    scheduler: &Scheduler,
+    req: &ParsedRequest,
+) -> Vec<scheduler_core::types::BlockHash> {
+    if !scheduler.uses_prefix_index() {
+        return Vec::new();
+    }
+    request_hashes(
+        &req.model,
+        req.cache_salt.as_deref(),
+        &req.prompt,
+        &scheduler.prefix_config(),
+    )
+}
+
+/// Runs one decision the way the gateway's picker would (candidate rules, then the
+/// scheduler) and returns its record as JSON (see the module doc).
+pub fn decide(
+    scheduler: &Scheduler,
+    state: &State,
+    path: &str,
+    body: &[u8],
+    seed: u64,
+    now: Millis,
+) -> Result<Value> {
+    let index = build_index(scheduler, state)?;
+    let req = parse_request(path, body)?;
+    let hashes = block_hashes(scheduler, &req);
+    let rules = state.rules();
+    let samples = state.samples(now);
+    let classes: Vec<Value> = state
+        .endpoints
+        .iter()
+        .zip(&samples)
+        .map(|(e, s)| json!({"address": e.address, "class": classify(record(s), &rules, now).label()}))
+        .collect();
+    let endpoints = state
+        .endpoints
+        .iter()
+        .zip(&samples)
+        .map(|(e, s)| PoolEndpoint {
+            address: &e.address,
+            record: record(s),
+            inflight: e.inflight,
+        });
+    let set = match pool_candidates(endpoints, &rules, now) {
+        Ok(set) => set,
+        Err(reason) => {
+            let rejection = Rejection::from(reason);
+            return Ok(json!({
+                "picked": null,
+                "rejected": rejection.label(),
+                "message": rejection.message(),
+                "endpoints": classes,
+            }));
+        }
+    };
+    let view = RequestView {
+        target_model: &req.model,
+        base_model: state.base_model.as_deref().unwrap_or(&req.model),
+        block_hashes: &hashes,
+        prompt_tokens: req.prompt_tokens,
+        last_endpoint_for_session: state.last_endpoint_for_session.as_deref(),
+    };
+    let decision = scheduler.schedule(&view, &set.candidates, &index, seed, now);
+    let mut record = serde_json::to_value(&decision)?;
+    if let Some(obj) = record.as_object_mut() {
+        if decision.picked().is_none() {
+            let rejection = Rejection::NoEndpoints;
+            obj.insert("rejected".into(), json!(rejection.label()));
+            obj.insert("message".into(), json!(rejection.message()));
+        }
+        obj.insert("selection".into(), serde_json::to_value(set.selection)?);
+        obj.insert("endpoints".into(), Value::Array(classes));
+    }
+    Ok(record)
+}
+
+/// A sample as a snapshot record (`None`: the snapshot has none).
+fn record(sample: &Option<EndpointSample>) -> SnapshotRecord<'_> {
+    match sample {
+        Some(s) => SnapshotRecord::Present(s),
+        None => SnapshotRecord::Missing,
+    }
+}
+
+/// [`decide`], as pretty JSON.
 pub fn explain(
     scheduler: &Scheduler,
     state: &State,
@@ -139,32 +307,9 @@ pub fn explain(
     seed: u64,
     now: Millis,
 ) -> Result<String> {
-    let index = build_index(scheduler, state)?;
-    let req = parse_request(path, body)?;
-    let hashes = request_hashes(
-        &req.model,
-        req.cache_salt.as_deref(),
-        &req.prompt,
-        &scheduler.prefix_config(),
-    );
-    let view = RequestView {
-        target_model: &req.model,
-        base_model: state.base_model.as_deref().unwrap_or(&req.model),
-        block_hashes: &hashes,
-        prompt_tokens: req.prompt_tokens,
-        last_endpoint_for_session: state.last_endpoint_for_session.as_deref(),
-    };
-    let candidates: Vec<Candidate<'_>> = state
-        .endpoints
-        .iter()
-        .map(|e| Candidate {
-            address: &e.address,
-            metrics: e.metrics.as_ref(),
-            inflight: e.inflight,
-        })
-        .collect();
-    let decision = scheduler.schedule(&view, &candidates, &index, seed, now);
-    Ok(serde_json::to_string_pretty(&decision)?)
+    Ok(serde_json::to_string_pretty(&decide(
+        scheduler, state, path, body, seed, now,
+    )?)?)
 }
 
 /// The whole command: file paths in, decision JSON out.
@@ -183,3 +328,6 @@ pub fn run(
     explain(&scheduler, &state, path, &body, seed, now)
         .with_context(|| format!("request {}", request.display()))
 }
+
+#[cfg(test)]
+mod tests;

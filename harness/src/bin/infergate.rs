@@ -1,7 +1,10 @@
 //! `infergate`: the gateway's command-line tool.
 //!
 //! `infergate explain --config <epp.yaml|json> --state <state.json> --request <body.json>
-//! [--path /v1/chat/completions]` prints the decision record of one request as JSON.
+//! [--path /v1/chat/completions] [--seed N] [--now-ms T]` prints the decision record of one
+//! request as JSON: the pool's endpoints classified by the gateway's candidate rules at
+//! `T` (dead, fresh, unknown, unscraped; fail open or close), then the scheduler's record,
+//! or the rejection the gateway would answer with.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,12 +26,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Schedule one request offline and print the decision record (JSON) on stdout.
+    /// Schedule one request offline as the gateway would and print the decision record
+    /// (JSON) on stdout; a pool the gateway would reject prints the rejection.
     Explain {
         /// EndpointPickerConfig file (`.json` as JSON, anything else as YAML).
         #[arg(long)]
         config: PathBuf,
-        /// Pool state: endpoints, metrics, in-flight load, routing history.
+        /// Pool state: endpoints with their scrape records, in-flight load, routing
+        /// history, and the pool's failure mode and staleness bounds.
         #[arg(long)]
         state: PathBuf,
         /// Request body (JSON).
@@ -40,7 +45,8 @@ enum Command {
         /// Seed of the decision's random choices (ties, weighted picks).
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// The clock, in milliseconds, passed to the scheduler.
+        /// The clock, in milliseconds: what endpoints are judged fresh against (an
+        /// endpoint without `scraped_at_ms` counts as scraped now), and the scheduler's.
         #[arg(long, default_value_t = 0)]
         now_ms: u64,
     },
