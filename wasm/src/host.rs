@@ -38,8 +38,8 @@ use std::collections::HashMap;
 
 use infergate_filters::host::{
     CalloutRequest, CalloutToken, Clock, DynamicMetadata, HostError, HttpCallout, LocalReply,
-    Random, RequestBody, RequestHeaders, ResponseBody, ResponseHeaders, Resume, SnapshotFetch,
-    SnapshotSink, SnapshotSource, SnapshotVersion, Stats, StreamState, UpstreamOverride,
+    Random, RequestBody, RequestHeaders, ResponseHeaders, SnapshotFetch, SnapshotSink,
+    SnapshotSource, SnapshotVersion, Stats, StreamState, UpstreamOverride,
 };
 use infergate_filters::reply::Reply;
 use infergate_filters::stats::{StatKey, StatKind};
@@ -201,22 +201,6 @@ impl ResponseHeaders for WasmHost<'_> {
             .flatten()
             .map(text)
     }
-    fn response_headers(&self) -> Vec<(String, String)> {
-        hostcalls::header_map_pairs(MapType::HttpResponseHeaders)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(name, value)| (text(name), text(value)))
-            .collect()
-    }
-    fn set_response_header(&mut self, name: &str, value: &str) {
-        set_header(MapType::HttpResponseHeaders, name, value);
-    }
-    fn add_response_header(&mut self, name: &str, value: &str) {
-        add_header(MapType::HttpResponseHeaders, name, value);
-    }
-    fn remove_response_header(&mut self, name: &str) {
-        remove_header(MapType::HttpResponseHeaders, name);
-    }
 }
 
 impl RequestBody for WasmHost<'_> {
@@ -227,14 +211,6 @@ impl RequestBody for WasmHost<'_> {
     fn replace_request_body(&mut self, body: &[u8]) -> Result<(), HostError> {
         // start 0 with a length past the end replaces the whole buffered body.
         hostcalls::set_buffer(BufferType::HttpRequestBody, 0, usize::MAX, body).map_err(failed)
-    }
-}
-
-impl ResponseBody for WasmHost<'_> {
-    fn response_chunk(&self, len: usize) -> Option<Vec<u8>> {
-        hostcalls::get_buffer(BufferType::HttpResponseBody, 0, len)
-            .ok()
-            .flatten()
     }
 }
 
@@ -262,12 +238,6 @@ impl LocalReply for WasmHost<'_> {
                 &format!("send_local_response failed: {status:?}"),
             );
         }
-    }
-}
-
-impl Resume for WasmHost<'_> {
-    fn resume_request(&mut self) {
-        let _ = hostcalls::resume_http_request();
     }
 }
 

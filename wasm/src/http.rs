@@ -15,7 +15,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use infergate_filters::host::LocalReply;
+use infergate_filters::host::{Clock, LocalReply};
 use infergate_filters::picker::{PickerRequest, PickerShared};
 use infergate_filters::reply::Reply;
 use infergate_filters::router::{Router, RouterRequest};
@@ -23,6 +23,8 @@ use infergate_filters::FilterStatus;
 
 use crate::abi::{hostcalls, Action, BufferType, HttpHooks, LogLevel};
 use crate::host::{log, VmShared, WasmHost};
+use crate::owner::{Link, OwnerEvent, RemoteLease};
+use infergate_filters::picker::remote::ToWorker;
 
 /// The proxy-wasm action for a filter status.
 pub fn action(status: FilterStatus) -> Action {
@@ -140,30 +142,64 @@ impl HttpHooks for RouterContext {
     }
 }
 
-/// The picker for one request. Its in-flight lease goes back at `on_log` (the request
-/// completed or was reset) or, failing that, when the context is dropped.
+/// The picker for one request.
+///
+/// With a link to the state owner (`crate::owner`), the request is prepared here and
+/// picked by the owner: the context pauses until the answer, then routes and resumes, and
+/// holds the owner's [`RemoteLease`] until the request ends. Without one, or when the owner
+/// cannot be reached, it picks in the VM's own state and its in-flight lease goes back at
+/// `on_log` (the request completed or was reset) or, failing that, when the context is
+/// dropped.
 pub struct PickerContext {
     vm: Rc<VmShared>,
     shared: Rc<RefCell<PickerShared>>,
+    link: Option<Link>,
+    context_id: u32,
     req: PickerRequest,
     body_len: usize,
     latch: Latch,
+    /// The ticket of the pick waiting for the owner.
+    waiting: Option<u64>,
+    remote_lease: Option<RemoteLease>,
 }
 
 impl PickerContext {
-    /// A context for a new request.
-    pub fn new(vm: Rc<VmShared>, shared: Rc<RefCell<PickerShared>>) -> Self {
+    /// A context for a new request; `link` reaches the process's state owner.
+    pub fn new(
+        vm: Rc<VmShared>,
+        shared: Rc<RefCell<PickerShared>>,
+        link: Option<Link>,
+        context_id: u32,
+    ) -> Self {
+        let req = if link.is_some() {
+            PickerRequest::deferred()
+        } else {
+            PickerRequest::new()
+        };
         PickerContext {
             vm,
             shared,
-            req: PickerRequest::new(),
+            link,
+            context_id,
+            req,
             body_len: 0,
             latch: Latch::Open,
+            waiting: None,
+            remote_lease: None,
         }
     }
 
-    fn body(&mut self, end_of_stream: bool) -> Action {
+    /// Run `f` on the request with this VM's state and a host, then send a pick the request
+    /// left pending to the owner (or pick it here if the owner cannot take it).
+    fn step(
+        &mut self,
+        f: impl FnOnce(&mut PickerRequest, &mut PickerShared, &mut WasmHost<'_>) -> FilterStatus,
+    ) -> Action {
         if self.latch == Latch::Closed {
+            return Action::Pause;
+        }
+        if self.waiting.is_some() {
+            // Body data arriving while the owner decides: keep buffering it.
             return Action::Pause;
         }
         let Ok(mut shared) = self.shared.try_borrow_mut() else {
@@ -172,13 +208,62 @@ impl PickerContext {
                 .fail(&self.vm, "picker state busy (re-entrant call)");
         };
         let mut host = WasmHost::new(&self.vm);
-        let status =
-            self.req
-                .on_request_body(&mut *shared, &mut host, self.body_len, end_of_stream);
+        let mut status = f(&mut self.req, &mut shared, &mut host);
+        if let (Some((pool, prepared)), Some(link)) = (self.req.pending_pick(), &self.link) {
+            let now = host.now().0;
+            let submitted = match link.try_borrow_mut() {
+                Ok(mut link) => {
+                    let submitted = link.submit(self.context_id, pool, prepared, now);
+                    if let Err(why) = &submitted {
+                        link.fall_back(&self.vm, why);
+                    }
+                    submitted.ok()
+                }
+                Err(_) => None,
+            };
+            match submitted {
+                Some(ticket) => self.waiting = Some(ticket),
+                None => status = self.req.pick_here(&mut *shared, &mut host),
+            }
+        }
         self.latch.finish(&self.vm, &host, status)
     }
 
+    fn body(&mut self, end_of_stream: bool) -> Action {
+        let len = self.body_len;
+        self.step(|req, shared, host| req.on_request_body(shared, host, len, end_of_stream))
+    }
+
+    /// Pick locally after all (the owner did not answer, or lost our state twice); resume.
+    fn pick_here_and_resume(&mut self, why: &str) {
+        if let Some(link) = &self.link {
+            if let Ok(mut link) = link.try_borrow_mut() {
+                link.fall_back(&self.vm, why);
+            }
+        }
+        let status = match self.shared.try_borrow_mut() {
+            Ok(mut shared) => {
+                let mut host = WasmHost::new(&self.vm);
+                let status = self.req.pick_here(&mut *shared, &mut host);
+                self.latch.finish(&self.vm, &host, status)
+            }
+            Err(_) => self
+                .latch
+                .fail(&self.vm, "picker state busy (re-entrant call)"),
+        };
+        if status == Action::Continue {
+            let _ = hostcalls::resume_http_request();
+        }
+    }
+
     fn end(&mut self) {
+        if let (Some(ticket), Some(link)) = (self.waiting.take(), &self.link) {
+            if let Ok(mut link) = link.try_borrow_mut() {
+                link.forget(ticket);
+            }
+        }
+        // Dropping the owner's lease sends its release.
+        self.remote_lease = None;
         if !self.req.holds_lease() {
             return;
         }
@@ -196,19 +281,7 @@ impl PickerContext {
 
 impl HttpHooks for PickerContext {
     fn on_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        if self.latch == Latch::Closed {
-            return Action::Pause;
-        }
-        let Ok(mut shared) = self.shared.try_borrow_mut() else {
-            return self
-                .latch
-                .fail(&self.vm, "picker state busy (re-entrant call)");
-        };
-        let mut host = WasmHost::new(&self.vm);
-        let status = self
-            .req
-            .on_request_headers(&mut *shared, &mut host, end_of_stream);
-        self.latch.finish(&self.vm, &host, status)
+        self.step(|req, shared, host| req.on_request_headers(shared, host, end_of_stream))
     }
 
     fn on_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
@@ -222,6 +295,65 @@ impl HttpHooks for PickerContext {
 
     fn on_log(&mut self) {
         self.end();
+    }
+
+    fn on_owner_event(&mut self, event: OwnerEvent) -> Option<ToWorker> {
+        let Some(ticket) = self.waiting else {
+            return match event {
+                OwnerEvent::Answer(answer) => Some(answer),
+                OwnerEvent::TimedOut => None,
+            };
+        };
+        let answer = match event {
+            OwnerEvent::TimedOut => {
+                self.waiting = None;
+                self.pick_here_and_resume("the picker state owner did not answer in time");
+                return None;
+            }
+            OwnerEvent::Answer(answer) => answer,
+        };
+        let mut host = WasmHost::new(&self.vm);
+        let status = match &answer {
+            ToWorker::UnknownState { .. } => {
+                let resent = match (self.req.pending_pick(), &self.link) {
+                    (Some((pool, prepared)), Some(link)) => link
+                        .try_borrow_mut()
+                        .is_ok_and(|mut link| link.resend(ticket, pool, prepared)),
+                    _ => false,
+                };
+                if !resent {
+                    self.waiting = None;
+                    if let Some(link) = &self.link {
+                        if let Ok(mut link) = link.try_borrow_mut() {
+                            link.forget(ticket);
+                        }
+                    }
+                    self.pick_here_and_resume("the picker state owner lost this worker's state");
+                }
+                return None;
+            }
+            ToWorker::Picked {
+                lease, endpoint, ..
+            } => {
+                self.waiting = None;
+                let Some(link) = &self.link else {
+                    return Some(answer);
+                };
+                // Held from here on, so the request's end releases it whatever happens.
+                self.remote_lease = Some(RemoteLease::new(*lease, Rc::clone(link)));
+                self.req.on_answer(&mut host, Ok(endpoint))
+            }
+            ToWorker::Rejected { rejection, .. } => {
+                self.waiting = None;
+                self.req.on_answer(&mut host, Err(*rejection))
+            }
+        };
+        // Not waiting after all: the lease (if any) is held and goes back at the end.
+        let status = status?;
+        if self.latch.finish(&self.vm, &host, status) == Action::Continue {
+            let _ = hostcalls::resume_http_request();
+        }
+        None
     }
 }
 

@@ -24,4 +24,5 @@ pub mod abi;
 pub mod config;
 pub mod host;
 pub mod http;
+pub mod owner;
 pub mod root;

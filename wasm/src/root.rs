@@ -32,12 +32,17 @@ use crate::host::{log, VmShared, WasmHost};
 use crate::http::{
     FailClosedContext, PassThroughContext, PickerContext, ProbeContext, RouterContext,
 };
+use crate::owner::{Link, OwnerService, WorkerLink, TIMEOUT_TICK_MS};
+use infergate_filters::picker::remote::ToWorker;
 
 /// What this module instance runs, with its per-VM state.
 enum Role {
     Router(Rc<Router>),
-    Picker(Rc<RefCell<PickerShared>>),
-    Scraper(Box<Scraper>),
+    /// The VM's own state (plans; the state itself when the owner is out of reach) and the
+    /// link to the process's state owner.
+    Picker(Rc<RefCell<PickerShared>>, Option<Link>),
+    /// The scraper, and the owner of every worker's picker state.
+    Scraper(Box<Scraper>, Option<OwnerService>),
     Probe,
 }
 
@@ -111,9 +116,17 @@ impl Root {
                 Role::Router(Rc::new(router))
             }
             RoleKind::Picker => {
+                // What the owner is sent: the state is named by these bytes, the same in
+                // every worker of the plugin.
+                let config_bytes = serde_json::to_vec(&cfg.rest).unwrap_or_default();
                 let shared = PickerShared::from_json(cfg.rest).map_err(|e| e.to_string())?;
                 self._registration = Some(Registration::picker(&shared)?);
-                Role::Picker(Rc::new(RefCell::new(shared)))
+                let link = WorkerLink::new(config_bytes);
+                if link.is_some() {
+                    hostcalls::set_tick_period_ms(TIMEOUT_TICK_MS)
+                        .map_err(|s| format!("set_tick_period failed: {s:?}"))?;
+                }
+                Role::Picker(Rc::new(RefCell::new(shared)), link)
             }
             RoleKind::Scraper => {
                 let scraper = Scraper::from_json(cfg.rest)?;
@@ -126,7 +139,7 @@ impl Root {
                 for (kind, key) in scraper.stat_keys() {
                     self.vm.define_metric(key, kind);
                 }
-                Role::Scraper(Box::new(scraper))
+                Role::Scraper(Box::new(scraper), OwnerService::register())
             }
             RoleKind::Probe => Role::Probe,
         });
@@ -137,7 +150,7 @@ impl Root {
 impl Root {
     /// `proxy_on_http_call_response` of a callout this root dispatched.
     pub fn on_http_call_response(&mut self, token_id: u32, num_headers: usize, body_size: usize) {
-        let Some(Role::Scraper(scraper)) = &mut self.role else {
+        let Some(Role::Scraper(scraper, _)) = &mut self.role else {
             return;
         };
         let outcome = callout_outcome(scraper, num_headers, body_size);
@@ -162,21 +175,62 @@ impl Root {
         }
     }
 
-    /// `proxy_on_tick`: one scraper round (other roles set no tick period).
-    pub fn on_tick(&mut self) {
-        if let Some(Role::Scraper(scraper)) = &mut self.role {
-            let mut host = WasmHost::new(&self.vm);
-            scraper.on_tick(&mut host);
+    /// `proxy_on_tick`: one scraper round, or (a picker) the streams whose owner's answer
+    /// is overdue, for the caller to tell.
+    pub fn on_tick(&mut self) -> Vec<u32> {
+        match &mut self.role {
+            Some(Role::Scraper(scraper, _)) => {
+                let mut host = WasmHost::new(&self.vm);
+                scraper.on_tick(&mut host);
+                Vec::new()
+            }
+            Some(Role::Picker(_, Some(link))) => {
+                let now = hostcalls::current_time_nanos().unwrap_or(0) / 1_000_000;
+                link.try_borrow_mut()
+                    .map(|mut link| link.take_expired(now))
+                    .unwrap_or_default()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// `proxy_on_queue_ready`: the owner answers the workers' messages; a picker returns
+    /// the answers that arrived, with their streams, for the caller to deliver.
+    pub fn on_queue_ready(&mut self, queue: u32) -> Vec<(u32, u64, ToWorker)> {
+        match &mut self.role {
+            Some(Role::Scraper(_, Some(owner))) => {
+                owner.on_queue_ready(&self.vm, queue);
+                Vec::new()
+            }
+            Some(Role::Picker(_, Some(link))) => match link.try_borrow_mut() {
+                Ok(mut link) if link.is_reply_queue(queue) => link.take_answers(),
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        }
+    }
+
+    /// Release the lease of an answer no stream took.
+    pub fn release_unclaimed(&mut self, answer: &ToWorker) {
+        if let Some(Role::Picker(_, Some(link))) = &self.role {
+            if let Ok(mut link) = link.try_borrow_mut() {
+                link.release_unclaimed(answer);
+            }
         }
     }
 
     /// The HTTP context of a new stream on this plugin.
-    pub fn create_http_context(&self, _context_id: u32) -> Box<dyn HttpHooks> {
+    pub fn create_http_context(&self, context_id: u32) -> Box<dyn HttpHooks> {
         let vm = Rc::clone(&self.vm);
         match &self.role {
             Some(Role::Router(router)) => Box::new(RouterContext::new(vm, Rc::clone(router))),
-            Some(Role::Picker(shared)) => Box::new(PickerContext::new(vm, Rc::clone(shared))),
-            Some(Role::Scraper(_)) => Box::new(PassThroughContext),
+            Some(Role::Picker(shared, link)) => Box::new(PickerContext::new(
+                vm,
+                Rc::clone(shared),
+                link.clone(),
+                context_id,
+            )),
+            Some(Role::Scraper(..)) => Box::new(PassThroughContext),
             Some(Role::Probe) => Box::<ProbeContext>::default(),
             None => Box::new(FailClosedContext::new(vm)),
         }

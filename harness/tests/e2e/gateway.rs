@@ -109,11 +109,10 @@ for_each_flavour!(
     streams_through_the_picker_are_not_buffered,
     hostile_requests_are_answered_and_envoy_keeps_serving,
     failing_engines_are_avoided_and_envoy_keeps_serving,
-    aborted_and_held_streams_leave_nothing_in_flight;
+    aborted_and_held_streams_leave_nothing_in_flight,
+    every_turn_follows_the_first_across_four_workers;
     native_only: a_panic_fails_one_request_and_envoy_keeps_serving;
-    wasm_ignored: every_turn_follows_the_first_across_four_workers =
-        "the Wasm picker keeps a prefix index per Envoy worker: a turn taken by another \
-         worker than the first turn's is sent without its prefix",
+    wasm_ignored:
 );
 
 /// A one-message chat request for `model`.

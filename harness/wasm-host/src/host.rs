@@ -186,6 +186,23 @@ impl Host {
         Ok(())
     }
 
+    /// Calls `proxy_on_queue_ready` for every shared queue this host's roots registered
+    /// that holds data (Envoy posts it to the registering thread when data arrives);
+    /// returns how many it notified. Several hosts sharing one [`SharedData`] exchange
+    /// queue messages by calling this on each in turn.
+    pub fn deliver_queues(&self) -> Result<usize> {
+        let ready = self.state(|s| s.shared.ready_queues(s.host_id));
+        let mut rt = self.rt()?;
+        let Some(f) = rt.exports.queue_ready.clone() else {
+            return Ok(0);
+        };
+        for (queue, root) in &ready {
+            let (queue, root) = (*queue, *root);
+            rt.call("proxy_on_queue_ready", root, |s| f.call(s, (root, queue)))?;
+        }
+        Ok(ready.len())
+    }
+
     /// The tick period a plugin set, in milliseconds (0: none).
     pub fn tick_period_ms(&self, root_context_id: u32) -> Option<u32> {
         self.state(|s| s.roots.get(&root_context_id).map(|r| r.tick_period_ms))

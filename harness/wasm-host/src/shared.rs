@@ -24,8 +24,25 @@ pub struct SharedData {
 struct SharedInner {
     entries: BTreeMap<String, Entry>,
     last_cas: u32,
-    queues: Vec<(String, VecDeque<Vec<u8>>)>,
+    queues: Vec<Queue>,
     queue_ids: HashMap<String, u32>,
+}
+
+/// One shared queue and the root context it notifies.
+#[derive(Debug)]
+struct Queue {
+    items: VecDeque<Vec<u8>>,
+    /// The [`QueueOwner`] that registered it last (Envoy notifies the last registrant).
+    owner: Option<QueueOwner>,
+}
+
+/// Who registered a queue: a host (one VM, see [`crate::Host`]) and its root context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueOwner {
+    /// The registering host's id.
+    pub host: u64,
+    /// The root context `proxy_on_queue_ready` goes to.
+    pub root_context_id: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -93,16 +110,46 @@ impl SharedData {
         self.lock().entries.keys().cloned().collect()
     }
 
-    /// Registers (or opens) the queue `name`; returns its id (never 0).
+    /// Registers (or opens) the queue `name`; returns its id (never 0). `owner`, when
+    /// given, becomes the root that [`crate::Host::deliver_queues`] notifies (as in Envoy,
+    /// registering an existing name again takes the queue over).
     pub fn register_queue(&self, name: &str) -> u32 {
+        self.register_queue_for(name, None)
+    }
+
+    /// [`SharedData::register_queue`] on behalf of `owner`.
+    pub fn register_queue_for(&self, name: &str, owner: Option<QueueOwner>) -> u32 {
         let mut inner = self.lock();
-        if let Some(id) = inner.queue_ids.get(name) {
-            return *id;
+        if let Some(id) = inner.queue_ids.get(name).copied() {
+            if let Some(q) = queue_index(id).and_then(|i| inner.queues.get_mut(i)) {
+                if owner.is_some() {
+                    q.owner = owner;
+                }
+            }
+            return id;
         }
-        inner.queues.push((name.to_string(), VecDeque::new()));
+        inner.queues.push(Queue {
+            items: VecDeque::new(),
+            owner,
+        });
         let id = u32::try_from(inner.queues.len()).unwrap_or(u32::MAX);
         inner.queue_ids.insert(name.to_string(), id);
         id
+    }
+
+    /// Queues registered by `host` that hold data: `(queue id, root context id)`.
+    pub fn ready_queues(&self, host: u64) -> Vec<(u32, u32)> {
+        let inner = self.lock();
+        inner
+            .queues
+            .iter()
+            .enumerate()
+            .filter(|(_, q)| !q.items.is_empty())
+            .filter_map(|(i, q)| {
+                let owner = q.owner.filter(|o| o.host == host)?;
+                Some((u32::try_from(i + 1).ok()?, owner.root_context_id))
+            })
+            .collect()
     }
 
     /// The id of an existing queue.
@@ -114,8 +161,8 @@ impl SharedData {
     pub fn enqueue(&self, id: u32, value: &[u8]) -> bool {
         let mut inner = self.lock();
         match queue_index(id).and_then(|i| inner.queues.get_mut(i)) {
-            Some((_, queue)) => {
-                queue.push_back(value.to_vec());
+            Some(queue) => {
+                queue.items.push_back(value.to_vec());
                 true
             }
             None => false,
@@ -127,7 +174,7 @@ impl SharedData {
         let mut inner = self.lock();
         queue_index(id)
             .and_then(|i| inner.queues.get_mut(i))
-            .map(|(_, queue)| queue.pop_front())
+            .map(|queue| queue.items.pop_front())
     }
 }
 

@@ -208,6 +208,8 @@ pub struct HostState {
     pub(crate) last_context_id: u32,
     /// VM id (`plugin_vm_id`).
     pub(crate) vm_id: String,
+    /// This host's id among the hosts of the process (who registered a shared queue).
+    pub(crate) host_id: u64,
     /// VM configuration (readable during `proxy_on_vm_start`, and after, like Envoy).
     pub(crate) vm_config: Vec<u8>,
     /// Plugin configuration, readable only during `proxy_on_configure`.
@@ -257,6 +259,8 @@ pub struct HostState {
 impl HostState {
     /// A fresh state.
     pub(crate) fn new(vm_id: String, shared: SharedData) -> Self {
+        static NEXT_HOST_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let host_id = NEXT_HOST_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Self {
             memory: None,
             alloc: None,
@@ -265,6 +269,7 @@ impl HostState {
             streams: BTreeMap::new(),
             last_context_id: 0,
             vm_id,
+            host_id,
             vm_config: Vec::new(),
             plugin_config: None,
             call_response: None,
@@ -275,7 +280,8 @@ impl HostState {
             clusters: None,
             // 2026-01-01T00:00:00Z: a realistic wall clock unless the test sets one.
             now_ns: 1_767_225_600_000 * 1_000_000,
-            rng: 0x9E37_79B9_7F4A_7C15,
+            // Deterministic, but distinct per host, as two Envoy VMs' random draws are.
+            rng: 0x9E37_79B9_7F4A_7C15 ^ host_id.wrapping_mul(0xBF58_476D_1CE4_E5B9),
             log_level: LogLevel::Trace,
             logs: Vec::new(),
             echo_logs: std::env::var_os("WASM_HOST_ECHO_LOGS").is_some(),

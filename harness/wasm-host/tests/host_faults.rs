@@ -113,10 +113,18 @@ fn optional_reads_and_writes_that_fail_do_not_stop_the_request() {
 
 #[test]
 fn a_picker_that_never_read_a_snapshot_refuses_under_fail_close() {
+    // The picks are made by the state owner in the scraper's VM: it is the one reading
+    // the snapshot.
     for fault in error_statuses() {
         let gw = Gateway::start();
-        let outcome = with_fault(&gw, "proxy_get_shared_data", &fault);
+        gw.scraper
+            .inject_fault("proxy_get_shared_data", fault.clone())
+            .unwrap();
+        let outcome = request(&gw);
+        gw.scraper.clear_faults().unwrap();
         assert_eq!(outcome.status(), Some(503), "{fault:?}");
+        assert_eq!(gw.scraper.trapped(), None, "{fault:?}");
+        gw.assert_serving();
     }
 }
 

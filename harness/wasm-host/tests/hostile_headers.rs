@@ -114,6 +114,8 @@ fn a_picker_alone_drops_a_hundred_spoofed_destinations() {
     p.request_header_map_in(headers, false).unwrap();
     p.request_body(chat("picker only").as_bytes(), true)
         .unwrap();
+    // The pick goes to the state owner (the scraper VM) and its answer resumes the stream.
+    gw.exchange_queue_messages().unwrap();
     assert!(p.local_response().is_none(), "{:?}", p.local_response());
     let up = p.upstream_request_headers().expect("forwarded");
     assert_picked_once(&Outcome::Forwarded(up));

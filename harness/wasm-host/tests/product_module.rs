@@ -106,6 +106,18 @@ fn vllm_page(kv: f64, waiting: u32) -> String {
     )
 }
 
+/// Carries shared-queue messages between `hosts` until none is left: the picks the worker
+/// VMs send the state owner (in the scraper's VM), its answers and the lease releases.
+fn exchange(hosts: &[&Host]) {
+    for _ in 0..8 {
+        let delivered: usize = hosts.iter().map(|h| h.deliver_queues().unwrap()).sum();
+        if delivered == 0 {
+            return;
+        }
+    }
+    panic!("the VMs keep answering each other's queue messages");
+}
+
 /// Answers every pending scrape; the endpoint is the call's `:authority`.
 fn answer_scrapes(scraper: &Host, kv_of: impl Fn(&str) -> f64) -> usize {
     let calls = scraper.pending_http_calls();
@@ -163,6 +175,7 @@ fn scraper_publishes_and_the_picker_routes_inside_the_pool_avoiding_a_full_repli
             ("x-gateway-model-name", LLAMA),
         ];
         post(&s, &headers, &chat(LLAMA, &format!("conversation {i}")));
+        exchange(&[&scraper, &picker]);
         assert!(s.local_response().is_none(), "{:?}", s.local_response());
         let up = s.upstream_request_headers().expect("forwarded");
         let dest = up.get("x-gateway-destination-endpoint").expect("picked");
@@ -180,7 +193,8 @@ fn scraper_publishes_and_the_picker_routes_inside_the_pool_avoiding_a_full_repli
     );
 
     // With the router's handoff on the stream, the picker picks in its headers callback:
-    // no pause for the body (the module reads back the property the router set).
+    // it waits for the owner's answer only, not for the body (the module reads back the
+    // property the router set).
     let body = chat(LLAMA, "conversation with a handoff");
     let s = picker.new_http_stream().unwrap();
     s.set_property(&["infergate_handoff"], handoff_of(&body))
@@ -192,11 +206,11 @@ fn scraper_publishes_and_the_picker_routes_inside_the_pool_avoiding_a_full_repli
         ("x-gateway-base-model-name", LLAMA),
         ("x-gateway-model-name", LLAMA),
     ];
-    assert_eq!(
-        s.request_headers(&headers, false).unwrap(),
-        Action::Continue
-    );
-    let up = s.upstream_request_headers().expect("forwarded at headers");
+    assert_eq!(s.request_headers(&headers, false).unwrap(), Action::Pause);
+    exchange(&[&scraper, &picker]);
+    let up = s
+        .upstream_request_headers()
+        .expect("forwarded before any body");
     let dest = up.get("x-gateway-destination-endpoint").expect("picked");
     assert!(LLAMA_POOL.contains(&dest.as_str()), "{dest}");
     assert_eq!(
@@ -236,6 +250,7 @@ fn stale_metrics_are_refused_under_fail_close() {
         &[("x-gateway-base-model-name", LLAMA)],
         &chat(LLAMA, "hi"),
     );
+    exchange(&[&scraper, &picker]);
     assert_eq!(s.local_response().map(|r| r.status), Some(503));
     assert_eq!(s.upstream_request_headers(), None);
 }

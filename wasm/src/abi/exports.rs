@@ -13,8 +13,8 @@
 //! defers its own re-entrant deliveries (local replies, failed callouts) until the running
 //! callback returns, so the refusal is a last resort, not a path requests take.
 //!
-//! Callbacks the module does not need (response headers and body, queues, gRPC, foreign
-//! function events) are not exported: Envoy then skips them instead of entering the VM.
+//! Callbacks the module does not need (response headers and body, gRPC, foreign function
+//! events) are not exported: Envoy then skips them instead of entering the VM.
 
 use std::alloc::{alloc, Layout};
 use std::cell::RefCell;
@@ -24,6 +24,7 @@ use std::ptr::{null_mut, NonNull};
 use infergate_filters::reply::Reply;
 
 use super::{hostcalls, Action, HttpHooks, LogLevel};
+use crate::owner::OwnerEvent;
 use crate::root::Root;
 
 /// The live contexts of this VM.
@@ -151,12 +152,48 @@ pub extern "C" fn proxy_on_configure(root_context_id: u32, configuration_size: u
     .into()
 }
 
-/// A tick of a root that set a tick period.
+/// A tick of a root that set a tick period; a picker root's overdue streams are told.
 #[no_mangle]
 pub extern "C" fn proxy_on_tick(root_context_id: u32) {
     with_contexts("proxy_on_tick", (), |c| {
+        let Some(root) = c.roots.get_mut(&root_context_id) else {
+            return;
+        };
+        for context_id in root.on_tick() {
+            if let Some(stream) = c.streams.get_mut(&context_id) {
+                let _ = hostcalls::set_effective_context(context_id);
+                stream.on_owner_event(OwnerEvent::TimedOut);
+            }
+        }
+    });
+}
+
+/// Data arrived on a queue a root registered: the owner answers workers, a picker root
+/// delivers answers to its waiting streams (each made the effective context first, so
+/// their header edits, replies and resumption address that stream).
+#[no_mangle]
+pub extern "C" fn proxy_on_queue_ready(root_context_id: u32, queue: u32) {
+    with_contexts("proxy_on_queue_ready", (), |c| {
+        let Some(root) = c.roots.get_mut(&root_context_id) else {
+            return;
+        };
+        let answers = root.on_queue_ready(queue);
+        let mut unclaimed = Vec::new();
+        for (context_id, _ticket, answer) in answers {
+            match c.streams.get_mut(&context_id) {
+                Some(stream) => {
+                    let _ = hostcalls::set_effective_context(context_id);
+                    if let Some(answer) = stream.on_owner_event(OwnerEvent::Answer(answer)) {
+                        unclaimed.push(answer);
+                    }
+                }
+                None => unclaimed.push(answer),
+            }
+        }
         if let Some(root) = c.roots.get_mut(&root_context_id) {
-            root.on_tick();
+            for answer in &unclaimed {
+                root.release_unclaimed(answer);
+            }
         }
     });
 }

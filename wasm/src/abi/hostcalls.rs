@@ -124,6 +124,22 @@ extern "C" {
         value: *const u8,
         value_len: usize,
     ) -> u32;
+    fn proxy_register_shared_queue(name: *const u8, name_len: usize, return_token: *mut u32)
+        -> u32;
+    fn proxy_resolve_shared_queue(
+        vm_id: *const u8,
+        vm_id_len: usize,
+        name: *const u8,
+        name_len: usize,
+        return_token: *mut u32,
+    ) -> u32;
+    fn proxy_enqueue_shared_queue(token: u32, data: *const u8, data_len: usize) -> u32;
+    fn proxy_dequeue_shared_queue(
+        token: u32,
+        return_data: *mut *mut u8,
+        return_size: *mut usize,
+    ) -> u32;
+    fn proxy_set_effective_context(context_id: u32) -> u32;
 }
 
 /// `proxy_stream_type_t` of the request direction.
@@ -383,4 +399,54 @@ pub fn set_property(path: &[&str], value: &[u8]) -> Result<(), Status> {
     Status::check(unsafe {
         proxy_set_property(path.as_ptr(), path.len(), value.as_ptr(), value.len())
     })
+}
+
+/// Register (or take over) the queue `name` of this VM's `vm_id`; its token. Envoy then
+/// calls `proxy_on_queue_ready` of the registering root, on its thread, when data arrives.
+pub fn register_shared_queue(name: &str) -> Result<u32, Status> {
+    let mut token: u32 = 0;
+    // SAFETY: a live `&str` and a valid out-pointer.
+    Status::check(unsafe { proxy_register_shared_queue(name.as_ptr(), name.len(), &mut token) })
+        .map(|()| token)
+}
+
+/// The token of queue `name` registered by a VM of `vm_id`; `None` if there is none.
+pub fn resolve_shared_queue(vm_id: &str, name: &str) -> Result<Option<u32>, Status> {
+    let mut token: u32 = 0;
+    // SAFETY: live `&str`s and a valid out-pointer.
+    let code = unsafe {
+        proxy_resolve_shared_queue(
+            vm_id.as_ptr(),
+            vm_id.len(),
+            name.as_ptr(),
+            name.len(),
+            &mut token,
+        )
+    };
+    absent_if_not_found(Status::check(code).map(|()| token))
+}
+
+/// Append `value` to the queue `token` (of any VM).
+pub fn enqueue_shared_queue(token: u32, value: &[u8]) -> Result<(), Status> {
+    // SAFETY: pointer and length of a live slice.
+    Status::check(unsafe { proxy_enqueue_shared_queue(token, value.as_ptr(), value.len()) })
+}
+
+/// The oldest value of this VM's queue `token`; `None` once it is empty.
+pub fn dequeue_shared_queue(token: u32) -> Result<Option<Vec<u8>>, Status> {
+    match returning_bytes(|data, size| {
+        // SAFETY: valid out-pointers (see `returning_bytes`).
+        unsafe { proxy_dequeue_shared_queue(token, data, size) }
+    }) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(Status::Empty) => Ok(None),
+        Err(status) => Err(status),
+    }
+}
+
+/// Make `context_id` (an HTTP stream of this VM) the context later hostcalls of this
+/// callback address: how a root's callback edits and resumes a paused stream.
+pub fn set_effective_context(context_id: u32) -> Result<(), Status> {
+    // SAFETY: no pointers.
+    Status::check(unsafe { proxy_set_effective_context(context_id) })
 }

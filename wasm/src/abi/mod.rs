@@ -141,6 +141,18 @@ pub trait HttpHooks {
     }
     /// `proxy_on_log`: the stream completed or was reset.
     fn on_log(&mut self) {}
+    /// The picker state owner answered this stream, or its answer is overdue (delivered by
+    /// the root's `proxy_on_queue_ready` or tick, with this stream made the effective
+    /// context). Returns an answer the stream did not take, so its lease can be released.
+    fn on_owner_event(
+        &mut self,
+        event: crate::owner::OwnerEvent,
+    ) -> Option<infergate_filters::picker::remote::ToWorker> {
+        match event {
+            crate::owner::OwnerEvent::Answer(answer) => Some(answer),
+            crate::owner::OwnerEvent::TimedOut => None,
+        }
+    }
 }
 
 /// What a stream callback tells the host (`proxy_action_t`).

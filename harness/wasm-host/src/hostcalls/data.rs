@@ -18,7 +18,13 @@ pub(super) fn add(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         "proxy_register_shared_queue",
         |mut c: C<'_>, ptr: u32, len: u32, id_ptr: u32| match read_string(&mut c, ptr, len) {
             Ok(name) => {
-                let id = c.data().shared.register_queue(&name);
+                let owner = c.data().root_of(c.data().effective_context).map(|root| {
+                    crate::shared::QueueOwner {
+                        host: c.data().host_id,
+                        root_context_id: root,
+                    }
+                });
+                let id = c.data().shared.register_queue_for(&name, owner);
                 status(write_u32(&mut c, id_ptr, id))
             }
             Err(s) => s.code(),

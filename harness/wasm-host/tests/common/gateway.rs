@@ -161,9 +161,13 @@ impl Gateway {
         if action == Action::Pause && !body.is_empty() && p.local_response().is_none() {
             action = p.request_body(body, true)?;
         }
+        // The picker paused for the state owner (the scraper VM): carry the pick to it and
+        // the answer back, which resumes the stream.
+        self.exchange_queue_messages()?;
+        let resumed = p.upstream_request_headers().is_some();
         let outcome = match (p.local_response(), p.upstream_request_headers()) {
             (Some(reply), _) => Outcome::Reply(reply.status),
-            (None, Some(up)) if action == Action::Continue => {
+            (None, Some(up)) if action == Action::Continue || resumed => {
                 p.response_headers(&[(":status", "200")], false)?;
                 p.response_body(b"data: [DONE]\n\n", true)?;
                 Outcome::Forwarded(up)
@@ -171,7 +175,19 @@ impl Gateway {
             _ => Outcome::Held,
         };
         p.done()?;
+        // The lease's release, to the owner.
+        self.exchange_queue_messages()?;
         Ok(outcome)
+    }
+
+    /// Deliver shared-queue messages between the two VMs until none is left.
+    pub fn exchange_queue_messages(&self) -> anyhow::Result<()> {
+        for _ in 0..8 {
+            if self.scraper.deliver_queues()? + self.worker.deliver_queues()? == 0 {
+                return Ok(());
+            }
+        }
+        anyhow::bail!("the VMs keep answering each other's queue messages")
     }
 
     /// A plain chat request is picked into the pool, and neither VM has trapped.

@@ -1,0 +1,218 @@
+//! The Wasm flavour's one picker state per process, over the product module: several worker
+//! VMs send their picks to the state owner in the scraper's VM through shared queues.
+//! Conversations keep their endpoint whichever worker carries a turn, the in-flight load
+//! the owner counts returns to zero, and a worker whose owner is missing, silent or fed
+//! garbage still serves its requests.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::gateway::{answer_scrapes, chat, LLAMA, LLAMA_POOL};
+use common::{product_module, testdata};
+use infergate_wasm_host::{Action, Host, HttpStream, SharedData};
+
+const INFLIGHT: &str = "infergate.picker.inflight_requests.pool.llama-pool";
+const FALLBACKS: &str = "infergate.picker.owner_fallbacks";
+
+/// A scraper VM (the owner) with one answered scrape round, and `workers` picker VMs.
+fn stack(workers: usize) -> (Host, Vec<Host>) {
+    let shared = SharedData::new();
+    let scraper = Host::builder()
+        .vm_id("infergate")
+        .shared_data(&shared)
+        .load(product_module())
+        .unwrap();
+    scraper
+        .configure_plugin("scraper", testdata("filters/scraper.json"))
+        .unwrap();
+    scraper.advance_time_ms(50).unwrap();
+    assert_eq!(answer_scrapes(&scraper), 4);
+    let workers = (0..workers)
+        .map(|_| {
+            let w = Host::builder()
+                .vm_id("infergate")
+                .shared_data(&shared)
+                .time_ms(scraper.now_ms())
+                .load(product_module())
+                .unwrap();
+            w.configure_plugin("picker", testdata("filters/picker.json"))
+                .unwrap();
+            w
+        })
+        .collect();
+    (scraper, workers)
+}
+
+/// Delivers queue messages among `hosts` until none is left.
+fn exchange(hosts: &[&Host]) {
+    for _ in 0..8 {
+        let delivered: usize = hosts.iter().map(|h| h.deliver_queues().unwrap()).sum();
+        if delivered == 0 {
+            return;
+        }
+    }
+    panic!("the VMs keep answering each other's queue messages");
+}
+
+/// Headers and the complete body of a chat request on a new stream of `worker`'s picker.
+fn send(worker: &Host, content: &str) -> HttpStream {
+    let s = worker.new_http_stream().unwrap();
+    let headers = [
+        (":method", "POST"),
+        (":path", "/v1/chat/completions"),
+        (":authority", "gw"),
+        ("x-gateway-base-model-name", LLAMA),
+        ("x-gateway-model-name", LLAMA),
+    ];
+    assert_eq!(s.request_headers(&headers, false).unwrap(), Action::Pause);
+    assert_eq!(
+        s.request_body(chat(content).as_bytes(), true).unwrap(),
+        Action::Pause,
+        "waits for the owner"
+    );
+    assert_eq!(s.upstream_request_headers(), None, "nothing forwarded yet");
+    s
+}
+
+fn destination(s: &HttpStream) -> String {
+    assert!(s.local_response().is_none(), "{:?}", s.local_response());
+    let up = s.upstream_request_headers().expect("forwarded");
+    let dest = up.get("x-gateway-destination-endpoint").expect("picked");
+    assert!(LLAMA_POOL.contains(&dest.as_str()), "{dest}");
+    dest
+}
+
+fn finish(s: &HttpStream) {
+    s.response_headers(&[(":status", "200")], false).unwrap();
+    s.response_body(b"data: [DONE]\n\n", true).unwrap();
+    assert!(s.done().unwrap());
+}
+
+#[test]
+fn turns_on_four_workers_keep_their_endpoint_and_the_load_returns_to_zero() {
+    let (owner, workers) = stack(4);
+    let mut hosts: Vec<&Host> = vec![&owner];
+    hosts.extend(workers.iter());
+    let mut endpoints_used = Vec::new();
+    for conv in 0..6 {
+        let mut history = format!("conversation {conv}: a long shared system prompt. ").repeat(40);
+        let mut served = Vec::new();
+        for turn in 0..4 {
+            history.push_str(&format!(" turn {turn} question."));
+            let worker = &workers[(conv + turn) % workers.len()];
+            let s = send(worker, &history);
+            exchange(&hosts);
+            served.push(destination(&s));
+            assert_eq!(
+                owner.metric(INFLIGHT),
+                Some(1),
+                "the owner counts the request"
+            );
+            finish(&s);
+            exchange(&hosts);
+            assert_eq!(owner.metric(INFLIGHT), Some(0), "released at the end");
+        }
+        assert!(
+            served.iter().all(|e| *e == served[0]),
+            "conversation {conv}: {served:?}"
+        );
+        endpoints_used.push(served[0].clone());
+    }
+    endpoints_used.sort();
+    endpoints_used.dedup();
+    assert!(endpoints_used.len() > 1, "load spreads: {endpoints_used:?}");
+    for w in &workers {
+        assert_eq!(w.metric(FALLBACKS).unwrap_or(0), 0);
+        assert_eq!(w.trapped(), None);
+    }
+    assert_eq!(owner.trapped(), None);
+}
+
+#[test]
+fn a_stream_reset_while_waiting_releases_the_lease_of_the_late_answer() {
+    let (owner, workers) = stack(1);
+    let hosts = [&owner, &workers[0]];
+    let s = send(&workers[0], "reset before the answer");
+    // The pick reaches the owner, which takes a lease ...
+    owner.deliver_queues().unwrap();
+    assert_eq!(owner.metric(INFLIGHT), Some(1));
+    // ... but the client goes away before the answer is delivered.
+    assert!(s.done().unwrap());
+    exchange(&hosts);
+    assert_eq!(owner.metric(INFLIGHT), Some(0));
+    // The worker still serves.
+    let s = send(&workers[0], "next");
+    exchange(&hosts);
+    destination(&s);
+}
+
+#[test]
+fn without_an_owner_the_worker_picks_in_its_own_state_and_says_so() {
+    let shared = SharedData::new();
+    let worker = Host::builder()
+        .vm_id("infergate")
+        .shared_data(&shared)
+        .load(product_module())
+        .unwrap();
+    worker
+        .configure_plugin("picker", testdata("filters/picker.json"))
+        .unwrap();
+    let s = worker.new_http_stream().unwrap();
+    let headers = [
+        (":method", "POST"),
+        (":path", "/v1/chat/completions"),
+        (":authority", "gw"),
+        ("x-gateway-base-model-name", LLAMA),
+    ];
+    s.request_headers(&headers, false).unwrap();
+    s.request_body(chat("alone").as_bytes(), true).unwrap();
+    // No snapshot anywhere and a FailClose pool: the local pick answers 503 at once.
+    assert_eq!(s.local_response().map(|r| r.status), Some(503));
+    assert_eq!(worker.metric(FALLBACKS), Some(1));
+    assert!(worker.logged("no picker state owner"));
+    assert_eq!(worker.trapped(), None);
+}
+
+#[test]
+fn a_silent_owner_is_given_up_on_after_a_second_and_the_request_is_picked_here() {
+    let (owner, workers) = stack(1);
+    let worker = &workers[0];
+    let s = send(worker, "the owner is busy");
+    worker.advance_time_ms(500).unwrap();
+    assert_eq!(s.upstream_request_headers(), None, "still waiting");
+    worker.advance_time_ms(600).unwrap();
+    // Picked in the worker's own state, which has the snapshot the owner's scraper published.
+    assert_eq!(worker.metric(FALLBACKS), Some(1));
+    let _ = destination(&s);
+    finish(&s);
+    // The owner's answer comes late: nobody waits for it, so its lease goes straight back.
+    exchange(&[&owner, worker]);
+    assert_eq!(owner.metric(INFLIGHT), Some(0));
+    assert_eq!(worker.trapped(), None);
+    assert_eq!(owner.trapped(), None);
+}
+
+#[test]
+fn garbage_on_the_owners_queue_is_dropped_and_the_owner_keeps_serving() {
+    let (owner, workers) = stack(1);
+    let shared = owner.shared_data();
+    let queue = shared
+        .resolve_queue("infergate.picker.owner")
+        .expect("the owner registered its queue");
+    for garbage in [
+        &b""[..],
+        b"\x02",
+        b"\x01\xff",
+        &[0xAB; 300],
+        b"\x02\x00\x00\x00",
+    ] {
+        assert!(shared.enqueue(queue, garbage));
+    }
+    owner.deliver_queues().unwrap();
+    assert!(owner.logged("malformed message"));
+    assert_eq!(owner.trapped(), None);
+    let s = send(&workers[0], "after the garbage");
+    exchange(&[&owner, &workers[0]]);
+    destination(&s);
+}
