@@ -1,17 +1,20 @@
 //! The filters crate's host capabilities, implemented on one Envoy HTTP stream.
 //!
-//! [`StreamHost`] lives for one hook call: it borrows the [`EnvoyStream`] of that call and the
-//! config's [`StatsRegistry`]; on the body hook that completes the request, a filter that asks
-//! for the body gets it copied out of Envoy's buffered and received slices then (a filter
-//! that does not need it, such as a picker that picked from the router's handoff, costs no
-//! copy). [`HostConfig`] is
-//! what a filter config lends those hosts, and builds them the same way for every filter;
-//! the `From` impls turn a filter step's [`FilterStatus`] into the status Envoy's hook expects.
+//! [`StreamHost`] lives as long as its stream's pipeline run and is re-bound to the stream's
+//! `filter_envoy_ptr` at the top of every hook ([`StreamHost::bind`]), so every capability
+//! call goes to the stream of the hook that is running. On the body hook that completes the
+//! request, a stage that asks for the body gets it copied out of Envoy's buffered and received
+//! slices then (a stage that does not need it, such as a picker that picked from the router's
+//! handoff, costs no copy). [`HostConfig`] is what a filter config lends every stream's host;
+//! the `From` impls turn the pipeline's [`FilterStatus`] into the status Envoy's hook
+//! expects.
+
+use std::sync::Arc;
 
 use infergate_filters::host::{
-    Clock, DynamicMetadata, HostError, LocalReply, Random, RequestBody, RequestHeaders,
-    ResponseBody, ResponseHeaders, SnapshotFetch, SnapshotSource, SnapshotVersion, Stats,
-    StreamState, UpstreamOverride,
+    BodyBufferLimit, Clock, DynamicMetadata, HostError, LocalReply, Random, RequestBody,
+    RequestHeaders, RequestWaker, ResponseChunk, ResponseHeaders, RouteRefresh, SnapshotFetch,
+    SnapshotSource, SnapshotVersion, Stats, StreamState, UpstreamOverride, Waker,
 };
 use infergate_filters::reply::Reply;
 use infergate_filters::stats::{StatKey, StatKind};
@@ -21,9 +24,10 @@ use std::cell::Cell;
 
 use crate::abi::{BodyKind, BodyStatus, HeaderKind, HeadersStatus, TrailersStatus};
 use crate::host::EnvoyStream;
+use crate::scheduler::Scheduler;
 use crate::stats::StatsRegistry;
 
-/// What one filter config lends the host of every hook call on its streams.
+/// What one filter config lends the host of every stream.
 pub struct HostConfig {
     /// Counter ids defined on the filter config.
     pub stats: StatsRegistry,
@@ -31,37 +35,63 @@ pub struct HostConfig {
     pub strict_override: bool,
 }
 
-impl HostConfig {
-    /// Runs a headers step on a host without a body.
-    pub fn headers_step<R>(
-        &self,
-        envoy: &mut EnvoyStream,
-        step: impl FnOnce(&mut StreamHost<'_>) -> R,
-    ) -> R {
-        step(&mut StreamHost {
-            envoy,
-            stats: &self.stats,
+/// Which hook a [`StreamHost`] is serving, for the capabilities valid in only some.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HookKind {
+    /// A request-body (or request-trailers) hook: the current chunk is readable.
+    RequestBody,
+    /// A response-body hook: the chunk passing now is readable and rewritable.
+    ResponseBody,
+    /// Any other hook (headers, a scheduled resume, the end).
+    Other,
+}
+
+/// Host capabilities on one stream (see the module doc).
+pub struct StreamHost {
+    envoy: EnvoyStream,
+    config: Arc<HostConfig>,
+    hook: HookKind,
+    /// Whether the request body is complete (seen at end of stream), and so readable.
+    body_complete: bool,
+    /// Made on the first pause, shared with every waker handed out.
+    scheduler: Option<Arc<Scheduler>>,
+}
+
+impl StreamHost {
+    /// A host for a new stream; [`StreamHost::bind`] it before the first call.
+    pub fn new(config: Arc<HostConfig>) -> StreamHost {
+        StreamHost {
+            // SAFETY: NULL is never called through: every hook binds its own pointer first.
+            envoy: unsafe { EnvoyStream::from_hook(core::ptr::null_mut()) },
+            config,
+            hook: HookKind::Other,
             body_complete: false,
-            strict_override: self.strict_override,
-        })
+            scheduler: None,
+        }
     }
 
-    /// Runs a body step. `step` gets the number of body bytes received so far; the host's
-    /// body can be read at end of stream only (the filters only read it once it is complete).
-    pub fn body_step<R>(
-        &self,
-        envoy: &mut EnvoyStream,
-        end_of_stream: bool,
-        step: impl FnOnce(&mut StreamHost<'_>, usize) -> R,
-    ) -> R {
-        let len = envoy.request_body_len();
-        let mut host = StreamHost {
-            envoy,
-            stats: &self.stats,
-            body_complete: end_of_stream,
-            strict_override: self.strict_override,
-        };
-        step(&mut host, len)
+    /// Points the host at the stream of the hook now running (`hook`: which kind).
+    pub fn bind(&mut self, envoy: &EnvoyStream, hook: HookKind) {
+        // SAFETY: the pointer of the running hook's stream; the host is only used inside
+        // this hook (or the destroy hook of the same stream, see `crate::pipeline`).
+        self.envoy = unsafe { EnvoyStream::from_hook(envoy.raw()) };
+        self.hook = hook;
+    }
+
+    /// Whether a hook ever bound the host (the destroy path needs a stream to talk to).
+    pub fn is_bound(&self) -> bool {
+        !self.envoy.raw().is_null()
+    }
+
+    /// The request body is complete (a body event at end of stream, or headers that ended
+    /// the request).
+    pub fn mark_body_complete(&mut self) {
+        self.body_complete = true;
+    }
+
+    /// The stream of the last bound hook.
+    pub fn envoy(&mut self) -> &mut EnvoyStream {
+        &mut self.envoy
     }
 }
 
@@ -96,23 +126,11 @@ impl From<FilterStatus> for TrailersStatus {
     }
 }
 
-/// Host capabilities for one hook call on one stream.
-pub struct StreamHost<'a> {
-    /// The Envoy stream of the current hook.
-    pub envoy: &'a mut EnvoyStream,
-    /// Counter ids of the stream's filter config.
-    pub stats: &'a StatsRegistry,
-    /// Whether the request body is complete (a body step at end of stream), and so readable.
-    pub body_complete: bool,
-    /// Whether `set_upstream_override` asks Envoy to fail rather than fall back.
-    pub strict_override: bool,
-}
-
 fn text(bytes: Vec<u8>) -> String {
     String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
-impl RequestHeaders for StreamHost<'_> {
+impl RequestHeaders for StreamHost {
     fn request_header(&self, name: &str) -> Option<String> {
         self.envoy
             .header(HeaderKind::RequestHeaders, name)
@@ -139,34 +157,15 @@ impl RequestHeaders for StreamHost<'_> {
     }
 }
 
-impl ResponseHeaders for StreamHost<'_> {
+impl ResponseHeaders for StreamHost {
     fn response_header(&self, name: &str) -> Option<String> {
         self.envoy
             .header(HeaderKind::ResponseHeaders, name)
             .map(text)
     }
-    fn response_headers(&self) -> Vec<(String, String)> {
-        self.envoy
-            .headers(HeaderKind::ResponseHeaders)
-            .into_iter()
-            .map(|(k, v)| (k, text(v)))
-            .collect()
-    }
-    fn set_response_header(&mut self, name: &str, value: &str) {
-        self.envoy
-            .set_header(HeaderKind::ResponseHeaders, name, Some(value.as_bytes()));
-    }
-    fn add_response_header(&mut self, name: &str, value: &str) {
-        self.envoy
-            .add_header(HeaderKind::ResponseHeaders, name, value.as_bytes());
-    }
-    fn remove_response_header(&mut self, name: &str) {
-        self.envoy
-            .set_header(HeaderKind::ResponseHeaders, name, None);
-    }
 }
 
-impl RequestBody for StreamHost<'_> {
+impl RequestBody for StreamHost {
     fn request_body(&self, start: usize, len: usize) -> Option<Vec<u8>> {
         if !self.body_complete {
             return None;
@@ -182,15 +181,28 @@ impl RequestBody for StreamHost<'_> {
         Some(body)
     }
     fn replace_request_body(&mut self, body: &[u8]) -> Result<(), HostError> {
-        // At end of stream the body is split between what Envoy buffered and the last chunk:
-        // empty the buffer and make the last chunk the whole new body.
-        let size = self.envoy.body_size(BodyKind::BufferedRequest);
-        if size > 0 && !self.envoy.replace_body(BodyKind::BufferedRequest, &[]) {
+        if !self.body_complete {
             return Err(HostError::Failed(
-                "draining the buffered body failed".into(),
+                "the request body is not complete yet".into(),
             ));
         }
-        if !self.envoy.replace_body(BodyKind::ReceivedRequest, body) {
+        // In the body hook that ends the request, the body is split between what Envoy
+        // buffered and the last chunk: empty the buffer and make the last chunk the whole
+        // new body. Elsewhere (a resume after the body was held) Envoy holds all of it in
+        // its buffer.
+        let (drain, write) = if self.hook == HookKind::RequestBody {
+            (Some(BodyKind::BufferedRequest), BodyKind::ReceivedRequest)
+        } else {
+            (None, BodyKind::BufferedRequest)
+        };
+        if let Some(kind) = drain {
+            if self.envoy.body_size(kind) > 0 && !self.envoy.replace_body(kind, &[]) {
+                return Err(HostError::Failed(
+                    "draining the buffered body failed".into(),
+                ));
+            }
+        }
+        if !self.envoy.replace_body(write, body) {
             return Err(HostError::Failed(
                 "replacing the request body failed".into(),
             ));
@@ -205,16 +217,53 @@ impl RequestBody for StreamHost<'_> {
     }
 }
 
-impl ResponseBody for StreamHost<'_> {
-    fn response_chunk(&self, _len: usize) -> Option<Vec<u8>> {
+impl ResponseChunk for StreamHost {
+    fn response_chunk(&self) -> Option<Vec<u8>> {
+        if self.hook != HookKind::ResponseBody {
+            return None;
+        }
         let mut out = Vec::new();
         self.envoy
             .read_body_into(BodyKind::ReceivedResponse, &mut out);
         Some(out)
     }
+    fn replace_response_chunk(&mut self, bytes: &[u8]) -> Result<(), HostError> {
+        if self.hook != HookKind::ResponseBody {
+            return Err(HostError::Failed("no response chunk is passing".into()));
+        }
+        if self.envoy.replace_body(BodyKind::ReceivedResponse, bytes) {
+            Ok(())
+        } else {
+            Err(HostError::Failed("Envoy refused the chunk rewrite".into()))
+        }
+    }
 }
 
-impl LocalReply for StreamHost<'_> {
+impl RequestWaker for StreamHost {
+    fn request_waker(&mut self) -> Result<Waker, HostError> {
+        if self.scheduler.is_none() {
+            self.scheduler = Scheduler::new(&mut self.envoy);
+        }
+        match &self.scheduler {
+            Some(scheduler) => Ok(scheduler.waker()),
+            None => Err(HostError::Failed("Envoy gave no scheduler".into())),
+        }
+    }
+}
+
+impl RouteRefresh for StreamHost {
+    fn refresh_route(&mut self) {
+        self.envoy.clear_route_cache();
+    }
+}
+
+impl BodyBufferLimit for StreamHost {
+    fn ensure_body_buffer(&mut self, bytes: u64) {
+        self.envoy.ensure_buffer_limit(bytes);
+    }
+}
+
+impl LocalReply for StreamHost {
     fn send_local_reply(&mut self, reply: &Reply) {
         let headers: Vec<(&str, &[u8])> = reply
             .headers
@@ -230,14 +279,14 @@ impl LocalReply for StreamHost<'_> {
     }
 }
 
-impl Stats for StreamHost<'_> {
+impl Stats for StreamHost {
     fn counter_add(&mut self, key: &StatKey, delta: u64) {
-        if let Some((id, labels)) = self.stats.resolve(StatKind::Counter, key) {
+        if let Some((id, labels)) = self.config.stats.resolve(StatKind::Counter, key) {
             self.envoy.increment_counter(id, &labels, delta);
         }
     }
     fn gauge_set(&mut self, key: &StatKey, value: u64) {
-        if let Some((id, labels)) = self.stats.resolve(StatKind::Gauge, key) {
+        if let Some((id, labels)) = self.config.stats.resolve(StatKind::Gauge, key) {
             self.envoy.set_gauge(id, &labels, value);
         }
     }
@@ -245,7 +294,7 @@ impl Stats for StreamHost<'_> {
         if delta == 0 {
             return;
         }
-        if let Some((id, labels)) = self.stats.resolve(StatKind::Gauge, key) {
+        if let Some((id, labels)) = self.config.stats.resolve(StatKind::Gauge, key) {
             self.envoy.add_gauge(id, &labels, delta);
         }
     }
@@ -254,7 +303,7 @@ impl Stats for StreamHost<'_> {
     }
 }
 
-impl DynamicMetadata for StreamHost<'_> {
+impl DynamicMetadata for StreamHost {
     fn set_metadata_string(
         &mut self,
         namespace: &str,
@@ -266,7 +315,7 @@ impl DynamicMetadata for StreamHost<'_> {
     }
 }
 
-impl StreamState for StreamHost<'_> {
+impl StreamState for StreamHost {
     fn set_stream_state(&mut self, key: &str, value: &[u8]) -> Result<(), HostError> {
         if self.envoy.set_filter_state_bytes(key, value) {
             Ok(())
@@ -281,11 +330,11 @@ impl StreamState for StreamHost<'_> {
     }
 }
 
-impl UpstreamOverride for StreamHost<'_> {
+impl UpstreamOverride for StreamHost {
     fn set_upstream_override(&mut self, endpoint: &str) -> Result<(), HostError> {
         if self
             .envoy
-            .set_upstream_override_host(endpoint, self.strict_override)
+            .set_upstream_override_host(endpoint, self.config.strict_override)
         {
             Ok(())
         } else {
@@ -296,19 +345,19 @@ impl UpstreamOverride for StreamHost<'_> {
     }
 }
 
-impl Clock for StreamHost<'_> {
+impl Clock for StreamHost {
     fn now(&self) -> Millis {
         wall_clock()
     }
 }
 
-impl Random for StreamHost<'_> {
+impl Random for StreamHost {
     fn random_u64(&mut self) -> u64 {
         thread_random()
     }
 }
 
-impl SnapshotSource for StreamHost<'_> {
+impl SnapshotSource for StreamHost {
     fn snapshot_if_changed(&self, known: Option<SnapshotVersion>) -> SnapshotFetch {
         crate::shared::SNAPSHOT.fetch_if_changed(known)
     }

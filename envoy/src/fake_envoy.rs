@@ -8,7 +8,7 @@
 use crate::abi::{
     BodyKind, BootstrapConfigEnvoyPtr, BootstrapTimerModulePtr, CalloutInitResult, EnvoyBuffer,
     EnvoyHttpHeader, FilterResetReason, HeaderKind, HttpFilterConfigEnvoyPtr, HttpFilterEnvoyPtr,
-    LogLevel, MetricsResult, ModuleBuffer, ModuleHttpHeader,
+    HttpFilterSchedulerPtr, LogLevel, MetricsResult, ModuleBuffer, ModuleHttpHeader,
 };
 use std::cell::RefCell;
 
@@ -68,6 +68,28 @@ pub struct State {
     pub filter_state: Vec<(String, Vec<u8>)>,
     /// When set, callouts fail to start with this result.
     pub callout_init_result: Option<CalloutInitResult>,
+    /// Schedulers made on this thread (`http_filter_scheduler_new`), as their pointers.
+    pub schedulers: Vec<usize>,
+    /// `http_filter_continue_decoding` calls.
+    pub continued: usize,
+}
+
+/// A fake scheduler: counts its commits (from any thread) until it is deleted.
+pub struct FakeScheduler {
+    /// Events committed so far.
+    pub commits: std::sync::atomic::AtomicU64,
+}
+
+/// Schedulers deleted, process-wide (deletes may run on any thread).
+pub static SCHEDULERS_DELETED: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+/// The commits of the scheduler at `ptr` (one [`State::schedulers`] entry, not yet deleted).
+pub fn commits(ptr: usize) -> u64 {
+    // SAFETY: the test passes a pointer the fake made and has not deleted.
+    unsafe { &*(ptr as *const FakeScheduler) }
+        .commits
+        .load(std::sync::atomic::Ordering::SeqCst)
 }
 
 thread_local! {
@@ -654,4 +676,43 @@ unsafe extern "C" fn envoy_dynamic_module_callback_http_set_buffer_limit(
     limit: u64,
 ) {
     with(|s| s.buffer_limit = limit);
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_scheduler_new(
+    _f: HttpFilterEnvoyPtr,
+) -> HttpFilterSchedulerPtr {
+    let raw = Box::into_raw(Box::new(FakeScheduler {
+        commits: std::sync::atomic::AtomicU64::new(0),
+    }));
+    with(|s| s.schedulers.push(raw as usize));
+    raw.cast()
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_scheduler_commit(
+    scheduler: HttpFilterSchedulerPtr,
+    _event_id: u64,
+) {
+    // SAFETY: the module commits only on schedulers it has not deleted.
+    let scheduler = unsafe { &*scheduler.cast::<FakeScheduler>() };
+    scheduler
+        .commits
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_scheduler_delete(
+    scheduler: HttpFilterSchedulerPtr,
+) {
+    // SAFETY: made by `scheduler_new` above, deleted once by the module.
+    drop(unsafe { Box::from_raw(scheduler.cast::<FakeScheduler>()) });
+    SCHEDULERS_DELETED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_continue_decoding(
+    _f: HttpFilterEnvoyPtr,
+) {
+    with(|s| s.continued += 1);
 }

@@ -1,9 +1,10 @@
 //! The module-side objects behind Envoy's HTTP filter pointers: one [`HttpConfig`] per filter
 //! config (shared by every worker, so `Sync`), one [`StreamState`] per HTTP stream.
 //!
-//! `filter_name` in Envoy's `DynamicModuleFilter` selects the logic: `router` (the body router),
-//! `picker` (the endpoint picker) or `probe` (a measuring tool, see `probe.rs`). The adapters
-//! live in `router.rs`, `picker.rs` and `probe.rs`; this file only dispatches.
+//! `filter_name` in Envoy's `DynamicModuleFilter` selects the logic: `router` and `picker`
+//! are each a pipeline of the filters crate's stages (configured in `router.rs` and
+//! `picker.rs`, run by the one generic adapter in `pipeline.rs`); `probe` is a measuring
+//! tool (`probe.rs`). This file only dispatches.
 
 use infergate_filters::stats::StatKind;
 
@@ -43,6 +44,13 @@ pub trait StreamLogic {
     fn on_response_body(&mut self, _envoy: &mut EnvoyStream, _end_of_stream: bool) -> BodyStatus {
         BodyStatus::Continue
     }
+    /// Response trailers arrived (the response is complete).
+    fn on_response_trailers(&mut self, _envoy: &mut EnvoyStream) -> TrailersStatus {
+        TrailersStatus::Continue
+    }
+    /// Envoy ran an event this stream scheduled (a wake of a paused request), on the
+    /// stream's worker thread.
+    fn on_scheduled(&mut self, _envoy: &mut EnvoyStream, _event_id: u64) {}
     /// The stream ended (complete, reset or locally replied).
     fn on_stream_complete(&mut self, _envoy: &mut EnvoyStream) {}
 }
@@ -107,8 +115,8 @@ impl HttpConfig {
         envoy: &mut FilterConfigHandle,
     ) -> Result<HttpConfig, String> {
         let factory: Box<dyn StreamFactory> = match filter_name {
-            "router" => Box::new(crate::router::RouterFactory::new(config, envoy)?),
-            "picker" => Box::new(crate::picker::PickerFactory::new(config, envoy)?),
+            "router" => Box::new(crate::router::factory(config, envoy)?),
+            "picker" => Box::new(crate::picker::factory(config, envoy)?),
             "probe" => Box::new(crate::probe::ProbeFactory::new(config)?),
             other => {
                 return Err(format!(
@@ -194,6 +202,16 @@ impl StreamState {
     /// See [`StreamLogic::on_response_body`].
     pub fn on_response_body(&mut self, envoy: &mut EnvoyStream, end_of_stream: bool) -> BodyStatus {
         self.logic.on_response_body(envoy, end_of_stream)
+    }
+
+    /// See [`StreamLogic::on_response_trailers`].
+    pub fn on_response_trailers(&mut self, envoy: &mut EnvoyStream) -> TrailersStatus {
+        self.logic.on_response_trailers(envoy)
+    }
+
+    /// See [`StreamLogic::on_scheduled`].
+    pub fn on_scheduled(&mut self, envoy: &mut EnvoyStream, event_id: u64) {
+        self.logic.on_scheduled(envoy, event_id);
     }
 
     /// See [`StreamLogic::on_stream_complete`].

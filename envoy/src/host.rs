@@ -27,7 +27,7 @@ impl EnvoyStream {
     }
 
     /// The `filter_envoy_ptr` this handle wraps (to reach the same stream again from its
-    /// destroy hook, see `crate::picker`).
+    /// destroy hook, see `crate::pipeline`).
     pub fn raw(&self) -> HttpFilterEnvoyPtr {
         self.raw
     }
@@ -238,6 +238,19 @@ impl EnvoyStream {
                 strict,
             )
         }
+    }
+
+    /// A new scheduler for this stream (see [`crate::scheduler`]); NULL if Envoy gave none.
+    pub fn new_scheduler(&mut self) -> crate::abi::HttpFilterSchedulerPtr {
+        // SAFETY: `raw` is live and this runs on the stream's worker thread inside a hook,
+        // where Envoy reads the stream's dispatcher.
+        unsafe { cb::envoy_dynamic_module_callback_http_filter_scheduler_new(self.raw) }
+    }
+
+    /// Restarts decoding of the stream a hook stopped (a paused request resumes).
+    pub fn continue_decoding(&mut self) {
+        // SAFETY: `raw` is live; called from a hook of the stream on its worker thread.
+        unsafe { cb::envoy_dynamic_module_callback_http_filter_continue_decoding(self.raw) }
     }
 
     /// Makes Envoy re-match the route after route-relevant request headers changed.

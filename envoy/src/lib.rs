@@ -10,16 +10,20 @@
 //! - [`abi`]: `#[repr(C)]` types, hook return enums and the `extern "C"` callbacks we use.
 //! - [`guard`]: panic containment at every exported hook; [`log`]: Envoy's logger.
 //! - [`host`]: a safe handle over one stream's `filter_envoy_ptr`; [`adapter`]: the filters'
-//!   host traits on it; [`stats`]: Envoy metrics for the filters' stat keys.
+//!   host capabilities on it; [`scheduler`]: the waker of a paused request; [`stats`]: Envoy
+//!   metrics for the filters' stat keys.
 //! - [`filter`]: the config/stream objects behind Envoy's HTTP filter pointers;
-//!   [`router`] and [`picker`]: the two HTTP filters (`filter_name` `router` / `picker`);
-//!   [`probe`]: a measuring filter (`probe`) that only buffers and reads the body.
+//!   [`pipeline`]: the one generic adapter that runs a pipeline of the filters crate's
+//!   stages; [`router`] and [`picker`]: the configs of the two HTTP filters (`filter_name`
+//!   `router` / `picker`), each a pipeline; [`probe`]: a measuring filter (`probe`) that only
+//!   buffers and reads the body.
 //! - [`scraper`]: the bootstrap extension (`extension_name` `scraper`).
 //! - [`shared`]: process-wide state shared by all workers.
 //! - `hooks`: the exported `envoy_dynamic_module_on_*` functions.
 //!
 //! Cargo feature `panic-injection` (test builds only; this crate's unit tests too) adds
-//! `panic_injection`. On a wasm
+//! `panic_injection`; `test-stages` (which it implies) lets a filter config list the filters
+//! crate's test stages under `testStages`. On a wasm
 //! target only the ABI types compile (the callbacks are Envoy symbols, not Wasm imports).
 
 pub mod abi;
@@ -38,9 +42,13 @@ pub mod panic_injection;
 #[cfg(not(target_family = "wasm"))]
 pub mod picker;
 #[cfg(not(target_family = "wasm"))]
+pub mod pipeline;
+#[cfg(not(target_family = "wasm"))]
 pub mod probe;
 #[cfg(not(target_family = "wasm"))]
 pub mod router;
+#[cfg(not(target_family = "wasm"))]
+pub mod scheduler;
 #[cfg(not(target_family = "wasm"))]
 pub mod scraper;
 #[cfg(not(target_family = "wasm"))]

@@ -1,5 +1,6 @@
-//! The endpoint picker as a dynamic-module HTTP filter (`filter_name: picker`), driven by
-//! `infergate_filters::picker`.
+//! The `picker` filter's config: a pipeline of the endpoint picker stage
+//! ([`infergate_filters::stages::PickStage`]) over the process's picker state, run by
+//! `crate::pipeline`.
 //!
 //! **One picker state per Envoy process.** [`PickerShared`] (prefix index, in-flight counts,
 //! sessions, decoded snapshot) lives in a process-wide registry keyed by the config text, so
@@ -26,11 +27,8 @@
 //! (its hosts only join the cluster once the header has created them).
 //!
 //! **In-flight gauges.** A lease taken at the pick raises the pool's and the endpoint's
-//! `infergate.picker.inflight_requests` gauges; the stream's end lowers them, from
-//! `stream_complete` or, when Envoy skipped that (a completion re-entered from inside a
-//! hook, a panic), from the destroy hook. Envoy runs `on_http_filter_destroy` from a member
-//! function of its live filter object, whose config holds the gauges, so the stream's
-//! `filter_envoy_ptr`, kept from its last hook, still reaches them there.
+//! `infergate.picker.inflight_requests` gauges; the stream's end lowers them (the pick
+//! stage's end, which `crate::pipeline` runs on every end path).
 //!
 //! Config: the Wasm flavour's picker JSON (`{"pools": [...]}` or one pool; `role` ignored),
 //! plus the native-only `"upstreamOverride": "strict" | "fallback"`.
@@ -39,13 +37,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use infergate_filters::consistency::PickerDeclaration;
-use infergate_filters::picker::{PickerRequest, PickerShared, SharedPicker};
-use infergate_filters::FilterStatus;
+use infergate_filters::picker::{PickerShared, SharedPicker};
+use infergate_filters::stages::PickStage;
 
-use crate::abi::{BodyStatus, HeadersStatus, HttpFilterEnvoyPtr, TrailersStatus};
 use crate::adapter::HostConfig;
-use crate::filter::{FilterConfigHandle, StreamFactory, StreamLogic};
-use crate::host::EnvoyStream;
+use crate::filter::FilterConfigHandle;
+use crate::pipeline::{take_test_stages, NativeStage, PipelineFactory};
 use crate::router::config_json;
 use crate::stats::StatsRegistry;
 
@@ -69,134 +66,36 @@ fn process_state(
     Ok(shared)
 }
 
-struct Shared {
-    state: Arc<SharedPicker>,
-    host: HostConfig,
-}
-
-/// One picker filter config.
-pub struct PickerFactory {
-    shared: Arc<Shared>,
-    /// This config's entry in the process's config registry (see `crate::shared`).
-    _registration: crate::shared::Registration,
-}
-
-impl PickerFactory {
-    /// Parses the config, attaches to (or creates) the process-wide state, defines stats.
-    pub fn new(config: &[u8], envoy: &mut FilterConfigHandle) -> Result<PickerFactory, String> {
-        let mut value = config_json(config)?;
-        let strict_override = match value
-            .as_object_mut()
-            .and_then(|m| m.remove("upstreamOverride"))
-        {
-            None => true,
-            Some(v) if v == "strict" => true,
-            Some(v) if v == "fallback" => false,
-            Some(other) => {
-                return Err(format!(
-                    "upstreamOverride must be \"strict\" or \"fallback\", got {other}"
-                ))
-            }
-        };
-        let state = process_state(value.to_string(), value)?;
-        let declaration = PickerDeclaration::of(state.plans());
-        let registration = crate::shared::config_registry().register_picker(declaration)?;
-        let host = HostConfig {
-            stats: StatsRegistry::define(envoy, &state.plans().stat_keys()),
-            strict_override,
-        };
-        Ok(PickerFactory {
-            shared: Arc::new(Shared { state, host }),
-            _registration: registration,
-        })
-    }
-}
-
-impl StreamFactory for PickerFactory {
-    fn new_stream(&self) -> Box<dyn StreamLogic> {
-        Box::new(PickerStream {
-            shared: Arc::clone(&self.shared),
-            request: PickerRequest::new(),
-            envoy: core::ptr::null_mut(),
-        })
-    }
-}
-
-struct PickerStream {
-    shared: Arc<Shared>,
-    request: PickerRequest,
-    /// The stream's `filter_envoy_ptr` as of its last hook (NULL before the first), for the
-    /// destroy hook to lower the in-flight gauges (see the module doc).
-    envoy: HttpFilterEnvoyPtr,
-}
-
-impl PickerStream {
-    fn body_step(&mut self, envoy: &mut EnvoyStream, end_of_stream: bool) -> FilterStatus {
-        self.envoy = envoy.raw();
-        let shared = Arc::clone(&self.shared);
-        // The filter locks `state` for the pick alone (see the module doc).
-        shared.host.body_step(envoy, end_of_stream, |host, len| {
-            self.request
-                .on_request_body(&*shared.state, host, len, end_of_stream)
-        })
-    }
-}
-
-impl StreamLogic for PickerStream {
-    fn on_request_headers(
-        &mut self,
-        envoy: &mut EnvoyStream,
-        end_of_stream: bool,
-    ) -> HeadersStatus {
-        self.envoy = envoy.raw();
-        let shared = Arc::clone(&self.shared);
-        // Reads the pool's plan without locking `state`.
-        shared
-            .host
-            .headers_step(envoy, |host| {
-                self.request
-                    .on_request_headers(&*shared.state, host, end_of_stream)
-            })
-            .into()
-    }
-
-    fn on_request_body(&mut self, envoy: &mut EnvoyStream, end_of_stream: bool) -> BodyStatus {
-        self.body_step(envoy, end_of_stream).into()
-    }
-
-    fn on_request_trailers(&mut self, envoy: &mut EnvoyStream) -> TrailersStatus {
-        self.body_step(envoy, true).into()
-    }
-
-    fn on_stream_complete(&mut self, envoy: &mut EnvoyStream) {
-        let shared = Arc::clone(&self.shared);
-        shared.host.headers_step(envoy, |host| {
-            self.request.on_end_counted(&*shared.state, host);
-        });
-    }
-}
-
-impl Drop for PickerStream {
-    /// A stream destroyed without `stream_complete` (or after a panic) still gives its
-    /// in-flight lease back and lowers the gauges; a no-op when the end already ran.
-    fn drop(&mut self) {
-        if !self.request.holds_lease() {
-            return;
+/// Parses the config, attaches to (or creates) the process-wide state, defines stats.
+pub fn factory(config: &[u8], envoy: &mut FilterConfigHandle) -> Result<PipelineFactory, String> {
+    let mut value = config_json(config)?;
+    let strict_override = match value
+        .as_object_mut()
+        .and_then(|m| m.remove("upstreamOverride"))
+    {
+        None => true,
+        Some(v) if v == "strict" => true,
+        Some(v) if v == "fallback" => false,
+        Some(other) => {
+            return Err(format!(
+                "upstreamOverride must be \"strict\" or \"fallback\", got {other}"
+            ))
         }
-        let shared = Arc::clone(&self.shared);
-        if self.envoy.is_null() {
-            // Unreachable (a lease is taken inside a hook, which records the pointer).
-            self.request.on_end(&*shared.state);
-            return;
-        }
-        // SAFETY: the picker's streams are dropped only from `on_http_filter_destroy`,
-        // which Envoy runs from its live filter object (see the module doc): the pointer of
-        // the stream's last hook still designates it, and the handle dies within this call.
-        let mut envoy = unsafe { EnvoyStream::from_hook(self.envoy) };
-        shared.host.headers_step(&mut envoy, |host| {
-            self.request.on_end_counted(&*shared.state, host);
-        });
-    }
+    };
+    let mut stages = take_test_stages(&mut value)?;
+    let state = process_state(value.to_string(), value)?;
+    let declaration = PickerDeclaration::of(state.plans());
+    let registration = crate::shared::config_registry().register_picker(declaration)?;
+    let host = HostConfig {
+        stats: StatsRegistry::define(envoy, &state.plans().stat_keys()),
+        strict_override,
+    };
+    stages.push(Box::new(PickStage::new(state)) as NativeStage);
+    Ok(PipelineFactory::new(
+        stages,
+        host,
+        vec![Box::new(registration)],
+    ))
 }
 
 /// Test access to the process-wide registry.

@@ -14,13 +14,16 @@ use std::collections::BTreeMap;
 use scheduler_core::types::Millis;
 
 use crate::host::{
-    CalloutRequest, CalloutToken, Clock, DynamicMetadata, HostError, HttpCallout, LocalReply,
-    Random, RequestBody, RequestHeaders, ResponseBody, ResponseHeaders, Resume, SnapshotFetch,
-    SnapshotSink, SnapshotSource, SnapshotVersion, Stats, StreamState, UpstreamOverride,
+    BodyBufferLimit, CalloutRequest, CalloutToken, Clock, DynamicMetadata, HostError, HttpCallout,
+    LocalReply, Random, RequestBody, RequestHeaders, RequestWaker, ResponseChunk, ResponseHeaders,
+    RouteRefresh, SnapshotFetch, SnapshotSink, SnapshotSource, SnapshotVersion, Stats, StreamState,
+    UpstreamOverride, WakeSignal, Waker,
 };
 use crate::reply::Reply;
 use crate::stats::StatKey;
 use scheduler_core::scheduling::pick::SplitMix64;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 /// The in-memory host. Public fields are what tests assert on.
 #[derive(Clone, Debug)]
@@ -31,12 +34,18 @@ pub struct FakeHost {
     pub response_headers: Vec<(String, String)>,
     /// The buffered request body.
     pub body: Vec<u8>,
-    /// The current response chunk.
+    /// The response chunk passing now (stages may rewrite it).
     pub response_chunk: Vec<u8>,
     /// Local replies sent, in order.
     pub replies: Vec<Reply>,
-    /// Times `resume_request` was called.
-    pub resumed: u32,
+    /// Wakers handed out by `request_waker`.
+    pub wakers_made: u32,
+    /// Times a waker of this host was woken (from any thread).
+    pub wakes: Arc<AtomicU32>,
+    /// Times `refresh_route` was called.
+    pub route_refreshes: u32,
+    /// The largest body buffer a stage asked for.
+    pub body_buffer: u64,
     /// The clock.
     pub now: Millis,
     /// The random source.
@@ -85,7 +94,10 @@ impl FakeHost {
             body: Vec::new(),
             response_chunk: Vec::new(),
             replies: Vec::new(),
-            resumed: 0,
+            wakers_made: 0,
+            wakes: Arc::new(AtomicU32::new(0)),
+            route_refreshes: 0,
+            body_buffer: 0,
             now: Millis(0),
             rng: SplitMix64::new(7),
             counters: BTreeMap::new(),
@@ -103,6 +115,11 @@ impl FakeHost {
             body_reads: std::cell::Cell::new(0),
             next_token: 1,
         }
+    }
+
+    /// The number of times a waker of this host was woken.
+    pub fn woken(&self) -> u32 {
+        self.wakes.load(Ordering::SeqCst)
     }
 
     /// Add a request header.
@@ -212,21 +229,6 @@ impl ResponseHeaders for FakeHost {
     fn response_header(&self, name: &str) -> Option<String> {
         first(&self.response_headers, name)
     }
-    fn response_headers(&self) -> Vec<(String, String)> {
-        self.response_headers.clone()
-    }
-    fn set_response_header(&mut self, name: &str, value: &str) {
-        remove_all(&mut self.response_headers, name);
-        self.response_headers
-            .push((name.to_owned(), value.to_owned()));
-    }
-    fn add_response_header(&mut self, name: &str, value: &str) {
-        self.response_headers
-            .push((name.to_owned(), value.to_owned()));
-    }
-    fn remove_response_header(&mut self, name: &str) {
-        remove_all(&mut self.response_headers, name);
-    }
 }
 
 impl RequestBody for FakeHost {
@@ -244,9 +246,13 @@ impl RequestBody for FakeHost {
     }
 }
 
-impl ResponseBody for FakeHost {
-    fn response_chunk(&self, len: usize) -> Option<Vec<u8>> {
-        self.response_chunk.get(..len).map(<[u8]>::to_vec)
+impl ResponseChunk for FakeHost {
+    fn response_chunk(&self) -> Option<Vec<u8>> {
+        Some(self.response_chunk.clone())
+    }
+    fn replace_response_chunk(&mut self, bytes: &[u8]) -> Result<(), HostError> {
+        self.response_chunk = bytes.to_vec();
+        Ok(())
     }
 }
 
@@ -256,9 +262,31 @@ impl LocalReply for FakeHost {
     }
 }
 
-impl Resume for FakeHost {
-    fn resume_request(&mut self) {
-        self.resumed += 1;
+/// Counts its wake in the host's `wakes`.
+struct FakeWake(Arc<AtomicU32>);
+
+impl WakeSignal for FakeWake {
+    fn wake(self: Box<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl RequestWaker for FakeHost {
+    fn request_waker(&mut self) -> Result<Waker, HostError> {
+        self.wakers_made += 1;
+        Ok(Waker::new(FakeWake(Arc::clone(&self.wakes))))
+    }
+}
+
+impl RouteRefresh for FakeHost {
+    fn refresh_route(&mut self) {
+        self.route_refreshes += 1;
+    }
+}
+
+impl BodyBufferLimit for FakeHost {
+    fn ensure_body_buffer(&mut self, bytes: u64) {
+        self.body_buffer = self.body_buffer.max(bytes);
     }
 }
 

@@ -7,9 +7,12 @@
 //! (metadata, upstream override) as best effort and a failed required one as an internal
 //! error (500).
 //!
-//! The traits cover what the request pipeline needs even where the first filters use only part:
-//! response headers and the response body stream (usage accounting), body replacement
-//! (`include_usage` forcing, model rewrite) and resume (flow-control queueing).
+//! The traits are what the pipeline's stages use: request headers and body (read, replace),
+//! response headers (read) and each response chunk (read, rewrite) as it passes, local
+//! replies, a waker to pause and resume a request, route refresh, the body buffer cap, the
+//! snapshot, clock, randomness, stats, callouts, metadata, upstream override and per-stream
+//! state. A capability nobody calls is not declared: an adapter implements only what a stage
+//! or the scraper uses.
 
 use scheduler_core::types::Millis;
 
@@ -39,32 +42,30 @@ pub trait RequestHeaders {
     fn remove_request_header(&mut self, name: &str);
 }
 
-/// Read and edit the response headers.
+/// Read the response headers (response-side stages decide by them, e.g. on
+/// `content-type`).
 pub trait ResponseHeaders {
     /// First value of response header `name`, if present.
     fn response_header(&self, name: &str) -> Option<String>;
-    /// Every response header as `(name, value)`, in wire order.
-    fn response_headers(&self) -> Vec<(String, String)>;
-    /// Replace every value of `name` with `value`.
-    fn set_response_header(&mut self, name: &str, value: &str);
-    /// Append one more value of `name`.
-    fn add_response_header(&mut self, name: &str, value: &str);
-    /// Remove every value of `name`.
-    fn remove_response_header(&mut self, name: &str);
 }
 
 /// The request body the host has buffered so far (the filter paused until end of stream).
 pub trait RequestBody {
     /// Up to `len` bytes of the buffered body from `start`; `None` if there is no body.
     fn request_body(&self, start: usize, len: usize) -> Option<Vec<u8>>;
-    /// Replace the whole buffered body (the adapter fixes `content-length`).
+    /// Replace the whole buffered body once it is complete (the adapter fixes
+    /// `content-length`, so the upstream reads exactly `body`).
     fn replace_request_body(&mut self, body: &[u8]) -> Result<(), HostError>;
 }
 
-/// The response body, observed chunk by chunk while it streams through unbuffered.
-pub trait ResponseBody {
-    /// The current chunk (`len` bytes as the host announced), `None` if unavailable.
-    fn response_chunk(&self, len: usize) -> Option<Vec<u8>>;
+/// The response body, one chunk at a time while it streams through unbuffered: read and
+/// rewrite the chunk of the current response-body event. A rewrite that changes a chunk's
+/// length is for streamed (length-less) responses: a `content-length` already sent stays.
+pub trait ResponseChunk {
+    /// The bytes of the chunk passing now, `None` if the host cannot hand them over.
+    fn response_chunk(&self) -> Option<Vec<u8>>;
+    /// Send `bytes` on in place of the chunk passing now.
+    fn replace_response_chunk(&mut self, bytes: &[u8]) -> Result<(), HostError>;
 }
 
 /// Answer the request locally instead of forwarding it.
@@ -73,10 +74,61 @@ pub trait LocalReply {
     fn send_local_reply(&mut self, reply: &Reply);
 }
 
-/// Resume a request paused earlier (flow-control queueing).
-pub trait Resume {
-    /// Continue the request's filter chain from where it paused.
-    fn resume_request(&mut self);
+/// What a [`Waker`] does when woken: tell the host to resume the request it was made for.
+pub trait WakeSignal: Send {
+    /// Resume the request (a no-op once the request is gone).
+    fn wake(self: Box<Self>);
+}
+
+/// A one-shot handle that resumes a paused request, from any thread (native: the
+/// stream's scheduler, which runs the resume on the worker that owns the stream) or from
+/// another context (Wasm). A stage takes one before it answers
+/// [`crate::pipeline::Step::Pause`], hands it to whatever it waits for, and is resumed
+/// through [`crate::pipeline::Stage::on_resume`] on the request's own thread.
+pub struct Waker {
+    signal: Box<dyn WakeSignal>,
+}
+
+impl core::fmt::Debug for Waker {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("Waker")
+    }
+}
+
+impl Waker {
+    /// A waker sending `signal`.
+    pub fn new(signal: impl WakeSignal + 'static) -> Waker {
+        Waker {
+            signal: Box::new(signal),
+        }
+    }
+
+    /// Resume the request.
+    pub fn wake(self) {
+        self.signal.wake();
+    }
+}
+
+/// Pause a request and resume it later (flow-control queueing, an answer from elsewhere).
+pub trait RequestWaker {
+    /// A waker for the current request.
+    fn request_waker(&mut self) -> Result<Waker, HostError>;
+}
+
+/// Make the host match the route again after a stage changed route-relevant request
+/// headers (dynamic modules: clear the route cache; proxy-wasm does it on every header
+/// edit).
+pub trait RouteRefresh {
+    /// Re-match the route on the current request headers.
+    fn refresh_route(&mut self);
+}
+
+/// The host's own cap on a buffered request body, below which a stage's limit must fit
+/// (Envoy answers a plain-text 413 itself once a buffered body passes the stream's buffer
+/// limit).
+pub trait BodyBufferLimit {
+    /// Let the host buffer at least `bytes` of this request's body.
+    fn ensure_body_buffer(&mut self, bytes: u64);
 }
 
 /// A version number of a published snapshot: proxy-wasm's shared-data CAS, or a counter.

@@ -47,9 +47,11 @@ pub mod handoff;
 pub mod headers;
 pub mod host;
 pub mod picker;
+pub mod pipeline;
 pub mod reply;
 pub mod router;
 pub mod scraper;
+pub mod stages;
 pub mod stats;
 pub mod status;
 

@@ -12,7 +12,7 @@
 use super::{
     BodyKind, BootstrapConfigEnvoyPtr, BootstrapTimerModulePtr, CalloutInitResult, EnvoyBuffer,
     EnvoyHttpHeader, FilterResetReason, HeaderKind, HttpFilterConfigEnvoyPtr, HttpFilterEnvoyPtr,
-    LogLevel, MetricsResult, ModuleBuffer, ModuleHttpHeader,
+    HttpFilterSchedulerPtr, LogLevel, MetricsResult, ModuleBuffer, ModuleHttpHeader,
 };
 
 unsafe extern "C" {
@@ -155,6 +155,31 @@ unsafe extern "C" {
         ns: ModuleBuffer,
         key: ModuleBuffer,
         value: ModuleBuffer,
+    );
+
+    // ----- pause and resume -----
+
+    /// Creates a scheduler for the stream (stream's worker thread, inside a hook). The module
+    /// owns the result: `http_filter_scheduler_delete` frees it, from any thread.
+    pub fn envoy_dynamic_module_callback_http_filter_scheduler_new(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+    ) -> HttpFilterSchedulerPtr;
+
+    /// From any thread: Envoy posts `on_http_filter_scheduled(event_id)` to the stream's worker
+    /// thread; nothing happens if the stream is gone by then.
+    pub fn envoy_dynamic_module_callback_http_filter_scheduler_commit(
+        scheduler: HttpFilterSchedulerPtr,
+        event_id: u64,
+    );
+
+    /// Frees a scheduler made by `http_filter_scheduler_new` (any thread, exactly once).
+    pub fn envoy_dynamic_module_callback_http_filter_scheduler_delete(
+        scheduler: HttpFilterSchedulerPtr,
+    );
+
+    /// Restarts decoding of a stream a hook stopped (stream's worker thread).
+    pub fn envoy_dynamic_module_callback_http_filter_continue_decoding(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
     );
 
     // ----- per-stream filter state (stream's worker thread) -----

@@ -42,6 +42,11 @@ pub type HttpFilterEnvoyPtr = *mut c_void;
 /// `on_http_filter_destroy`.
 pub type HttpFilterModulePtr = *const c_void;
 
+/// A stream's scheduler (`http_filter_scheduler_new`). Allocated by Envoy, owned by the
+/// module, which frees it exactly once with `http_filter_scheduler_delete`, from any thread.
+/// Committing on it is allowed from any thread, also after its stream is gone (a no-op).
+pub type HttpFilterSchedulerPtr = *mut c_void;
+
 /// Envoy's `DynamicModuleBootstrapExtensionConfig`. Envoy-owned; valid until
 /// `on_bootstrap_extension_config_destroy`. Main thread only.
 pub type BootstrapConfigEnvoyPtr = *mut c_void;

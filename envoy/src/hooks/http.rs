@@ -299,7 +299,7 @@ extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
         module_ptr,
         TrailersStatus::Continue,
         TrailersStatus::StopIteration,
-        |_, _| TrailersStatus::Continue,
+        |s, e| s.on_response_trailers(e),
     )
 }
 
@@ -345,8 +345,25 @@ extern "C" fn envoy_dynamic_module_on_http_filter_local_reply(
     LocalReplyStatus::Continue
 }
 
-// ----- hooks Envoy requires but this module never triggers (no callouts, streams or
-// schedulers from HTTP filters, and no terminal filter): they do nothing. -----
+/// A paused request's wake, run by Envoy on the stream's worker thread: the stream resumes
+/// its pipeline there (a panic answers 500 like any request-path hook).
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
+    envoy_ptr: HttpFilterEnvoyPtr,
+    module_ptr: HttpFilterModulePtr,
+    event_id: u64,
+) {
+    on_request(
+        "on_http_filter_scheduled",
+        envoy_ptr,
+        module_ptr,
+        (),
+        |s, e| s.on_scheduled(e, event_id),
+    );
+}
+
+// ----- hooks Envoy requires but this module never triggers (no callouts or streams from
+// HTTP filters, and no terminal filter): they do nothing. -----
 
 #[no_mangle]
 extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
@@ -411,14 +428,6 @@ extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset(
 }
 
 #[no_mangle]
-extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
-    _envoy_ptr: HttpFilterEnvoyPtr,
-    _module_ptr: HttpFilterModulePtr,
-    _event_id: u64,
-) {
-}
-
-#[no_mangle]
 extern "C" fn envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(
     _envoy_ptr: HttpFilterEnvoyPtr,
     _module_ptr: HttpFilterModulePtr,
@@ -435,6 +444,10 @@ extern "C" fn envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_
 #[cfg(test)]
 #[path = "http_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "pipeline_tests.rs"]
+mod pipeline_tests;
 
 #[cfg(test)]
 mod active_hook_tests {

@@ -1,0 +1,18 @@
+//! The stages of the request pipeline ([`crate::pipeline`]), one file each:
+//!
+//! - [`route`]: the body router (parse the body, set the model headers, leave the handoff);
+//! - [`pick`]: the endpoint picker (choose an endpoint of the model's pool, hold its
+//!   in-flight lease until the request ends);
+//! - [`testing`]: stages that exercise the host capabilities end to end (pause and resume,
+//!   body replacement, chunk rewriting); adapters accept them only in their test builds.
+//!
+//! A stage wraps the feature's per-request state machine ([`crate::router::RouterRequest`],
+//! [`crate::picker::PickerRequest`]), keeps it in the request's context, and maps its
+//! statuses onto [`crate::pipeline::Step`]s.
+
+pub mod pick;
+pub mod route;
+pub mod testing;
+
+pub use pick::{PickStage, PickerStore};
+pub use route::RouteStage;
