@@ -26,6 +26,7 @@
 //! - [`faults`]: the fault suite: hostile headers and bodies (HTTP/1.1 and HTTP/2),
 //!   failing engines, aborted and held streams; Envoy keeps serving, nothing stays in flight.
 
+mod capabilities;
 mod errors;
 mod faults;
 mod panics;
