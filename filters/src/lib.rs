@@ -1,30 +1,35 @@
-//! Host-agnostic filter logic of the gateway: the per-request state machines of the body
-//! router and the picker, and the scraper loop, written against small host traits so the
+//! Host-agnostic filter logic of the gateway: the request pipeline and its stages (the body
+//! router, the picker), and the scraper loop, written against small host traits so the
 //! proxy-wasm adapter (`wasm/`) and the dynamic-module adapter (`envoy/`) stay thin.
 //!
 //! # Design
 //!
+//! - **One request pipeline.** Every feature is a [`pipeline::Stage`] ([`stages`]); an
+//!   adapter runs "a pipeline of these stages" ([`pipeline::Pipeline`] + one
+//!   [`pipeline::Run`] per request) and never names a feature outside its config parsing.
+//!   Where Envoy must match the route again between stages (the router's model header picks
+//!   the pool cluster), the pipeline is hosted in two Envoy filters, `router` then `picker`;
+//!   the parse and the prompt's block hashes cross between them once, as the [`handoff`].
 //! - **Capabilities, not a host object.** [`host`] declares one small trait per capability
-//!   (request headers, request body, local reply, snapshot source, clock, random, stats,
-//!   callouts, dynamic metadata, upstream override, ...). Each entry point asks only for the
-//!   traits it uses, as generic bounds (`fn on_request_body<H: RequestHeaders + RequestBody +
-//!   LocalReply>(&mut self, host: &mut H, ..)`), so an adapter implements exactly what its
-//!   host offers and a test fake implements exactly what a test drives.
-//! - **Per-request state machines return a [`FilterStatus`]** (`Continue`, `Pause`,
-//!   `Replied`). Adapters map it onto their host: proxy-wasm `Action::Continue` /
-//!   `Action::Pause` (a paused body callback means "buffer"), Envoy dynamic modules'
-//!   `Continue` / `StopIteration*`. `Replied` means a local reply was already sent through
-//!   [`host::LocalReply`]; the adapter stops the filter chain.
-//! - **Shared state is a plain struct with `&mut` methods**: [`picker::PickerShared`] (prefix
-//!   index, in-flight counts, sessions, decoded snapshot) and [`scraper::Scraper`]. One lives
-//!   per Wasm VM (owned in an `Rc<RefCell<_>>` by the proxy-wasm root context) or one per
-//!   Envoy process (behind a `Mutex` in the dynamic module). The adapter picks the lock;
-//!   nothing in here is `Sync`-aware or blocks.
+//!   (request headers and body, response headers and chunks, local reply, waker, snapshot
+//!   source, clock, random, stats, callouts, dynamic metadata, upstream override, ...). A
+//!   stage asks for the traits it uses as bounds on the host type, so an adapter implements
+//!   exactly what its host offers and a test fake exactly what a test drives.
+//! - **Steps, not host statuses.** A stage answers [`pipeline::Step`] (`Next`, `Pause`,
+//!   `Reply`); the driver answers the adapter a [`FilterStatus`] (`Continue`, `Pause`,
+//!   `Replied`), which the adapter maps onto its host: proxy-wasm `Action::Continue` /
+//!   `Action::Pause`, Envoy dynamic modules' `Continue` / `StopIteration*`.
+//! - **Per-request data lives in the request's context** ([`pipeline::RequestContext`]),
+//!   each stage's under a type of its own, and is dropped with the request whatever path it
+//!   ends by; every stage's `on_end` runs exactly once.
+//! - **Shared state**: [`picker::PickerShared`] (prefix index, in-flight counts, sessions,
+//!   decoded snapshot; each pool behind its own lock) and [`scraper::Scraper`]. One lives
+//!   per Envoy process in the native flavour; the Wasm flavour reaches one owner through
+//!   the singleton service.
 //! - **In-flight accounting cannot leak or double count**: a pick returns an
-//!   [`picker::InFlightLease`] (not `Clone`, `#[must_use]`), held by the request's
-//!   [`picker::PickerRequest`]; [`picker::PickerRequest::on_end_counted`] gives it back by
-//!   value exactly once, whichever of "complete" and "reset" (or the context drop) comes
-//!   first, and moves the in-flight gauges back with it.
+//!   [`picker::InFlightLease`] (not `Clone`), held by the request's
+//!   [`picker::PickerRequest`] in the context; it is given back at the request's end, or
+//!   gives itself back when dropped.
 //! - **No decisions here that belong to the core**: endpoint choice is
 //!   `scheduler_core::scheduling`; this crate turns host events into core calls and core
 //!   results into headers, replies and stats.
@@ -32,14 +37,14 @@
 //!   returned to the adapter (which refuses to start); a request-time internal error becomes
 //!   a 500 OpenAI-style reply.
 //!
-//! Module map: [`host`] (capability traits), [`status`] (what a callback returns),
-//! [`reply`] (OpenAI error replies), [`stats`] (stat names and families), [`headers`]
-//! (wire names and client-header stripping), [`handoff`] (router → picker per-stream
-//! handoff), [`router`] (body router), [`picker`]
-//! (endpoint picker), [`scraper`] (metrics scraper), [`consistency`] (checks between
-//! separately loaded configs), [`fake`] (a builder-style fake host
-//! for tests; feature `fake-host` exports it). `benches/filters.rs` measures the router
-//! and the picker on an 8k-token body.
+//! Module map: [`pipeline`] (stage trait, context, driver), [`stages`] (route, pick, test
+//! stages), [`host`] (capability traits), [`status`] (what the driver returns), [`reply`]
+//! (OpenAI error replies), [`stats`] (stat names and families), [`headers`] (wire names and
+//! client-header stripping), [`handoff`] (router → picker per-stream handoff), [`router`]
+//! (body router), [`picker`] (endpoint picker), [`scraper`] (metrics scraper),
+//! [`consistency`] (checks between separately loaded configs), [`fake`] (a builder-style
+//! fake host for tests; feature `fake-host` exports it). `benches/filters.rs` measures the
+//! router and the picker on an 8k-token body.
 
 pub(crate) mod codec;
 pub mod consistency;
