@@ -2,7 +2,8 @@
 //! Envoy by a test stage of the `test-stages` build (`testStages` in the picker's config):
 //!
 //! - a request paused at its headers reaches the upstream only after another thread woke
-//!   it, resumes on its own worker thread, and a request sent meanwhile is not held up;
+//!   it, resumes on its own worker thread, and a request sent meanwhile is not held up; a
+//!   paused request whose client left is never sent, and its late wake harms nothing;
 //! - every chunk of a streamed response is rewritten as it passes, still unbuffered;
 //! - a replaced request body reaches the upstream whole, with its own `content-length`.
 //!
@@ -232,6 +233,35 @@ async fn pause_resume_chunk_rewrite_and_body_replacement_work_through_envoy(flav
         resumed.header(PAUSE),
         None,
         "the test header stays in Envoy"
+    );
+
+    // A paused request whose client goes away: the stream ends while paused, the wake
+    // that comes later finds it gone (Envoy's scheduler holds the stream weakly), and the
+    // request never reaches the upstream.
+    let before = recorder.received().len();
+    let pid = stack.envoy().pid();
+    let gone = tokio::time::timeout(
+        Duration::from_millis(200),
+        post_json(&url, &chat(MODEL, "i will not wait"), &[(PAUSE, "800")]),
+    )
+    .await;
+    assert!(
+        gone.is_err(),
+        "{}: the paused request was answered",
+        tag(flavor)
+    );
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let after = post_json(&url, &chat(MODEL, "still there?"), &[])
+        .await
+        .unwrap();
+    assert_eq!(after.status, 200, "{}\n{}", after.text(), log());
+    assert_eq!(stack.envoy().pid(), pid, "{}: Envoy restarted", tag(flavor));
+    let received = recorder.received();
+    assert_eq!(
+        received.len(),
+        before + 1,
+        "{}: the abandoned request reached the upstream",
+        tag(flavor)
     );
 
     // Chunk rewrite: every SSE chunk arrives upper-cased, as the upstream sends it.
