@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use scheduler_core::prefix::PrefixIndex;
 use scheduler_core::scheduling::candidates::CandidateRules;
 use scheduler_core::scheduling::Scheduler;
+use scheduler_core::snapshot::Snapshot;
 
 use super::config::{PickerConfigError, PoolConfig};
 use super::lease::{InFlightGauges, PoolLoad};
@@ -30,6 +31,8 @@ pub(super) struct PoolState {
     pub(super) sessions: SessionTable,
     /// The snapshot generation `sample_of` and `capacity` were built from (0: none yet).
     pub(super) generation: u64,
+    /// That snapshot (the pool's picks read it without the snapshot's lock).
+    pub(super) snapshot: Option<Arc<Snapshot>>,
     /// Per endpoint: its record's index in that snapshot.
     pub(super) sample_of: Vec<Option<usize>>,
     /// Per endpoint: the prefix LRU capacity last applied.
@@ -51,6 +54,7 @@ impl PoolState {
             prefix,
             sessions: SessionTable::new(cfg.max_sessions),
             generation: 0,
+            snapshot: None,
             sample_of: vec![None; n],
             capacity: vec![None; n],
             reported_missing: None,

@@ -243,25 +243,27 @@ impl PickerShared {
         )
     }
 
-    /// Bring `state`'s view of the snapshot up to the current generation; returns that
-    /// snapshot (`None` before the first decode).
-    fn sync(&self, pool: PoolId, state: &mut PoolState) -> Option<Arc<Snapshot>> {
-        let (generation, snapshot) = self.inner.snapshot.current();
-        if generation != state.generation {
-            state.generation = generation;
-            if let Some(snapshot) = &snapshot {
-                if let Some(report) = reindex(pool, state, snapshot) {
-                    let mut queue = self
-                        .inner
-                        .reports
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner);
-                    queue.push(report);
-                    self.inner.has_reports.store(true, Ordering::SeqCst);
-                }
-            }
+    /// Bring `state`'s view of the snapshot up to the current generation (one atomic load
+    /// when it is).
+    fn sync(&self, pool: PoolId, state: &mut PoolState) {
+        if self.inner.snapshot.generation() == state.generation {
+            return;
         }
-        snapshot
+        let (generation, snapshot) = self.inner.snapshot.current();
+        state.generation = generation;
+        state.snapshot = snapshot;
+        let Some(snapshot) = state.snapshot.clone() else {
+            return;
+        };
+        if let Some(report) = reindex(pool, state, &snapshot) {
+            let mut queue = self
+                .inner
+                .reports
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            queue.push(report);
+            self.inner.has_reports.store(true, Ordering::SeqCst);
+        }
     }
 
     /// Pick an endpoint of `plan`'s pool for `req`; on success the endpoint's in-flight
@@ -282,9 +284,9 @@ impl PickerShared {
             return Err(Rejection::NoEndpoints);
         };
         let mut guard = pool.lock();
-        let snapshot = self.sync(plan.id, &mut guard);
+        self.sync(plan.id, &mut guard);
         let state = &mut *guard;
-        let samples = snapshot.as_deref().map(|s| s.endpoints.as_slice());
+        let samples = state.snapshot.as_deref().map(|s| s.endpoints.as_slice());
         let endpoints = state
             .endpoints
             .iter()

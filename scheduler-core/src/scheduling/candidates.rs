@@ -23,7 +23,7 @@
 //! outside its pool.
 //!
 //! [`pool_candidates`] runs both steps and builds the scheduler's [`Candidate`] list with
-//! each candidate's index in the pool, classifying each endpoint once.
+//! each candidate's index in the pool.
 
 use alloc::vec::Vec;
 
@@ -223,25 +223,32 @@ pub struct PoolCandidates<'a> {
 }
 
 /// Classify every endpoint, choose the set, and build the scheduler's candidates (fresh
-/// ones with their metrics, degraded ones without).
-pub fn pool_candidates<'a>(
-    endpoints: impl IntoIterator<Item = PoolEndpoint<'a>>,
+/// ones with their metrics, degraded ones without). The endpoints are walked twice
+/// (classifying is a few compares), so the only allocations are the two result lists.
+pub fn pool_candidates<'a, I>(
+    endpoints: I,
     rules: &CandidateRules,
     now: Millis,
-) -> Result<PoolCandidates<'a>, NoCandidates> {
-    let classified: Vec<(PoolEndpoint<'a>, EndpointClass<'a>)> = endpoints
-        .into_iter()
-        .map(|e| (e, classify(e.record, rules, now)))
-        .collect();
-    let selection = select(classified.iter().map(|(_, c)| *c), rules.failure_mode)?;
-    let mut candidates = Vec::with_capacity(classified.len());
-    let mut pool_index = Vec::with_capacity(classified.len());
-    for (i, (endpoint, class)) in classified.iter().enumerate() {
-        if !selection.admits(class) {
+) -> Result<PoolCandidates<'a>, NoCandidates>
+where
+    I: IntoIterator<Item = PoolEndpoint<'a>>,
+    I::IntoIter: Clone,
+{
+    let endpoints = endpoints.into_iter();
+    let selection = select(
+        endpoints.clone().map(|e| classify(e.record, rules, now)),
+        rules.failure_mode,
+    )?;
+    let (lower, _) = endpoints.size_hint();
+    let mut candidates = Vec::with_capacity(lower);
+    let mut pool_index = Vec::with_capacity(lower);
+    for (i, endpoint) in endpoints.enumerate() {
+        let class = classify(endpoint.record, rules, now);
+        if !selection.admits(&class) {
             continue;
         }
         let metrics = match class {
-            EndpointClass::Fresh(m) => Some(*m),
+            EndpointClass::Fresh(m) => Some(m),
             _ => None,
         };
         candidates.push(Candidate {

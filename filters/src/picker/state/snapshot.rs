@@ -1,13 +1,15 @@
 //! The picker's decoded metric snapshot, behind its own small lock.
 //!
 //! It is read from the host only when the host's version changed, decoded only when the
-//! header says the bytes did, and handed to picks as an `Arc` with a generation number
-//! (1 for the first decoded snapshot, then one more per new content): each pool rebuilds
-//! its view of the snapshot (which record is whose) when it sees a generation it has not
-//! seen. Decoding reuses the previous buffers whenever no pick still holds them, so a
-//! stable pool re-decodes without allocating. The lock is never held while a pool's lock
-//! is taken, so it orders after every pool lock.
+//! header says the bytes did, and handed to the pools as an `Arc` with a generation
+//! number (1 for the first decoded snapshot, then one more per new content, also kept in
+//! an atomic): a pool whose generation is current picks from the `Arc` it keeps, after
+//! one atomic load; one that is behind takes the new `Arc` and rebuilds its view (which
+//! record is whose). Decoding reuses the buffers of the snapshot before last whenever no
+//! pool still holds it, so a stable pool re-decodes without allocating. The lock is never
+//! held while a pool's lock is taken, so it orders after every pool lock.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use scheduler_core::snapshot::{decode_into, read_header, Snapshot, SnapshotHeader};
@@ -30,6 +32,8 @@ struct Slot {
 #[derive(Debug, Default)]
 pub(super) struct SnapshotSlot {
     slot: Mutex<Slot>,
+    /// `slot.generation`, readable without the lock (a pool up to date skips it).
+    generation: AtomicU64,
 }
 
 /// A decoded snapshot and its generation.
@@ -73,6 +77,7 @@ impl SnapshotSlot {
                 slot.header = Some(header);
                 slot.spare = slot.current.replace(spare);
                 slot.generation = slot.generation.saturating_add(1);
+                self.generation.store(slot.generation, Ordering::Release);
                 (SnapshotRefresh::Updated, true)
             }
             Err(_) => {
@@ -80,6 +85,11 @@ impl SnapshotSlot {
                 (SnapshotRefresh::Undecodable, false)
             }
         }
+    }
+
+    /// The current generation (0 before the first decode), without the lock.
+    pub(super) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// The current snapshot and its generation (0 and `None` before the first decode).
