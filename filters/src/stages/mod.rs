@@ -16,3 +16,6 @@ pub mod testing;
 
 pub use pick::{PickStage, PickerStore};
 pub use route::RouteStage;
+
+#[cfg(test)]
+mod tests;

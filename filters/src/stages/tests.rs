@@ -1,0 +1,195 @@
+//! The stages through the driver over the fake host: the router's pipeline leaves the
+//! handoff, the picker's picks from it and gives its lease back at the end; the test stages
+//! use the waker, the body replacement and the chunk rewrite.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::testing::{self, PauseStage, ReplaceBodyStage, RewriteChunksStage};
+use super::*;
+use crate::fake::FakeHost;
+use crate::headers::{BASE_MODEL, DESTINATION_ENDPOINT};
+use crate::host::Waker;
+use crate::picker::{PickerShared, SharedPicker};
+use crate::pipeline::{Pipeline, Run, Stage};
+use crate::router::Router;
+use crate::FilterStatus;
+
+const BODY: &[u8] = br#"{"model":"llama","messages":[{"role":"user","content":"hello there"}]}"#;
+
+fn router_pipeline() -> Pipeline<FakeHost> {
+    let router = Router::from_json(serde_json::json!({
+        "bodyLimitBytes": 1024,
+        "pools": [{"name": "p", "baseModel": "llama"}]
+    }))
+    .unwrap();
+    Pipeline::new(vec![Box::new(RouteStage::new(Arc::new(router)))])
+}
+
+fn picker_pipeline() -> (Pipeline<FakeHost>, Arc<SharedPicker>) {
+    let state = PickerShared::from_json(serde_json::json!({
+        "pool": "p", "baseModel": "llama", "endpoints": ["10.0.0.1:8000"],
+        "failureMode": "FailOpen"
+    }))
+    .unwrap();
+    let shared = Arc::new(SharedPicker::new(state));
+    let stage: Box<dyn Stage<FakeHost>> = Box::new(PickStage::new(Arc::clone(&shared)));
+    (Pipeline::new(vec![stage]), shared)
+}
+
+/// Requests the picker state counts in flight on the pool's endpoint.
+fn counted(shared: &SharedPicker) -> u32 {
+    let state = shared.state();
+    state
+        .pool_for_base_model("llama")
+        .and_then(|p| state.inflight(p, "10.0.0.1:8000"))
+        .map_or(u32::MAX, |i| i.requests)
+}
+
+fn in_flight(host: &FakeHost) -> u64 {
+    host.gauges
+        .get("infergate.picker.inflight_requests.pool.p")
+        .copied()
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_router_pipeline_hands_off_to_the_picker_pipeline_which_releases_at_the_end() {
+    let mut host = FakeHost::new().post("/v1/chat/completions", BODY);
+    let router = router_pipeline();
+    let mut run = Run::new();
+    assert_eq!(
+        run.request_headers(&router, &mut host, false),
+        FilterStatus::Pause
+    );
+    assert_eq!(
+        host.body_buffer, 1025,
+        "the host may buffer past the router's limit"
+    );
+    let len = host.body.len();
+    assert_eq!(
+        run.request_body(&router, &mut host, len, true),
+        FilterStatus::Continue
+    );
+    assert_eq!(host.header(BASE_MODEL), Some("llama"));
+    assert!(host.route_refreshes >= 1, "the route is matched again");
+    run.end(&router, &mut host);
+
+    let (picker, _shared) = picker_pipeline();
+    let reads = host.body_reads.get();
+    let mut run = Run::new();
+    // The handoff is there: the pick happens at the headers, without the body.
+    assert_eq!(
+        run.request_headers(&picker, &mut host, false),
+        FilterStatus::Continue
+    );
+    assert_eq!(host.body_reads.get(), reads);
+    assert_eq!(host.header(DESTINATION_ENDPOINT), Some("10.0.0.1:8000"));
+    assert_eq!(in_flight(&host), 1);
+    run.response_headers(&picker, &mut host, true);
+    run.end(&picker, &mut host);
+    assert_eq!(in_flight(&host), 0, "the end gives the lease back");
+    assert_eq!(host.gauge_underflows, 0);
+}
+
+#[test]
+fn a_picker_run_dropped_without_its_end_still_gives_the_lease_back() {
+    let mut host = FakeHost::new()
+        .post("/v1/chat/completions", BODY)
+        .request_header(BASE_MODEL, "llama");
+    let (picker, shared) = picker_pipeline();
+    let mut run = Run::new();
+    // No handoff: the picker waits for the body, then picks.
+    assert_eq!(
+        run.request_headers(&picker, &mut host, false),
+        FilterStatus::Pause
+    );
+    let len = host.body.len();
+    assert_eq!(
+        run.request_body(&picker, &mut host, len, true),
+        FilterStatus::Continue
+    );
+    assert!(host.header(DESTINATION_ENDPOINT).is_some());
+    assert_eq!(counted(&shared), 1);
+    drop(run);
+    assert_eq!(counted(&shared), 0, "the lease went back with the context");
+    // Its gauge decrement is owed to the pool's next request (there was no host at the
+    // drop), so the next request's end settles it without going below zero.
+    let mut next = Run::new();
+    next.request_headers(&picker, &mut host, false);
+    next.request_body(&picker, &mut host, len, true);
+    next.end(&picker, &mut host);
+    assert_eq!(counted(&shared), 0);
+    assert_eq!(host.gauge_underflows, 0);
+}
+
+#[test]
+fn the_router_answers_413_while_buffering() {
+    let mut host = FakeHost::new().post("/v1/chat/completions", BODY);
+    let router = router_pipeline();
+    let mut run = Run::new();
+    run.request_headers(&router, &mut host, false);
+    assert_eq!(
+        run.request_body(&router, &mut host, 600, false),
+        FilterStatus::Pause
+    );
+    assert_eq!(
+        run.request_body(&router, &mut host, 2000, false),
+        FilterStatus::Replied
+    );
+    assert_eq!(host.last_reply().map(|r| r.status), Some(413));
+    run.end(&router, &mut host);
+}
+
+fn wake_on_a_thread(waker: Waker, _delay: Duration) {
+    let woke = std::thread::spawn(move || waker.wake());
+    assert!(woke.join().is_ok());
+}
+
+#[test]
+fn the_pause_stage_waits_for_its_waker_and_marks_the_resume() {
+    let pipeline: Pipeline<FakeHost> =
+        Pipeline::new(vec![Box::new(PauseStage::new(wake_on_a_thread))]);
+    let mut host = FakeHost::new()
+        .post("/v1/chat/completions", BODY)
+        .request_header(testing::PAUSE_HEADER, "5");
+    let mut run = Run::new();
+    assert_eq!(
+        run.request_headers(&pipeline, &mut host, false),
+        FilterStatus::Pause
+    );
+    assert_eq!(host.header(testing::PAUSE_HEADER), None);
+    assert_eq!(host.woken(), 1, "woken from the other thread");
+    assert_eq!(run.wake(&pipeline, &mut host), Some(FilterStatus::Continue));
+    assert_eq!(host.header(testing::RESUMED_HEADER), Some("same-thread"));
+}
+
+#[test]
+fn the_body_and_chunk_stages_rewrite_through_the_host() {
+    let pipeline: Pipeline<FakeHost> = Pipeline::new(vec![
+        Box::new(ReplaceBodyStage),
+        Box::new(RewriteChunksStage),
+    ]);
+    let mut host = FakeHost::new()
+        .post("/v1/chat/completions", BODY)
+        .request_header(testing::REPLACE_BODY_HEADER, "other words")
+        .request_header(testing::REWRITE_CHUNKS_HEADER, "1");
+    host.response_headers
+        .push(("content-type".into(), "text/event-stream".into()));
+    let mut run = Run::new();
+    assert_eq!(
+        run.request_headers(&pipeline, &mut host, false),
+        FilterStatus::Pause
+    );
+    let len = host.body.len();
+    assert_eq!(
+        run.request_body(&pipeline, &mut host, len, true),
+        FilterStatus::Continue
+    );
+    assert_eq!(host.body, testing::replaced_body("llama", "other words"));
+    run.response_headers(&pipeline, &mut host, false);
+    host.response_chunk = b"data: x\n\n".to_vec();
+    run.response_chunk(&pipeline, &mut host, false);
+    assert_eq!(host.response_chunk, b"DATA: X\n\n");
+}
