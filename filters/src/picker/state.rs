@@ -407,6 +407,15 @@ impl PickerShared {
             .map_or(0, |p| p.lock().sessions.len())
     }
 
+    /// Whether `pool`'s lock is held right now (the one-thread test, run in Wasm).
+    #[cfg(all(test, target_family = "wasm"))]
+    pub(super) fn pool_is_locked(&self, pool: PoolId) -> bool {
+        self.inner
+            .pools
+            .get(pool.0)
+            .is_some_and(|p| p.try_lock().is_none())
+    }
+
     /// Hold `pool`'s lock (tests: what proceeds while a pool is busy).
     #[cfg(test)]
     pub(super) fn hold_pool(&self, pool: PoolId) -> Option<std::sync::MutexGuard<'_, PoolState>> {

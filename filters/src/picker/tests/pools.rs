@@ -94,6 +94,25 @@ fn a_lease_dropped_on_the_thread_holding_its_pool_lock_neither_blocks_nor_panics
     assert!(worker.join().is_ok());
 }
 
+/// The same on one thread, as Wasm runs everything (`cargo test -p infergate-filters
+/// --target wasm32-wasip1` with the wasi runner): a std mutex there cannot block, it
+/// panics when locked twice, so a give-back that took the pool's lock would panic here.
+#[cfg(target_family = "wasm")]
+#[test]
+fn on_one_thread_a_lease_dropped_under_its_pool_lock_neither_blocks_nor_panics() {
+    let mut s = shared(pool(&[A], json!({})));
+    let mut host = host_for(&chat("x"), Some(fresh_all(&[A])));
+    let (_, req) = pick_one(&mut s, &mut host);
+    assert!(req.holds_lease());
+    let guard = s.hold_pool(PoolId(0));
+    assert!(guard.is_some());
+    assert!(s.pool_is_locked(PoolId(0)));
+    drop(req);
+    assert_eq!(requests_in_flight(&s, A), 0);
+    drop(guard);
+    assert!(!s.pool_is_locked(PoolId(0)));
+}
+
 #[test]
 fn a_pick_in_one_pool_proceeds_while_another_pool_is_locked() {
     let picker = Arc::new(SharedPicker::new(two_pools()));
