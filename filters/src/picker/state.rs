@@ -29,18 +29,19 @@
 //! pick). A lease is given back without any lock ([`super::lease`]).
 
 mod snapshot;
+mod view;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use scheduler_core::scheduling::candidates::{
-    pool_candidates, NoCandidates, PoolEndpoint, Selection, SnapshotRecord,
+    pool_candidates, NoCandidates, PoolEndpoint, Selection,
 };
 use scheduler_core::scheduling::RequestView;
-use scheduler_core::snapshot::Snapshot;
 use scheduler_core::types::{BlockHash, InFlight, Millis, Tokens};
 
 use self::snapshot::SnapshotSlot;
+use self::view::{record_of, reindex};
 use super::config::{PickerConfig, PickerConfigError};
 use super::lease::InFlightLease;
 use super::plan::{PickerPlans, PoolPlan, UnscrapedReport};
@@ -421,53 +422,4 @@ impl PickerShared {
     pub(super) fn hold_pool(&self, pool: PoolId) -> Option<std::sync::MutexGuard<'_, PoolState>> {
         self.inner.pools.get(pool.0).map(Pool::lock)
     }
-}
-
-/// An endpoint's record: `index` in the snapshot's list, if mapped.
-fn record_of<'a>(
-    samples: Option<&'a [scheduler_core::snapshot::EndpointSample]>,
-    index: Option<usize>,
-) -> SnapshotRecord<'a> {
-    match samples {
-        None => SnapshotRecord::NoSnapshot,
-        Some(list) => index
-            .and_then(|i| list.get(i))
-            .map_or(SnapshotRecord::Missing, SnapshotRecord::Present),
-    }
-}
-
-/// Map each endpoint of `state` to its record in `snapshot` and apply LRU capacities;
-/// the report to queue when the set of endpoints missing from it changed (or on the first
-/// snapshot the pool sees).
-fn reindex(pool: PoolId, state: &mut PoolState, snapshot: &Snapshot) -> Option<UnscrapedReport> {
-    let samples = &snapshot.endpoints;
-    let mut missing = Vec::new();
-    for (i, address) in state.endpoints.iter().enumerate() {
-        let found = samples.iter().position(|s| &s.address == address);
-        if let Some(slot) = state.sample_of.get_mut(i) {
-            *slot = found;
-        }
-        if found.is_none() {
-            missing.push(i);
-        }
-        let metrics = found
-            .and_then(|f| samples.get(f))
-            .and_then(|s| s.metrics.as_ref());
-        let cap = state.scheduler.lru_capacity_for(metrics);
-        if let Some(applied) = state.capacity.get_mut(i) {
-            if *applied != Some(cap) {
-                state.prefix.set_capacity(address, cap);
-                *applied = Some(cap);
-            }
-        }
-    }
-    if state.reported_missing.as_ref() == Some(&missing) {
-        return None;
-    }
-    let endpoints = missing
-        .iter()
-        .filter_map(|i| state.endpoints.get(*i).cloned())
-        .collect();
-    state.reported_missing = Some(missing);
-    Some(UnscrapedReport { pool, endpoints })
 }
