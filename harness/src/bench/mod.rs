@@ -6,6 +6,8 @@
 //!   tokens over 6 turns, concurrency 16), run through one or more gateway stacks on one
 //!   shared simulated pool: the demo, `bench ttft` and `bench affinity`.
 //!   [`columns`] holds a run's results and renders them; [`cli`] parses the shared flags.
+//! - [`hotspot`]: the demo's second scenario: one replica kept full of long-context
+//!   requests, the calibration's chat workload through `/rr` and through the picker.
 //! - [`fast_backend`]: a backend that answers at once (a small completion JSON, a constant
 //!   `/metrics` page), so a proxy-overhead run measures Envoy and the filters, not an engine.
 //! - [`closed_loop`]: a fixed-concurrency keep-alive HTTP/1.1 client measuring requests/s
@@ -25,6 +27,7 @@ pub mod cli;
 pub mod closed_loop;
 pub mod columns;
 pub mod fast_backend;
+pub mod hotspot;
 pub mod logic;
 pub mod overhead;
 pub mod overhead_table;

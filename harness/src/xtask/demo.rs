@@ -1,21 +1,96 @@
-//! `cargo xtask demo [--flavor wasm|native] [--quick] [--time-scale S]`: the README's main
-//! command. Builds the artefacts, brings the gateway up on the simulated pool of the
-//! calibration, sends the multi-turn workload to Envoy's round-robin `/rr` and then through
-//! the picker, prints the two side by side with the TTFT and cache-hit ratios, and stops
-//! Envoy and the simulator.
+//! `cargo xtask demo [--scenario calibration|hotspot] …`: the README's main command. Builds
+//! the artefacts, brings the gateway up on a simulated pool, sends a multi-turn chat
+//! workload to Envoy's round-robin `/rr` and then through the picker, prints the two side by
+//! side, and stops Envoy and the simulator.
+//!
+//! - `calibration` (the default): the calibration pool and workload, TTFT and cache-hit
+//!   ratios.
+//! - `hotspot`: the same, with one replica kept full by long-context requests sent straight
+//!   to it (`crate::bench::hotspot`): TTFT p50/p99, the new requests each replica received,
+//!   and whether the picker kept away from the full replica.
 
 use super::bench::{compare_with_baseline, prepare};
 use crate::bench::calibration::{CalibrationArgs, Route, RunSpec};
-use crate::launch::Flavor;
-use anyhow::Result;
+use crate::bench::hotspot::{self, HotspotOptions};
+use crate::launch::{runtime, Flavor};
+use anyhow::{bail, Result};
 
-/// Envoy worker threads of the demo. One: on a 2-core machine the simulator and the load
-/// generator need the other core, and a Wasm picker keeps its prefix index per worker, so
-/// with more workers each sees only part of a conversation (`bench affinity` shows it).
+const USAGE: &str = "usage: cargo xtask demo [--scenario calibration|hotspot] [options]
+  calibration  (the default) the calibration workload through /rr and through the picker:
+               TTFT and cache-hit ratios side by side
+               [--flavor wasm|native] [--workers N (1)] [--time-scale S] [--quick]
+  hotspot      one replica kept at >= 95% KV usage by long-context requests sent straight to
+               it; the same workload through /rr and through the picker: TTFT p50/p99, new
+               requests per replica (none may reach the full replica through the picker),
+               TTFT on the full replica vs the others, the full replica's KV min/mean
+               [--flavor wasm|native] [--workers N (2)] [--time-scale S] [--quick]
+               [--picker-config kv-filter|default (kv-filter: a utilization-filter at 0.9 KV
+               ahead of the default scorers; default: the picker's built-in config)]";
+
+/// Envoy worker threads of the calibration scenario. One: on a 2-core machine the simulator
+/// and the load generator need the other core, and a Wasm picker keeps its prefix index per
+/// worker, so with more workers each sees only part of a conversation (`bench affinity`
+/// shows it).
 const DEMO_WORKERS: u32 = 1;
+
+/// Which scenario the demo runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scenario {
+    Calibration,
+    Hotspot,
+}
+
+/// Splits `--scenario NAME` off the arguments.
+fn scenario(args: &[String]) -> Result<(Scenario, Vec<String>)> {
+    let mut rest = Vec::new();
+    let mut which = Scenario::Calibration;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        if arg == "--scenario" {
+            which = match it.next().map(String::as_str) {
+                Some("calibration") => Scenario::Calibration,
+                Some("hotspot") => Scenario::Hotspot,
+                Some(other) => bail!("unknown scenario `{other}`\n{USAGE}"),
+                None => bail!("--scenario needs a value\n{USAGE}"),
+            };
+        } else {
+            rest.push(arg.clone());
+        }
+    }
+    Ok((which, rest))
+}
 
 /// Entry point of `cargo xtask demo`.
 pub fn run(args: &[String]) -> Result<()> {
+    if args
+        .iter()
+        .any(|a| matches!(a.as_str(), "-h" | "--help" | "help"))
+    {
+        println!("{USAGE}");
+        return Ok(());
+    }
+    let (which, rest) = scenario(args)?;
+    match which {
+        Scenario::Calibration => calibration(&rest),
+        Scenario::Hotspot => {
+            // Bad arguments fail before the build.
+            let opts = HotspotOptions::parse(&rest)?;
+            prepare()?;
+            eprintln!(
+                "demo (hotspot): replica 0 kept full by long-context requests; the same \
+                 multi-turn workload through Envoy's round-robin route, then through the \
+                 gateway picker (Envoy --concurrency {})",
+                opts.workers
+            );
+            let out = runtime()?.block_on(hotspot::run(&opts))?;
+            println!("\n{out}");
+            eprintln!("demo: Envoy and the simulator stopped");
+            Ok(())
+        }
+    }
+}
+
+fn calibration(args: &[String]) -> Result<()> {
     // Bad arguments fail before the build.
     let a = CalibrationArgs::parse(args, &[Flavor::Wasm], &[DEMO_WORKERS])?;
     prepare()?;
@@ -51,4 +126,29 @@ pub fn run(args: &[String]) -> Result<()> {
     println!("\n{out}");
     eprintln!("demo: Envoy and the simulator stopped");
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn strings(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn scenario_is_split_off_and_defaults_to_calibration() {
+        let (s, rest) = scenario(&strings(&["--quick"])).unwrap();
+        assert_eq!((s, rest), (Scenario::Calibration, strings(&["--quick"])));
+        let (s, rest) =
+            scenario(&strings(&["--flavor", "native", "--scenario", "hotspot"])).unwrap();
+        assert_eq!(
+            (s, rest),
+            (Scenario::Hotspot, strings(&["--flavor", "native"]))
+        );
+        assert!(scenario(&strings(&["--scenario", "x"])).is_err());
+        assert!(scenario(&strings(&["--scenario"])).is_err());
+        assert!(USAGE.contains("calibration") && USAGE.contains("hotspot"));
+    }
 }
