@@ -146,6 +146,15 @@ async fn run_on(sim: &SimHandle, quick: bool, specs: &[RunSpec]) -> Result<Colum
         };
         // A distinct salt per column: distinct text, so no column warms another's cache.
         let report = run_target(&cfg, &target, i as u64 + 1).await?;
+        if !report.summary.errors.is_empty() {
+            if let Some((_, _, s)) = &stack {
+                eprintln!(
+                    "{}: requests failed; {}",
+                    spec.label,
+                    gateway_trouble(s).await
+                );
+            }
+        }
         reports.push(report);
     }
     drop(stack);
@@ -174,6 +183,33 @@ async fn start_stack(sim: &SimHandle, flavor: Flavor, workers: u32) -> Result<St
         waited.as_millis()
     );
     Ok(stack)
+}
+
+/// The gateway's counters that explain failed requests (the picker's rejections, failed
+/// scrapes, snapshot and publish errors), one `name value` per non-zero counter.
+async fn gateway_trouble(stack: &Stack) -> String {
+    let stats = match stack.envoy().stats().await {
+        Ok(s) => s,
+        Err(e) => return format!("reading Envoy's stats: {e:#}"),
+    };
+    let lines: Vec<String> = stats
+        .containing("infergate.")
+        .filter(|(k, v)| {
+            *v != 0
+                && (k.contains("picker.rejects")
+                    || k.contains("no_pool_rejects")
+                    || (k.contains("scraper.scrapes") && !k.ends_with(".result.ok"))
+                    || k.contains("snapshot_errors")
+                    || k.contains("publish_errors")
+                    || k.contains("tick_failures"))
+        })
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    if lines.is_empty() {
+        "the gateway counted no rejection or failed scrape".into()
+    } else {
+        format!("gateway counters: {}", lines.join(", "))
+    }
 }
 
 /// Waits until the scraper has published and small requests through the picker succeed:
