@@ -26,6 +26,14 @@ pub trait PickerAccess {
     /// its own handle.
     fn with_state<R>(&mut self, f: impl FnOnce(&mut PickerShared) -> R) -> R;
 
+    /// Run `f` with a shared reference to the state: what the pick needs (every method of
+    /// the state takes `&self`). The default goes through [`PickerAccess::with_state`];
+    /// a process-wide accessor answers without touching the state's handle, so workers
+    /// share no written cache line outside the pool they pick in.
+    fn with_shared<R>(&mut self, f: impl FnOnce(&PickerShared) -> R) -> R {
+        self.with_state(|state| f(state))
+    }
+
     /// The plan of the pool serving `base_model`. The default enters the state; accessors
     /// that keep the plans aside answer without it.
     fn plan_for(&mut self, base_model: &str) -> Option<Arc<PoolPlan>> {
@@ -43,6 +51,10 @@ impl PickerAccess for &PickerShared {
     /// Passes a clone of the handle (one reference count).
     fn with_state<R>(&mut self, f: impl FnOnce(&mut PickerShared) -> R) -> R {
         f(&mut PickerShared::clone(self))
+    }
+
+    fn with_shared<R>(&mut self, f: impl FnOnce(&PickerShared) -> R) -> R {
+        f(self)
     }
 }
 
@@ -85,6 +97,10 @@ impl PickerAccess for &SharedPicker {
     /// themselves.
     fn with_state<R>(&mut self, f: impl FnOnce(&mut PickerShared) -> R) -> R {
         f(&mut self.state.clone())
+    }
+
+    fn with_shared<R>(&mut self, f: impl FnOnce(&PickerShared) -> R) -> R {
+        f(&self.state)
     }
 
     fn plan_for(&mut self, base_model: &str) -> Option<Arc<PoolPlan>> {

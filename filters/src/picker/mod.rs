@@ -388,7 +388,7 @@ pub(crate) fn pick_counted<S: PickerAccess, H: SnapshotSource + Stats + ?Sized>(
     prepared: &PreparedPick,
 ) -> Result<Picked, Rejection> {
     let req = prepared.request();
-    let (refresh, outcome, reports, plans) = shared.with_state(|state| {
+    let (refresh, outcome, reports, plans) = shared.with_shared(|state| {
         let refresh = state.refresh_snapshot(&*host);
         let outcome = state.pick(plan, &req, prepared.now, prepared.random);
         let reports = state.take_unscraped_reports();

@@ -232,7 +232,10 @@ impl PickerShared {
     /// (see the module doc); the caller emits them with [`PoolPlan::report_unscraped`]
     /// after leaving the state.
     pub fn take_unscraped_reports(&self) -> Vec<UnscrapedReport> {
-        if !self.inner.has_reports.swap(false, Ordering::SeqCst) {
+        // A load first: the common "nothing to report" writes no shared cache line.
+        if !self.inner.has_reports.load(Ordering::SeqCst)
+            || !self.inner.has_reports.swap(false, Ordering::SeqCst)
+        {
             return Vec::new();
         }
         core::mem::take(
@@ -415,6 +418,12 @@ impl PickerShared {
             .pools
             .get(pool.0)
             .is_some_and(|p| p.try_lock().is_none())
+    }
+
+    /// Hold the snapshot's lock (tests: what proceeds while it is busy).
+    #[cfg(test)]
+    pub(super) fn hold_snapshot(&self) -> impl Drop + '_ {
+        self.inner.snapshot.hold()
     }
 
     /// Hold `pool`'s lock (tests: what proceeds while a pool is busy).

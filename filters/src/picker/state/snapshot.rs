@@ -34,6 +34,18 @@ pub(super) struct SnapshotSlot {
     slot: Mutex<Slot>,
     /// `slot.generation`, readable without the lock (a pool up to date skips it).
     generation: AtomicU64,
+    /// `slot.version`, readable without the lock ([`encode_version`]).
+    known: AtomicU64,
+}
+
+/// A known version as an atomic's value: 0 for none, else the version + 1 (the version
+/// `u64::MAX` reads as none, which only costs a fetch that the slot then finds known).
+fn encode_version(version: SnapshotVersion) -> u64 {
+    version.0.wrapping_add(1)
+}
+
+fn version_of(value: u64) -> Option<SnapshotVersion> {
+    value.checked_sub(1).map(SnapshotVersion)
 }
 
 /// A decoded snapshot and its generation.
@@ -46,18 +58,24 @@ impl SnapshotSlot {
     }
 
     /// Read the host's snapshot if its version changed; decode it if its content did.
-    /// Returns what happened and whether a new generation exists.
+    /// Returns what happened and whether a new generation exists. The common case, an
+    /// unchanged version, takes no lock: the known version is an atomic, and only a
+    /// changed one is taken to the slot (where a thread that lost the race to another
+    /// finds it already known).
     pub(super) fn refresh<H: SnapshotSource + ?Sized>(&self, host: &H) -> (SnapshotRefresh, bool) {
-        let mut slot = self.lock();
-        let bytes = match host.snapshot_if_changed(slot.version) {
+        let known = version_of(self.known.load(Ordering::Acquire));
+        let (version, bytes) = match host.snapshot_if_changed(known) {
             SnapshotFetch::Missing | SnapshotFetch::Unchanged => {
                 return (SnapshotRefresh::Unchanged, false)
             }
-            SnapshotFetch::Changed { version, bytes } => {
-                slot.version = Some(version);
-                bytes
-            }
+            SnapshotFetch::Changed { version, bytes } => (version, bytes),
         };
+        let mut slot = self.lock();
+        if slot.version == Some(version) {
+            return (SnapshotRefresh::Unchanged, false);
+        }
+        slot.version = Some(version);
+        self.known.store(encode_version(version), Ordering::Release);
         let Ok(header) = read_header(&bytes) else {
             return (SnapshotRefresh::Undecodable, false);
         };
@@ -85,6 +103,12 @@ impl SnapshotSlot {
                 (SnapshotRefresh::Undecodable, false)
             }
         }
+    }
+
+    /// Hold the slot's lock (tests: what proceeds without it).
+    #[cfg(test)]
+    pub(super) fn hold(&self) -> impl Drop + '_ {
+        self.lock()
     }
 
     /// The current generation (0 before the first decode), without the lock.

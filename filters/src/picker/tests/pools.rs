@@ -169,6 +169,42 @@ fn a_pick_in_one_pool_proceeds_while_another_pool_is_locked() {
 }
 
 #[test]
+fn in_steady_state_a_pick_takes_no_lock_but_its_pools() {
+    let picker = Arc::new(SharedPicker::new(two_pools()));
+    // The first pick in q decodes the snapshot and maps it onto q.
+    let mut host = mistral_host();
+    let mut req = PickerRequest::new();
+    assert_eq!(
+        drive_shared(&picker, &mut host, &mut req),
+        FilterStatus::Continue
+    );
+    req.on_end_counted(&*picker, &mut host);
+    // With pool p and the snapshot both locked, the same snapshot version still picks in q.
+    let pool_p = picker.state().hold_pool(PoolId(0));
+    let snapshot = picker.state().hold_snapshot();
+    let (tx, rx) = mpsc::channel();
+    let worker = {
+        let picker = Arc::clone(&picker);
+        std::thread::spawn(move || {
+            let mut host = mistral_host();
+            let mut req = PickerRequest::new();
+            let status = drive_shared(&picker, &mut host, &mut req);
+            let _ = tx.send(status);
+            req.on_end_counted(&*picker, &mut host);
+        })
+    };
+    let status = rx.recv_timeout(Duration::from_secs(30));
+    drop(snapshot);
+    drop(pool_p);
+    assert_eq!(
+        status,
+        Ok(FilterStatus::Continue),
+        "a steady-state pick waited for another pool's or the snapshot's lock"
+    );
+    assert!(worker.join().is_ok());
+}
+
+#[test]
 fn threads_picking_in_two_pools_account_every_request_once() {
     let picker = Arc::new(SharedPicker::new(two_pools()));
     let workers: Vec<_> = (0..4)
