@@ -35,11 +35,13 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use infergate_filters::host::{
-    CalloutRequest, CalloutToken, Clock, DynamicMetadata, HostError, HttpCallout, LocalReply,
-    Random, RequestBody, RequestHeaders, ResponseHeaders, SnapshotFetch, SnapshotSink,
-    SnapshotSource, SnapshotVersion, Stats, StreamState, UpstreamOverride,
+    BodyBufferLimit, CalloutRequest, CalloutToken, Clock, DynamicMetadata, HostError, HttpCallout,
+    LocalReply, Random, RequestBody, RequestHeaders, RequestWaker, ResponseChunk, ResponseHeaders,
+    RouteRefresh, SnapshotFetch, SnapshotSink, SnapshotSource, SnapshotVersion, Stats, StreamState,
+    UpstreamOverride, WakeSignal, Waker,
 };
 use infergate_filters::reply::Reply;
 use infergate_filters::stats::{StatKey, StatKind};
@@ -110,20 +112,67 @@ fn text(bytes: Vec<u8>) -> String {
     }
 }
 
+thread_local! {
+    /// Streams whose [`Waker`] fired, waiting for `exports` to resume them (a VM runs on
+    /// one thread, and a waker of this VM is only ever woken on it).
+    static WOKEN: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The streams woken since the last call, in wake order.
+pub fn take_woken() -> Vec<u32> {
+    WOKEN
+        .try_with(|w| {
+            w.try_borrow_mut()
+                .map(|mut w| std::mem::take(&mut *w))
+                .unwrap_or_default()
+        })
+        .unwrap_or_default()
+}
+
+/// Wakes one stream of this VM: `exports` makes it the effective context and resumes its
+/// pipeline once the callback that woke it returns.
+struct StreamWake(u32);
+
+impl WakeSignal for StreamWake {
+    fn wake(self: Box<Self>) {
+        let _ = WOKEN.try_with(|w| {
+            if let Ok(mut w) = w.try_borrow_mut() {
+                w.push(self.0);
+            }
+        });
+    }
+}
+
 /// The capabilities of the current context.
-pub struct WasmHost<'a> {
-    vm: &'a VmShared,
+pub struct WasmHost {
+    vm: Rc<VmShared>,
+    /// The HTTP stream this host serves (its waker resumes it); 0 for a root context.
+    stream: u32,
+    /// The size of the response chunk being delivered.
+    chunk_len: usize,
     /// The first required read the host failed, if any (see the module doc).
     failure: Cell<Option<(&'static str, Status)>>,
 }
 
-impl<'a> WasmHost<'a> {
-    /// A host view for the context being called now.
-    pub fn new(vm: &'a VmShared) -> Self {
+impl WasmHost {
+    /// A host view for the root context being called now.
+    pub fn new(vm: &Rc<VmShared>) -> Self {
+        WasmHost::for_stream(vm, 0)
+    }
+
+    /// A host view for HTTP stream `context_id` (the effective context of its callbacks).
+    pub fn for_stream(vm: &Rc<VmShared>, context_id: u32) -> Self {
         WasmHost {
-            vm,
+            vm: Rc::clone(vm),
+            stream: context_id,
+            chunk_len: 0,
             failure: Cell::new(None),
         }
+    }
+
+    /// The response chunk being delivered is `len` bytes (`proxy_on_response_body`).
+    pub fn set_chunk_len(&mut self, len: usize) {
+        self.chunk_len = len;
     }
 
     /// The first required read the host failed since this view was made: what, and how.
@@ -175,7 +224,7 @@ fn failed(status: Status) -> HostError {
     HostError::Failed(format!("{status:?}"))
 }
 
-impl RequestHeaders for WasmHost<'_> {
+impl RequestHeaders for WasmHost {
     fn request_header(&self, name: &str) -> Option<String> {
         self.header(MapType::HttpRequestHeaders, name)
     }
@@ -193,7 +242,7 @@ impl RequestHeaders for WasmHost<'_> {
     }
 }
 
-impl ResponseHeaders for WasmHost<'_> {
+impl ResponseHeaders for WasmHost {
     fn response_header(&self, name: &str) -> Option<String> {
         // Response-side reads are best effort: nothing security-relevant depends on them.
         hostcalls::header_map_value(MapType::HttpResponseHeaders, name)
@@ -203,7 +252,7 @@ impl ResponseHeaders for WasmHost<'_> {
     }
 }
 
-impl RequestBody for WasmHost<'_> {
+impl RequestBody for WasmHost {
     fn request_body(&self, start: usize, len: usize) -> Option<Vec<u8>> {
         let body = hostcalls::get_buffer(BufferType::HttpRequestBody, start, len);
         self.required("request body", body).flatten()
@@ -214,7 +263,42 @@ impl RequestBody for WasmHost<'_> {
     }
 }
 
-impl LocalReply for WasmHost<'_> {
+impl ResponseChunk for WasmHost {
+    fn response_chunk(&self) -> Option<Vec<u8>> {
+        hostcalls::get_buffer(BufferType::HttpResponseBody, 0, self.chunk_len)
+            .ok()
+            .flatten()
+    }
+    fn replace_response_chunk(&mut self, bytes: &[u8]) -> Result<(), HostError> {
+        hostcalls::set_buffer(BufferType::HttpResponseBody, 0, self.chunk_len, bytes)
+            .map_err(failed)?;
+        self.chunk_len = bytes.len();
+        Ok(())
+    }
+}
+
+impl RequestWaker for WasmHost {
+    fn request_waker(&mut self) -> Result<Waker, HostError> {
+        if self.stream == 0 {
+            return Err(HostError::Unsupported);
+        }
+        Ok(Waker::new(StreamWake(self.stream)))
+    }
+}
+
+/// Envoy clears the route cache itself whenever a Wasm filter edits the request headers,
+/// so the route is matched again with the model headers the router set.
+impl RouteRefresh for WasmHost {
+    fn refresh_route(&mut self) {}
+}
+
+/// The body buffer's size is the listener's `per_connection_buffer_limit_bytes` in the
+/// Envoy config (set above the router's limit); a Wasm filter cannot raise it.
+impl BodyBufferLimit for WasmHost {
+    fn ensure_body_buffer(&mut self, _bytes: u64) {}
+}
+
+impl LocalReply for WasmHost {
     fn send_local_reply(&mut self, reply: &Reply) {
         // An answer built on a read the host failed (a 400 for a body it did not hand
         // over) would blame the client: the request fails closed with 500 instead.
@@ -241,7 +325,7 @@ impl LocalReply for WasmHost<'_> {
     }
 }
 
-impl SnapshotSource for WasmHost<'_> {
+impl SnapshotSource for WasmHost {
     fn snapshot_if_changed(&self, known: Option<SnapshotVersion>) -> SnapshotFetch {
         match hostcalls::get_shared_data(&self.vm.snapshot_key) {
             Ok(Some((bytes, cas))) => {
@@ -258,19 +342,19 @@ impl SnapshotSource for WasmHost<'_> {
     }
 }
 
-impl SnapshotSink for WasmHost<'_> {
+impl SnapshotSink for WasmHost {
     fn publish_snapshot(&mut self, bytes: &[u8]) -> Result<(), HostError> {
         hostcalls::set_shared_data(&self.vm.snapshot_key, bytes, 0).map_err(failed)
     }
 }
 
-impl Clock for WasmHost<'_> {
+impl Clock for WasmHost {
     fn now(&self) -> Millis {
         Millis(hostcalls::current_time_nanos().unwrap_or(0) / 1_000_000)
     }
 }
 
-impl Random for WasmHost<'_> {
+impl Random for WasmHost {
     fn random_u64(&mut self) -> u64 {
         match self.vm.rng.try_borrow_mut() {
             Ok(mut rng) => rng.next_u64(),
@@ -279,7 +363,7 @@ impl Random for WasmHost<'_> {
     }
 }
 
-impl Stats for WasmHost<'_> {
+impl Stats for WasmHost {
     fn counter_add(&mut self, key: &StatKey, delta: u64) {
         if delta == 0 {
             return;
@@ -307,7 +391,7 @@ impl Stats for WasmHost<'_> {
     }
 }
 
-impl HttpCallout for WasmHost<'_> {
+impl HttpCallout for WasmHost {
     fn dispatch_callout(&mut self, request: &CalloutRequest) -> Result<CalloutToken, HostError> {
         let headers: Vec<(&str, &str)> = request
             .headers
@@ -321,7 +405,7 @@ impl HttpCallout for WasmHost<'_> {
     }
 }
 
-impl DynamicMetadata for WasmHost<'_> {
+impl DynamicMetadata for WasmHost {
     fn set_metadata_string(
         &mut self,
         _ns: &str,
@@ -332,7 +416,7 @@ impl DynamicMetadata for WasmHost<'_> {
     }
 }
 
-impl UpstreamOverride for WasmHost<'_> {
+impl UpstreamOverride for WasmHost {
     fn set_upstream_override(&mut self, endpoint: &str) -> Result<(), HostError> {
         if !self.vm.filter_state_override {
             return Err(HostError::Unsupported);
@@ -344,7 +428,7 @@ impl UpstreamOverride for WasmHost<'_> {
     }
 }
 
-impl StreamState for WasmHost<'_> {
+impl StreamState for WasmHost {
     fn set_stream_state(&mut self, key: &str, value: &[u8]) -> Result<(), HostError> {
         hostcalls::set_property(&[key], value).map_err(failed)
     }

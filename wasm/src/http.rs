@@ -1,5 +1,7 @@
-//! The HTTP contexts: thin wrappers that hand each proxy-wasm callback to a `filters/`
-//! state machine and turn its [`FilterStatus`] into an [`Action`].
+//! The HTTP contexts: [`PipelineContext`] hands each proxy-wasm callback of a gateway
+//! filter to its request pipeline (`filters::pipeline`) and turns the [`FilterStatus`] into
+//! an [`Action`]; the others answer requests of a module without a usable configuration,
+//! pass requests through the scraper's plugin, or run the `probe`.
 //!
 //! `Pause` from the request-headers callback needs the plugin's
 //! `allow_on_headers_stop_iteration: true` in Envoy (else the body never arrives); `Pause`
@@ -12,19 +14,15 @@
 //! callback returns `Pause` without running the filter, so a reply the host refused to
 //! send can never be followed by a body forwarded upstream.
 
-use std::cell::RefCell;
 use std::rc::Rc;
 
-use infergate_filters::host::{Clock, LocalReply};
-use infergate_filters::picker::{PickerRequest, PickerShared};
+use infergate_filters::host::LocalReply;
+use infergate_filters::pipeline::{Pipeline, Run};
 use infergate_filters::reply::Reply;
-use infergate_filters::router::{Router, RouterRequest};
 use infergate_filters::FilterStatus;
 
 use crate::abi::{hostcalls, Action, BufferType, HttpHooks, LogLevel};
 use crate::host::{log, VmShared, WasmHost};
-use crate::owner::{Link, OwnerEvent, RemoteLease};
-use infergate_filters::picker::remote::ToWorker;
 
 /// The proxy-wasm action for a filter status.
 pub fn action(status: FilterStatus) -> Action {
@@ -35,7 +33,7 @@ pub fn action(status: FilterStatus) -> Action {
 }
 
 /// Fail the current request closed: 500 with an OpenAI error body.
-fn fail_closed(vm: &VmShared, why: &str) -> Action {
+fn fail_closed(vm: &Rc<VmShared>, why: &str) -> Action {
     log(LogLevel::Error, why);
     WasmHost::new(vm).send_local_reply(&Reply::internal("internal error in the gateway filter"));
     Action::Pause
@@ -54,7 +52,7 @@ pub enum Latch {
 impl Latch {
     /// The action for what the filter returned, or a 500 if the host failed a read it
     /// needed; closes the latch when the request was answered either way.
-    fn finish(&mut self, vm: &VmShared, host: &WasmHost<'_>, status: FilterStatus) -> Action {
+    fn finish(&mut self, vm: &Rc<VmShared>, host: &WasmHost, status: FilterStatus) -> Action {
         match (host.take_failure(), status) {
             (Some((what, why)), FilterStatus::Replied) => {
                 *self = Latch::Closed;
@@ -78,210 +76,72 @@ impl Latch {
             (None, status) => action(status),
         }
     }
-
-    /// Fail closed for `why` and stay closed.
-    fn fail(&mut self, vm: &VmShared, why: &str) -> Action {
-        *self = Latch::Closed;
-        fail_closed(vm, why)
-    }
 }
 
-/// The body router for one request.
-pub struct RouterContext {
+/// The request pipeline every gateway filter of this module runs (its stages, chosen by the
+/// plugin's role: the body router, or the picker).
+pub type WasmPipeline = Pipeline<WasmHost>;
+
+/// One request through its plugin's [`WasmPipeline`]: each callback goes to the run, and
+/// its status becomes the [`Action`]. A stage that paused is woken through
+/// [`HttpHooks::on_wake`] (from another context of this VM: the root that received the
+/// picker state owner's answer, or a tick), and the stream is then resumed if the run says
+/// so. The run ends at `on_log` (the stream completed or was reset) or, failing that,
+/// when the context is dropped; everything the request holds (an in-flight lease) goes
+/// with it.
+pub struct PipelineContext {
     vm: Rc<VmShared>,
-    router: Rc<Router>,
-    req: RouterRequest,
-    body_len: usize,
-    latch: Latch,
-}
-
-impl RouterContext {
-    /// A context for a new request.
-    pub fn new(vm: Rc<VmShared>, router: Rc<Router>) -> Self {
-        RouterContext {
-            vm,
-            router,
-            req: RouterRequest::new(),
-            body_len: 0,
-            latch: Latch::Open,
-        }
-    }
-
-    /// The body so far (`end_of_stream`: complete) to the router.
-    fn body(&mut self, end_of_stream: bool) -> Action {
-        if self.latch == Latch::Closed {
-            return Action::Pause;
-        }
-        let mut host = WasmHost::new(&self.vm);
-        let status =
-            self.req
-                .on_request_body(&self.router, &mut host, self.body_len, end_of_stream);
-        self.latch.finish(&self.vm, &host, status)
-    }
-}
-
-impl HttpHooks for RouterContext {
-    fn on_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        if self.latch == Latch::Closed {
-            return Action::Pause;
-        }
-        let mut host = WasmHost::new(&self.vm);
-        let status = self
-            .req
-            .on_request_headers(&self.router, &mut host, end_of_stream);
-        self.latch.finish(&self.vm, &host, status)
-    }
-
-    fn on_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        self.body_len = body_size;
-        self.body(end_of_stream)
-    }
-
-    fn on_request_trailers(&mut self, _num_trailers: usize) -> Action {
-        self.body(true)
-    }
-}
-
-/// The picker for one request.
-///
-/// With a link to the state owner (`crate::owner`), the request is prepared here and
-/// picked by the owner: the context pauses until the answer, then routes and resumes, and
-/// holds the owner's [`RemoteLease`] until the request ends. Without one, or when the owner
-/// cannot be reached, it picks in the VM's own state and its in-flight lease goes back at
-/// `on_log` (the request completed or was reset) or, failing that, when the context is
-/// dropped.
-pub struct PickerContext {
-    vm: Rc<VmShared>,
-    shared: Rc<RefCell<PickerShared>>,
-    link: Option<Link>,
+    pipeline: Rc<WasmPipeline>,
+    run: Run,
     context_id: u32,
-    req: PickerRequest,
     body_len: usize,
     latch: Latch,
-    /// The ticket of the pick waiting for the owner.
-    waiting: Option<u64>,
-    remote_lease: Option<RemoteLease>,
 }
 
-impl PickerContext {
-    /// A context for a new request; `link` reaches the process's state owner.
-    pub fn new(
-        vm: Rc<VmShared>,
-        shared: Rc<RefCell<PickerShared>>,
-        link: Option<Link>,
-        context_id: u32,
-    ) -> Self {
-        let req = if link.is_some() {
-            PickerRequest::deferred()
-        } else {
-            PickerRequest::new()
-        };
-        PickerContext {
+impl PipelineContext {
+    /// A context for a new request (stream `context_id`) through `pipeline`.
+    pub fn new(vm: Rc<VmShared>, pipeline: Rc<WasmPipeline>, context_id: u32) -> Self {
+        PipelineContext {
             vm,
-            shared,
-            link,
+            pipeline,
+            run: Run::new(),
             context_id,
-            req,
             body_len: 0,
             latch: Latch::Open,
-            waiting: None,
-            remote_lease: None,
         }
     }
 
-    /// Run `f` on the request with this VM's state and a host, then send a pick the request
-    /// left pending to the owner (or pick it here if the owner cannot take it).
-    fn step(
+    fn host(&self) -> WasmHost {
+        WasmHost::for_stream(&self.vm, self.context_id)
+    }
+
+    /// Run one request-side event unless the request was answered.
+    fn request(
         &mut self,
-        f: impl FnOnce(&mut PickerRequest, &mut PickerShared, &mut WasmHost<'_>) -> FilterStatus,
+        event: impl FnOnce(&mut Run, &WasmPipeline, &mut WasmHost) -> FilterStatus,
     ) -> Action {
         if self.latch == Latch::Closed {
             return Action::Pause;
         }
-        if self.waiting.is_some() {
-            // Body data arriving while the owner decides: keep buffering it.
-            return Action::Pause;
-        }
-        let Ok(mut shared) = self.shared.try_borrow_mut() else {
-            return self
-                .latch
-                .fail(&self.vm, "picker state busy (re-entrant call)");
-        };
-        let mut host = WasmHost::new(&self.vm);
-        let mut status = f(&mut self.req, &mut shared, &mut host);
-        if let (Some((pool, prepared)), Some(link)) = (self.req.pending_pick(), &self.link) {
-            let now = host.now().0;
-            let submitted = match link.try_borrow_mut() {
-                Ok(mut link) => {
-                    let submitted = link.submit(self.context_id, pool, prepared, now);
-                    if let Err(why) = &submitted {
-                        link.fall_back(&self.vm, why);
-                    }
-                    submitted.ok()
-                }
-                Err(_) => None,
-            };
-            match submitted {
-                Some(ticket) => self.waiting = Some(ticket),
-                None => status = self.req.pick_here(&mut *shared, &mut host),
-            }
-        }
+        let mut host = self.host();
+        let status = event(&mut self.run, &self.pipeline, &mut host);
         self.latch.finish(&self.vm, &host, status)
     }
 
     fn body(&mut self, end_of_stream: bool) -> Action {
         let len = self.body_len;
-        self.step(|req, shared, host| req.on_request_body(shared, host, len, end_of_stream))
-    }
-
-    /// Pick locally after all (the owner did not answer, or lost our state twice); resume.
-    fn pick_here_and_resume(&mut self, why: &str) {
-        if let Some(link) = &self.link {
-            if let Ok(mut link) = link.try_borrow_mut() {
-                link.fall_back(&self.vm, why);
-            }
-        }
-        let status = match self.shared.try_borrow_mut() {
-            Ok(mut shared) => {
-                let mut host = WasmHost::new(&self.vm);
-                let status = self.req.pick_here(&mut *shared, &mut host);
-                self.latch.finish(&self.vm, &host, status)
-            }
-            Err(_) => self
-                .latch
-                .fail(&self.vm, "picker state busy (re-entrant call)"),
-        };
-        if status == Action::Continue {
-            let _ = hostcalls::resume_http_request();
-        }
+        self.request(|run, pipeline, host| run.request_body(pipeline, host, len, end_of_stream))
     }
 
     fn end(&mut self) {
-        if let (Some(ticket), Some(link)) = (self.waiting.take(), &self.link) {
-            if let Ok(mut link) = link.try_borrow_mut() {
-                link.forget(ticket);
-            }
-        }
-        // Dropping the owner's lease sends its release.
-        self.remote_lease = None;
-        if !self.req.holds_lease() {
-            return;
-        }
-        match self.shared.try_borrow_mut() {
-            Ok(mut shared) => self
-                .req
-                .on_end_counted(&mut *shared, &mut WasmHost::new(&self.vm)),
-            Err(_) => log(
-                LogLevel::Error,
-                "picker state busy at request end: lease kept",
-            ),
-        }
+        let mut host = self.host();
+        self.run.end(&self.pipeline, &mut host);
     }
 }
 
-impl HttpHooks for PickerContext {
+impl HttpHooks for PipelineContext {
     fn on_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        self.step(|req, shared, host| req.on_request_headers(shared, host, end_of_stream))
+        self.request(|run, pipeline, host| run.request_headers(pipeline, host, end_of_stream))
     }
 
     fn on_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
@@ -291,73 +151,48 @@ impl HttpHooks for PickerContext {
 
     fn on_request_trailers(&mut self, _num_trailers: usize) -> Action {
         self.body(true)
+    }
+
+    fn on_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        let mut host = self.host();
+        self.run
+            .response_headers(&self.pipeline, &mut host, end_of_stream);
+        Action::Continue
+    }
+
+    fn on_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        let mut host = self.host();
+        host.set_chunk_len(body_size);
+        self.run
+            .response_chunk(&self.pipeline, &mut host, end_of_stream);
+        Action::Continue
+    }
+
+    fn on_response_trailers(&mut self, _num_trailers: usize) -> Action {
+        self.run.response_trailers();
+        Action::Continue
     }
 
     fn on_log(&mut self) {
         self.end();
     }
 
-    fn on_owner_event(&mut self, event: OwnerEvent) -> Option<ToWorker> {
-        let Some(ticket) = self.waiting else {
-            return match event {
-                OwnerEvent::Answer(answer) => Some(answer),
-                OwnerEvent::TimedOut => None,
-            };
+    fn on_wake(&mut self) {
+        if self.latch == Latch::Closed {
+            return;
+        }
+        let mut host = self.host();
+        let Some(status) = self.run.wake(&self.pipeline, &mut host) else {
+            // Late or spurious: the stream stays as it is.
+            return;
         };
-        let answer = match event {
-            OwnerEvent::TimedOut => {
-                self.waiting = None;
-                self.pick_here_and_resume("the picker state owner did not answer in time");
-                return None;
-            }
-            OwnerEvent::Answer(answer) => answer,
-        };
-        let mut host = WasmHost::new(&self.vm);
-        let status = match &answer {
-            ToWorker::UnknownState { .. } => {
-                let resent = match (self.req.pending_pick(), &self.link) {
-                    (Some((pool, prepared)), Some(link)) => link
-                        .try_borrow_mut()
-                        .is_ok_and(|mut link| link.resend(ticket, pool, prepared)),
-                    _ => false,
-                };
-                if !resent {
-                    self.waiting = None;
-                    if let Some(link) = &self.link {
-                        if let Ok(mut link) = link.try_borrow_mut() {
-                            link.forget(ticket);
-                        }
-                    }
-                    self.pick_here_and_resume("the picker state owner lost this worker's state");
-                }
-                return None;
-            }
-            ToWorker::Picked {
-                lease, endpoint, ..
-            } => {
-                self.waiting = None;
-                let Some(link) = &self.link else {
-                    return Some(answer);
-                };
-                // Held from here on, so the request's end releases it whatever happens.
-                self.remote_lease = Some(RemoteLease::new(*lease, Rc::clone(link)));
-                self.req.on_answer(&mut host, Ok(endpoint))
-            }
-            ToWorker::Rejected { rejection, .. } => {
-                self.waiting = None;
-                self.req.on_answer(&mut host, Err(*rejection))
-            }
-        };
-        // Not waiting after all: the lease (if any) is held and goes back at the end.
-        let status = status?;
         if self.latch.finish(&self.vm, &host, status) == Action::Continue {
             let _ = hostcalls::resume_http_request();
         }
-        None
     }
 }
 
-impl Drop for PickerContext {
+impl Drop for PipelineContext {
     fn drop(&mut self) {
         self.end();
     }

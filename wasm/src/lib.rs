@@ -26,3 +26,4 @@ pub mod host;
 pub mod http;
 pub mod owner;
 pub mod root;
+pub mod test_stages;

@@ -27,9 +27,10 @@ use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
 use std::rc::Rc;
 
-use infergate_filters::host::Stats;
+use infergate_filters::host::{Stats, Waker};
 use infergate_filters::picker::remote::{Owner, StateKey, ToOwner, ToWorker, OWNER_QUEUE};
-use infergate_filters::picker::{PoolId, PreparedPick};
+use infergate_filters::picker::{PickerShared, PoolId, PreparedPick};
+use infergate_filters::stages::{PickerStore, RemoteAnswer, RemotePicks};
 use infergate_filters::stats::StatKey;
 
 use crate::abi::{hostcalls, LogLevel, Status};
@@ -72,7 +73,7 @@ impl OwnerService {
     }
 
     /// Answer everything waiting on `queue` (if it is the owner's).
-    pub fn on_queue_ready(&mut self, vm: &VmShared, queue: u32) {
+    pub fn on_queue_ready(&mut self, vm: &Rc<VmShared>, queue: u32) {
         if queue != self.queue {
             return;
         }
@@ -104,22 +105,31 @@ impl OwnerService {
 }
 
 /// A pick sent to the owner, waiting for its answer.
-#[derive(Clone, Copy, Debug)]
 struct Pending {
-    context_id: u32,
     sent_at_ms: u64,
-    /// Whether the pick was already resent after an `UnknownState` answer.
+    /// The encoded pick, to resend after an `UnknownState` answer (once).
+    message: Vec<u8>,
     resent: bool,
+    waker: Option<Waker>,
+}
+
+/// What came back for a ticket, waiting for its stream to take it.
+enum Arrived {
+    Answer(ToWorker),
+    /// No answer within [`ANSWER_TIMEOUT_MS`], or the owner lost the state twice.
+    GaveUp(&'static str),
 }
 
 /// A worker VM's link to the owner, shared by its picker root and that root's streams.
 pub struct WorkerLink {
+    vm: Rc<VmShared>,
     state: StateKey,
     config: Vec<u8>,
     reply_queue: u32,
     owner_queue: Option<u32>,
     hello_sent: bool,
     pending: BTreeMap<u64, Pending>,
+    arrived: BTreeMap<u64, Arrived>,
     next_ticket: u64,
     fallbacks: StatKey,
     warned: bool,
@@ -128,19 +138,10 @@ pub struct WorkerLink {
 /// Shared handle of a [`WorkerLink`].
 pub type Link = Rc<RefCell<WorkerLink>>;
 
-/// What a waiting stream is told.
-#[derive(Debug)]
-pub enum OwnerEvent {
-    /// The owner answered.
-    Answer(ToWorker),
-    /// No answer within [`ANSWER_TIMEOUT_MS`]: pick locally.
-    TimedOut,
-}
-
 impl WorkerLink {
     /// A link for the picker configuration `config` (its JSON bytes): registers this VM's
     /// reply queue under a random name. `None` (logged) if the host refuses.
-    pub fn new(config: Vec<u8>) -> Option<Link> {
+    pub fn new(vm: &Rc<VmShared>, config: Vec<u8>) -> Option<Link> {
         let mut hasher = RandomState::new().build_hasher();
         hasher.write_u64(hostcalls::current_time_nanos().unwrap_or(0));
         let name = format!("infergate.picker.reply.{:016x}", hasher.finish());
@@ -158,12 +159,14 @@ impl WorkerLink {
             }
         };
         Some(Rc::new(RefCell::new(WorkerLink {
+            vm: Rc::clone(vm),
             state: StateKey::of_config(&config),
             config,
             reply_queue,
             owner_queue: None,
             hello_sent: false,
             pending: BTreeMap::new(),
+            arrived: BTreeMap::new(),
             next_ticket: 0,
             fallbacks: StatKey::new(OWNER_FALLBACKS, &[]),
             warned: false,
@@ -193,12 +196,9 @@ impl WorkerLink {
         }
     }
 
-    fn send(&mut self, message: &ToOwner) -> Result<(), String> {
+    fn send_bytes(&mut self, bytes: &[u8]) -> Result<(), String> {
         let queue = self.owner_queue()?;
-        let bytes = message
-            .encode()
-            .ok_or_else(|| "the pick does not encode".to_owned())?;
-        hostcalls::enqueue_shared_queue(queue, &bytes).map_err(|status: Status| {
+        hostcalls::enqueue_shared_queue(queue, bytes).map_err(|status: Status| {
             // The owner's VM may have been replaced: resolve and say hello again next time.
             self.owner_queue = None;
             self.hello_sent = false;
@@ -214,76 +214,17 @@ impl WorkerLink {
             state: self.state,
             config: self.config.clone(),
         };
-        self.send(&hello)?;
+        let bytes = hello
+            .encode()
+            .ok_or_else(|| "the hello does not encode".to_owned())?;
+        self.send_bytes(&bytes)?;
         self.hello_sent = true;
         Ok(())
     }
 
-    /// Send `prepared` for `context_id` to the owner; its ticket, or why not (the caller
-    /// then picks locally: [`WorkerLink::fall_back`]).
-    pub fn submit(
-        &mut self,
-        context_id: u32,
-        pool: PoolId,
-        prepared: &PreparedPick,
-        now_ms: u64,
-    ) -> Result<u64, String> {
-        self.send_hello()?;
-        self.next_ticket += 1;
-        let ticket = self.next_ticket;
-        self.send(&ToOwner::Pick {
-            state: self.state,
-            reply_queue: self.reply_queue,
-            ticket,
-            pool,
-            prepared: prepared.clone(),
-        })?;
-        self.pending.insert(
-            ticket,
-            Pending {
-                context_id,
-                sent_at_ms: now_ms,
-                resent: false,
-            },
-        );
-        Ok(ticket)
-    }
-
-    /// The owner did not know our state: say hello again and resend `ticket` once. `false`
-    /// if it was already resent or sending failed (the caller picks locally).
-    pub fn resend(&mut self, ticket: u64, pool: PoolId, prepared: &PreparedPick) -> bool {
-        let Some(pending) = self.pending.get(&ticket).copied() else {
-            return false;
-        };
-        if pending.resent {
-            return false;
-        }
-        self.hello_sent = false;
-        let sent = self.send_hello().and_then(|()| {
-            self.send(&ToOwner::Pick {
-                state: self.state,
-                reply_queue: self.reply_queue,
-                ticket,
-                pool,
-                prepared: prepared.clone(),
-            })
-        });
-        if sent.is_err() {
-            return false;
-        }
-        self.pending.insert(
-            ticket,
-            Pending {
-                resent: true,
-                ..pending
-            },
-        );
-        true
-    }
-
     /// Count and (once per VM) log a request picked locally for `why`.
-    pub fn fall_back(&mut self, vm: &VmShared, why: &str) {
-        WasmHost::new(vm).counter_add(&self.fallbacks, 1);
+    fn fall_back(&mut self, why: &str) {
+        WasmHost::new(&self.vm).counter_add(&self.fallbacks, 1);
         if !self.warned {
             self.warned = true;
             log(
@@ -296,18 +237,53 @@ impl WorkerLink {
         }
     }
 
-    /// Stop waiting for `ticket` (its stream ended).
-    pub fn forget(&mut self, ticket: u64) {
-        self.pending.remove(&ticket);
+    fn submit(
+        &mut self,
+        pool: PoolId,
+        prepared: &PreparedPick,
+        waker: Waker,
+    ) -> Result<u64, String> {
+        let ticket = self.next_ticket + 1;
+        let pick = ToOwner::Pick {
+            state: self.state,
+            reply_queue: self.reply_queue,
+            ticket,
+            pool,
+            prepared: prepared.clone(),
+        };
+        let sent = match pick.encode() {
+            Some(message) => self
+                .send_hello()
+                .and_then(|()| self.send_bytes(&message))
+                .map(|()| message),
+            None => Err("the pick does not encode".to_owned()),
+        };
+        let message = sent.inspect_err(|why| self.fall_back(why))?;
+        self.next_ticket = ticket;
+        let now = hostcalls::current_time_nanos().unwrap_or(0) / 1_000_000;
+        self.pending.insert(
+            ticket,
+            Pending {
+                sent_at_ms: now,
+                message,
+                resent: false,
+                waker: Some(waker),
+            },
+        );
+        Ok(ticket)
     }
 
     /// Give a lease back to the owner (best effort: a lost release is logged).
-    pub fn release(&mut self, lease: u64) {
+    fn release(&mut self, lease: u64) {
         let message = ToOwner::Release {
             state: self.state,
             lease,
         };
-        if let Err(why) = self.send(&message) {
+        let sent = match message.encode() {
+            Some(bytes) => self.send_bytes(&bytes),
+            None => Err("the release does not encode".to_owned()),
+        };
+        if let Err(why) = sent {
             log(
                 LogLevel::Warn,
                 &format!("infergate: picker: releasing lease {lease} failed: {why}"),
@@ -320,20 +296,19 @@ impl WorkerLink {
         queue == self.reply_queue
     }
 
-    /// Every answer waiting on the reply queue, with the stream it is for. Answers for
-    /// tickets nobody waits for any more have their lease released here.
-    pub fn take_answers(&mut self) -> Vec<(u32, u64, ToWorker)> {
-        let mut out = Vec::new();
+    /// Take every answer waiting on the reply queue: wake the stream each is for (resend
+    /// once after an `UnknownState`), and release the lease of answers nobody waits for.
+    pub fn receive(&mut self) {
         loop {
             let bytes = match hostcalls::dequeue_shared_queue(self.reply_queue) {
                 Ok(Some(bytes)) => bytes,
-                Ok(None) => break,
+                Ok(None) => return,
                 Err(status) => {
                     log(
                         LogLevel::Error,
                         &format!("infergate: picker: dequeue failed: {status:?}"),
                     );
-                    break;
+                    return;
                 }
             };
             let Some(answer) = ToWorker::decode(&bytes) else {
@@ -344,41 +319,63 @@ impl WorkerLink {
                 continue;
             };
             let ticket = answer.ticket();
-            match self.pending.get(&ticket) {
-                // An `UnknownState` answer keeps the ticket pending until it is resent.
-                Some(p) if matches!(answer, ToWorker::UnknownState { .. }) => {
-                    out.push((p.context_id, ticket, answer));
+            let Some(mut pending) = self.pending.remove(&ticket) else {
+                self.release_unclaimed(&answer);
+                continue;
+            };
+            if matches!(answer, ToWorker::UnknownState { .. }) && !pending.resent {
+                // The owner was reloaded: say hello again and resend, once.
+                self.hello_sent = false;
+                let message = std::mem::take(&mut pending.message);
+                if self
+                    .send_hello()
+                    .and_then(|()| self.send_bytes(&message))
+                    .is_ok()
+                {
+                    pending.resent = true;
+                    self.pending.insert(ticket, pending);
+                    continue;
                 }
-                Some(_) => {
-                    if let Some(p) = self.pending.remove(&ticket) {
-                        out.push((p.context_id, ticket, answer));
-                    }
+            }
+            let arrived = match answer {
+                ToWorker::UnknownState { .. } => {
+                    Arrived::GaveUp("the picker state owner lost this worker's state")
                 }
-                None => self.release_unclaimed(&answer),
+                answer => Arrived::Answer(answer),
+            };
+            self.arrived.insert(ticket, arrived);
+            if let Some(waker) = pending.waker.take() {
+                waker.wake();
             }
         }
-        out
     }
 
-    /// Release the lease of an answer no stream took.
-    pub fn release_unclaimed(&mut self, answer: &ToWorker) {
+    fn release_unclaimed(&mut self, answer: &ToWorker) {
         if let ToWorker::Picked { lease, .. } = answer {
             self.release(*lease);
         }
     }
 
-    /// Streams whose answer is overdue at `now_ms` (no longer pending).
-    pub fn take_expired(&mut self, now_ms: u64) -> Vec<u32> {
+    /// Give up on picks whose answer is overdue at `now_ms`: their streams are woken to pick
+    /// locally.
+    pub fn expire(&mut self, now_ms: u64) {
         let expired: Vec<u64> = self
             .pending
             .iter()
             .filter(|(_, p)| now_ms.saturating_sub(p.sent_at_ms) >= ANSWER_TIMEOUT_MS)
             .map(|(ticket, _)| *ticket)
             .collect();
-        expired
-            .into_iter()
-            .filter_map(|t| self.pending.remove(&t).map(|p| p.context_id))
-            .collect()
+        for ticket in expired {
+            if let Some(mut pending) = self.pending.remove(&ticket) {
+                self.arrived.insert(
+                    ticket,
+                    Arrived::GaveUp("the picker state owner did not answer in time"),
+                );
+                if let Some(waker) = pending.waker.take() {
+                    waker.wake();
+                }
+            }
+        }
     }
 }
 
@@ -386,13 +383,6 @@ impl WorkerLink {
 pub struct RemoteLease {
     lease: u64,
     link: Link,
-}
-
-impl RemoteLease {
-    /// Hold `lease` of `link`'s owner.
-    pub fn new(lease: u64, link: Link) -> RemoteLease {
-        RemoteLease { lease, link }
-    }
 }
 
 impl Drop for RemoteLease {
@@ -403,6 +393,79 @@ impl Drop for RemoteLease {
                 LogLevel::Error,
                 "infergate: picker: link busy when a lease ended; lease kept by the owner",
             ),
+        }
+    }
+}
+
+/// Where a Wasm picker's stage picks: the owner through the link, and the VM's own state
+/// (plans always; the picks themselves when there is no link or the owner cannot answer).
+pub struct WasmPickerStore {
+    local: PickerShared,
+    link: Option<Link>,
+}
+
+impl WasmPickerStore {
+    /// Picks through `link` when there is one, else in `local`.
+    pub fn new(local: PickerShared, link: Option<Link>) -> WasmPickerStore {
+        WasmPickerStore { local, link }
+    }
+}
+
+impl PickerStore for WasmPickerStore {
+    type Access<'a> = &'a PickerShared;
+
+    fn access(&self) -> Option<&PickerShared> {
+        Some(&self.local)
+    }
+
+    fn remote(&self) -> Option<&dyn RemotePicks> {
+        self.link.as_ref().map(|_| self as &dyn RemotePicks)
+    }
+}
+
+impl RemotePicks for WasmPickerStore {
+    fn submit(&self, pool: PoolId, prepared: &PreparedPick, waker: Waker) -> Result<u64, String> {
+        let link = self.link.as_ref().ok_or_else(|| "no link".to_owned())?;
+        let mut link = link
+            .try_borrow_mut()
+            .map_err(|_| "picker link busy".to_owned())?;
+        link.submit(pool, prepared, waker)
+    }
+
+    fn take_answer(&self, ticket: u64) -> Option<RemoteAnswer> {
+        let handle = self.link.as_ref()?;
+        let mut link = handle.try_borrow_mut().ok()?;
+        Some(match link.arrived.remove(&ticket)? {
+            Arrived::Answer(ToWorker::Picked {
+                lease, endpoint, ..
+            }) => RemoteAnswer::Picked {
+                endpoint,
+                lease: Box::new(RemoteLease {
+                    lease,
+                    link: Rc::clone(handle),
+                }),
+            },
+            Arrived::Answer(ToWorker::Rejected { rejection, .. }) => {
+                RemoteAnswer::Rejected(rejection)
+            }
+            Arrived::Answer(ToWorker::UnknownState { .. }) => {
+                link.fall_back("the picker state owner lost this worker's state");
+                RemoteAnswer::PickHere("unknown state".to_owned())
+            }
+            Arrived::GaveUp(why) => {
+                link.fall_back(why);
+                RemoteAnswer::PickHere(why.to_owned())
+            }
+        })
+    }
+
+    fn forget(&self, ticket: u64) {
+        let Some(mut link) = self.link.as_ref().and_then(|l| l.try_borrow_mut().ok()) else {
+            return;
+        };
+        link.pending.remove(&ticket);
+        if let Some(Arrived::Answer(answer)) = link.arrived.remove(&ticket) {
+            link.release_unclaimed(&answer);
         }
     }
 }

@@ -30,17 +30,22 @@ use crate::abi::{hostcalls, BufferType, HttpHooks, LogLevel, MapType};
 use crate::config::{self, PluginConfig, RoleKind, DEFAULT_SNAPSHOT_KEY};
 use crate::host::{log, VmShared, WasmHost};
 use crate::http::{
-    FailClosedContext, PassThroughContext, PickerContext, ProbeContext, RouterContext,
+    FailClosedContext, PassThroughContext, PipelineContext, ProbeContext, WasmPipeline,
 };
-use crate::owner::{Link, OwnerService, WorkerLink, TIMEOUT_TICK_MS};
-use infergate_filters::picker::remote::ToWorker;
+use crate::owner::{Link, OwnerService, WasmPickerStore, WorkerLink, TIMEOUT_TICK_MS};
+use crate::test_stages;
+use infergate_filters::pipeline::Pipeline;
+use infergate_filters::stages::{PickStage, RouteStage};
+use std::sync::Arc;
 
 /// What this module instance runs, with its per-VM state.
 enum Role {
-    Router(Rc<Router>),
-    /// The VM's own state (plans; the state itself when the owner is out of reach) and the
-    /// link to the process's state owner.
-    Picker(Rc<RefCell<PickerShared>>, Option<Link>),
+    /// A gateway filter (body router or picker): the pipeline its requests run through, and
+    /// a picker's link to the process's state owner.
+    Filter {
+        pipeline: Rc<WasmPipeline>,
+        link: Option<Link>,
+    },
     /// The scraper, and the owner of every worker's picker state.
     Scraper(Box<Scraper>, Option<OwnerService>),
     Probe,
@@ -111,22 +116,35 @@ impl Root {
         self._registration = None;
         self.role = Some(match cfg.role {
             RoleKind::Router => {
-                let router = Router::from_json(cfg.rest).map_err(|e| e.to_string())?;
+                let mut rest = cfg.rest;
+                let mut stages = test_stages::take(&mut rest)?;
+                let router = Router::from_json(rest).map_err(|e| e.to_string())?;
                 self._registration = Some(Registration::router(&router));
-                Role::Router(Rc::new(router))
+                stages.push(Box::new(RouteStage::new(Arc::new(router))));
+                Role::Filter {
+                    pipeline: Rc::new(Pipeline::new(stages)),
+                    link: None,
+                }
             }
             RoleKind::Picker => {
+                let mut rest = cfg.rest;
+                let mut stages = test_stages::take(&mut rest)?;
                 // What the owner is sent: the state is named by these bytes, the same in
                 // every worker of the plugin.
-                let config_bytes = serde_json::to_vec(&cfg.rest).unwrap_or_default();
-                let shared = PickerShared::from_json(cfg.rest).map_err(|e| e.to_string())?;
+                let config_bytes = serde_json::to_vec(&rest).unwrap_or_default();
+                let shared = PickerShared::from_json(rest).map_err(|e| e.to_string())?;
                 self._registration = Some(Registration::picker(&shared)?);
-                let link = WorkerLink::new(config_bytes);
+                let link = WorkerLink::new(&self.vm, config_bytes);
                 if link.is_some() {
                     hostcalls::set_tick_period_ms(TIMEOUT_TICK_MS)
                         .map_err(|s| format!("set_tick_period failed: {s:?}"))?;
                 }
-                Role::Picker(Rc::new(RefCell::new(shared)), link)
+                let store = WasmPickerStore::new(shared, link.clone());
+                stages.push(Box::new(PickStage::new(store)));
+                Role::Filter {
+                    pipeline: Rc::new(Pipeline::new(stages)),
+                    link,
+                }
             }
             RoleKind::Scraper => {
                 let scraper = Scraper::from_json(cfg.rest)?;
@@ -175,47 +193,42 @@ impl Root {
         }
     }
 
-    /// `proxy_on_tick`: one scraper round, or (a picker) the streams whose owner's answer
-    /// is overdue, for the caller to tell.
-    pub fn on_tick(&mut self) -> Vec<u32> {
+    /// `proxy_on_tick`: one scraper round, or (a picker) give up on overdue owner answers
+    /// (their streams are woken to pick locally); test builds also fire due test wakes.
+    pub fn on_tick(&mut self) {
+        test_stages::fire_due();
         match &mut self.role {
             Some(Role::Scraper(scraper, _)) => {
                 let mut host = WasmHost::new(&self.vm);
                 scraper.on_tick(&mut host);
-                Vec::new()
             }
-            Some(Role::Picker(_, Some(link))) => {
+            Some(Role::Filter {
+                link: Some(link), ..
+            }) => {
                 let now = hostcalls::current_time_nanos().unwrap_or(0) / 1_000_000;
-                link.try_borrow_mut()
-                    .map(|mut link| link.take_expired(now))
-                    .unwrap_or_default()
+                if let Ok(mut link) = link.try_borrow_mut() {
+                    link.expire(now);
+                }
             }
-            _ => Vec::new(),
+            _ => {}
         }
     }
 
-    /// `proxy_on_queue_ready`: the owner answers the workers' messages; a picker returns
-    /// the answers that arrived, with their streams, for the caller to deliver.
-    pub fn on_queue_ready(&mut self, queue: u32) -> Vec<(u32, u64, ToWorker)> {
+    /// `proxy_on_queue_ready`: the owner answers the workers' messages; a picker takes the
+    /// answers that arrived and wakes their streams.
+    pub fn on_queue_ready(&mut self, queue: u32) {
         match &mut self.role {
-            Some(Role::Scraper(_, Some(owner))) => {
-                owner.on_queue_ready(&self.vm, queue);
-                Vec::new()
+            Some(Role::Scraper(_, Some(owner))) => owner.on_queue_ready(&self.vm, queue),
+            Some(Role::Filter {
+                link: Some(link), ..
+            }) => {
+                if let Ok(mut link) = link.try_borrow_mut() {
+                    if link.is_reply_queue(queue) {
+                        link.receive();
+                    }
+                }
             }
-            Some(Role::Picker(_, Some(link))) => match link.try_borrow_mut() {
-                Ok(mut link) if link.is_reply_queue(queue) => link.take_answers(),
-                _ => Vec::new(),
-            },
-            _ => Vec::new(),
-        }
-    }
-
-    /// Release the lease of an answer no stream took.
-    pub fn release_unclaimed(&mut self, answer: &ToWorker) {
-        if let Some(Role::Picker(_, Some(link))) = &self.role {
-            if let Ok(mut link) = link.try_borrow_mut() {
-                link.release_unclaimed(answer);
-            }
+            _ => {}
         }
     }
 
@@ -223,13 +236,9 @@ impl Root {
     pub fn create_http_context(&self, context_id: u32) -> Box<dyn HttpHooks> {
         let vm = Rc::clone(&self.vm);
         match &self.role {
-            Some(Role::Router(router)) => Box::new(RouterContext::new(vm, Rc::clone(router))),
-            Some(Role::Picker(shared, link)) => Box::new(PickerContext::new(
-                vm,
-                Rc::clone(shared),
-                link.clone(),
-                context_id,
-            )),
+            Some(Role::Filter { pipeline, .. }) => {
+                Box::new(PipelineContext::new(vm, Rc::clone(pipeline), context_id))
+            }
             Some(Role::Scraper(..)) => Box::new(PassThroughContext),
             Some(Role::Probe) => Box::<ProbeContext>::default(),
             None => Box::new(FailClosedContext::new(vm)),

@@ -14,7 +14,7 @@ pub mod pick;
 pub mod route;
 pub mod testing;
 
-pub use pick::{PickStage, PickerStore};
+pub use pick::{PickStage, PickerStore, RemoteAnswer, RemotePicks};
 pub use route::RouteStage;
 
 #[cfg(test)]

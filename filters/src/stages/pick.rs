@@ -4,10 +4,22 @@
 //! Where the picker state lives is the adapter's choice, expressed as a [`PickerStore`]:
 //! the native flavour's one state per Envoy process is an `Arc<SharedPicker>`; another
 //! host implements the trait for its own store.
+//!
+//! A store may also offer [`RemotePicks`]: a state that lives elsewhere and answers by
+//! message (the Wasm flavour, whose workers cannot share memory, sends its picks to one
+//! owner per Envoy process, see [`crate::picker::remote`]). Then the stage prepares the
+//! request here (parse, hash), submits it with the request's [`Waker`], answers
+//! [`Step::Pause`], and on resume takes the answer: route to the endpoint and hold the
+//! owner's lease in the context until the request ends, or answer the rejection, or, when
+//! the store says no answer will come, pick in the local state after all.
 
+use std::any::Any;
 use std::sync::Arc;
 
-use crate::picker::{PickerAccess, PickerHost, PickerRequest, SharedPicker};
+use crate::host::{RequestWaker, Waker};
+use crate::picker::{
+    PickerAccess, PickerHost, PickerRequest, PoolId, PreparedPick, Rejection, SharedPicker,
+};
 use crate::pipeline::{BodyProgress, EndCause, RequestContext, Stage, Step};
 use crate::reply::Reply;
 use crate::FilterStatus;
@@ -21,7 +33,59 @@ pub trait PickerStore {
 
     /// Access for one call; `None` if the state is busy (a re-entrant call on one thread).
     fn access(&self) -> Option<Self::Access<'_>>;
+
+    /// The state that makes the picks, when it lives elsewhere; `None`: pick in
+    /// [`PickerStore::access`].
+    fn remote(&self) -> Option<&dyn RemotePicks> {
+        None
+    }
 }
+
+/// A picker state elsewhere, answering picks by message (module doc).
+pub trait RemotePicks {
+    /// Send `prepared` to be picked in `pool`; `waker` wakes the request once the answer is
+    /// in. The ticket to take the answer with, or why it could not be sent (the stage then
+    /// picks locally; the store has counted and logged it).
+    fn submit(&self, pool: PoolId, prepared: &PreparedPick, waker: Waker) -> Result<u64, String>;
+
+    /// The answer for `ticket`, once it arrived (taken: a second call answers `None`).
+    fn take_answer(&self, ticket: u64) -> Option<RemoteAnswer>;
+
+    /// The request of `ticket` stopped waiting (it ended before the answer).
+    fn forget(&self, ticket: u64);
+}
+
+/// What the remote state answered.
+pub enum RemoteAnswer {
+    /// Route to `endpoint`; `lease` gives the in-flight load back when dropped.
+    Picked {
+        /// `ip:port` of the endpoint.
+        endpoint: String,
+        /// The owner's lease, held in the request's context until it ends.
+        lease: Box<dyn Any>,
+    },
+    /// Answer 503 for this reason.
+    Rejected(Rejection),
+    /// No answer will come (the owner is silent or lost the state): pick here, for this
+    /// reason (already counted and logged by the store).
+    PickHere(String),
+}
+
+impl core::fmt::Debug for RemoteAnswer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            RemoteAnswer::Picked { endpoint, .. } => write!(f, "Picked({endpoint})"),
+            RemoteAnswer::Rejected(r) => write!(f, "Rejected({r:?})"),
+            RemoteAnswer::PickHere(why) => write!(f, "PickHere({why})"),
+        }
+    }
+}
+
+/// The ticket of a pick submitted to the remote state, while the request waits for it.
+struct Waiting(u64);
+
+/// The remote state's lease of a routed request (dropped with the context).
+struct RemoteLease(#[allow(dead_code)] Box<dyn Any>);
 
 impl PickerStore for Arc<SharedPicker> {
     type Access<'a> = &'a SharedPicker;
@@ -66,7 +130,59 @@ fn step(cx: &mut RequestContext, status: FilterStatus, waits_for_body: bool) -> 
     }
 }
 
-impl<H: PickerHost + ?Sized, P: PickerStore> Stage<H> for PickStage<P> {
+impl<P: PickerStore> PickStage<P> {
+    /// The request's picker state machine (deferred when the picks are remote).
+    fn request<'c>(&self, cx: &'c mut RequestContext) -> &'c mut PickerRequest {
+        let remote = self.store.remote().is_some();
+        cx.get_or_insert_with(|| {
+            if remote {
+                PickerRequest::deferred()
+            } else {
+                PickerRequest::new()
+            }
+        })
+    }
+
+    /// After the request's own step: send a pick it left pending to the remote state and
+    /// pause, or pick it here if it cannot be sent.
+    fn submit_pending<H: PickerHost + RequestWaker + ?Sized>(
+        &self,
+        cx: &mut RequestContext,
+        host: &mut H,
+        status: FilterStatus,
+        waits_for_body: bool,
+    ) -> Step {
+        let Some(remote) = self.store.remote() else {
+            return step(cx, status, waits_for_body);
+        };
+        let Some((pool, prepared)) = cx.get::<PickerRequest>().and_then(|r| r.pending_pick())
+        else {
+            return step(cx, status, waits_for_body);
+        };
+        let submitted = host
+            .request_waker()
+            .map_err(|e| format!("no waker for the request: {e:?}"))
+            .and_then(|waker| remote.submit(pool, prepared, waker));
+        match submitted {
+            Ok(ticket) => {
+                cx.insert(Waiting(ticket));
+                Step::Pause
+            }
+            Err(_) => self.pick_here(cx, host),
+        }
+    }
+
+    /// Make the pending pick in the local state.
+    fn pick_here<H: PickerHost + ?Sized>(&self, cx: &mut RequestContext, host: &mut H) -> Step {
+        let Some(access) = self.store.access() else {
+            return busy();
+        };
+        let status = self.request(cx).pick_here(access, host);
+        step(cx, status, false)
+    }
+}
+
+impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickStage<P> {
     fn name(&self) -> &'static str {
         "pick"
     }
@@ -80,26 +196,52 @@ impl<H: PickerHost + ?Sized, P: PickerStore> Stage<H> for PickStage<P> {
         let Some(access) = self.store.access() else {
             return busy();
         };
-        let status = cx
-            .get_or_insert_with(PickerRequest::new)
+        let status = self
+            .request(cx)
             .on_request_headers(access, host, end_of_stream);
-        step(cx, status, true)
+        self.submit_pending(cx, host, status, true)
     }
 
     fn on_request_body(&self, cx: &mut RequestContext, host: &mut H, body: BodyProgress) -> Step {
         let Some(access) = self.store.access() else {
             return busy();
         };
-        let status = cx.get_or_insert_with(PickerRequest::new).on_request_body(
-            access,
-            host,
-            body.buffered_len,
-            body.end_of_stream,
-        );
-        step(cx, status, false)
+        let status =
+            self.request(cx)
+                .on_request_body(access, host, body.buffered_len, body.end_of_stream);
+        self.submit_pending(cx, host, status, false)
+    }
+
+    fn on_resume(&self, cx: &mut RequestContext, host: &mut H) -> Step {
+        let (Some(remote), Some(&Waiting(ticket))) = (self.store.remote(), cx.get::<Waiting>())
+        else {
+            return Step::Next;
+        };
+        let Some(answer) = remote.take_answer(ticket) else {
+            // A spurious wake: the answer is not in yet.
+            return Step::Pause;
+        };
+        cx.remove::<Waiting>();
+        let status = match answer {
+            RemoteAnswer::Picked { endpoint, lease } => {
+                // Held from here on, so the request's end gives it back whatever happens.
+                cx.insert(RemoteLease(lease));
+                self.request(cx).on_answer(host, Ok(&endpoint))
+            }
+            RemoteAnswer::Rejected(rejection) => self.request(cx).on_answer(host, Err(rejection)),
+            RemoteAnswer::PickHere(_) => return self.pick_here(cx, host),
+        };
+        match status {
+            Some(status) => step(cx, status, false),
+            None => Step::Next,
+        }
     }
 
     fn on_end(&self, cx: &mut RequestContext, host: &mut H, _cause: EndCause) {
+        if let (Some(remote), Some(Waiting(ticket))) = (self.store.remote(), cx.remove::<Waiting>())
+        {
+            remote.forget(ticket);
+        }
         let Some(request) = cx.get_mut::<PickerRequest>() else {
             return;
         };

@@ -193,3 +193,203 @@ fn the_body_and_chunk_stages_rewrite_through_the_host() {
     run.response_chunk(&pipeline, &mut host, false);
     assert_eq!(host.response_chunk, b"DATA: X\n\n");
 }
+
+/// A remote picker state over an in-memory [`crate::picker::remote::Owner`]: what the Wasm
+/// flavour's queues do, without the queues. `silent` keeps the answers back and gives up.
+mod remote_store {
+    use std::cell::RefCell;
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::picker::remote::{Owner, StateKey, ToOwner, ToWorker};
+    use crate::picker::{PoolId, PreparedPick};
+    use crate::stages::{PickerStore, RemoteAnswer, RemotePicks};
+
+    pub(super) const CONFIG: &str = r#"{"pool":"p","baseModel":"llama","endpoints":["10.0.0.1:8000","10.0.0.2:8000"],"failureMode":"FailOpen"}"#;
+
+    pub(super) struct Store {
+        pub local: PickerShared,
+        pub owner: RefCell<Owner>,
+        pub owner_host: RefCell<FakeHost>,
+        pub answers: RefCell<BTreeMap<u64, ToWorker>>,
+        pub wakers: RefCell<Vec<Waker>>,
+        pub silent: bool,
+        next: RefCell<u64>,
+    }
+
+    impl Store {
+        pub fn new(silent: bool) -> Store {
+            let local = PickerShared::from_json(serde_json::from_str(CONFIG).unwrap()).unwrap();
+            let mut owner = Owner::new();
+            let mut host = FakeHost::new();
+            let hello = ToOwner::Hello {
+                state: StateKey::of_config(CONFIG.as_bytes()),
+                config: CONFIG.as_bytes().to_vec(),
+            };
+            owner.handle(&mut host, &hello.encode().unwrap());
+            Store {
+                local,
+                owner: RefCell::new(owner),
+                owner_host: RefCell::new(host),
+                answers: RefCell::new(BTreeMap::new()),
+                wakers: RefCell::new(Vec::new()),
+                silent,
+                next: RefCell::new(0),
+            }
+        }
+
+        pub fn release(&self, lease: u64) {
+            let release = ToOwner::Release {
+                state: StateKey::of_config(CONFIG.as_bytes()),
+                lease,
+            };
+            let mut host = self.owner_host.borrow_mut();
+            self.owner
+                .borrow_mut()
+                .handle(&mut *host, &release.encode().unwrap());
+        }
+    }
+
+    impl PickerStore for Store {
+        type Access<'a> = &'a PickerShared;
+        fn access(&self) -> Option<&PickerShared> {
+            Some(&self.local)
+        }
+        fn remote(&self) -> Option<&dyn RemotePicks> {
+            Some(self)
+        }
+    }
+
+    impl RemotePicks for Store {
+        fn submit(
+            &self,
+            pool: PoolId,
+            prepared: &PreparedPick,
+            waker: Waker,
+        ) -> Result<u64, String> {
+            *self.next.borrow_mut() += 1;
+            let ticket = *self.next.borrow();
+            let pick = ToOwner::Pick {
+                state: StateKey::of_config(CONFIG.as_bytes()),
+                reply_queue: 1,
+                ticket,
+                pool,
+                prepared: prepared.clone(),
+            };
+            if !self.silent {
+                let mut host = self.owner_host.borrow_mut();
+                let (_, answer) = self
+                    .owner
+                    .borrow_mut()
+                    .handle(&mut *host, &pick.encode().unwrap())
+                    .unwrap();
+                self.answers.borrow_mut().insert(ticket, answer);
+            }
+            self.wakers.borrow_mut().push(waker);
+            Ok(ticket)
+        }
+
+        fn take_answer(&self, ticket: u64) -> Option<RemoteAnswer> {
+            if self.silent {
+                return Some(RemoteAnswer::PickHere("silent owner".into()));
+            }
+            match self.answers.borrow_mut().remove(&ticket)? {
+                ToWorker::Picked {
+                    lease, endpoint, ..
+                } => Some(RemoteAnswer::Picked {
+                    endpoint,
+                    lease: Box::new(lease),
+                }),
+                ToWorker::Rejected { rejection, .. } => Some(RemoteAnswer::Rejected(rejection)),
+                ToWorker::UnknownState { .. } => Some(RemoteAnswer::PickHere("unknown".into())),
+            }
+        }
+
+        fn forget(&self, ticket: u64) {
+            if let Some(ToWorker::Picked { lease, .. }) = self.answers.borrow_mut().remove(&ticket)
+            {
+                self.release(lease);
+            }
+        }
+    }
+}
+
+use crate::stages::RemotePicks;
+use remote_store::Store as RemoteStore;
+
+#[test]
+fn a_remote_pick_pauses_the_request_and_the_wake_routes_it_with_the_owners_endpoint() {
+    let store = std::rc::Rc::new(RemoteStore::new(false));
+    struct Shared(std::rc::Rc<RemoteStore>);
+    impl PickerStore for Shared {
+        type Access<'a> = &'a PickerShared;
+        fn access(&self) -> Option<&PickerShared> {
+            self.0.access()
+        }
+        fn remote(&self) -> Option<&dyn RemotePicks> {
+            Some(&*self.0)
+        }
+    }
+    let stage: Box<dyn Stage<FakeHost>> =
+        Box::new(PickStage::new(Shared(std::rc::Rc::clone(&store))));
+    let pipeline = Pipeline::new(vec![stage]);
+    let mut host = FakeHost::new()
+        .request_header(BASE_MODEL, "llama")
+        .post("/v1/chat/completions", BODY);
+    let mut run = Run::new();
+    assert_eq!(
+        run.request_headers(&pipeline, &mut host, false),
+        FilterStatus::Pause
+    );
+    let len = host.body.len();
+    assert_eq!(
+        run.request_body(&pipeline, &mut host, len, true),
+        FilterStatus::Pause,
+        "waits for the owner"
+    );
+    assert!(run.is_paused());
+    assert_eq!(host.header(DESTINATION_ENDPOINT), None);
+    assert_eq!(store.owner.borrow().leases(), 1, "the owner took the lease");
+    // The waker fired from elsewhere: the adapter wakes the run.
+    assert_eq!(store.wakers.borrow().len(), 1);
+    assert_eq!(run.wake(&pipeline, &mut host), Some(FilterStatus::Continue));
+    let endpoint = host.header(DESTINATION_ENDPOINT).map(str::to_owned);
+    assert!(endpoint.is_some_and(|e| e.starts_with("10.0.0.")));
+    // A second wake is late and does nothing.
+    assert_eq!(run.wake(&pipeline, &mut host), None);
+    // The lease is in the context until the end; the local state never counted anything.
+    assert!(run
+        .context()
+        .get::<crate::picker::PickerRequest>()
+        .is_some());
+    run.end(&pipeline, &mut host);
+}
+
+#[test]
+fn a_remote_store_that_gives_up_makes_the_stage_pick_locally() {
+    struct Silent(RemoteStore);
+    impl PickerStore for Silent {
+        type Access<'a> = &'a PickerShared;
+        fn access(&self) -> Option<&PickerShared> {
+            self.0.access()
+        }
+        fn remote(&self) -> Option<&dyn RemotePicks> {
+            Some(&self.0)
+        }
+    }
+    let stage: Box<dyn Stage<FakeHost>> = Box::new(PickStage::new(Silent(RemoteStore::new(true))));
+    let pipeline = Pipeline::new(vec![stage]);
+    let mut host = FakeHost::new()
+        .request_header(BASE_MODEL, "llama")
+        .post("/v1/chat/completions", BODY);
+    let mut run = Run::new();
+    run.request_headers(&pipeline, &mut host, false);
+    let len = host.body.len();
+    assert_eq!(
+        run.request_body(&pipeline, &mut host, len, true),
+        FilterStatus::Pause
+    );
+    assert_eq!(run.wake(&pipeline, &mut host), Some(FilterStatus::Continue));
+    assert!(host.header(DESTINATION_ENDPOINT).is_some(), "picked here");
+    run.end(&pipeline, &mut host);
+}

@@ -13,8 +13,15 @@
 //! defers its own re-entrant deliveries (local replies, failed callouts) until the running
 //! callback returns, so the refusal is a last resort, not a path requests take.
 //!
-//! Callbacks the module does not need (response headers and body, gRPC, foreign function
-//! events) are not exported: Envoy then skips them instead of entering the VM.
+//! Callbacks the module does not need (gRPC, foreign function events) are not exported:
+//! Envoy then skips them instead of entering the VM. The response side is exported: the
+//! pipeline's stages observe (and may rewrite) each response chunk as it passes. A local
+//! reply a filter sends runs the response side too, but Envoy defers it until the running
+//! callback returns, so it never re-enters the table.
+//!
+//! Wakes: a stage that paused a request is resumed when its waker fires; wakers of this
+//! VM only record the stream ([`crate::host::take_woken`]), and every callback, once its
+//! own work is done, resumes the streams woken meanwhile ([`resume_woken`]).
 
 use std::alloc::{alloc, Layout};
 use std::cell::RefCell;
@@ -24,7 +31,7 @@ use std::ptr::{null_mut, NonNull};
 use infergate_filters::reply::Reply;
 
 use super::{hostcalls, Action, HttpHooks, LogLevel};
-use crate::owner::OwnerEvent;
+use crate::host::take_woken;
 use crate::root::Root;
 
 /// The live contexts of this VM.
@@ -152,50 +159,46 @@ pub extern "C" fn proxy_on_configure(root_context_id: u32, configuration_size: u
     .into()
 }
 
-/// A tick of a root that set a tick period; a picker root's overdue streams are told.
+/// A tick of a root that set a tick period.
 #[no_mangle]
 pub extern "C" fn proxy_on_tick(root_context_id: u32) {
     with_contexts("proxy_on_tick", (), |c| {
-        let Some(root) = c.roots.get_mut(&root_context_id) else {
-            return;
-        };
-        for context_id in root.on_tick() {
-            if let Some(stream) = c.streams.get_mut(&context_id) {
-                let _ = hostcalls::set_effective_context(context_id);
-                stream.on_owner_event(OwnerEvent::TimedOut);
-            }
+        if let Some(root) = c.roots.get_mut(&root_context_id) {
+            root.on_tick();
         }
+        resume_woken(c);
     });
 }
 
-/// Data arrived on a queue a root registered: the owner answers workers, a picker root
-/// delivers answers to its waiting streams (each made the effective context first, so
-/// their header edits, replies and resumption address that stream).
+/// Data arrived on a queue a root registered: the picker state owner answers the workers'
+/// picks, a picker root takes the answers for its streams (and wakes them).
 #[no_mangle]
 pub extern "C" fn proxy_on_queue_ready(root_context_id: u32, queue: u32) {
     with_contexts("proxy_on_queue_ready", (), |c| {
-        let Some(root) = c.roots.get_mut(&root_context_id) else {
-            return;
-        };
-        let answers = root.on_queue_ready(queue);
-        let mut unclaimed = Vec::new();
-        for (context_id, _ticket, answer) in answers {
-            match c.streams.get_mut(&context_id) {
-                Some(stream) => {
-                    let _ = hostcalls::set_effective_context(context_id);
-                    if let Some(answer) = stream.on_owner_event(OwnerEvent::Answer(answer)) {
-                        unclaimed.push(answer);
-                    }
-                }
-                None => unclaimed.push(answer),
-            }
-        }
         if let Some(root) = c.roots.get_mut(&root_context_id) {
-            for answer in &unclaimed {
-                root.release_unclaimed(answer);
+            root.on_queue_ready(queue);
+        }
+        resume_woken(c);
+    });
+}
+
+/// Resume every stream whose waker fired during the callback that just ran, each made the
+/// effective context first so its header edits, replies and resumption address it. A
+/// stream that is gone is skipped (its wake is late).
+fn resume_woken(c: &mut Contexts) {
+    // A resumed stream may wake another (or itself again): bounded, in case of a loop.
+    for _ in 0..4 {
+        let woken = take_woken();
+        if woken.is_empty() {
+            return;
+        }
+        for context_id in woken {
+            if let Some(stream) = c.streams.get_mut(&context_id) {
+                let _ = hostcalls::set_effective_context(context_id);
+                stream.on_wake();
             }
         }
-    });
+    }
 }
 
 /// The answer (or failure: no headers) of an HTTP call the root context dispatched.
@@ -226,9 +229,12 @@ fn on_stream(
     f: impl FnOnce(&mut dyn HttpHooks) -> Action,
 ) -> u32 {
     let outcome = with_contexts(callback, None, |c| {
-        c.streams
+        let action = c
+            .streams
             .get_mut(&context_id)
-            .map(|stream| f(stream.as_mut()) as u32)
+            .map(|stream| f(stream.as_mut()) as u32);
+        resume_woken(c);
+        action
     });
     match outcome {
         Some(action) => action,
@@ -274,6 +280,43 @@ pub extern "C" fn proxy_on_request_trailers(context_id: u32, num_trailers: usize
     on_stream("proxy_on_request_trailers", context_id, hold, |s| {
         s.on_request_trailers(num_trailers)
     })
+}
+
+/// `proxy_on_response_headers`.
+#[no_mangle]
+pub extern "C" fn proxy_on_response_headers(
+    context_id: u32,
+    num_headers: usize,
+    end_of_stream: u32,
+) -> u32 {
+    on_stream("proxy_on_response_headers", context_id, pass, |s| {
+        s.on_response_headers(num_headers, end_of_stream != 0)
+    })
+}
+
+/// `proxy_on_response_body`: one chunk passing, unbuffered.
+#[no_mangle]
+pub extern "C" fn proxy_on_response_body(
+    context_id: u32,
+    body_size: usize,
+    end_of_stream: u32,
+) -> u32 {
+    on_stream("proxy_on_response_body", context_id, pass, |s| {
+        s.on_response_body(body_size, end_of_stream != 0)
+    })
+}
+
+/// `proxy_on_response_trailers`.
+#[no_mangle]
+pub extern "C" fn proxy_on_response_trailers(context_id: u32, num_trailers: usize) -> u32 {
+    on_stream("proxy_on_response_trailers", context_id, pass, |s| {
+        s.on_response_trailers(num_trailers)
+    })
+}
+
+/// A response of a stream the table does not hold goes on unchanged.
+fn pass(_why: &str) -> u32 {
+    Action::Continue as u32
 }
 
 /// The stream completed or was reset.

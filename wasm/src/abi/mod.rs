@@ -141,18 +141,21 @@ pub trait HttpHooks {
     }
     /// `proxy_on_log`: the stream completed or was reset.
     fn on_log(&mut self) {}
-    /// The picker state owner answered this stream, or its answer is overdue (delivered by
-    /// the root's `proxy_on_queue_ready` or tick, with this stream made the effective
-    /// context). Returns an answer the stream did not take, so its lease can be released.
-    fn on_owner_event(
-        &mut self,
-        event: crate::owner::OwnerEvent,
-    ) -> Option<infergate_filters::picker::remote::ToWorker> {
-        match event {
-            crate::owner::OwnerEvent::Answer(answer) => Some(answer),
-            crate::owner::OwnerEvent::TimedOut => None,
-        }
+    /// `proxy_on_response_headers`.
+    fn on_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        Action::Continue
     }
+    /// `proxy_on_response_body`: `body_size` is this chunk.
+    fn on_response_body(&mut self, _body_size: usize, _end_of_stream: bool) -> Action {
+        Action::Continue
+    }
+    /// `proxy_on_response_trailers`.
+    fn on_response_trailers(&mut self, _num_trailers: usize) -> Action {
+        Action::Continue
+    }
+    /// A waker of this stream fired (delivered by `exports` after the callback that woke
+    /// it, with this stream made the effective context).
+    fn on_wake(&mut self) {}
 }
 
 /// What a stream callback tells the host (`proxy_action_t`).

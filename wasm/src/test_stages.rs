@@ -1,0 +1,109 @@
+//! The test stages of `filters::stages::testing` in the Wasm flavour: only a build with
+//! the `test-stages` feature accepts the config key `testStages` (a list of stage names
+//! that run before the filter's own stage); a release build leaves the key in place, so
+//! the filter's config parser refuses it as an unknown field.
+//!
+//! The pause stage wakes its request "from elsewhere": here a root's tick, which fires
+//! each due wake from the root context (another context than the paused stream's), so the
+//! stream is resumed through the same path the picker state owner's answers take.
+
+use crate::host::WasmHost;
+use infergate_filters::pipeline::Stage;
+
+/// A stage of a Wasm pipeline.
+pub type WasmStage = Box<dyn Stage<WasmHost>>;
+
+/// The config key listing test stages.
+pub const TEST_STAGES_KEY: &str = "testStages";
+
+/// How often a root with test stages ticks to fire due wakes.
+#[cfg(feature = "test-stages")]
+pub const WAKE_TICK_MS: u32 = 20;
+
+#[cfg(feature = "test-stages")]
+mod enabled {
+    use core::time::Duration;
+    use std::cell::RefCell;
+
+    use infergate_filters::host::Waker;
+    use infergate_filters::stages::testing;
+
+    use super::{WasmStage, TEST_STAGES_KEY, WAKE_TICK_MS};
+    use crate::abi::hostcalls;
+
+    thread_local! {
+        /// Wakes to fire at a time (ms), in no particular order.
+        static DUE: RefCell<Vec<(u64, Waker)>> = const { RefCell::new(Vec::new()) };
+    }
+
+    fn now_ms() -> u64 {
+        hostcalls::current_time_nanos().unwrap_or(0) / 1_000_000
+    }
+
+    fn wake_later(waker: Waker, delay: Duration) {
+        let at = now_ms().saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
+        let _ = DUE.try_with(|d| {
+            if let Ok(mut d) = d.try_borrow_mut() {
+                d.push((at, waker));
+            }
+        });
+    }
+
+    /// Takes `testStages` out of `config`; ticks this root so due wakes fire.
+    pub fn take(config: &mut serde_json::Value) -> Result<Vec<WasmStage>, String> {
+        let Some(names) = config
+            .as_object_mut()
+            .and_then(|m| m.remove(TEST_STAGES_KEY))
+        else {
+            return Ok(Vec::new());
+        };
+        let names = names
+            .as_array()
+            .ok_or_else(|| format!("{TEST_STAGES_KEY} must be a list of stage names"))?;
+        let stages = names
+            .iter()
+            .map(|name| {
+                let name = name.as_str().unwrap_or_default();
+                testing::by_name(name, wake_later)
+                    .map(|stage| stage as WasmStage)
+                    .ok_or_else(|| format!("{TEST_STAGES_KEY}: unknown test stage `{name}`"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        hostcalls::set_tick_period_ms(WAKE_TICK_MS)
+            .map_err(|s| format!("set_tick_period failed: {s:?}"))?;
+        Ok(stages)
+    }
+
+    /// Fire the wakes that are due.
+    pub fn fire_due() {
+        let now = now_ms();
+        let due: Vec<Waker> = DUE
+            .try_with(|d| {
+                let Ok(mut d) = d.try_borrow_mut() else {
+                    return Vec::new();
+                };
+                let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut *d)
+                    .into_iter()
+                    .partition(|(at, _)| *at <= now);
+                *d = later;
+                due.into_iter().map(|(_, w)| w).collect()
+            })
+            .unwrap_or_default();
+        for waker in due {
+            waker.wake();
+        }
+    }
+}
+
+#[cfg(feature = "test-stages")]
+pub use enabled::{fire_due, take};
+
+/// Without the feature there are no test stages: the key stays for the parser to refuse.
+#[cfg(not(feature = "test-stages"))]
+pub fn take(_config: &mut serde_json::Value) -> Result<Vec<WasmStage>, String> {
+    Ok(Vec::new())
+}
+
+/// Without the feature nothing is ever due.
+#[cfg(not(feature = "test-stages"))]
+pub fn fire_due() {}
