@@ -52,6 +52,9 @@ pub struct ParsedRequest {
     pub ignore_eos: bool,
     /// vLLM's `cache_salt`.
     pub cache_salt: Option<String>,
+    /// vLLM's `priority` (lower is served first under the priority scheduling policy;
+    /// default 0).
+    pub priority: i32,
 }
 
 /// A 400 with the message and the offending parameter.
@@ -117,6 +120,13 @@ pub fn parse(kind: ApiKind, body: &[u8]) -> Result<ParsedRequest, BadRequest> {
         .get("cache_salt")
         .and_then(Value::as_str)
         .map(str::to_string);
+    let priority = match obj.get("priority") {
+        None | Some(Value::Null) => 0,
+        Some(v) => match v.as_i64().and_then(|p| i32::try_from(p).ok()) {
+            Some(p) => p,
+            None => return Err(bad("priority must be an integer", Some("priority"))),
+        },
+    };
     let prompt_tokens = prompt_tokens(&prompt);
     Ok(ParsedRequest {
         kind,
@@ -129,6 +139,7 @@ pub fn parse(kind: ApiKind, body: &[u8]) -> Result<ParsedRequest, BadRequest> {
         max_tokens,
         ignore_eos,
         cache_salt,
+        priority,
     })
 }
 
@@ -282,6 +293,17 @@ mod tests {
         assert_eq!(p.prompt_tokens, 2);
         assert!(p.stream && p.include_usage && !p.continuous_usage);
         assert_eq!(p.max_tokens, Some(7));
+        assert_eq!(p.priority, 0);
+        let prio = parse(
+            ApiKind::Completions,
+            br#"{"model":"m","prompt":"a","priority":-3}"#,
+        );
+        assert_eq!(prio.unwrap().priority, -3);
+        let bad = parse(
+            ApiKind::Completions,
+            br#"{"model":"m","prompt":"a","priority":"x"}"#,
+        );
+        assert_eq!(bad.unwrap_err().param, Some("priority"));
         let ids = parse(ApiKind::Completions, br#"{"model":"m","prompt":[1,2,3]}"#).unwrap();
         assert_eq!(ids.prompt_tokens, 3);
         for body in [

@@ -155,6 +155,7 @@ async fn completion(
         ),
         output_tokens,
         lora,
+        priority: parsed.priority,
     };
     let (id, rx) = match replica.engine.submit(engine_req).await {
         Ok(x) => x,

@@ -12,9 +12,13 @@
 //! answers add up to about one more answer per lane on top.
 //!
 //! When the replica is also given other requests (round robin sends it a quarter of the
-//! chat), a lane's next request may wait in the replica's queue behind them, the current one
-//! ends, and the waiting requests take the prompt's blocks: the replica stays full of what
-//! it was given, and the lane recomputes what was evicted once it is admitted again.
+//! chat), the lanes' requests carry vLLM's `priority` ([`HogPlan::PRIORITY`], ahead of the
+//! chat's 0) on a replica scheduling by priority: a lane's next request never waits behind
+//! the chat, and when the cache runs out it is the chat that is preempted. Under first come,
+//! first served, a lane's next request would wait behind the chat queued there, the current
+//! one would end, the chat would take part of the lane's prompt, and the lane could not come
+//! back until the chat left (the blocks it finds cached but unreferenced do not count
+//! towards its admission, as in vLLM): the replica's KV usage would dip by a whole lane.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -58,12 +62,17 @@ pub struct HogPlan {
 impl HogPlan {
     /// Lanes of the scenario: a few long contexts.
     pub const LANES: u32 = 3;
-    /// Answer length: long enough that a lane's request runs for seconds, short enough that
-    /// the answers' growth stays a small part of the cache.
-    pub const OUTPUT_TOKENS: u32 = 1536;
+    /// Answer length: a lane's request runs for seconds (~3 s simulated), and the answers
+    /// together swing by one answer's blocks (32, 0.3% of the cache) as they grow and end,
+    /// which leaves room for one chat request of up to ~7k tokens beside them.
+    pub const OUTPUT_TOKENS: u32 = 512;
     /// Handover margin: a few decode steps, so the next request is admitted well before the
     /// current one ends.
     pub const HANDOVER_TOKENS: u32 = 48;
+
+    /// vLLM request priority of the lanes' requests: ahead of the chat's (0) on a replica
+    /// scheduling by priority.
+    pub const PRIORITY: i32 = -1;
 
     /// Lanes whose prompts alone hold `floor` of the KV cache of an engine with `cfg`.
     pub fn for_engine(cfg: &EngineConfig, floor: f64) -> HogPlan {
@@ -113,6 +122,7 @@ impl HogPlan {
             "stream": true,
             "ignore_eos": true,
             "max_tokens": max_tokens,
+            "priority": Self::PRIORITY,
         })
         .to_string()
     }
@@ -313,16 +323,21 @@ async fn stream_one(
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use super::super::PROMPTS_HOLD;
     use super::*;
 
     #[test]
     fn plan_fills_the_calibration_replica_above_the_floor() {
         let cfg = crate::bench::calibration::sim_config(2.0).engine;
-        let plan = HogPlan::for_engine(&cfg, 0.952);
+        let plan = HogPlan::for_engine(&cfg, PROMPTS_HOLD);
         assert_eq!(plan.num_blocks, 10_000);
-        // The prompts alone hold at least the floor, whatever the answers do.
-        assert!(plan.floor_usage() >= 0.952, "{}", plan.floor_usage());
-        assert!(plan.floor_usage() < 0.955, "{}", plan.floor_usage());
+        // The prompts alone hold the floor, whatever the answers do.
+        assert!(plan.floor_usage() >= PROMPTS_HOLD, "{}", plan.floor_usage());
+        assert!(
+            plan.floor_usage() < PROMPTS_HOLD + 0.001,
+            "{}",
+            plan.floor_usage()
+        );
         // Answers at their longest still fit: the lanes never preempt each other.
         assert!(plan.ceiling_usage() < 1.0, "{}", plan.ceiling_usage());
         // Each prompt is a long context, and prompt + answer fit the model length.
@@ -337,7 +352,7 @@ mod tests {
     #[test]
     fn body_is_a_long_streamed_chat_request() {
         let cfg = crate::bench::calibration::sim_config(2.0).engine;
-        let plan = HogPlan::for_engine(&cfg, 0.952);
+        let plan = HogPlan::for_engine(&cfg, PROMPTS_HOLD);
         let v: serde_json::Value = serde_json::from_str(&plan.body("m", 1, 7)).unwrap();
         assert_eq!(v["max_tokens"], 7);
         assert_eq!(v["ignore_eos"], true);
@@ -352,6 +367,7 @@ mod tests {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod engine_check {
+    use super::super::{FULL_AT, PROMPTS_HOLD};
     use super::*;
     use crate::sim::engine::{BlockHash, Engine, EngineEvent, EngineRequest, RequestId, SimTime};
     use std::collections::HashMap;
@@ -372,6 +388,7 @@ mod engine_check {
                 .collect(),
             output_tokens: output,
             lora: None,
+            priority: HogPlan::PRIORITY,
         }
     }
 
@@ -455,6 +472,7 @@ mod engine_check {
                     block_hashes: hashes.collect(),
                     output_tokens: 600,
                     lora: None,
+                    priority: 0,
                 };
                 e.submit(now, r, req).unwrap();
                 chats.insert(r, ());
@@ -468,9 +486,9 @@ mod engine_check {
     }
 
     #[test]
-    fn lanes_alone_keep_the_replica_above_the_floor() {
+    fn lanes_alone_keep_the_replica_full() {
         let cfg = crate::bench::calibration::sim_config(2.0).engine;
-        let plan = HogPlan::for_engine(&cfg, 0.952);
+        let plan = HogPlan::for_engine(&cfg, PROMPTS_HOLD);
         let o = drive(&plan, &cfg, 0, 60.0);
         assert!(
             o.min >= plan.floor_usage(),
@@ -482,14 +500,17 @@ mod engine_check {
     }
 
     #[test]
-    fn a_full_replica_still_serves_what_it_is_sent() {
-        // Round robin keeps sending the full replica its share: it must queue and serve it,
-        // never stall. (Its KV usage may then dip: a lane whose next request waits behind
-        // that share loses its prompt's blocks, and the blocks it finds cached but free do
-        // not count towards its admission, as in vLLM.)
-        let cfg = crate::bench::calibration::sim_config(2.0).engine;
-        let plan = HogPlan::for_engine(&cfg, 0.952);
-        let o = drive(&plan, &cfg, 4, 60.0);
-        assert!(o.chat_done >= 8, "{}", o.chat_done);
+    fn under_priority_scheduling_the_replica_stays_full_and_serves_what_it_is_sent() {
+        // Round robin keeps sending the full replica its share of the chat. Under FCFS a
+        // lane's next request would wait behind that share, the lane's prompt would leave
+        // the cache, and KV usage would dip by a lane; with the lanes ahead by priority the
+        // chat only ever gets the room the lanes leave, and is still served.
+        let mut cfg = crate::bench::calibration::sim_config(2.0).engine;
+        cfg.scheduling_policy = crate::sim::engine::SchedulingPolicy::Priority;
+        let plan = HogPlan::for_engine(&cfg, PROMPTS_HOLD);
+        let o = drive(&plan, &cfg, 8, 60.0);
+        assert!(o.min >= FULL_AT, "{}", o.min);
+        // About one chat request at a time (prefill, then 600 tokens at ~6.3 ms a step).
+        assert!(o.chat_done >= 10, "{}", o.chat_done);
     }
 }

@@ -24,15 +24,17 @@ use crate::launch::{
 };
 use crate::load::runner::run_target;
 use crate::load::{Assign, LoadConfig, Target};
+use crate::sim::engine::SchedulingPolicy;
 use crate::sim::{self, EngineConfig, SimHandle};
 
 /// The replica kept full.
 pub const FULL_REPLICA: usize = 0;
 /// KV usage the full replica must show during the runs.
 pub const FULL_AT: f64 = 0.95;
-/// KV usage the long prompts alone hold: a little above [`FULL_AT`], so the answers
-/// growing and ending never take the replica below it.
-pub const PROMPTS_HOLD: f64 = 0.952;
+/// KV usage the long prompts alone hold: [`FULL_AT`], so the answers growing and ending
+/// never take the replica below it, and what is left (about 4.5%) has room for one chat
+/// request at a time.
+pub const PROMPTS_HOLD: f64 = 0.95;
 /// Envoy worker threads by default.
 pub const DEFAULT_WORKERS: u32 = 2;
 /// The KV threshold of [`PickerChoice::KvFilter`].
@@ -173,9 +175,28 @@ impl HotspotOptions {
     }
 }
 
+/// The calibration's conversations (their own ~4k-token system prompts, 64-token questions,
+/// 600-token answers), 32 of them × 6 turns, or 16 × 3 with `quick`: the full replica has
+/// room for about one chat request at a time and round robin sends it a quarter of them,
+/// so the calibration's 64 conversations would keep `/rr` busy for minutes.
+pub fn workload(quick: bool) -> crate::load::Workload {
+    let mut w = calibration::workload(quick);
+    w.conversations = if quick { 16 } else { 32 };
+    w
+}
+
+/// The simulated pool: the calibration's, with vLLM's priority scheduling policy, so the
+/// long-context requests (priority [`HogPlan::PRIORITY`]) keep their place ahead of the
+/// chat (priority 0, which among itself is served first come, first served).
+pub fn sim_config(time_scale: f64) -> sim::SimConfig {
+    let mut cfg = calibration::sim_config(time_scale);
+    cfg.engine.scheduling_policy = SchedulingPolicy::Priority;
+    cfg
+}
+
 /// Runs the scenario on a fresh simulated pool and returns the report.
 pub async fn run(opts: &HotspotOptions) -> Result<String> {
-    let cfg = calibration::sim_config(opts.time_scale);
+    let cfg = sim_config(opts.time_scale);
     let engine = cfg.engine.clone();
     let sim = sim::start(cfg).await.context("starting the simulator")?;
     let result = run_on(&sim, &engine, opts).await;
@@ -214,7 +235,7 @@ async fn run_on(sim: &SimHandle, engine: &EngineConfig, opts: &HotspotOptions) -
     }
 
     let load = LoadConfig {
-        workload: calibration::workload(opts.quick),
+        workload: workload(opts.quick),
         concurrency: 16,
         progress: true,
         ..LoadConfig::default()
@@ -270,14 +291,16 @@ async fn run_on(sim: &SimHandle, engine: &EngineConfig, opts: &HotspotOptions) -
     let (_, scrape_failures) = watch.stop().await;
     drop(stack);
 
-    let w = calibration::workload(opts.quick);
+    let w = workload(opts.quick);
     let mut out = format!(
         "infergate demo, hotspot: one full replica, round-robin vs the gateway picker\n\
-         simulated pool: 4 replicas × 160k tokens KV, 16k tokens/s prefill, time scale {} \
-         (times are wall-clock); Envoy {} workers, {} picker with {}\n\
+         simulated pool: 4 replicas × 160k tokens KV, 16k tokens/s prefill, vLLM's priority \
+         scheduling, time scale {} (times are wall-clock); Envoy {} workers, {} picker with \
+         {}\n\
          replica {full} kept full by {} long-context requests sent straight to it ({} prompt \
-         + {} answer tokens each, {} sent, {} failed); chat workload: {} conversations × {} \
-         turns, ~{}-token system prompts, concurrency 16, through Envoy\n\n",
+         + {} answer tokens each, priority {}, each lane's next request sent as the current \
+         one ends; {} sent, {} failed); chat workload: {} conversations × {} turns, ~{}-token \
+         system prompts, 600-token answers, concurrency 16, priority 0, through Envoy\n\n",
         opts.time_scale,
         opts.workers,
         opts.flavor,
@@ -285,6 +308,7 @@ async fn run_on(sim: &SimHandle, engine: &EngineConfig, opts: &HotspotOptions) -
         plan.lanes,
         plan.prompt_tokens,
         plan.output_tokens,
+        HogPlan::PRIORITY,
         hog_sent,
         hog_failed,
         w.conversations,
@@ -469,6 +493,20 @@ mod tests {
         ] {
             assert!(HotspotOptions::parse(&strings(bad)).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn workload_is_the_calibration_one() {
+        let (full, quick) = (workload(false), workload(true));
+        assert_eq!((full.conversations, full.turns), (32, 6));
+        assert_eq!((quick.conversations, quick.turns), (16, 3));
+        let pool = sim_config(2.0);
+        assert_eq!(pool.engine.scheduling_policy, SchedulingPolicy::Priority);
+        assert_eq!(pool.engine.kv_capacity_tokens, 160_000);
+        assert_eq!(
+            full.system_tokens,
+            calibration::workload(false).system_tokens
+        );
     }
 
     #[test]

@@ -28,6 +28,24 @@ pub struct EngineConfig {
     pub enable_prefix_caching: bool,
     /// Longest prompt + completion accepted; 0 means the KV capacity (default 0).
     pub max_model_len: u32,
+    /// Order of the waiting queue and choice of preemption victims (vLLM
+    /// `--scheduling-policy`, default `fcfs`).
+    pub scheduling_policy: SchedulingPolicy,
+}
+
+/// How waiting requests are ordered and which running one is preempted (vLLM's
+/// `--scheduling-policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SchedulingPolicy {
+    /// Arrival order; a preempted request goes back to the head of the queue and the most
+    /// recently admitted one is preempted first.
+    #[default]
+    Fcfs,
+    /// By the request's `priority` (lower first), then arrival; the running request with
+    /// the highest (priority, arrival) is preempted first, and a preempted one rejoins the
+    /// queue in that order.
+    Priority,
 }
 
 impl Default for EngineConfig {
@@ -44,6 +62,7 @@ impl Default for EngineConfig {
             lora_load_ms: 50.0,
             enable_prefix_caching: true,
             max_model_len: 0,
+            scheduling_policy: SchedulingPolicy::Fcfs,
         }
     }
 }

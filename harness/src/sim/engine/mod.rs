@@ -28,7 +28,7 @@ mod tests;
 use std::collections::{HashMap, VecDeque};
 
 pub use blocks::{BlockHash, BlockId, BlockPool};
-pub use config::EngineConfig;
+pub use config::{EngineConfig, SchedulingPolicy};
 pub use stats::{EngineCounters, EngineStats, Histogram, TTFT_BUCKETS_S};
 
 /// Simulated time in nanoseconds since the engine's epoch.
@@ -73,6 +73,9 @@ pub struct EngineRequest {
     pub output_tokens: u32,
     /// LoRA adapter, if the request targets one.
     pub lora: Option<String>,
+    /// vLLM's request `priority` (lower is served first); used only under
+    /// [`SchedulingPolicy::Priority`].
+    pub priority: i32,
 }
 
 /// Why a request was refused at submission.
@@ -224,7 +227,7 @@ impl Engine {
                 hashed_blocks: 0,
             },
         );
-        self.waiting.push_back(id);
+        self.enqueue(id, false);
         if self.step.is_none() {
             self.start_step(now);
         }
@@ -294,6 +297,47 @@ impl Engine {
         v.sort();
         v.dedup();
         v
+    }
+
+    /// Puts `id` in the waiting queue: at the tail (or, `preempted`, the head) under FCFS;
+    /// after every request that comes first by (priority, arrival) under priority.
+    fn enqueue(&mut self, id: RequestId, preempted: bool) {
+        if self.cfg.scheduling_policy == SchedulingPolicy::Fcfs {
+            if preempted {
+                self.waiting.push_front(id);
+            } else {
+                self.waiting.push_back(id);
+            }
+            return;
+        }
+        let key = self.order_key(id);
+        let pos = self
+            .waiting
+            .iter()
+            .position(|w| self.order_key(*w) > key)
+            .unwrap_or(self.waiting.len());
+        self.waiting.insert(pos, id);
+    }
+
+    /// (priority, arrival, id): the priority policy's order.
+    fn order_key(&self, id: RequestId) -> (i32, SimTime, RequestId) {
+        match self.seqs.get(&id) {
+            Some(s) => (s.req.priority, s.arrival, id),
+            None => (i32::MAX, SimTime(u64::MAX), id),
+        }
+    }
+
+    /// Removes the running request to preempt and returns it with its index in `running`:
+    /// the most recently admitted under FCFS, the last in (priority, arrival) order under
+    /// priority.
+    fn take_victim(&mut self) -> Option<(RequestId, usize)> {
+        let pos = match self.cfg.scheduling_policy {
+            SchedulingPolicy::Fcfs => self.running.len().checked_sub(1)?,
+            SchedulingPolicy::Priority => (0..self.running.len()).max_by_key(|i| {
+                self.order_key(self.running.get(*i).copied().unwrap_or(RequestId(0)))
+            })?,
+        };
+        Some((self.running.remove(pos), pos))
     }
 
     fn blocks_for(&self, tokens: u32) -> usize {

@@ -9,6 +9,8 @@ impl Engine {
     pub(super) fn start_step(&mut self, at: SimTime) {
         let mut budget = self.cfg.max_num_batched_tokens.max(1);
         let mut work = Vec::new();
+        // Whether each entry of `work` is a decode (so a preempted one can be taken back).
+        let mut work_is_decode = Vec::new();
         let mut prefill_tokens: u64 = 0;
         let mut decodes: u32 = 0;
         let mut extra_ms = 0.0;
@@ -46,8 +48,8 @@ impl Engine {
                     scheduled = true;
                     break;
                 }
-                // Out of blocks: preempt the most recently admitted sequence.
-                let Some(victim) = self.running.pop() else {
+                // Out of blocks: preempt the policy's victim.
+                let Some((victim, at)) = self.take_victim() else {
                     break;
                 };
                 self.preempt(victim);
@@ -55,9 +57,23 @@ impl Engine {
                 if victim == id {
                     break;
                 }
+                if at < i {
+                    // Already given work this step (priority policy only): take it back.
+                    i -= 1;
+                    if let Some(k) = work.iter().position(|(w, _)| *w == victim) {
+                        let (_, taken) = work.remove(k);
+                        budget += taken;
+                        if work_is_decode.remove(k) {
+                            decodes -= 1;
+                        } else {
+                            prefill_tokens -= u64::from(taken);
+                        }
+                    }
+                }
             }
             if scheduled {
                 work.push((id, n));
+                work_is_decode.push(is_decode);
                 budget -= n;
                 if is_decode {
                     decodes += 1;
@@ -182,7 +198,7 @@ impl Engine {
             seq.computed = 0;
             seq.hashed_blocks = 0;
             self.counters.preemptions += 1;
-            self.waiting.push_front(id);
+            self.enqueue(id, true);
         }
     }
 

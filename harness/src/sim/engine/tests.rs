@@ -23,6 +23,7 @@ fn req(tag: u64, prompt_tokens: u32, output_tokens: u32) -> EngineRequest {
         block_hashes: hashes(tag, (prompt_tokens / 16) as usize),
         output_tokens,
         lora: None,
+        priority: 0,
     }
 }
 
@@ -370,4 +371,52 @@ fn a_prompt_queued_during_a_step_hits_blocks_that_step_computed() {
         "admitted after 1 computed"
     );
     assert_eq!(e.stats().cached_blocks, 4);
+}
+
+#[test]
+fn priority_policy_admits_by_priority_and_preempts_the_last_in_that_order() {
+    let mut e = Engine::new(EngineConfig {
+        scheduling_policy: SchedulingPolicy::Priority,
+        ..cfg(40)
+    });
+    let with = |tag, prompt, priority| EngineRequest {
+        priority,
+        ..req(tag, prompt, 200)
+    };
+    // 1 fills most of the cache; 2 (priority 0) and 3 (priority -1) wait: 3 goes first.
+    e.submit(SimTime(0), RequestId(1), with(1, 400, 0)).unwrap();
+    let mut out = Vec::new();
+    e.advance(SimTime(0), &mut out);
+    e.submit(SimTime(1), RequestId(2), with(2, 160, 0)).unwrap();
+    e.submit(SimTime(2), RequestId(3), with(3, 160, -1))
+        .unwrap();
+    let events = drain(&mut e);
+    let first = |id| first_token_at(&events, RequestId(id));
+    assert!(
+        first(3) < first(2),
+        "priority -1 is admitted before an earlier priority 0"
+    );
+    // Growth ran out of blocks; the victim was request 1 (priority 0), so 3, admitted
+    // after it, was never pushed back behind it and finished first.
+    assert!(e.stats().counters.preemptions > 0);
+    let done_at = |id| {
+        events
+            .iter()
+            .find_map(|ev| match ev {
+                EngineEvent::Finished { id: i, at, .. } if *i == RequestId(id) => Some(*at),
+                _ => None,
+            })
+            .unwrap()
+    };
+    assert!(done_at(3) < done_at(1));
+    assert_eq!(usage_of(&events, RequestId(3)).completion_tokens, 200);
+    // Under FCFS the earlier request 2 blocks the queue and goes first.
+    let mut f = Engine::new(cfg(40));
+    f.submit(SimTime(0), RequestId(1), with(1, 400, 0)).unwrap();
+    f.advance(SimTime(0), &mut out);
+    f.submit(SimTime(1), RequestId(2), with(2, 160, 0)).unwrap();
+    f.submit(SimTime(2), RequestId(3), with(3, 160, -1))
+        .unwrap();
+    let events = drain(&mut f);
+    assert!(first_token_at(&events, RequestId(2)) < first_token_at(&events, RequestId(3)));
 }
