@@ -259,7 +259,22 @@ impl RequestBody for WasmHost {
     }
     fn replace_request_body(&mut self, body: &[u8]) -> Result<(), HostError> {
         // start 0 with a length past the end replaces the whole buffered body.
-        hostcalls::set_buffer(BufferType::HttpRequestBody, 0, usize::MAX, body).map_err(failed)
+        hostcalls::set_buffer(BufferType::HttpRequestBody, 0, usize::MAX, body).map_err(failed)?;
+        // Envoy forwards the headers as they are: a `content-length` of the old body would
+        // leave the upstream waiting for bytes that never come (a chunked request has none).
+        // The headers are still held while a stage reads the body, so the edit counts.
+        if let Ok(Some(_)) =
+            hostcalls::header_map_value(MapType::HttpRequestHeaders, "content-length")
+        {
+            let len = body.len().to_string();
+            hostcalls::replace_header_map_value(
+                MapType::HttpRequestHeaders,
+                "content-length",
+                len.as_bytes(),
+            )
+            .map_err(failed)?;
+        }
+        Ok(())
     }
 }
 

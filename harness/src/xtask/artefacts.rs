@@ -134,3 +134,34 @@ pub fn build_panic_injection_module() -> Result<PathBuf> {
     }
     Ok(built)
 }
+
+/// Builds the Wasm module with its `test-stages` feature under the [`TEST_PROFILE`] profile
+/// (`<target>/wasm32-wasip1/test-artefact/`, beside, never over, the release module).
+/// Returns its path.
+pub fn build_test_stages_wasm() -> Result<PathBuf> {
+    cargo(
+        &[
+            "build",
+            "--profile",
+            TEST_PROFILE,
+            "-p",
+            "infergate-wasm",
+            "--target",
+            "wasm32-wasip1",
+            "--features",
+            "test-stages",
+        ],
+        &[],
+    )?;
+    let built = target_dir()
+        .join("wasm32-wasip1")
+        .join(TEST_PROFILE)
+        .join("infergate_wasm.wasm");
+    if !built.exists() {
+        bail!(
+            "the test-stages Wasm module is missing after the build: {}",
+            built.display()
+        );
+    }
+    Ok(built)
+}

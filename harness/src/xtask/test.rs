@@ -14,7 +14,8 @@
 //!    kills, client aborts and hostile requests, failing on any verdict (`bench soak`).
 
 use super::artefacts::{
-    build_all, build_panic_injection_module, cargo, target_dir, workspace_root,
+    build_all, build_panic_injection_module, build_test_stages_wasm, cargo, target_dir,
+    workspace_root,
 };
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeSet;
@@ -78,8 +79,10 @@ pub fn run(args: &[String]) -> Result<()> {
     super::setup::ensure(!skip_python)?;
     let wasm_bindgen_runner = super::setup::ensure_wasm_bindgen_test()?;
     let mut artefacts = build_all()?;
-    // The end-to-end suite's native runs load the test build, which can inject a panic.
+    // The end-to-end suite loads the test builds: the native one can inject a panic, and
+    // both accept the host-capability test stages.
     artefacts.native_module = build_panic_injection_module()?;
+    artefacts.wasm_module = build_test_stages_wasm()?;
     let env = artefacts.env();
     let mut test_env = env.clone();
     test_env.push((E2E_WORKERS_ENV, PathBuf::from(e2e_workers.to_string())));

@@ -1,8 +1,10 @@
-//! Native build: the host capabilities of the request pipeline, each driven through a real
-//! Envoy by a test stage of the `test-stages` build (`testStages` in the picker's config):
+//! Both flavours: the host capabilities of the request pipeline, each driven through a real
+//! Envoy by a test stage of the `test-stages` builds (`testStages` in the picker's config):
 //!
-//! - a request paused at its headers reaches the upstream only after another thread woke
-//!   it, resumes on its own worker thread, and a request sent meanwhile is not held up; a
+//! - a request paused at its headers reaches the upstream only after it was woken from
+//!   elsewhere (native: another thread; Wasm: another context of the worker's VM, its root's
+//!   tick, the path the picker state owner's answers take), resumes on its own worker
+//!   thread, and a request sent meanwhile is not held up; a
 //!   paused request whose client left is never sent, and its late wake harms nothing;
 //! - every chunk of a streamed response is rewritten as it passes, still unbuffered;
 //! - a replaced request body reaches the upstream whole, with its own `content-length`.
@@ -331,7 +333,16 @@ async fn pause_resume_chunk_rewrite_and_body_replacement_work_through_envoy(flav
     assert!(got.header("x-gateway-destination-endpoint").is_some());
 }
 
-/// Native only for now: the Wasm module has no test stages yet.
+mod wasm {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pause_resume_chunk_rewrite_and_body_replacement_work_through_envoy() {
+        super::pause_resume_chunk_rewrite_and_body_replacement_work_through_envoy(
+            infergate_harness::launch::Flavor::Wasm,
+        )
+        .await
+    }
+}
+
 mod native {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn pause_resume_chunk_rewrite_and_body_replacement_work_through_envoy() {
