@@ -33,7 +33,9 @@ pub fn config_json(config: &[u8]) -> Result<serde_json::Value, String> {
 pub fn factory(config: &[u8], envoy: &mut FilterConfigHandle) -> Result<PipelineFactory, String> {
     let mut value = config_json(config)?;
     let mut stages = take_test_stages(&mut value)?;
-    let router = Router::from_json(value).map_err(|e| e.to_string())?;
+    let router = Router::from_json(value)
+        .map_err(|e| e.to_string())?
+        .with_block_sizes(Arc::new(crate::shared::ProcessBlockSizes));
     let host = HostConfig {
         stats: StatsRegistry::define(envoy, &router.stat_keys()),
         strict_override: false,

@@ -128,6 +128,17 @@ impl ConfigRegistry {
     }
 }
 
+/// The block sizes of the process's loaded picker pools, for the routers' handoffs
+/// (`blockSizeTokens` is configured once, in the picker). One registry lock per routed
+/// request, held for a lookup.
+pub struct ProcessBlockSizes;
+
+impl infergate_filters::router::BlockSizeSource for ProcessBlockSizes {
+    fn block_size_tokens(&self, base_model: &str) -> Option<u32> {
+        config_registry().lock().block_size_tokens(base_model)
+    }
+}
+
 /// The process's config registry. Unit tests run on many threads at once, each acting as
 /// its own Envoy process, so under `cfg(test)` every thread gets its own.
 #[cfg(not(test))]
@@ -160,6 +171,7 @@ mod tests {
                 name: "p".into(),
                 base_model: "m".into(),
                 endpoints: vec!["2.2.2.2:80".into()],
+                block_size_tokens: None,
             }],
         };
         let refused = registry.register_picker(declaration.clone());

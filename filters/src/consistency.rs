@@ -32,6 +32,8 @@ pub struct PoolDeclaration {
     pub base_model: String,
     /// Its endpoints, `ip:port`.
     pub endpoints: Vec<String>,
+    /// The block size it hashes prompts at (`None`: it reads no prefix index).
+    pub block_size_tokens: Option<u32>,
 }
 
 /// What one loaded picker config declares.
@@ -52,6 +54,7 @@ impl PickerDeclaration {
                     name: p.name().to_owned(),
                     base_model: p.base_model().to_owned(),
                     endpoints: p.endpoints().to_vec(),
+                    block_size_tokens: p.block_size_tokens(),
                 })
                 .collect(),
         }
@@ -159,6 +162,18 @@ impl LoadedConfigs {
         id
     }
 
+    /// The block size the first loaded picker pool serving `base_model` hashes at: what a
+    /// router hashes its handoff at, so `blockSizeTokens` is configured once, in the
+    /// picker's `EndpointPickerConfig`. `None` if no loaded pool serves it or the pool reads
+    /// no prefix index.
+    pub fn block_size_tokens(&self, base_model: &str) -> Option<u32> {
+        self.pickers
+            .iter()
+            .flat_map(|(_, picker)| &picker.pools)
+            .find(|pool| pool.base_model == base_model)
+            .and_then(|pool| pool.block_size_tokens)
+    }
+
     /// Removes a config (it was destroyed); unknown ids are ignored.
     pub fn remove(&mut self, id: ConfigId) {
         self.scrapers.retain(|(i, _)| *i != id);
@@ -179,6 +194,7 @@ mod tests {
                     name: (*n).to_owned(),
                     base_model: (*b).to_owned(),
                     endpoints: e.iter().map(|s| (*s).to_owned()).collect(),
+                    block_size_tokens: Some(64),
                 })
                 .collect(),
         }
@@ -267,5 +283,27 @@ mod tests {
         assert!(c
             .add_picker(picker(&[("p", "llama", &["1.1.1.1:1"])]))
             .is_ok());
+    }
+
+    #[test]
+    fn routers_learn_the_block_size_of_the_first_loaded_pool_of_their_base_model() {
+        let mut loaded = LoadedConfigs::new();
+        assert_eq!(loaded.block_size_tokens("m"), None);
+        let mut first = picker(&[("p", "m", &["1.1.1.1:80"])]);
+        first.pools[0].block_size_tokens = Some(16);
+        let id = loaded.add_picker(first).map_err(|e| e.to_string());
+        let mut second = picker(&[("q", "m", &["2.2.2.2:80"]), ("r", "n", &["3.3.3.3:80"])]);
+        second.pools[1].block_size_tokens = None;
+        assert!(loaded.add_picker(second).is_ok());
+        assert_eq!(loaded.block_size_tokens("m"), Some(16));
+        assert_eq!(loaded.block_size_tokens("n"), None, "reads no prefix index");
+        if let Ok(id) = id {
+            loaded.remove(id);
+        }
+        assert_eq!(
+            loaded.block_size_tokens("m"),
+            Some(64),
+            "the next pool of m"
+        );
     }
 }

@@ -23,7 +23,7 @@ use std::rc::Rc;
 use infergate_filters::consistency::{ConfigId, LoadedConfigs, PickerDeclaration};
 use infergate_filters::host::{CalloutOutcome, CalloutToken};
 use infergate_filters::picker::PickerShared;
-use infergate_filters::router::Router;
+use infergate_filters::router::{BlockSizeSource, Router};
 use infergate_filters::scraper::Scraper;
 
 use crate::abi::{hostcalls, BufferType, HttpHooks, LogLevel, MapType};
@@ -54,6 +54,19 @@ enum Role {
 thread_local! {
     /// The configs of this VM's roots (a VM runs on one thread).
     static LOADED: RefCell<LoadedConfigs> = const { RefCell::new(LoadedConfigs::new()) };
+}
+
+/// The block sizes of this VM's loaded picker pools, for the router's handoffs
+/// (`blockSizeTokens` is configured once, in the picker).
+struct VmBlockSizes;
+
+impl BlockSizeSource for VmBlockSizes {
+    fn block_size_tokens(&self, base_model: &str) -> Option<u32> {
+        LOADED
+            .try_with(|l| l.try_borrow().ok()?.block_size_tokens(base_model))
+            .ok()
+            .flatten()
+    }
 }
 
 /// A root's entry in [`LOADED`], removed when the root is reconfigured or dropped.
@@ -118,7 +131,9 @@ impl Root {
             RoleKind::Router => {
                 let mut rest = cfg.rest;
                 let mut stages = test_stages::take(&mut rest)?;
-                let router = Router::from_json(rest).map_err(|e| e.to_string())?;
+                let router = Router::from_json(rest)
+                    .map_err(|e| e.to_string())?
+                    .with_block_sizes(Arc::new(VmBlockSizes));
                 self._registration = Some(Registration::router(&router));
                 stages.push(Box::new(RouteStage::new(Arc::new(router))));
                 Role::Filter {

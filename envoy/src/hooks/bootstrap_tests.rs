@@ -255,6 +255,7 @@ fn a_scraper_that_misses_a_loaded_pickers_endpoint_is_refused() {
                 name: "p".into(),
                 base_model: "m".into(),
                 endpoints: vec![EP1.into(), EP2.into()],
+                block_size_tokens: None,
             }],
         },
     );

@@ -183,6 +183,12 @@ impl PoolPlan {
         }
     }
 
+    /// The block size this pool hashes prompts at; `None` when no profile reads the prefix
+    /// index (then a handoff's hashes are not needed at all).
+    pub fn block_size_tokens(&self) -> Option<u32> {
+        self.hashing.map(|cfg| cfg.block_size_tokens)
+    }
+
     /// Count a request picked from the router's handoff (no body read).
     pub fn count_handoff<S: Stats + ?Sized>(&self, stats: &mut S) {
         stats.counter_add(&self.stats.handoff, 1);

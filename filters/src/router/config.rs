@@ -32,14 +32,18 @@ pub struct PoolModels {
     /// LoRA adapter names served by the pool's engines.
     #[serde(default)]
     pub adapters: Vec<String>,
-    /// The picker pool's `blockSizeTokens` (default 64): the router hashes the prompt at
-    /// this size for the picker's handoff (`crate::handoff`). A picker configured
-    /// otherwise ignores the handoff and parses the body itself.
+    /// Leave unset: the router hashes the prompt for the picker's handoff
+    /// (`crate::handoff`) at the block size of the picker pool serving this base model,
+    /// which the adapter looks up among the loaded picker configs
+    /// ([`super::BlockSizeSource`]), so `blockSizeTokens` is configured once, in the
+    /// picker's `EndpointPickerConfig`. Set, it overrides that lookup (a picker configured
+    /// otherwise then ignores the handoff and parses the body itself).
     #[serde(default)]
     pub block_size_tokens: Option<u32>,
 }
 
-/// Block size used for the handoff when a pool does not set `blockSizeTokens`.
+/// Block size used for the handoff when neither the router pool nor a loaded picker pool
+/// says (the `approx-prefix-cache-producer` default).
 pub const DEFAULT_BLOCK_SIZE_TOKENS: u32 = 64;
 
 fn default_body_limit() -> usize {
@@ -90,19 +94,19 @@ impl core::fmt::Display for RouterConfigError {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ModelTable {
     base_of: HashMap<String, String>,
-    /// Base model → block size of its (first) pool.
-    block_size_of: HashMap<String, u32>,
+    /// Base model → block size its (first) pool sets, if it sets one.
+    block_size_of: HashMap<String, Option<u32>>,
 }
 
 impl ModelTable {
     /// Build the table, rejecting a name that maps to two base models.
     pub fn build(pools: &[PoolModels]) -> Result<ModelTable, RouterConfigError> {
         let mut base_of: HashMap<String, String> = HashMap::new();
-        let mut block_size_of: HashMap<String, u32> = HashMap::new();
+        let mut block_size_of: HashMap<String, Option<u32>> = HashMap::new();
         for pool in pools {
             block_size_of
                 .entry(pool.base_model.clone())
-                .or_insert(pool.block_size_tokens.unwrap_or(DEFAULT_BLOCK_SIZE_TOKENS));
+                .or_insert(pool.block_size_tokens);
             let names = core::iter::once(&pool.base_model).chain(pool.adapters.iter());
             for name in names {
                 if name.is_empty() || pool.base_model.is_empty() {
@@ -143,12 +147,15 @@ impl ModelTable {
         self.base_of.get(model).map(String::as_str)
     }
 
-    /// The block size the handoff of a request routed to `base_model` is hashed at (the
-    /// first pool of that base model decides, as in the picker).
+    /// The block size the router's config sets for `base_model` (its first pool decides,
+    /// as in the picker), if it sets one.
+    pub fn configured_block_size(&self, base_model: &str) -> Option<u32> {
+        self.block_size_of.get(base_model).copied().flatten()
+    }
+
+    /// [`ModelTable::configured_block_size`], else the default.
     pub fn block_size_tokens(&self, base_model: &str) -> u32 {
-        self.block_size_of
-            .get(base_model)
-            .copied()
+        self.configured_block_size(base_model)
             .unwrap_or(DEFAULT_BLOCK_SIZE_TOKENS)
     }
 }

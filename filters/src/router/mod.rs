@@ -30,12 +30,32 @@ use crate::FilterStatus;
 
 pub use config::{ModelTable, PoolModels, RouterConfig, RouterConfigError};
 
+/// Where the router learns the block size the picker pool of a base model hashes prompts
+/// at (the adapter's registry of loaded picker configs), so the handoff's hashes fit the
+/// picker without `blockSizeTokens` being configured twice.
+pub trait BlockSizeSource: Send + Sync {
+    /// The block size of the loaded picker pool serving `base_model`, if one is loaded and
+    /// reads the prefix index.
+    fn block_size_tokens(&self, base_model: &str) -> Option<u32>;
+}
+
 /// The router's per-VM / per-process part: the compiled configuration and its stat keys.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Router {
     body_limit: usize,
     models: ModelTable,
     stats: RouterStats,
+    block_sizes: Option<std::sync::Arc<dyn BlockSizeSource>>,
+}
+
+impl core::fmt::Debug for Router {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Router")
+            .field("body_limit", &self.body_limit)
+            .field("models", &self.models)
+            .field("block_sizes", &self.block_sizes.is_some())
+            .finish()
+    }
 }
 
 /// Stat keys of the router, one per outcome.
@@ -78,7 +98,28 @@ impl Router {
             body_limit: config.body_limit_bytes,
             models: ModelTable::build(&config.pools)?,
             stats: RouterStats::new(),
+            block_sizes: None,
         })
+    }
+
+    /// Hash handoffs at the block size `source` reports for each base model (unless the
+    /// router's own config sets one).
+    pub fn with_block_sizes(mut self, source: std::sync::Arc<dyn BlockSizeSource>) -> Router {
+        self.block_sizes = Some(source);
+        self
+    }
+
+    /// The block size a handoff for `base_model` is hashed at: the router config's, else
+    /// the loaded picker pool's, else the default.
+    pub fn block_size_tokens(&self, base_model: &str) -> u32 {
+        self.models
+            .configured_block_size(base_model)
+            .or_else(|| {
+                self.block_sizes
+                    .as_ref()
+                    .and_then(|s| s.block_size_tokens(base_model))
+            })
+            .unwrap_or(config::DEFAULT_BLOCK_SIZE_TOKENS)
     }
 
     /// Parse and compile a JSON configuration (the plugin config minus `role`).
@@ -225,7 +266,7 @@ impl RouterRequest {
         };
         host.set_request_header(MODEL_NAME, &parsed.model);
         host.set_request_header(BASE_MODEL, base);
-        let handoff = Handoff::from_parsed(&parsed, base, router.models.block_size_tokens(base));
+        let handoff = Handoff::from_parsed(&parsed, base, router.block_size_tokens(base));
         if let Some(bytes) = handoff.encode() {
             // Best effort: without it the picker buffers and parses the body itself.
             let _ = host.set_stream_state(HANDOFF_KEY, &bytes);

@@ -240,3 +240,40 @@ fn a_one_mib_model_gets_a_small_404_and_never_reaches_a_header() {
         .unwrap_or(0);
     assert!(longest_header < 1024, "{longest_header}");
 }
+
+/// The picker pools' block sizes as the adapter's config registry would report them.
+struct PickerBlockSizes;
+
+impl BlockSizeSource for PickerBlockSizes {
+    fn block_size_tokens(&self, base_model: &str) -> Option<u32> {
+        (base_model == "llama").then_some(16)
+    }
+}
+
+fn handoff_block_size(router: &Router, model: &str) -> Option<u32> {
+    let mut host = FakeHost::new().post(CHAT, &chat_body(model));
+    let mut req = RouterRequest::new();
+    req.on_request_headers(router, &mut host, false);
+    let len = host.body.len();
+    req.on_request_body(router, &mut host, len, true);
+    let bytes = host.stream_state.get(HANDOFF_KEY)?;
+    crate::handoff::Handoff::decode(bytes).map(|h| h.block_size_tokens)
+}
+
+#[test]
+fn the_handoff_is_hashed_at_the_block_size_of_the_loaded_picker_pool() {
+    let r = router().with_block_sizes(std::sync::Arc::new(PickerBlockSizes));
+    // Set only in the picker: the router follows it.
+    assert_eq!(r.block_size_tokens("llama"), 16);
+    assert_eq!(handoff_block_size(&r, "sql-lora"), Some(16));
+    // No picker pool says: the default.
+    assert_eq!(handoff_block_size(&r, "qwen"), Some(64));
+    // Without a source (no picker loaded), the default too.
+    assert_eq!(handoff_block_size(&router(), "llama"), Some(64));
+    // A router config that sets it wins over the lookup.
+    let explicit = Router::from_json(serde_json::json!({
+        "pools": [{"name": "a", "baseModel": "llama", "blockSizeTokens": 32}]
+    }))
+    .map(|r| r.with_block_sizes(std::sync::Arc::new(PickerBlockSizes)));
+    assert_eq!(explicit.map(|r| r.block_size_tokens("llama")), Ok(32));
+}

@@ -6,6 +6,7 @@ use crate::support::gw::{self, gateway_stats, Plan};
 use crate::support::{answered_by, TestBackend, QUICK};
 use infergate_harness::launch::client::post_json;
 use infergate_harness::launch::{Flavor, PoolSpec, Stack};
+use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 
 const MODEL_A: &str = "org/model-a";
@@ -27,7 +28,14 @@ pub(super) async fn routes_by_model_and_adapter_and_ignores_client_steering(flav
     let backends = TestBackend::many(4, QUICK).await;
     let mut pool_a = PoolSpec::on(MODEL_A, &[0, 1]);
     pool_a.adapters = vec![ADAPTER_A.into()];
-    let plan = Plan::new(vec![pool_a, PoolSpec::on(MODEL_B, &[2, 3])]);
+    // Pool B hashes prompts in 16-token blocks, set in its picker config only: the router
+    // must hash its handoff at the picker's block size (the stats check below counts every
+    // pick as made from the handoff).
+    let mut pool_b = PoolSpec::on(MODEL_B, &[2, 3]);
+    let mut epp = infergate_filters::picker::config::default_epp_config();
+    epp["plugins"][0]["parameters"] = json!({"blockSizeTokens": 16});
+    pool_b.picker_config = epp;
+    let plan = Plan::new(vec![pool_a, pool_b]);
     let Some(stack) = gw::start(flavor, &backends, plan).await else {
         return;
     };
