@@ -19,7 +19,11 @@
 //!   served, with affinity limited to what this worker has seen. A late answer for a
 //!   request that no longer waits has its lease released at once.
 //! - **Leases.** A request routed by the owner holds a [`RemoteLease`]; dropping it (the
-//!   request's end, or the context's deletion) sends the release, so no path keeps one.
+//!   request's end, or the context's deletion) gives it back, so no path keeps one. The
+//!   link sends the lease ids with its next pick (one message instead of two per request
+//!   under load, and the owner sees them back before it picks), or with its next tick
+//!   ([`TIMEOUT_TICK_MS`]) when no pick comes: an idle worker's ended requests leave the
+//!   owner's in-flight counts within a quarter second.
 
 use std::cell::RefCell;
 use std::collections::hash_map::RandomState;
@@ -130,6 +134,8 @@ pub struct WorkerLink {
     hello_sent: bool,
     pending: BTreeMap<u64, Pending>,
     arrived: BTreeMap<u64, Arrived>,
+    /// Leases of requests that ended, to give back with the next pick or tick.
+    releases: Vec<u64>,
     next_ticket: u64,
     fallbacks: StatKey,
     warned: bool,
@@ -167,6 +173,7 @@ impl WorkerLink {
             hello_sent: false,
             pending: BTreeMap::new(),
             arrived: BTreeMap::new(),
+            releases: Vec::new(),
             next_ticket: 0,
             fallbacks: StatKey::new(OWNER_FALLBACKS, &[]),
             warned: false,
@@ -250,6 +257,7 @@ impl WorkerLink {
             ticket,
             pool,
             prepared: prepared.clone(),
+            releases: self.releases.clone(),
         };
         let sent = match pick.encode() {
             Some(message) => self
@@ -259,6 +267,7 @@ impl WorkerLink {
             None => Err("the pick does not encode".to_owned()),
         };
         let message = sent.inspect_err(|why| self.fall_back(why))?;
+        self.releases.clear();
         self.next_ticket = ticket;
         let now = hostcalls::current_time_nanos().unwrap_or(0) / 1_000_000;
         self.pending.insert(
@@ -273,11 +282,20 @@ impl WorkerLink {
         Ok(ticket)
     }
 
-    /// Give a lease back to the owner (best effort: a lost release is logged).
+    /// Give a lease back to the owner: with the next pick, or at the next tick.
     fn release(&mut self, lease: u64) {
+        self.releases.push(lease);
+    }
+
+    /// Send the leases waiting to go back, if any (best effort: a lost release is logged;
+    /// the owner then counts that request in flight until it is reloaded).
+    pub fn flush_releases(&mut self) {
+        if self.releases.is_empty() {
+            return;
+        }
         let message = ToOwner::Release {
             state: self.state,
-            lease,
+            leases: std::mem::take(&mut self.releases),
         };
         let sent = match message.encode() {
             Some(bytes) => self.send_bytes(&bytes),
@@ -286,7 +304,7 @@ impl WorkerLink {
         if let Err(why) = sent {
             log(
                 LogLevel::Warn,
-                &format!("infergate: picker: releasing lease {lease} failed: {why}"),
+                &format!("infergate: picker: giving leases back failed: {why}"),
             );
         }
     }

@@ -224,6 +224,7 @@ impl Root {
                 let now = hostcalls::current_time_nanos().unwrap_or(0) / 1_000_000;
                 if let Ok(mut link) = link.try_borrow_mut() {
                     link.expire(now);
+                    link.flush_releases();
                 }
             }
             _ => {}

@@ -13,8 +13,8 @@
 //!   Pick{ticket, reply queue} ──── shared queue ──▶ pick_counted (snapshot, index, lease)
 //!   paused …                                        lease kept under a lease id
 //!   on_answer ◀───────────────── worker's queue ─── Picked{ticket, lease, endpoint}
-//!   resume; at the request's end:
-//!   Release{lease} ─────────────── shared queue ──▶ lease dropped, gauges lowered
+//!   resume; at the request's end the lease id is kept, and goes back with the
+//!   worker's next Pick{releases}, or its next tick's Release{leases} ──▶ gauges lowered
 //! ```
 //!
 //! This module is the host-agnostic half: the messages ([`ToOwner`], [`ToWorker`]) with
@@ -42,7 +42,7 @@ use super::lease::InFlightLease;
 use super::plan::PoolPlan;
 use super::prepare::PreparedPick;
 use super::state::{PickerShared, PoolId, Rejection};
-use crate::codec::{put_string, Reader};
+use crate::codec::{put_string, put_u64s, Reader};
 use crate::host::{SnapshotSource, Stats};
 
 /// The owner's queue name (scoped by Envoy to the `vm_id` the owner and workers share).
@@ -69,7 +69,10 @@ pub enum ToOwner {
         /// The picker configuration's JSON bytes.
         config: Vec<u8>,
     },
-    /// Pick for one request and answer on `reply_queue` with `ticket`.
+    /// Give `releases` back, then pick for one request and answer on `reply_queue` with
+    /// `ticket`. The worker holds the leases of requests that ended since its last message
+    /// and sends them here, so a busy worker's releases cost no message of their own and
+    /// the pick sees them given back.
     Pick {
         /// The state to pick in.
         state: StateKey,
@@ -81,13 +84,16 @@ pub enum ToOwner {
         pool: PoolId,
         /// The parsed and hashed request.
         prepared: PreparedPick,
+        /// Lease ids of [`ToWorker::Picked`] whose requests ended.
+        releases: Vec<u64>,
     },
-    /// The request holding `lease` ended: give its in-flight load back.
+    /// The requests holding `leases` ended: give their in-flight load back (a worker with
+    /// no pick to send them with sends them on its next tick).
     Release {
-        /// The state that issued the lease.
+        /// The state that issued the leases.
         state: StateKey,
-        /// The lease id of [`ToWorker::Picked`].
-        lease: u64,
+        /// Lease ids of [`ToWorker::Picked`].
+        leases: Vec<u64>,
     },
 }
 
@@ -141,19 +147,21 @@ impl ToOwner {
                 ticket,
                 pool,
                 prepared,
+                releases,
             } => {
-                out.reserve(64 + 8 * prepared.block_hashes().len());
+                out.reserve(64 + 8 * (prepared.block_hashes().len() + releases.len()));
                 out.push(PICK);
                 out.extend_from_slice(&state.0.to_le_bytes());
                 out.extend_from_slice(&reply_queue.to_le_bytes());
                 out.extend_from_slice(&ticket.to_le_bytes());
                 out.extend_from_slice(&u32::try_from(pool.0).ok()?.to_le_bytes());
+                put_u64s(&mut out, releases.iter().copied())?;
                 prepared.encode_into(&mut out)?;
             }
-            ToOwner::Release { state, lease } => {
+            ToOwner::Release { state, leases } => {
                 out.push(RELEASE);
                 out.extend_from_slice(&state.0.to_le_bytes());
-                out.extend_from_slice(&lease.to_le_bytes());
+                put_u64s(&mut out, leases.iter().copied())?;
             }
         }
         Some(out)
@@ -175,11 +183,12 @@ impl ToOwner {
                 reply_queue: r.u32()?,
                 ticket: r.u64()?,
                 pool: PoolId(usize::try_from(r.u32()?).ok()?),
+                releases: r.u64s()?,
                 prepared: PreparedPick::decode_from(&mut r)?,
             },
             RELEASE => ToOwner::Release {
                 state,
-                lease: r.u64()?,
+                leases: r.u64s()?,
             },
             _ => return None,
         };
@@ -311,9 +320,17 @@ impl Owner {
                 ticket,
                 pool,
                 prepared,
-            } => Some((reply_queue, self.pick(host, state, ticket, pool, &prepared))),
-            ToOwner::Release { state, lease } => {
-                self.release(host, state, lease);
+                releases,
+            } => {
+                for lease in releases {
+                    self.release(host, state, lease);
+                }
+                Some((reply_queue, self.pick(host, state, ticket, pool, &prepared)))
+            }
+            ToOwner::Release { state, leases } => {
+                for lease in leases {
+                    self.release(host, state, lease);
+                }
                 None
             }
         }

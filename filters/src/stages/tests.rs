@@ -241,7 +241,7 @@ mod remote_store {
         pub fn release(&self, lease: u64) {
             let release = ToOwner::Release {
                 state: StateKey::of_config(CONFIG.as_bytes()),
-                lease,
+                leases: vec![lease],
             };
             let mut host = self.owner_host.borrow_mut();
             self.owner
@@ -275,6 +275,7 @@ mod remote_store {
                 ticket,
                 pool,
                 prepared: prepared.clone(),
+                releases: Vec::new(),
             };
             if !self.silent {
                 let mut host = self.owner_host.borrow_mut();

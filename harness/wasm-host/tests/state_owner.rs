@@ -104,14 +104,16 @@ fn turns_on_four_workers_keep_their_endpoint_and_the_load_returns_to_zero() {
             let s = send(worker, &history);
             exchange(&hosts);
             served.push(destination(&s));
-            assert_eq!(
-                owner.metric(INFLIGHT),
-                Some(1),
-                "the owner counts the request"
+            // This request, plus at most one ended request per other worker whose lease
+            // waits for that worker's next pick or tick (this worker's went back with
+            // this pick).
+            let in_flight = owner.metric(INFLIGHT).unwrap_or(0);
+            assert!(
+                (1..=workers.len() as u64).contains(&in_flight),
+                "the owner counts {in_flight} in flight"
             );
             finish(&s);
             exchange(&hosts);
-            assert_eq!(owner.metric(INFLIGHT), Some(0), "released at the end");
         }
         assert!(
             served.iter().all(|e| *e == served[0]),
@@ -122,6 +124,13 @@ fn turns_on_four_workers_keep_their_endpoint_and_the_load_returns_to_zero() {
     endpoints_used.sort();
     endpoints_used.dedup();
     assert!(endpoints_used.len() > 1, "load spreads: {endpoints_used:?}");
+    // Idle workers give their last leases back at their next tick.
+    assert!(owner.metric(INFLIGHT).unwrap_or(0) > 0, "held until a tick");
+    for w in &workers {
+        w.advance_time_ms(250).unwrap();
+    }
+    exchange(&hosts);
+    assert_eq!(owner.metric(INFLIGHT), Some(0), "released at the end");
     for w in &workers {
         assert_eq!(w.metric(FALLBACKS).unwrap_or(0), 0);
         assert_eq!(w.trapped(), None);
@@ -139,6 +148,8 @@ fn a_stream_reset_while_waiting_releases_the_lease_of_the_late_answer() {
     assert_eq!(owner.metric(INFLIGHT), Some(1));
     // ... but the client goes away before the answer is delivered.
     assert!(s.done().unwrap());
+    exchange(&hosts);
+    workers[0].advance_time_ms(250).unwrap();
     exchange(&hosts);
     assert_eq!(owner.metric(INFLIGHT), Some(0));
     // The worker still serves.
@@ -186,7 +197,10 @@ fn a_silent_owner_is_given_up_on_after_a_second_and_the_request_is_picked_here()
     assert_eq!(worker.metric(FALLBACKS), Some(1));
     let _ = destination(&s);
     finish(&s);
-    // The owner's answer comes late: nobody waits for it, so its lease goes straight back.
+    // The owner's answer comes late: nobody waits for it, so its lease goes back, with
+    // the worker's next tick.
+    exchange(&[&owner, worker]);
+    worker.advance_time_ms(250).unwrap();
     exchange(&[&owner, worker]);
     assert_eq!(owner.metric(INFLIGHT), Some(0));
     assert_eq!(worker.trapped(), None);

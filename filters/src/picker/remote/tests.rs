@@ -93,6 +93,7 @@ impl Worker {
             ticket: self.next_ticket,
             pool,
             prepared: prepared.clone(),
+            releases: Vec::new(),
         };
         (req, self.next_ticket, message.encode().unwrap())
     }
@@ -148,7 +149,12 @@ fn conversations_keep_their_endpoint_whichever_worker_carries_each_turn() {
             let mut stats = FakeHost::new();
             owner.handle(
                 &mut stats,
-                &ToOwner::Release { state: key, lease }.encode().unwrap(),
+                &ToOwner::Release {
+                    state: key,
+                    leases: vec![lease],
+                }
+                .encode()
+                .unwrap(),
             );
         }
         assert!(
@@ -175,7 +181,14 @@ fn in_flight_load_is_counted_once_for_every_worker_and_released_once() {
         load(&owner, &e1) + u32::from(e1 != e2) * load(&owner, &e2),
         2
     );
-    let release = |lease| ToOwner::Release { state: key, lease }.encode().unwrap();
+    let release = |lease| {
+        ToOwner::Release {
+            state: key,
+            leases: vec![lease],
+        }
+        .encode()
+        .unwrap()
+    };
     owner.handle(&mut stats, &release(l1));
     owner.handle(&mut stats, &release(l1));
     owner.handle(&mut stats, &release(999));
@@ -184,6 +197,38 @@ fn in_flight_load_is_counted_once_for_every_worker_and_released_once() {
     assert_eq!(owner.leases(), 0);
     assert_eq!(load(&owner, &e1), 0);
     assert_eq!(load(&owner, &e2), 0);
+}
+
+#[test]
+fn a_pick_gives_back_the_leases_it_carries_before_it_picks() {
+    let mut owner = Owner::new();
+    let mut stats = FakeHost::new();
+    owner.handle(&mut stats, &hello());
+    let key = StateKey::of_config(&config());
+    let mut w = Worker::new(1);
+    let (_, first) = turn(&mut owner, &mut w, "one");
+    let (_, second) = turn(&mut owner, &mut w, "two");
+    assert_eq!(owner.leases(), 2);
+    let mut host = host("three");
+    let (_req, _ticket, message) = w.prepare(&mut host);
+    let Some(ToOwner::Pick {
+        prepared, ticket, ..
+    }) = ToOwner::decode(&message)
+    else {
+        panic!("a pick");
+    };
+    let carrying = ToOwner::Pick {
+        state: key,
+        reply_queue: 1,
+        ticket,
+        pool: PoolId(0),
+        prepared,
+        releases: vec![first, second, 999],
+    };
+    let mut owner_host = FakeHost::new().now(NOW).snapshot(1, snapshot());
+    let answer = owner.handle(&mut owner_host, &carrying.encode().unwrap());
+    assert!(matches!(answer, Some((1, ToWorker::Picked { .. }))));
+    assert_eq!(owner.leases(), 1, "two given back, the new one taken");
 }
 
 #[test]
@@ -221,6 +266,7 @@ fn a_pick_for_a_pool_the_state_lacks_is_rejected_and_answered_503() {
         ticket,
         pool: PoolId(5),
         prepared,
+        releases: Vec::new(),
     };
     let (_, answer) = owner
         .handle(&mut stats, &wrong_pool.encode().unwrap())
@@ -269,7 +315,7 @@ fn the_codec_round_trips_and_rejects_every_truncation_and_trailing_byte() {
     }
     let release = ToOwner::Release {
         state: StateKey(1),
-        lease: 2,
+        leases: vec![2, 3],
     }
     .encode()
     .unwrap();
