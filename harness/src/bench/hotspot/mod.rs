@@ -176,12 +176,14 @@ impl HotspotOptions {
 }
 
 /// The calibration's conversations (their own ~4k-token system prompts, 64-token questions,
-/// 600-token answers), 32 of them × 6 turns, or 16 × 3 with `quick`: the full replica has
-/// room for about one chat request at a time and round robin sends it a quarter of them,
-/// so the calibration's 64 conversations would keep `/rr` busy for minutes.
+/// 600-token answers), 32 of them × 4 turns, or 16 × 3 with `quick`. The full replica has
+/// room for one chat request of up to ~7k tokens (answer included) at a time, and round robin
+/// sends it a quarter of them: the calibration's 64 conversations would keep `/rr` busy for
+/// many minutes, and its turns 5 and 6 (~7.5–8k tokens with their answers) could only run
+/// there by preempting each other, some until the client's timeout.
 pub fn workload(quick: bool) -> crate::load::Workload {
     let mut w = calibration::workload(quick);
-    w.conversations = if quick { 16 } else { 32 };
+    (w.conversations, w.turns) = if quick { (16, 3) } else { (32, 4) };
     w
 }
 
@@ -498,7 +500,7 @@ mod tests {
     #[test]
     fn workload_is_the_calibration_one() {
         let (full, quick) = (workload(false), workload(true));
-        assert_eq!((full.conversations, full.turns), (32, 6));
+        assert_eq!((full.conversations, full.turns), (32, 4));
         assert_eq!((quick.conversations, quick.turns), (16, 3));
         let pool = sim_config(2.0);
         assert_eq!(pool.engine.scheduling_policy, SchedulingPolicy::Priority);
