@@ -81,12 +81,18 @@ fn default_max_sessions() -> usize {
 
 /// The scheduling configuration used when a pool sets no `eppConfig`: the llm-d-style
 /// default of prefix affinity weighed against queue depth, KV usage and this proxy's own
-/// in-flight load, with a max-score pick.
+/// in-flight load, with a max-score pick. Endpoints above 90% KV usage are left out while
+/// any endpoint is below it: the scorers alone would still send a full replica the turns
+/// of conversations it holds (prefix weight 3) and new requests when this proxy has little
+/// in flight there (its load may come from elsewhere), where they queue or preempt.
 pub fn default_epp_config() -> Value {
     serde_json::json!({
         "plugins": [
             {"type": "approx-prefix-cache-producer"},
             {"type": "inflight-load-producer"},
+            {"type": "utilization-filter", "parameters": {
+                "conditions": [{"metric": "kv-cache-utilization", "maxValue": 0.9}],
+                "fallbackOnEmpty": true}},
             {"type": "prefix-cache-scorer"},
             {"type": "queue-scorer"},
             {"type": "kv-cache-utilization-scorer"},
@@ -96,6 +102,7 @@ pub fn default_epp_config() -> Value {
         "schedulingProfiles": [{
             "name": "default",
             "plugins": [
+                {"pluginRef": "utilization-filter"},
                 {"pluginRef": "prefix-cache-scorer", "weight": 3},
                 {"pluginRef": "queue-scorer", "weight": 1},
                 {"pluginRef": "kv-cache-utilization-scorer", "weight": 1},

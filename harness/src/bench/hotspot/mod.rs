@@ -63,8 +63,8 @@ impl PickerChoice {
     pub fn describe(self) -> String {
         match self {
             PickerChoice::Default => {
-                "the picker's default scheduling config (prefix ×3, queue, KV and in-flight \
-                 scorers; no filter)"
+                "the picker's default scheduling config (endpoints above 0.9 KV usage left out \
+                 while any is below; prefix ×3, queue, KV and in-flight scorers)"
                     .into()
             }
             PickerChoice::KvFilter => format!(
@@ -129,7 +129,7 @@ impl HotspotOptions {
             quick: false,
             flavor: Flavor::Wasm,
             workers: DEFAULT_WORKERS,
-            picker: PickerChoice::KvFilter,
+            picker: PickerChoice::Default,
         };
         let mut it = args.iter();
         while let Some(arg) = it.next() {
