@@ -40,7 +40,7 @@ impl Flavor {
 
     /// `envoy/config/<name>.yaml` in the workspace.
     pub fn template_path(self) -> PathBuf {
-        crate::xtask::workspace_root()
+        crate::artefacts::workspace_root()
             .join("envoy/config")
             .join(format!("{}.yaml", self.name()))
     }
@@ -48,7 +48,7 @@ impl Flavor {
     /// The built module this flavour loads: `INFERGATE_WASM` / `INFERGATE_NATIVE`, else
     /// where `cargo xtask build` puts it. `None` for `plain`.
     pub fn artefact(self) -> Option<PathBuf> {
-        let located = crate::xtask::Artefacts::locate();
+        let located = crate::artefacts::Artefacts::locate();
         let (var, default) = match self {
             Flavor::Plain => return None,
             Flavor::Wasm => ("INFERGATE_WASM", located.wasm_module),

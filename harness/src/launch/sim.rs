@@ -16,7 +16,7 @@ pub fn sim_binary() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("INFERGATE_SIM") {
         return Ok(PathBuf::from(p));
     }
-    let release = crate::xtask::Artefacts::locate().simulator;
+    let release = crate::artefacts::Artefacts::locate().simulator;
     // The debug build sits beside the release one (`<target>/debug/infergate-sim`).
     let debug = release
         .parent()

@@ -5,7 +5,7 @@
 //! target, Node (Debian's `nodejs`) and `wasm-bindgen-cli` at the lockfile's `wasm-bindgen`
 //! version. Each step is skipped when what it installs is already there.
 
-use super::artefacts::workspace_root;
+use crate::artefacts::workspace_root;
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -105,8 +105,7 @@ fn node_major() -> Option<u32> {
 
 /// Node from Debian's `nodejs` package; only root can install it, anyone else is told how.
 fn install_nodejs() -> Result<()> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
+    if !is_root() {
         bail!(
             "the wasm-bindgen-test tier runs the core's tests in Node, which is not installed: \
              `apt-get install nodejs` as root (or put any `node` on PATH)"
@@ -116,6 +115,15 @@ fn install_nodejs() -> Result<()> {
     let quiet = [("DEBIAN_FRONTEND", "noninteractive")];
     run_with("apt-get", &["update", "-q"], &quiet)?;
     run_with("apt-get", &["install", "-y", "-q", "nodejs"], &quiet)
+}
+
+/// Whether this process runs as root: `id -u` prints the effective user id.
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .stderr(Stdio::null())
+        .output()
+        .is_ok_and(|out| out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "0")
 }
 
 /// `wasm-bindgen-cli` at `version`, with its published lockfile when the registry still

@@ -1,13 +1,20 @@
-//! Where the built artefacts live and how to build them.
+//! Where the built artefacts live and how to build them: each is a `cargo build` of its
+//! crate. The harness finds the same paths through its own `artefacts` module, or through
+//! the variables of [`Artefacts::env`].
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The workspace root (the directory holding the root `Cargo.toml`).
+/// The workspace root (the directory holding the root `Cargo.toml`), two levels above this
+/// crate (`harness/xtask/`).
 pub fn workspace_root() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().unwrap_or(manifest).to_path_buf()
+    manifest
+        .ancestors()
+        .nth(2)
+        .unwrap_or(manifest)
+        .to_path_buf()
 }
 
 /// The cargo target directory in use (`CARGO_TARGET_DIR` or `<root>/target`).

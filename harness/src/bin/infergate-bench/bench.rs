@@ -1,23 +1,14 @@
 //! `cargo xtask bench overhead|affinity|ttft|soak|memory`: the affinity, TTFT and overhead numbers,
 //! each measured as ratios in one run, and the soak and per-request memory figures (see
-//! `crate::bench`).
-//!
-//! Also home of [`prepare`], which `up`, `demo` and `bench` share: the `cargo xtask` alias
-//! builds this binary in debug, but a load client, a simulator and a fast backend measured
-//! in debug would measure themselves; so after building the artefacts a debug xtask
-//! replaces itself with the release build of the same binary and the same arguments.
+//! `infergate_harness::bench`).
 
-use super::artefacts::{build_all, cargo, target_dir};
-use super::setup;
-use crate::bench::calibration::{self, CalibrationArgs, Route, RunSpec};
-use crate::bench::overhead::{self, OverheadOptions};
-use crate::bench::soak::request_memory::{self, MemoryOptions};
-use crate::bench::soak::{self, SoakOptions};
-use crate::launch::{runtime, Flavor};
+use super::Mode;
 use anyhow::{bail, Context, Result};
-
-/// Set by a debug xtask for the release xtask it becomes: the artefacts are already built.
-pub(super) const PREBUILT_ENV: &str = "INFERGATE_XTASK_PREBUILT";
+use infergate_harness::bench::calibration::{self, CalibrationArgs, Route, RunSpec};
+use infergate_harness::bench::overhead::{self, OverheadOptions};
+use infergate_harness::bench::soak::request_memory::{self, MemoryOptions};
+use infergate_harness::bench::soak::{self, SoakOptions};
+use infergate_harness::launch::{runtime, Flavor};
 
 const USAGE: &str = "usage: cargo xtask bench <overhead|affinity|ttft|soak|memory> [options]
   overhead  requests/s and latency through Envoy: no filter vs Wasm vs native
@@ -46,48 +37,8 @@ const USAGE: &str = "usage: cargo xtask bench <overhead|affinity|ttft|soak|memor
             4 MiB string, 100k messages, deep nesting), one alone and N at once, a fresh
             Envoy each time [--flavor wasm|native|both (both)] [--parallel N (8)]";
 
-/// Builds what the stack needs, then continues in a release build of this binary.
-/// Returns only in the process that should do the work.
-pub fn prepare() -> Result<()> {
-    if std::env::var_os(PREBUILT_ENV).is_none() {
-        setup::ensure(false)?;
-        build_all()?;
-    }
-    if !cfg!(debug_assertions) {
-        return Ok(());
-    }
-    let release = build_release_xtask()?;
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    eprintln!("xtask: continuing in {}", release.display());
-    // exec: the release xtask takes this process's place (same pid, same terminal), so
-    // Ctrl-C and SIGTERM reach it directly and it shuts its stack down cleanly.
-    use std::os::unix::process::CommandExt;
-    let err = std::process::Command::new(&release)
-        .args(&args)
-        .env(PREBUILT_ENV, "1")
-        .exec();
-    Err(err).with_context(|| format!("running {}", release.display()))
-}
-
-/// Builds this binary in release (a benchmark must not measure a debug build of its own
-/// clients) and returns its path.
-pub(super) fn build_release_xtask() -> Result<std::path::PathBuf> {
-    cargo(
-        &[
-            "build",
-            "--release",
-            "-p",
-            "infergate-harness",
-            "--bin",
-            "xtask",
-        ],
-        &[],
-    )?;
-    Ok(target_dir().join("release/xtask"))
-}
-
 /// Entry point of `cargo xtask bench …`.
-pub fn run(args: &[String]) -> Result<()> {
+pub fn run(args: &[String], mode: Mode) -> Result<()> {
     let (which, rest) = match args.split_first() {
         Some((w, rest)) => (w.as_str(), rest),
         None => bail!("{USAGE}"),
@@ -96,7 +47,7 @@ pub fn run(args: &[String]) -> Result<()> {
         println!("{USAGE}");
         return Ok(());
     }
-    // Reject bad arguments before the (long) build.
+    // Bad arguments fail in the check that comes before the (long) build.
     match which {
         "overhead" => {
             OverheadOptions::parse(rest)?;
@@ -112,7 +63,9 @@ pub fn run(args: &[String]) -> Result<()> {
         }
         other => bail!("unknown benchmark `{other}`\n{USAGE}"),
     }
-    prepare()?;
+    if mode == Mode::Check {
+        return Ok(());
+    }
     let report = match which {
         "overhead" => {
             let opts = OverheadOptions::parse(rest)?;
@@ -231,7 +184,7 @@ pub fn header(title: &str, a: &CalibrationArgs) -> String {
 /// workload and renders the header, the side-by-side table and each picker's ratios against
 /// the baseline (`with_targets`: also the issue's pass/fail targets). Shared by `demo` and
 /// `bench ttft`; returns the text and the columns for callers that add more lines.
-pub(super) fn compare_with_baseline(
+pub fn compare_with_baseline(
     title: &str,
     a: &CalibrationArgs,
     specs: &[RunSpec],

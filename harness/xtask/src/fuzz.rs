@@ -22,7 +22,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 
-use super::artefacts::{target_dir, workspace_root};
+use crate::artefacts::{target_dir, workspace_root};
 
 const DEFAULT_SECONDS: u64 = 60;
 const INSTALL: &str = "rustup toolchain install nightly && cargo install cargo-fuzz --locked";

@@ -13,7 +13,7 @@
 //! 6. the soak's short form: one minute per flavour of the multi-turn workload with replica
 //!    kills, client aborts and hostile requests, failing on any verdict (`bench soak`).
 
-use super::artefacts::{
+use crate::artefacts::{
     build_all, build_panic_injection_module, build_test_stages_wasm, cargo, target_dir,
     workspace_root,
 };
@@ -76,8 +76,8 @@ pub fn run(args: &[String]) -> Result<()> {
         skip_python,
         e2e_workers,
     } = TestArgs::parse(args)?;
-    super::setup::ensure(!skip_python)?;
-    let wasm_bindgen_runner = super::setup::ensure_wasm_bindgen_test()?;
+    crate::setup::ensure(!skip_python)?;
+    let wasm_bindgen_runner = crate::setup::ensure_wasm_bindgen_test()?;
     let mut artefacts = build_all()?;
     // The end-to-end suite loads the test builds: the native one can inject a panic, and
     // both accept the host-capability test stages.
@@ -189,19 +189,18 @@ fn core_test_names(target: Option<&str>, envs: &[(&str, PathBuf)]) -> Result<BTr
 /// Minutes the soak runs per flavour here; `cargo xtask bench soak` runs 10 by default.
 const SOAK_MINUTES: &str = "1";
 
-/// `bench soak --minutes 1` in a release build of this binary (the soak's clients and
-/// simulated replicas share the machine with Envoy, so a debug build would measure itself),
-/// over the release artefacts already built (the production native module, not the
-/// panic-injection one); its verdicts fail the tier.
+/// `bench soak --minutes 1` in the release harness binary (the soak's clients and simulated
+/// replicas share the machine with Envoy, so a debug build would measure itself), over the
+/// release artefacts already built (the production native module, not the panic-injection
+/// one); its verdicts fail the tier.
 fn soak_short_form() -> Result<()> {
-    let xtask = super::bench::build_release_xtask()?;
+    let binary = crate::stack::build_binary()?;
     eprintln!("xtask: bench soak --minutes {SOAK_MINUTES}");
-    let status = Command::new(&xtask)
+    let status = Command::new(&binary)
         .args(["bench", "soak", "--minutes", SOAK_MINUTES])
-        .env(super::bench::PREBUILT_ENV, "1")
         .current_dir(workspace_root())
         .status()
-        .with_context(|| format!("running {}", xtask.display()))?;
+        .with_context(|| format!("running {}", binary.display()))?;
     if !status.success() {
         bail!("the soak's short form failed with {status}");
     }

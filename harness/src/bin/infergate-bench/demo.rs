@@ -1,19 +1,20 @@
-//! `cargo xtask demo [--scenario calibration|hotspot] …`: the README's main command. Builds
-//! the artefacts, brings the gateway up on a simulated pool, sends a multi-turn chat
+//! `cargo xtask demo [--scenario calibration|hotspot] …`: the README's main command. Over
+//! the artefacts xtask built, brings the gateway up on a simulated pool, sends a multi-turn chat
 //! workload to Envoy's round-robin `/rr` and then through the picker, prints the two side by
 //! side, and stops Envoy and the simulator.
 //!
 //! - `calibration` (the default): the calibration pool and workload, TTFT and cache-hit
 //!   ratios.
 //! - `hotspot`: the same, with one replica kept full by long-context requests sent straight
-//!   to it (`crate::bench::hotspot`): TTFT p50/p99, the new requests each replica received,
+//!   to it (`infergate_harness::bench::hotspot`): TTFT p50/p99, the new requests each replica received,
 //!   and whether the picker kept away from the full replica.
 
-use super::bench::{compare_with_baseline, prepare};
-use crate::bench::calibration::{CalibrationArgs, Route, RunSpec};
-use crate::bench::hotspot::{self, HotspotOptions};
-use crate::launch::{runtime, Flavor};
+use super::bench::compare_with_baseline;
+use super::Mode;
 use anyhow::{bail, Result};
+use infergate_harness::bench::calibration::{CalibrationArgs, Route, RunSpec};
+use infergate_harness::bench::hotspot::{self, HotspotOptions};
+use infergate_harness::launch::{runtime, Flavor};
 
 const USAGE: &str = "usage: cargo xtask demo [--scenario calibration|hotspot] [options]
   calibration  (the default) the calibration workload through /rr and through the picker:
@@ -61,7 +62,7 @@ fn scenario(args: &[String]) -> Result<(Scenario, Vec<String>)> {
 }
 
 /// Entry point of `cargo xtask demo`.
-pub fn run(args: &[String]) -> Result<()> {
+pub fn run(args: &[String], mode: Mode) -> Result<()> {
     if args
         .iter()
         .any(|a| matches!(a.as_str(), "-h" | "--help" | "help"))
@@ -71,11 +72,13 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let (which, rest) = scenario(args)?;
     match which {
-        Scenario::Calibration => calibration(&rest),
+        Scenario::Calibration => calibration(&rest, mode),
         Scenario::Hotspot => {
-            // Bad arguments fail before the build.
+            // Bad arguments fail in the check that comes before the build.
             let opts = HotspotOptions::parse(&rest)?;
-            prepare()?;
+            if mode == Mode::Check {
+                return Ok(());
+            }
             eprintln!(
                 "demo (hotspot): replica 0 kept full by long-context requests; the same \
                  multi-turn workload through Envoy's round-robin route, then through the \
@@ -90,10 +93,12 @@ pub fn run(args: &[String]) -> Result<()> {
     }
 }
 
-fn calibration(args: &[String]) -> Result<()> {
-    // Bad arguments fail before the build.
+fn calibration(args: &[String], mode: Mode) -> Result<()> {
+    // Bad arguments fail in the check that comes before the build.
     let a = CalibrationArgs::parse(args, &[Flavor::Wasm], &[DEMO_WORKERS])?;
-    prepare()?;
+    if mode == Mode::Check {
+        return Ok(());
+    }
     let mut specs = Vec::new();
     let workers = a.concurrencies.first().copied().unwrap_or(DEMO_WORKERS);
     for &f in &a.flavors {

@@ -1,0 +1,87 @@
+//! `cargo xtask`: the project's automation, so a new user needs exactly two commands
+//! (`cargo xtask demo` and `cargo xtask test`).
+//!
+//! This crate only orchestrates processes: it installs what is missing ([`setup`]), runs
+//! cargo to build the artefacts ([`artefacts`]) and the test tiers ([`test`]), and drives
+//! `cargo fuzz` ([`fuzz`]). It depends on std and anyhow alone, so it starts without
+//! compiling the harness. The commands that run the gateway's stack in-process (`up`,
+//! `demo`, `bench`) live in the harness's `infergate-bench` binary, which [`stack`] builds
+//! in release and hands the command line to.
+
+mod artefacts;
+mod fuzz;
+mod setup;
+mod stack;
+mod test;
+
+use std::process::ExitCode;
+
+const USAGE: &str = "usage: cargo xtask <command> [options]
+
+commands:
+  setup   install what is missing: wasm32 targets, Envoy 1.40.0, Python clients, Node test runner
+  build   build the release artefacts: the Wasm module, the native module, the simulator
+  test    every test tier, real-Envoy end-to-end and a 1-minute soak: [--workers N] [--skip-python]
+  up      the stack on a simulated pool until Ctrl-C: [--flavor wasm|native|plain] [--replicas N]
+  demo    /rr vs the picker on a chat workload: [--scenario calibration|hotspot] (demo --help)
+  bench   overhead | affinity | ttft | soak | memory, release builds (`cargo xtask bench help`)
+  fuzz    each fuzz target (or one) for N seconds on nightly: [TARGET] [--seconds N] | --build
+  help    this list";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (command, rest) = match args.split_first() {
+        Some((c, rest)) => (c.as_str(), rest),
+        None => {
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match command {
+        "setup" => setup::ensure(true)
+            .and_then(|_| setup::ensure_wasm_bindgen_test())
+            .map(|_| ()),
+        "build" => setup::ensure(false).and_then(|_| artefacts::build_all().map(|_| ())),
+        "test" => test::run(rest),
+        "up" | "demo" | "bench" => stack::run(command, rest),
+        "fuzz" => fuzz::run(rest),
+        "-h" | "--help" | "help" => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        other => {
+            eprintln!("xtask: unknown command `{other}`\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::USAGE;
+
+    #[test]
+    fn help_lists_every_command_on_one_line() {
+        let commands: Vec<&str> = USAGE
+            .lines()
+            .skip_while(|l| *l != "commands:")
+            .skip(1)
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        assert_eq!(
+            commands,
+            ["setup", "build", "test", "up", "demo", "bench", "fuzz", "help"]
+        );
+        // Each line fits a terminal of 100 columns.
+        for line in USAGE.lines() {
+            assert!(line.len() <= 100, "{line}");
+        }
+    }
+}
