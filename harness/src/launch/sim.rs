@@ -29,7 +29,7 @@ pub fn sim_binary() -> Result<PathBuf> {
         .ok_or_else(|| {
             anyhow!(
                 "simulator binary not found at {} (build it: cargo build --release -p \
-                 infergate-harness --bin infergate-sim, or set INFERGATE_SIM)",
+                 infergate-sim, or set INFERGATE_SIM)",
                 release.display()
             )
         })

@@ -91,7 +91,7 @@ pub fn build_all() -> Result<Artefacts> {
             "build",
             "--release",
             "-p",
-            "infergate-harness",
+            "infergate-sim",
             "--bin",
             "infergate-sim",
         ],

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use infergate_harness::load::{self, Assign, LoadConfig, Target, Workload};
+use infergate_load::{self as load, Assign, LoadConfig, Target, Workload};
 
 #[derive(Debug, Parser)]
 #[command(name = "infergate-load", about = "Multi-turn chat load generator")]

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Parser;
-use infergate_harness::sim::{self, SimConfig};
+use infergate_sim::{self as sim, SimConfig};
 
 #[derive(Debug, Parser)]
 #[command(name = "infergate-sim", about = "Simulated vLLM replicas on loopback")]
