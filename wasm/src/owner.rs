@@ -14,10 +14,11 @@
 //!   its `proxy_on_queue_ready` on the worker's own thread, so a paused stream is resumed by
 //!   the worker that owns it, with the stream made the effective context first.
 //! - **When the owner cannot be reached** (no service with the same `vm_id`, a queue call
-//!   fails, or no answer within [`ANSWER_TIMEOUT_MS`]), the request is picked in the VM's own
-//!   state instead, logged and counted in `infergate.picker.owner_fallbacks`: the request is
-//!   served, with affinity limited to what this worker has seen. A late answer for a
-//!   request that no longer waits has its lease released at once.
+//!   fails, no answer within [`ANSWER_TIMEOUT_MS`], or it lost this worker's state twice),
+//!   the request is picked in the VM's own state instead, logged and counted in
+//!   `infergate.picker.owner_fallbacks`: the request is served, with affinity limited to
+//!   what this worker has seen. A late answer for a request that no longer waits has its
+//!   lease given back like any other (below).
 //! - **Leases.** A request routed by the owner holds a [`RemoteLease`]; dropping it (the
 //!   request's end, or the context's deletion) gives it back, so no path keeps one. The
 //!   link sends the lease ids with its next pick (one message instead of two per request
