@@ -1,8 +1,7 @@
 """Fixtures: start the built `infergate-sim` binary and stop it after the test.
 
 The binary is `$INFERGATE_SIM` if set, else `$CARGO_TARGET_DIR/debug/infergate-sim`, else
-`<repo>/target/debug/infergate-sim` (build it with `cargo build -p infergate-harness --bin
-infergate-sim`).
+`<repo>/target/debug/infergate-sim` (build it with `cargo build -p infergate-sim`).
 """
 
 import os
