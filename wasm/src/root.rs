@@ -1,7 +1,9 @@
-//! The root context: reads the plugin configuration, builds the role's shared state
-//! (one per VM, i.e. per Envoy worker for HTTP filters, and one for the singleton
-//! scraper service), creates the HTTP contexts, and runs the scraper's ticks and
-//! callout responses.
+//! The root context: reads the plugin configuration and builds the role: a filter role's
+//! request pipeline (the router's or the picker's stages; the picker's link to the
+//! process's picker state owner, `crate::owner`), or the singleton service's scraper and
+//! state owner. It creates the HTTP contexts, runs the ticks (scrape rounds, owner
+//! timeouts and lease give-backs) and callout responses, and hands queue messages to the
+//! owner or the link.
 //!
 //! The scraper survives its own failures: Envoy re-arms the tick timer whatever a tick
 //! does, and nothing on the tick or callout path can panic (hostcall failures are values,
