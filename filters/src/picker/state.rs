@@ -1,4 +1,6 @@
-//! The picker's shared state: one per Wasm VM or one per Envoy process. It is a list of
+//! The picker's shared state: one per Envoy process (native: shared by every worker; Wasm:
+//! owned by the singleton service VM, [`super::remote`], with a VM-local one kept as the
+//! fallback when the owner cannot be reached). It is a list of
 //! pools, each with its own lock ([`super::pool`]), and the last decoded metric snapshot
 //! behind a lock of its own ([`snapshot`]); there is no lock across pools, so picks in
 //! different pools never wait for each other. Its immutable part, the [`PickerPlans`], is
