@@ -75,35 +75,19 @@ impl PickerChoice {
     }
 }
 
-/// The default's scorers behind a `utilization-filter` that drops endpoints above
-/// `max_kv` KV usage (all of them kept when every one would go).
+/// The picker's built-in default config with its `utilization-filter` dropping endpoints
+/// above `max_kv` KV usage (all of them kept when every one would go).
 pub fn kv_filter_config(max_kv: f64) -> serde_json::Value {
-    serde_json::json!({
-        "plugins": [
-            {"type": "approx-prefix-cache-producer"},
-            {"type": "inflight-load-producer"},
-            {"type": "utilization-filter", "parameters": {
-                "fallbackOnEmpty": true,
-                "conditions": [{"metric": "kv-cache-utilization", "maxValue": max_kv}]
-            }},
-            {"type": "prefix-cache-scorer"},
-            {"type": "queue-scorer"},
-            {"type": "kv-cache-utilization-scorer"},
-            {"type": "inflight-load-scorer"},
-            {"type": "max-score-picker"}
-        ],
-        "schedulingProfiles": [{
-            "name": "default",
-            "plugins": [
-                {"pluginRef": "utilization-filter"},
-                {"pluginRef": "prefix-cache-scorer", "weight": 3},
-                {"pluginRef": "queue-scorer", "weight": 1},
-                {"pluginRef": "kv-cache-utilization-scorer", "weight": 1},
-                {"pluginRef": "inflight-load-scorer", "weight": 1},
-                {"pluginRef": "max-score-picker"}
-            ]
-        }]
-    })
+    let mut config = infergate_filters::picker::config::default_epp_config();
+    let filter = config["plugins"].as_array_mut().and_then(|plugins| {
+        plugins
+            .iter_mut()
+            .find(|p| p["type"] == "utilization-filter")
+    });
+    if let Some(filter) = filter {
+        filter["parameters"]["conditions"][0]["maxValue"] = max_kv.into();
+    }
+    config
 }
 
 /// The scenario's flags.
@@ -515,5 +499,12 @@ mod tests {
     fn kv_filter_config_compiles() {
         let compiled = scheduler_core::scheduling::Scheduler::from_value(kv_filter_config(0.9));
         assert!(compiled.is_ok(), "{:?}", compiled.err());
+        let config = kv_filter_config(0.8);
+        let filter = config["plugins"]
+            .as_array()
+            .and_then(|p| p.iter().find(|p| p["type"] == "utilization-filter"))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(filter["parameters"]["conditions"][0]["maxValue"], 0.8);
     }
 }
