@@ -181,13 +181,7 @@ impl PickerRequest {
             return None;
         }
         self.stage = Stage::Done;
-        Some(match answer {
-            Ok(endpoint) => self.route_to(host, endpoint.to_owned()),
-            Err(rejection) => {
-                host.send_local_reply(&Reply::rejected(REJECTED_NO_ENDPOINTS, rejection.message()));
-                FilterStatus::Replied
-            }
-        })
+        Some(self.settle(host, answer.map(str::to_owned)))
     }
 
     /// The endpoint picked for this request, once picked.
@@ -327,13 +321,23 @@ impl PickerRequest {
         plan: &Arc<PoolPlan>,
         prepared: PreparedPick,
     ) -> FilterStatus {
-        match pick_counted(shared, host, plan, &prepared) {
-            Ok(picked) => {
-                // Hold the lease before any host call, so whatever happens next the request's
-                // end gives it back (and lowers the gauges `pick_counted` raised).
-                self.lease = Some(picked.lease);
-                self.route_to(host, picked.endpoint)
-            }
+        let outcome = pick_counted(shared, host, plan, &prepared).map(|picked| {
+            // Hold the lease before any host call, so whatever happens next the request's
+            // end gives it back (and lowers the gauges `pick_counted` raised).
+            self.lease = Some(picked.lease);
+            picked.endpoint
+        });
+        self.settle(host, outcome)
+    }
+
+    /// Route to the picked endpoint, or answer the rejection's 503.
+    fn settle<H: PickerHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        outcome: Result<String, Rejection>,
+    ) -> FilterStatus {
+        match outcome {
+            Ok(endpoint) => self.route_to(host, endpoint),
             Err(rejection) => {
                 host.send_local_reply(&Reply::rejected(REJECTED_NO_ENDPOINTS, rejection.message()));
                 FilterStatus::Replied
