@@ -168,32 +168,13 @@ impl Drop for PipelineStream {
     }
 }
 
-/// The config key that lists test stages to run first (test builds only).
-pub const TEST_STAGES_KEY: &str = "testStages";
-
-/// Takes `testStages` (a list of stage names of `infergate_filters::stages::testing`) out of
-/// a filter's config: those stages run before the filter's own. Only in builds with the
+/// Takes `testStages` (`infergate_filters::stages::testing::take_from_config`) out of a
+/// filter's config: those stages run before the filter's own. Only in builds with the
 /// `test-stages` feature; a release build leaves the key in place, so the filter's own
 /// config parser refuses it as an unknown field.
 #[cfg(feature = "test-stages")]
 pub fn take_test_stages(config: &mut serde_json::Value) -> Result<Vec<NativeStage>, String> {
-    let Some(names) = config
-        .as_object_mut()
-        .and_then(|m| m.remove(TEST_STAGES_KEY))
-    else {
-        return Ok(Vec::new());
-    };
-    let names = names
-        .as_array()
-        .ok_or_else(|| format!("{TEST_STAGES_KEY} must be a list of stage names"))?;
-    names
-        .iter()
-        .map(|name| {
-            let name = name.as_str().unwrap_or_default();
-            infergate_filters::stages::testing::by_name(name, wake_from_another_thread)
-                .ok_or_else(|| format!("{TEST_STAGES_KEY}: unknown test stage `{name}`"))
-        })
-        .collect()
+    infergate_filters::stages::testing::take_from_config(config, wake_from_another_thread)
 }
 
 /// See the `test-stages` variant: without the feature there are none.

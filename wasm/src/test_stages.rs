@@ -13,9 +13,6 @@ use infergate_filters::pipeline::Stage;
 /// A stage of a Wasm pipeline.
 pub type WasmStage = Box<dyn Stage<WasmHost>>;
 
-/// The config key listing test stages.
-pub const TEST_STAGES_KEY: &str = "testStages";
-
 /// How often a root with test stages ticks to fire due wakes.
 #[cfg(feature = "test-stages")]
 pub const WAKE_TICK_MS: u32 = 20;
@@ -28,7 +25,7 @@ mod enabled {
     use infergate_filters::host::Waker;
     use infergate_filters::stages::testing;
 
-    use super::{WasmStage, TEST_STAGES_KEY, WAKE_TICK_MS};
+    use super::{WasmStage, WAKE_TICK_MS};
     use crate::abi::hostcalls;
 
     thread_local! {
@@ -51,26 +48,14 @@ mod enabled {
 
     /// Takes `testStages` out of `config`; ticks this root so due wakes fire.
     pub fn take(config: &mut serde_json::Value) -> Result<Vec<WasmStage>, String> {
-        let Some(names) = config
-            .as_object_mut()
-            .and_then(|m| m.remove(TEST_STAGES_KEY))
-        else {
-            return Ok(Vec::new());
-        };
-        let names = names
-            .as_array()
-            .ok_or_else(|| format!("{TEST_STAGES_KEY} must be a list of stage names"))?;
-        let stages = names
-            .iter()
-            .map(|name| {
-                let name = name.as_str().unwrap_or_default();
-                testing::by_name(name, wake_later)
-                    .map(|stage| stage as WasmStage)
-                    .ok_or_else(|| format!("{TEST_STAGES_KEY}: unknown test stage `{name}`"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        hostcalls::set_tick_period_ms(WAKE_TICK_MS)
-            .map_err(|s| format!("set_tick_period failed: {s:?}"))?;
+        let stages: Vec<WasmStage> = testing::take_from_config(config, wake_later)?
+            .into_iter()
+            .map(|stage| stage as WasmStage)
+            .collect();
+        if !stages.is_empty() {
+            hostcalls::set_tick_period_ms(WAKE_TICK_MS)
+                .map_err(|s| format!("set_tick_period failed: {s:?}"))?;
+        }
         Ok(stages)
     }
 

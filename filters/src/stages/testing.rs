@@ -53,6 +53,46 @@ where
     }
 }
 
+/// The filter config key that lists test stages (names of [`by_name`]), run before the
+/// filter's own stage.
+pub const TEST_STAGES_KEY: &str = "testStages";
+
+/// Takes [`TEST_STAGES_KEY`] out of a filter's `config` and builds the stages it names, in
+/// order; none if the key is absent. An adapter calls this only in its test build, so a
+/// release build leaves the key for the filter's own config parser to refuse.
+pub fn take_from_config<H>(
+    config: &mut serde_json::Value,
+    wake_later: WakeLater,
+) -> Result<Vec<Box<dyn Stage<H> + Send + Sync>>, String>
+where
+    H: RequestHeaders
+        + RequestBody
+        + RequestWaker
+        + ResponseHeaders
+        + ResponseChunk
+        + LocalReply
+        + Stats
+        + ?Sized,
+{
+    let Some(names) = config
+        .as_object_mut()
+        .and_then(|m| m.remove(TEST_STAGES_KEY))
+    else {
+        return Ok(Vec::new());
+    };
+    let names = names
+        .as_array()
+        .ok_or_else(|| format!("{TEST_STAGES_KEY} must be a list of stage names"))?;
+    names
+        .iter()
+        .map(|name| {
+            let name = name.as_str().unwrap_or_default();
+            by_name(name, wake_later)
+                .ok_or_else(|| format!("{TEST_STAGES_KEY}: unknown test stage `{name}`"))
+        })
+        .collect()
+}
+
 /// Wakes `waker` from elsewhere after the delay (the adapter's choice of "elsewhere").
 pub type WakeLater = fn(Waker, Duration);
 
