@@ -121,13 +121,18 @@ mod tests {
 
     #[test]
     fn own_cpu_time_is_readable_and_grows() {
-        let pid = std::process::id();
+        // A busy single-threaded child, not this test binary: the binary's other test
+        // threads exit while this test runs, and an exited thread's time leaves the sum.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 100000000 ]; do i=$((i+1)); done"])
+            .spawn()
+            .unwrap();
+        let pid = child.id();
         let before = process_cpu(pid).unwrap();
-        let mut x = 0u64;
-        for i in 0..5_000_000u64 {
-            x = x.wrapping_mul(31).wrapping_add(i);
-        }
-        std::hint::black_box(x);
-        assert!(process_cpu(pid).unwrap() > before);
+        std::thread::sleep(Duration::from_millis(100));
+        let after = process_cpu(pid).unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(after > before);
     }
 }
