@@ -59,6 +59,7 @@ pub mod scraper;
 pub mod stages;
 pub mod stats;
 pub mod status;
+pub mod tenants;
 
 #[cfg(any(test, feature = "fake-host"))]
 pub mod fake;

@@ -20,7 +20,9 @@ extern crate std;
 
 pub mod metrics;
 pub mod prefix;
+pub mod quota;
 pub mod request;
 pub mod scheduling;
 pub mod snapshot;
 pub mod types;
+pub mod usage;

@@ -1,0 +1,1 @@
+//! Tenants: the platform's `TenantQuota` objects, compiled for the auth and quota stages.

@@ -1,0 +1,1 @@
+//! Token-bucket quotas: per tenant x model request, token and concurrency limits.
