@@ -19,6 +19,7 @@ pub(crate) struct Fields {
     pub max_completion_tokens: Option<u64>,
     pub stream: bool,
     pub include_usage: bool,
+    pub continuous_usage: bool,
     pub cache_salt: Option<String>,
 }
 
@@ -124,8 +125,9 @@ impl<'de> Visitor<'de> for BodySeed<'_> {
                         .unwrap_or(false);
                 }
                 "stream_options" => {
-                    b.fields.include_usage =
-                        map.next_value_seed(StreamOptionsSeed { err: b.err })?;
+                    let options = map.next_value_seed(StreamOptionsSeed { err: b.err })?;
+                    b.fields.include_usage = options.include_usage;
+                    b.fields.continuous_usage = options.continuous_usage;
                 }
                 "cache_salt" => {
                     b.fields.cache_salt = map
@@ -217,57 +219,73 @@ impl<'de> Visitor<'de> for ToolsSeed<'_> {
     }
 }
 
-/// `stream_options`: an object (or null) whose `include_usage` is read.
+/// The two flags of `stream_options` the gateway reads.
+#[derive(Clone, Copy, Default)]
+struct StreamOptions {
+    include_usage: bool,
+    continuous_usage: bool,
+}
+
+/// `stream_options`: an object (or null) whose `include_usage` and
+/// `continuous_usage_stats` are read.
 struct StreamOptionsSeed<'a> {
     err: &'a mut Option<RequestError>,
 }
 
 impl<'de> DeserializeSeed<'de> for StreamOptionsSeed<'_> {
-    type Value = bool;
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+    type Value = StreamOptions;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<StreamOptions, D::Error> {
         d.deserialize_any(self)
     }
 }
 
 impl<'de> Visitor<'de> for StreamOptionsSeed<'_> {
-    type Value = bool;
+    type Value = StreamOptions;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an object")
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
-        let mut include_usage = false;
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StreamOptions, A::Error> {
+        let mut options = StreamOptions::default();
         while let Some(key) = map.next_key_seed(KeySeed)? {
             if key == "include_usage" {
-                include_usage = map
+                options.include_usage = map
                     .next_value_seed(ScalarSeed)?
                     .as_bool()
                     .map_err(|()| wrong(self.err, "stream_options.include_usage", "boolean"))?
+                    .unwrap_or(false);
+            } else if key == "continuous_usage_stats" {
+                options.continuous_usage = map
+                    .next_value_seed(ScalarSeed)?
+                    .as_bool()
+                    .map_err(|()| {
+                        wrong(self.err, "stream_options.continuous_usage_stats", "boolean")
+                    })?
                     .unwrap_or(false);
             } else {
                 map.next_value::<IgnoredAny>()?;
             }
         }
-        Ok(include_usage)
+        Ok(options)
     }
-    fn visit_unit<E: de::Error>(self) -> Result<bool, E> {
-        Ok(false)
+    fn visit_unit<E: de::Error>(self) -> Result<StreamOptions, E> {
+        Ok(StreamOptions::default())
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<bool, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<StreamOptions, A::Error> {
         Err(wrong(self.err, "stream_options", "object"))
     }
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<bool, E> {
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<StreamOptions, E> {
         Err(wrong(self.err, "stream_options", "object"))
     }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<bool, E> {
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<StreamOptions, E> {
         Err(wrong(self.err, "stream_options", "object"))
     }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<bool, E> {
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<StreamOptions, E> {
         Err(wrong(self.err, "stream_options", "object"))
     }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<bool, E> {
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<StreamOptions, E> {
         Err(wrong(self.err, "stream_options", "object"))
     }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<bool, E> {
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<StreamOptions, E> {
         Err(wrong(self.err, "stream_options", "object"))
     }
 }

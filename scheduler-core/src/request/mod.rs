@@ -159,6 +159,8 @@ pub struct ParsedRequest {
     pub stream: bool,
     /// `stream_options.include_usage` (always true for `/v1/messages`).
     pub include_usage: bool,
+    /// `stream_options.continuous_usage_stats` (vLLM: usage on every streamed chunk).
+    pub continuous_usage: bool,
     /// vLLM's `cache_salt`, which isolates prefix caching between tenants.
     pub cache_salt: Option<String>,
 }
@@ -239,6 +241,7 @@ pub fn parse_with_limit(
         max_output_tokens: fields.max_completion_tokens.or(fields.max_tokens),
         stream: fields.stream,
         include_usage: fields.include_usage || api == Api::AnthropicMessages,
+        continuous_usage: fields.continuous_usage,
         cache_salt: fields.cache_salt,
     })
 }

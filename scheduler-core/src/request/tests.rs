@@ -233,6 +233,23 @@ fn completions_prompt_shapes() {
 }
 
 #[test]
+fn stream_options_flags_are_read_separately() {
+    let c = |body: &str| parse(Api::Completions, body.as_bytes()).unwrap();
+    let both = c(r#"{"model":"m","stream":true,
+        "stream_options":{"continuous_usage_stats":true,"include_usage":true}}"#);
+    assert!(both.include_usage && both.continuous_usage);
+    let only = c(r#"{"model":"m","stream":true,"stream_options":{"continuous_usage_stats":true}}"#);
+    assert!(!only.include_usage && only.continuous_usage);
+    assert!(!c(r#"{"model":"m","stream_options":null}"#).continuous_usage);
+    let err = parse(
+        Api::Completions,
+        br#"{"model":"m","stream_options":{"continuous_usage_stats":"yes"}}"#,
+    )
+    .unwrap_err();
+    assert_eq!(err.param(), Some("stream_options.continuous_usage_stats"));
+}
+
+#[test]
 fn anthropic_system_and_blocks() {
     let a = match parse(
         Api::AnthropicMessages,
