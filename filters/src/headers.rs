@@ -17,6 +17,16 @@ pub const DROPPED_REASON: &str = "x-llm-d-request-dropped-reason";
 /// Dynamic-metadata namespace the picker writes the destination under.
 pub const LB_METADATA_NAMESPACE: &str = "envoy.lb";
 
+/// The fairness id (tenant flow) of the request; set only by the auth stage.
+pub const FAIRNESS_ID: &str = "x-llm-d-inference-fairness-id";
+/// The objective (priority class) of the request; set only by the auth stage.
+pub const OBJECTIVE: &str = "x-llm-d-inference-objective";
+
+/// Marks a request whose client-sent reserved headers a stage already removed (in the
+/// request's pipeline context), so later stages do not strip what it then set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientHeadersStripped;
+
 /// Prefixes a client may not send (compared case-insensitively).
 const RESERVED_PREFIXES: [&str; 2] = ["x-gateway-", "x-llm-d-"];
 

@@ -49,6 +49,31 @@ pub trait ResponseHeaders {
     fn response_header(&self, name: &str) -> Option<String>;
 }
 
+/// Set response headers while the response headers pass (rate-limit headers on admitted
+/// responses).
+pub trait EditResponseHeaders {
+    /// Replace every value of response header `name` with `value`.
+    fn set_response_header(&mut self, name: &str, value: &str);
+}
+
+/// The claims of the JWT that Envoy's own `jwt_authn` filter verified on this request. The
+/// gateway never checks a signature itself: a host answers only when `jwt_authn` left its
+/// verified payload in the request's dynamic metadata (namespace
+/// `envoy.filters.http.jwt_authn`, key `jwt_payload`).
+pub trait VerifiedJwt {
+    /// The string claim `name` of the verified JWT; `None` when no JWT was verified on this
+    /// request or the claim is absent or not a string.
+    fn verified_jwt_claim(&self, name: &str) -> Option<String>;
+}
+
+/// Where the per-request billing record goes for Envoy's access loggers to ship (native:
+/// dynamic metadata `infergate.usage` / `record`; proxy-wasm, which cannot set dynamic
+/// metadata: the filter state `wasm.infergate.usage`).
+pub trait UsageRecordSink {
+    /// Store `record` (one JSON object) as this request's billing record.
+    fn write_usage_record(&mut self, record: &str) -> Result<(), HostError>;
+}
+
 /// The request body the host has buffered so far (the filter paused until end of stream).
 pub trait RequestBody {
     /// Up to `len` bytes of the buffered body from `start`; `None` if there is no body.

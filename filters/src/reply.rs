@@ -109,6 +109,52 @@ impl Reply {
         reply
     }
 
+    /// 401: no credential, or one no tenant holds (OpenAI's `invalid_api_key`).
+    pub fn unauthorized(message: &str) -> Reply {
+        let mut reply = Reply::openai_error(
+            401,
+            "invalid_request_error",
+            message,
+            None,
+            Some("invalid_api_key"),
+        );
+        reply
+            .headers
+            .push(("www-authenticate".to_owned(), "Bearer".to_owned()));
+        reply
+    }
+
+    /// 403: the tenant has no limit for `model` (neither its own entry nor `"*"`), so its
+    /// plan does not include the model.
+    pub fn model_not_allowed(model: &str) -> Reply {
+        let model = truncate_for_message(model, MAX_QUOTED_BYTES);
+        let message = format!("Your tenant has no quota for the model `{model}`");
+        Reply::openai_error(
+            403,
+            "invalid_request_error",
+            &message,
+            Some("model"),
+            Some("model_not_allowed"),
+        )
+    }
+
+    /// 429: a quota refused the request before any engine saw it. `kind` is OpenAI's
+    /// error type for the limit (`requests` or `tokens`); `headers` are `retry-after` and
+    /// the `x-ratelimit-*` values; `reason` goes to `x-llm-d-request-dropped-reason`.
+    pub fn rate_limited(
+        reason: &str,
+        kind: &str,
+        message: &str,
+        headers: impl IntoIterator<Item = (String, String)>,
+    ) -> Reply {
+        let mut reply = Reply::openai_error(429, kind, message, None, Some("rate_limit_exceeded"));
+        reply
+            .headers
+            .push((DROPPED_REASON.to_owned(), reason.to_owned()));
+        reply.headers.extend(headers);
+        reply
+    }
+
     /// 500: a bug inside a filter; the request fails closed.
     pub fn internal(message: &str) -> Reply {
         Reply::openai_error(500, "server_error", message, None, Some("internal_error"))

@@ -166,10 +166,35 @@ enum Stage {
     Done,
 }
 
+/// What the router learnt about a request it routed, for the stages after it (quota
+/// pre-debit, usage forcing, the billing record).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoutedRequest {
+    /// The API the body was parsed as.
+    pub api: Api,
+    /// The `model` field as the client sent it.
+    pub model: String,
+    /// The base model whose pool serves it.
+    pub base_model: String,
+    /// The gateway's prompt token estimate (canonical prompt bytes / 4).
+    pub prompt_tokens: u64,
+    /// `max_completion_tokens`, else `max_tokens`.
+    pub max_output_tokens: Option<u64>,
+    /// `stream: true`.
+    pub stream: bool,
+    /// `stream_options.include_usage` as the client sent it.
+    pub include_usage: bool,
+    /// `stream_options.continuous_usage_stats` as the client sent it.
+    pub continuous_usage: bool,
+}
+
 /// The router's state for one request.
 #[derive(Clone, Debug)]
 pub struct RouterRequest {
     stage: Stage,
+    keep_headers: bool,
+    routed: Option<RoutedRequest>,
+    replied: Option<u16>,
 }
 
 impl Default for RouterRequest {
@@ -183,7 +208,29 @@ impl RouterRequest {
     pub fn new() -> Self {
         RouterRequest {
             stage: Stage::Start,
+            keep_headers: false,
+            routed: None,
+            replied: None,
         }
+    }
+
+    /// A request whose client headers an earlier stage already stripped (and whose
+    /// gateway headers it then set): the router leaves the headers alone.
+    pub fn after_trust_boundary() -> Self {
+        RouterRequest {
+            keep_headers: true,
+            ..RouterRequest::new()
+        }
+    }
+
+    /// What the router learnt about the request, once it routed it.
+    pub fn routed(&self) -> Option<&RoutedRequest> {
+        self.routed.as_ref()
+    }
+
+    /// The status of the local reply the router answered with, if it did.
+    pub fn replied(&self) -> Option<u16> {
+        self.replied
     }
 
     /// Request headers arrived (`end_of_stream`: the request has no body).
@@ -199,7 +246,9 @@ impl RouterRequest {
         if self.stage != Stage::Start {
             return FilterStatus::Continue;
         }
-        headers::strip_reserved(host);
+        if !self.keep_headers {
+            headers::strip_reserved(host);
+        }
         let api = host
             .request_header(":path")
             .and_then(|path| Api::from_path(&path));
@@ -272,6 +321,16 @@ impl RouterRequest {
             let _ = host.set_stream_state(HANDOFF_KEY, &bytes);
         }
         host.counter_add(&router.stats.routed, 1);
+        self.routed = Some(RoutedRequest {
+            api,
+            model: parsed.model.clone(),
+            base_model: base.to_owned(),
+            prompt_tokens: parsed.prompt_tokens.0,
+            max_output_tokens: parsed.max_output_tokens,
+            stream: parsed.stream,
+            include_usage: parsed.include_usage,
+            continuous_usage: parsed.continuous_usage,
+        });
         self.stage = Stage::Done;
         FilterStatus::Continue
     }
@@ -288,6 +347,7 @@ impl RouterRequest {
         host.counter_add(key, 1);
         // Done before the reply: a host may re-enter the filter while sending it.
         self.stage = Stage::Done;
+        self.replied = Some(reply.status);
         host.send_local_reply(&reply);
         FilterStatus::Replied
     }

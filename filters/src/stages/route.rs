@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use crate::headers::ClientHeadersStripped;
 use crate::host::{
     BodyBufferLimit, LocalReply, RequestBody, RequestHeaders, RouteRefresh, Stats, StreamState,
 };
@@ -79,8 +80,15 @@ where
         let limit = u64::try_from(self.router.body_limit()).unwrap_or(u64::MAX);
         // One byte past the router's limit, so the router decides, with its OpenAI-style 413.
         host.ensure_body_buffer(limit.saturating_add(1));
+        let stripped = cx.get::<ClientHeadersStripped>().is_some();
         let status = cx
-            .get_or_insert_with(RouterRequest::new)
+            .get_or_insert_with(|| {
+                if stripped {
+                    RouterRequest::after_trust_boundary()
+                } else {
+                    RouterRequest::new()
+                }
+            })
             .on_request_headers(&self.router, host, end_of_stream);
         RouteStage::step(cx, host, status, true)
     }
