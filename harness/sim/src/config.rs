@@ -3,6 +3,7 @@
 use serde::Deserialize;
 
 use super::engine::EngineConfig;
+use super::responses::PromptTokensDetails;
 
 /// A pool of identical replicas in one process.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -21,9 +22,24 @@ pub struct SimConfig {
     /// Completion length when the request sets no lower `max_tokens` and no `ignore_eos`
     /// (the simulated model's natural stop; default 128).
     pub output_tokens: u32,
+    /// Send no usage at all, whatever the request asks: no usage-only chunk, no
+    /// continuous usage, no `usage` in full responses (an engine without usage reporting;
+    /// default false).
+    pub no_usage: bool,
+    /// When `usage.prompt_tokens_details.cached_tokens` is reported (default `always`,
+    /// 0 included; `nonzero` is vLLM with `--enable-prompt-tokens-details`, `off` vLLM's
+    /// default).
+    pub prompt_tokens_details: PromptTokensDetails,
+    /// Response bytes depend only on the request's prompt, model and length: `id` is a hash
+    /// of the prompt, `created` is fixed (default false: per-replica counters and the
+    /// clock). Usage still reports what the replica did, and timing is unchanged.
+    pub deterministic: bool,
     /// The engine model of every replica.
     pub engine: EngineConfig,
 }
+
+/// The `created` stamp of every response in deterministic mode (2025-01-01T00:00:00Z).
+pub const DETERMINISTIC_CREATED: u64 = 1_735_689_600;
 
 impl Default for SimConfig {
     fn default() -> Self {
@@ -34,6 +50,9 @@ impl Default for SimConfig {
             loras: Vec::new(),
             time_scale: 1.0,
             output_tokens: 128,
+            no_usage: false,
+            prompt_tokens_details: PromptTokensDetails::Always,
+            deterministic: false,
             engine: EngineConfig::default(),
         }
     }
@@ -73,6 +92,15 @@ mod tests {
         assert_eq!(c.engine.max_loras, 2);
         assert_eq!(c.engine.block_size, 16, "unset fields keep their defaults");
         assert_eq!(c.time_scale, 1.0);
+        assert!(!c.no_usage && !c.deterministic);
+        assert_eq!(c.prompt_tokens_details, PromptTokensDetails::Always);
+        let u: SimConfig = serde_yaml::from_str(
+            "no_usage: true\ndeterministic: true\nprompt_tokens_details: nonzero\n",
+        )
+        .unwrap();
+        assert!(u.no_usage && u.deterministic);
+        assert_eq!(u.prompt_tokens_details, PromptTokensDetails::Nonzero);
+        assert!(serde_yaml::from_str::<SimConfig>("prompt_tokens_details: some\n").is_err());
         assert!(serde_yaml::from_str::<SimConfig>("replica: 3\n").is_err());
         let json: SimConfig = serde_yaml::from_str(r#"{"port": 9000}"#).unwrap();
         assert_eq!(json.port, 9000);

@@ -6,7 +6,7 @@
 //! - [`driver`]: runs one engine on tokio against a (scalable) wall clock.
 //! - [`server`]: the hyper HTTP surface of a replica; [`stream`], [`responses`] and
 //!   [`metrics`] shape its bodies; [`prompt`] turns request bodies into tokens and block hashes; [`text`]
-//!   makes the deterministic output.
+//!   makes the deterministic output; [`served`] keeps the totals of what responses delivered.
 //!
 //! [`start`] runs a pool in-process and returns a [`SimHandle`]; the `infergate-sim`
 //! binary wraps it.
@@ -17,6 +17,7 @@ pub mod engine;
 pub mod metrics;
 pub mod prompt;
 pub mod responses;
+pub mod served;
 pub mod server;
 pub mod stream;
 pub mod text;
@@ -33,6 +34,8 @@ use tokio::task::JoinHandle;
 pub use config::SimConfig;
 pub use driver::{EngineHandle, SimClock};
 pub use engine::{EngineConfig, EngineStats};
+pub use responses::PromptTokensDetails;
+pub use served::{ServedKey, ServedTotals};
 pub use server::{REPLICA_ADDR_HEADER, REPLICA_HEADER};
 
 /// A running simulated pool.
@@ -40,6 +43,7 @@ pub use server::{REPLICA_ADDR_HEADER, REPLICA_HEADER};
 pub struct SimHandle {
     addrs: Vec<SocketAddr>,
     engines: Vec<EngineHandle>,
+    ledgers: Vec<served::ServedLedger>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -59,6 +63,14 @@ impl SimHandle {
     pub async fn stats(&self, index: usize) -> anyhow::Result<EngineStats> {
         match self.engines.get(index) {
             Some(e) => e.stats().await,
+            None => anyhow::bail!("no replica {index}"),
+        }
+    }
+
+    /// What replica `index`'s responses delivered, per fairness id and model.
+    pub fn served(&self, index: usize) -> anyhow::Result<Vec<(ServedKey, ServedTotals)>> {
+        match self.ledgers.get(index) {
+            Some(l) => Ok(l.snapshot()),
             None => anyhow::bail!("no replica {index}"),
         }
     }
@@ -96,6 +108,7 @@ pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
     let mut handle = SimHandle {
         addrs: Vec::new(),
         engines: Vec::new(),
+        ledgers: Vec::new(),
         shutdown,
         tasks: Vec::new(),
     };
@@ -116,6 +129,7 @@ pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
         ));
         handle.addrs.push(addr);
         handle.engines.push(engine);
+        handle.ledgers.push(replica.ledger.clone());
         handle
             .tasks
             .push(tokio::spawn(serve(listener, replica, shutdown_rx.clone())));

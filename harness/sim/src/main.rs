@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Parser;
-use infergate_sim::{self as sim, SimConfig};
+use infergate_sim::{self as sim, PromptTokensDetails, SimConfig};
 
 #[derive(Debug, Parser)]
 #[command(name = "infergate-sim", about = "Simulated vLLM replicas on loopback")]
@@ -67,6 +67,18 @@ struct Args {
     /// Longest prompt + completion in tokens; 0 = KV capacity [default: 0].
     #[arg(long)]
     max_model_len: Option<u32>,
+    /// Send no usage at all, whatever the request asks (an engine without usage reporting).
+    #[arg(long)]
+    no_usage: bool,
+    /// When usage reports `prompt_tokens_details.cached_tokens`: always (0 included),
+    /// nonzero (vLLM with --enable-prompt-tokens-details) or off (vLLM's default)
+    /// [default: always].
+    #[arg(long)]
+    prompt_tokens_details: Option<PromptTokensDetails>,
+    /// Response bytes depend only on the prompt, model and length: hashed ids, fixed
+    /// `created` (timing and usage unchanged).
+    #[arg(long)]
+    deterministic: bool,
 }
 
 impl Args {
@@ -100,6 +112,13 @@ impl Args {
         set!(c.port, self.port);
         set!(c.time_scale, self.time_scale);
         set!(c.output_tokens, self.output_tokens);
+        set!(c.prompt_tokens_details, self.prompt_tokens_details);
+        if self.no_usage {
+            c.no_usage = true;
+        }
+        if self.deterministic {
+            c.deterministic = true;
+        }
         if !self.models.is_empty() {
             c.models = self.models;
         }

@@ -6,6 +6,7 @@
 use std::fmt::Write;
 
 use super::engine::{EngineStats, TTFT_BUCKETS_S};
+use super::served::{ServedKey, ServedTotals};
 
 /// Renders the `/metrics` page. `lora_stamp` is the value of the `lora_requests_info` gauge
 /// (vLLM uses the wall-clock time of the update, so the newest series wins).
@@ -108,6 +109,58 @@ pub fn render(stats: &EngineStats, model: &str, lora_stamp: f64) -> String {
     let _ = writeln!(out, "{name}_sum{{{labels}}} {}", c.ttft.sum);
     let _ = writeln!(out, "{name}_count{{{labels}}} {}", c.ttft.count);
     out
+}
+
+/// Appends the simulator's own counters of what its responses delivered, one series per
+/// fairness id and model (see [`crate::served`]). Nothing is written before the first
+/// request.
+pub fn render_served(out: &mut String, served: &[(ServedKey, ServedTotals)]) {
+    type Field = fn(&ServedTotals) -> u64;
+    let families: [(&str, &str, Field); 5] = [
+        (
+            "infergate_sim:served_prompt_tokens",
+            "Prompt tokens of completed requests and of cut-off streams that sent a token.",
+            |t| t.prompt_tokens,
+        ),
+        (
+            "infergate_sim:served_completion_tokens",
+            "Completion tokens delivered: usage of completed requests plus content chunks of cut-off streams.",
+            |t| t.completion_tokens,
+        ),
+        (
+            "infergate_sim:requests_completed",
+            "Requests that generated every token.",
+            |t| t.requests_completed,
+        ),
+        (
+            "infergate_sim:requests_cut_off",
+            "Requests whose client went away before the end.",
+            |t| t.requests_cut_off,
+        ),
+        (
+            "infergate_sim:cut_off_completion_tokens",
+            "Completion tokens sent by streams cut off by their client.",
+            |t| t.cut_off_completion_tokens,
+        ),
+    ];
+    if served.is_empty() {
+        return;
+    }
+    for (name, help, field) in families {
+        let _ = writeln!(
+            out,
+            "# HELP {name}_total {help}\n# TYPE {name}_total counter"
+        );
+        for (key, totals) in served {
+            let _ = writeln!(
+                out,
+                "{name}_total{{engine=\"0\",fairness_id=\"{}\",model_name=\"{}\"}} {}",
+                escape(&key.fairness_id),
+                escape(&key.model),
+                field(totals)
+            );
+        }
+    }
 }
 
 /// Escapes a label value (backslash, quote, newline).

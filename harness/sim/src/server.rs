@@ -15,13 +15,14 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::config::SimConfig;
+use super::config::{SimConfig, DETERMINISTIC_CREATED};
 use super::driver::{EngineHandle, RequestEvent, SubmitFailed};
 use super::engine::{EngineRequest, SubmitError};
 use super::metrics;
 use super::prompt::{self, ApiKind, ParsedRequest};
 use super::responses::{error_body, ResponseMeta};
-use super::stream::{CancelGuard, Generation, SimBody, TokenStream};
+use super::served::{ServedKey, ServedLedger, FAIRNESS_ID_HEADER};
+use super::stream::{CancelGuard, Generation, SimBody, StreamUsage, TokenStream};
 use super::text;
 
 /// Header naming the replica index that served a response.
@@ -40,6 +41,8 @@ pub struct Replica {
     pub engine: EngineHandle,
     /// Pool configuration.
     pub cfg: Arc<SimConfig>,
+    /// What this replica's responses delivered.
+    pub ledger: ServedLedger,
     next_request: AtomicU64,
 }
 
@@ -51,6 +54,7 @@ impl Replica {
             addr,
             engine,
             cfg,
+            ledger: ServedLedger::default(),
             next_request: AtomicU64::new(1),
         }
     }
@@ -99,7 +103,8 @@ async fn metrics_page(replica: &Replica) -> Response<SimBody> {
     match replica.engine.stats().await {
         Ok(stats) => {
             let stamp = unix_secs_f64();
-            let page = metrics::render(&stats, replica.cfg.base_model(), stamp);
+            let mut page = metrics::render(&stats, replica.cfg.base_model(), stamp);
+            metrics::render_served(&mut page, &replica.ledger.snapshot());
             full(
                 StatusCode::OK,
                 "text/plain; version=0.0.4; charset=utf-8",
@@ -115,6 +120,12 @@ async fn completion(
     kind: ApiKind,
     req: Request<Incoming>,
 ) -> Response<SimBody> {
+    let fairness_id = req
+        .headers()
+        .get(FAIRNESS_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
     let body = match req.into_body().collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body: {e}"), None),
@@ -157,7 +168,7 @@ async fn completion(
         lora,
         priority: parsed.priority,
     };
-    let (id, rx) = match replica.engine.submit(engine_req).await {
+    let (engine_id, rx) = match replica.engine.submit(engine_req).await {
         Ok(x) => x,
         Err(e) => {
             let msg = match e.downcast_ref::<SubmitFailed>() {
@@ -173,36 +184,42 @@ async fn completion(
             return error(StatusCode::BAD_REQUEST, &msg, None);
         }
     };
-    let n = replica.next_request.fetch_add(1, Ordering::Relaxed);
     let prefix = match kind {
         ApiKind::Chat => "chatcmpl",
         ApiKind::Completions => "cmpl",
     };
+    let (id, created) = if cfg.deterministic {
+        // 32 hex digits, as vLLM's random ids, from the prompt under the model's seed.
+        let h = text::response_id_hash(seed, &parsed.prompt);
+        (format!("{prefix}-{h:032x}"), DETERMINISTIC_CREATED)
+    } else {
+        let n = replica.next_request.fetch_add(1, Ordering::Relaxed);
+        (
+            format!("{prefix}-sim{}-{n}", replica.index),
+            unix_secs_f64() as u64,
+        )
+    };
     let gen = Generation {
-        meta: ResponseMeta {
-            kind,
-            id: format!("{prefix}-sim{}-{n}", replica.index),
-            created: unix_secs_f64() as u64,
-            model: parsed.model.clone(),
-        },
+        meta: ResponseMeta::new(kind, id, created, parsed.model.clone()),
         seed: output_seed,
         output_tokens,
         finish_reason,
         prompt_tokens: parsed.prompt_tokens,
+        details: cfg.prompt_tokens_details,
+        ledger: replica.ledger.clone(),
+        key: ServedKey {
+            fairness_id,
+            model: parsed.model.clone(),
+        },
     };
     let guard = CancelGuard {
         engine: replica.engine.clone(),
-        id,
+        id: engine_id,
         finished: false,
     };
     if parsed.stream {
-        let stream = TokenStream::new(
-            rx,
-            guard,
-            gen,
-            parsed.include_usage,
-            parsed.continuous_usage,
-        );
+        let usage = StreamUsage::new(parsed.include_usage, parsed.continuous_usage, cfg.no_usage);
+        let stream = TokenStream::new(rx, guard, gen, usage);
         let mut resp = Response::new(SimBody::Stream(Box::new(stream)));
         resp.headers_mut()
             .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -210,7 +227,7 @@ async fn completion(
             .insert("cache-control", HeaderValue::from_static("no-cache"));
         return resp;
     }
-    collect_full(rx, guard, gen).await
+    collect_full(rx, guard, gen, !cfg.no_usage).await
 }
 
 /// Decides how many tokens to generate and the finish reason.
@@ -231,23 +248,49 @@ fn plan_output(cfg: &SimConfig, p: &ParsedRequest) -> Result<(u32, &'static str)
     }
 }
 
+/// Waits for every token of a non-streamed request. Dropped before the end (the client went
+/// away), the guard cancels the engine request and the ledger records a cut with nothing
+/// sent.
 async fn collect_full(
     mut rx: mpsc::UnboundedReceiver<RequestEvent>,
-    mut guard: CancelGuard,
+    guard: CancelGuard,
     gen: Generation,
+    report_usage: bool,
 ) -> Response<SimBody> {
+    let mut pending = FullPending { guard, gen };
     let mut text = String::new();
     while let Some(ev) = rx.recv().await {
         match ev {
-            RequestEvent::Token { index, .. } => text.push_str(text::token_text(gen.seed, index)),
+            RequestEvent::Token { index, .. } => {
+                text.push_str(text::token_text(pending.gen.seed, index))
+            }
             RequestEvent::Finished(usage) => {
-                guard.finished = true;
-                let body = gen.meta.full(&text, gen.finish_reason, &usage);
-                return json_response(StatusCode::OK, &body);
+                pending.guard.finished = true;
+                let g = &pending.gen;
+                g.ledger
+                    .completed(&g.key, usage.prompt_tokens, usage.completion_tokens);
+                let usage = report_usage.then_some(&usage);
+                let body = g.meta.full(&text, g.finish_reason, usage, g.details);
+                return full(StatusCode::OK, "application/json", Bytes::from(body));
             }
         }
     }
     error(StatusCode::INTERNAL_SERVER_ERROR, "engine stopped", None)
+}
+
+/// A non-streamed request in progress: records a cut in the ledger if dropped unfinished.
+struct FullPending {
+    guard: CancelGuard,
+    gen: Generation,
+}
+
+impl Drop for FullPending {
+    fn drop(&mut self) {
+        if !self.guard.finished {
+            let g = &self.gen;
+            g.ledger.cut_off(&g.key, g.prompt_tokens, 0);
+        }
+    }
 }
 
 fn unix_secs_f64() -> f64 {

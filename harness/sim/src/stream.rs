@@ -1,5 +1,6 @@
 //! Response bodies: a whole buffer, or a live SSE stream fed by the engine that formats each
-//! token as it arrives and cancels the engine request if dropped early (client gone).
+//! token as it arrives and cancels the engine request if dropped early (client gone), so a
+//! cut-off stream stops generating and the ledger records the tokens it had sent.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -11,9 +12,10 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::sync::mpsc;
 
 use super::driver::{EngineHandle, RequestEvent};
-use super::engine::{RequestId, Usage};
+use super::engine::RequestId;
 use super::prompt::ApiKind;
-use super::responses::{sse, ResponseMeta, SSE_DONE};
+use super::responses::{sse, PromptTokensDetails, ResponseMeta, SSE_DONE};
+use super::served::{ServedKey, ServedLedger};
 use super::text;
 
 /// The response body: a whole buffer or a live token stream.
@@ -66,13 +68,19 @@ impl Drop for CancelGuard {
     }
 }
 
-/// What shapes the text of one completion.
+/// What shapes the text of one completion and how its usage is reported.
 pub(crate) struct Generation {
     pub(crate) meta: ResponseMeta,
     pub(crate) seed: u64,
     pub(crate) output_tokens: u32,
     pub(crate) finish_reason: &'static str,
     pub(crate) prompt_tokens: u32,
+    /// When the final usage reports cached tokens.
+    pub(crate) details: PromptTokensDetails,
+    /// Where the response's tokens are accounted.
+    pub(crate) ledger: ServedLedger,
+    /// The ledger key of this request.
+    pub(crate) key: ServedKey,
 }
 
 impl Generation {
@@ -81,17 +89,38 @@ impl Generation {
     }
 }
 
-/// A live SSE stream.
+/// Which usage a stream carries, as vLLM decides it from `stream_options`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StreamUsage {
+    /// The usage-only chunk before `[DONE]` (`include_usage`).
+    pub final_chunk: bool,
+    /// A running `usage` on every chunk (`continuous_usage_stats`, honoured only with
+    /// `include_usage`).
+    pub continuous: bool,
+}
+
+impl StreamUsage {
+    /// vLLM's rule; `no_usage` (an engine without usage reporting) sends none at all.
+    pub fn new(include_usage: bool, continuous_usage_stats: bool, no_usage: bool) -> Self {
+        let final_chunk = include_usage && !no_usage;
+        Self {
+            final_chunk,
+            continuous: final_chunk && continuous_usage_stats,
+        }
+    }
+}
+
+/// A live SSE stream. Each content chunk carries exactly one token.
 pub struct TokenStream {
     rx: mpsc::UnboundedReceiver<RequestEvent>,
     guard: CancelGuard,
     gen: Generation,
-    include_usage: bool,
-    continuous_usage: bool,
-    pending: VecDeque<Bytes>,
+    usage: StreamUsage,
+    /// Chunks to send, each with the tokens it carries (0 or 1).
+    pending: VecDeque<(Bytes, u32)>,
     done: bool,
-    /// Pre-rendered head and tail of a plain content chunk.
-    template: (String, String),
+    /// Content chunks handed to the connection so far.
+    sent_tokens: u32,
 }
 
 impl TokenStream {
@@ -100,19 +129,16 @@ impl TokenStream {
         rx: mpsc::UnboundedReceiver<RequestEvent>,
         guard: CancelGuard,
         gen: Generation,
-        include_usage: bool,
-        continuous_usage: bool,
+        usage: StreamUsage,
     ) -> Self {
-        let template = gen.meta.content_template();
         Self {
             rx,
             guard,
             gen,
-            include_usage,
-            continuous_usage,
+            usage,
             pending: VecDeque::new(),
             done: false,
-            template,
+            sent_tokens: 0,
         }
     }
 }
@@ -120,7 +146,8 @@ impl TokenStream {
 impl TokenStream {
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         loop {
-            if let Some(b) = self.pending.pop_front() {
+            if let Some((b, tokens)) = self.pending.pop_front() {
+                self.sent_tokens += tokens;
                 return Poll::Ready(Some(b));
             }
             if self.done {
@@ -136,47 +163,39 @@ impl TokenStream {
 
     fn on_event(&mut self, ev: RequestEvent) {
         let g = &self.gen;
+        let continuous = self.usage.continuous;
         match ev {
-            RequestEvent::Token {
-                index,
-                cached_tokens,
-            } => {
-                let running = Usage {
-                    prompt_tokens: g.prompt_tokens,
-                    completion_tokens: index + 1,
-                    cached_tokens,
-                };
-                let usage = self.continuous_usage.then_some(&running);
+            RequestEvent::Token { index, .. } => {
                 if index == 0 && g.meta.kind == ApiKind::Chat {
-                    let zero = Usage {
-                        completion_tokens: 0,
-                        ..running
-                    };
-                    let u = self.continuous_usage.then_some(&zero);
-                    self.pending.push_back(sse(&g.meta.role_chunk(u)));
+                    let running = continuous.then_some((g.prompt_tokens, 0));
+                    self.pending
+                        .push_back((sse(&g.meta.role_chunk(running)), 0));
                 }
+                let running = continuous.then_some((g.prompt_tokens, index + 1));
                 let text = text::token_text(g.seed, index);
-                let finish = g.finish_for(index);
-                if finish.is_none() && usage.is_none() {
-                    let (head, tail) = &self.template;
-                    let mut b = String::with_capacity(head.len() + text.len() + tail.len());
-                    b.push_str(head);
-                    b.push_str(text);
-                    b.push_str(tail);
-                    self.pending.push_back(Bytes::from(b));
-                } else {
-                    let chunk = g.meta.content_chunk(text, finish, usage);
-                    self.pending.push_back(sse(&chunk));
-                }
+                let chunk = g.meta.content_chunk(text, g.finish_for(index), running);
+                self.pending.push_back((sse(&chunk), 1));
             }
             RequestEvent::Finished(usage) => {
                 self.guard.finished = true;
-                if self.include_usage {
-                    self.pending.push_back(sse(&g.meta.usage_chunk(&usage)));
+                g.ledger
+                    .completed(&g.key, usage.prompt_tokens, usage.completion_tokens);
+                if self.usage.final_chunk {
+                    let chunk = g.meta.usage_chunk(&usage, g.details);
+                    self.pending.push_back((sse(&chunk), 0));
                 }
-                self.pending.push_back(Bytes::from_static(SSE_DONE));
+                self.pending.push_back((Bytes::from_static(SSE_DONE), 0));
                 self.done = true;
             }
+        }
+    }
+}
+
+impl Drop for TokenStream {
+    fn drop(&mut self) {
+        if !self.guard.finished {
+            let g = &self.gen;
+            g.ledger.cut_off(&g.key, g.prompt_tokens, self.sent_tokens);
         }
     }
 }

@@ -4,11 +4,16 @@
 //! estimate, so a client that echoes the answer into the next turn grows its prompt by about
 //! as many tokens as were generated.
 
-use xxhash_rust::xxh3::xxh3_64_with_seed;
+use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64_with_seed};
 
 /// The seed of a completion: a hash of the prompt bytes under the model's seed.
 pub fn output_seed(model_seed: u64, prompt: &[u8]) -> u64 {
     xxh3_64_with_seed(prompt, model_seed)
+}
+
+/// A 128-bit hash of the prompt under the model's seed, for deterministic response ids.
+pub fn response_id_hash(model_seed: u64, prompt: &[u8]) -> u128 {
+    xxh3_128_with_seed(prompt, model_seed)
 }
 
 /// The text of token `index` of the completion with `seed`.

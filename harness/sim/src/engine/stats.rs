@@ -49,7 +49,7 @@ pub struct EngineCounters {
     pub prefix_queries_tokens: u64,
     /// Of those, tokens found cached.
     pub prefix_hits_tokens: u64,
-    /// Prompt tokens of finished requests.
+    /// Prompt tokens of requests that generated their first token.
     pub prompt_tokens: u64,
     /// Tokens generated.
     pub generation_tokens: u64,

@@ -233,6 +233,9 @@ impl Engine {
             if index == 0 {
                 let ttft = at.0.saturating_sub(seq.arrival.0) as f64 / 1e9;
                 self.counters.ttft.observe(ttft);
+                // vLLM counts a request's prompt once its prefill produced a token, so a
+                // request cancelled later still counts.
+                self.counters.prompt_tokens += u64::from(seq.req.prompt_tokens);
             }
             out.push(EngineEvent::Token {
                 id,
@@ -251,7 +254,6 @@ impl Engine {
                 self.seqs.remove(&id);
                 self.running.retain(|r| *r != id);
                 self.counters.finished += 1;
-                self.counters.prompt_tokens += u64::from(usage.prompt_tokens);
                 out.push(EngineEvent::Finished { id, usage, at });
             }
         }
