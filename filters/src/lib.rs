@@ -46,13 +46,16 @@
 //! fake host for tests; feature `fake-host` exports it). `benches/filters.rs` measures the
 //! router and the picker on an 8k-token body.
 
+pub mod billing;
 pub(crate) mod codec;
 pub mod consistency;
 pub mod handoff;
 pub mod headers;
 pub mod host;
+pub mod jwt;
 pub mod picker;
 pub mod pipeline;
+pub mod quotas;
 pub mod reply;
 pub mod router;
 pub mod scraper;
