@@ -435,6 +435,21 @@ unsafe extern "C" fn envoy_dynamic_module_callback_http_set_dynamic_metadata_str
     with(|s| s.metadata.push(entry));
 }
 
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_get_metadata_keys_count(
+    _f: HttpFilterEnvoyPtr,
+    source: u32,
+    ns: ModuleBuffer,
+) -> usize {
+    let ns = text(ns);
+    with(|s| {
+        if source != 0 {
+            return 0;
+        }
+        s.metadata.iter().filter(|(n, _, _)| *n == ns).count()
+    })
+}
+
 fn define_counter(name: ModuleBuffer, id: *mut usize) -> MetricsResult {
     let name = text(name);
     with(|s| {

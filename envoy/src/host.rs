@@ -272,6 +272,21 @@ impl EnvoyStream {
         }
     }
 
+    /// Whether the stream's dynamic metadata has namespace `ns` with at least one key.
+    pub fn has_metadata_namespace(&self, ns: &str) -> bool {
+        // The C enum's first value: the stream's dynamic metadata.
+        const DYNAMIC_METADATA: u32 = 0;
+        // SAFETY: `raw` is live; `ns` outlives the call.
+        let count = unsafe {
+            cb::envoy_dynamic_module_callback_http_get_metadata_keys_count(
+                self.raw,
+                DYNAMIC_METADATA,
+                ModuleBuffer::from_bytes(ns.as_bytes()),
+            )
+        };
+        count > 0
+    }
+
     /// Stores `value` under filter-state key `key` of this stream; `false` if Envoy refused.
     pub fn set_filter_state_bytes(&mut self, key: &str, value: &[u8]) -> bool {
         // SAFETY: `raw` is live; both buffers outlive the call and Envoy copies them.

@@ -157,6 +157,14 @@ unsafe extern "C" {
         value: ModuleBuffer,
     );
 
+    /// The number of keys in namespace `ns` of the metadata `source` names (0: the
+    /// namespace is absent). `source` 0 is the stream's dynamic metadata.
+    pub fn envoy_dynamic_module_callback_http_get_metadata_keys_count(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        source: u32,
+        ns: ModuleBuffer,
+    ) -> usize;
+
     // ----- pause and resume -----
 
     /// Creates a scheduler for the stream (stream's worker thread, inside a hook). The module
