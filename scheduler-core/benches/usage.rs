@@ -1,0 +1,3 @@
+//! Response-side usage tracking (placeholder, filled in next).
+
+fn main() {}

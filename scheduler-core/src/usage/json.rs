@@ -1,0 +1,323 @@
+//! Just enough JSON for usage: the top-level members of one event's object, and the counters
+//! of a usage object.
+//!
+//! [`scan_event`] walks one object's top-level members once, skipping every value it does
+//! not need (strings with `memchr2` to the next quote or backslash, containers by counting
+//! brackets outside strings), and reports only what the tracker needs: whether `choices` is
+//! an empty or non-empty array, and where the top-level `usage` member lies (so it can be
+//! cut out with its comma) with its counters. Nothing is allocated and every byte is looked
+//! at once, so a 300-byte chunk costs a few hundred cycles.
+//!
+//! Keys are compared as raw bytes: a key written with escapes (`"us\u0061ge"`) is not
+//! recognised, which no engine does. Inside skipped values the scanner is lenient (bracket
+//! kinds are not matched against each other); the top-level object itself must be well
+//! formed up to its closing brace, followed by nothing but whitespace, or the event is not
+//! trusted at all.
+
+use core::ops::Range;
+use memchr::memchr2;
+
+/// The largest counter trusted: integers above 2^53 are not exactly representable in the
+/// engines' JSON (Python floats, JavaScript numbers), so they are noise, not counts.
+pub const MAX_COUNT: u64 = 1 << 53;
+
+/// Counters read from one usage object; `None` where the field was absent or not a sane
+/// integer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    pub prompt: Option<u64>,
+    pub completion: Option<u64>,
+    pub cached: Option<u64>,
+    /// Anthropic's names for the same three, used where the OpenAI ones are absent.
+    pub input: Option<u64>,
+    pub output: Option<u64>,
+    pub cache_read: Option<u64>,
+}
+
+impl Counts {
+    /// The usage these counters give, if the object held at least one token count.
+    pub fn usage(&self) -> Option<super::Usage> {
+        let prompt = self.prompt.or(self.input);
+        let completion = self.completion.or(self.output);
+        if prompt.is_none() && completion.is_none() {
+            return None;
+        }
+        Some(super::Usage {
+            prompt_tokens: prompt.unwrap_or(0),
+            completion_tokens: completion.unwrap_or(0),
+            cached_tokens: self.cached.or(self.cache_read).unwrap_or(0),
+        })
+    }
+}
+
+/// What an event's top-level `choices` member holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Choices {
+    /// No `choices` member (or not an array).
+    Absent,
+    /// `[]`: the usage-only chunk has this.
+    Empty,
+    /// At least one choice: a content chunk.
+    NonEmpty,
+}
+
+/// The value of a top-level `usage` member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum UsageValue {
+    /// An object, with whatever counters it held.
+    Object(Counts),
+    /// `null`, or anything that is not an object.
+    NotObject,
+}
+
+/// A top-level `usage` member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct UsageMember {
+    /// The bytes to remove so the object reads as if the member had never been there: the
+    /// member with the comma before it, or (as the first member) with the comma and
+    /// whitespace after it.
+    pub cut: Range<usize>,
+    pub value: UsageValue,
+}
+
+/// What one event's JSON object says about usage.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Event {
+    pub choices: Choices,
+    /// The last top-level `usage` member (JSON parsers keep the last of repeated keys).
+    pub usage: Option<UsageMember>,
+}
+
+#[inline]
+fn is_ws(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+#[inline]
+fn skip_ws(s: &[u8], mut i: usize) -> usize {
+    while let Some(&b) = s.get(i) {
+        if !is_ws(b) {
+            break;
+        }
+        i += 1;
+    }
+    i
+}
+
+/// From just after an opening quote to just after its closing quote.
+#[inline]
+fn skip_string(s: &[u8], mut i: usize) -> Option<usize> {
+    // Keys and most values are short: a plain loop beats a search call until the first 16
+    // bytes are passed, then `memchr2` takes the long texts.
+    let short_end = i.saturating_add(16).min(s.len());
+    while i < short_end {
+        match s.get(i)? {
+            b'"' => return Some(i + 1),
+            b'\\' => i += 2,
+            _ => i += 1,
+        }
+    }
+    loop {
+        let rest = s.get(i..)?;
+        let k = memchr2(b'"', b'\\', rest)?;
+        if rest.get(k) == Some(&b'"') {
+            return Some(i + k + 1);
+        }
+        i += k + 2;
+    }
+}
+
+/// From just after an opening bracket to just after the bracket that closes it.
+fn skip_container(s: &[u8], mut i: usize) -> Option<usize> {
+    let mut depth: u32 = 1;
+    while let Some(&b) = s.get(i) {
+        match b {
+            b'"' => {
+                i = skip_string(s, i + 1)?;
+                continue;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// From the first byte of a value to just after it.
+fn skip_value(s: &[u8], i: usize) -> Option<usize> {
+    match s.get(i)? {
+        b'"' => skip_string(s, i + 1),
+        b'{' | b'[' => skip_container(s, i + 1),
+        _ => {
+            let mut j = i;
+            while let Some(&b) = s.get(j) {
+                if matches!(b, b',' | b'}' | b']' | b':' | b'"' | b'{' | b'[') || is_ws(b) {
+                    break;
+                }
+                j += 1;
+            }
+            (j > i).then_some(j)
+        }
+    }
+}
+
+/// A non-negative integer no larger than [`MAX_COUNT`] at `i`, or `None` (and the value
+/// skipped) for anything else: negative, fractional, exponent, string, too large.
+fn count(s: &[u8], i: usize) -> Option<(Option<u64>, usize)> {
+    let mut j = i;
+    let mut v: u64 = 0;
+    while let Some(&b) = s.get(j) {
+        if !b.is_ascii_digit() {
+            break;
+        }
+        v = v.saturating_mul(10).saturating_add(u64::from(b - b'0'));
+        j += 1;
+    }
+    let plain = j > i
+        && !matches!(s.get(j), Some(b'.' | b'e' | b'E'))
+        && !(s.get(i) == Some(&b'0') && j > i + 1);
+    if plain && matches!(s.get(j), Some(&b) if b == b',' || b == b'}' || is_ws(b)) {
+        return Some(((v <= MAX_COUNT).then_some(v), j));
+    }
+    Some((None, skip_value(s, i)?))
+}
+
+/// Calls `f(key, value_start)` for each member of the object whose `{` is at `i`; `f`
+/// returns where the value ends. Returns the index just after the closing `}`.
+fn members(s: &[u8], i: usize, mut f: impl FnMut(&[u8], usize) -> Option<usize>) -> Option<usize> {
+    let mut i = skip_ws(s, i + 1);
+    if s.get(i) == Some(&b'}') {
+        return Some(i + 1);
+    }
+    loop {
+        if s.get(i) != Some(&b'"') {
+            return None;
+        }
+        let key_end = skip_string(s, i + 1)?;
+        let key = s.get(i + 1..key_end - 1)?;
+        i = skip_ws(s, key_end);
+        if s.get(i) != Some(&b':') {
+            return None;
+        }
+        i = f(key, skip_ws(s, i + 1))?;
+        i = skip_ws(s, i);
+        match s.get(i)? {
+            b',' => i = skip_ws(s, i + 1),
+            b'}' => return Some(i + 1),
+            _ => return None,
+        }
+    }
+}
+
+/// Reads the usage object whose `{` is at `i`: its counters and the index after its `}`.
+/// `None` only if it is not well-formed enough to find its end.
+pub(crate) fn usage_object(s: &[u8], i: usize) -> Option<(Counts, usize)> {
+    let mut c = Counts::default();
+    let end = members(s, i, |key, v| {
+        let slot = match key {
+            b"prompt_tokens" => &mut c.prompt,
+            b"completion_tokens" => &mut c.completion,
+            b"input_tokens" => &mut c.input,
+            b"output_tokens" => &mut c.output,
+            b"cache_read_input_tokens" => &mut c.cache_read,
+            b"prompt_tokens_details" if s.get(v) == Some(&b'{') => {
+                return members(s, v, |key, v| {
+                    if key == b"cached_tokens" {
+                        let (n, end) = count(s, v)?;
+                        c.cached = n;
+                        Some(end)
+                    } else {
+                        skip_value(s, v)
+                    }
+                });
+            }
+            _ => return skip_value(s, v),
+        };
+        let (n, end) = count(s, v)?;
+        *slot = n;
+        Some(end)
+    })?;
+    Some((c, end))
+}
+
+/// Scans one event's JSON text (an object, with optional whitespace around it). `None` if
+/// it is not a well-formed object at the top level.
+pub(crate) fn scan_event(p: &[u8]) -> Option<Event> {
+    let mut i = skip_ws(p, 0);
+    if p.get(i) != Some(&b'{') {
+        return None;
+    }
+    let mut ev = Event {
+        choices: Choices::Absent,
+        usage: None,
+    };
+    i = skip_ws(p, i + 1);
+    if p.get(i) == Some(&b'}') {
+        return (skip_ws(p, i + 1) == p.len()).then_some(ev);
+    }
+    // The comma before the current member, if it is not the first.
+    let mut comma: Option<usize> = None;
+    loop {
+        if p.get(i) != Some(&b'"') {
+            return None;
+        }
+        let key_start = i;
+        let key_end = skip_string(p, i + 1)?;
+        let key = p.get(i + 1..key_end - 1)?;
+        i = skip_ws(p, key_end);
+        if p.get(i) != Some(&b':') {
+            return None;
+        }
+        let v = skip_ws(p, i + 1);
+        let mut usage = None;
+        let end = match key {
+            b"usage" => {
+                let (value, end) = match p.get(v) {
+                    Some(b'{') => {
+                        let (c, end) = usage_object(p, v)?;
+                        (UsageValue::Object(c), end)
+                    }
+                    _ => (UsageValue::NotObject, skip_value(p, v)?),
+                };
+                usage = Some((value, end));
+                end
+            }
+            b"choices" => {
+                ev.choices = match p.get(v) {
+                    Some(b'[') if p.get(skip_ws(p, v + 1)) == Some(&b']') => Choices::Empty,
+                    Some(b'[') => Choices::NonEmpty,
+                    _ => Choices::Absent,
+                };
+                skip_value(p, v)?
+            }
+            _ => skip_value(p, v)?,
+        };
+        i = skip_ws(p, end);
+        let next = *p.get(i)?;
+        if let Some((value, end)) = usage {
+            let cut = match (comma, next) {
+                (Some(c), _) => c..end,
+                (None, b',') => key_start..skip_ws(p, i + 1),
+                (None, _) => key_start..end,
+            };
+            ev.usage = Some(UsageMember { cut, value });
+        }
+        match next {
+            b',' => {
+                comma = Some(i);
+                i = skip_ws(p, i + 1);
+            }
+            b'}' => {
+                return (skip_ws(p, i + 1) == p.len()).then_some(ev);
+            }
+            _ => return None,
+        }
+    }
+}
