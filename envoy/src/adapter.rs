@@ -12,9 +12,10 @@
 use std::sync::Arc;
 
 use infergate_filters::host::{
-    BodyBufferLimit, Clock, DynamicMetadata, HostError, LocalReply, Random, RequestBody,
-    RequestHeaders, RequestWaker, ResponseChunk, ResponseHeaders, RouteRefresh, SnapshotFetch,
-    SnapshotSource, SnapshotVersion, Stats, StreamState, UpstreamOverride, Waker,
+    BodyBufferLimit, Clock, DynamicMetadata, EditResponseHeaders, HostError, LocalReply, Random,
+    RequestBody, RequestHeaders, RequestWaker, ResponseChunk, ResponseHeaders, RouteRefresh,
+    SnapshotFetch, SnapshotSource, SnapshotVersion, Stats, StreamState, UpstreamOverride,
+    UsageRecordSink, VerifiedJwt, Waker,
 };
 use infergate_filters::reply::Reply;
 use infergate_filters::stats::{StatKey, StatKind};
@@ -162,6 +163,40 @@ impl ResponseHeaders for StreamHost {
         self.envoy
             .header(HeaderKind::ResponseHeaders, name)
             .map(text)
+    }
+}
+
+impl EditResponseHeaders for StreamHost {
+    fn set_response_header(&mut self, name: &str, value: &str) {
+        self.envoy
+            .set_header(HeaderKind::ResponseHeaders, name, Some(value.as_bytes()));
+    }
+}
+
+impl VerifiedJwt for StreamHost {
+    fn verified_jwt_claim(&self, name: &str) -> Option<String> {
+        // The ABI reads only top-level metadata values, not jwt_authn's nested payload: its
+        // presence says the bearer token was verified, and the claims are read from it.
+        if !self
+            .envoy
+            .has_metadata_namespace(infergate_filters::jwt::JWT_AUTHN_NAMESPACE)
+        {
+            return None;
+        }
+        let authorization = self.request_header("authorization")?;
+        infergate_filters::jwt::claim_of_verified_bearer(&authorization, name)
+    }
+}
+
+/// Where the native flavour leaves the billing record: dynamic metadata, which every Envoy
+/// access logger can read (`%DYNAMIC_METADATA(infergate.usage:record)%`).
+const USAGE_NAMESPACE: &str = "infergate.usage";
+
+impl UsageRecordSink for StreamHost {
+    fn write_usage_record(&mut self, record: &str) -> Result<(), HostError> {
+        self.envoy
+            .set_metadata_string(USAGE_NAMESPACE, "record", record);
+        Ok(())
     }
 }
 

@@ -38,10 +38,11 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use infergate_filters::host::{
-    BodyBufferLimit, CalloutRequest, CalloutToken, Clock, DynamicMetadata, HostError, HttpCallout,
-    LocalReply, Random, RequestBody, RequestHeaders, RequestWaker, ResponseChunk, ResponseHeaders,
-    RouteRefresh, SnapshotFetch, SnapshotSink, SnapshotSource, SnapshotVersion, Stats, StreamState,
-    UpstreamOverride, WakeSignal, Waker,
+    BodyBufferLimit, CalloutRequest, CalloutToken, Clock, DynamicMetadata, EditResponseHeaders,
+    HostError, HttpCallout, LocalReply, Random, RequestBody, RequestHeaders, RequestWaker,
+    ResponseChunk, ResponseHeaders, RouteRefresh, SnapshotFetch, SnapshotSink, SnapshotSource,
+    SnapshotVersion, Stats, StreamState, UpstreamOverride, UsageRecordSink, VerifiedJwt,
+    WakeSignal, Waker,
 };
 use infergate_filters::reply::Reply;
 use infergate_filters::stats::{StatKey, StatKind};
@@ -249,6 +250,68 @@ impl ResponseHeaders for WasmHost {
             .ok()
             .flatten()
             .map(text)
+    }
+}
+
+impl EditResponseHeaders for WasmHost {
+    fn set_response_header(&mut self, name: &str, value: &str) {
+        set_header(MapType::HttpResponseHeaders, name, value);
+    }
+}
+
+impl VerifiedJwt for WasmHost {
+    fn verified_jwt_claim(&self, name: &str) -> Option<String> {
+        use infergate_filters::jwt::{JWT_AUTHN_NAMESPACE, JWT_PAYLOAD_KEY};
+        let payload = [
+            "metadata",
+            "filter_metadata",
+            JWT_AUTHN_NAMESPACE,
+            JWT_PAYLOAD_KEY,
+        ];
+        // Envoy walks the path into jwt_authn's verified payload; a string claim comes back
+        // as its bytes. Any other type would come back in a binary form: not a match.
+        let path = [payload[0], payload[1], payload[2], payload[3], name];
+        if let Ok(Some(bytes)) = hostcalls::get_property(&path) {
+            return String::from_utf8(bytes).ok();
+        }
+        // A host that cannot walk into the payload still says whether one is there; the
+        // claims are then read from the token jwt_authn verified.
+        let verified = matches!(hostcalls::get_property(&payload), Ok(Some(_)));
+        if !verified {
+            return None;
+        }
+        let authorization = self.request_header("authorization")?;
+        infergate_filters::jwt::claim_of_verified_bearer(&authorization, name)
+    }
+}
+
+/// The property the Wasm flavour leaves the billing record in; Envoy keeps it as the filter
+/// state `wasm.infergate.usage` (proxy-wasm cannot set dynamic metadata), which access
+/// loggers read as `%FILTER_STATE(wasm.infergate.usage:PLAIN)%`.
+const USAGE_PROPERTY: &str = "infergate.usage";
+
+impl UsageRecordSink for WasmHost {
+    fn write_usage_record(&mut self, record: &str) -> Result<(), HostError> {
+        hostcalls::set_property(&[USAGE_PROPERTY], record.as_bytes()).map_err(failed)
+    }
+}
+
+/// proxy-wasm shared data as compare-and-swap cells: shared by every VM of one `vm_id` in
+/// the Envoy process, so quota buckets kept here are one per process.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SharedDataCells;
+
+impl infergate_filters::quotas::CasCells for SharedDataCells {
+    fn load(&self, key: &str) -> Option<(Vec<u8>, u32)> {
+        hostcalls::get_shared_data(key).ok().flatten()
+    }
+    fn store(&self, key: &str, bytes: &[u8], version: u32) -> infergate_filters::quotas::CasWrite {
+        use infergate_filters::quotas::CasWrite;
+        match hostcalls::set_shared_data(key, bytes, version) {
+            Ok(()) => CasWrite::Stored,
+            Err(Status::CasMismatch) => CasWrite::Conflict,
+            Err(_) => CasWrite::Failed,
+        }
     }
 }
 
