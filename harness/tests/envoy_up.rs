@@ -16,6 +16,7 @@ async fn up_serves_on_the_announced_urls_and_stops_everything_on_drop() {
         replicas: 3,
         concurrency: 1,
         sim_config: None,
+        ..UpOptions::default()
     };
     let stack = Stack::start(stack_options(&opts).unwrap()).await.unwrap();
     let [picker, baseline] = announcement(&stack);

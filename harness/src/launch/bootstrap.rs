@@ -5,6 +5,7 @@
 //! paths and the plugin configurations (JSON text handed to the Wasm or native module).
 
 use super::template::{Template, Vars};
+use super::tenancy::Tenancy;
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use serde_yaml::Value;
@@ -289,6 +290,9 @@ pub struct BootstrapParams {
     /// `plain` only: put the `probe` filter of this flavour's module (`module`) in front of
     /// Envoy's router, the floor `bench overhead` measures.
     pub probe: Option<Flavor>,
+    /// Tenants, JWT verification and the billing log (gateway flavours only); the default
+    /// (nothing set) renders the gateway without them.
+    pub tenancy: Tenancy,
 }
 
 impl BootstrapParams {
@@ -309,6 +313,7 @@ impl BootstrapParams {
             timeouts: ClientTimeouts::default(),
             baseline: false,
             probe: None,
+            tenancy: Tenancy::default(),
         }
     }
 }
@@ -382,7 +387,15 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
         "baseline_clusters".into(),
         Value::Sequence(baseline_clusters),
     );
-    vars.insert("router_config".into(), json_text(&params.plugins.router));
+    if params.flavor == Flavor::Plain && !params.tenancy.is_empty() {
+        bail!("tenants, JWT verification and the billing log need the wasm or native flavour");
+    }
+    let splices = params.tenancy.splices(&t)?;
+    vars.insert("jwt_filters".into(), Value::Sequence(splices.jwt_filters));
+    vars.insert("billing_logs".into(), Value::Sequence(splices.billing_logs));
+    let mut router = params.plugins.router.clone();
+    params.tenancy.apply_to_router(&mut router)?;
+    vars.insert("router_config".into(), json_text(&router));
     vars.insert("picker_config".into(), json_text(&params.plugins.picker));
     vars.insert("scraper_config".into(), json_text(&params.plugins.scraper));
     let module = params
@@ -714,6 +727,145 @@ mod tests {
                 assert_eq!(c["failure_policy"].as_str(), Some("FAIL_RELOAD"), "{c:?}");
             }
         }
+    }
+
+    fn filter_names(v: &Value) -> Vec<String> {
+        hcm(v)["http_filters"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f["name"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    fn access_log_paths(v: &Value) -> Vec<String> {
+        hcm(v)["access_log"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .filter_map(|l| l["typed_config"]["path"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    fn router_config(v: &Value) -> serde_json::Value {
+        let text = hcm(v)["http_filters"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == "infergate.router")
+            .map(|f| {
+                let c = &f["typed_config"];
+                // Wasm: config.configuration.value; native: filter_config.value.
+                c["config"]["configuration"]["value"]
+                    .as_str()
+                    .or(c["filter_config"]["value"].as_str())
+                    .unwrap()
+                    .to_owned()
+            })
+            .unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    fn tenancy() -> Tenancy {
+        Tenancy {
+            objects: vec![
+                json!({"kind": "TenantQuota", "metadata": {"name": "tenant-a"}}),
+                json!({"kind": "InferenceObjective", "metadata": {"name": "premium"}}),
+            ],
+            jwt: Some(crate::launch::tenancy::JwtProvider {
+                issuer: "https://issuer.test".into(),
+                jwks: r#"{"keys":[{"kty":"oct","alg":"HS256","kid":"k","k":"c2VjcmV0"}]}"#.into(),
+            }),
+            billing_log: Some(PathBuf::from("/var/log/billing.log")),
+        }
+    }
+
+    /// Without tenancy a gateway template renders as before: no JWT filter, no billing
+    /// log, no `tenantQuotas`. With it: `jwt_authn` right before the body router (with the
+    /// provider's issuer and JWKS), the billing logger, and the objects in the router's
+    /// configuration, in both flavours; `/rr` keeps `jwt_authn` off.
+    #[test]
+    fn tenancy_adds_the_jwt_filter_the_billing_log_and_the_objects() {
+        for flavor in [Flavor::Wasm, Flavor::Native] {
+            let plain =
+                serde_yaml::from_str::<Value>(&render(&with_baseline(flavor)).unwrap()).unwrap();
+            assert!(
+                !filter_names(&plain).iter().any(|n| n.contains("jwt")),
+                "{flavor}"
+            );
+            assert!(access_log_paths(&plain).is_empty(), "{flavor}");
+            assert!(
+                router_config(&plain).get("tenantQuotas").is_none(),
+                "{flavor}"
+            );
+
+            let mut params = with_baseline(flavor);
+            params.tenancy = tenancy();
+            let v: Value = serde_yaml::from_str(&render(&params).unwrap()).unwrap();
+            let names = filter_names(&v);
+            let at = |n: &str| names.iter().position(|x| x == n).unwrap();
+            assert_eq!(
+                at("envoy.filters.http.jwt_authn") + 1,
+                at("infergate.router"),
+                "{flavor}: {names:?}"
+            );
+            let jwt = &hcm(&v)["http_filters"][at("envoy.filters.http.jwt_authn")]["typed_config"];
+            let provider = &jwt["providers"]["infergate"];
+            assert_eq!(provider["issuer"].as_str(), Some("https://issuer.test"));
+            assert_eq!(
+                provider["local_jwks"]["inline_string"].as_str(),
+                tenancy().jwt.map(|j| j.jwks).as_deref()
+            );
+            assert_eq!(provider["forward"].as_bool(), Some(true));
+            assert_eq!(
+                provider["payload_in_metadata"].as_str(),
+                Some("jwt_payload")
+            );
+            let rules = jwt["rules"].as_sequence().unwrap();
+            assert_eq!(rules.len(), 1, "{flavor}: only JWT-shaped bearer tokens");
+            let header = &rules[0]["match"]["headers"][0];
+            assert_eq!(header["name"].as_str(), Some("authorization"));
+            assert!(header["string_match"]["safe_regex"]["regex"]
+                .as_str()
+                .unwrap()
+                .starts_with("^Bearer "));
+            assert_eq!(access_log_paths(&v), ["/var/log/billing.log"], "{flavor}");
+            let format = hcm(&v)["access_log"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .find(|l| l["typed_config"]["path"].is_string())
+                .map(|l| {
+                    l["typed_config"]["log_format"]["text_format_source"]["inline_string"].clone()
+                })
+                .unwrap();
+            let expected = match flavor {
+                Flavor::Native => "%DYNAMIC_METADATA(infergate.usage:record)%\n",
+                _ => "%FILTER_STATE(wasm.infergate.usage:PLAIN)%\n",
+            };
+            assert_eq!(format.as_str(), Some(expected), "{flavor}");
+            let quotas = &router_config(&v)["tenantQuotas"];
+            assert_eq!(quotas, &json!(tenancy().objects), "{flavor}");
+            let baseline = &hcm(&v)["route_config"]["virtual_hosts"][0]["routes"][0];
+            assert_eq!(baseline["name"].as_str(), Some("baseline"));
+            assert_eq!(
+                baseline["typed_per_filter_config"]["envoy.filters.http.jwt_authn"]["disabled"]
+                    .as_bool(),
+                Some(true),
+                "{flavor}"
+            );
+
+            // Each piece alone.
+            let mut only_log = with_baseline(flavor);
+            only_log.tenancy.billing_log = tenancy().billing_log;
+            let v: Value = serde_yaml::from_str(&render(&only_log).unwrap()).unwrap();
+            assert!(!filter_names(&v).iter().any(|n| n.contains("jwt")));
+            assert_eq!(access_log_paths(&v).len(), 1);
+            assert!(router_config(&v).get("tenantQuotas").is_none());
+        }
+        let mut plain = with_baseline(Flavor::Plain);
+        plain.tenancy = tenancy();
+        assert!(render(&plain).is_err(), "plain has no gateway filters");
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! - [`binary`]: locating and version-checking the Envoy binary;
 //! - [`template`] and [`bootstrap`]: placeholder substitution and the values each
 //!   flavour's template needs (pools, endpoints, plugin configurations);
+//! - [`tenancy`]: tenants, JWT verification and the billing log of a gateway, and the
+//!   loader of the platform's objects; [`jwt`]: a test JWT issuer;
 //! - [`process`]: child processes stopped on drop, scratch directories;
 //! - [`envoy`]: one Envoy instance; [`sim`]: the simulator binary; [`stack`]: both;
 //! - [`client`]: an HTTP client for JSON and streamed (SSE) requests; [`stats`]: admin stats.
@@ -15,11 +17,13 @@ pub mod binary;
 pub mod bootstrap;
 pub mod client;
 pub mod envoy;
+pub mod jwt;
 pub mod process;
 pub mod sim;
 pub mod stack;
 pub mod stats;
 pub mod template;
+pub mod tenancy;
 pub mod up;
 
 pub use bootstrap::{
@@ -27,6 +31,7 @@ pub use bootstrap::{
 };
 pub use envoy::{Envoy, EnvoyOptions};
 pub use stack::{Backends, PoolSpec, Stack, StackOptions, DEFAULT_MODEL};
+pub use tenancy::{load_objects, JwtProvider, Tenancy};
 pub use up::{up, up_blocking, UpOptions};
 
 /// A Tokio runtime for a process that runs stacks or measures them: two workers, one per

@@ -7,6 +7,7 @@ use super::bootstrap::{
 };
 use super::envoy::{Envoy, EnvoyOptions};
 use super::sim::SimProcess;
+use super::tenancy::{Tenancy, BILLING_LOG_FLUSH, FILE_FLUSH_FLAG};
 use crate::sim::{SimConfig, SimHandle};
 use anyhow::{bail, Context, Result};
 use std::net::SocketAddr;
@@ -133,6 +134,10 @@ pub struct StackOptions {
     pub baseline: bool,
     /// The connection manager's client-side timeouts.
     pub timeouts: ClientTimeouts,
+    /// Tenants, JWT verification and the billing log (none by default). With a billing
+    /// log, Envoy writes its access log files out every [`BILLING_LOG_FLUSH`] unless
+    /// `envoy.extra_args` already sets the interval.
+    pub tenancy: Tenancy,
 }
 
 impl StackOptions {
@@ -149,6 +154,7 @@ impl StackOptions {
             probe: None,
             baseline: true,
             timeouts: ClientTimeouts::default(),
+            tenancy: Tenancy::default(),
         }
     }
 }
@@ -205,6 +211,7 @@ impl Stack {
         params.rr_endpoints = replicas.clone();
         params.baseline = opts.baseline;
         params.timeouts = opts.timeouts;
+        params.tenancy = opts.tenancy.clone();
         if let Some(probe) = opts.probe {
             params.probe = Some(probe);
             params.module = probe.artefact();
@@ -214,7 +221,11 @@ impl Stack {
             .clone()
             .unwrap_or_else(|| PluginConfigs::for_pools(&pools, &opts.settings));
         let bootstrap = render(&params)?;
-        let envoy = Envoy::start(&bootstrap, &opts.envoy).await?;
+        let mut envoy_opts = opts.envoy.clone();
+        if opts.tenancy.billing_log.is_some() {
+            with_file_flush(&mut envoy_opts.extra_args);
+        }
+        let envoy = Envoy::start(&bootstrap, &envoy_opts).await?;
         if opts.flavor != Flavor::Plain {
             wait_first_snapshot(&envoy).await?;
         }
@@ -267,6 +278,15 @@ impl Stack {
     /// The in-process simulator, if this stack runs one (engine stats per replica).
     pub fn sim(&self) -> Option<&SimHandle> {
         self.in_process.as_ref()
+    }
+}
+
+/// Adds `--file-flush-interval-msec` ([`BILLING_LOG_FLUSH`]) to Envoy's arguments, unless
+/// they set it already.
+pub fn with_file_flush(args: &mut Vec<String>) {
+    if !args.iter().any(|a| a == FILE_FLUSH_FLAG) {
+        args.push(FILE_FLUSH_FLAG.into());
+        args.push(BILLING_LOG_FLUSH.as_millis().to_string());
     }
 }
 

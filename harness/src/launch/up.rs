@@ -1,11 +1,17 @@
 //! `cargo xtask up`: the stack for a person, on the simulated pool, until Ctrl-C.
+//!
+//! With `--tenants PATH` the gateway runs with the platform's `TenantQuota` and
+//! `InferenceObjective` objects, and writes a billing log: `--billing-log FILE`, else
+//! `billing.log` in a directory of the run's own under the system temp dir (kept after
+//! exit, printed at start-up).
 
 use super::bootstrap::Flavor;
 use super::envoy::EnvoyOptions;
 use super::stack::{Backends, PoolSpec, Stack, StackOptions};
+use super::tenancy::{load_objects, Tenancy};
 use crate::sim::SimConfig;
-use anyhow::{Context, Result};
-use std::path::PathBuf;
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
 use tokio::signal::unix::{signal, SignalKind};
 
 /// Options of `cargo xtask up`.
@@ -19,6 +25,12 @@ pub struct UpOptions {
     pub concurrency: u32,
     /// A `SimConfig` file (YAML/JSON); the simulator's calibration defaults otherwise.
     pub sim_config: Option<PathBuf>,
+    /// `--tenants PATH`: a directory or multi-document file of `TenantQuota` and
+    /// `InferenceObjective` objects.
+    pub tenants: Option<PathBuf>,
+    /// `--billing-log FILE`: where Envoy writes one line per billed request (with
+    /// `--tenants` and no `--billing-log`, a file of the run's own: [`up`] picks it).
+    pub billing_log: Option<PathBuf>,
 }
 
 impl Default for UpOptions {
@@ -28,12 +40,15 @@ impl Default for UpOptions {
             replicas: 4,
             concurrency: 2,
             sim_config: None,
+            tenants: None,
+            billing_log: None,
         }
     }
 }
 
 impl UpOptions {
-    /// Parses `--flavor F --replicas N --concurrency C --sim-config FILE`.
+    /// Parses `--flavor F --replicas N --concurrency C --sim-config FILE --tenants PATH
+    /// --billing-log FILE`.
     pub fn parse(args: &[String]) -> Result<Self> {
         let mut opts = UpOptions::default();
         let mut it = args.iter();
@@ -52,14 +67,56 @@ impl UpOptions {
                     opts.concurrency = value("--concurrency")?.parse().context("--concurrency")?
                 }
                 "--sim-config" => opts.sim_config = Some(value("--sim-config")?.into()),
+                "--tenants" => opts.tenants = Some(value("--tenants")?.into()),
+                "--billing-log" => opts.billing_log = Some(value("--billing-log")?.into()),
                 other => anyhow::bail!(
                     "unknown argument `{other}`; usage: up [--flavor wasm|native|plain] \
-                     [--replicas N] [--concurrency C] [--sim-config FILE]"
+                     [--replicas N] [--concurrency C] [--sim-config FILE] [--tenants PATH] \
+                     [--billing-log FILE]"
                 ),
             }
         }
+        if opts.flavor == Flavor::Plain && (opts.tenants.is_some() || opts.billing_log.is_some()) {
+            bail!("--tenants and --billing-log need a gateway flavour (wasm or native), not plain");
+        }
         Ok(opts)
     }
+}
+
+/// The tenancy `opts` asks for: the objects at `--tenants` (at least one), and the billing
+/// log at `--billing-log` (made absolute; its directory must exist).
+pub fn tenancy(opts: &UpOptions) -> Result<Tenancy> {
+    let mut tenancy = Tenancy::default();
+    if let Some(path) = &opts.tenants {
+        tenancy.objects = load_objects(path).context("--tenants")?;
+        if tenancy.objects.is_empty() {
+            bail!(
+                "--tenants {}: no TenantQuota or InferenceObjective object in it",
+                path.display()
+            );
+        }
+    }
+    if let Some(file) = &opts.billing_log {
+        let file = std::path::absolute(file)
+            .with_context(|| format!("--billing-log {}", file.display()))?;
+        match file.parent() {
+            Some(dir) if dir.is_dir() => {}
+            _ => bail!(
+                "--billing-log {}: its directory does not exist",
+                file.display()
+            ),
+        }
+        tenancy.billing_log = Some(file);
+    }
+    Ok(tenancy)
+}
+
+/// `billing.log` in a fresh directory of this run under the system temp dir, which
+/// outlives the run (the log is what a person looks at afterwards).
+pub fn default_billing_log() -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("infergate-up-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir.join("billing.log"))
 }
 
 /// The stack `up` starts: the in-process simulator (calibration defaults, or
@@ -83,6 +140,7 @@ pub fn stack_options(opts: &UpOptions) -> Result<StackOptions> {
         concurrency: opts.concurrency,
         ..EnvoyOptions::default()
     };
+    stack_opts.tenancy = tenancy(opts)?;
     Ok(stack_opts)
 }
 
@@ -94,15 +152,29 @@ pub fn announcement(stack: &Stack) -> [String; 2] {
     ]
 }
 
-/// Brings the stack up, prints `picker: URL` and `baseline: URL` on lines of their own,
-/// and keeps it up until SIGINT or SIGTERM; then stops Envoy and the simulator.
-pub async fn up(opts: UpOptions) -> Result<()> {
+/// The line `up` prints on stdout when it writes a billing log: `billing log: PATH`.
+pub fn billing_log_line(file: &Path) -> String {
+    format!("billing log: {}", file.display())
+}
+
+/// Brings the stack up, prints `picker: URL` and `baseline: URL` on lines of their own
+/// (and `billing log: PATH` with a billing log), and keeps it up until SIGINT or SIGTERM;
+/// then stops Envoy and the simulator.
+pub async fn up(mut opts: UpOptions) -> Result<()> {
     // Installed first, so a signal that arrives while Envoy starts still ends in a clean stop.
     let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
-    let stack = Stack::start(stack_options(&opts)?).await?;
+    if opts.tenants.is_some() && opts.billing_log.is_none() {
+        opts.billing_log = Some(default_billing_log()?);
+    }
+    let stack_opts = stack_options(&opts)?;
+    let billing_log = stack_opts.tenancy.billing_log.clone();
+    let stack = Stack::start(stack_opts).await?;
     for line in announcement(&stack) {
         println!("{line}");
+    }
+    if let Some(file) = billing_log.as_deref() {
+        println!("{}", billing_log_line(file));
     }
     eprintln!(
         "flavour {}, {} replicas, Envoy admin http://{}, log {}; Ctrl-C stops",
@@ -148,5 +220,65 @@ mod tests {
         assert!(UpOptions::parse(&strings(&["--replicas"])).is_err());
         assert!(UpOptions::parse(&strings(&["--flavor", "grpc"])).is_err());
         assert!(UpOptions::parse(&strings(&["--bogus"])).is_err());
+    }
+
+    #[test]
+    fn tenants_and_billing_log_parse_and_need_a_gateway_flavour() {
+        let o = UpOptions::parse(&strings(&["--tenants", "t/", "--billing-log", "b.log"])).unwrap();
+        assert_eq!(o.tenants, Some(PathBuf::from("t/")));
+        assert_eq!(o.billing_log, Some(PathBuf::from("b.log")));
+        let o = UpOptions::parse(&strings(&["--flavor", "native", "--tenants", "t"])).unwrap();
+        assert_eq!((o.flavor, o.billing_log), (Flavor::Native, None));
+        assert!(UpOptions::parse(&strings(&["--tenants"])).is_err());
+        assert!(UpOptions::parse(&strings(&["--billing-log"])).is_err());
+        for flag in ["--tenants", "--billing-log"] {
+            let err = UpOptions::parse(&strings(&["--flavor", "plain", flag, "x"])).unwrap_err();
+            assert!(err.to_string().contains("plain"), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_stack_gets_the_objects_and_the_billing_log() {
+        let dir = crate::launch::process::RunDir::new("up-tenants").unwrap();
+        let quotas = dir.path().join("quotas.yaml");
+        std::fs::write(
+            &quotas,
+            "kind: TenantQuota\nmetadata: {name: a}\n---\nkind: InferenceObjective\n\
+             metadata: {name: p}\n",
+        )
+        .unwrap();
+        let log = dir.path().join("billing.log");
+        let opts = UpOptions {
+            tenants: Some(quotas.clone()),
+            billing_log: Some(log.clone()),
+            ..UpOptions::default()
+        };
+        let t = stack_options(&opts).unwrap().tenancy;
+        assert_eq!(t.objects.len(), 2);
+        assert_eq!(t.objects[1]["kind"], "InferenceObjective");
+        assert_eq!(t.billing_log, Some(log));
+        assert!(t.jwt.is_none());
+        assert!(stack_options(&UpOptions::default())
+            .unwrap()
+            .tenancy
+            .is_empty());
+
+        let empty = dir.path().join("empty.yaml");
+        std::fs::write(&empty, "# nothing\n").unwrap();
+        let no_objects = UpOptions {
+            tenants: Some(empty),
+            ..UpOptions::default()
+        };
+        assert!(stack_options(&no_objects).is_err());
+        let nowhere = UpOptions {
+            billing_log: Some(dir.path().join("no/such/dir/billing.log")),
+            ..UpOptions::default()
+        };
+        let err = format!("{:#}", stack_options(&nowhere).unwrap_err());
+        assert!(err.contains("no/such/dir"), "{err}");
+        assert_eq!(
+            billing_log_line(Path::new("/x/billing.log")),
+            "billing log: /x/billing.log"
+        );
     }
 }
