@@ -1,0 +1,484 @@
+//! Tenancy: what the auth, quota and usage stages share, and the one step that ends a
+//! tenant's request: settle its quota, count its tokens and write its billing record.
+//!
+//! With tenants configured (the router config's `tenantQuotas` list), the router filter's
+//! pipeline is `auth → route → quota → usage`:
+//!
+//! - [`super::AuthStage`] strips client-sent gateway headers, finds the tenant (API key or
+//!   a JWT Envoy verified) and injects its fairness id and objective;
+//! - the body router parses the body ([`crate::router::RoutedRequest`]);
+//! - [`super::QuotaStage`] pre-debits the tenant × model buckets, or answers 429;
+//! - [`super::UsageStage`] forces usage reporting on streamed requests and reads the usage
+//!   from every response chunk as it passes.
+//!
+//! The end ([`Tenancy::finish`]) runs exactly once per request that reached the auth stage:
+//! when the response completes, when a stage rejects it, or at the stream's end, whichever
+//! comes first. Response-side callbacks run in reverse stage order, so when the auth stage
+//! (the first) ends a request, the usage stage has already seen the last chunk.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use scheduler_core::quota::{Limits, RateLimitInfo};
+use scheduler_core::types::Millis;
+use scheduler_core::usage::{UsageReport, UsageSource, UsageTracker};
+use serde_json::Value;
+
+use crate::billing::{reason_of_status, BillingRecord, Outcome};
+use crate::headers::DESTINATION_ENDPOINT;
+use crate::host::{Clock, RequestHeaders, Stats, UsageRecordSink};
+use crate::pipeline::{EndCause, RequestContext};
+use crate::quotas::QuotaStore;
+use crate::router::RouterRequest;
+use crate::stats::{StatKey, StatKind};
+use crate::tenants::{SettleOn, TenantId, Tenants};
+
+/// The router config key holding the `TenantQuota` (and `InferenceObjective`) objects.
+pub const CONFIG_KEY: &str = "tenantQuotas";
+
+/// Take the tenancy objects out of a router config; `None` when none are configured (the
+/// gateway then runs without tenants, as before).
+pub fn take_tenants(config: &mut Value) -> Result<Option<Tenants>, String> {
+    let Some(value) = config.as_object_mut().and_then(|m| m.remove(CONFIG_KEY)) else {
+        return Ok(None);
+    };
+    let Value::Array(objects) = value else {
+        return Err(format!(
+            "`{CONFIG_KEY}` must be a list of TenantQuota / InferenceObjective objects"
+        ));
+    };
+    let tenants = Tenants::from_objects(&objects).map_err(|e| e.to_string())?;
+    Ok((!tenants.is_empty()).then_some(tenants))
+}
+
+/// Stat keys of one tenant × limit bucket set, built at configuration time.
+#[derive(Clone, Debug)]
+struct BucketStats {
+    prompt: StatKey,
+    completion: StatKey,
+    cached: StatKey,
+    rejects: [StatKey; 3],
+}
+
+/// The tenancy stats (families in [`crate::stats::FAMILIES`]).
+#[derive(Clone, Debug)]
+struct TenancyStats {
+    auth_api_key: StatKey,
+    auth_jwt: StatKey,
+    auth_missing: StatKey,
+    auth_unknown: StatKey,
+    model_not_allowed: StatKey,
+    records: StatKey,
+    record_errors: StatKey,
+    buckets: HashMap<(TenantId, usize), BucketStats>,
+}
+
+impl TenancyStats {
+    fn new(tenants: &Tenants) -> TenancyStats {
+        let auth = |outcome| StatKey::new("infergate.auth.requests", &[("outcome", outcome)]);
+        let mut buckets = HashMap::new();
+        for (id, tenant) in tenants.iter() {
+            let priority = tenant.priority.to_string();
+            for (index, limit) in tenant.limits.iter().enumerate() {
+                let tags = [
+                    ("tenant", tenant.name.as_str()),
+                    ("model", limit.model.as_str()),
+                    ("priority", priority.as_str()),
+                ];
+                let reject = |reason| {
+                    StatKey::new(
+                        "infergate.quota.rejects",
+                        &[
+                            ("tenant", tenant.name.as_str()),
+                            ("model", limit.model.as_str()),
+                            ("reason", reason),
+                        ],
+                    )
+                };
+                buckets.insert(
+                    (id, index),
+                    BucketStats {
+                        prompt: StatKey::new("infergate.usage.prompt_tokens", &tags),
+                        completion: StatKey::new("infergate.usage.completion_tokens", &tags),
+                        cached: StatKey::new("infergate.usage.cached_tokens", &tags),
+                        rejects: [
+                            reject("rejected-quota-rpm"),
+                            reject("rejected-quota-tpm"),
+                            reject("rejected-quota-concurrency"),
+                        ],
+                    },
+                );
+            }
+        }
+        TenancyStats {
+            auth_api_key: auth("api_key"),
+            auth_jwt: auth("jwt"),
+            auth_missing: auth("rejected_missing"),
+            auth_unknown: auth("rejected_unknown"),
+            model_not_allowed: auth("rejected_model_not_allowed"),
+            records: StatKey::new("infergate.usage.records", &[]),
+            record_errors: StatKey::new("infergate.usage.record_errors", &[]),
+            buckets,
+        }
+    }
+}
+
+/// What the tenancy stages share: the compiled tenants, the process's quota buckets, and
+/// the stat keys.
+pub struct Tenancy {
+    tenants: Tenants,
+    store: Arc<dyn QuotaStore>,
+    stats: TenancyStats,
+}
+
+impl core::fmt::Debug for Tenancy {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Tenancy")
+            .field("tenants", &self.tenants.tenant_names())
+            .finish()
+    }
+}
+
+/// How the auth stage found the tenant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthMethod {
+    /// `Authorization: Bearer <key>`, matched by its sha256.
+    ApiKey,
+    /// A JWT verified by Envoy's `jwt_authn`.
+    Jwt,
+}
+
+/// Why the auth stage refused a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthRefusal {
+    /// No credential at all.
+    Missing,
+    /// A credential no tenant holds.
+    Unknown,
+}
+
+/// One tenant's request, from the auth stage to its end (in the request's context).
+#[derive(Clone, Debug)]
+pub struct Accounting {
+    /// When the request reached the auth stage.
+    pub started: Millis,
+    /// The tenant, once authenticated.
+    pub tenant: Option<TenantId>,
+    /// `x-request-id`, for the record.
+    pub request_id: Option<String>,
+    /// The reason of a rejection a tenancy stage answered.
+    pub rejected: Option<String>,
+    /// The response status, once response headers passed.
+    pub status: Option<u16>,
+    /// `x-llm-d-request-dropped-reason` of the response (a rejection by a later filter).
+    pub dropped_reason: Option<String>,
+    /// When the first response byte passed.
+    pub first_byte: Option<Millis>,
+    finished: bool,
+}
+
+impl Accounting {
+    /// A request arriving at `started`.
+    pub fn new(started: Millis, request_id: Option<String>) -> Accounting {
+        Accounting {
+            started,
+            tenant: None,
+            request_id,
+            rejected: None,
+            status: None,
+            dropped_reason: None,
+            first_byte: None,
+            finished: false,
+        }
+    }
+}
+
+/// A request the quota stage admitted: what it pre-debited where (in the context).
+#[derive(Clone, Debug)]
+pub struct Admission {
+    /// The bucket set: tenant and index of its limit entry.
+    pub bucket: (TenantId, usize),
+    /// The bucket set's store key.
+    pub key: String,
+    /// The limits admitted against (settled against the same, whatever a reload changes).
+    pub limits: Limits,
+    /// Tokens pre-debited.
+    pub pre_debit: u64,
+    /// The rate-limit values at admission, for the response's `x-ratelimit-*` headers.
+    pub info: RateLimitInfo,
+}
+
+/// The usage stage's reading of the response (in the context).
+#[derive(Debug)]
+pub struct Metering {
+    /// The tracker fed with every response chunk.
+    pub tracker: UsageTracker,
+}
+
+/// How a request's end was observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// The whole response passed.
+    ResponseComplete,
+    /// A tenancy stage rejected the request (the reason is in [`Accounting::rejected`]).
+    Rejected,
+    /// The pipeline ended with this cause.
+    Ended(EndCause),
+}
+
+/// Tokens billed for one request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Billed {
+    prompt: u64,
+    completion: u64,
+    cached: u64,
+    source: &'static str,
+}
+
+impl Tenancy {
+    /// Tenancy over `tenants`, with buckets in `store`.
+    pub fn new(tenants: Tenants, store: Arc<dyn QuotaStore>) -> Arc<Tenancy> {
+        let stats = TenancyStats::new(&tenants);
+        Arc::new(Tenancy {
+            tenants,
+            store,
+            stats,
+        })
+    }
+
+    /// The compiled tenants.
+    pub fn tenants(&self) -> &Tenants {
+        &self.tenants
+    }
+
+    /// The process's quota buckets.
+    pub fn store(&self) -> &dyn QuotaStore {
+        self.store.as_ref()
+    }
+
+    /// Every stat key the tenancy stages emit with known labels, so a host can define
+    /// them up front.
+    pub fn stat_keys(&self) -> Vec<(StatKind, &StatKey)> {
+        let s = &self.stats;
+        let mut keys: Vec<(StatKind, &StatKey)> = [
+            &s.auth_api_key,
+            &s.auth_jwt,
+            &s.auth_missing,
+            &s.auth_unknown,
+            &s.model_not_allowed,
+            &s.records,
+            &s.record_errors,
+        ]
+        .into_iter()
+        .map(|k| (StatKind::Counter, k))
+        .collect();
+        for b in s.buckets.values() {
+            for k in [&b.prompt, &b.completion, &b.cached] {
+                keys.push((StatKind::Counter, k));
+            }
+            for k in &b.rejects {
+                keys.push((StatKind::Counter, k));
+            }
+        }
+        keys
+    }
+
+    /// Count an authentication outcome.
+    pub(crate) fn count_auth<H: Stats + ?Sized>(
+        &self,
+        host: &mut H,
+        outcome: Result<AuthMethod, AuthRefusal>,
+    ) {
+        let key = match outcome {
+            Ok(AuthMethod::ApiKey) => &self.stats.auth_api_key,
+            Ok(AuthMethod::Jwt) => &self.stats.auth_jwt,
+            Err(AuthRefusal::Missing) => &self.stats.auth_missing,
+            Err(AuthRefusal::Unknown) => &self.stats.auth_unknown,
+        };
+        host.counter_add(key, 1);
+    }
+
+    /// Count a request for a model outside the tenant's plan.
+    pub(crate) fn count_model_not_allowed<H: Stats + ?Sized>(&self, host: &mut H) {
+        host.counter_add(&self.stats.model_not_allowed, 1);
+    }
+
+    /// Count a quota rejection of `bucket` (`reason_index`: rpm, tpm, concurrency).
+    pub(crate) fn count_reject<H: Stats + ?Sized>(
+        &self,
+        host: &mut H,
+        bucket: (TenantId, usize),
+        reason_index: usize,
+    ) {
+        if let Some(key) = self
+            .stats
+            .buckets
+            .get(&bucket)
+            .and_then(|b| b.rejects.get(reason_index))
+        {
+            host.counter_add(key, 1);
+        }
+    }
+
+    /// End the request once: settle its quota, count its tokens and write its record.
+    /// Later calls do nothing, so every end path may call it.
+    pub fn finish<H>(&self, cx: &mut RequestContext, host: &mut H, end: End)
+    where
+        H: RequestHeaders + Clock + Stats + UsageRecordSink + ?Sized,
+    {
+        let now = host.now();
+        let Some(acc) = cx.get_mut::<Accounting>() else {
+            return;
+        };
+        if acc.finished {
+            return;
+        }
+        acc.finished = true;
+        let acc = acc.clone();
+        let router = cx.get::<RouterRequest>();
+        let routed = router.and_then(RouterRequest::routed).cloned();
+        let router_replied = router.and_then(RouterRequest::replied);
+        let outcome = outcome(&acc, router_replied, end);
+        let report = cx.get::<Metering>().map(|m| m.tracker.report());
+        let admission = cx.get::<Admission>().cloned();
+        let tenant = acc.tenant.and_then(|id| self.tenants.tenant(id));
+
+        let mut record = BillingRecord {
+            request_id: acc.request_id.clone(),
+            tenant: tenant.map(|t| t.name.clone()),
+            fairness_id: tenant.and_then(|t| t.fairness_id.clone()),
+            objective: tenant.and_then(|t| t.objective.clone()),
+            priority: tenant.map_or(0, |t| t.priority),
+            model: routed.as_ref().map(|r| r.model.clone()),
+            target_model: routed.as_ref().map(|r| r.model.clone()),
+            pool: routed.as_ref().map(|r| r.base_model.clone()),
+            endpoint: host.request_header(DESTINATION_ENDPOINT),
+            tokens_source: UsageSource::None.as_str(),
+            outcome: outcome.as_str().to_owned(),
+            status: acc.status.or(router_replied),
+            ttft_ms: acc.first_byte.map(|t| t.0.saturating_sub(acc.started.0)),
+            duration_ms: now.0.saturating_sub(acc.started.0),
+            ..BillingRecord::default()
+        };
+
+        if let (Some(admission), Some(tenant)) = (admission, tenant) {
+            let estimate = routed.as_ref().map_or(0, |r| r.prompt_tokens);
+            let billed = billed(
+                report,
+                tenant.accounting.settle_on,
+                estimate,
+                admission.pre_debit,
+                acc.status,
+            );
+            let actual = billed.prompt.saturating_add(billed.completion);
+            self.store.settle(
+                &admission.key,
+                &admission.limits,
+                admission.pre_debit,
+                actual,
+                now,
+            );
+            record.prompt_tokens = billed.prompt;
+            record.completion_tokens = billed.completion;
+            record.cached_tokens = billed.cached;
+            record.pre_debit = admission.pre_debit;
+            record.charged = actual;
+            record.refund = i64::try_from(admission.pre_debit)
+                .unwrap_or(i64::MAX)
+                .saturating_sub(i64::try_from(actual).unwrap_or(i64::MAX));
+            record.tokens_source = billed.source;
+            if let Some(stats) = self.stats.buckets.get(&admission.bucket) {
+                host.counter_add(&stats.prompt, billed.prompt);
+                host.counter_add(&stats.completion, billed.completion);
+                host.counter_add(&stats.cached, billed.cached);
+            }
+        }
+
+        match host.write_usage_record(&record.to_json()) {
+            Ok(()) => host.counter_add(&self.stats.records, 1),
+            Err(_) => host.counter_add(&self.stats.record_errors, 1),
+        }
+    }
+}
+
+/// How the request ended, from what the stages saw.
+fn outcome(acc: &Accounting, router_replied: Option<u16>, end: End) -> Outcome {
+    if let Some(reason) = &acc.rejected {
+        return Outcome::Rejected(reason.clone());
+    }
+    if let Some(status) = router_replied {
+        return Outcome::Rejected(reason_of_status(status).to_owned());
+    }
+    if let Some(reason) = &acc.dropped_reason {
+        return Outcome::Rejected(reason.clone());
+    }
+    match end {
+        End::Rejected => Outcome::Rejected(reason_of_status(acc.status.unwrap_or(500)).to_owned()),
+        End::Ended(EndCause::Reset) => Outcome::ClientDisconnect,
+        End::Ended(EndCause::LocalReply) => {
+            Outcome::Rejected(reason_of_status(acc.status.unwrap_or(500)).to_owned())
+        }
+        End::ResponseComplete | End::Ended(EndCause::Completed) => {
+            if acc.status.is_some_and(|s| s >= 500) {
+                Outcome::UpstreamError
+            } else {
+                Outcome::Complete
+            }
+        }
+    }
+}
+
+/// The tokens to bill from the usage the response showed, under the tenant's rules:
+/// engine-reported usage first (final, else the last continuous one: what was generated up
+/// to the cut); without any, `usage_or_chunk_count` bills the prompt estimate plus one token
+/// per content chunk, and `usage` bills the pre-debit. A response that never started
+/// (upstream failure before any byte) bills nothing.
+fn billed(
+    report: Option<UsageReport>,
+    settle_on: SettleOn,
+    prompt_estimate: u64,
+    pre_debit: u64,
+    status: Option<u16>,
+) -> Billed {
+    let Some(report) = report else {
+        return Billed {
+            source: UsageSource::None.as_str(),
+            ..Billed::default()
+        };
+    };
+    match report.source {
+        UsageSource::Usage | UsageSource::ContinuousUsage => Billed {
+            prompt: report.usage.prompt_tokens,
+            completion: report.usage.completion_tokens,
+            cached: report.usage.cached_tokens,
+            source: report.source.as_str(),
+        },
+        UsageSource::ChunkCount | UsageSource::None => {
+            let served = status.is_some_and(|s| (200..300).contains(&s));
+            if !served {
+                return Billed {
+                    source: UsageSource::None.as_str(),
+                    ..Billed::default()
+                };
+            }
+            match settle_on {
+                SettleOn::UsageOrChunkCount => Billed {
+                    prompt: prompt_estimate,
+                    completion: report.content_chunks,
+                    cached: 0,
+                    source: if report.source == UsageSource::ChunkCount {
+                        UsageSource::ChunkCount.as_str()
+                    } else {
+                        UsageSource::None.as_str()
+                    },
+                },
+                SettleOn::Usage => Billed {
+                    prompt: pre_debit,
+                    completion: 0,
+                    cached: 0,
+                    source: UsageSource::None.as_str(),
+                },
+            }
+        }
+    }
+}
