@@ -167,11 +167,13 @@ impl Tenants {
         let mut out = Tenants::default();
         for o in objective_objects {
             if out.priority_of.insert(o.name.clone(), o.priority).is_some() {
+                // The header carries the name only: two namespaces' objectives of one name
+                // would be indistinguishable.
                 return Err(TenantsError::Duplicate {
+                    first: format!("an earlier {}", o.label),
                     object: o.label,
                     path: "metadata.name".into(),
                     value: o.name,
-                    first: "another InferenceObjective".into(),
                 });
             }
             out.objectives.push(Objective {

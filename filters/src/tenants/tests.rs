@@ -549,3 +549,78 @@ fn every_invalid_file_names_its_field() {
         assert!(!e.path().is_empty(), "{}", file.display());
     }
 }
+
+/// A random JSON value, small.
+fn json_value() -> impl proptest::strategy::Strategy<Value = Value> {
+    use proptest::prelude::*;
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        (-1e6f64..1e6).prop_map(Value::from),
+        "[a-z0-9*/_.-]{0,70}".prop_map(Value::from),
+        Just(Value::from("usage")),
+        Just(Value::from(
+            "e5379db5c6b14ee0b4b0ebf92d29be89025e16316bbdaf6f678046428a491380"
+        )),
+    ];
+    leaf.prop_recursive(3, 16, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+            prop::collection::btree_map("[a-zA-Z]{1,12}", inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// Every node's path in `value` (the form `at_path` reads), the root first.
+fn all_paths(value: &Value, path: String, out: &mut Vec<String>) {
+    out.push(path.clone());
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                let child = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                all_paths(v, child, out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                all_paths(v, format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+    /// Replacing any node of the testdata objects by any value never panics; a refusal
+    /// always names an object, and a field path unless the item itself is not an object.
+    #[test]
+    fn any_mutation_is_compiled_or_refused_by_name(
+        object in 0usize..5, pick in proptest::prelude::any::<usize>(), value in json_value()
+    ) {
+        let mut objects = load_dir();
+        let mut paths = Vec::new();
+        all_paths(&objects[object], String::new(), &mut paths);
+        let path = paths[pick % paths.len()].clone();
+        // Keys whose name holds `.` or `[` (annotations) cannot be addressed this way.
+        proptest::prop_assume!(!path.contains('/'));
+        *at_path(&mut objects[object], &path) = value;
+        match Tenants::from_objects(&objects) {
+            Ok(t) => proptest::prop_assert!(t.tenant_names().len() <= 2),
+            Err(e) => {
+                proptest::prop_assert!(!e.object().is_empty());
+                let item_replaced = path.is_empty();
+                proptest::prop_assert!(item_replaced || !e.path().is_empty(), "{}", e);
+                proptest::prop_assert!(e.to_string().starts_with(e.object()));
+            }
+        }
+    }
+}

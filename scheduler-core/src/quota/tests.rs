@@ -342,3 +342,18 @@ fn headers_only_for_limits_that_exist() {
     );
     assert_eq!(both.headers()[5].1, "20.48s");
 }
+
+#[test]
+fn encoding_layout_is_stable() {
+    let l = limits(Some(2), Some(10), None);
+    let mut s = QuotaState::full(&l, Millis(0x0102_0304));
+    s.admit(&l, 12, Millis(0x0102_0304)).unwrap();
+    let bytes = s.encode();
+    let mut expected = vec![1u8];
+    expected.extend_from_slice(&(UNITS_PER_TOKEN).to_le_bytes());
+    expected.extend_from_slice(&(-2 * UNITS_PER_TOKEN).to_le_bytes());
+    expected.extend_from_slice(&1u64.to_le_bytes());
+    expected.extend_from_slice(&0x0102_0304u64.to_le_bytes());
+    assert_eq!(bytes.to_vec(), expected);
+    assert_eq!(QuotaState::ENCODED_LEN, 49);
+}
