@@ -13,8 +13,10 @@ use sha2::Sha256;
 /// The key id the issuer signs with and its JWKS announces.
 pub const TEST_KID: &str = "infergate-test";
 
-/// The default issuer (`iss`) of [`TestIssuer::new`].
-pub const TEST_ISSUER: &str = "https://issuer.infergate.test";
+/// The default issuer (`iss`) of [`TestIssuer::new`]: the one the platform's
+/// `TenantQuota` objects name in `jwtClaims.issuer` (`testdata/tenants/`), so its tokens
+/// can map to those tenants.
+pub const TEST_ISSUER: &str = "https://sso.example.internal";
 
 /// The default secret of [`TestIssuer::new`]: 32 bytes, the HS256 key size.
 const TEST_SECRET: &[u8; 32] = b"infergate-test-hs256-secret-key!";
@@ -35,7 +37,12 @@ impl Default for TestIssuer {
 impl TestIssuer {
     /// The issuer [`TEST_ISSUER`] with the project's fixed test secret.
     pub fn new() -> Self {
-        TestIssuer::with_secret(TEST_ISSUER, TEST_SECRET.to_vec())
+        TestIssuer::for_issuer(TEST_ISSUER)
+    }
+
+    /// The issuer `issuer` with the project's fixed test secret.
+    pub fn for_issuer(issuer: impl Into<String>) -> Self {
+        TestIssuer::with_secret(issuer, TEST_SECRET.to_vec())
     }
 
     /// An issuer `issuer` signing with `secret`.
@@ -221,5 +228,8 @@ mod tests {
         assert_eq!(bad_parts[..2], parts[..2], "same header and claims");
         assert_ne!(bad_parts[2], parts[2]);
         assert_eq!(issuer.provider().issuer, TEST_ISSUER);
+        let other = TestIssuer::for_issuer("https://other.test");
+        assert_eq!(other.jwks(), issuer.jwks(), "same test key");
+        assert_eq!(other.claims(json!({}))["iss"], "https://other.test");
     }
 }
