@@ -111,8 +111,13 @@ pub struct RequestRecord {
     pub prompt_tokens: u64,
     /// `usage.prompt_tokens_details.cached_tokens`.
     pub cached_tokens: u64,
-    /// `usage.completion_tokens`.
+    /// `usage.completion_tokens` (the last usage seen: with continuous usage, the count up
+    /// to the last chunk read).
     pub completion_tokens: u64,
+    /// Whether any chunk carried a `usage` object.
+    pub usage_seen: bool,
+    /// Chunks with non-empty content read.
+    pub content_chunks: u64,
     /// `x-llm-d-request-dropped-reason`, if present.
     pub dropped_reason: Option<String>,
     /// `x-infergate-replica` (simulator) or `x-gateway-destination-endpoint-served`, if present.
@@ -131,6 +136,15 @@ impl RequestRecord {
     pub fn ok(&self) -> bool {
         self.status == 200 && self.error.is_none()
     }
+
+    /// Completion tokens the client received: the usage it saw, else one per content chunk.
+    pub fn tokens_received(&self) -> u64 {
+        if self.usage_seen {
+            self.completion_tokens
+        } else {
+            self.content_chunks
+        }
+    }
 }
 
 /// What a request does beyond the plain workload turn.
@@ -138,8 +152,9 @@ impl RequestRecord {
 pub struct ChatExtras {
     /// Headers added to the request.
     pub headers: Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)>,
-    /// Drop the stream (and its connection) once this many content chunks have arrived,
-    /// as a client that goes away mid-stream; the record says `aborted`.
+    /// Drop the stream (and its connection) once at least this many content chunks have
+    /// arrived (all the chunks of the network read that reached it are counted), as a
+    /// client that goes away mid-stream; the record says `aborted`.
     pub abort_after: Option<u32>,
 }
 
@@ -217,7 +232,6 @@ async fn exchange(
     let mut body = resp.into_body();
     let mut buf: Vec<u8> = Vec::new();
     let mut events = SseEvents::default();
-    let mut content_chunks = 0u32;
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame?.into_data() else {
             continue;
@@ -236,7 +250,7 @@ async fn exchange(
                     rec.ttft_s = Some(start.elapsed().as_secs_f64());
                 }
                 rec.content.push_str(text);
-                content_chunks += u32::from(!text.is_empty());
+                rec.content_chunks += u64::from(!text.is_empty());
                 continue;
             }
             let Ok(v) = serde_json::from_str::<Value>(&payload) else {
@@ -249,16 +263,20 @@ async fn exchange(
                     rec.ttft_s = Some(start.elapsed().as_secs_f64());
                 }
                 rec.content.push_str(text);
-                content_chunks += 1;
+                rec.content_chunks += 1;
             }
             if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
+                rec.usage_seen = true;
                 let n = |p: &str| u.pointer(p).and_then(Value::as_u64).unwrap_or(0);
                 rec.prompt_tokens = n("/prompt_tokens");
                 rec.completion_tokens = n("/completion_tokens");
                 rec.cached_tokens = n("/prompt_tokens_details/cached_tokens");
             }
         }
-        if extras.abort_after.is_some_and(|n| content_chunks >= n) {
+        if extras
+            .abort_after
+            .is_some_and(|n| rec.content_chunks >= u64::from(n))
+        {
             // Dropping the body and the sender closes the connection mid-response, which
             // is what a client that goes away does; the connection never returns to the pool.
             rec.aborted = true;

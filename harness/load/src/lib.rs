@@ -6,12 +6,15 @@
 //! - [`client`]: one streamed request over HTTP/1.1 and its SSE parsing.
 //! - [`runner`]: dispatch at fixed concurrency or a request rate, with progress on stderr.
 //! - [`summary`]: percentiles, cache-hit ratio, throughput, the side-by-side table.
+//! - [`classes`]: several tenants' classes at once against one base URL (own workload,
+//!   concurrency, headers and mid-stream aborts each), reported per class.
 //!
 //! A run may have several targets (e.g. a gateway route and round-robin), run one after
 //! the other with distinct text so one cannot warm the other's cache. A target is one base
 //! URL, or a pool of base URLs with a client-side assignment (`random`, `sticky`,
 //! `round-robin`) — the latter is meant for calibrating the simulator without a gateway.
 
+pub mod classes;
 pub mod client;
 pub mod runner;
 pub mod summary;
@@ -21,8 +24,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub use classes::{run_classes, tenant_demo, ClassReport, ClassRun, LoadClass};
 pub use client::{BaseUrl, ChatExtras, ConnPool, RequestRecord};
-pub use summary::{table, Summary};
+pub use summary::{class_table, table, Summary};
 pub use workload::Workload;
 
 /// How a request picks among a target's base URLs.

@@ -3,6 +3,10 @@
 //! Each `--url` is one target, run one after the other: `[label=]URL[,URL…]`. A target with
 //! several URLs is a client-side pool (`--assign random|sticky|round-robin`), meant for
 //! calibrating the simulator. Requests go to `<URL>/v1/chat/completions`.
+//!
+//! With `--class SPEC` (repeatable; see `LoadClass::parse`) every class runs at once
+//! against the one `--url`, and the report has one column per class; `--tenant-demo KEY_A,KEY_B`
+//! adds the two classes of the tenant demo.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -17,6 +21,14 @@ struct Args {
     /// Target `[label=]URL[,URL…]` (repeatable; targets run one after the other).
     #[arg(long = "url", required = true)]
     urls: Vec<String>,
+    /// A load class `name=A,preset=chat|batch,api_key=K,concurrency=N,…` (repeatable): all
+    /// classes run at once against the one --url, reported per class; the workload flags
+    /// below do not apply to classes.
+    #[arg(long = "class")]
+    classes: Vec<String>,
+    /// The tenant demo's two classes (short chats, long batch) with these bearer keys.
+    #[arg(long, value_name = "KEY_A,KEY_B")]
+    tenant_demo: Option<String>,
     /// Assignment within a multi-URL target; one for all targets or one per `--url`.
     #[arg(long = "assign", default_value = "random")]
     assign: Vec<Assign>,
@@ -44,6 +56,9 @@ struct Args {
     /// Send vLLM's `ignore_eos` so every answer is exactly max_tokens long.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     ignore_eos: bool,
+    /// Ask for `stream_options.include_usage` (else tokens are counted by chunks).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    include_usage: bool,
     /// Requests in flight at most.
     #[arg(long, default_value_t = 16)]
     concurrency: u32,
@@ -73,9 +88,63 @@ struct Args {
     quiet: bool,
 }
 
+/// Runs `--class`/`--tenant-demo` classes at once against the one `--url`.
+async fn run_classes(a: &Args) -> anyhow::Result<()> {
+    let [url] = a.urls.as_slice() else {
+        anyhow::bail!("classes run against exactly one --url");
+    };
+    let mut classes = a
+        .classes
+        .iter()
+        .map(|c| load::LoadClass::parse(c))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if let Some(keys) = &a.tenant_demo {
+        let Some((ka, kb)) = keys.split_once(',') else {
+            anyhow::bail!("--tenant-demo takes KEY_A,KEY_B");
+        };
+        classes.extend(load::tenant_demo(ka, kb));
+    }
+    let run = load::ClassRun {
+        url: url.clone(),
+        classes,
+        timeout: Duration::from_secs_f64(a.timeout_s.max(0.001)),
+        progress: !a.quiet,
+    };
+    let reports = load::run_classes(&run).await?;
+    if let Some(path) = &a.records {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+        for r in &reports {
+            for rec in &r.records {
+                let mut v = serde_json::to_value(rec)?;
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("class".into(), serde_json::Value::String(r.name.clone()));
+                }
+                writeln!(f, "{v}")?;
+            }
+        }
+        f.flush()?;
+    }
+    let summaries: Vec<_> = reports.into_iter().map(|r| r.summary).collect();
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "classes": summaries }))?
+        )?;
+    } else {
+        write!(out, "{}", load::class_table(&summaries))?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let a = Args::parse();
+    if !a.classes.is_empty() || a.tenant_demo.is_some() {
+        return run_classes(&a).await;
+    }
     let mut targets = Vec::new();
     for (i, spec) in a.urls.iter().enumerate() {
         let assign = a
@@ -97,6 +166,7 @@ async fn main() -> anyhow::Result<()> {
             max_tokens: a.max_tokens,
             ignore_eos: a.ignore_eos,
             seed: a.seed,
+            include_usage: a.include_usage,
         },
         targets,
         concurrency: a.concurrency,

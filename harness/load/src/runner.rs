@@ -10,9 +10,37 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::task::JoinSet;
 
-use super::client::{self, BaseUrl, RequestRecord};
+use super::client::{self, BaseUrl, ChatExtras, RequestRecord};
 use super::summary::Summary;
+use super::workload::Workload;
 use super::{Assign, LoadConfig, Target, TargetReport};
+
+/// Everything one dispatch loop needs: a workload, where it goes and how hard.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Report label.
+    pub label: String,
+    /// The workload.
+    pub workload: Workload,
+    /// Base URLs.
+    pub urls: Vec<String>,
+    /// Choice among `urls`.
+    pub assign: Assign,
+    /// Requests in flight at most.
+    pub concurrency: u32,
+    /// Requests started per second (Poisson, seeded); `None` = as fast as concurrency allows.
+    pub rate: Option<f64>,
+    /// API keys; conversation i uses key i mod n.
+    pub api_keys: Vec<String>,
+    /// Extra headers and the mid-stream abort of every request.
+    pub extras: ChatExtras,
+    /// Per-request timeout.
+    pub timeout: Duration,
+    /// Progress lines on stderr.
+    pub progress: bool,
+    /// Varies the text.
+    pub salt: u64,
+}
 
 /// Runs the whole workload against `target`; `salt` varies the text.
 pub async fn run_target(
@@ -20,14 +48,33 @@ pub async fn run_target(
     target: &Target,
     salt: u64,
 ) -> anyhow::Result<TargetReport> {
-    let w = &cfg.workload;
-    let bases = target
+    run_plan(&Plan {
+        label: target.label.clone(),
+        workload: cfg.workload.clone(),
+        urls: target.urls.clone(),
+        assign: target.assign,
+        concurrency: cfg.concurrency,
+        rate: cfg.rate,
+        api_keys: cfg.api_keys.clone(),
+        extras: ChatExtras::default(),
+        timeout: cfg.timeout,
+        progress: cfg.progress,
+        salt,
+    })
+    .await
+}
+
+/// Runs one plan to the end.
+pub async fn run_plan(plan: &Plan) -> anyhow::Result<TargetReport> {
+    let w = &plan.workload;
+    let salt = plan.salt;
+    let bases = plan
         .urls
         .iter()
         .map(|u| BaseUrl::parse(u))
         .collect::<anyhow::Result<Vec<_>>>()?;
     if bases.is_empty() {
-        anyhow::bail!("target {} has no URL", target.label);
+        anyhow::bail!("{} has no URL", plan.label);
     }
     let mut convs = w.conversations(salt);
     let mut busy = vec![false; convs.len()];
@@ -35,7 +82,7 @@ pub async fn run_target(
     let total = remaining.len();
     let mut rng = SmallRng::seed_from_u64(w.seed ^ salt ^ 0xa551);
     let mut rr = 0usize;
-    let concurrency = cfg.concurrency.max(1) as usize;
+    let concurrency = plan.concurrency.max(1) as usize;
     let mut inflight: JoinSet<(u32, RequestRecord)> = JoinSet::new();
     let mut records = Vec::with_capacity(total);
     let start = Instant::now();
@@ -52,7 +99,7 @@ pub async fn run_target(
             else {
                 break;
             };
-            if let Some(rate) = cfg.rate {
+            if let Some(rate) = plan.rate {
                 if Instant::now() < next_start {
                     break;
                 }
@@ -68,7 +115,7 @@ pub async fn run_target(
             }
             let turn = conv.turns_sent;
             let body = Bytes::from(w.next_body(salt, conv).to_string());
-            let base_idx = match target.assign {
+            let base_idx = match plan.assign {
                 Assign::Sticky => conv_idx as usize % bases.len(),
                 Assign::Random => rng.gen_range(0..bases.len()),
                 Assign::RoundRobin => {
@@ -79,17 +126,19 @@ pub async fn run_target(
             let Some(base) = bases.get(base_idx % bases.len()).cloned() else {
                 break;
             };
-            let key = if cfg.api_keys.is_empty() {
+            let key = if plan.api_keys.is_empty() {
                 None
             } else {
-                cfg.api_keys
-                    .get(conv_idx as usize % cfg.api_keys.len())
+                plan.api_keys
+                    .get(conv_idx as usize % plan.api_keys.len())
                     .cloned()
             };
-            let timeout = cfg.timeout;
+            let timeout = plan.timeout;
             let pool = pool.clone();
+            let extras = plan.extras.clone();
             inflight.spawn(async move {
-                let mut rec = client::chat(&pool, &base, body, key.as_deref(), timeout).await;
+                let mut rec =
+                    client::chat_with(&pool, &base, body, key.as_deref(), timeout, &extras).await;
                 rec.conversation = conv_idx;
                 rec.turn = turn;
                 (conv_idx, rec)
@@ -102,7 +151,7 @@ pub async fn run_target(
         let ready = remaining
             .iter()
             .any(|c| !busy.get(*c as usize).copied().unwrap_or(true));
-        let joined = if cfg.rate.is_some() && ready && inflight.len() < concurrency {
+        let joined = if plan.rate.is_some() && ready && inflight.len() < concurrency {
             let wait = next_start.saturating_duration_since(Instant::now());
             tokio::select! {
                 j = inflight.join_next(), if !inflight.is_empty() => j,
@@ -123,12 +172,12 @@ pub async fn run_target(
             }
             records.push(rec);
         }
-        if cfg.progress && last_progress.elapsed() >= Duration::from_secs(2) {
+        if plan.progress && last_progress.elapsed() >= Duration::from_secs(2) {
             last_progress = Instant::now();
             let errors = records.iter().filter(|r| !r.ok()).count();
             eprintln!(
                 "[{}] {}/{} done, {} errors, {:.0} s",
-                target.label,
+                plan.label,
                 records.len(),
                 total,
                 errors,
@@ -137,11 +186,11 @@ pub async fn run_target(
         }
     }
     let duration = start.elapsed().as_secs_f64();
-    let summary = Summary::from_records(&target.label, &records, duration);
-    if cfg.progress {
+    let summary = Summary::from_records(&plan.label, &records, duration);
+    if plan.progress {
         eprintln!(
             "[{}] finished {} requests in {duration:.1} s",
-            target.label,
+            plan.label,
             records.len()
         );
     }

@@ -19,6 +19,14 @@ pub struct Summary {
     pub ok: u64,
     /// Failed requests by `status` or `status/reason` (`conn-error` when no response came).
     pub errors: BTreeMap<String, u64>,
+    /// 429s by `x-llm-d-request-dropped-reason` (`none` when the header is absent).
+    pub rejected_429: BTreeMap<String, u64>,
+    /// Answers neither 200 nor 429, by status (`conn-error` when no response came).
+    pub other_statuses: BTreeMap<String, u64>,
+    /// Streams the client dropped on purpose mid-way (counted in `ok` as well).
+    pub aborted: u64,
+    /// Completion tokens received: the usage each client saw, else its content chunks.
+    pub tokens_received: u64,
     /// TTFT percentiles and mean over successful requests, seconds.
     pub ttft_p50_s: f64,
     /// 90th percentile TTFT.
@@ -72,6 +80,17 @@ impl Summary {
             s.prompt_tokens += r.prompt_tokens;
             s.cached_tokens += r.cached_tokens;
             s.completion_tokens += r.completion_tokens;
+            s.tokens_received += r.tokens_received();
+            s.aborted += u64::from(r.aborted);
+            match r.status {
+                200 => {}
+                429 => {
+                    let reason = r.dropped_reason.as_deref().unwrap_or("none");
+                    *s.rejected_429.entry(reason.to_string()).or_insert(0) += 1;
+                }
+                0 => *s.other_statuses.entry("conn-error".into()).or_insert(0) += 1,
+                other => *s.other_statuses.entry(other.to_string()).or_insert(0) += 1,
+            }
             if r.ok() {
                 s.ok += 1;
                 ttft.extend(r.ttft_s);
@@ -203,8 +222,84 @@ pub fn table(summaries: &[Summary]) -> String {
                 .collect(),
         ));
     }
+    render(&rows, summaries.len())
+}
+
+/// A plain-text table with one column per load class: what each tenant got.
+pub fn class_table(summaries: &[Summary]) -> String {
+    let ms = |v: f64| format!("{:.1} ms", v * 1000.0);
+    let mut rows: Vec<(String, Vec<String>)> = vec![
+        (
+            "class".into(),
+            summaries.iter().map(|s| s.label.clone()).collect(),
+        ),
+        (
+            "requests".into(),
+            summaries.iter().map(|s| s.requests.to_string()).collect(),
+        ),
+        (
+            "ok".into(),
+            summaries.iter().map(|s| s.ok.to_string()).collect(),
+        ),
+        (
+            "aborted".into(),
+            summaries.iter().map(|s| s.aborted.to_string()).collect(),
+        ),
+        (
+            "TTFT p50".into(),
+            summaries.iter().map(|s| ms(s.ttft_p50_s)).collect(),
+        ),
+        (
+            "TTFT p99".into(),
+            summaries.iter().map(|s| ms(s.ttft_p99_s)).collect(),
+        ),
+        (
+            "prompt tokens".into(),
+            summaries
+                .iter()
+                .map(|s| s.prompt_tokens.to_string())
+                .collect(),
+        ),
+        (
+            "tokens received".into(),
+            summaries
+                .iter()
+                .map(|s| s.tokens_received.to_string())
+                .collect(),
+        ),
+        (
+            "duration".into(),
+            summaries
+                .iter()
+                .map(|s| format!("{:.1} s", s.duration_s))
+                .collect(),
+        ),
+    ];
+    let keyed = |name: &str, pick: fn(&Summary) -> &BTreeMap<String, u64>| {
+        let mut keys: Vec<&String> = summaries.iter().flat_map(|s| pick(s).keys()).collect();
+        keys.sort();
+        keys.dedup();
+        keys.into_iter()
+            .map(|k| {
+                (
+                    format!("{name} {k}"),
+                    summaries
+                        .iter()
+                        .map(|s| pick(s).get(k).copied().unwrap_or(0).to_string())
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    rows.extend(keyed("429", |s| &s.rejected_429));
+    rows.extend(keyed("status", |s| &s.other_statuses));
+    render(&rows, summaries.len())
+}
+
+/// Left-aligned labels, right-aligned cells.
+fn render(rows: &[(String, Vec<String>)], columns: usize) -> String {
     let label_w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
-    let col_w: Vec<usize> = (0..summaries.len())
+    let col_w: Vec<usize> = (0..columns)
         .map(|i| {
             rows.iter()
                 .filter_map(|r| r.1.get(i))
@@ -214,7 +309,7 @@ pub fn table(summaries: &[Summary]) -> String {
         })
         .collect();
     let mut out = String::new();
-    for (label, cells) in &rows {
+    for (label, cells) in rows {
         let _ = write!(out, "{label:<label_w$}");
         for (cell, w) in cells.iter().zip(&col_w) {
             let _ = write!(out, "  {cell:>w$}");
@@ -237,6 +332,7 @@ mod tests {
             prompt_tokens: prompt,
             cached_tokens: cached,
             completion_tokens: if status == 200 { 10 } else { 0 },
+            usage_seen: status == 200,
             dropped_reason: (status == 429).then(|| "rejected-saturated".to_string()),
             error: (status != 200).then(|| "x".to_string()),
             ..RequestRecord::default()
@@ -268,5 +364,46 @@ mod tests {
             },
         ]);
         assert!(t.contains("TTFT p50") && t.contains("errors 503") && t.contains("80.0%"));
+    }
+
+    #[test]
+    fn per_class_counts() {
+        let mut rs = vec![
+            rec(200, 0.01, 100, 0),
+            rec(429, 0.0, 0, 0),
+            rec(503, 0.0, 0, 0),
+        ];
+        let mut quota = rec(429, 0.0, 0, 0);
+        quota.dropped_reason = Some("rejected-quota-tpm".into());
+        rs.push(quota.clone());
+        rs.push(quota);
+        rs.push(RequestRecord {
+            status: 0,
+            error: Some("refused".into()),
+            ..RequestRecord::default()
+        });
+        // Aborted after 4 chunks with no usage seen: 4 tokens received.
+        rs.push(RequestRecord {
+            status: 200,
+            ttft_s: Some(0.02),
+            aborted: true,
+            content_chunks: 4,
+            ..RequestRecord::default()
+        });
+        let s = Summary::from_records("tenant-b", &rs, 1.0);
+        assert_eq!(s.ok, 2);
+        assert_eq!(s.aborted, 1);
+        assert_eq!(s.rejected_429.get("rejected-saturated"), Some(&1));
+        assert_eq!(s.rejected_429.get("rejected-quota-tpm"), Some(&2));
+        assert_eq!(s.other_statuses.get("503"), Some(&1));
+        assert_eq!(s.other_statuses.get("conn-error"), Some(&1));
+        // The success's usage (10) and the aborted stream's chunks (4).
+        assert_eq!(s.tokens_received, 14);
+        let t = class_table(&[s]);
+        assert!(
+            t.contains("429 rejected-quota-tpm") && t.contains("status 503"),
+            "{t}"
+        );
+        assert!(t.contains("tokens received"));
     }
 }

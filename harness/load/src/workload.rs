@@ -34,6 +34,9 @@ pub struct Workload {
     pub ignore_eos: bool,
     /// Seed of all text and of the turn order.
     pub seed: u64,
+    /// Ask for `stream_options.include_usage` (the usage-only chunk); without it the
+    /// client counts the tokens it received by content chunks.
+    pub include_usage: bool,
 }
 
 impl Default for Workload {
@@ -53,6 +56,7 @@ impl Default for Workload {
             max_tokens: 600,
             ignore_eos: true,
             seed: 1,
+            include_usage: true,
         }
     }
 }
@@ -154,7 +158,10 @@ impl Workload {
             }
             body.push_str(m);
         }
-        body.push_str("],\"stream\":true,\"stream_options\":{\"include_usage\":true},");
+        body.push_str("],\"stream\":true,");
+        if self.include_usage {
+            body.push_str("\"stream_options\":{\"include_usage\":true},");
+        }
         if self.ignore_eos {
             body.push_str("\"ignore_eos\":true,");
         }
@@ -218,5 +225,12 @@ mod tests {
         c.push("assistant", "ok");
         let b: Value = serde_json::from_str(&w.next_body(0, &mut c)).unwrap();
         assert_eq!(b["messages"].as_array().unwrap().len(), 4);
+        let quiet = Workload {
+            include_usage: false,
+            ..w.clone()
+        };
+        let b: Value = serde_json::from_str(&quiet.next_body(0, &mut c)).unwrap();
+        assert!(b.get("stream_options").is_none());
+        assert_eq!(b["stream"], true);
     }
 }
