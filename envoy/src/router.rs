@@ -1,13 +1,18 @@
 //! The `router` filter's config: a pipeline of the body router stage
-//! ([`infergate_filters::stages::RouteStage`]), run by `crate::pipeline`.
+//! ([`infergate_filters::stages::RouteStage`]), run by `crate::pipeline`; with tenants
+//! configured, `auth → route → quota → usage` (see `infergate_filters::stages::tenancy`),
+//! the quota buckets in the process's memory.
 //!
-//! Config: the Wasm flavour's router JSON (`{"bodyLimitBytes": ..., "pools": [...]}`; a
-//! `role` field, which the Wasm module uses to pick its part, is accepted and ignored).
+//! Config: the Wasm flavour's router JSON (`{"bodyLimitBytes": ..., "pools": [...],
+//! "tenantQuotas": [...]}`; a `role` field, which the Wasm module uses to pick its part, is
+//! accepted and ignored).
 
 use std::sync::Arc;
 
+use infergate_filters::quotas::MemoryQuotas;
 use infergate_filters::router::Router;
-use infergate_filters::stages::RouteStage;
+use infergate_filters::stages::tenancy::take_tenants;
+use infergate_filters::stages::{AuthStage, QuotaStage, RouteStage, Tenancy, UsageStage};
 
 use crate::adapter::HostConfig;
 use crate::filter::FilterConfigHandle;
@@ -32,12 +37,17 @@ pub fn config_json(config: &[u8]) -> Result<serde_json::Value, String> {
 /// Compiles the router config, defines its stats and registers its base models.
 pub fn factory(config: &[u8], envoy: &mut FilterConfigHandle) -> Result<PipelineFactory, String> {
     let mut value = config_json(config)?;
-    let mut stages = take_test_stages(&mut value)?;
+    let tenancy = take_tenants(&mut value)?.map(|t| Tenancy::new(t, MemoryQuotas::process()));
+    let test_stages = take_test_stages(&mut value)?;
     let router = Router::from_json(value)
         .map_err(|e| e.to_string())?
         .with_block_sizes(Arc::new(crate::shared::ProcessBlockSizes));
+    let mut keys = router.stat_keys();
+    if let Some(tenancy) = &tenancy {
+        keys.extend(tenancy.stat_keys());
+    }
     let host = HostConfig {
-        stats: StatsRegistry::define(envoy, &router.stat_keys()),
+        stats: StatsRegistry::define(envoy, &keys),
         strict_override: false,
     };
     let bases = router
@@ -46,7 +56,16 @@ pub fn factory(config: &[u8], envoy: &mut FilterConfigHandle) -> Result<Pipeline
         .map(str::to_owned)
         .collect();
     let registration = crate::shared::config_registry().register_router(bases);
-    stages.push(Box::new(RouteStage::new(Arc::new(router))) as NativeStage);
+    let mut stages: Vec<NativeStage> = Vec::new();
+    if let Some(tenancy) = &tenancy {
+        stages.push(Box::new(AuthStage::new(Arc::clone(tenancy))));
+    }
+    stages.extend(test_stages);
+    stages.push(Box::new(RouteStage::new(Arc::new(router))));
+    if let Some(tenancy) = tenancy {
+        stages.push(Box::new(QuotaStage::new(Arc::clone(&tenancy))));
+        stages.push(Box::new(UsageStage));
+    }
     Ok(PipelineFactory::new(
         stages,
         host,

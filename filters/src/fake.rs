@@ -14,10 +14,11 @@ use std::collections::BTreeMap;
 use scheduler_core::types::Millis;
 
 use crate::host::{
-    BodyBufferLimit, CalloutRequest, CalloutToken, Clock, DynamicMetadata, HostError, HttpCallout,
-    LocalReply, Random, RequestBody, RequestHeaders, RequestWaker, ResponseChunk, ResponseHeaders,
-    RouteRefresh, SnapshotFetch, SnapshotSink, SnapshotSource, SnapshotVersion, Stats, StreamState,
-    UpstreamOverride, WakeSignal, Waker,
+    BodyBufferLimit, CalloutRequest, CalloutToken, Clock, DynamicMetadata, EditResponseHeaders,
+    HostError, HttpCallout, LocalReply, Random, RequestBody, RequestHeaders, RequestWaker,
+    ResponseChunk, ResponseHeaders, RouteRefresh, SnapshotFetch, SnapshotSink, SnapshotSource,
+    SnapshotVersion, Stats, StreamState, UpstreamOverride, UsageRecordSink, VerifiedJwt,
+    WakeSignal, Waker,
 };
 use crate::reply::Reply;
 use crate::stats::StatKey;
@@ -76,6 +77,10 @@ pub struct FakeHost {
     pub stream_state: BTreeMap<String, Vec<u8>>,
     /// How many times the request body was read (to prove a path did not read it).
     pub body_reads: std::cell::Cell<u32>,
+    /// The claims of the JWT Envoy's `jwt_authn` verified on this request, if any.
+    pub verified_jwt: Option<BTreeMap<String, String>>,
+    /// Billing records written, in order.
+    pub usage_records: Vec<String>,
     next_token: u64,
 }
 
@@ -113,6 +118,8 @@ impl FakeHost {
             supports_override: true,
             stream_state: BTreeMap::new(),
             body_reads: std::cell::Cell::new(0),
+            verified_jwt: None,
+            usage_records: Vec::new(),
             next_token: 1,
         }
     }
@@ -228,6 +235,27 @@ impl RequestHeaders for FakeHost {
 impl ResponseHeaders for FakeHost {
     fn response_header(&self, name: &str) -> Option<String> {
         first(&self.response_headers, name)
+    }
+}
+
+impl EditResponseHeaders for FakeHost {
+    fn set_response_header(&mut self, name: &str, value: &str) {
+        remove_all(&mut self.response_headers, name);
+        self.response_headers
+            .push((name.to_owned(), value.to_owned()));
+    }
+}
+
+impl VerifiedJwt for FakeHost {
+    fn verified_jwt_claim(&self, name: &str) -> Option<String> {
+        self.verified_jwt.as_ref()?.get(name).cloned()
+    }
+}
+
+impl UsageRecordSink for FakeHost {
+    fn write_usage_record(&mut self, record: &str) -> Result<(), HostError> {
+        self.usage_records.push(record.to_owned());
+        Ok(())
     }
 }
 

@@ -12,7 +12,7 @@
 //!   the quota by the worker count). An update that lost a race reads again and retries.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use scheduler_core::quota::{Limits, QuotaState, RateLimitInfo, Rejection};
 use scheduler_core::types::Millis;
@@ -42,9 +42,9 @@ pub struct MemoryQuotas {
 impl MemoryQuotas {
     /// The process's buckets, shared by every filter config and worker. A config reload
     /// keeps them: a new config must not hand a tenant a fresh minute of quota.
-    pub fn process() -> &'static MemoryQuotas {
-        static PROCESS: OnceLock<MemoryQuotas> = OnceLock::new();
-        PROCESS.get_or_init(MemoryQuotas::default)
+    pub fn process() -> Arc<MemoryQuotas> {
+        static PROCESS: OnceLock<Arc<MemoryQuotas>> = OnceLock::new();
+        Arc::clone(PROCESS.get_or_init(Arc::default))
     }
 
     fn with_state<T>(

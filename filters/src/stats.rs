@@ -43,7 +43,7 @@ const fn gauge(name: &'static str, labels: &'static [&'static str]) -> StatFamil
     }
 }
 
-/// Every metric family the router, the picker and the scraper emit.
+/// Every metric family the router, the picker, the scraper and the tenancy stages emit.
 pub const FAMILIES: &[StatFamily] = &[
     counter("infergate.router.requests", &["outcome"]),
     counter("infergate.picker.decisions", &["pool"]),
@@ -63,6 +63,22 @@ pub const FAMILIES: &[StatFamily] = &[
     counter("infergate.scraper.publish_errors", &[]),
     counter("infergate.scraper.tick_failures", &[]),
     gauge("infergate.scraper.consecutive_failures", &["endpoint"]),
+    counter("infergate.auth.requests", &["outcome"]),
+    counter("infergate.quota.rejects", &["tenant", "model", "reason"]),
+    counter(
+        "infergate.usage.prompt_tokens",
+        &["tenant", "model", "priority"],
+    ),
+    counter(
+        "infergate.usage.completion_tokens",
+        &["tenant", "model", "priority"],
+    ),
+    counter(
+        "infergate.usage.cached_tokens",
+        &["tenant", "model", "priority"],
+    ),
+    counter("infergate.usage.records", &[]),
+    counter("infergate.usage.record_errors", &[]),
 ];
 
 /// A pre-built stat name (see the module doc for the flattening).

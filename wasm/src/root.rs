@@ -30,14 +30,23 @@ use infergate_filters::scraper::Scraper;
 
 use crate::abi::{hostcalls, BufferType, HttpHooks, LogLevel, MapType};
 use crate::config::{self, PluginConfig, RoleKind, DEFAULT_SNAPSHOT_KEY};
-use crate::host::{log, VmShared, WasmHost};
+use crate::host::{log, SharedDataCells, VmShared, WasmHost};
+
+/// The shared-data keys of the quota cells: this prefix and the bucket's `tenant/model`.
+const QUOTA_CELL_PREFIX: &str = "infergate.quota.";
 use crate::http::{
     FailClosedContext, PassThroughContext, PipelineContext, ProbeContext, WasmPipeline,
 };
 use crate::owner::{Link, OwnerService, WasmPickerStore, WorkerLink, TIMEOUT_TICK_MS};
 use crate::test_stages;
-use infergate_filters::pipeline::Pipeline;
-use infergate_filters::stages::{PickStage, RouteStage};
+use infergate_filters::host::Clock;
+use infergate_filters::pipeline::{Pipeline, Stage};
+use infergate_filters::quotas::CasQuotas;
+use infergate_filters::stages::tenancy::take_tenants;
+use infergate_filters::stages::{
+    AuthStage, PickStage, QuotaStage, RouteStage, Tenancy, UsageStage,
+};
+use infergate_filters::tenants::Tenants;
 use std::sync::Arc;
 
 /// What this module instance runs, with its per-VM state.
@@ -132,12 +141,22 @@ impl Root {
         self.role = Some(match cfg.role {
             RoleKind::Router => {
                 let mut rest = cfg.rest;
-                let mut stages = test_stages::take(&mut rest)?;
+                let tenancy = take_tenants(&mut rest)?.map(|t| self.tenancy(t));
+                let test_stages = test_stages::take(&mut rest)?;
                 let router = Router::from_json(rest)
                     .map_err(|e| e.to_string())?
                     .with_block_sizes(Arc::new(VmBlockSizes));
                 self._registration = Some(Registration::router(&router));
+                let mut stages: Vec<Box<dyn Stage<WasmHost>>> = Vec::new();
+                if let Some(tenancy) = &tenancy {
+                    stages.push(Box::new(AuthStage::new(Arc::clone(tenancy))));
+                }
+                stages.extend(test_stages);
                 stages.push(Box::new(RouteStage::new(Arc::new(router))));
+                if let Some(tenancy) = tenancy {
+                    stages.push(Box::new(QuotaStage::new(tenancy)));
+                    stages.push(Box::new(UsageStage));
+                }
                 Role::Filter {
                     pipeline: Rc::new(Pipeline::new(stages)),
                     link: None,
@@ -184,6 +203,19 @@ impl Root {
 }
 
 impl Root {
+    /// Tenancy over `tenants`, its quota buckets in the process's shared data (every
+    /// worker's VM of this `vm_id` sees the same cells), each cell created now if absent.
+    fn tenancy(&self, tenants: Tenants) -> Arc<Tenancy> {
+        let store = Arc::new(CasQuotas::new(SharedDataCells, QUOTA_CELL_PREFIX));
+        let now = WasmHost::new(&self.vm).now();
+        for (_, tenant) in tenants.iter() {
+            for limit in &tenant.limits {
+                store.ensure(&limit.bucket_key, &limit.limits, now);
+            }
+        }
+        Tenancy::new(tenants, store)
+    }
+
     /// `proxy_on_http_call_response` of a callout this root dispatched.
     pub fn on_http_call_response(&mut self, token_id: u32, num_headers: usize, body_size: usize) {
         let Some(Role::Scraper(scraper, _)) = &mut self.role else {
