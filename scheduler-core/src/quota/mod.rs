@@ -32,7 +32,8 @@
 //!   refill time does not move back with it, so the same interval is never counted twice.
 //! - `retry_after_s` is the whole seconds (rounded up, at least 1) until the failing bucket
 //!   would admit the same request: rpm, until one request is back; tpm, until the balance
-//!   covers the pre-debit (or the bucket is full); concurrency, 1. A limit of 0 answers 60.
+//!   covers the pre-debit (or the bucket is full); concurrency, 1. An rpm or tpm of 0
+//!   answers 60 (it never admits; a minute is the limits' own period).
 //!
 //! [`pre_debit`] computes a request's pre-debit; [`RateLimitInfo::headers`] writes OpenAI's
 //! `x-ratelimit-*` headers.
