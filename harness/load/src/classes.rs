@@ -95,7 +95,7 @@ impl LoadClass {
     /// Parses `name=A,preset=chat|batch,…`: keys `name`, `preset` (first, before the
     /// fields it presets), `model`, `conversations`, `turns`, `system_tokens`
     /// (`prompt_tokens` is the same), `user_tokens`, `max_tokens`, `concurrency`, `rate`,
-    /// `seed`, `ignore_eos`, `include_usage`, `abort_after`, `api_key` (a bearer header),
+    /// `seed`, `ignore_eos`, `include_usage`, `continuous_usage`, `abort_after`, `api_key` (a bearer header),
     /// `header` (`Name: value`, repeatable). Values cannot contain commas.
     pub fn parse(spec: &str) -> anyhow::Result<Self> {
         let pairs: Vec<(&str, &str)> = spec
@@ -139,6 +139,7 @@ impl LoadClass {
                 "seed" => w.seed = u64::from(num()?),
                 "ignore_eos" => w.ignore_eos = flag()?,
                 "include_usage" => w.include_usage = flag()?,
+                "continuous_usage" => w.continuous_usage = flag()?,
                 "concurrency" => c.concurrency = num()?,
                 "abort_after" => c.abort_after = Some(num()?),
                 "rate" => {

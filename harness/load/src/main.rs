@@ -59,6 +59,9 @@ struct Args {
     /// Ask for `stream_options.include_usage` (else tokens are counted by chunks).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     include_usage: bool,
+    /// Also ask for `continuous_usage_stats` (usage on every chunk).
+    #[arg(long)]
+    continuous_usage: bool,
     /// Requests in flight at most.
     #[arg(long, default_value_t = 16)]
     concurrency: u32,
@@ -167,6 +170,7 @@ async fn main() -> anyhow::Result<()> {
             ignore_eos: a.ignore_eos,
             seed: a.seed,
             include_usage: a.include_usage,
+            continuous_usage: a.continuous_usage,
         },
         targets,
         concurrency: a.concurrency,

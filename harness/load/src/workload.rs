@@ -37,6 +37,9 @@ pub struct Workload {
     /// Ask for `stream_options.include_usage` (the usage-only chunk); without it the
     /// client counts the tokens it received by content chunks.
     pub include_usage: bool,
+    /// Also ask for `continuous_usage_stats` (a running usage on every chunk), with
+    /// `include_usage`.
+    pub continuous_usage: bool,
 }
 
 impl Default for Workload {
@@ -57,6 +60,7 @@ impl Default for Workload {
             ignore_eos: true,
             seed: 1,
             include_usage: true,
+            continuous_usage: false,
         }
     }
 }
@@ -159,8 +163,12 @@ impl Workload {
             body.push_str(m);
         }
         body.push_str("],\"stream\":true,");
-        if self.include_usage {
-            body.push_str("\"stream_options\":{\"include_usage\":true},");
+        match (self.include_usage, self.continuous_usage) {
+            (true, false) => body.push_str("\"stream_options\":{\"include_usage\":true},"),
+            (true, true) => body.push_str(
+                "\"stream_options\":{\"include_usage\":true,\"continuous_usage_stats\":true},",
+            ),
+            (false, _) => {}
         }
         if self.ignore_eos {
             body.push_str("\"ignore_eos\":true,");
@@ -232,5 +240,14 @@ mod tests {
         let b: Value = serde_json::from_str(&quiet.next_body(0, &mut c)).unwrap();
         assert!(b.get("stream_options").is_none());
         assert_eq!(b["stream"], true);
+        let running = Workload {
+            continuous_usage: true,
+            ..w.clone()
+        };
+        let b: Value = serde_json::from_str(&running.next_body(0, &mut c)).unwrap();
+        assert_eq!(
+            b["stream_options"],
+            json!({"include_usage": true, "continuous_usage_stats": true})
+        );
     }
 }

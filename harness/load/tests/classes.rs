@@ -37,14 +37,20 @@ async fn two_classes_at_once_are_reported_apart() {
     b.workload.max_tokens = 400;
     b.concurrency = 6;
     b.abort_after = Some(5);
+    // Like b, with a running usage on every chunk: the client's count is the usage's.
+    let mut c = b.clone().header(FAIRNESS, "c");
+    c.name = "c".into();
+    c.headers.retain(|(_, v)| v != "b");
+    c.workload.continuous_usage = true;
+    c.abort_after = Some(3);
     let run = ClassRun {
         url: pool.base_urls()[0].clone(),
-        classes: vec![a, b],
+        classes: vec![a, b, c],
         timeout: Duration::from_secs(60),
         progress: false,
     };
     let reports = run_classes(&run).await.unwrap();
-    assert_eq!(reports.len(), 2);
+    assert_eq!(reports.len(), 3);
     let (ra, rb) = (&reports[0], &reports[1]);
     assert_eq!((ra.name.as_str(), rb.name.as_str()), ("a", "b"));
     let sa = &ra.summary;
@@ -59,6 +65,13 @@ async fn two_classes_at_once_are_reported_apart() {
         assert!(r.content_chunks >= 5);
         assert_eq!(r.tokens_received(), r.content_chunks);
     }
+    let sc = &reports[2].summary;
+    assert_eq!((sc.requests, sc.aborted), (6, 6));
+    for r in &reports[2].records {
+        assert!(r.usage_seen && r.content_chunks >= 3, "{r:?}");
+        assert_eq!(r.completion_tokens, r.content_chunks);
+        assert_eq!(r.prompt_tokens, reports[2].records[0].prompt_tokens);
+    }
     // The server saw each class's header and served what each client counted.
     let mut served = std::collections::BTreeMap::new();
     let settled = async {
@@ -69,7 +82,8 @@ async fn two_classes_at_once_are_reported_apart() {
                 .into_iter()
                 .map(|(k, t)| (k.fairness_id, t))
                 .collect();
-            if served.get("b").is_some_and(|t| t.requests_cut_off == 6) {
+            let cut = |k: &str| served.get(k).is_some_and(|t| t.requests_cut_off == 6);
+            if cut("b") && cut("c") {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -92,6 +106,12 @@ async fn two_classes_at_once_are_reported_apart() {
         "{tb:?} vs {sb:?}"
     );
     assert!(tb.cut_off_completion_tokens < 6 * 400);
+    let tc = served["c"];
+    assert!(tc.cut_off_completion_tokens >= sc.tokens_received);
+    assert_eq!(
+        tc.prompt_tokens, sc.prompt_tokens,
+        "each cut stream sent its prompt's usage"
+    );
 }
 
 /// Answers by bearer key: `tpm` → 429 with a drop reason, `bare` → 429 without, `down`
