@@ -29,3 +29,6 @@ pub use usage::UsageStage;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod tests_tenancy;
