@@ -11,6 +11,9 @@
 //!   log (one line per request with a record, the record's own text, nothing for other
 //!   requests, on disk within a second), which bearer tokens `jwt_authn` demands be valid,
 //!   and where it leaves the verified claims.
+//! - A whole gateway stack of each flavour with a JWT provider and a billing log (no
+//!   tenants: the gateway behaves as without tenancy) starts, and `jwt_authn` stops a bad
+//!   JWT in front of it while other requests reach the engine.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use infergate_harness::launch::binary::envoy_binary;
@@ -20,7 +23,10 @@ use infergate_harness::launch::jwt::TestIssuer;
 use infergate_harness::launch::process::RunDir;
 use infergate_harness::launch::stack::with_file_flush;
 use infergate_harness::launch::template::{Template, Vars};
-use infergate_harness::launch::{Envoy, EnvoyOptions, Flavor, Pool, Tenancy};
+use infergate_harness::launch::{
+    read_billing_log, Backends, Envoy, EnvoyOptions, Flavor, Pool, Stack, StackOptions, Tenancy,
+};
+use infergate_harness::sim::SimConfig;
 use serde_json::json;
 use serde_yaml::Value;
 use std::net::SocketAddr;
@@ -292,5 +298,63 @@ async fn billing_log_lines_and_jwt_authn_in_a_real_envoy() {
             "{}",
             claims_lines[i]
         );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_stack_runs_behind_jwt_authn_with_a_billing_log() {
+    for flavor in [Flavor::Native, Flavor::Wasm] {
+        let module = flavor.artefact().unwrap();
+        if !module.is_file() {
+            eprintln!(
+                "SKIPPED: {flavor} needs {} (cargo xtask build)",
+                module.display()
+            );
+            continue;
+        }
+        let dir = RunDir::new("tenancy-stack").unwrap();
+        let sim = SimConfig {
+            replicas: 1,
+            ..SimConfig::default()
+        };
+        let mut opts = StackOptions::new(flavor, Backends::InProcess(Box::new(sim)));
+        opts.envoy.concurrency = 1;
+        opts.tenancy = tenancy(dir.path());
+        let stack = Stack::start(opts).await.unwrap();
+        let log = stack.billing_log().unwrap().to_path_buf();
+        assert_eq!(log, dir.path().join("billing.log"));
+        let flags =
+            std::fs::read_to_string(format!("/proc/{}/cmdline", stack.envoy().pid().unwrap()))
+                .unwrap()
+                .replace('\0', " ");
+        assert!(flags.contains("--file-flush-interval-msec 100"), "{flags}");
+
+        let issuer = TestIssuer::new();
+        let claims = issuer.claims(json!({"org": "product-team"}));
+        let body = json!({"model": "sim-model", "max_tokens": 2,
+                          "messages": [{"role": "user", "content": "hi"}]});
+        let url = format!("{}/v1/chat/completions", stack.picker_url());
+        let bad = format!("Bearer {}", issuer.mint_bad_signature(&claims));
+        let good = format!("Bearer {}", issuer.mint(&claims));
+        for (auth, status) in [
+            (None, 200),
+            (Some("Bearer sk-some-key"), 200),
+            (Some(good.as_str()), 200),
+            (Some(bad.as_str()), 401),
+        ] {
+            let headers: Vec<(&str, &str)> =
+                auth.map(|a| ("authorization", a)).into_iter().collect();
+            let resp = post_json(&url, &body, &headers).await.unwrap();
+            assert_eq!(resp.status, status, "{flavor} {auth:?}: {}", resp.text());
+        }
+        // The baseline keeps jwt_authn off.
+        let rr = format!("{}/v1/chat/completions", stack.baseline_url());
+        let resp = post_json(&rr, &body, &[("authorization", &bad)])
+            .await
+            .unwrap();
+        assert_eq!(resp.status, 200, "{flavor} /rr: {}", resp.text());
+        // No tenants, so no billing record: the log stays empty.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(read_billing_log(&log).unwrap().is_empty(), "{flavor}");
     }
 }

@@ -31,7 +31,7 @@ pub use bootstrap::{
 };
 pub use envoy::{Envoy, EnvoyOptions};
 pub use stack::{Backends, PoolSpec, Stack, StackOptions, DEFAULT_MODEL};
-pub use tenancy::{load_objects, JwtProvider, Tenancy};
+pub use tenancy::{load_objects, read_billing_log, JwtProvider, Tenancy};
 pub use up::{up, up_blocking, UpOptions};
 
 /// A Tokio runtime for a process that runs stacks or measures them: two workers, one per

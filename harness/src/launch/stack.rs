@@ -169,6 +169,7 @@ pub struct Stack {
     in_process: Option<SimHandle>,
     replicas: Vec<SocketAddr>,
     pools: Vec<Pool>,
+    billing_log: Option<std::path::PathBuf>,
 }
 
 impl Stack {
@@ -236,6 +237,7 @@ impl Stack {
             in_process,
             replicas,
             pools,
+            billing_log: opts.tenancy.billing_log.clone(),
         })
     }
 
@@ -268,6 +270,12 @@ impl Stack {
     /// The resolved pools.
     pub fn pools(&self) -> &[Pool] {
         &self.pools
+    }
+
+    /// The billing log Envoy writes, when the stack has one ([`super::tenancy::read_billing_log`]
+    /// reads it).
+    pub fn billing_log(&self) -> Option<&std::path::Path> {
+        self.billing_log.as_deref()
     }
 
     /// Whether the replicas are a simulator this stack started.

@@ -108,6 +108,23 @@ pub struct Splices {
     pub billing_logs: Vec<Value>,
 }
 
+/// The billing records written to `file` so far, one JSON value per line (a missing file:
+/// none yet). A line that is not JSON is an error naming its line number.
+pub fn read_billing_log(file: &Path) -> Result<Vec<Json>> {
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", file.display())),
+    };
+    text.lines()
+        .enumerate()
+        .map(|(i, line)| {
+            serde_json::from_str(line)
+                .with_context(|| format!("{} line {}: `{line}`", file.display(), i + 1))
+        })
+        .collect()
+}
+
 /// Whether `path` names a file [`load_objects`] reads from a directory.
 fn is_object_file(path: &Path) -> bool {
     path.is_file()
@@ -261,6 +278,24 @@ mod tests {
         a.sort();
         b.sort();
         assert_eq!(a, b, "all.yaml and the other files hold different objects");
+    }
+
+    #[test]
+    fn the_billing_log_reads_one_record_per_line() {
+        let dir = RunDir::new("billing").unwrap();
+        let file = dir.path().join("billing.log");
+        assert!(read_billing_log(&file).unwrap().is_empty());
+        std::fs::write(
+            &file,
+            "{\"tenant\":\"a\",\"charged\":3}\n{\"tenant\":\"b\"}\n",
+        )
+        .unwrap();
+        let records = read_billing_log(&file).unwrap();
+        assert_eq!(records.len(), 2);
+        assert_eq!(records[0]["charged"], 3);
+        std::fs::write(&file, "{\"tenant\":\"a\"}\n-\n").unwrap();
+        let err = format!("{:#}", read_billing_log(&file).unwrap_err());
+        assert!(err.contains("line 2"), "{err}");
     }
 
     #[test]
