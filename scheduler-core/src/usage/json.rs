@@ -16,6 +16,7 @@
 
 use core::ops::Range;
 use memchr::memchr2;
+use memchr::memmem::Finder;
 
 /// The largest counter trusted: integers above 2^53 are not exactly representable in the
 /// engines' JSON (Python floats, JavaScript numbers), so they are noise, not counts.
@@ -64,8 +65,8 @@ pub(crate) enum Choices {
 /// The value of a top-level `usage` member.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum UsageValue {
-    /// An object, with whatever counters it held.
-    Object(Counts),
+    /// An object, with its usage if it held at least one token count.
+    Object(Option<super::Usage>),
     /// `null`, or anything that is not an object.
     NotObject,
 }
@@ -104,18 +105,38 @@ fn skip_ws(s: &[u8], mut i: usize) -> usize {
     i
 }
 
+/// `0x01` in every byte of a `u64`.
+const ONES: u64 = 0x0101_0101_0101_0101;
+
+/// The high bit of the first byte of `w` (in memory order) equal to `b` is the lowest set
+/// bit of the result (higher bits may be false positives; only the lowest is used).
+#[inline]
+fn byte_eq(w: u64, b: u8) -> u64 {
+    let x = w ^ (ONES * u64::from(b));
+    x.wrapping_sub(ONES) & !x & (ONES << 7)
+}
+
 /// From just after an opening quote to just after its closing quote.
 #[inline]
 fn skip_string(s: &[u8], mut i: usize) -> Option<usize> {
-    // Keys and most values are short: a plain loop beats a search call until the first 16
-    // bytes are passed, then `memchr2` takes the long texts.
-    let short_end = i.saturating_add(16).min(s.len());
+    // Keys and most values are short: eight bytes at a time for the first 32, then
+    // `memchr2` takes the long texts.
+    let short_end = i.saturating_add(32);
     while i < short_end {
-        match s.get(i)? {
-            b'"' => return Some(i + 1),
-            b'\\' => i += 2,
-            _ => i += 1,
+        let Some(w) = s.get(i..).and_then(|r| r.first_chunk::<8>()) else {
+            break;
+        };
+        let w = u64::from_le_bytes(*w);
+        let hit = byte_eq(w, b'"') | byte_eq(w, b'\\');
+        if hit == 0 {
+            i += 8;
+            continue;
         }
+        i += (hit.trailing_zeros() / 8) as usize;
+        if s.get(i) == Some(&b'"') {
+            return Some(i + 1);
+        }
+        i += 2;
     }
     loop {
         let rest = s.get(i..)?;
@@ -247,11 +268,25 @@ pub(crate) fn usage_object(s: &[u8], i: usize) -> Option<(Counts, usize)> {
     Some((c, end))
 }
 
+/// How many `"usage"` look-alikes after `choices` are checked before giving up: each check
+/// scans to the end of the object holding it, so a line of nested look-alikes would
+/// otherwise cost its length squared.
+const MAX_CANDIDATES: usize = 16;
+
 /// Scans one event's JSON text (an object, with optional whitespace around it). `None` if
-/// it is not a well-formed object at the top level.
-pub(crate) fn scan_event(p: &[u8]) -> Option<Event> {
+/// it is not an object, or its top level is not well formed as far as it was read.
+///
+/// Members are read one by one until `choices`; its value (the bulk of a content chunk)
+/// is not walked. Instead the rest is searched for `"usage"` with `memmem`, and a hit is
+/// taken as the top-level member only if what follows its value closes exactly one
+/// object and then the text ends. For well-formed JSON this is exact: a `"usage"` whose
+/// quote is not escaped is a key, and only a top-level key is followed by nothing but the
+/// top-level object's closing brace and further top-level members.
+pub(crate) fn scan_event(p: &[u8], finder: &Finder<'_>) -> Option<Event> {
     let mut i = skip_ws(p, 0);
-    if p.get(i) != Some(&b'{') {
+    // An object from its first byte to its last: a line cut short is not trusted, even
+    // where the members read before `choices` look fine.
+    if p.get(i) != Some(&b'{') || p.trim_ascii_end().last() != Some(&b'}') {
         return None;
     }
     let mut ev = Event {
@@ -276,17 +311,16 @@ pub(crate) fn scan_event(p: &[u8]) -> Option<Event> {
             return None;
         }
         let v = skip_ws(p, i + 1);
-        let mut usage = None;
         let end = match key {
             b"usage" => {
-                let (value, end) = match p.get(v) {
-                    Some(b'{') => {
-                        let (c, end) = usage_object(p, v)?;
-                        (UsageValue::Object(c), end)
-                    }
-                    _ => (UsageValue::NotObject, skip_value(p, v)?),
+                let (value, end) = usage_value(p, v)?;
+                let after = skip_ws(p, end);
+                let cut = match (comma, p.get(after)) {
+                    (Some(c), _) => c..end,
+                    (None, Some(b',')) => key_start..skip_ws(p, after + 1),
+                    (None, _) => key_start..end,
                 };
-                usage = Some((value, end));
+                ev.usage = Some(UsageMember { cut, value });
                 end
             }
             b"choices" => {
@@ -295,21 +329,17 @@ pub(crate) fn scan_event(p: &[u8]) -> Option<Event> {
                     Some(b'[') => Choices::NonEmpty,
                     _ => Choices::Absent,
                 };
-                skip_value(p, v)?
+                if ev.usage.is_some() {
+                    // Both found: the rest cannot change what this event is.
+                    return Some(ev);
+                }
+                ev.usage = find_usage(p, v, finder);
+                return Some(ev);
             }
             _ => skip_value(p, v)?,
         };
         i = skip_ws(p, end);
-        let next = *p.get(i)?;
-        if let Some((value, end)) = usage {
-            let cut = match (comma, next) {
-                (Some(c), _) => c..end,
-                (None, b',') => key_start..skip_ws(p, i + 1),
-                (None, _) => key_start..end,
-            };
-            ev.usage = Some(UsageMember { cut, value });
-        }
-        match next {
+        match p.get(i)? {
             b',' => {
                 comma = Some(i);
                 i = skip_ws(p, i + 1);
@@ -320,4 +350,94 @@ pub(crate) fn scan_event(p: &[u8]) -> Option<Event> {
             _ => return None,
         }
     }
+}
+
+/// The value of a `usage` member at `v` and the index after it.
+fn usage_value(p: &[u8], v: usize) -> Option<(UsageValue, usize)> {
+    match p.get(v) {
+        Some(b'{') => {
+            let (c, end) = usage_object(p, v)?;
+            Some((UsageValue::Object(c.usage()), end))
+        }
+        _ => Some((UsageValue::NotObject, skip_value(p, v)?)),
+    }
+}
+
+/// The top-level `usage` member after `from` (where the `choices` value starts), found by
+/// search rather than by walking the members in between.
+fn find_usage(p: &[u8], from: usize, finder: &Finder<'_>) -> Option<UsageMember> {
+    let mut at = from;
+    let mut checked = 0;
+    let mut found = None;
+    while checked < MAX_CANDIDATES {
+        let Some(k) = p.get(at..).and_then(|rest| finder.find(rest)) else {
+            break;
+        };
+        let k = at + k;
+        at = k + 1;
+        // An escaped quote: the look-alike is inside a string.
+        let backslashes = p
+            .get(..k)?
+            .iter()
+            .rev()
+            .take_while(|&&b| b == b'\\')
+            .count();
+        if backslashes % 2 == 1 {
+            continue;
+        }
+        checked += 1;
+        let colon = skip_ws(p, k + USAGE_KEY.len());
+        if p.get(colon) != Some(&b':') {
+            continue;
+        }
+        let Some((value, end)) = usage_value(p, skip_ws(p, colon + 1)) else {
+            continue;
+        };
+        match closes_top_level(p, end) {
+            Some(true) => {}
+            Some(false) => continue,
+            None => return found,
+        }
+        // Not the first member (`choices` came before), so a comma precedes it.
+        let before = p.get(..k)?.iter().rposition(|&b| !is_ws(b))?;
+        if p.get(before) != Some(&b',') {
+            return found;
+        }
+        found = Some(UsageMember {
+            cut: before..end,
+            value,
+        });
+        // A later top-level `usage` (a repeated key) would win; look on.
+        at = end;
+    }
+    found
+}
+
+/// The key searched for.
+pub(crate) const USAGE_KEY: &[u8] = b"\"usage\"";
+
+/// Whether the text after a member's value (from `i`) closes the object holding that
+/// member and then ends: `Some(true)` if so (the member is at the top level),
+/// `Some(false)` if that object closes before the end (the member was nested), `None` if
+/// it never closes (not well-formed JSON).
+fn closes_top_level(p: &[u8], mut i: usize) -> Option<bool> {
+    let mut depth: u32 = 0;
+    while let Some(&b) = p.get(i) {
+        match b {
+            b'"' => {
+                i = skip_string(p, i + 1)?;
+                continue;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                if depth == 0 {
+                    return Some(b == b'}' && skip_ws(p, i + 1) == p.len());
+                }
+                depth -= 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
 }

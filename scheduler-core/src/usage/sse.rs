@@ -19,11 +19,12 @@
 //! Each `data:` line is read on its own (engines write one line per event); a JSON value
 //! split over several `data:` lines of one event is not reassembled.
 
-use super::json::{scan_event, Choices, UsageValue};
+use super::json::{scan_event, Choices, UsageValue, USAGE_KEY};
 use super::{Stats, Usage};
 use alloc::vec::Vec;
 use core::ops::Range;
 use memchr::memchr;
+use memchr::memmem::Finder;
 
 /// The longest line (without its line end) read or held back; longer ones are forwarded
 /// unchanged and counted as a content chunk if they are `data:` lines.
@@ -141,6 +142,8 @@ pub(crate) struct SseScan {
     drop_blank: bool,
     /// A line of the current event was forwarded.
     event_open: bool,
+    /// The search for the `"usage"` key, built once.
+    finder: Finder<'static>,
 }
 
 impl SseScan {
@@ -151,6 +154,7 @@ impl SseScan {
             overlong: false,
             drop_blank: false,
             event_open: false,
+            finder: Finder::new(USAGE_KEY),
         }
     }
 
@@ -298,7 +302,7 @@ impl SseScan {
             stats.done = true;
             return Edit::Keep;
         }
-        let Some(ev) = scan_event(payload) else {
+        let Some(ev) = scan_event(payload, &self.finder) else {
             return Edit::Keep;
         };
         if ev.choices == Choices::NonEmpty {
@@ -308,10 +312,8 @@ impl SseScan {
             return Edit::Keep;
         };
         let is_object = matches!(member.value, UsageValue::Object(_));
-        if let UsageValue::Object(counts) = member.value {
-            if let Some(u) = counts.usage() {
-                record(stats, u, ev.choices);
-            }
+        if let UsageValue::Object(Some(u)) = member.value {
+            record(stats, u, ev.choices);
         }
         let Some(rw) = self.rewrite else {
             return Edit::Keep;

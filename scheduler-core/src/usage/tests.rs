@@ -418,3 +418,51 @@ fn overlong_lines_pass_unchanged_and_memory_stays_bounded() {
         assert!(s.held_len() <= MAX_LINE);
     }
 }
+
+#[test]
+fn line_cap_boundary_is_the_same_for_every_chunking() {
+    // Content chunks whose line (without its line end) is exactly MAX_LINE and one more.
+    for extra in [0usize, 1] {
+        let empty = chunk("", Some((1, 1)));
+        let pad = MAX_LINE + extra - (empty.len() - 2);
+        let line = chunk(&"y".repeat(pad), Some((1, 1)));
+        assert_eq!(line.len() - 2, MAX_LINE + extra);
+        let stream = [line.clone(), final_chunk(1, 2), DONE.into()].concat();
+        let bytes = stream.as_bytes();
+        let whole = run(BodyKind::EventStream, NONE, &[bytes]);
+        if extra == 0 {
+            assert_eq!(
+                whole.0,
+                [chunk(&"y".repeat(pad), None), DONE.into()]
+                    .concat()
+                    .as_bytes()
+            );
+        } else {
+            // Too long to read: forwarded as it came, its usage unread.
+            assert_eq!(whole.0, [line.as_str(), DONE].concat().as_bytes());
+        }
+        assert_eq!(whole.1.content_chunks, 1);
+        for at in [
+            1,
+            100,
+            MAX_LINE - 1,
+            MAX_LINE,
+            MAX_LINE + 1,
+            MAX_LINE + 2,
+            line.len(),
+        ] {
+            let (a, b) = bytes.split_at(at);
+            assert_eq!(
+                run(BodyKind::EventStream, NONE, &[a, b]),
+                whole,
+                "{extra} {at}"
+            );
+            let (b1, b2) = b.split_at(1);
+            assert_eq!(
+                run(BodyKind::EventStream, NONE, &[a, b1, b2]),
+                whole,
+                "{extra} {at}+1"
+            );
+        }
+    }
+}
