@@ -131,6 +131,10 @@ pub(crate) struct Stats {
     pub done: bool,
 }
 
+/// The scan of one body, by its framing.
+// The SSE side carries its `memmem` searcher (~300 bytes); one tracker lives per response
+// and is never moved on a hot path, so it is not boxed.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 enum Scan {
     Sse(sse::SseScan),
