@@ -2,8 +2,11 @@
 //! router and the picker (parse, prefix hashing, scheduling over 8 endpoints, bookkeeping)
 //! on an ~8k-token chat body, and the two in sequence on one stream, with the router's
 //! handoff (the picker takes the parse and hashes from stream state) and without it (the
-//! picker buffers and parses again). Run: `cargo bench -p infergate-filters --features
-//! fake-host`.
+//! picker buffers and parses again). The `tenancy` group ([`tenancy`]) is one request
+//! through the router filter's pipeline with tenants and without. Run: `cargo bench -p
+//! infergate-filters --features fake-host`.
+
+mod tenancy;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use infergate_filters::fake::FakeHost;
@@ -122,5 +125,5 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+criterion_group!(benches, bench, tenancy::bench);
 criterion_main!(benches);
