@@ -10,11 +10,13 @@
 
 pub mod meter;
 mod targets;
+mod usage_stream;
 
 pub use targets::{
     canonical_prompt, handoff_codec, memory_bound, prometheus_parser, request_parser,
     snapshot_codec, EXPANSION,
 };
+pub use usage_stream::usage_stream;
 
 /// One fuzz target: its name (cargo-fuzz binary and `testdata/fuzz/` directory) and body.
 pub type Target = (&'static str, fn(&[u8]));
@@ -26,4 +28,5 @@ pub const TARGETS: &[Target] = &[
     ("prometheus_parser", prometheus_parser),
     ("snapshot_codec", snapshot_codec),
     ("handoff_codec", handoff_codec),
+    ("usage_stream", usage_stream),
 ];

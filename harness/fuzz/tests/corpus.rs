@@ -148,3 +148,59 @@ fn hostile_metrics_pages_take_memory_bounded_by_the_page() {
         assert!(peak <= memory_bound(page.len()), "{name}: {peak} B");
     }
 }
+
+#[test]
+fn hostile_usage_streams_take_memory_bounded_by_the_line_cap() {
+    use scheduler_core::usage::{BodyKind, ClientWants, UsageTracker, MAX_LINE};
+    // One 4 MiB data line; 4 MiB of tiny events; a 4 MiB JSON body of nested usage keys.
+    let long_line = repeated(
+        r#"data: {"choices":[{"delta":{"content":""#,
+        "x",
+        "\"}}]}\n\n",
+        4 * MIB,
+    );
+    let many = repeated(
+        "",
+        "data: {\"choices\":[1],\"usage\":{\"prompt_tokens\":1}}\n\n",
+        "",
+        4 * MIB,
+    );
+    let body = repeated(
+        r#"{"a":["#,
+        r#"{"usage":{"prompt_tokens":1}},"#,
+        "0]}",
+        4 * MIB,
+    );
+    for (name, kind, data) in [
+        ("long line", BodyKind::EventStream, &long_line),
+        ("many events", BodyKind::EventStream, &many),
+        ("nested usage body", BodyKind::Json, &body),
+    ] {
+        for wants in [
+            ClientWants::default(),
+            ClientWants {
+                include_usage: true,
+                continuous_usage: true,
+            },
+        ] {
+            let (_, peak) = peak_during(|| {
+                let mut t = UsageTracker::new(kind, wants);
+                let mut out = Vec::new();
+                let chunks: Vec<&[u8]> = data.chunks(16 * 1024).collect();
+                for (i, c) in chunks.iter().enumerate() {
+                    t.feed(c, i + 1 == chunks.len(), &mut out);
+                }
+                t.report()
+            });
+            println!(
+                "usage tracker, {name} ({wants:?}): {} B, peak {peak} B",
+                data.len()
+            );
+            // One held line and one chunk's output, whatever the stream's length.
+            assert!(
+                peak <= 4 * MAX_LINE + 64 * 1024 + 8 * 16 * 1024,
+                "{name}: {peak} B"
+            );
+        }
+    }
+}

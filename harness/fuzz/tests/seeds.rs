@@ -189,6 +189,78 @@ fn handoffs(bodies: &[(String, Vec<u8>)]) -> Vec<(String, Vec<u8>)> {
     out
 }
 
+/// `usage_stream` input: mode byte (client wants, JSON body, end of stream alone), chunking
+/// seed, then the body.
+fn usage_input(mode: u8, seed: u8, body: &[u8]) -> Vec<u8> {
+    [&[mode, seed][..], body].concat()
+}
+
+/// The response samples of `usage/` under each kind of client, and hostile streams.
+fn usage_seeds() -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    for (i, (name, mode)) in [
+        ("vllm-chat-stream.sse", 0u8),
+        ("vllm-chat-stream.sse", 1),
+        ("vllm-chat-stream.sse", 3),
+        ("vllm-chat-stream-cut.sse", 8),
+        ("sglang-chat-stream.sse", 0),
+        ("sglang-chat-stream.sse", 1),
+        ("no-usage-stream.sse", 0),
+        ("vllm-chat-completion.json", 4),
+        ("anthropic-message.json", 12),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let stem = name.rsplit_once('.').map_or(name, |(s, _)| s);
+        out.push((
+            format!("{stem}-mode{mode}"),
+            usage_input(mode, (i * 37 + 1) as u8, &read(&format!("usage/{name}"))),
+        ));
+    }
+    let nested = format!(
+        "data: {{\"choices\":[{{\"x\":{{{}\"usage\":{{\"prompt_tokens\":1}}}}}}],\"usage\":{{\"prompt_tokens\":2}}}}\n\n",
+        "\"usage\":null,".repeat(20)
+    );
+    let hostile: Vec<(&str, Vec<u8>)> = vec![
+        ("hostile-nested-usage", nested.into_bytes()),
+        (
+            "hostile-escapes",
+            br#"data: {"choices":[{"delta":{"content":"\"usage\":{\\\"a\\\"}\\\\"}}],"usage" : {"completion_tokens":3} , "usage":null}"#
+                .iter()
+                .chain(b"\r\n\r\ndata: [DONE]\r\n\r\n")
+                .copied()
+                .collect(),
+        ),
+        (
+            "hostile-numbers",
+            b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":-1,\"completion_tokens\":1e3,\"input_tokens\":99999999999999999999,\"output_tokens\":9007199254740993,\"prompt_tokens_details\":{\"cached_tokens\":0.5}}}\n\n".to_vec(),
+        ),
+        (
+            "hostile-events",
+            b"event: usage\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":1}}\n\n: c\ndata:{\"usage\":{},\"choices\":[0]}\n\ndata: [DONE]".to_vec(),
+        ),
+    ];
+    for (mode, (name, body)) in hostile.into_iter().enumerate() {
+        out.push((
+            name.into(),
+            usage_input(mode as u8, 200 + mode as u8, &body),
+        ));
+    }
+    out
+}
+
+/// Writes only the `usage_stream` seeds (the others are untouched).
+#[test]
+#[ignore = "writes testdata/fuzz/usage_stream; run by hand"]
+fn write_usage_stream_seeds() {
+    let d = testdata().join("fuzz/usage_stream");
+    std::fs::create_dir_all(&d).unwrap();
+    for (name, data) in usage_seeds() {
+        write(&d, &name, &data);
+    }
+}
+
 #[test]
 #[ignore = "writes testdata/fuzz; run by hand"]
 fn write_seed_corpora() {
@@ -285,4 +357,9 @@ fn write_seed_corpora() {
         "body-chat-simple.json",
         &read("requests/chat-simple.json"),
     );
+
+    let d = dir("usage_stream");
+    for (name, data) in usage_seeds() {
+        write(&d, &name, &data);
+    }
 }
