@@ -23,6 +23,8 @@
 //!   four Envoy workers and each turn on a new connection;
 //! - [`streaming`]: responses stream through unbuffered;
 //! - [`panics`]: a panic inside the native module fails one request, Envoy keeps serving;
+//! - [`tenants`]: API keys and JWTs, quotas (RPM, TPM, concurrency at 1 and 4 workers), usage
+//!   accounting and the billing log, over the simulator;
 //! - [`faults`]: the fault suite: hostile headers and bodies (HTTP/1.1 and HTTP/2),
 //!   failing engines, aborted and held streams; Envoy keeps serving, nothing stays in flight.
 
@@ -34,6 +36,7 @@ mod routing;
 mod scheduling;
 mod simulated;
 mod streaming;
+mod tenants;
 mod workers;
 
 use errors::error_answers_are_openai_json;
@@ -53,6 +56,9 @@ use scheduling::{
 use serde_json::json;
 use simulated::simulated_kv_pressure_keeps_new_requests_off_a_full_replica;
 use streaming::streams_through_the_picker_are_not_buffered;
+use tenants::{
+    a_tenants_concurrency_holds_across_workers, tenants_are_authenticated_limited_and_billed,
+};
 use workers::every_turn_follows_the_first_across_four_workers;
 
 /// Generates `mod wasm` and `mod native`, each with one `#[tokio::test]` per body of the
@@ -111,7 +117,9 @@ for_each_flavour!(
     hostile_requests_are_answered_and_envoy_keeps_serving,
     failing_engines_are_avoided_and_envoy_keeps_serving,
     aborted_and_held_streams_leave_nothing_in_flight,
-    every_turn_follows_the_first_across_four_workers;
+    every_turn_follows_the_first_across_four_workers,
+    tenants_are_authenticated_limited_and_billed,
+    a_tenants_concurrency_holds_across_workers;
     native_only: a_panic_fails_one_request_and_envoy_keeps_serving;
     wasm_ignored:
 );

@@ -9,6 +9,7 @@ use hyper::Request;
 use hyper_util::rt::TokioIo;
 use infergate_harness::launch::client::HttpResponse;
 use infergate_harness::launch::stats::Stats;
+use infergate_harness::launch::tenancy::Tenancy;
 use infergate_harness::launch::{
     Backends, ClientTimeouts, EnvoyOptions, Flavor, GatewaySettings, PluginConfigs, PoolSpec,
     Stack, StackOptions,
@@ -35,6 +36,8 @@ pub struct Plan {
     pub timeouts: ClientTimeouts,
     /// The `/rr` baseline route and cluster; off is the deployment form.
     pub baseline: bool,
+    /// Tenants, JWT verification and the billing log (none by default).
+    pub tenancy: Tenancy,
 }
 
 impl Plan {
@@ -48,6 +51,7 @@ impl Plan {
             tweak: None,
             timeouts: ClientTimeouts::default(),
             baseline: true,
+            tenancy: Tenancy::default(),
         }
     }
 }
@@ -87,6 +91,7 @@ pub async fn start_over(flavor: Flavor, addrs: Vec<SocketAddr>, plan: Plan) -> O
     opts.plugins = Some(plugins);
     opts.timeouts = plan.timeouts;
     opts.baseline = plan.baseline;
+    opts.tenancy = plan.tenancy;
     opts.envoy = EnvoyOptions {
         concurrency: plan.concurrency,
         // Access-log files (the trace log on stderr) are flushed this often; Envoy's
