@@ -17,6 +17,19 @@
 //! whatever else the machine was doing). Ratios are computed on totals over all rounds and,
 //! as a noise check, as the median of the per-round ratios. A `direct` arm (client straight
 //! to the backend) shows what the client and backend alone can do.
+//!
+//! Tenancy: `wasm-tenancy` and `native-tenancy` are the same gateways with the platform's
+//! tenant objects in the router config ([`tenants`]: limits that never refuse), so their
+//! router filter runs auth → route → quota → usage. Every gateway arm sends tenant A's API
+//! key, so the difference to the arm without tenants is those stages alone; the report
+//! gives it per flavour as Envoy CPU per request (totals, and the median of the per-round
+//! differences).
+//!
+//! Streamed windows: after its measured window, each arm but the floors also runs a
+//! streamed window ([`first_chunk`]): the same bodies with `"stream": true`, answered by
+//! [`backend`] with 20 SSE chunks 1 ms apart, timing the first chunk and the whole stream.
+//! On a tenancy arm the gateway forces usage reporting on (the backend counts it) and reads
+//! and strips it from every chunk; the client checks that it never sees usage.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -28,11 +41,16 @@ use bytes::Bytes;
 use serde_json::json;
 
 use super::closed_loop::{ClosedLoop, LoopResult, RequestTemplate};
-use super::fast_backend::FastBackend;
-use super::overhead_table::{render, Arm};
+use super::overhead_table::{render, Arm, StreamArm};
 use super::report::process_cpu;
 use crate::launch::{Backends, EnvoyOptions, Flavor, Stack, StackOptions, DEFAULT_MODEL};
 use crate::load::workload::filler;
+use backend::{BenchBackend, STREAM_CHUNKS, STREAM_HEADER};
+use first_chunk::{StreamLoop, StreamResult};
+
+pub mod backend;
+pub mod first_chunk;
+pub mod tenants;
 
 /// Options of `bench overhead`.
 #[derive(Clone, Debug, PartialEq)]
@@ -53,9 +71,11 @@ pub struct OverheadOptions {
     pub bodies: usize,
     /// Backend listeners (endpoints of the pool).
     pub endpoints: usize,
-    /// Arms to run, of `direct`, `plain`, `wasm`, `native` (all by default; `plain` is
-    /// always kept, as every ratio is against it).
+    /// Arms to run, of [`arm_labels`] (all by default; `plain` is always kept, as every
+    /// ratio is against it, and a tenancy arm keeps its flavour's arm without tenants).
     pub arms: Vec<String>,
+    /// Streamed window per arm and round (zero: no streamed windows).
+    pub stream_measure: Duration,
 }
 
 impl Default for OverheadOptions {
@@ -70,29 +90,74 @@ impl Default for OverheadOptions {
             bodies: 32,
             endpoints: 4,
             arms: arm_labels().map(str::to_string).collect(),
+            stream_measure: Duration::from_secs(2),
         }
     }
 }
 
-/// The Envoy arms: label, template flavour, and the module whose `probe` filter the `plain`
-/// template gets (the floors: a filter that only holds the request for its body and reads
-/// it, the least any body-based filter of that host costs).
-const ENVOY_ARMS: [(&str, Flavor, Option<Flavor>); 5] = [
-    ("plain", Flavor::Plain, None),
-    ("wasm-floor", Flavor::Plain, Some(Flavor::Wasm)),
-    ("wasm", Flavor::Wasm, None),
-    ("native-floor", Flavor::Plain, Some(Flavor::Native)),
-    ("native", Flavor::Native, None),
+/// One Envoy arm.
+#[derive(Clone, Copy, Debug)]
+struct EnvoyArm {
+    label: &'static str,
+    /// The template flavour.
+    flavor: Flavor,
+    /// The module whose `probe` filter the `plain` template gets (the floors: a filter that
+    /// only holds the request for its body and reads it, the least any body-based filter of
+    /// that host costs).
+    probe: Option<Flavor>,
+    /// The tenant objects in the router config.
+    tenancy: bool,
+}
+
+const fn envoy_arm(label: &'static str, flavor: Flavor, probe: Option<Flavor>) -> EnvoyArm {
+    EnvoyArm {
+        label,
+        flavor,
+        probe,
+        tenancy: false,
+    }
+}
+
+/// The Envoy arms, in report order; each tenancy arm right after its flavour's arm, so the
+/// rotation measures the two back to back in most rounds.
+const ENVOY_ARMS: [EnvoyArm; 7] = [
+    envoy_arm("plain", Flavor::Plain, None),
+    envoy_arm("wasm-floor", Flavor::Plain, Some(Flavor::Wasm)),
+    envoy_arm("wasm", Flavor::Wasm, None),
+    EnvoyArm {
+        tenancy: true,
+        ..envoy_arm("wasm-tenancy", Flavor::Wasm, None)
+    },
+    envoy_arm("native-floor", Flavor::Plain, Some(Flavor::Native)),
+    envoy_arm("native", Flavor::Native, None),
+    EnvoyArm {
+        tenancy: true,
+        ..envoy_arm("native-tenancy", Flavor::Native, None)
+    },
 ];
+
+/// The tenancy arm of each flavour and the arm it is compared with.
+pub(super) const TENANCY_PAIRS: [(&str, &str); 2] =
+    [("wasm", "wasm-tenancy"), ("native", "native-tenancy")];
 
 /// Every arm, in report order: `direct` (no Envoy), then the Envoy arms.
 fn arm_labels() -> impl Iterator<Item = &'static str> {
-    std::iter::once("direct").chain(ENVOY_ARMS.iter().map(|&(label, _, _)| label))
+    std::iter::once("direct").chain(ENVOY_ARMS.iter().map(|a| a.label))
 }
 
+/// Whether the arm runs streamed windows: all but the floors, whose probe filter only
+/// reads requests.
+fn streams(label: &str) -> bool {
+    !label.ends_with("-floor")
+}
+
+/// Unmeasured streams before each streamed window.
+const STREAM_WARMUP: Duration = Duration::from_millis(300);
+
 const USAGE: &str = "usage: bench overhead [--connections N] [--concurrency C] [--rounds R] \
-                     [--warmup-ms MS] [--measure-s S] [--body-tokens T] [--quick] \
-                     [--arms direct,plain,wasm-floor,wasm,native-floor,native]";
+                     [--warmup-ms MS] [--measure-s S] [--stream-measure-s S (0: none)] \
+                     [--body-tokens T] [--quick] [--arms direct,plain,wasm-floor,wasm,\
+                     wasm-tenancy,native-floor,native,native-tenancy]";
 
 impl OverheadOptions {
     /// Parses the command-line flags (see [`USAGE`]).
@@ -124,13 +189,24 @@ impl OverheadOptions {
                     if let Some(bad) = o.arms.iter().find(|a| !arm_labels().any(|l| l == *a)) {
                         bail!("--arms: unknown arm `{bad}`; {USAGE}");
                     }
+                    for (base, tenancy) in TENANCY_PAIRS {
+                        if o.arms.iter().any(|a| a == tenancy) && !o.arms.iter().any(|a| a == base)
+                        {
+                            o.arms.push(base.into());
+                        }
+                    }
                     if !o.arms.iter().any(|a| a == "plain") {
                         o.arms.push("plain".into());
                     }
                 }
+                "--stream-measure-s" => {
+                    o.stream_measure =
+                        Duration::from_secs_f64(value(arg)?.parse().context("--stream-measure-s")?)
+                }
                 "--quick" => {
                     o.rounds = 2;
                     o.measure = Duration::from_secs(2);
+                    o.stream_measure = Duration::from_secs(1);
                 }
                 other => bail!("unknown argument `{other}`; {USAGE}"),
             }
@@ -146,55 +222,82 @@ impl OverheadOptions {
 /// distinct text (so the picker's prefix index sees different prompts).
 pub fn bodies(count: usize, tokens: u32) -> Vec<Bytes> {
     (0..count as u64)
-        .map(|i| {
-            let system = filler(0xb0d1 ^ (i << 8), tokens.saturating_sub(32));
-            let user = filler(0x05e7 ^ (i << 8), 32.min(tokens));
-            let body = json!({
-                "model": DEFAULT_MODEL,
-                "messages": [
-                    {"role": "system", "content": system},
-                    {"role": "user", "content": user},
-                ],
-                "max_tokens": 1,
-            });
-            Bytes::from(body.to_string())
-        })
+        .map(|i| chat_body(i, tokens, false))
         .collect()
+}
+
+/// The same bodies with `"stream": true`, asking for as many tokens as the backend streams.
+pub fn stream_bodies(count: usize, tokens: u32) -> Vec<Bytes> {
+    (0..count as u64)
+        .map(|i| chat_body(i, tokens, true))
+        .collect()
+}
+
+fn chat_body(i: u64, tokens: u32, stream: bool) -> Bytes {
+    let system = filler(0xb0d1 ^ (i << 8), tokens.saturating_sub(32));
+    let user = filler(0x05e7 ^ (i << 8), 32.min(tokens));
+    let mut body = json!({
+        "model": DEFAULT_MODEL,
+        "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": user},
+        ],
+        "max_tokens": 1,
+    });
+    if stream {
+        body["stream"] = json!(true);
+        body["max_tokens"] = json!(STREAM_CHUNKS);
+    }
+    Bytes::from(body.to_string())
 }
 
 /// Runs the benchmark and returns the printed report.
 pub async fn run(opts: &OverheadOptions) -> Result<String> {
-    let backend = FastBackend::start(opts.endpoints).await?;
+    let backend = BenchBackend::start(opts.endpoints).await?;
     let addrs = backend.addrs().to_vec();
     let bodies = bodies(opts.bodies, opts.body_tokens);
+    let streamed = stream_bodies(opts.bodies, opts.body_tokens);
+    let tenancy = tenants::bench_tenancy()?;
     let wanted = |label: &str| opts.arms.iter().any(|a| a == label);
     let mut arms = Vec::new();
     if wanted("direct") {
-        arms.push(arm(
-            "direct",
-            None,
-            direct_templates(&bodies),
-            addrs.first(),
-            opts,
-        )?);
+        let templates = Templates {
+            plain: direct_templates(&bodies, &[]),
+            streamed: direct_templates(&streamed, &[stream_header()]),
+        };
+        arms.push(arm("direct", None, templates, addrs.first(), opts)?);
     }
-    for &(label, flavor, probe) in &ENVOY_ARMS {
+    for spec in &ENVOY_ARMS {
+        let label = spec.label;
         if !wanted(label) {
             continue;
         }
-        let mut so = StackOptions::new(flavor, Backends::External(addrs.clone()));
-        so.probe = probe;
+        let mut so = StackOptions::new(spec.flavor, Backends::External(addrs.clone()));
+        so.probe = spec.probe;
         so.envoy = EnvoyOptions {
             concurrency: opts.envoy_concurrency,
             ..EnvoyOptions::default()
         };
+        if spec.tenancy {
+            so.tenancy = tenancy.clone();
+        }
         let stack = Stack::start(so)
             .await
             .with_context(|| format!("starting the {label} stack"))?;
-        // `plain` and the floors route on client-set headers; the gateway sets its own.
-        let templates = match flavor {
-            Flavor::Plain => plain_templates(&bodies, &addrs),
-            _ => direct_templates(&bodies),
+        // `plain` and the floors route on client-set headers; the gateway sets its own, and
+        // every gateway arm carries the API key (used only where tenants are configured).
+        let templates = match spec.flavor {
+            Flavor::Plain => Templates {
+                plain: plain_templates(&bodies, &addrs, &[]),
+                streamed: plain_templates(&streamed, &addrs, &[stream_header()]),
+            },
+            _ => {
+                let key = tenants::authorization();
+                Templates {
+                    plain: direct_templates(&bodies, std::slice::from_ref(&key)),
+                    streamed: direct_templates(&streamed, &[key, stream_header()]),
+                }
+            }
         };
         let listener = stack.envoy().listener();
         eprintln!(
@@ -209,13 +312,14 @@ pub async fn run(opts: &OverheadOptions) -> Result<String> {
     }
     eprintln!(
         "bench overhead: {} rounds × {} arms, {} connections, Envoy --concurrency {}, \
-         {} ms warm-up + {:.1} s measured each",
+         {} ms warm-up + {:.1} s measured each, then {:.1} s streamed",
         opts.rounds,
         arms.len(),
         opts.connections,
         opts.envoy_concurrency,
         opts.warmup.as_millis(),
-        opts.measure.as_secs_f64()
+        opts.measure.as_secs_f64(),
+        opts.stream_measure.as_secs_f64()
     );
     let n = arms.len();
     for round in 0..opts.rounds as usize {
@@ -229,13 +333,15 @@ pub async fn run(opts: &OverheadOptions) -> Result<String> {
             let bytes0 = backend.counters().body_bytes.load(Ordering::Relaxed);
             let r = a.client.run(opts.measure).await;
             if let (Some(c0), Some(c1)) = (cpu0, a.envoy_pid().and_then(process_cpu)) {
-                a.envoy_cpu += c1.saturating_sub(c0);
+                let cpu = c1.saturating_sub(c0);
+                a.envoy_cpu += cpu;
+                a.round_cpu_us.push(per_request_us(cpu, r.ok));
             }
             a.backend_posts += backend.counters().posts.load(Ordering::Relaxed) - posts0;
             a.backend_bytes += backend.counters().body_bytes.load(Ordering::Relaxed) - bytes0;
             a.round_rps.push(r.rps());
             eprintln!(
-                "  round {}/{} {:>6}: {:>7.0} req/s, {} errors",
+                "  round {}/{} {:>14}: {:>7.0} req/s, {} errors",
                 round + 1,
                 opts.rounds,
                 a.label,
@@ -243,58 +349,137 @@ pub async fn run(opts: &OverheadOptions) -> Result<String> {
                 r.errors
             );
             a.total.merge(r);
+            stream_window(a, &backend, opts, round).await;
         }
     }
     let logic = super::logic::measure(&bodies, Duration::from_millis(300));
     Ok(render(&arms, opts, &logic))
 }
 
+/// The arm's streamed window of this round, if it has one.
+async fn stream_window(a: &mut Arm, backend: &BenchBackend, opts: &OverheadOptions, round: usize) {
+    let pid = a.envoy_pid();
+    let label = a.label;
+    let Some(s) = a.stream.as_mut() else {
+        return;
+    };
+    let _ = s.client.run(STREAM_WARMUP).await;
+    let cpu0 = pid.and_then(process_cpu);
+    let streams0 = backend.streams().streams.load(Ordering::Relaxed);
+    let forced0 = backend.streams().usage_forced.load(Ordering::Relaxed);
+    let r: StreamResult = s.client.run(opts.stream_measure).await;
+    if let (Some(c0), Some(c1)) = (cpu0, pid.and_then(process_cpu)) {
+        let cpu = c1.saturating_sub(c0);
+        s.envoy_cpu += cpu;
+        s.round_cpu_us.push(per_request_us(cpu, r.ok));
+    }
+    s.backend_streams += backend.streams().streams.load(Ordering::Relaxed) - streams0;
+    s.usage_forced += backend.streams().usage_forced.load(Ordering::Relaxed) - forced0;
+    let mut firsts = r.first_chunk_us.clone();
+    firsts.sort_unstable();
+    let p50 = super::report::percentile_us(&firsts, 50.0);
+    s.round_first_chunk_p50_us.push(p50);
+    eprintln!(
+        "  round {}/{} {:>14}: {:>7} streams, first chunk p50 {} µs, {} errors",
+        round + 1,
+        opts.rounds,
+        label,
+        r.ok,
+        p50,
+        r.errors
+    );
+    s.total.merge(r);
+}
+
+/// CPU time per request in µs (0 without requests).
+fn per_request_us(cpu: Duration, requests: u64) -> f64 {
+    if requests == 0 {
+        return 0.0;
+    }
+    cpu.as_secs_f64() * 1e6 / requests as f64
+}
+
+/// An arm's requests: the measured window's and the streamed window's.
+struct Templates {
+    plain: Vec<RequestTemplate>,
+    streamed: Vec<RequestTemplate>,
+}
+
+fn stream_header() -> (String, String) {
+    (STREAM_HEADER.into(), "1".into())
+}
+
 fn arm(
     label: &'static str,
     stack: Option<Stack>,
-    templates: Vec<RequestTemplate>,
+    templates: Templates,
     target: Option<&SocketAddr>,
     opts: &OverheadOptions,
 ) -> Result<Arm> {
     let target = *target.context("no address to send to")?;
+    let path = "/v1/chat/completions".to_string();
+    let stream = (streams(label) && !opts.stream_measure.is_zero()).then(|| StreamArm {
+        client: StreamLoop {
+            target,
+            path: path.clone(),
+            templates: Arc::new(templates.streamed),
+            connections: opts.connections,
+        },
+        total: StreamResult::default(),
+        envoy_cpu: Duration::ZERO,
+        round_cpu_us: Vec::new(),
+        round_first_chunk_p50_us: Vec::new(),
+        backend_streams: 0,
+        usage_forced: 0,
+    });
     Ok(Arm {
         label,
         stack,
         client: ClosedLoop {
             target,
-            path: "/v1/chat/completions".into(),
-            templates: Arc::new(templates),
+            path,
+            templates: Arc::new(templates.plain),
             connections: opts.connections,
         },
         total: LoopResult::default(),
         round_rps: Vec::new(),
         envoy_cpu: Duration::ZERO,
+        round_cpu_us: Vec::new(),
         backend_posts: 0,
         backend_bytes: 0,
+        stream,
     })
 }
 
-fn direct_templates(bodies: &[Bytes]) -> Vec<RequestTemplate> {
+fn direct_templates(bodies: &[Bytes], extra: &[(String, String)]) -> Vec<RequestTemplate> {
     bodies
         .iter()
         .map(|b| RequestTemplate {
             body: b.clone(),
-            headers: Vec::new(),
+            headers: extra.to_vec(),
         })
         .collect()
 }
 
 /// The plain flavour routes on the headers the gateway filters would have set.
-fn plain_templates(bodies: &[Bytes], endpoints: &[SocketAddr]) -> Vec<RequestTemplate> {
+fn plain_templates(
+    bodies: &[Bytes],
+    endpoints: &[SocketAddr],
+    extra: &[(String, String)],
+) -> Vec<RequestTemplate> {
     bodies
         .iter()
         .zip(endpoints.iter().cycle())
-        .map(|(b, ep)| RequestTemplate {
-            body: b.clone(),
-            headers: vec![
+        .map(|(b, ep)| {
+            let mut headers = vec![
                 ("x-gateway-base-model-name".into(), DEFAULT_MODEL.into()),
                 ("x-gateway-destination-endpoint".into(), ep.to_string()),
-            ],
+            ];
+            headers.extend_from_slice(extra);
+            RequestTemplate {
+                body: b.clone(),
+                headers,
+            }
         })
         .collect()
 }
@@ -352,6 +537,47 @@ mod tests {
         let o = OverheadOptions::parse(&s(&["--arms", "native"])).unwrap();
         assert_eq!(o.arms, ["native", "plain"], "plain is always measured");
         assert!(OverheadOptions::parse(&s(&["--arms", "grpc"])).is_err());
+        let o = OverheadOptions::parse(&s(&["--arms", "wasm-tenancy"])).unwrap();
+        assert_eq!(
+            o.arms,
+            ["wasm-tenancy", "wasm", "plain"],
+            "a tenancy arm is compared with its flavour's arm"
+        );
+        let o = OverheadOptions::parse(&s(&["--quick", "--stream-measure-s", "0"])).unwrap();
+        assert!(o.stream_measure.is_zero());
+        assert!(OverheadOptions::default()
+            .arms
+            .contains(&"native-tenancy".to_string()));
+    }
+
+    #[test]
+    fn streamed_bodies_differ_only_in_streaming_and_length() {
+        let (b, s) = (bodies(2, 100), stream_bodies(2, 100));
+        for (b, s) in b.iter().zip(&s) {
+            let mut b: serde_json::Value = serde_json::from_slice(b).unwrap();
+            let s: serde_json::Value = serde_json::from_slice(s).unwrap();
+            assert_eq!(s["stream"], true);
+            assert_eq!(s["max_tokens"], STREAM_CHUNKS);
+            assert!(
+                s.get("stream_options").is_none(),
+                "the client never asks for usage"
+            );
+            b["stream"] = json!(true);
+            b["max_tokens"] = json!(STREAM_CHUNKS);
+            assert_eq!(b, s);
+        }
+    }
+
+    #[test]
+    fn every_tenancy_arm_has_its_pair_and_streams() {
+        for (base, tenancy) in TENANCY_PAIRS {
+            let find = |l: &str| ENVOY_ARMS.iter().find(|a| a.label == l).unwrap();
+            let (b, t) = (find(base), find(tenancy));
+            assert_eq!((b.flavor, b.probe, b.tenancy), (t.flavor, None, false));
+            assert!(t.tenancy);
+            assert!(streams(base) && streams(tenancy));
+        }
+        assert!(!streams("native-floor"));
     }
 
     #[test]
@@ -360,7 +586,7 @@ mod tests {
             "127.0.0.1:1".parse().unwrap(),
             "127.0.0.1:2".parse().unwrap(),
         ];
-        let t = plain_templates(&bodies(4, 10), &eps);
+        let t = plain_templates(&bodies(4, 10), &eps, &[]);
         let dest: Vec<&str> = t.iter().map(|t| t.headers[1].1.as_str()).collect();
         assert_eq!(
             dest,

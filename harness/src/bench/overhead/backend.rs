@@ -1,0 +1,397 @@
+//! The backend of `bench overhead`: [`super::super::fast_backend`]'s answers (one small chat
+//! completion per `POST`, a constant idle vLLM `/metrics` page, `/health`), plus a streamed
+//! answer for requests carrying [`STREAM_HEADER`]: [`STREAM_CHUNKS`] content chunks of
+//! vLLM's shape, the first with the response headers at once, each next one
+//! [`CHUNK_GAP`] later, then `data: [DONE]`.
+//!
+//! Like vLLM, a stream carries usage only when the body asks for it: with
+//! `"include_usage":true` a usage-only chunk before `[DONE]`, and with
+//! `"continuous_usage_stats":true` as well the running usage on every chunk. The bench's
+//! clients never ask, so only a gateway that forces usage on (the tenancy arms) gets it;
+//! the backend counts those streams.
+//!
+//! The header, not the body, says "stream", so the non-streamed answer costs what the fast
+//! backend's does: the body is searched only for streamed requests.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use anyhow::Result;
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Sleep;
+
+use crate::bench::fast_backend::{Counters, COMPLETION_JSON, METRICS_PAGE};
+use crate::launch::DEFAULT_MODEL;
+
+/// The request header that asks for the streamed answer.
+pub const STREAM_HEADER: &str = "x-bench-stream";
+
+/// Content chunks of every streamed answer.
+pub const STREAM_CHUNKS: u32 = 20;
+
+/// Time between two chunks of a streamed answer: an engine's inter-token time, shortened so
+/// a stream lasts about 20 ms. The first chunk leaves with the headers.
+pub const CHUNK_GAP: Duration = Duration::from_millis(1);
+
+/// Streamed answers and how many of them had usage forced on.
+#[derive(Debug, Default)]
+pub struct StreamCounters {
+    /// Streamed answers started.
+    pub streams: AtomicU64,
+    /// Of those, bodies that asked for `include_usage` (a gateway forced it on).
+    pub usage_forced: AtomicU64,
+}
+
+/// A running backend; dropping it stops accepting connections.
+#[derive(Debug)]
+pub struct BenchBackend {
+    addrs: Vec<SocketAddr>,
+    counters: Arc<Counters>,
+    streams: Arc<StreamCounters>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+#[derive(Clone, Debug)]
+struct Shared {
+    counters: Arc<Counters>,
+    streams: Arc<StreamCounters>,
+}
+
+impl BenchBackend {
+    /// Starts `replicas` listeners on kernel-chosen loopback ports.
+    pub async fn start(replicas: usize) -> Result<BenchBackend> {
+        let shared = Shared {
+            counters: Arc::new(Counters::default()),
+            streams: Arc::new(StreamCounters::default()),
+        };
+        let (shutdown, rx) = watch::channel(false);
+        let mut addrs = Vec::with_capacity(replicas);
+        let mut tasks = Vec::with_capacity(replicas);
+        for _ in 0..replicas.max(1) {
+            let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+            addrs.push(listener.local_addr()?);
+            tasks.push(tokio::spawn(accept_loop(
+                listener,
+                shared.clone(),
+                rx.clone(),
+            )));
+        }
+        Ok(BenchBackend {
+            addrs,
+            counters: shared.counters,
+            streams: shared.streams,
+            shutdown,
+            tasks,
+        })
+    }
+
+    /// The listeners' addresses.
+    pub fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// Requests and bytes seen so far (streamed ones included).
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Streamed answers so far.
+    pub fn streams(&self) -> &StreamCounters {
+        &self.streams
+    }
+}
+
+impl Drop for BenchBackend {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+async fn accept_loop(listener: TcpListener, shared: Shared, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.changed() => return,
+        };
+        let Ok((stream, _)) = accepted else { continue };
+        let _ = stream.set_nodelay(true);
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| handle(shared.clone(), req));
+            let _ = hyper::server::conn::http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+async fn handle(shared: Shared, req: Request<Incoming>) -> Result<Response<Answer>, hyper::Error> {
+    let streamed = req.headers().contains_key(STREAM_HEADER);
+    let (status, content_type, body) = match (req.method(), req.uri().path()) {
+        (&Method::GET, "/metrics") => {
+            shared.counters.scrapes.fetch_add(1, Ordering::Relaxed);
+            (
+                StatusCode::OK,
+                "text/plain; version=0.0.4",
+                Answer::whole(METRICS_PAGE),
+            )
+        }
+        (&Method::GET, "/health") => (StatusCode::OK, "text/plain", Answer::whole("")),
+        (&Method::POST, _) => {
+            let bytes = req.into_body().collect().await?.to_bytes();
+            let c = &shared.counters;
+            c.posts.fetch_add(1, Ordering::Relaxed);
+            c.body_bytes
+                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            if streamed {
+                let usage = UsageAsked::of(&bytes);
+                shared.streams.streams.fetch_add(1, Ordering::Relaxed);
+                if usage.include {
+                    shared.streams.usage_forced.fetch_add(1, Ordering::Relaxed);
+                }
+                let prompt_tokens = bytes.len() as u64 / 4;
+                (
+                    StatusCode::OK,
+                    "text/event-stream",
+                    Answer::stream(sse_chunks(prompt_tokens, usage)),
+                )
+            } else {
+                (
+                    StatusCode::OK,
+                    "application/json",
+                    Answer::whole(COMPLETION_JSON),
+                )
+            }
+        }
+        _ => (
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            Answer::whole("not found"),
+        ),
+    };
+    let mut resp = Response::new(body);
+    *resp.status_mut() = status;
+    if let Ok(v) = hyper::header::HeaderValue::from_str(content_type) {
+        resp.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    Ok(resp)
+}
+
+/// The usage a request body asks for (`stream_options`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct UsageAsked {
+    include: bool,
+    continuous: bool,
+}
+
+impl UsageAsked {
+    /// Looks for the flags as a gateway writes them (compact JSON); a client that spaced
+    /// them out would get no usage, which the bench's clients never ask for anyway.
+    fn of(body: &[u8]) -> UsageAsked {
+        let has = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
+        let include = has(b"\"include_usage\":true");
+        UsageAsked {
+            include,
+            continuous: include && has(b"\"continuous_usage_stats\":true"),
+        }
+    }
+}
+
+/// The chunks of one streamed answer, each one `data:` event, `[DONE]` last.
+fn sse_chunks(prompt_tokens: u64, usage: UsageAsked) -> Vec<Bytes> {
+    let fields = |completion: u64| {
+        format!(
+            r#""prompt_tokens":{prompt_tokens},"total_tokens":{},"completion_tokens":{completion}"#,
+            prompt_tokens + completion
+        )
+    };
+    let head = format!(
+        r#"data: {{"id":"chatcmpl-bench","object":"chat.completion.chunk","created":0,"model":"{DEFAULT_MODEL}","choices":["#
+    );
+    let last = u64::from(STREAM_CHUNKS);
+    let mut out = Vec::new();
+    for i in 1..=last {
+        let finish = if i == last { r#""stop""# } else { "null" };
+        let running = if usage.continuous {
+            format!(r#","usage":{{{}}}"#, fields(i))
+        } else {
+            String::new()
+        };
+        out.push(Bytes::from(format!(
+            "{head}{{\"index\":0,\"delta\":{{\"content\":\"tok{i} \"}},\"logprobs\":null,\
+             \"finish_reason\":{finish}}}]{running}}}\n\n"
+        )));
+    }
+    if usage.include {
+        out.push(Bytes::from(format!(
+            "{head}],\"usage\":{{{},\"prompt_tokens_details\":{{\"cached_tokens\":0}}}}}}\n\n",
+            fields(last)
+        )));
+    }
+    out.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    out
+}
+
+/// A response body: one buffer, or chunks paced [`CHUNK_GAP`] apart.
+pub struct Answer {
+    chunks: std::vec::IntoIter<Bytes>,
+    paced: bool,
+    /// The wait before the next chunk (none before the first).
+    gap: Option<Pin<Box<Sleep>>>,
+}
+
+impl Answer {
+    fn whole(text: &'static str) -> Answer {
+        Answer {
+            chunks: vec![Bytes::from_static(text.as_bytes())].into_iter(),
+            paced: false,
+            gap: None,
+        }
+    }
+
+    fn stream(chunks: Vec<Bytes>) -> Answer {
+        Answer {
+            chunks: chunks.into_iter(),
+            paced: true,
+            gap: None,
+        }
+    }
+}
+
+impl Body for Answer {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = self.get_mut();
+        if let Some(gap) = this.gap.as_mut() {
+            if gap.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            this.gap = None;
+        }
+        match this.chunks.next() {
+            Some(chunk) => {
+                if this.paced && this.chunks.len() > 0 {
+                    this.gap = Some(Box::pin(tokio::time::sleep(CHUNK_GAP)));
+                }
+                Poll::Ready(Some(Ok(Frame::data(chunk))))
+            }
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.chunks.len() == 0 && self.gap.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        if self.paced {
+            return SizeHint::default();
+        }
+        let len: usize = self.chunks.as_slice().iter().map(Bytes::len).sum();
+        SizeHint::with_exact(len as u64)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::launch::client;
+
+    #[test]
+    fn usage_is_sent_only_when_asked_and_every_chunk_is_json() {
+        for (body, want) in [
+            (
+                &br#"{"model":"m","stream":true}"#[..],
+                UsageAsked::default(),
+            ),
+            (
+                br#"{"stream_options":{"include_usage":true},"stream":true}"#,
+                UsageAsked {
+                    include: true,
+                    continuous: false,
+                },
+            ),
+            (
+                br#"{"stream_options":{"include_usage":true,"continuous_usage_stats":true}}"#,
+                UsageAsked {
+                    include: true,
+                    continuous: true,
+                },
+            ),
+        ] {
+            let asked = UsageAsked::of(body);
+            assert_eq!(asked, want);
+            let chunks = sse_chunks(100, asked);
+            let extra = usize::from(asked.include);
+            assert_eq!(chunks.len(), STREAM_CHUNKS as usize + 1 + extra);
+            let mut last_usage = None;
+            for c in &chunks[..chunks.len() - 1] {
+                let text = std::str::from_utf8(c).unwrap();
+                let json = text
+                    .strip_prefix("data: ")
+                    .unwrap()
+                    .strip_suffix("\n\n")
+                    .unwrap();
+                let v: serde_json::Value = serde_json::from_str(json).unwrap();
+                assert_eq!(
+                    v["usage"].is_object(),
+                    asked.continuous || v["choices"] == serde_json::json!([])
+                );
+                if v["usage"].is_object() {
+                    last_usage = Some(v["usage"].clone());
+                }
+            }
+            if asked.include {
+                let u = last_usage.unwrap();
+                assert_eq!(u["completion_tokens"], u64::from(STREAM_CHUNKS));
+                assert_eq!(u["total_tokens"], 100 + u64::from(STREAM_CHUNKS));
+                assert_eq!(u["prompt_tokens_details"]["cached_tokens"], 0);
+            }
+            assert_eq!(&chunks[chunks.len() - 1][..], b"data: [DONE]\n\n");
+        }
+    }
+
+    #[tokio::test]
+    async fn streams_on_the_header_and_answers_json_without_it() {
+        let backend = BenchBackend::start(1).await.unwrap();
+        let url = format!("http://{}/v1/chat/completions", backend.addrs()[0]);
+        let body = serde_json::json!({"model": "m", "stream": true});
+        let r = client::post_json(&url, &body, &[]).await.unwrap();
+        assert_eq!(r.json().unwrap()["usage"]["completion_tokens"], 1);
+        let r = client::post_json(&url, &body, &[(STREAM_HEADER, "1")])
+            .await
+            .unwrap();
+        let text = r.text();
+        assert_eq!(text.matches("data: ").count(), STREAM_CHUNKS as usize + 1);
+        assert!(!text.contains("usage"), "{text}");
+        assert!(text.ends_with("data: [DONE]\n\n"));
+        assert_eq!(backend.streams().streams.load(Ordering::Relaxed), 1);
+        assert_eq!(backend.streams().usage_forced.load(Ordering::Relaxed), 0);
+        assert_eq!(backend.counters().posts.load(Ordering::Relaxed), 2);
+    }
+}
