@@ -27,7 +27,7 @@ use tokio::net::TcpStream;
 
 use super::tag;
 use crate::support::gw::{self, openai_error, Plan};
-use crate::support::{StreamPace, TestBackend};
+use crate::support::{ServeMode, StreamPace, TestBackend, MALFORMED_SSE};
 use infergate_harness::launch::client::{post_json, post_json_streamed, HttpResponse};
 use infergate_harness::launch::jwt::TestIssuer;
 use infergate_harness::launch::tenancy::{read_billing_log, Tenancy};
@@ -40,6 +40,8 @@ const MODEL: &str = "sim-model";
 const NO_USAGE_MODEL: &str = "plain-model";
 /// Served by an echo backend that answers with the headers it received.
 const ECHO_MODEL: &str = "echo-model";
+/// A pool with no endpoint: the picker answers 503 after the quota admitted the request.
+const EMPTY_MODEL: &str = "empty-model";
 
 /// The test keys of `testdata/tenants` (see testdata/README.md).
 const KEY_A: &str = "sk-infergate-test-tenant-a";
@@ -48,6 +50,7 @@ const KEY_B_REVOKED: &str = "sk-infergate-test-tenant-b-revoked";
 /// Keys of this suite's own small-quota tenants.
 const KEY_RPM: &str = "sk-infergate-e2e-rpm";
 const KEY_TPM: &str = "sk-infergate-e2e-tpm";
+const KEY_ONE: &str = "sk-infergate-e2e-one";
 
 const OBJECTIVE: &str = "x-llm-d-inference-objective";
 const FAIRNESS: &str = "x-llm-d-inference-fairness-id";
@@ -121,6 +124,13 @@ fn objects(b_concurrency: u64) -> Vec<Value> {
             KEY_TPM,
             "standard-traffic",
             json!({"rpm": 1000, "tpm": 600, "concurrency": 100}),
+            None,
+        ),
+        quota(
+            "tenant-one",
+            KEY_ONE,
+            "standard-traffic",
+            json!({"rpm": 1000, "tpm": 100000000, "concurrency": 1}),
             None,
         ),
         objective("premium-traffic", 100),
@@ -321,6 +331,7 @@ pub(super) async fn tenants_are_authenticated_limited_and_billed(flavor: Flavor)
         PoolSpec::on(MODEL, &[0, 1]),
         PoolSpec::on(NO_USAGE_MODEL, &[2]),
         PoolSpec::on(ECHO_MODEL, &[3]),
+        PoolSpec::empty(EMPTY_MODEL),
     ]);
     plan.tenancy = Tenancy {
         objects: objects(2),
@@ -547,12 +558,80 @@ pub(super) async fn tenants_are_authenticated_limited_and_billed(flavor: Flavor)
     let counted = content_chunks(&resp.body());
     reached += 1;
 
+    // --- every end settles once: a later filter's 503, an upstream reset mid-stream,
+    // malformed SSE; tenant-one's single slot must be free after each ---
+    let auth_one = bearer(KEY_ONE);
+    let one = [("authorization", auth_one.as_str())];
+    let resp = chat(&stack, &short(EMPTY_MODEL, "nobody"), &one).await;
+    openai_error(&resp, 503);
+    assert_eq!(header(&resp, DROPPED), "rejected-no-endpoints", "{t}");
+    let mut reset = OpenStream::open(
+        &url,
+        &json!({"model": ECHO_MODEL, "stream": true, "stream_events": 50, "stream_gap_ms": 100,
+                "messages": [{"role": "user", "content": "reset me"}]}),
+        &one,
+    )
+    .await;
+    assert_eq!(reset.status, 200, "{t}");
+    reset.read_events(1).await;
+    echo.kill();
+    echo.restart().await;
+    let cut_short = reset.read_to_end().await;
+    assert!(
+        !cut_short.ends_with(b"[DONE]\n\n"),
+        "{t}: the upstream reset"
+    );
+    echo.set_serve(ServeMode::MalformedSse);
+    let malformed = post_json_streamed(
+        &url,
+        &json!({"model": ECHO_MODEL, "stream": true, "messages": []}),
+        &one,
+    )
+    .await
+    .unwrap();
+    echo.set_serve(ServeMode::Normal);
+    assert_eq!(malformed.status, 200, "{t}");
+    assert_eq!(
+        malformed.body(),
+        MALFORMED_SSE,
+        "{t}: malformed SSE passes through byte for byte"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let resp = chat(&stack, &short(MODEL, "still one slot"), &one).await;
+        if resp.status == 200 {
+            break;
+        }
+        assert_eq!(header(&resp, DROPPED), "rejected-quota-concurrency", "{t}");
+        assert!(
+            Instant::now() < deadline,
+            "{t}: tenant-one's slot never came back"
+        );
+        reached += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    reached += 4;
+
     // --- the billing log ---
     let records = billing_records(&stack, reached).await;
     assert_eq!(
         records.len(),
         reached,
         "{t}: one line per request that reached the auth stage\n{records:#?}"
+    );
+    let outcome_of = |model: &str| -> Vec<String> {
+        records
+            .iter()
+            .filter(|r| r["tenant"] == "tenant-one" && r["model"] == model)
+            .map(|r| r["outcome"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(outcome_of(EMPTY_MODEL), ["rejected-no-endpoints"], "{t}");
+    assert_eq!(
+        outcome_of(ECHO_MODEL).len(),
+        2,
+        "{t}: {:?}",
+        outcome_of(ECHO_MODEL)
     );
     let jwt_record = by_request_id(&records, "e2e-jwt");
     assert_eq!(jwt_record["tenant"], "tenant-a", "{t}");
@@ -606,7 +685,13 @@ pub(super) async fn tenants_are_authenticated_limited_and_billed(flavor: Flavor)
 
     // Per tenant, what was billed on the usage-reporting pool is what its engines served:
     // exactly, except a cut-off stream's last chunk or two still in flight at the cut.
-    for tenant in ["tenant-a", "tenant-b", "tenant-rpm", "tenant-tpm"] {
+    for tenant in [
+        "tenant-a",
+        "tenant-b",
+        "tenant-rpm",
+        "tenant-tpm",
+        "tenant-one",
+    ] {
         let billed: u64 = records
             .iter()
             .filter(|r| r["tenant"] == tenant && r["pool"] == MODEL)
