@@ -565,22 +565,6 @@ pub(super) async fn tenants_are_authenticated_limited_and_billed(flavor: Flavor)
     let resp = chat(&stack, &short(EMPTY_MODEL, "nobody"), &one).await;
     openai_error(&resp, 503);
     assert_eq!(header(&resp, DROPPED), "rejected-no-endpoints", "{t}");
-    let mut reset = OpenStream::open(
-        &url,
-        &json!({"model": ECHO_MODEL, "stream": true, "stream_events": 50, "stream_gap_ms": 100,
-                "messages": [{"role": "user", "content": "reset me"}]}),
-        &one,
-    )
-    .await;
-    assert_eq!(reset.status, 200, "{t}");
-    reset.read_events(1).await;
-    echo.kill();
-    echo.restart().await;
-    let cut_short = reset.read_to_end().await;
-    assert!(
-        !cut_short.ends_with(b"[DONE]\n\n"),
-        "{t}: the upstream reset"
-    );
     echo.set_serve(ServeMode::MalformedSse);
     let malformed = post_json_streamed(
         &url,
@@ -595,6 +579,22 @@ pub(super) async fn tenants_are_authenticated_limited_and_billed(flavor: Flavor)
         malformed.body(),
         MALFORMED_SSE,
         "{t}: malformed SSE passes through byte for byte"
+    );
+    let mut reset = OpenStream::open(
+        &url,
+        &json!({"model": ECHO_MODEL, "stream": true, "stream_events": 50, "stream_gap_ms": 100,
+                "messages": [{"role": "user", "content": "reset me"}]}),
+        &one,
+    )
+    .await;
+    assert_eq!(reset.status, 200, "{t}");
+    reset.read_events(1).await;
+    // The engine dies mid-stream (it is not needed after this).
+    echo.kill();
+    let cut_short = reset.read_to_end().await;
+    assert!(
+        !cut_short.ends_with(b"[DONE]\n\n"),
+        "{t}: the upstream reset"
     );
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
