@@ -8,6 +8,8 @@
 //!   [`columns`] holds a run's results and renders them; [`cli`] parses the shared flags.
 //! - [`hotspot`]: the demo's second scenario: one replica kept full of long-context
 //!   requests, the calibration's chat workload through `/rr` and through the picker.
+//! - [`tenants`]: the demo's tenant scenario: two tenants with token quotas on one pool,
+//!   through the gateway and through `/rr`, with the billing log's totals per tenant.
 //! - [`fast_backend`]: a backend that answers at once (a small completion JSON, a constant
 //!   `/metrics` page), so a proxy-overhead run measures Envoy and the filters, not an engine.
 //! - [`closed_loop`]: a fixed-concurrency keep-alive HTTP/1.1 client measuring requests/s
@@ -33,3 +35,4 @@ pub mod overhead;
 pub mod overhead_table;
 pub mod report;
 pub mod soak;
+pub mod tenants;

@@ -1,4 +1,4 @@
-//! `cargo xtask demo [--scenario calibration|hotspot] …`: the README's main command. Over
+//! `cargo xtask demo [--scenario calibration|hotspot|tenants] …`: the README's main command. Over
 //! the artefacts xtask built, brings the gateway up on a simulated pool, sends a multi-turn chat
 //! workload to Envoy's round-robin `/rr` and then through the picker, prints the two side by
 //! side, and stops Envoy and the simulator.
@@ -8,15 +8,20 @@
 //! - `hotspot`: the same, with one replica kept full by long-context requests sent straight
 //!   to it (`infergate_harness::bench::hotspot`): TTFT p50/p99, the new requests each replica received,
 //!   and whether the picker kept away from the full replica.
+//! - `tenants`: two tenants with token quotas share the pool
+//!   (`infergate_harness::bench::tenants`): a premium tenant's chats and a standard tenant's
+//!   batch of long prompts through the gateway with tenancy, then through `/rr`: A's TTFT,
+//!   B's 429s by reason, the tokens billed per tenant against the tokens the replicas served.
 
 use super::bench::compare_with_baseline;
 use super::Mode;
 use anyhow::{bail, Result};
 use infergate_harness::bench::calibration::{CalibrationArgs, Route, RunSpec};
 use infergate_harness::bench::hotspot::{self, HotspotOptions};
+use infergate_harness::bench::tenants::{self, TenantsOptions};
 use infergate_harness::launch::{runtime, Flavor};
 
-const USAGE: &str = "usage: cargo xtask demo [--scenario calibration|hotspot] [options]
+const USAGE: &str = "usage: cargo xtask demo [--scenario calibration|hotspot|tenants] [options]
   calibration  (the default) the calibration workload through /rr and through the picker:
                TTFT and cache-hit ratios side by side
                [--flavor wasm|native] [--workers N (1)] [--time-scale S] [--quick]
@@ -26,7 +31,15 @@ const USAGE: &str = "usage: cargo xtask demo [--scenario calibration|hotspot] [o
                TTFT on the full replica vs the others, the full replica's KV min/mean
                [--flavor wasm|native] [--workers N (2)] [--time-scale S] [--quick]
                [--picker-config kv-filter|default (kv-filter: a utilization-filter at 0.9 KV
-               ahead of the default scorers; default: the picker's built-in config)]";
+               ahead of the default scorers; default: the picker's built-in config)]
+  tenants      tenants A (premium, short chats) and B (standard, a batch of 3k-token prompts,
+               a third of A's tokens per minute) share 4 replicas; the same load through the
+               gateway with tenancy, then through /rr, each on fresh replicas: A's TTFT
+               p50/p99, B's 429s by reason, tokens billed per tenant (with Σ pre_debit −
+               Σ refund = Σ charged) next to the tokens the replicas served
+               [--flavor native|wasm (native)] [--workers N (2)] [--time-scale S] [--quick]
+               [--tenants PATH (testdata/tenants/demo: TenantQuota objects giving the test
+               keys of testdata/README.md to tenant-a and tenant-b)]";
 
 /// Envoy worker threads of the calibration scenario. One: on a 2-core machine the simulator
 /// and the load generator need the other core. The picker's affinity does not depend on it
@@ -38,6 +51,7 @@ const DEMO_WORKERS: u32 = 1;
 enum Scenario {
     Calibration,
     Hotspot,
+    Tenants,
 }
 
 /// Splits `--scenario NAME` off the arguments.
@@ -50,6 +64,7 @@ fn scenario(args: &[String]) -> Result<(Scenario, Vec<String>)> {
             which = match it.next().map(String::as_str) {
                 Some("calibration") => Scenario::Calibration,
                 Some("hotspot") => Scenario::Hotspot,
+                Some("tenants") => Scenario::Tenants,
                 Some(other) => bail!("unknown scenario `{other}`\n{USAGE}"),
                 None => bail!("--scenario needs a value\n{USAGE}"),
             };
@@ -85,6 +100,22 @@ pub fn run(args: &[String], mode: Mode) -> Result<()> {
                 opts.workers
             );
             let out = runtime()?.block_on(hotspot::run(&opts))?;
+            println!("\n{out}");
+            eprintln!("demo: Envoy and the simulator stopped");
+            Ok(())
+        }
+        Scenario::Tenants => {
+            let opts = TenantsOptions::parse(&rest)?;
+            if mode == Mode::Check {
+                return Ok(());
+            }
+            eprintln!(
+                "demo (tenants): tenant A's chats and tenant B's batch through the gateway \
+                 with tenancy ({}, Envoy --concurrency {}), then through Envoy's round-robin \
+                 route, each on a fresh simulated pool",
+                opts.flavor, opts.workers
+            );
+            let out = runtime()?.block_on(tenants::run(&opts))?;
             println!("\n{out}");
             eprintln!("demo: Envoy and the simulator stopped");
             Ok(())
@@ -151,8 +182,11 @@ mod tests {
             (s, rest),
             (Scenario::Hotspot, strings(&["--flavor", "native"]))
         );
+        let (s, rest) = scenario(&strings(&["--scenario", "tenants", "--quick"])).unwrap();
+        assert_eq!((s, rest), (Scenario::Tenants, strings(&["--quick"])));
         assert!(scenario(&strings(&["--scenario", "x"])).is_err());
         assert!(scenario(&strings(&["--scenario"])).is_err());
         assert!(USAGE.contains("calibration") && USAGE.contains("hotspot"));
+        assert!(USAGE.contains("tenants"));
     }
 }
