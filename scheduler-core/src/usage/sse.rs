@@ -17,7 +17,10 @@
 //!   the JSON with its comma, every other byte as the engine sent it.
 //!
 //! Each `data:` line is read on its own (engines write one line per event); a JSON value
-//! split over several `data:` lines of one event is not reassembled.
+//! split over several `data:` lines of one event is not reassembled. Lines end at `\n`
+//! (`\r\n` included); a bare `\r`, which SSE also allows but no engine writes, does not end
+//! a line here, so such a stream is forwarded unchanged once its first "line" passes
+//! [`MAX_LINE`].
 
 use super::json::{scan_event, Choices, UsageValue, USAGE_KEY};
 use super::{Stats, Usage};
