@@ -119,9 +119,9 @@ fn byte_eq(w: u64, b: u8) -> u64 {
 /// From just after an opening quote to just after its closing quote.
 #[inline]
 fn skip_string(s: &[u8], mut i: usize) -> Option<usize> {
-    // Keys and most values are short: eight bytes at a time for the first 32, then
+    // Keys and most values are short: eight bytes at a time for the first 64, then
     // `memchr2` takes the long texts.
-    let short_end = i.saturating_add(32);
+    let short_end = i.saturating_add(64);
     while i < short_end {
         let Some(w) = s.get(i..).and_then(|r| r.first_chunk::<8>()) else {
             break;
@@ -171,6 +171,19 @@ fn skip_container(s: &[u8], mut i: usize) -> Option<usize> {
     None
 }
 
+/// Bytes that can be part of a number or a literal (`true`, `false`, `null`): letters,
+/// digits, `+`, `-`, `.`. A scalar ends at anything else (structure, whitespace, quote).
+const SCALAR: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_alphanumeric() || c == b'+' || c == b'-' || c == b'.';
+        b += 1;
+    }
+    t
+};
+
 /// From the first byte of a value to just after it.
 fn skip_value(s: &[u8], i: usize) -> Option<usize> {
     match s.get(i)? {
@@ -178,10 +191,7 @@ fn skip_value(s: &[u8], i: usize) -> Option<usize> {
         b'{' | b'[' => skip_container(s, i + 1),
         _ => {
             let mut j = i;
-            while let Some(&b) = s.get(j) {
-                if matches!(b, b',' | b'}' | b']' | b':' | b'"' | b'{' | b'[') || is_ws(b) {
-                    break;
-                }
+            while s.get(j).is_some_and(|&b| SCALAR[usize::from(b)]) {
                 j += 1;
             }
             (j > i).then_some(j)
