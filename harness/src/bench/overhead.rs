@@ -27,7 +27,8 @@
 //!
 //! Streamed windows: after its measured window, each arm but the floors also runs a
 //! streamed window ([`first_chunk`]): the same bodies with `"stream": true`, answered by
-//! [`backend`] with 20 SSE chunks 1 ms apart, timing the first chunk and the whole stream.
+//! [`backend`] with 20 SSE chunks a few ms apart, timing the first chunk and the whole
+//! stream.
 //! On a tenancy arm the gateway forces usage reporting on (the backend counts it) and reads
 //! and strips it from every chunk; the client checks that it never sees usage.
 

@@ -1,7 +1,7 @@
-//! The backend of `bench overhead`: [`super::super::fast_backend`]'s answers (one small chat
+//! The backend of `bench overhead`: [`crate::bench::fast_backend`]'s answers (one small chat
 //! completion per `POST`, a constant idle vLLM `/metrics` page, `/health`), plus a streamed
 //! answer for requests carrying [`STREAM_HEADER`]: [`STREAM_CHUNKS`] content chunks of
-//! vLLM's shape, the first with the response headers at once, each next one
+//! vLLM's shape, the first with the response headers at once, each next one at least
 //! [`CHUNK_GAP`] later, then `data: [DONE]`.
 //!
 //! Like vLLM, a stream carries usage only when the body asks for it: with
@@ -43,8 +43,10 @@ pub const STREAM_HEADER: &str = "x-bench-stream";
 /// Content chunks of every streamed answer.
 pub const STREAM_CHUNKS: u32 = 20;
 
-/// Time between two chunks of a streamed answer: an engine's inter-token time, shortened so
-/// a stream lasts about 20 ms. The first chunk leaves with the headers.
+/// The least time between two chunks of a streamed answer: an engine's inter-token time,
+/// shortened. Tokio's timer rounds a sleep up past its next millisecond tick, so chunks
+/// come about 2 ms apart and a stream lasts about 40 ms. The first chunk leaves with the
+/// headers.
 pub const CHUNK_GAP: Duration = Duration::from_millis(1);
 
 /// Streamed answers and how many of them had usage forced on.
