@@ -180,6 +180,20 @@ impl UsageTracker {
         }
     }
 
+    /// A tracker that runs the rewriting machinery (lines held back, output rebuilt) with
+    /// the given edits (possibly none): for testing that it alone changes nothing.
+    #[cfg(test)]
+    pub(crate) fn with_edits(drop_final: bool, strip_chunks: bool) -> UsageTracker {
+        UsageTracker {
+            scan: Scan::Sse(sse::SseScan::new(Some(sse::Rewrite {
+                drop_final,
+                strip_chunks,
+            }))),
+            stats: Stats::default(),
+            rewrites: true,
+        }
+    }
+
     /// Whether this tracker ever rewrites (EventStream and the client did not ask for all the usage the gateway forced).
     pub fn rewrites(&self) -> bool {
         self.rewrites

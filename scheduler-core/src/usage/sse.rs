@@ -33,6 +33,10 @@ use memchr::memmem::Finder;
 /// unchanged and counted as a content chunk if they are `data:` lines.
 pub const MAX_LINE: usize = 64 * 1024;
 
+/// The most capacity the held-line buffer keeps between lines (a rare long line's buffer
+/// is freed once it has been read).
+const KEPT_CAPACITY: usize = 4096;
+
 /// What to do with one line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Edit {
@@ -218,8 +222,11 @@ impl SseScan {
                 let edit = self.line(&line, stats);
                 emit_edited(&mut w, &line, &edit);
                 w.skip(end);
-                self.held = line;
-                self.held.clear();
+                // Keep the buffer for the next cut line, unless a long one grew it.
+                if line.capacity() <= KEPT_CAPACITY {
+                    self.held = line;
+                    self.held.clear();
+                }
             } else {
                 self.held.extend_from_slice(part);
                 w.skip(end);

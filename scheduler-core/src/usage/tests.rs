@@ -466,3 +466,29 @@ fn line_cap_boundary_is_the_same_for_every_chunking() {
         }
     }
 }
+
+#[test]
+fn events_without_choices_pass_untouched_and_their_usage_is_final() {
+    let s = concat!(
+        "event: message_delta\n",
+        r#"data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":15}}"#,
+        "\n\n"
+    );
+    let (out, r) = sse(NONE, s);
+    assert_eq!(out, s);
+    assert_eq!(
+        (r.usage, r.source, r.content_chunks),
+        (usage(0, 15, 0), UsageSource::Usage, 0)
+    );
+}
+
+#[test]
+fn the_final_usage_is_not_replaced_by_a_later_chunk() {
+    let s = [final_chunk(9, 9), chunk("late", Some((9, 10)))].concat();
+    let (out, r) = sse(FINAL_ONLY, &s);
+    assert_eq!(out, [final_chunk(9, 9), chunk("late", None)].concat());
+    assert_eq!((r.usage, r.source), (usage(9, 9, 0), UsageSource::Usage));
+    // A later final usage does replace it.
+    let (_, r) = sse(NONE, &[final_chunk(9, 9), final_chunk(9, 11)].concat());
+    assert_eq!(r.usage, usage(9, 11, 0));
+}

@@ -288,8 +288,39 @@ fn garbage() -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(token, 0..80).prop_map(|t| t.concat())
 }
 
+/// Feeds `chunks` to a tracker that rewrites with no edits enabled.
+fn run_no_edits(chunks: &[Vec<u8>]) -> Vec<u8> {
+    let mut t = UsageTracker::with_edits(false, false);
+    let mut sent = Vec::new();
+    let mut out = Vec::new();
+    for (i, c) in chunks.iter().enumerate() {
+        match t.feed(c, i + 1 == chunks.len(), &mut out) {
+            Forward::Unchanged => sent.extend_from_slice(c),
+            Forward::Replaced => sent.extend_from_slice(&out),
+        }
+    }
+    sent
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The rewriting machinery itself (lines held back across chunks, output rebuilt)
+    /// changes nothing: with no edit enabled, what the client receives is the engine's
+    /// stream byte for byte, however it is chunked, real stream or garbage.
+    #[test]
+    fn rewriting_with_nothing_to_remove_is_the_identity(
+        events in prop::collection::vec(event(), 0..10),
+        style in style(),
+        junk in garbage(),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..24),
+    ) {
+        let forced: String = events.iter().map(|e| render(e, style, true, true)).collect();
+        for bytes in [forced.as_bytes(), &junk] {
+            let chunks = chunked(bytes, &cuts);
+            prop_assert_eq!(run_no_edits(&chunks), bytes);
+        }
+    }
 
     /// The forced stream, rewritten for each client, is the stream the engine would have
     /// sent that client; the report is the same whatever the client asked.
