@@ -223,6 +223,19 @@ impl UsageTracker {
         }
     }
 
+    /// The host could not send the last [`Forward::Replaced`] output and forwarded that
+    /// chunk as it came instead: stop rewriting, so the line held back from it is not
+    /// sent a second time with the next chunk. Usage is still read; every later chunk is
+    /// [`Forward::Unchanged`]. (Only the first replaced chunk can fall back like this
+    /// without loss: a line held back earlier was in neither that chunk nor the client's
+    /// stream.)
+    pub fn stop_rewriting(&mut self) {
+        self.rewrites = false;
+        if let Scan::Sse(s) = &mut self.scan {
+            s.stop_rewriting();
+        }
+    }
+
     /// The usage known so far (callable at any time, e.g. when the stream is cut off).
     pub fn report(&self) -> UsageReport {
         let s = &self.stats;

@@ -171,6 +171,12 @@ impl SseScan {
         self.held.len()
     }
 
+    /// From now on only reads (what was held is kept for reading, never sent).
+    pub fn stop_rewriting(&mut self) {
+        self.rewrite = None;
+        self.drop_blank = false;
+    }
+
     /// Whether any edit is ever made.
     pub fn rewrites(&self) -> bool {
         self.rewrite.is_some()

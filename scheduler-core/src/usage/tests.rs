@@ -492,3 +492,36 @@ fn the_final_usage_is_not_replaced_by_a_later_chunk() {
     let (_, r) = sse(NONE, &[final_chunk(9, 9), final_chunk(9, 11)].concat());
     assert_eq!(r.usage, usage(9, 11, 0));
 }
+
+#[test]
+fn a_host_that_cannot_replace_falls_back_to_the_engine_stream() {
+    let stream = [
+        chunk("a", Some((4, 1))),
+        chunk("b", Some((4, 2))),
+        final_chunk(4, 2),
+        DONE.into(),
+    ]
+    .concat();
+    let bytes = stream.as_bytes();
+    for first in [10, 200, 400] {
+        let mut t = UsageTracker::new(BodyKind::EventStream, NONE);
+        let mut out = Vec::new();
+        let mut sent = Vec::new();
+        let (a, rest) = bytes.split_at(first);
+        // The host fails to replace the first chunk it is asked to and sends it as it came.
+        assert_eq!(t.feed(a, false, &mut out), Forward::Replaced);
+        sent.extend_from_slice(a);
+        t.stop_rewriting();
+        assert!(!t.rewrites());
+        for c in rest.chunks(37) {
+            assert_eq!(t.feed(c, false, &mut out), Forward::Unchanged);
+            sent.extend_from_slice(c);
+        }
+        assert_eq!(t.feed(b"", true, &mut out), Forward::Unchanged);
+        assert_eq!(sent, bytes, "first chunk {first}");
+        assert_eq!(
+            (t.report().usage, t.report().source),
+            (usage(4, 2, 0), UsageSource::Usage)
+        );
+    }
+}
