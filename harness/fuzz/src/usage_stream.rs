@@ -3,7 +3,9 @@
 //!
 //! Input: a mode byte (bits 0-1: what the client asked for; bit 2: a JSON body instead of
 //! an event stream; bit 3: end of stream on a last, empty chunk), a chunking byte (seed of
-//! the chunk sizes), then the body.
+//! the chunk sizes), then the body. Every input is also run as through a host that cannot
+//! replace chunks (it forwards the first replaced one as it came and stops the
+//! rewriting): the tracker must not ask to replace again, and reads the same usage.
 
 use scheduler_core::usage::{
     BodyKind, ClientWants, Forward, UsageReport, UsageSource, UsageTracker, MAX_COUNT, MAX_LINE,
@@ -96,6 +98,30 @@ fn check_report(r: &UsageReport) {
     }
 }
 
+/// A host whose replacing fails: the first replaced chunk goes out as it came and the
+/// tracker is told to stop rewriting; after that it must never ask to replace again.
+/// Returns the report, which must not depend on the rewriting.
+fn feed_failing_host(wants: ClientWants, chunks: &[&[u8]]) -> UsageReport {
+    let mut t = UsageTracker::new(BodyKind::EventStream, wants);
+    let mut out = Vec::new();
+    let mut stopped = false;
+    for (i, c) in chunks.iter().enumerate() {
+        let f = t.feed(c, i + 1 == chunks.len(), &mut out);
+        if stopped {
+            assert_eq!(
+                f,
+                Forward::Unchanged,
+                "replaced a chunk after stop_rewriting"
+            );
+        } else if f == Forward::Replaced {
+            t.stop_rewriting();
+            assert!(!t.rewrites());
+            stopped = true;
+        }
+    }
+    t.report()
+}
+
 /// Whether `sub` is `full` with some bytes removed.
 fn is_subsequence(sub: &[u8], full: &[u8]) -> bool {
     let mut it = full.iter();
@@ -133,6 +159,7 @@ pub fn usage_stream(data: &[u8]) {
         assert_eq!(sent, body, "an observe-only tracker changed the body");
     } else {
         assert!(is_subsequence(&sent, body), "a rewrite added bytes");
+        assert_eq!(feed_failing_host(wants, &cut), report);
     }
     assert!(report.content_chunks <= body.len() as u64);
     if report.done && kind == BodyKind::EventStream {

@@ -49,8 +49,10 @@ pub(crate) struct BodyScan {
     /// The usage object's text while it streams past.
     capture: Vec<u8>,
     capturing: bool,
-    /// The top-level value closed.
+    /// The top-level value closed, or the body is not JSON (no more reading either way).
     complete: bool,
+    /// The body did not start with an object or array: nothing in it is trusted.
+    not_json: bool,
     /// The last top-level usage read.
     usage: Option<Usage>,
 }
@@ -69,13 +71,14 @@ impl BodyScan {
             capture: Vec::new(),
             capturing: false,
             complete: false,
+            not_json: false,
             usage: None,
         }
     }
 
     /// The body's top-level value closed.
     pub fn complete(&self) -> bool {
-        self.complete
+        self.complete && !self.not_json
     }
 
     /// The last top-level usage object read with at least one token count.
@@ -132,6 +135,13 @@ impl BodyScan {
                 }
                 self.key_len = self.key_len.saturating_add(1);
             }
+            return;
+        }
+        if self.depth == 0 && !matches!(b, b'{' | b'[' | b' ' | b'\t' | b'\n' | b'\r') {
+            // Text before the value (an event stream sent as JSON, an HTML error page):
+            // reading on from its first brace would take a part for the whole.
+            self.not_json = true;
+            self.complete = true;
             return;
         }
         match b {

@@ -348,6 +348,21 @@ fn json_body_usage_only_at_top_level() {
     assert_eq!((r.source, r.done), (UsageSource::None, true));
     let (_, r) = run(BodyKind::Json, NONE, &[br#"{"usage":{"prompt_tokens":1}"#]);
     assert_eq!((r.source, r.done), (UsageSource::Usage, false));
+    // Not JSON at all: nothing in it is read, even an object further on.
+    for body in [
+        &b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3}}\n\n"[..],
+        b"<html>{\"usage\":{\"prompt_tokens\":3}}</html>",
+        b"} {\"usage\":{\"prompt_tokens\":3}}",
+    ] {
+        let (_, r) = run(BodyKind::Json, NONE, &[body]);
+        assert_eq!((r.source, r.done), (UsageSource::None, false));
+    }
+    let (_, r) = run(
+        BodyKind::Json,
+        NONE,
+        &[b" \r\n", br#"{"usage":{"prompt_tokens":3}}"#],
+    );
+    assert_eq!((r.source, r.done), (UsageSource::Usage, true));
 }
 
 #[test]
