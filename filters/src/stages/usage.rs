@@ -158,10 +158,12 @@ where
             return;
         };
         let mut out = Vec::new();
-        if metering.tracker.feed(&chunk, end_of_stream, &mut out) == Forward::Replaced {
-            // A host that cannot rewrite forwards the engine's bytes: the client then sees
-            // usage it did not ask for, never a broken stream.
-            let _ = host.replace_response_chunk(&out);
+        if metering.tracker.feed(&chunk, end_of_stream, &mut out) == Forward::Replaced
+            && host.replace_response_chunk(&out).is_err()
+        {
+            // The host forwarded the engine's bytes: the client then sees usage it did not
+            // ask for, never a broken stream; usage is still read.
+            metering.tracker.stop_rewriting();
         }
     }
 }
