@@ -14,6 +14,7 @@
 //! formed up to its closing brace, followed by nothing but whitespace, or the event is not
 //! trusted at all.
 
+use alloc::vec::Vec;
 use core::ops::Range;
 use memchr::memchr2;
 use memchr::memmem::Finder;
@@ -292,12 +293,20 @@ const MAX_CANDIDATES: usize = 16;
 /// object and then the text ends. For well-formed JSON this is exact: a `"usage"` whose
 /// quote is not escaped is a key, and only a top-level key is followed by nothing but the
 /// top-level object's closing brace and further top-level members.
-pub(crate) fn scan_event(p: &[u8], finder: &Finder<'_>) -> Option<Event> {
+///
+/// `known` is the text up to the `choices` value of an earlier event of the same stream
+/// whose members before `choices` held no `usage`: engines start every chunk of a stream
+/// with the same bytes (id, object, created, model), and the same bytes read the same, so
+/// an event that starts with them goes straight to its `choices` value.
+pub(crate) fn scan_event(p: &[u8], finder: &Finder<'_>, known: &mut Vec<u8>) -> Option<Event> {
     let mut i = skip_ws(p, 0);
     // An object from its first byte to its last: a line cut short is not trusted, even
     // where the members read before `choices` look fine.
     if p.get(i) != Some(&b'{') || p.trim_ascii_end().last() != Some(&b'}') {
         return None;
+    }
+    if !known.is_empty() && p.starts_with(known) {
+        return Some(after_choices(p, known.len(), finder));
     }
     let mut ev = Event {
         choices: Choices::Absent,
@@ -334,17 +343,16 @@ pub(crate) fn scan_event(p: &[u8], finder: &Finder<'_>) -> Option<Event> {
                 end
             }
             b"choices" => {
-                ev.choices = match p.get(v) {
-                    Some(b'[') if p.get(skip_ws(p, v + 1)) == Some(&b']') => Choices::Empty,
-                    Some(b'[') => Choices::NonEmpty,
-                    _ => Choices::Absent,
-                };
                 if ev.usage.is_some() {
                     // Both found: the rest cannot change what this event is.
+                    ev.choices = choices(p, v);
                     return Some(ev);
                 }
-                ev.usage = find_usage(p, v, finder);
-                return Some(ev);
+                if v <= MAX_KNOWN {
+                    known.clear();
+                    known.extend_from_slice(p.get(..v)?);
+                }
+                return Some(after_choices(p, v, finder));
             }
             _ => skip_value(p, v)?,
         };
@@ -359,6 +367,26 @@ pub(crate) fn scan_event(p: &[u8], finder: &Finder<'_>) -> Option<Event> {
             }
             _ => return None,
         }
+    }
+}
+
+/// The most bytes before `choices` remembered for the next event.
+const MAX_KNOWN: usize = 1024;
+
+/// What the `choices` value at `v` holds.
+fn choices(p: &[u8], v: usize) -> Choices {
+    match p.get(v) {
+        Some(b'[') if p.get(skip_ws(p, v + 1)) == Some(&b']') => Choices::Empty,
+        Some(b'[') => Choices::NonEmpty,
+        _ => Choices::Absent,
+    }
+}
+
+/// The event whose `choices` value is at `v`, no `usage` member having come before it.
+fn after_choices(p: &[u8], v: usize, finder: &Finder<'_>) -> Event {
+    Event {
+        choices: choices(p, v),
+        usage: find_usage(p, v, finder),
     }
 }
 

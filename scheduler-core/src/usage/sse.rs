@@ -151,6 +151,9 @@ pub(crate) struct SseScan {
     event_open: bool,
     /// The search for the `"usage"` key, built once.
     finder: Finder<'static>,
+    /// The text before `choices` that this stream's events start with (see
+    /// [`scan_event`]).
+    known_prefix: Vec<u8>,
 }
 
 impl SseScan {
@@ -162,6 +165,7 @@ impl SseScan {
             drop_blank: false,
             event_open: false,
             finder: Finder::new(USAGE_KEY),
+            known_prefix: Vec::new(),
         }
     }
 
@@ -318,7 +322,7 @@ impl SseScan {
             stats.done = true;
             return Edit::Keep;
         }
-        let Some(ev) = scan_event(payload, &self.finder) else {
+        let Some(ev) = scan_event(payload, &self.finder, &mut self.known_prefix) else {
             return Edit::Keep;
         };
         if ev.choices == Choices::NonEmpty {
