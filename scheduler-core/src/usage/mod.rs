@@ -29,8 +29,10 @@
 //!
 //! Speed (≥ 1 GB/s in every mode, `benches/usage.rs`): lines are found with `memchr`; each
 //! `data:` line's JSON is read member by member up to `choices` (string contents skipped
-//! eight bytes at a time), the rest searched for the `"usage"` key with `memmem`, and only
-//! the usage object itself is parsed. No JSON tree is ever built.
+//! eight bytes at a time; skipped altogether when the line starts with the same bytes as
+//! an earlier event of the stream, as engines' chunks do), the rest searched for the
+//! `"usage"` key with `memmem`, and only the usage object itself is parsed. No JSON tree
+//! is ever built.
 //!
 //! Values that are not plain non-negative integers up to 2^53 are ignored, not trusted. A
 //! `"usage"` key counts only as a member of the event's top-level object, never inside a
