@@ -8,7 +8,8 @@
 //!    its sha256 against `apiKeyHashes`. No credential, or one no tenant holds: 401 with
 //!    OpenAI's `invalid_api_key`.
 //! 3. The tenant's `inject.fairnessId` and `inject.objective` are set as
-//!    `x-llm-d-inference-fairness-id` and `x-llm-d-inference-objective`.
+//!    `x-llm-d-inference-fairness-id` and `x-llm-d-inference-objective`, and the
+//!    `authorization` header is removed: an engine never sees a tenant's credential.
 //!
 //! The stage is also where the request's tenancy ends ([`Tenancy::finish`]): it is the first
 //! stage, so its response-side callbacks run last, after the usage stage read the chunk.
@@ -139,6 +140,8 @@ where
         };
         acc.tenant = Some(tenant);
         cx.insert(acc);
+        // The tenant's credential is the gateway's business: engines never receive it.
+        host.remove_request_header("authorization");
         if let Some(t) = self.tenancy.tenants().tenant(tenant) {
             if let Some(fairness) = &t.fairness_id {
                 host.set_request_header(FAIRNESS_ID, fairness);

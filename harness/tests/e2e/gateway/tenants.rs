@@ -400,6 +400,10 @@ pub(super) async fn tenants_are_authenticated_limited_and_billed(flavor: Flavor)
         seen.get("x-gateway-inference-objective").is_none(),
         "{t}: {seen}"
     );
+    assert!(
+        seen.get("authorization").is_none(),
+        "{t}: the engine got the tenant's key: {seen}"
+    );
     reached += 1;
 
     // --- RPM ---
