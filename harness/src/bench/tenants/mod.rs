@@ -21,7 +21,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 use self::figures::{bills, placement, served, served_since, Bill, Served};
-use super::calibration::{self, DEFAULT_TIME_SCALE};
+use super::calibration;
 use crate::artefacts::workspace_root;
 use crate::launch::{
     client, load_objects, read_billing_log, Backends, EnvoyOptions, Flavor, Stack, StackOptions,
@@ -53,11 +53,20 @@ pub const DEFAULT_WORKERS: u32 = 2;
 pub const A_RATE: f64 = 8.0;
 /// A's requests in flight at most.
 pub const A_CONCURRENCY: u32 = 8;
-/// B's batch starts at most this many requests per second, with up to the preset's 32 in
-/// flight: more than the pool can prefill, so through `/rr` B keeps 32 in flight; through
-/// the gateway its refusals come back at once, and the rate keeps the batch's client from
+/// B's batch starts up to this many requests per second: more than the pool can prefill
+/// (4 × 16k tokens/s at [`TIME_SCALE`] is about 21 prompts of 3k tokens a second), so
+/// through `/rr` B's requests pile up in the replicas' queues, up to [`B_CONCURRENCY`].
+/// Through the gateway B's refusals come back at once, and the rate keeps its client from
 /// spinning on them.
-pub const B_RATE: f64 = 40.0;
+pub const B_RATE: f64 = 32.0;
+/// B's requests in flight at most: the seed's batch sends thousands at once; 128 of 3k
+/// tokens (32 per replica, 98k tokens of each replica's 160k of KV) fill the queues
+/// without preempting.
+pub const B_CONCURRENCY: u32 = 128;
+/// Simulated seconds per real second by default: real time. At the other demos' 2 the
+/// machine's two cores, running the load, Envoy and the simulator, saturate before the
+/// pool's prefill does, and the batch would measure the machine rather than the replicas.
+pub const TIME_SCALE: f64 = 1.0;
 /// Per-request timeout of the load.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// Probe requests (tenant A's) sent before the gateway run until all are answered.
@@ -83,7 +92,7 @@ impl TenantsOptions {
     /// The flags after `--scenario tenants`.
     pub fn parse(args: &[String]) -> Result<Self> {
         let mut out = TenantsOptions {
-            time_scale: DEFAULT_TIME_SCALE,
+            time_scale: TIME_SCALE,
             quick: false,
             flavor: Flavor::Native,
             workers: DEFAULT_WORKERS,
@@ -138,16 +147,18 @@ impl TenantsOptions {
 }
 
 /// The two classes: A's short chats (`quick`: 32 conversations × 4 turns, else 48 × 6) at
-/// [`A_RATE`], and B's batch of 3k-token prompts (`quick`: 640, else 1440) at up to
-/// [`B_RATE`] and 32 in flight: both last about as long.
+/// [`A_RATE`], and B's batch of 3k-token prompts (`quick`: 512, else 1152) at up to
+/// [`B_RATE`] and [`B_CONCURRENCY`] in flight: at their rates both last about as long (16 s,
+/// else 36 s; through `/rr` the pool's pace makes B's last longer).
 pub fn classes(quick: bool) -> Vec<LoadClass> {
     let mut a = LoadClass::short_chats(TENANT_A).bearer(KEY_A);
     (a.workload.conversations, a.workload.turns) = if quick { (32, 4) } else { (48, 6) };
     a.concurrency = A_CONCURRENCY;
     a.rate = Some(A_RATE);
     let mut b = LoadClass::long_batch(TENANT_B, LONG_BATCH_PROMPT_TOKENS).bearer(KEY_B);
-    b.workload.conversations = if quick { 640 } else { 1440 };
+    b.workload.conversations = if quick { 512 } else { 1152 };
     b.rate = Some(B_RATE);
+    b.concurrency = B_CONCURRENCY;
     vec![a, b]
 }
 
@@ -179,8 +190,9 @@ pub struct RunFigures {
     pub billing_lines: usize,
     /// The billing log.
     pub billing_log: PathBuf,
-    /// One more request of B's right after the batch, through the gateway: what it got.
-    pub probe_after: Option<String>,
+    /// One request of B's batch shape sent half-way through the load, through the gateway,
+    /// besides the batch (it has a billing line and counts in B's bill): what it got.
+    pub sample: Option<Sample>,
     /// Wall time of the load.
     pub wall_s: f64,
 }
@@ -357,6 +369,17 @@ async fn run_on(
             .join(" and "),
         url
     );
+    let sampler = (route == Route::Gateway).then(|| {
+        let url = url.clone();
+        let half = classes.first().map_or(Duration::ZERO, |a| {
+            let requests = f64::from(a.workload.conversations * a.workload.turns);
+            Duration::from_secs_f64(requests / a.rate.unwrap_or(A_RATE) / 2.0)
+        });
+        tokio::spawn(async move {
+            tokio::time::sleep(half).await;
+            sample_b(&url).await
+        })
+    });
     let start = Instant::now();
     let reports = run_classes(&ClassRun {
         url: url.clone(),
@@ -366,7 +389,12 @@ async fn run_on(
     })
     .await?;
     let wall_s = start.elapsed().as_secs_f64();
-    let sent: usize = reports.iter().map(|r| r.records.len()).sum();
+    let sample = match sampler {
+        Some(task) => Some(task.await.context("the mid-batch sample")?),
+        None => None,
+    };
+    let sent: usize = reports.iter().map(|r| r.records.len()).sum::<usize>()
+        + sample.as_ref().map_or(0, |s| usize::from(s.status != 0));
     let expected = match route {
         // Every request reaches the auth stage, and each gets one line.
         Route::Gateway => skip + sent,
@@ -380,10 +408,6 @@ async fn run_on(
     let records = read_billing_log(&billing_log)?;
     let load_records = records.get(skip..).unwrap_or_default();
     let served_after = served(&scrape(sim).await);
-    let probe_after = match route {
-        Route::Gateway => Some(one_more_of_b(&url).await),
-        Route::RoundRobin => None,
-    };
     drop(stack);
     Ok(RunFigures {
         label,
@@ -397,7 +421,7 @@ async fn run_on(
         bills: bills(load_records),
         billing_lines: load_records.len(),
         billing_log,
-        probe_after,
+        sample,
         wall_s,
     })
 }
@@ -462,9 +486,49 @@ async fn wait_lines(file: &Path, lines: usize, timeout: Duration) -> Result<()> 
     }
 }
 
-/// One more request of B's batch shape through the gateway, right after the batch: its
-/// status, drop reason and rate-limit headers, as one line.
-async fn one_more_of_b(base: &str) -> String {
+/// What one sampled request got: its status and the headers that say why and for how long.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sample {
+    /// HTTP status (0: no response).
+    pub status: u16,
+    /// [`SAMPLE_HEADERS`] present on the response, in that order.
+    pub headers: Vec<(String, String)>,
+    /// Why no response came, when none did.
+    pub error: Option<String>,
+}
+
+/// The response headers a sample keeps.
+pub const SAMPLE_HEADERS: [&str; 6] = [
+    "x-llm-d-request-dropped-reason",
+    "retry-after",
+    "x-ratelimit-limit-tokens",
+    "x-ratelimit-remaining-tokens",
+    "x-ratelimit-reset-tokens",
+    "x-ratelimit-remaining-requests",
+];
+
+impl Sample {
+    /// The value of header `name`, if kept.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The status and the kept headers, as one line.
+    pub fn line(&self) -> String {
+        if let Some(e) = &self.error {
+            return format!("no response: {e}");
+        }
+        let mut parts = vec![self.status.to_string()];
+        parts.extend(self.headers.iter().map(|(n, v)| format!("{n}: {v}")));
+        parts.join(", ")
+    }
+}
+
+/// One request of B's batch shape through the gateway.
+async fn sample_b(base: &str) -> Sample {
     let url = format!("{base}/v1/chat/completions");
     let body = serde_json::json!({
         "model": DEFAULT_MODEL,
@@ -473,23 +537,18 @@ async fn one_more_of_b(base: &str) -> String {
     });
     let auth = format!("Bearer {KEY_B}");
     match client::post_json(&url, &body, &[("authorization", auth.as_str())]).await {
-        Ok(r) => {
-            let mut parts = vec![format!("{}", r.status)];
-            for h in [
-                "x-llm-d-request-dropped-reason",
-                "retry-after",
-                "x-ratelimit-limit-tokens",
-                "x-ratelimit-remaining-tokens",
-                "x-ratelimit-reset-tokens",
-                "x-ratelimit-remaining-requests",
-            ] {
-                if let Some(v) = r.header(h) {
-                    parts.push(format!("{h}: {v}"));
-                }
-            }
-            parts.join(", ")
-        }
-        Err(e) => format!("failed: {e:#}"),
+        Ok(r) => Sample {
+            status: r.status,
+            headers: SAMPLE_HEADERS
+                .iter()
+                .filter_map(|h| r.header(h).map(|v| (h.to_string(), v.to_string())))
+                .collect(),
+            error: None,
+        },
+        Err(e) => Sample {
+            error: Some(format!("{e:#}")),
+            ..Sample::default()
+        },
     }
 }
 

@@ -9,7 +9,7 @@ use std::fmt::Write;
 use std::path::Path;
 
 use super::figures::{Bill, Served};
-use super::{Route, RunFigures, TenantLimit, TenantsOptions, TENANT_A, TENANT_B};
+use super::{Route, RunFigures, Sample, TenantLimit, TenantsOptions, TENANT_A, TENANT_B};
 use crate::bench::report::table;
 use crate::load::{LoadClass, Summary};
 
@@ -45,6 +45,15 @@ fn ms(s: f64) -> String {
     }
 }
 
+/// A count rounded to thousands (`197k`), or as it is below 10 000.
+fn thousands(v: f64) -> String {
+    if v >= 10_000.0 {
+        format!("{:.0}k", v / 1000.0)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
 /// `a ÷ b`, 0 when `b` is 0.
 fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 {
@@ -77,7 +86,7 @@ fn class_line(c: &LoadClass) -> String {
     )
 }
 
-fn summary<'a>(run: &'a RunFigures, class: usize) -> Option<&'a Summary> {
+fn summary(run: &RunFigures, class: usize) -> Option<&Summary> {
     run.classes.get(class).map(|c| &c.summary)
 }
 
@@ -135,6 +144,9 @@ pub fn runs_table(runs: &[RunFigures]) -> String {
     });
     row("A: TTFT p50", &|r| ms(a(r).ttft_p50_s));
     row("A: TTFT p99", &|r| ms(a(r).ttft_p99_s));
+    row("A: cache hits (Σ cached ÷ Σ prompt)", &|r| {
+        format!("{:.1}%", a(r).cache_hit_ratio * 100.0)
+    });
     row("A: refused (429)", &|r| {
         a(r).rejected_429.values().sum::<u64>().to_string()
     });
@@ -266,15 +278,22 @@ pub fn render(r: &Report<'_>) -> String {
             Route::Gateway => {
                 let _ = writeln!(
                     out,
-                    "billing log of the {} run: {} lines for {} requests ({})",
+                    "billing log of the {} run: {} lines for {} requests of the load and {} \
+                     sampled ({})",
                     run.label,
                     run.billing_lines,
                     run.classes.iter().map(|c| c.records.len()).sum::<usize>(),
+                    run.sample.as_ref().map_or(0, |s| u8::from(s.status != 0)),
                     run.billing_log.display()
                 );
                 out.push_str(&billing_table(run));
-                if let Some(p) = &run.probe_after {
-                    let _ = writeln!(out, "one more of B's requests right after its batch: {p}");
+                if let Some(p) = &run.sample {
+                    let _ = writeln!(
+                        out,
+                        "one request of B's sent half-way through, besides the batch (its line \
+                         is in the log and in B's row): {}",
+                        p.line()
+                    );
                 }
             }
             Route::RoundRobin => {
@@ -297,6 +316,57 @@ pub fn render(r: &Report<'_>) -> String {
     out
 }
 
+/// One limit of `tenant` (its first model's), as text (`none` when unset or unknown).
+fn limit_of(
+    limits: &[TenantLimit],
+    tenant: &str,
+    field: impl Fn(&TenantLimit) -> Option<u64>,
+) -> String {
+    limits
+        .iter()
+        .find(|l| l.tenant == tenant)
+        .and_then(field)
+        .map_or("none".to_string(), |v| v.to_string())
+}
+
+/// How many of B's admitted requests, at their mean charge, B's full token bucket holds.
+fn burst_of_b(limits: &[TenantLimit], bill: &Bill) -> String {
+    let tpm = limits
+        .iter()
+        .find(|l| l.tenant == TENANT_B)
+        .and_then(|l| l.tpm);
+    match tpm {
+        Some(tpm) if bill.admitted > 0 && bill.charged > 0 => {
+            format!(
+                "{:.0}",
+                tpm as f64 * bill.admitted as f64 / bill.charged as f64
+            )
+        }
+        _ => "?".into(),
+    }
+}
+
+/// What the mid-batch sample says about waiting, as a clause (empty without one).
+fn sample_clause(sample: Option<&Sample>) -> String {
+    let Some(s) = sample else {
+        return String::new();
+    };
+    match (s.status, s.header("retry-after")) {
+        (429, Some(after)) => format!(
+            "; B's request sampled half-way through was refused with {} and told to retry \
+             after {after} s",
+            s.header("x-llm-d-request-dropped-reason")
+                .unwrap_or("no reason")
+        ),
+        (200, _) => format!(
+            "; B's request sampled half-way through was admitted, with {} tokens of its \
+             minute left",
+            s.header("x-ratelimit-remaining-tokens").unwrap_or("?")
+        ),
+        _ => format!("; B's request sampled half-way through got {}", s.line()),
+    }
+}
+
 /// The paragraph answering the seed's question (who gets in, who waits, on which replica,
 /// what a quota is), from the figures of the gateway run `gw` and the `/rr` run `rr`.
 pub fn answer(gw: &RunFigures, rr: &RunFigures, limits: &[TenantLimit]) -> String {
@@ -311,13 +381,7 @@ pub fn answer(gw: &RunFigures, rr: &RunFigures, limits: &[TenantLimit]) -> Strin
     let bill = |t: &str| gw.bills.get(t).cloned().unwrap_or_default();
     let (bill_a, bill_b) = (bill(TENANT_A), bill(TENANT_B));
     let per_min = |charged: u64| charged as f64 * 60.0 / gw.wall_s.max(1e-9);
-    let tpm_of = |tenant: &str| {
-        limits
-            .iter()
-            .find(|l| l.tenant == tenant)
-            .and_then(|l| l.tpm)
-            .map_or("none".to_string(), |t| t.to_string())
-    };
+    let tpm_of = |tenant: &str| limit_of(limits, tenant, |l| l.tpm);
     let a_refused: u64 = a.rejected_429.values().sum();
     let b_refused: u64 = b.rejected_429.values().sum();
     let reasons = QUOTA_REASONS
@@ -338,7 +402,7 @@ pub fn answer(gw: &RunFigures, rr: &RunFigures, limits: &[TenantLimit]) -> Strin
     let mut s = String::new();
     let _ = write!(
         s,
-        "Who gets in: {} of A's {} requests{} (A was charged {} tokens in {:.0} s, {:.0} a \
+        "Who gets in: {} of A's {} requests{} (A was charged {} tokens in {:.0} s, {} a \
          minute against its tpm of {}), and {} of B's {}; the gateway refused {} of B's at once \
          with 429 ({reasons}), each with a retry-after, before any replica saw it, and charged \
          nothing for them. ",
@@ -351,7 +415,7 @@ pub fn answer(gw: &RunFigures, rr: &RunFigures, limits: &[TenantLimit]) -> Strin
         },
         bill_a.charged,
         gw.wall_s,
-        per_min(bill_a.charged),
+        thousands(per_min(bill_a.charged)),
         tpm_of(TENANT_A),
         b.ok,
         b.requests,
@@ -362,10 +426,20 @@ pub fn answer(gw: &RunFigures, rr: &RunFigures, limits: &[TenantLimit]) -> Strin
         "Who waits: nobody queues in the gateway. It has no priority queue yet, so A's \
          premium objective (priority 100) and B's standard one (0) label the requests, the \
          billing records and the token counters, but order nothing; B's excess waits on B's \
-         side, for the retry-after it was given (this batch client does not retry), instead of \
-         in the replicas' queues in front of A. Through /rr, where nothing is refused, {} of \
-         B's {} requests reached the replicas and A's first tokens took {} at p50 and {} at \
-         p99, against {} and {} through the gateway ({:.1}× and {:.1}× lower). ",
+         side, for the retry-after it is given (this batch client does not retry{}), instead \
+         of in the replicas' queues in front of A. The {} of B's that got in share the \
+         replicas' first-come-first-served queues with A's (B's bucket starts full, a minute \
+         of tokens, enough for about {} of its prompts at once, {} at a time), which is where \
+         A's remaining tail through the gateway can come from. Through /rr, where nothing is \
+         refused, {} of B's {} requests reached the replicas and A's first tokens took {} at \
+         p50 and {} at p99, against {} and {} through the gateway ({:.1}× and {:.1}× lower). \
+         The two runs differ in two ways, which they do not separate: the quota kept all but \
+         {} of B's prompts off the replicas, and the picker's prefix affinity served {:.0}% of \
+         A's prompt tokens from cache against {:.0}% through /rr. ",
+        sample_clause(gw.sample.as_ref()),
+        b.ok,
+        burst_of_b(limits, &bill_b),
+        limit_of(limits, TENANT_B, |l| l.concurrency),
         b_rr.ok,
         b_rr.requests,
         ms(a_rr.ttft_p50_s),
@@ -374,6 +448,9 @@ pub fn answer(gw: &RunFigures, rr: &RunFigures, limits: &[TenantLimit]) -> Strin
         ms(a.ttft_p99_s),
         ratio(a_rr.ttft_p50_s, a.ttft_p50_s),
         ratio(a_rr.ttft_p99_s, a.ttft_p99_s),
+        b.ok,
+        a.cache_hit_ratio * 100.0,
+        a_rr.cache_hit_ratio * 100.0,
     );
     let place =
         |run: &RunFigures, i: usize| per_replica(run.placement.get(i).map_or(&[], Vec::as_slice));
@@ -381,7 +458,7 @@ pub fn answer(gw: &RunFigures, rr: &RunFigures, limits: &[TenantLimit]) -> Strin
         s,
         "On which replica: the picker placed A's answered requests {} and B's {} over \
          replicas 0/1/2/3, by prefix cache, queue and load (it knows no tenant); round robin \
-         put A's {} and B's {}, every fourth request on each replica whatever it held. ",
+         put A's {} and B's {}, each replica in turn whatever it held. ",
         place(gw, 0),
         place(gw, 1),
         place(rr, 0),
@@ -417,4 +494,184 @@ pub fn answer(gw: &RunFigures, rr: &RunFigures, limits: &[TenantLimit]) -> Strin
         bill_a.prompt_tokens,
     );
     s
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::load::ClassReport;
+    use std::path::PathBuf;
+
+    fn limit(tenant: &str, tpm: u64, concurrency: u64) -> TenantLimit {
+        TenantLimit {
+            tenant: tenant.into(),
+            objective: None,
+            model: "sim-model".into(),
+            rpm: Some(100),
+            tpm: Some(tpm),
+            concurrency: Some(concurrency),
+            max_completion_tokens_default: None,
+        }
+    }
+
+    fn class(
+        name: &str,
+        requests: u64,
+        ok: u64,
+        p50: f64,
+        p99: f64,
+        rejected: &[(&str, u64)],
+    ) -> ClassReport {
+        ClassReport {
+            name: name.into(),
+            summary: Summary {
+                requests,
+                ok,
+                ttft_p50_s: p50,
+                ttft_p99_s: p99,
+                cache_hit_ratio: 0.5,
+                rejected_429: rejected.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+                ..Summary::default()
+            },
+            records: Vec::new(),
+        }
+    }
+
+    fn bill(admitted: u64, prompt: u64, completion: u64, pre: u64) -> Bill {
+        let charged = prompt + completion;
+        Bill {
+            records: admitted,
+            admitted,
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            pre_debit: pre,
+            refund: pre as i64 - charged as i64,
+            charged,
+            ..Bill::default()
+        }
+    }
+
+    fn served(prompt: u64, completion: u64) -> Served {
+        Served {
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            ..Served::default()
+        }
+    }
+
+    fn runs(b_bill: Bill) -> (RunFigures, RunFigures) {
+        let gw = RunFigures {
+            label: "gateway".into(),
+            route: Route::Gateway,
+            classes: vec![
+                class(TENANT_A, 10, 10, 0.010, 0.200, &[]),
+                class(
+                    TENANT_B,
+                    50,
+                    4,
+                    0.2,
+                    0.5,
+                    &[
+                        ("rejected-quota-tpm", 40),
+                        ("rejected-quota-concurrency", 6),
+                    ],
+                ),
+            ],
+            placement: vec![vec![3, 3, 2, 2, 0], vec![1, 1, 1, 1, 0]],
+            served: [
+                (TENANT_A.to_string(), served(4000, 600)),
+                (TENANT_B.to_string(), served(12000, 128)),
+            ]
+            .into_iter()
+            .collect(),
+            bills: [
+                (TENANT_A.to_string(), bill(10, 4000, 600, 4500)),
+                (TENANT_B.to_string(), b_bill),
+            ]
+            .into_iter()
+            .collect(),
+            billing_lines: 61,
+            billing_log: PathBuf::from("/tmp/x.log"),
+            sample: Some(Sample {
+                status: 429,
+                headers: vec![
+                    (
+                        "x-llm-d-request-dropped-reason".into(),
+                        "rejected-quota-tpm".into(),
+                    ),
+                    ("retry-after".into(), "3".into()),
+                ],
+                error: None,
+            }),
+            wall_s: 10.0,
+        };
+        let rr = RunFigures {
+            label: "/rr".into(),
+            route: Route::RoundRobin,
+            classes: vec![
+                class(TENANT_A, 10, 10, 0.050, 1.0, &[]),
+                class(TENANT_B, 50, 50, 1.0, 3.0, &[]),
+            ],
+            placement: vec![vec![3, 2, 3, 2, 0], vec![13, 12, 13, 12, 0]],
+            served: BTreeMap::new(),
+            bills: BTreeMap::new(),
+            billing_lines: 0,
+            billing_log: PathBuf::from("/tmp/y.log"),
+            sample: None,
+            wall_s: 20.0,
+        };
+        (gw, rr)
+    }
+
+    #[test]
+    fn the_answer_is_built_from_the_figures() {
+        let limits = [limit(TENANT_A, 30_000, 16), limit(TENANT_B, 10_000, 8)];
+        let (gw, rr) = runs(bill(4, 12000, 128, 12400));
+        let text = answer(&gw, &rr, &limits);
+        for needle in [
+            "10 of A's 10 requests, none refused",
+            "against its tpm of 30000",
+            "4 of B's 50",
+            "refused 46 of B's",
+            "0 for requests per minute, 40 for tokens per minute, 6 for concurrency",
+            "refused with rejected-quota-tpm and told to retry after 3 s",
+            // 10 000 tokens at 12 128 / 4 a request.
+            "enough for about 3 of its prompts at once, 8 at a time",
+            "50.0 ms at p50 and 1.00 s at p99, against 10.0 ms and 200.0 ms",
+            "(5.0× and 5.0× lower)",
+            "A's answered requests 3 / 3 / 2 / 2 and B's 1 / 1 / 1 / 1",
+            "B's 13 / 12 / 13 / 12",
+            "held for both tenants",
+            "the tokens billed equal the tokens",
+            "the request cap never bit",
+        ] {
+            assert!(text.contains(needle), "missing `{needle}` in:\n{text}");
+        }
+        let table = billing_table(&gw);
+        assert!(
+            table.contains("(holds)") && !table.contains("BROKEN"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn a_broken_ledger_or_an_rpm_refusal_is_said() {
+        let limits = [limit(TENANT_A, 30_000, 16), limit(TENANT_B, 10_000, 8)];
+        let mut broken = bill(4, 12000, 128, 12400);
+        broken.refund += 1;
+        let (mut gw, rr) = runs(broken);
+        gw.classes[1]
+            .summary
+            .rejected_429
+            .insert("rejected-quota-rpm".into(), 2);
+        gw.served.insert(TENANT_B.into(), served(11000, 128));
+        let text = answer(&gw, &rr, &limits);
+        assert!(text.contains("did NOT hold"), "{text}");
+        assert!(text.contains("do NOT equal"), "{text}");
+        assert!(!text.contains("the request cap never bit"), "{text}");
+        assert!(text.contains("2 for requests per minute"), "{text}");
+        let table = billing_table(&gw);
+        assert!(table.contains("BROKEN") && table.contains("NO"), "{table}");
+    }
 }

@@ -37,7 +37,7 @@ const USAGE: &str = "usage: cargo xtask demo [--scenario calibration|hotspot|ten
                gateway with tenancy, then through /rr, each on fresh replicas: A's TTFT
                p50/p99, B's 429s by reason, tokens billed per tenant (with Σ pre_debit −
                Σ refund = Σ charged) next to the tokens the replicas served
-               [--flavor native|wasm (native)] [--workers N (2)] [--time-scale S] [--quick]
+               [--flavor native|wasm (native)] [--workers N (2)] [--time-scale S (1)] [--quick]
                [--tenants PATH (testdata/tenants/demo: TenantQuota objects giving the test
                keys of testdata/README.md to tenant-a and tenant-b)]";
 
