@@ -1,7 +1,8 @@
 //! Response-side usage tracking on realistic vLLM-shaped streams: 2,000 content chunks of
 //! one token each (~330-byte events with continuous usage), the final usage-only chunk and
 //! `[DONE]`, fed as the engine flushes them (one event per chunk) and as 1,460-byte TCP
-//! segments; and a 200 KB non-streamed completion body. Target: ≥ 1 GB/s through
+//! segments (and once with a distinct id per event, the worst case for the tracker's
+//! shared-prefix shortcut); and a 200 KB non-streamed completion body. Target: ≥ 1 GB/s through
 //! `UsageTracker::feed` in every mode.
 //!
 //! Run: `cargo bench -p scheduler-core --bench usage` (`-- --quick` for a short run).
@@ -41,10 +42,21 @@ mod imp {
         *state
     }
 
-    /// A vLLM 0.x chat stream with continuous usage, one event per element.
-    fn vllm_stream(chunks: usize) -> Vec<Vec<u8>> {
+    /// A vLLM 0.x chat stream with continuous usage, one event per element. `distinct_ids`:
+    /// every event with its own id, so no event starts with the bytes of the one before
+    /// (the tracker's shared-prefix shortcut never applies; engines do not do this).
+    fn vllm_stream(chunks: usize, distinct_ids: bool) -> Vec<Vec<u8>> {
         let mut state = 0x9e37_79b9_7f4a_7c15;
-        let head = r#"{"id":"chatcmpl-3f1c9a5e2b7d4c8e9a0b1c2d3e4f5a6b","object":"chat.completion.chunk","created":1764590000,"model":"meta-llama/Llama-3.1-8B-Instruct","choices":[{"index":0,"delta":"#;
+        let head = |i: usize| {
+            let id = if distinct_ids {
+                format!("chatcmpl-{i:032x}")
+            } else {
+                "chatcmpl-3f1c9a5e2b7d4c8e9a0b1c2d3e4f5a6b".to_string()
+            };
+            format!(
+                r#"{{"id":"{id}","object":"chat.completion.chunk","created":1764590000,"model":"meta-llama/Llama-3.1-8B-Instruct","choices":[{{"index":0,"delta":"#
+            )
+        };
         let prompt: u64 = 1834;
         let mut out = Vec::with_capacity(chunks + 2);
         for i in 0..chunks {
@@ -62,7 +74,8 @@ mod imp {
             let done = i as u64;
             out.push(
                 format!(
-                    "data: {head}{delta},\"logprobs\":null,\"finish_reason\":{finish}}}],\"usage\":{{\"prompt_tokens\":{prompt},\"total_tokens\":{},\"completion_tokens\":{done}}}}}\n\n",
+                    "data: {}{delta},\"logprobs\":null,\"finish_reason\":{finish}}}],\"usage\":{{\"prompt_tokens\":{prompt},\"total_tokens\":{},\"completion_tokens\":{done}}}}}\n\n",
+                    head(i),
                     prompt + done
                 )
                 .into_bytes(),
@@ -105,7 +118,8 @@ mod imp {
     }
 
     fn usage(c: &mut Criterion) {
-        let events = vllm_stream(2000);
+        let events = vllm_stream(2000, false);
+        let distinct = vllm_stream(2000, true);
         let stream: Vec<u8> = events.concat();
         let segments: Vec<Vec<u8>> = stream.chunks(1460).map(<[u8]>::to_vec).collect();
         let body = json_body(200_000);
@@ -136,6 +150,7 @@ mod imp {
             ("sse/rewrite_none/per_event", none, &events),
             ("sse/rewrite_none/tcp_segments", none, &segments),
             ("sse/rewrite_final_only/per_event", final_only, &events),
+            ("sse/rewrite_none/distinct_ids", none, &distinct),
         ] {
             g.bench_function(name, |b| {
                 b.iter(|| feed_all(BodyKind::EventStream, wants, chunks, &mut out))
