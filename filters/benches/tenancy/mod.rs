@@ -11,7 +11,9 @@
 //! it was asked for: with tenants usage on every chunk and a usage-only chunk, without
 //! them no usage at all.
 //!
-//! `force_usage_8k_token_body` times the body rewrite alone, the largest part of the
+//! `auth_quota_only_json` runs `auth → route → quota` without the usage stage: the request
+//! side's tenancy (and the record's settlement) on its own. `force_usage_8k_token_body`
+//! times the body rewrite alone, the largest part of the
 //! streamed request's difference.
 //!
 //! The tenants are the platform's own objects (`testdata/tenants/all.yaml`) with limits no
@@ -22,7 +24,7 @@ use std::sync::Arc;
 
 use criterion::{Criterion, Throughput};
 use infergate_filters::fake::FakeHost;
-use infergate_filters::pipeline::{Pipeline, Run};
+use infergate_filters::pipeline::{Pipeline, Run, Stage};
 use infergate_filters::quotas::MemoryQuotas;
 use infergate_filters::router::Router;
 use infergate_filters::stages::usage::force_usage;
@@ -71,21 +73,45 @@ fn router() -> Result<Router, String> {
         .map_err(|e| e.to_string())
 }
 
-/// The router filter's pipeline as the adapters build it, with or without tenants.
-fn pipeline(tenants: Option<Tenants>) -> Result<Pipeline<FakeHost>, String> {
-    let route = Box::new(RouteStage::new(Arc::new(router()?)));
-    Ok(match tenants {
-        None => Pipeline::new(vec![route]),
-        Some(tenants) => {
-            let tenancy = Tenancy::new(tenants, Arc::new(MemoryQuotas::default()));
-            Pipeline::new(vec![
-                Box::new(AuthStage::new(Arc::clone(&tenancy))),
-                route,
-                Box::new(QuotaStage::new(tenancy)),
-                Box::new(UsageStage),
-            ])
+/// Which stages run around the body router.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stages {
+    /// The router filter as the adapters build it without tenants: `route`.
+    Without,
+    /// `auth → route → quota`: the request side's tenancy, without reading usage (the
+    /// record then bills nothing; the JSON comparison only).
+    AuthQuota,
+    /// The router filter as the adapters build it with tenants: `auth → route → quota →
+    /// usage`.
+    Tenancy,
+}
+
+impl Stages {
+    fn name(self) -> &'static str {
+        match self {
+            Stages::Without => "without_tenancy",
+            Stages::AuthQuota => "auth_quota_only",
+            Stages::Tenancy => "with_tenancy",
         }
-    })
+    }
+}
+
+/// The router filter's pipeline with `stages`.
+fn pipeline(stages: Stages) -> Result<Pipeline<FakeHost>, String> {
+    let route = Box::new(RouteStage::new(Arc::new(router()?)));
+    if stages == Stages::Without {
+        return Ok(Pipeline::new(vec![route]));
+    }
+    let tenancy = Tenancy::new(tenants()?, Arc::new(MemoryQuotas::default()));
+    let mut all: Vec<Box<dyn Stage<FakeHost>>> = vec![
+        Box::new(AuthStage::new(Arc::clone(&tenancy))),
+        route,
+        Box::new(QuotaStage::new(tenancy)),
+    ];
+    if stages == Stages::Tenancy {
+        all.push(Box::new(UsageStage));
+    }
+    Ok(Pipeline::new(all))
 }
 
 /// An ~8k-token (32 KiB) chat body, streamed or not, asking for `CHUNKS` tokens.
@@ -200,12 +226,13 @@ fn one_request(
     host
 }
 
-/// Checks that a run did what the bench claims to measure: admitted, and with tenants
+/// Checks that a run did what the bench claims to measure: admitted (with tenants: the
+/// quota stage's headers on the response, one billing record), and with the usage stage
 /// forced usage upstream, kept it from the client and billed the engine's usage.
 fn check(
     host: &FakeHost,
     client: &[u8],
-    tenancy: bool,
+    stages: Stages,
     stream: bool,
     prompt_tokens: u32,
 ) -> Result<(), String> {
@@ -215,7 +242,22 @@ fn check(
             host.replies
         ));
     }
-    if !tenancy {
+    let quota_headers = host
+        .response_headers
+        .iter()
+        .any(|(name, _)| name == "x-ratelimit-limit-requests");
+    if quota_headers != (stages != Stages::Without) {
+        return Err(format!(
+            "x-ratelimit headers: {quota_headers}, stages: {stages:?}"
+        ));
+    }
+    if stages == Stages::AuthQuota {
+        return match host.usage_records.as_slice() {
+            [record] if record.contains("\"outcome\":\"complete\"") => Ok(()),
+            records => Err(format!("records {records:?}, expected one, complete")),
+        };
+    }
+    if stages == Stages::Without {
         return if host.usage_records.is_empty() {
             Ok(())
         } else {
@@ -259,29 +301,30 @@ pub fn bench(c: &mut Criterion) {
 }
 
 fn run(c: &mut Criterion) -> Result<(), String> {
-    let with = pipeline(Some(tenants()?))?;
-    let without = pipeline(None)?;
+    let with = pipeline(Stages::Tenancy)?;
+    let request_side = pipeline(Stages::AuthQuota)?;
+    let without = pipeline(Stages::Without)?;
     let mut group = c.benchmark_group("tenancy");
     group.throughput(Throughput::Elements(1));
     for stream in [true, false] {
         let body = body(stream);
         let prompt_tokens = u32::try_from(body.len() / 4).unwrap_or(u32::MAX);
-        for (tenancy, p) in [(true, &with), (false, &without)] {
+        let mut variants = vec![(Stages::Tenancy, &with), (Stages::Without, &without)];
+        if !stream {
+            variants.insert(1, (Stages::AuthQuota, &request_side));
+        }
+        for (stages, p) in variants {
             let response = if stream {
-                engine_stream(prompt_tokens, tenancy)
+                engine_stream(prompt_tokens, stages == Stages::Tenancy)
             } else {
                 vec![engine_json(prompt_tokens)]
             };
             let mut client = Vec::new();
             let host = one_request(p, &body, &response, stream, Some(&mut client));
-            check(&host, &client, tenancy, stream, prompt_tokens)?;
+            check(&host, &client, stages, stream, prompt_tokens)?;
             let name = format!(
                 "{}_{}",
-                if tenancy {
-                    "with_tenancy"
-                } else {
-                    "without_tenancy"
-                },
+                stages.name(),
                 if stream { "stream_20_chunks" } else { "json" }
             );
             group.bench_function(name, |b| {
