@@ -10,12 +10,14 @@
 
 pub mod meter;
 mod targets;
+mod tenant_objects;
 mod usage_stream;
 
 pub use targets::{
     canonical_prompt, handoff_codec, memory_bound, prometheus_parser, request_parser,
     snapshot_codec, EXPANSION,
 };
+pub use tenant_objects::tenant_objects;
 pub use usage_stream::usage_stream;
 
 /// One fuzz target: its name (cargo-fuzz binary and `testdata/fuzz/` directory) and body.
@@ -29,4 +31,5 @@ pub const TARGETS: &[Target] = &[
     ("snapshot_codec", snapshot_codec),
     ("handoff_codec", handoff_codec),
     ("usage_stream", usage_stream),
+    ("tenant_objects", tenant_objects),
 ];
