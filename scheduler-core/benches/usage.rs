@@ -127,11 +127,13 @@ mod imp {
         let all = ClientWants {
             include_usage: true,
             continuous_usage: true,
+            null_when_absent: false,
         };
         let none = ClientWants::default();
         let final_only = ClientWants {
             include_usage: true,
             continuous_usage: false,
+            null_when_absent: false,
         };
         eprintln!(
             "stream: {} events, {} bytes ({} per event); body {} bytes",

@@ -213,6 +213,8 @@ pub struct Admission {
 pub struct Metering {
     /// The tracker fed with every response chunk.
     pub tracker: UsageTracker,
+    /// The bytes replacing a chunk, reused from chunk to chunk.
+    pub out: Vec<u8>,
 }
 
 /// How a request's end was observed.

@@ -81,6 +81,26 @@ fn needs_forcing(routed: &RoutedRequest) -> bool {
         && !(routed.include_usage && routed.continuous_usage)
 }
 
+/// What the client of `routed` asked for, as the tracker needs it.
+fn client_wants(routed: &RoutedRequest) -> ClientWants {
+    if routed.stream && routed.api != Api::AnthropicMessages {
+        ClientWants {
+            include_usage: routed.include_usage,
+            continuous_usage: routed.continuous_usage,
+            // vLLM's completions stream writes `"usage":null` when usage was not asked
+            // for; its chat stream leaves the member out.
+            null_when_absent: routed.api == Api::Completions,
+        }
+    } else {
+        // Nothing is forced: whatever the engine sends is what the client asked for.
+        ClientWants {
+            include_usage: true,
+            continuous_usage: true,
+            null_when_absent: false,
+        }
+    }
+}
+
 impl<H> Stage<H> for UsageStage
 where
     H: RequestBody + ResponseHeaders + ResponseChunk + Stats + ?Sized,
@@ -105,18 +125,7 @@ where
         else {
             return Step::Next;
         };
-        let wants = if routed.stream && routed.api != Api::AnthropicMessages {
-            ClientWants {
-                include_usage: routed.include_usage,
-                continuous_usage: routed.continuous_usage,
-            }
-        } else {
-            // Nothing is forced: whatever the engine sends is what the client asked for.
-            ClientWants {
-                include_usage: true,
-                continuous_usage: true,
-            }
-        };
+        let wants = client_wants(&routed);
         if needs_forcing(&routed) {
             // The router buffered the whole body before this stage runs.
             let body = host.request_body(0, usize::MAX).unwrap_or_default();
@@ -128,6 +137,7 @@ where
                     wants: ClientWants {
                         include_usage: true,
                         continuous_usage: true,
+                        null_when_absent: false,
                     },
                 });
                 return Step::Next;
@@ -147,6 +157,7 @@ where
         };
         cx.insert(Metering {
             tracker: UsageTracker::new(kind, asked.wants),
+            out: Vec::new(),
         });
     }
 
@@ -157,9 +168,10 @@ where
         let Some(chunk) = host.response_chunk() else {
             return;
         };
-        let mut out = Vec::new();
-        if metering.tracker.feed(&chunk, end_of_stream, &mut out) == Forward::Replaced
-            && host.replace_response_chunk(&out).is_err()
+        // One output buffer for the whole response, not one per chunk.
+        let out = &mut metering.out;
+        if metering.tracker.feed(&chunk, end_of_stream, out) == Forward::Replaced
+            && host.replace_response_chunk(out).is_err()
         {
             // The host forwarded the engine's bytes: the client then sees usage it did not
             // ask for, never a broken stream; usage is still read.
@@ -172,6 +184,60 @@ where
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    fn routed(api: Api) -> RoutedRequest {
+        RoutedRequest {
+            api,
+            model: "m".into(),
+            base_model: "m".into(),
+            prompt_tokens: 1,
+            max_output_tokens: None,
+            stream: true,
+            include_usage: false,
+            continuous_usage: false,
+        }
+    }
+
+    /// What a client of `api` that asked for no usage receives of the forced `stream`.
+    fn client_stream(api: Api, stream: &str) -> String {
+        let mut tracker = UsageTracker::new(BodyKind::EventStream, client_wants(&routed(api)));
+        let mut client = Vec::new();
+        let mut out = Vec::new();
+        for (i, line) in stream.split_inclusive('\n').enumerate() {
+            let last = i + 1 == stream.split_inclusive('\n').count();
+            match tracker.feed(line.as_bytes(), last, &mut out) {
+                Forward::Unchanged => client.extend_from_slice(line.as_bytes()),
+                Forward::Replaced => client.extend_from_slice(&out),
+            }
+        }
+        String::from_utf8(client).unwrap()
+    }
+
+    #[test]
+    fn a_completions_client_gets_null_usage_a_chat_client_no_member() {
+        // vLLM's shapes with usage forced on: per-chunk usage, then the usage-only chunk.
+        let usage = r#""usage":{"prompt_tokens":5,"total_tokens":6,"completion_tokens":1}"#;
+        let completions = format!(
+            "data: {{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"choices\":[{{\"index\":0,\"text\":\"Hi\",\"logprobs\":null,\"finish_reason\":null}}],{usage}}}\n\n\
+             data: {{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"choices\":[],{usage}}}\n\n\
+             data: [DONE]\n\n"
+        );
+        assert_eq!(
+            client_stream(Api::Completions, &completions),
+            "data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\"Hi\",\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\n\
+             data: [DONE]\n\n"
+        );
+        let chat = format!(
+            "data: {{\"id\":\"c\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"Hi\"}}}}],{usage}}}\n\n\
+             data: [DONE]\n\n"
+        );
+        assert_eq!(
+            client_stream(Api::ChatCompletions, &chat),
+            "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n\
+             data: [DONE]\n\n"
+        );
+        assert!(!client_wants(&routed(Api::AnthropicMessages)).null_when_absent);
+    }
 
     fn forced(body: &str) -> Value {
         serde_json::from_slice(&force_usage(body.as_bytes()).unwrap()).unwrap()

@@ -2,8 +2,9 @@
 //! chunks.
 //!
 //! Input: a mode byte (bits 0-1: what the client asked for; bit 2: a JSON body instead of
-//! an event stream; bit 3: end of stream on a last, empty chunk), a chunking byte (seed of
-//! the chunk sizes), then the body. Every input is also run as through a host that cannot
+//! an event stream; bit 3: end of stream on a last, empty chunk; bit 4: the engine writes
+//! `"usage":null` on chunks without usage), a chunking byte (seed of the chunk sizes), then
+//! the body. Every input is also run as through a host that cannot
 //! replace chunks (it forwards the first replaced one as it came and stops the
 //! rewriting): the tracker must not ask to replace again, and reads the same usage.
 
@@ -128,6 +129,34 @@ fn is_subsequence(sub: &[u8], full: &[u8]) -> bool {
     sub.iter().all(|b| it.any(|c| c == b))
 }
 
+/// Whether `sent` is `body` with some lines dropped and, in some others, one range of
+/// bytes replaced by `null`. Matching each line at the first body line it fits is enough:
+/// an earlier match never leaves fewer body lines for the rest.
+fn lines_with_nulls(sent: &[u8], body: &[u8]) -> bool {
+    let mut body_lines = body.split_inclusive(|&b| b == b'\n');
+    sent.split_inclusive(|&b| b == b'\n')
+        .all(|s| body_lines.any(|b| s == b || nulled(s, b)))
+}
+
+/// Whether `s` is `b` with one non-empty range replaced by `null`.
+fn nulled(s: &[u8], b: &[u8]) -> bool {
+    // `s` = `b[..a]` + `null` + `b[e..]` with `a < e`: the kept bytes number `k`.
+    let Some(k) = s.len().checked_sub(4) else {
+        return false;
+    };
+    if k >= b.len() {
+        return false;
+    }
+    let prefix = s.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let suffix = s
+        .iter()
+        .rev()
+        .zip(b.iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count();
+    (0..=prefix.min(k)).any(|a| k - a <= suffix && s.get(a..a + 4) == Some(b"null"))
+}
+
 /// The usage tracker on the raw bytes: never panics; chunking never changes what the
 /// client receives or the report; observe-only trackers never replace a chunk; a
 /// rewritten stream only ever loses bytes; the report is sane at every chunk; and memory
@@ -140,6 +169,7 @@ pub fn usage_stream(data: &[u8]) {
     let wants = ClientWants {
         include_usage: mode & 1 != 0,
         continuous_usage: mode & 2 != 0,
+        null_when_absent: mode & 16 != 0,
     };
     let kind = if mode & 4 != 0 {
         BodyKind::Json
@@ -158,7 +188,14 @@ pub fn usage_stream(data: &[u8]) {
     if kind == BodyKind::Json || !UsageTracker::new(kind, wants).rewrites() {
         assert_eq!(sent, body, "an observe-only tracker changed the body");
     } else {
-        assert!(is_subsequence(&sent, body), "a rewrite added bytes");
+        if wants.null_when_absent {
+            assert!(
+                lines_with_nulls(&sent, body),
+                "a rewrite did more than drop lines and write null for values"
+            );
+        } else {
+            assert!(is_subsequence(&sent, body), "a rewrite added bytes");
+        }
         assert_eq!(feed_failing_host(wants, &cut), report);
     }
     assert!(report.content_chunks <= body.len() as u64);

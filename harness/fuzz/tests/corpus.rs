@@ -181,6 +181,7 @@ fn hostile_usage_streams_take_memory_bounded_by_the_line_cap() {
             ClientWants {
                 include_usage: true,
                 continuous_usage: true,
+                null_when_absent: false,
             },
         ] {
             let (_, peak) = peak_during(|| {

@@ -189,8 +189,8 @@ fn handoffs(bodies: &[(String, Vec<u8>)]) -> Vec<(String, Vec<u8>)> {
     out
 }
 
-/// `usage_stream` input: mode byte (client wants, JSON body, end of stream alone), chunking
-/// seed, then the body.
+/// `usage_stream` input: mode byte (client wants, JSON body, end of stream alone, engine
+/// writes `"usage":null`), chunking seed, then the body.
 fn usage_input(mode: u8, seed: u8, body: &[u8]) -> Vec<u8> {
     [&[mode, seed][..], body].concat()
 }
@@ -208,6 +208,10 @@ fn usage_seeds() -> Vec<(String, Vec<u8>)> {
         ("no-usage-stream.sse", 0),
         ("vllm-chat-completion.json", 4),
         ("anthropic-message.json", 12),
+        // An engine that writes `"usage":null`: values replaced, not members cut.
+        ("vllm-chat-stream.sse", 16),
+        ("sglang-chat-stream.sse", 17),
+        ("vllm-chat-stream-cut.sse", 24),
     ]
     .into_iter()
     .enumerate()
@@ -242,6 +246,10 @@ fn usage_seeds() -> Vec<(String, Vec<u8>)> {
         ),
     ];
     for (mode, (name, body)) in hostile.into_iter().enumerate() {
+        out.push((
+            format!("{name}-nulls"),
+            usage_input(mode as u8 | 16, 100 + mode as u8, &body),
+        ));
         out.push((
             name.into(),
             usage_input(mode as u8, 200 + mode as u8, &body),

@@ -4,9 +4,10 @@
 //! [`scan_event`] walks one object's top-level members once, skipping every value it does
 //! not need (strings with `memchr2` to the next quote or backslash, containers by counting
 //! brackets outside strings), and reports only what the tracker needs: whether `choices` is
-//! an empty or non-empty array, and where the top-level `usage` member lies (so it can be
-//! cut out with its comma) with its counters. Nothing is allocated and every byte is looked
-//! at once, so a 300-byte chunk costs a few hundred cycles.
+//! an empty or non-empty array, and where the top-level `usage` member and its value lie (so
+//! the member can be cut out with its comma, or its value replaced) with its counters.
+//! Nothing is allocated and every byte is looked at once, so a 300-byte chunk costs a few
+//! hundred cycles.
 //!
 //! Keys are compared as raw bytes: a key written with escapes (`"us\u0061ge"`) is not
 //! recognised, which no engine does. Inside skipped values the scanner is lenient (bracket
@@ -79,6 +80,8 @@ pub(crate) struct UsageMember {
     /// member with the comma before it, or (as the first member) with the comma and
     /// whitespace after it.
     pub cut: Range<usize>,
+    /// The bytes of the value alone (from its first byte to its last), for replacing it.
+    pub value_at: Range<usize>,
     pub value: UsageValue,
 }
 
@@ -339,7 +342,11 @@ pub(crate) fn scan_event(p: &[u8], finder: &Finder<'_>, known: &mut Vec<u8>) -> 
                     (None, Some(b',')) => key_start..skip_ws(p, after + 1),
                     (None, _) => key_start..end,
                 };
-                ev.usage = Some(UsageMember { cut, value });
+                ev.usage = Some(UsageMember {
+                    cut,
+                    value_at: v..end,
+                    value,
+                });
                 end
             }
             b"choices" => {
@@ -428,7 +435,8 @@ fn find_usage(p: &[u8], from: usize, finder: &Finder<'_>) -> Option<UsageMember>
         if p.get(colon) != Some(&b':') {
             continue;
         }
-        let Some((value, end)) = usage_value(p, skip_ws(p, colon + 1)) else {
+        let start = skip_ws(p, colon + 1);
+        let Some((value, end)) = usage_value(p, start) else {
             continue;
         };
         match closes_top_level(p, end) {
@@ -443,6 +451,7 @@ fn find_usage(p: &[u8], from: usize, finder: &Finder<'_>) -> Option<UsageMember>
         }
         found = Some(UsageMember {
             cut: before..end,
+            value_at: start..end,
             value,
         });
         // A later top-level `usage` (a repeated key) would win; look on.

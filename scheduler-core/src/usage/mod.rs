@@ -18,8 +18,10 @@
 //!   the blank line ending its event (that line stays if the event had other fields, such
 //!   as `event:`). Without per-chunk usage (`include_usage` and `continuous_usage`), the
 //!   top-level `"usage"` member of each content chunk (`{...}` or `null`) is cut out of
-//!   its JSON with its comma. Comments, other fields, `[DONE]`, CRLF line ends and unknown
-//!   members pass untouched.
+//!   its JSON with its comma; for an engine that writes `"usage":null` on chunks without
+//!   usage ([`ClientWants::null_when_absent`]), the member stays and its value becomes
+//!   `null`. Comments, other fields, `[DONE]`, CRLF line ends and unknown members pass
+//!   untouched.
 //!
 //! Nothing is buffered. Chunk boundaries may fall anywhere (inside a line, a UTF-8
 //! sequence, a number); only an SSE line cut by a chunk's end is copied until the next
@@ -63,6 +65,10 @@ pub struct ClientWants {
     /// `stream_options.continuous_usage_stats`: usage on every content chunk. Engines honour
     /// it only together with `include_usage`, so alone it asks for nothing.
     pub continuous_usage: bool,
+    /// The engine writes `"usage":null` on chunks without usage, so a removed usage value
+    /// becomes `null` rather than the member going (vLLM's `/v1/completions` stream, and
+    /// SGLang, do this; vLLM's chat stream omits the member).
+    pub null_when_absent: bool,
 }
 
 /// How the response body is framed (from `content-type`: `text/event-stream` -> EventStream).
@@ -170,6 +176,7 @@ impl UsageTracker {
                 let rewrite = (!continuous).then_some(sse::Rewrite {
                     drop_final: !wants.include_usage,
                     strip_chunks: true,
+                    null_chunks: wants.null_when_absent,
                 });
                 Scan::Sse(sse::SseScan::new(rewrite))
             }
@@ -190,6 +197,7 @@ impl UsageTracker {
             scan: Scan::Sse(sse::SseScan::new(Some(sse::Rewrite {
                 drop_final,
                 strip_chunks,
+                null_chunks: false,
             }))),
             stats: Stats::default(),
             rewrites: true,

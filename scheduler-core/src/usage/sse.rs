@@ -14,7 +14,9 @@
 //!   that ends its event (the blank line stays if the event had other lines, such as
 //!   `event:`, so the next event's fields are not merged into it);
 //! - the top-level `"usage"` member of a content chunk (at least one choice) is cut out of
-//!   the JSON with its comma, every other byte as the engine sent it.
+//!   the JSON with its comma, every other byte as the engine sent it; or, for an engine
+//!   that writes `"usage":null` on chunks without usage, only its value is replaced by
+//!   `null` (a value already `null` is left alone).
 //!
 //! Each `data:` line is read on its own (engines write one line per event); a JSON value
 //! split over several `data:` lines of one event is not reassembled. Lines end at `\n`
@@ -43,17 +45,25 @@ enum Edit {
     Keep,
     /// The whole line, line end included.
     Drop,
-    /// These bytes of the line (relative to its start).
+    /// These bytes of the line (relative to its start) removed.
     Cut(Range<usize>),
+    /// These bytes of the line (relative to its start) replaced by `null`.
+    Null(Range<usize>),
 }
+
+/// What replaces a usage value the client did not ask for, when the member stays.
+const NULL: &[u8] = b"null";
 
 /// Which usage the client's stream keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Rewrite {
     /// Drop usage-only chunks.
     pub drop_final: bool,
-    /// Cut `usage` out of content chunks.
+    /// Remove the usage of content chunks.
     pub strip_chunks: bool,
+    /// Remove it by writing `null` for its value (the member stays), not by cutting the
+    /// member out.
+    pub null_chunks: bool,
 }
 
 /// Output written lazily: while nothing was edited, forwarding the chunk's bytes costs
@@ -111,6 +121,12 @@ impl Out<'_> {
                 self.skip(line.start + cut.end);
                 self.keep(line.end);
             }
+            Edit::Null(value) => {
+                self.keep(line.start + value.start);
+                self.skip(line.start + value.end);
+                self.emit(NULL);
+                self.keep(line.end);
+            }
         }
     }
 }
@@ -124,6 +140,12 @@ fn emit_edited(out: &mut Out<'_>, line: &[u8], edit: &Edit) {
             out.emit(line.get(..cut.start).unwrap_or_default());
             out.emit(line.get(cut.end..).unwrap_or_default());
             // A cut that leaves nothing around it still replaces the chunk.
+            out.skip(out.cursor);
+        }
+        Edit::Null(value) => {
+            out.emit(line.get(..value.start).unwrap_or_default());
+            out.emit(NULL);
+            out.emit(line.get(value.end..).unwrap_or_default());
             out.skip(out.cursor);
         }
     }
@@ -344,6 +366,15 @@ impl SseScan {
                     self.drop_blank = true;
                 }
                 Edit::Drop
+            }
+            Choices::NonEmpty if rw.strip_chunks && rw.null_chunks => {
+                let value = member.value_at;
+                if payload.get(value.clone()) == Some(NULL) {
+                    // Already what the client would have received.
+                    Edit::Keep
+                } else {
+                    Edit::Null(value.start + offset..value.end + offset)
+                }
             }
             Choices::NonEmpty if rw.strip_chunks => {
                 Edit::Cut(member.cut.start + offset..member.cut.end + offset)

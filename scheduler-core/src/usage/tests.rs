@@ -12,14 +12,17 @@ use wasm_bindgen_test::wasm_bindgen_test as test;
 const NONE: ClientWants = ClientWants {
     include_usage: false,
     continuous_usage: false,
+    null_when_absent: false,
 };
 const FINAL_ONLY: ClientWants = ClientWants {
     include_usage: true,
     continuous_usage: false,
+    null_when_absent: false,
 };
 const ALL: ClientWants = ClientWants {
     include_usage: true,
     continuous_usage: true,
+    null_when_absent: false,
 };
 
 /// Feeds `chunks` in order (the last one with end of stream) and returns what the client
@@ -93,6 +96,7 @@ fn rewrites_only_event_streams_missing_some_usage() {
             ClientWants {
                 include_usage: false,
                 continuous_usage: true,
+                null_when_absent: false,
             },
             true,
         ),
@@ -169,6 +173,108 @@ fn usage_member_cut_with_its_comma_wherever_it_is() {
             assert_eq!(out, format!("{prefix}{want}{end}"), "{event}");
         }
     }
+}
+
+/// A client of an engine that writes `"usage":null`, with what it asked for.
+const fn nulls(include_usage: bool, continuous_usage: bool) -> ClientWants {
+    ClientWants {
+        include_usage,
+        continuous_usage,
+        null_when_absent: true,
+    }
+}
+
+#[test]
+fn usage_value_becomes_null_wherever_it_is() {
+    for (event, want) in [
+        (
+            r#"{"id":"x","choices":[{"index":0}],"usage":{"prompt_tokens":5,"completion_tokens":1}}"#,
+            r#"{"id":"x","choices":[{"index":0}],"usage":null}"#,
+        ),
+        (
+            r#"{"usage":{"prompt_tokens":1},"id":"x","choices":[{"index":0}]}"#,
+            r#"{"usage":null,"id":"x","choices":[{"index":0}]}"#,
+        ),
+        (
+            r#"{"id":"x","usage":{"prompt_tokens":1},"choices":[{"index":0}]}"#,
+            r#"{"id":"x","usage":null,"choices":[{"index":0}]}"#,
+        ),
+        (
+            r#"{ "choices" : [ 1 ] , "usage" : { "completion_tokens" : 3 } }"#,
+            r#"{ "choices" : [ 1 ] , "usage" : null }"#,
+        ),
+        // Not an object: still not what the client asked for.
+        (
+            r#"{"choices":[1],"usage":7}"#,
+            r#"{"choices":[1],"usage":null}"#,
+        ),
+        (
+            r#"{"choices":[1],"usage":{"prompt_tokens":1},"usage":[2]}"#,
+            r#"{"choices":[1],"usage":{"prompt_tokens":1},"usage":null}"#,
+        ),
+        // Already null: as it came.
+        (
+            r#"{"id":"x","choices":[{"index":0}],"usage":null}"#,
+            r#"{"id":"x","choices":[{"index":0}],"usage":null}"#,
+        ),
+        (
+            r#"{"usage" :null, "choices":[1]}"#,
+            r#"{"usage" :null, "choices":[1]}"#,
+        ),
+    ] {
+        for (prefix, end) in [("data: ", "\n\n"), ("data:", "\r\n\r\n"), ("data: ", "")] {
+            let line = format!("{prefix}{event}{end}");
+            for wants in [nulls(false, false), nulls(true, false), nulls(false, true)] {
+                let (out, r) = sse(wants, &line);
+                assert_eq!(out, format!("{prefix}{want}{end}"), "{event} {wants:?}");
+                assert_eq!(r.content_chunks, 1);
+            }
+            // A client that asked for per-chunk usage gets it.
+            assert_eq!(sse(nulls(true, true), &line).0, line);
+        }
+    }
+}
+
+#[test]
+fn null_when_absent_still_drops_the_usage_only_chunk() {
+    let forced = [
+        chunk("Hi", Some((12, 1))),
+        chunk(" there", Some((12, 2))),
+        final_chunk(12, 2),
+        DONE.into(),
+    ]
+    .concat();
+    let null_chunk =
+        |content: &str| chunk(content, None).replace("}]}\n", r#"}],"usage":null}"#) + "\n";
+    let (out, r) = sse(nulls(false, false), &forced);
+    let want = [null_chunk("Hi"), null_chunk(" there"), DONE.into()].concat();
+    assert_eq!(out, want);
+    assert_eq!((r.usage, r.source), (usage(12, 2, 0), UsageSource::Usage));
+    let (out, _) = sse(nulls(true, false), &forced);
+    let want = [
+        null_chunk("Hi"),
+        null_chunk(" there"),
+        final_chunk(12, 2),
+        DONE.into(),
+    ]
+    .concat();
+    assert_eq!(out, want);
+    // Every split point and one byte at a time give the same.
+    let bytes = forced.as_bytes();
+    let whole = run(BodyKind::EventStream, nulls(false, false), &[bytes]);
+    for at in 0..=bytes.len() {
+        let (a, b) = bytes.split_at(at);
+        assert_eq!(
+            run(BodyKind::EventStream, nulls(false, false), &[a, b]),
+            whole,
+            "split at {at}"
+        );
+    }
+    let singles: Vec<&[u8]> = bytes.chunks(1).collect();
+    assert_eq!(
+        run(BodyKind::EventStream, nulls(false, false), &singles),
+        whole
+    );
 }
 
 #[test]

@@ -5,7 +5,8 @@
 
 use super::tests::run;
 use super::*;
-use alloc::string::String;
+use alloc::format;
+use alloc::string::{String, ToString};
 use serde_json::Value;
 
 #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
@@ -16,14 +17,17 @@ const EXPECTED: &str = include_str!("../../../testdata/usage/expected.json");
 const NONE: ClientWants = ClientWants {
     include_usage: false,
     continuous_usage: false,
+    null_when_absent: false,
 };
 const FINAL_ONLY: ClientWants = ClientWants {
     include_usage: true,
     continuous_usage: false,
+    null_when_absent: false,
 };
 const ALL: ClientWants = ClientWants {
     include_usage: true,
     continuous_usage: true,
+    null_when_absent: false,
 };
 
 /// The report `expected.json` gives for `name`.
@@ -173,4 +177,57 @@ fn json_bodies() {
         let r = run(BodyKind::Json, NONE, &[cut]).1;
         assert!(!r.done, "{name}");
     }
+}
+
+#[test]
+fn sglang_stream_keeps_its_null_usage_for_a_client_of_such_an_engine() {
+    let name = "sglang-chat-stream.sse";
+    let forced = include_str!("../../../testdata/usage/sglang-chat-stream.sse");
+    // Its content chunks already say `"usage":null`: a client that asked for the final
+    // usage gets the stream as it came, one that did not loses the usage-only event.
+    let usage_only = |e: &&str| e.contains(r#""choices":[]"#);
+    assert_eq!(
+        forced
+            .split_inclusive("\r\n\r\n")
+            .filter(usage_only)
+            .count(),
+        1
+    );
+    let no_usage: String = forced
+        .split_inclusive("\r\n\r\n")
+        .filter(|e| !usage_only(e))
+        .collect();
+    let wants = |include_usage| ClientWants {
+        include_usage,
+        null_when_absent: true,
+        ..NONE
+    };
+    for (wants, client) in [(wants(true), forced), (wants(false), &no_usage)] {
+        let (out, report) = check_chunkings(name, wants, forced, 5);
+        assert_eq!(out, client, "{wants:?}");
+        assert_eq!(report, expected(name), "{wants:?}");
+    }
+}
+
+#[test]
+fn vllm_stream_gets_null_usage_for_a_completions_client() {
+    let name = "vllm-chat-stream.sse";
+    let forced = include_str!("../../../testdata/usage/vllm-chat-stream.sse");
+    let no_usage = include_str!("../../../testdata/usage/vllm-chat-stream.no-usage.sse");
+    let wants = ClientWants {
+        null_when_absent: true,
+        ..NONE
+    };
+    let (out, report) = check_chunkings(name, wants, forced, 3);
+    assert_eq!(report, expected(name));
+    // Every content chunk is the member-less one with `"usage":null` as its last member.
+    let want: String = no_usage
+        .split_inclusive("\n\n")
+        .map(|e| match e.strip_suffix("}\n\n") {
+            Some(body) if e.starts_with("data: {") => format!("{body},\"usage\":null}}\n\n"),
+            _ => e.to_string(),
+        })
+        .collect();
+    assert!(want.contains(r#""usage":null"#));
+    assert_eq!(out, want);
 }

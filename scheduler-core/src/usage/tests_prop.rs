@@ -16,20 +16,40 @@ const WANTS: [ClientWants; 4] = [
     ClientWants {
         include_usage: false,
         continuous_usage: false,
+        null_when_absent: false,
     },
     ClientWants {
         include_usage: true,
         continuous_usage: false,
+        null_when_absent: false,
     },
     ClientWants {
         include_usage: false,
         continuous_usage: true,
+        null_when_absent: false,
     },
     ClientWants {
         include_usage: true,
         continuous_usage: true,
+        null_when_absent: false,
     },
 ];
+
+/// [`WANTS`] for an engine that leaves the member out and for one that writes
+/// `"usage":null` (the flag, as [`ClientWants::null_when_absent`] says).
+fn all_wants() -> impl Iterator<Item = (ClientWants, bool)> {
+    [false, true].into_iter().flat_map(|nulls| {
+        WANTS.into_iter().map(move |w| {
+            (
+                ClientWants {
+                    null_when_absent: nulls,
+                    ..w
+                },
+                nulls,
+            )
+        })
+    })
+}
 
 /// One usage object's values.
 #[derive(Clone, Debug)]
@@ -108,8 +128,9 @@ impl Style {
 }
 
 /// The event as the engine writes it; `with_usage`: the gateway's forcing was on for the
-/// per-chunk usage, `with_final`: for the usage-only chunk.
-fn render(ev: &Ev, style: Style, with_usage: bool, with_final: bool) -> String {
+/// per-chunk usage, `with_final`: for the usage-only chunk; `nulls`: the engine writes
+/// `"usage":null` on a content chunk without usage (else it leaves the member out).
+fn render(ev: &Ev, style: Style, with_usage: bool, with_final: bool, nulls: bool) -> String {
     let head = [
         r#""id":"chatcmpl-5d2f""#.to_string(),
         r#""object":"chat.completion.chunk""#.into(),
@@ -124,10 +145,10 @@ fn render(ev: &Ev, style: Style, with_usage: bool, with_final: bool) -> String {
             );
             let mut members: Vec<String> = head.to_vec();
             members.push(choices);
-            if with_usage {
+            if with_usage || nulls {
                 let u = match usage {
-                    Some(c) => format!(r#""usage":{}"#, c.json()),
-                    None => r#""usage":null"#.into(),
+                    Some(c) if with_usage => format!(r#""usage":{}"#, c.json()),
+                    _ => r#""usage":null"#.into(),
                 };
                 let at = match place {
                     Place::First => 0,
@@ -315,7 +336,7 @@ proptest! {
         junk in garbage(),
         cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..24),
     ) {
-        let forced: String = events.iter().map(|e| render(e, style, true, true)).collect();
+        let forced: String = events.iter().map(|e| render(e, style, true, true, false)).collect();
         for bytes in [forced.as_bytes(), &junk] {
             let chunks = chunked(bytes, &cuts);
             prop_assert_eq!(run_no_edits(&chunks), bytes);
@@ -329,13 +350,15 @@ proptest! {
         events in prop::collection::vec(event(), 0..12),
         style in style(),
     ) {
-        let forced: String = events.iter().map(|e| render(e, style, true, true)).collect();
+        let forced: String = events.iter().map(|e| render(e, style, true, true, false)).collect();
         let want_report = expected_report(&events);
-        for wants in WANTS {
+        // The forced stream is the same whichever way the engine writes a chunk without
+        // usage: forcing gives every content chunk a usage member.
+        for (wants, nulls) in all_wants() {
             let continuous = wants.include_usage && wants.continuous_usage;
             let client: String = events
                 .iter()
-                .map(|e| render(e, style, continuous, wants.include_usage))
+                .map(|e| render(e, style, continuous, wants.include_usage, nulls))
                 .collect();
             let (out, report) = run(BodyKind::EventStream, wants, &[forced.as_bytes()]);
             prop_assert_eq!(String::from_utf8(out).unwrap(), client, "{:?}", wants);
@@ -351,9 +374,9 @@ proptest! {
         style in style(),
         cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..24),
     ) {
-        let forced: String = events.iter().map(|e| render(e, style, true, true)).collect();
+        let forced: String = events.iter().map(|e| render(e, style, true, true, false)).collect();
         let chunks = chunked(forced.as_bytes(), &cuts);
-        for wants in WANTS {
+        for (wants, _) in all_wants() {
             let whole = run(BodyKind::EventStream, wants, &[forced.as_bytes()]);
             prop_assert_eq!(run_chunks(BodyKind::EventStream, wants, &chunks), whole);
         }
@@ -367,7 +390,7 @@ proptest! {
         cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..16),
     ) {
         let chunks = chunked(&bytes, &cuts);
-        for wants in WANTS {
+        for (wants, _) in all_wants() {
             let whole = run(BodyKind::EventStream, wants, &[&bytes]);
             prop_assert_eq!(&run_chunks(BodyKind::EventStream, wants, &chunks), &whole);
             if !UsageTracker::new(BodyKind::EventStream, wants).rewrites() {
@@ -448,10 +471,10 @@ fn every_split_point_and_single_bytes() {
         };
         let forced: String = events
             .iter()
-            .map(|e| render(e, style, true, true))
+            .map(|e| render(e, style, true, true, false))
             .collect();
         let bytes = forced.as_bytes();
-        for wants in WANTS {
+        for (wants, _) in all_wants() {
             let whole = run(BodyKind::EventStream, wants, &[bytes]);
             assert_eq!(whole.1, expected_report(&events));
             for at in 0..=bytes.len() {
