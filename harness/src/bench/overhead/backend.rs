@@ -2,7 +2,9 @@
 //! completion per `POST`, a constant idle vLLM `/metrics` page, `/health`), plus a streamed
 //! answer for requests carrying [`STREAM_HEADER`]: [`STREAM_CHUNKS`] content chunks of
 //! vLLM's shape, the first with the response headers at once, each next one at least
-//! [`CHUNK_GAP`] later, then `data: [DONE]`.
+//! [`CHUNK_GAP`] later, then `data: [DONE]` right after the last (as vLLM sends its
+//! usage-only chunk and `[DONE]` with the last token, so a stream with usage takes no
+//! longer than one without).
 //!
 //! Like vLLM, a stream carries usage only when the body asks for it: with
 //! `"include_usage":true` a usage-only chunk before `[DONE]`, and with
@@ -253,10 +255,14 @@ fn sse_chunks(prompt_tokens: u64, usage: UsageAsked) -> Vec<Bytes> {
     out
 }
 
-/// A response body: one buffer, or chunks paced [`CHUNK_GAP`] apart.
+/// A response body: one buffer, or chunks the first `gaps + 1` of which are paced
+/// [`CHUNK_GAP`] apart, the rest following the last of those at once.
 pub struct Answer {
     chunks: std::vec::IntoIter<Bytes>,
-    paced: bool,
+    /// A stream (no length known up front).
+    streamed: bool,
+    /// Gaps still to wait, one after each of the next chunks.
+    gaps: usize,
     /// The wait before the next chunk (none before the first).
     gap: Option<Pin<Box<Sleep>>>,
 }
@@ -265,7 +271,8 @@ impl Answer {
     fn whole(text: &'static str) -> Answer {
         Answer {
             chunks: vec![Bytes::from_static(text.as_bytes())].into_iter(),
-            paced: false,
+            streamed: false,
+            gaps: 0,
             gap: None,
         }
     }
@@ -273,7 +280,8 @@ impl Answer {
     fn stream(chunks: Vec<Bytes>) -> Answer {
         Answer {
             chunks: chunks.into_iter(),
-            paced: true,
+            streamed: true,
+            gaps: STREAM_CHUNKS.saturating_sub(1) as usize,
             gap: None,
         }
     }
@@ -296,7 +304,8 @@ impl Body for Answer {
         }
         match this.chunks.next() {
             Some(chunk) => {
-                if this.paced && this.chunks.len() > 0 {
+                if this.gaps > 0 && this.chunks.len() > 0 {
+                    this.gaps -= 1;
                     this.gap = Some(Box::pin(tokio::time::sleep(CHUNK_GAP)));
                 }
                 Poll::Ready(Some(Ok(Frame::data(chunk))))
@@ -310,7 +319,7 @@ impl Body for Answer {
     }
 
     fn size_hint(&self) -> SizeHint {
-        if self.paced {
+        if self.streamed {
             return SizeHint::default();
         }
         let len: usize = self.chunks.as_slice().iter().map(Bytes::len).sum();
@@ -392,8 +401,43 @@ mod tests {
         assert_eq!(text.matches("data: ").count(), STREAM_CHUNKS as usize + 1);
         assert!(!text.contains("usage"), "{text}");
         assert!(text.ends_with("data: [DONE]\n\n"));
-        assert_eq!(backend.streams().streams.load(Ordering::Relaxed), 1);
         assert_eq!(backend.streams().usage_forced.load(Ordering::Relaxed), 0);
-        assert_eq!(backend.counters().posts.load(Ordering::Relaxed), 2);
+        // Usage asked: the usage-only chunk, and no gap more than without it.
+        let forced = serde_json::json!({"stream_options": {"include_usage": true}});
+        let started = std::time::Instant::now();
+        let r = client::post_json(&url, &forced, &[(STREAM_HEADER, "1")])
+            .await
+            .unwrap();
+        assert!(started.elapsed() >= CHUNK_GAP * (STREAM_CHUNKS - 1));
+        assert_eq!(r.text().matches("\"usage\"").count(), 1, "{}", r.text());
+        assert_eq!(backend.streams().usage_forced.load(Ordering::Relaxed), 1);
+        assert_eq!(backend.streams().streams.load(Ordering::Relaxed), 2);
+        assert_eq!(backend.counters().posts.load(Ordering::Relaxed), 3);
+    }
+
+    #[tokio::test]
+    async fn only_content_chunks_are_paced() {
+        use http_body_util::BodyExt;
+        let chunks = sse_chunks(
+            10,
+            UsageAsked {
+                include: true,
+                continuous: true,
+            },
+        );
+        let total = chunks.len();
+        let mut body = Answer::stream(chunks);
+        let start = std::time::Instant::now();
+        let mut arrivals = Vec::new();
+        while let Some(frame) = body.frame().await {
+            assert!(frame.unwrap().is_data());
+            arrivals.push(start.elapsed());
+        }
+        assert_eq!(arrivals.len(), total);
+        let last_content = STREAM_CHUNKS as usize - 1;
+        assert!(arrivals[0] < CHUNK_GAP, "the first chunk is not paced");
+        assert!(arrivals[last_content] >= CHUNK_GAP * (STREAM_CHUNKS - 1));
+        // The usage-only chunk and [DONE] come with the last content chunk, no gap after it.
+        assert!(arrivals[total - 1] - arrivals[last_content] < CHUNK_GAP);
     }
 }
