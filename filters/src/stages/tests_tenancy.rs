@@ -164,7 +164,11 @@ fn client_gateway_headers_are_stripped_and_the_tenants_are_injected() {
     assert_eq!(host.header(FAIRNESS_ID), Some("tenant-b"));
     assert_eq!(host.header("x-gateway-inference-objective"), None);
     assert_eq!(host.header("x-gateway-destination-endpoint"), None);
-    assert_eq!(host.header("authorization"), None, "the key stays at the gateway");
+    assert_eq!(
+        host.header("authorization"),
+        None,
+        "the key stays at the gateway"
+    );
     // The router's own headers are set after the boundary and survive it.
     assert_eq!(host.header("x-gateway-base-model-name"), Some("llama"));
     run.end(&p, &mut host);
