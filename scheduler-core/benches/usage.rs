@@ -2,7 +2,8 @@
 //! one token each (~330-byte events with continuous usage), the final usage-only chunk and
 //! `[DONE]`, fed as the engine flushes them (one event per chunk) and as 1,460-byte TCP
 //! segments (and once with a distinct id per event, the worst case for the tracker's
-//! shared-prefix shortcut); and a 200 KB non-streamed completion body. Target: ≥ 1 GB/s through
+//! shared-prefix shortcut), also for a client of an engine that writes `"usage":null`;
+//! and a 200 KB non-streamed completion body. Target: ≥ 1 GB/s through
 //! `UsageTracker::feed` in every mode.
 //!
 //! Run: `cargo bench -p scheduler-core --bench usage` (`-- --quick` for a short run).
@@ -135,6 +136,11 @@ mod imp {
             continuous_usage: false,
             null_when_absent: false,
         };
+        // A client of an engine that writes `"usage":null`: each chunk's value replaced.
+        let nulls = ClientWants {
+            null_when_absent: true,
+            ..none
+        };
         eprintln!(
             "stream: {} events, {} bytes ({} per event); body {} bytes",
             events.len(),
@@ -153,6 +159,8 @@ mod imp {
             ("sse/rewrite_none/tcp_segments", none, &segments),
             ("sse/rewrite_final_only/per_event", final_only, &events),
             ("sse/rewrite_none/distinct_ids", none, &distinct),
+            ("sse/rewrite_nulls/per_event", nulls, &events),
+            ("sse/rewrite_nulls/tcp_segments", nulls, &segments),
         ] {
             g.bench_function(name, |b| {
                 b.iter(|| feed_all(BodyKind::EventStream, wants, chunks, &mut out))
