@@ -9,7 +9,9 @@
 //!
 //! Response side: a [`UsageTracker`] observes every chunk unbuffered and removes from the
 //! client's stream what the client did not ask for (the usage-only chunk, the per-chunk
-//! usage fields); otherwise the stream is byte-identical to the engine's.
+//! usage fields); otherwise the stream is byte-identical to the engine's. A
+//! `/v1/completions` stream keeps its per-chunk `"usage"` member with the value `null`,
+//! as the engine writes it when usage was not asked for.
 
 use serde_json::{Map, Value};
 
