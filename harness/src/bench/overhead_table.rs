@@ -231,7 +231,23 @@ fn stream_rows(arms: &[Arm]) -> Vec<(String, Vec<String>)> {
             .collect()
     };
     let pct = |v: &[Vec<u32>], i: usize, q: f64| v.get(i).map_or(0, |l| percentile_us(l, q));
+    let headers: Vec<Vec<u32>> = arms
+        .iter()
+        .map(|a| {
+            let mut v = a
+                .stream
+                .as_ref()
+                .map(|s| s.total.headers_us.clone())
+                .unwrap_or_default();
+            v.sort_unstable();
+            v
+        })
+        .collect();
     vec![
+        (
+            "streamed: response headers p50".into(),
+            cells(&|i, _| ms3(pct(&headers, i, 50.0))),
+        ),
         (
             "streamed: first chunk p50".into(),
             cells(&|i, _| ms3(pct(&firsts, i, 50.0))),

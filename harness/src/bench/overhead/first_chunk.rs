@@ -1,7 +1,7 @@
 //! The streamed windows of `bench overhead`: a closed loop like
 //! [`crate::bench::closed_loop::ClosedLoop`] whose requests are answered with a paced SSE
-//! stream ([`super::backend`]), timing for each request its first chunk (from sending the
-//! request to the first body bytes) and its end.
+//! stream ([`super::backend`]), timing for each request its response headers, its first
+//! chunk (from sending the request to the first body bytes) and its end.
 //!
 //! Every stream is checked as it is read: all [`STREAM_CHUNKS`] content chunks and
 //! `[DONE]`, and no usage at all, since the client never asks for it (a tenancy arm's
@@ -50,6 +50,9 @@ pub struct StreamResult {
     pub errors: u64,
     /// The first error seen.
     pub first_error: Option<String>,
+    /// Response-headers latency of every good stream, microseconds (what the first chunk
+    /// adds to it is the response path of the chunk alone).
+    pub headers_us: Vec<u32>,
     /// First-chunk latency of every good stream, microseconds.
     pub first_chunk_us: Vec<u32>,
     /// Whole-stream latency of every good stream, microseconds.
@@ -68,6 +71,7 @@ impl StreamResult {
         if self.first_error.is_none() {
             self.first_error = other.first_error;
         }
+        self.headers_us.extend(other.headers_us);
         self.first_chunk_us.extend(other.first_chunk_us);
         self.total_us.extend(other.total_us);
         self.quota_headers += other.quota_headers;
@@ -84,6 +88,7 @@ type Sender = SendRequest<Full<Bytes>>;
 
 /// One good stream's timings.
 struct Timed {
+    headers: Duration,
     first_chunk: Duration,
     total: Duration,
     quota_header: bool,
@@ -124,6 +129,7 @@ impl StreamLoop {
                 Ok(t) => {
                     out.ok += 1;
                     out.quota_headers += u64::from(t.quota_header);
+                    out.headers_us.push(micros(t.headers));
                     out.first_chunk_us.push(micros(t.first_chunk));
                     out.total_us.push(micros(t.total));
                 }
@@ -158,6 +164,7 @@ impl StreamLoop {
         let mut resp = conn
             .send_request(req.body(Full::new(template.body.clone()))?)
             .await?;
+        let headers = sent.elapsed();
         let status = resp.status().as_u16();
         let quota_header = resp.headers().contains_key(QUOTA_HEADER);
         let mut first_chunk = None;
@@ -177,6 +184,7 @@ impl StreamLoop {
         }
         check_stream(&text)?;
         Ok(Timed {
+            headers,
             first_chunk: first_chunk.unwrap_or(total),
             total,
             quota_header,
@@ -236,6 +244,10 @@ mod tests {
         assert!(r.ok >= 4, "only {} streams", r.ok);
         assert_eq!(r.quota_headers, 0, "no gateway, no quota headers");
         let gaps = CHUNK_GAP * (STREAM_CHUNKS - 1);
+        assert_eq!(r.headers_us.len(), r.first_chunk_us.len());
+        for (headers, first) in r.headers_us.iter().zip(&r.first_chunk_us) {
+            assert!(headers <= first, "{headers} {first}");
+        }
         for (first, total) in r.first_chunk_us.iter().zip(&r.total_us) {
             assert!(
                 u128::from(total - first) >= gaps.as_micros(),
