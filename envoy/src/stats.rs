@@ -17,6 +17,9 @@
 //! without a change to this adapter.
 
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+
+use ahash::AHasher;
 
 use infergate_filters::stats::{StatKey, StatKind, FAMILIES};
 
@@ -30,8 +33,9 @@ pub trait DefineMetric {
 pub struct StatsRegistry {
     /// `(family index, Envoy metric id)` for every family Envoy accepted.
     ids: Vec<(usize, usize)>,
-    /// Envoy kind and id of the label-less metrics, by flattened key.
-    scalars: HashMap<String, (StatKind, usize)>,
+    /// Envoy kind and id of the label-less metrics, by flattened key. Looked up on every
+    /// increment, so with a fast hash (the keys come from configuration, not clients).
+    scalars: HashMap<String, (StatKind, usize), BuildHasherDefault<AHasher>>,
 }
 
 impl StatsRegistry {

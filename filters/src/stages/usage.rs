@@ -42,7 +42,7 @@ const FORCED: &str = r#""stream_options":{"include_usage":true,"continuous_usage
 /// member inserted first, every other byte kept; one with it is re-serialised with its
 /// flags set.
 pub fn force_usage(body: &[u8]) -> Option<Vec<u8>> {
-    let has_options = body.windows(16).any(|w| w == b"\"stream_options\"");
+    let has_options = memchr::memmem::find(body, b"\"stream_options\"").is_some();
     if !has_options {
         let open = body.iter().position(|b| !b.is_ascii_whitespace())?;
         if body.get(open) != Some(&b'{') {
