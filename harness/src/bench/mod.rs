@@ -15,8 +15,11 @@
 //! - [`closed_loop`]: a fixed-concurrency keep-alive HTTP/1.1 client measuring requests/s
 //!   and latency.
 //! - [`overhead`]: `bench overhead`: requests/s and latency through Envoy with no gateway
-//!   filter, with the Wasm filters and with the native filters, in interleaved rounds;
-//!   [`overhead_table`] renders its report.
+//!   filter, with the Wasm filters and with the native filters (each also with tenancy:
+//!   auth, quota and usage stages), in interleaved rounds, plus streamed windows for
+//!   first-chunk latency; [`overhead_table`] renders its report.
+//! - [`tenants`]: `demo --scenario tenants`: two tenants sharing one pool, through the
+//!   gateway's tenancy and through `/rr`.
 //! - [`logic`]: the filters' parse and hash work per request, timed in-process, to split a
 //!   flavour's added cost between the filter logic and Envoy around it.
 //! - [`report`]: small formatting helpers shared by the tables.

@@ -11,8 +11,11 @@ use infergate_harness::bench::soak::{self, SoakOptions};
 use infergate_harness::launch::{runtime, Flavor};
 
 const USAGE: &str = "usage: cargo xtask bench <overhead|affinity|ttft|soak|memory> [options]
-  overhead  requests/s and latency through Envoy: no filter vs Wasm vs native
-            [--connections N] [--concurrency C] [--rounds R] [--measure-s S] [--quick]
+  overhead  requests/s and latency through Envoy: no filter vs Wasm vs native, each gateway
+            also with tenancy; streamed windows time the first chunk
+            [--connections N] [--concurrency C] [--rounds R] [--measure-s S]
+            [--stream-measure-s S (0: none)] [--arms plain,wasm-floor,wasm,wasm-tenancy,
+            native-floor,native,native-tenancy] [--quick]
   affinity  the picker at several Envoy worker counts, each flavour on the calibration
             workload: cache-hit ratio, TTFT p50 and p99 per worker count; exits non-zero
             unless every multi-worker run keeps >= 0.97 x the flavour's 1-worker hit ratio
