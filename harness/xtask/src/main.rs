@@ -23,7 +23,7 @@ commands:
   build   build the release artefacts: the Wasm module, the native module, the simulator
   test    every test tier, real-Envoy end-to-end and a 1-minute soak: [--workers N] [--skip-python]
   up      the stack on a simulated pool until Ctrl-C: [--flavor wasm|native|plain] [--replicas N]
-  demo    /rr vs the picker on a chat workload: [--scenario calibration|hotspot|tenants] (demo --help)
+  demo    /rr vs the gateway: [--scenario calibration|hotspot|tenants] (demo --help)
   bench   overhead | affinity | ttft | soak | memory, release builds (`cargo xtask bench help`)
   fuzz    each fuzz target (or one) for N seconds on nightly: [TARGET] [--seconds N] | --build
   help    this list";
