@@ -131,173 +131,85 @@ impl Summary {
     }
 }
 
-/// A plain-text table with one column per summary.
-pub fn table(summaries: &[Summary]) -> String {
-    let ms = |v: f64| format!("{:.1} ms", v * 1000.0);
-    let mut rows: Vec<(String, Vec<String>)> = vec![
-        (
-            "target".into(),
-            summaries.iter().map(|s| s.label.clone()).collect(),
-        ),
-        (
-            "requests".into(),
-            summaries.iter().map(|s| s.requests.to_string()).collect(),
-        ),
-        (
-            "ok".into(),
-            summaries.iter().map(|s| s.ok.to_string()).collect(),
-        ),
-        (
-            "TTFT p50".into(),
-            summaries.iter().map(|s| ms(s.ttft_p50_s)).collect(),
-        ),
-        (
-            "TTFT p90".into(),
-            summaries.iter().map(|s| ms(s.ttft_p90_s)).collect(),
-        ),
-        (
-            "TTFT p99".into(),
-            summaries.iter().map(|s| ms(s.ttft_p99_s)).collect(),
-        ),
-        (
-            "TTFT mean".into(),
-            summaries.iter().map(|s| ms(s.ttft_mean_s)).collect(),
-        ),
-        (
-            "e2e p50".into(),
-            summaries.iter().map(|s| ms(s.e2e_p50_s)).collect(),
-        ),
-        (
-            "cache hit ratio".into(),
-            summaries
-                .iter()
-                .map(|s| format!("{:.1}%", s.cache_hit_ratio * 100.0))
-                .collect(),
-        ),
-        (
-            "prompt tokens".into(),
-            summaries
-                .iter()
-                .map(|s| s.prompt_tokens.to_string())
-                .collect(),
-        ),
-        (
-            "cached tokens".into(),
-            summaries
-                .iter()
-                .map(|s| s.cached_tokens.to_string())
-                .collect(),
-        ),
-        (
-            "output tok/s".into(),
-            summaries
-                .iter()
-                .map(|s| format!("{:.0}", s.output_tokens_per_s))
-                .collect(),
-        ),
-        (
-            "req/s".into(),
-            summaries
-                .iter()
-                .map(|s| format!("{:.2}", s.requests_per_s))
-                .collect(),
-        ),
-        (
-            "duration".into(),
-            summaries
-                .iter()
-                .map(|s| format!("{:.1} s", s.duration_s))
-                .collect(),
-        ),
-    ];
-    let mut keys: Vec<&String> = summaries.iter().flat_map(|s| s.errors.keys()).collect();
+/// One table row: `label`, then `cell` of each summary.
+fn row(label: &str, summaries: &[Summary], cell: impl Fn(&Summary) -> String) -> Row {
+    (label.to_owned(), summaries.iter().map(cell).collect())
+}
+
+/// One row per key of the count map `pick` (the union over `summaries`, sorted), labelled
+/// `name key`; a summary without the key counts 0.
+fn keyed_rows(
+    summaries: &[Summary],
+    name: &str,
+    pick: fn(&Summary) -> &BTreeMap<String, u64>,
+) -> Vec<Row> {
+    let mut keys: Vec<&String> = summaries.iter().flat_map(|s| pick(s).keys()).collect();
     keys.sort();
     keys.dedup();
-    for k in keys {
-        rows.push((
-            format!("errors {k}"),
-            summaries
-                .iter()
-                .map(|s| s.errors.get(k).copied().unwrap_or(0).to_string())
-                .collect(),
-        ));
-    }
+    keys.into_iter()
+        .map(|k| {
+            row(&format!("{name} {k}"), summaries, |s| {
+                pick(s).get(k).copied().unwrap_or(0).to_string()
+            })
+        })
+        .collect()
+}
+
+/// A label and its cells.
+type Row = (String, Vec<String>);
+
+fn ms(seconds: f64) -> String {
+    format!("{:.1} ms", seconds * 1000.0)
+}
+
+/// A plain-text table with one column per summary.
+pub fn table(summaries: &[Summary]) -> String {
+    let s = summaries;
+    let mut rows = vec![
+        row("target", s, |s| s.label.clone()),
+        row("requests", s, |s| s.requests.to_string()),
+        row("ok", s, |s| s.ok.to_string()),
+        row("TTFT p50", s, |s| ms(s.ttft_p50_s)),
+        row("TTFT p90", s, |s| ms(s.ttft_p90_s)),
+        row("TTFT p99", s, |s| ms(s.ttft_p99_s)),
+        row("TTFT mean", s, |s| ms(s.ttft_mean_s)),
+        row("e2e p50", s, |s| ms(s.e2e_p50_s)),
+        row("cache hit ratio", s, |s| {
+            format!("{:.1}%", s.cache_hit_ratio * 100.0)
+        }),
+        row("prompt tokens", s, |s| s.prompt_tokens.to_string()),
+        row("cached tokens", s, |s| s.cached_tokens.to_string()),
+        row("output tok/s", s, |s| {
+            format!("{:.0}", s.output_tokens_per_s)
+        }),
+        row("req/s", s, |s| format!("{:.2}", s.requests_per_s)),
+        row("duration", s, |s| format!("{:.1} s", s.duration_s)),
+    ];
+    rows.extend(keyed_rows(s, "errors", |s| &s.errors));
     render(&rows, summaries.len())
 }
 
 /// A plain-text table with one column per load class: what each tenant got.
 pub fn class_table(summaries: &[Summary]) -> String {
-    let ms = |v: f64| format!("{:.1} ms", v * 1000.0);
-    let mut rows: Vec<(String, Vec<String>)> = vec![
-        (
-            "class".into(),
-            summaries.iter().map(|s| s.label.clone()).collect(),
-        ),
-        (
-            "requests".into(),
-            summaries.iter().map(|s| s.requests.to_string()).collect(),
-        ),
-        (
-            "ok".into(),
-            summaries.iter().map(|s| s.ok.to_string()).collect(),
-        ),
-        (
-            "aborted".into(),
-            summaries.iter().map(|s| s.aborted.to_string()).collect(),
-        ),
-        (
-            "TTFT p50".into(),
-            summaries.iter().map(|s| ms(s.ttft_p50_s)).collect(),
-        ),
-        (
-            "TTFT p99".into(),
-            summaries.iter().map(|s| ms(s.ttft_p99_s)).collect(),
-        ),
-        (
-            "prompt tokens".into(),
-            summaries
-                .iter()
-                .map(|s| s.prompt_tokens.to_string())
-                .collect(),
-        ),
-        (
-            "tokens received".into(),
-            summaries
-                .iter()
-                .map(|s| s.tokens_received.to_string())
-                .collect(),
-        ),
-        (
-            "duration".into(),
-            summaries
-                .iter()
-                .map(|s| format!("{:.1} s", s.duration_s))
-                .collect(),
-        ),
+    let s = summaries;
+    let mut rows = vec![
+        row("class", s, |s| s.label.clone()),
+        row("requests", s, |s| s.requests.to_string()),
+        row("ok", s, |s| s.ok.to_string()),
+        row("aborted", s, |s| s.aborted.to_string()),
+        row("TTFT p50", s, |s| ms(s.ttft_p50_s)),
+        row("TTFT p99", s, |s| ms(s.ttft_p99_s)),
+        row("prompt tokens", s, |s| s.prompt_tokens.to_string()),
+        row("tokens received", s, |s| s.tokens_received.to_string()),
+        row("duration", s, |s| format!("{:.1} s", s.duration_s)),
     ];
-    let keyed = |name: &str, pick: fn(&Summary) -> &BTreeMap<String, u64>| {
-        let mut keys: Vec<&String> = summaries.iter().flat_map(|s| pick(s).keys()).collect();
-        keys.sort();
-        keys.dedup();
-        keys.into_iter()
-            .map(|k| {
-                (
-                    format!("{name} {k}"),
-                    summaries
-                        .iter()
-                        .map(|s| pick(s).get(k).copied().unwrap_or(0).to_string())
-                        .collect::<Vec<_>>(),
-                )
-            })
-            .collect::<Vec<_>>()
-    };
-    rows.extend(keyed("429", |s| &s.rejected_429));
-    rows.extend(keyed("status", |s| &s.other_statuses));
+    rows.extend(keyed_rows(s, "429", |s| &s.rejected_429));
+    rows.extend(keyed_rows(s, "status", |s| &s.other_statuses));
     render(&rows, summaries.len())
 }
 
 /// Left-aligned labels, right-aligned cells.
-fn render(rows: &[(String, Vec<String>)], columns: usize) -> String {
+fn render(rows: &[Row], columns: usize) -> String {
     let label_w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
     let col_w: Vec<usize> = (0..columns)
         .map(|i| {
