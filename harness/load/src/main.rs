@@ -115,28 +115,48 @@ async fn run_classes(a: &Args) -> anyhow::Result<()> {
     };
     let reports = load::run_classes(&run).await?;
     if let Some(path) = &a.records {
-        let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
-        for r in &reports {
-            for rec in &r.records {
-                let mut v = serde_json::to_value(rec)?;
-                if let Some(o) = v.as_object_mut() {
-                    o.insert("class".into(), serde_json::Value::String(r.name.clone()));
-                }
-                writeln!(f, "{v}")?;
-            }
-        }
-        f.flush()?;
+        let groups = reports
+            .iter()
+            .map(|r| (r.name.as_str(), r.records.as_slice()));
+        write_records(path, "class", groups)?;
     }
     let summaries: Vec<_> = reports.into_iter().map(|r| r.summary).collect();
+    print_summaries(a.json, "classes", &summaries, load::class_table)
+}
+
+/// Writes every record as one JSON line, with its group's label under `key`.
+fn write_records<'a>(
+    path: &std::path::Path,
+    key: &str,
+    groups: impl Iterator<Item = (&'a str, &'a [load::RequestRecord])>,
+) -> anyhow::Result<()> {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for (label, records) in groups {
+        for rec in records {
+            let mut v = serde_json::to_value(rec)?;
+            if let Some(o) = v.as_object_mut() {
+                o.insert(key.into(), serde_json::Value::String(label.to_owned()));
+            }
+            writeln!(f, "{v}")?;
+        }
+    }
+    f.flush()?;
+    Ok(())
+}
+
+/// Prints the summaries as JSON (under `key`) or as the text `table`.
+fn print_summaries(
+    json: bool,
+    key: &str,
+    summaries: &[load::Summary],
+    table: fn(&[load::Summary]) -> String,
+) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    if a.json {
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "classes": summaries }))?
-        )?;
+    if json {
+        let value = serde_json::json!({ key: summaries });
+        writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
     } else {
-        write!(out, "{}", load::class_table(&summaries))?;
+        write!(out, "{}", table(summaries))?;
     }
     out.flush()?;
     Ok(())
@@ -182,29 +202,12 @@ async fn main() -> anyhow::Result<()> {
     };
     let reports = load::run(&cfg).await?;
     if let Some(path) = &a.records {
-        let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
-        for (r, t) in reports.iter().zip(&cfg.targets) {
-            for rec in &r.records {
-                let mut v = serde_json::to_value(rec)?;
-                if let Some(o) = v.as_object_mut() {
-                    o.insert("target".into(), serde_json::Value::String(t.label.clone()));
-                }
-                writeln!(f, "{v}")?;
-            }
-        }
-        f.flush()?;
+        let groups = reports
+            .iter()
+            .zip(&cfg.targets)
+            .map(|(r, t)| (t.label.as_str(), r.records.as_slice()));
+        write_records(path, "target", groups)?;
     }
     let summaries: Vec<_> = reports.into_iter().map(|r| r.summary).collect();
-    let mut out = std::io::stdout().lock();
-    if a.json {
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "targets": summaries }))?
-        )?;
-    } else {
-        write!(out, "{}", load::table(&summaries))?;
-    }
-    out.flush()?;
-    Ok(())
+    print_summaries(a.json, "targets", &summaries, load::table)
 }
