@@ -1,4 +1,5 @@
-//! The flags the calibration commands (`demo`, `bench ttft`, `bench affinity`) share.
+//! The flags the calibration commands (`demo`, `bench ttft`, `bench affinity`) share, and
+//! those of the one-stack scenarios (`demo --scenario hotspot|tenants`).
 
 use anyhow::{bail, Context, Result};
 
@@ -66,6 +67,71 @@ impl CalibrationArgs {
             bail!("at least one flavour and one concurrency are needed");
         }
         Ok(out)
+    }
+}
+
+/// The flags a one-stack scenario (`demo --scenario hotspot|tenants`) shares: `--quick`,
+/// `--time-scale S`, `--flavor wasm|native` and `--workers N` (or `--concurrency N`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScenarioArgs {
+    /// Simulated seconds per real second.
+    pub time_scale: f64,
+    /// The scenario's shorter form.
+    pub quick: bool,
+    /// The gateway's flavour.
+    pub flavor: Flavor,
+    /// Envoy worker threads.
+    pub workers: u32,
+}
+
+impl ScenarioArgs {
+    /// Parses `args` over these defaults. The shared flags are read here; any other flag
+    /// goes to `extra` with a reader of its value, and `extra` answers `Ok(false)` for a
+    /// flag it does not know either. `gateway` says what needs a gateway flavour (the error
+    /// for `--flavor plain`); `expected` lists the scenario's flags (the error for an
+    /// unknown one).
+    pub fn parse(
+        mut self,
+        args: &[String],
+        gateway: &str,
+        expected: &str,
+        mut extra: impl FnMut(&str, &mut dyn FnMut() -> Result<String>) -> Result<bool>,
+    ) -> Result<ScenarioArgs> {
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            let mut value = || {
+                it.next()
+                    .cloned()
+                    .with_context(|| format!("{arg} needs a value"))
+            };
+            match arg.as_str() {
+                "--quick" => self.quick = true,
+                "--time-scale" => {
+                    self.time_scale = value()?.parse().context("--time-scale")?;
+                    if self.time_scale.is_nan() || self.time_scale <= 0.0 {
+                        bail!("--time-scale must be positive");
+                    }
+                }
+                "--flavor" | "--flavour" => {
+                    self.flavor = value()?.parse().context("--flavor")?;
+                    if self.flavor == Flavor::Plain {
+                        bail!("--flavor: {gateway} needs wasm or native");
+                    }
+                }
+                "--workers" | "--concurrency" => {
+                    self.workers = value()?.parse().with_context(|| arg.clone())?;
+                    if self.workers == 0 {
+                        bail!("{arg}: Envoy needs at least one worker");
+                    }
+                }
+                other => {
+                    if !extra(other, &mut value)? {
+                        bail!("unknown argument `{other}` (expected {expected})");
+                    }
+                }
+            }
+        }
+        Ok(self)
     }
 }
 

@@ -19,6 +19,7 @@ use self::hog::{Hog, HogPlan};
 use self::kv::KvWatch;
 use self::report::RunOutcome;
 use super::calibration::{self, DEFAULT_TIME_SCALE};
+use super::cli::ScenarioArgs;
 use crate::launch::{
     client, Backends, EnvoyOptions, Flavor, PoolSpec, Stack, StackOptions, DEFAULT_MODEL,
 };
@@ -108,53 +109,33 @@ pub struct HotspotOptions {
 impl HotspotOptions {
     /// The flags after `--scenario hotspot`.
     pub fn parse(args: &[String]) -> Result<Self> {
-        let mut out = HotspotOptions {
+        let mut picker = PickerChoice::Default;
+        let defaults = ScenarioArgs {
             time_scale: DEFAULT_TIME_SCALE,
             quick: false,
             flavor: Flavor::Wasm,
             workers: DEFAULT_WORKERS,
-            picker: PickerChoice::Default,
         };
-        let mut it = args.iter();
-        while let Some(arg) = it.next() {
-            let mut value = || {
-                it.next()
-                    .cloned()
-                    .with_context(|| format!("{arg} needs a value"))
-            };
-            match arg.as_str() {
-                "--quick" => out.quick = true,
-                "--time-scale" => {
-                    out.time_scale = value()?.parse().context("--time-scale")?;
-                    if out.time_scale.is_nan() || out.time_scale <= 0.0 {
-                        bail!("--time-scale must be positive");
-                    }
-                }
-                "--flavor" | "--flavour" => {
-                    out.flavor = value()?.parse().context("--flavor")?;
-                    if out.flavor == Flavor::Plain {
-                        bail!("--flavor: the picker needs wasm or native");
-                    }
-                }
-                "--workers" | "--concurrency" => {
-                    out.workers = value()?.parse().with_context(|| arg.clone())?;
-                    if out.workers == 0 {
-                        bail!("{arg}: Envoy needs at least one worker");
-                    }
-                }
-                "--picker-config" => {
-                    out.picker = match value()?.as_str() {
-                        "default" => PickerChoice::Default,
-                        "kv-filter" => PickerChoice::KvFilter,
-                        other => bail!("--picker-config: `{other}` is not default or kv-filter"),
-                    }
-                }
-                other => bail!(
-                    "unknown argument `{other}` (expected --quick, --time-scale S, --flavor \
-                     wasm|native, --workers N, --picker-config default|kv-filter)"
-                ),
+        let expected =
+            "--quick, --time-scale S, --flavor wasm|native, --workers N, --picker-config default|kv-filter";
+        let common = defaults.parse(args, "the picker", expected, |arg, value| match arg {
+            "--picker-config" => {
+                picker = match value()?.as_str() {
+                    "default" => PickerChoice::Default,
+                    "kv-filter" => PickerChoice::KvFilter,
+                    other => bail!("--picker-config: `{other}` is not default or kv-filter"),
+                };
+                Ok(true)
             }
-        }
+            _ => Ok(false),
+        })?;
+        let out = HotspotOptions {
+            time_scale: common.time_scale,
+            quick: common.quick,
+            flavor: common.flavor,
+            workers: common.workers,
+            picker,
+        };
         Ok(out)
     }
 }

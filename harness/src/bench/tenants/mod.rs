@@ -22,6 +22,7 @@ use serde_json::Value;
 
 use self::figures::{bills, placement, served, served_since, Bill, Served};
 use super::calibration;
+use super::cli::ScenarioArgs;
 use crate::artefacts::workspace_root;
 use crate::launch::{
     client, load_objects, read_billing_log, Backends, EnvoyOptions, Flavor, Stack, StackOptions,
@@ -91,47 +92,28 @@ pub struct TenantsOptions {
 impl TenantsOptions {
     /// The flags after `--scenario tenants`.
     pub fn parse(args: &[String]) -> Result<Self> {
-        let mut out = TenantsOptions {
+        let mut objects = PathBuf::from(DEFAULT_OBJECTS);
+        let defaults = ScenarioArgs {
             time_scale: TIME_SCALE,
             quick: false,
             flavor: Flavor::Native,
             workers: DEFAULT_WORKERS,
-            objects: PathBuf::from(DEFAULT_OBJECTS),
         };
-        let mut it = args.iter();
-        while let Some(arg) = it.next() {
-            let mut value = || {
-                it.next()
-                    .cloned()
-                    .with_context(|| format!("{arg} needs a value"))
-            };
-            match arg.as_str() {
-                "--quick" => out.quick = true,
-                "--time-scale" => {
-                    out.time_scale = value()?.parse().context("--time-scale")?;
-                    if out.time_scale.is_nan() || out.time_scale <= 0.0 {
-                        bail!("--time-scale must be positive");
-                    }
-                }
-                "--flavor" | "--flavour" => {
-                    out.flavor = value()?.parse().context("--flavor")?;
-                    if out.flavor == Flavor::Plain {
-                        bail!("--flavor: tenancy needs wasm or native");
-                    }
-                }
-                "--workers" | "--concurrency" => {
-                    out.workers = value()?.parse().with_context(|| arg.clone())?;
-                    if out.workers == 0 {
-                        bail!("{arg}: Envoy needs at least one worker");
-                    }
-                }
-                "--tenants" => out.objects = PathBuf::from(value()?),
-                other => bail!(
-                    "unknown argument `{other}` (expected --quick, --time-scale S, --flavor \
-                     wasm|native, --workers N, --tenants PATH)"
-                ),
+        let expected = "--quick, --time-scale S, --flavor wasm|native, --workers N, --tenants PATH";
+        let common = defaults.parse(args, "tenancy", expected, |arg, value| match arg {
+            "--tenants" => {
+                objects = PathBuf::from(value()?);
+                Ok(true)
             }
-        }
+            _ => Ok(false),
+        })?;
+        let out = TenantsOptions {
+            time_scale: common.time_scale,
+            quick: common.quick,
+            flavor: common.flavor,
+            workers: common.workers,
+            objects,
+        };
         Ok(out)
     }
 
