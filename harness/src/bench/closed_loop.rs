@@ -177,12 +177,12 @@ async fn connect(target: SocketAddr) -> anyhow::Result<Sender> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::bench::fast_backend::FastBackend;
+    use crate::bench::overhead::backend::BenchBackend;
     use std::sync::atomic::Ordering;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn every_request_is_counted_and_timed() {
-        let backend = FastBackend::start(1).await.unwrap();
+        let backend = BenchBackend::start(1).await.unwrap();
         let templates = vec![
             RequestTemplate {
                 body: Bytes::from_static(b"{\"a\":1}"),

@@ -10,16 +10,13 @@
 //!   requests, the calibration's chat workload through `/rr` and through the picker.
 //! - [`tenants`]: the demo's tenant scenario: two tenants with token quotas on one pool,
 //!   through the gateway and through `/rr`, with the billing log's totals per tenant.
-//! - [`fast_backend`]: a backend that answers at once (a small completion JSON, a constant
-//!   `/metrics` page), so a proxy-overhead run measures Envoy and the filters, not an engine.
 //! - [`closed_loop`]: a fixed-concurrency keep-alive HTTP/1.1 client measuring requests/s
 //!   and latency.
 //! - [`overhead`]: `bench overhead`: requests/s and latency through Envoy with no gateway
 //!   filter, with the Wasm filters and with the native filters (each also with tenancy:
 //!   auth, quota and usage stages), in interleaved rounds, plus streamed windows for
-//!   first-chunk latency; [`overhead_table`] renders its report.
-//! - [`tenants`]: `demo --scenario tenants`: two tenants sharing one pool, through the
-//!   gateway's tenancy and through `/rr`.
+//!   first-chunk latency, in front of a backend that answers at once
+//!   ([`overhead::backend`]); [`overhead_table`] renders its report.
 //! - [`logic`]: the filters' parse and hash work per request, timed in-process, to split a
 //!   flavour's added cost between the filter logic and Envoy around it.
 //! - [`report`]: small formatting helpers shared by the tables.
@@ -31,7 +28,6 @@ pub mod calibration;
 pub mod cli;
 pub mod closed_loop;
 pub mod columns;
-pub mod fast_backend;
 pub mod hotspot;
 pub mod logic;
 pub mod overhead;

@@ -1,7 +1,7 @@
 //! `cargo xtask bench overhead`: what the gateway filters cost inside Envoy.
 //!
 //! Envoys with the same `--concurrency` run side by side in front of one
-//! [`FastBackend`](super::fast_backend::FastBackend): `plain` (no gateway filter; the client
+//! [`backend::BenchBackend`]: `plain` (no gateway filter; the client
 //! sets the routing headers the filters would set, so the request takes the same route and
 //! ORIGINAL_DST pool cluster), `wasm` and `native` (body router + picker + scraper), and the
 //! floors `wasm-floor` / `native-floor`: `plain` plus that module's `probe` filter, which only

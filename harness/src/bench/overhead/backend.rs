@@ -1,5 +1,7 @@
-//! The backend of `bench overhead`: [`crate::bench::fast_backend`]'s answers (one small chat
-//! completion per `POST`, a constant idle vLLM `/metrics` page, `/health`), plus a streamed
+//! The backend of `bench overhead`, which answers at once so a run measures Envoy and the
+//! filters, not an engine: one small chat completion per `POST` ([`COMPLETION_JSON`]), a
+//! constant idle vLLM `/metrics` page ([`METRICS_PAGE`], so the gateway's scraper keeps a
+//! fresh snapshot), `/health`, and a streamed
 //! answer for requests carrying [`STREAM_HEADER`]: [`STREAM_CHUNKS`] content chunks of
 //! vLLM's shape, the first with the response headers at once, each next one at least
 //! [`CHUNK_GAP`] later, then `data: [DONE]` right after the last (as vLLM sends its
@@ -36,8 +38,42 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Sleep;
 
-use crate::bench::fast_backend::{Counters, COMPLETION_JSON, METRICS_PAGE};
 use crate::launch::DEFAULT_MODEL;
+
+/// The answer to every `POST`: a finished chat completion of one token.
+pub const COMPLETION_JSON: &str = concat!(
+    r#"{"id":"cmpl-bench","object":"chat.completion","created":0,"model":"sim-model","#,
+    r#""choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"#,
+    r#""finish_reason":"stop"}],"usage":{"prompt_tokens":8000,"completion_tokens":1,"#,
+    r#""total_tokens":8001,"prompt_tokens_details":{"cached_tokens":0}}}"#
+);
+
+/// The `/metrics` page: an idle vLLM replica (nothing waiting or running, 10% KV in use).
+pub const METRICS_PAGE: &str = "\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine=\"0\",model_name=\"sim-model\"} 0.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine=\"0\",model_name=\"sim-model\"} 0.0
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"sim-model\"} 0.1
+# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size=\"16\",engine=\"0\",num_gpu_blocks=\"10000\"} 1.0
+";
+
+/// What the backend has seen so far.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// `POST` requests answered.
+    pub posts: AtomicU64,
+    /// Bytes of `POST` bodies received.
+    pub body_bytes: AtomicU64,
+    /// `GET /metrics` answered.
+    pub scrapes: AtomicU64,
+}
 
 /// The request header that asks for the streamed answer.
 pub const STREAM_HEADER: &str = "x-bench-stream";
@@ -439,5 +475,40 @@ mod tests {
         assert!(arrivals[last_content] >= CHUNK_GAP * (STREAM_CHUNKS - 1));
         // The usage-only chunk and [DONE] come with the last content chunk, no gap after it.
         assert!(arrivals[total - 1] - arrivals[last_content] < CHUNK_GAP);
+    }
+
+    #[tokio::test]
+    async fn answers_posts_metrics_and_counts_bytes() {
+        let backend = BenchBackend::start(2).await.unwrap();
+        assert_eq!(backend.addrs().len(), 2);
+        let a = backend.addrs()[1];
+        let m = client::get(&format!("http://{a}/metrics")).await.unwrap();
+        assert_eq!(m.status, 200);
+        assert!(m.text().contains("vllm:kv_cache_usage_perc"));
+        let body = serde_json::json!({"model": "sim-model", "messages": []});
+        let r = client::post_json(&format!("http://{a}/v1/chat/completions"), &body, &[])
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.json().unwrap()["usage"]["completion_tokens"], 1);
+        let c = backend.counters();
+        assert_eq!(c.posts.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            c.body_bytes.load(Ordering::Relaxed),
+            body.to_string().len() as u64
+        );
+        assert_eq!(c.scrapes.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn metrics_page_parses_with_the_core_parser() {
+        use scheduler_core::metrics::{extract, MetricNames};
+        let m = extract(METRICS_PAGE.as_bytes(), &MetricNames::default());
+        assert_eq!((m.waiting, m.running), (Some(0), Some(0)));
+        assert_eq!(m.kv_cache_usage, Some(0.1));
+        assert_eq!(
+            m.cache.map(|c| (c.block_size, c.num_blocks)),
+            Some((16, 10_000))
+        );
     }
 }
