@@ -22,9 +22,8 @@ use crate::billing::REJECTED_MODEL_NOT_ALLOWED;
 use crate::host::{Clock, EditResponseHeaders, RequestHeaders, Stats, UsageRecordSink};
 use crate::pipeline::{RequestContext, Stage, Step};
 use crate::reply::Reply;
-use crate::router::RouterRequest;
 
-use super::tenancy::{Accounting, Admission, End, Tenancy};
+use super::tenancy::{tenant_request, Accounting, Admission, End, Tenancy};
 
 /// The quota stage; shares the [`Tenancy`].
 #[derive(Clone, Debug)]
@@ -73,14 +72,7 @@ where
         _end_of_stream: bool,
     ) -> Step {
         // The router before this stage is done with the body: its parse is final.
-        let Some(routed) = cx
-            .get::<RouterRequest>()
-            .and_then(RouterRequest::routed)
-            .cloned()
-        else {
-            return Step::Next;
-        };
-        let Some(tenant) = cx.get::<Accounting>().and_then(|a| a.tenant) else {
+        let Some((tenant, routed)) = tenant_request(cx) else {
             return Step::Next;
         };
         let tenants = self.tenancy.tenants();

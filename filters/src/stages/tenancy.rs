@@ -29,7 +29,7 @@ use crate::headers::DESTINATION_ENDPOINT;
 use crate::host::{Clock, RequestHeaders, Stats, UsageRecordSink};
 use crate::pipeline::{EndCause, RequestContext};
 use crate::quotas::QuotaStore;
-use crate::router::RouterRequest;
+use crate::router::{RoutedRequest, RouterRequest};
 use crate::stats::{StatKey, StatKind};
 use crate::tenants::{SettleOn, TenantId, Tenants};
 
@@ -215,6 +215,15 @@ pub struct Metering {
     pub tracker: UsageTracker,
     /// The bytes replacing a chunk, reused from chunk to chunk.
     pub out: Vec<u8>,
+}
+
+/// The tenant of a request the router routed, with what the router learnt of it; `None`
+/// for a request without a tenant or that the router did not route (a non-inference path).
+/// The stages after the router read it once the router is done with the body.
+pub fn tenant_request(cx: &RequestContext) -> Option<(TenantId, RoutedRequest)> {
+    let tenant = cx.get::<Accounting>()?.tenant?;
+    let routed = cx.get::<RouterRequest>()?.routed()?.clone();
+    Some((tenant, routed))
 }
 
 /// How a request's end was observed.

@@ -20,9 +20,9 @@ use scheduler_core::usage::{BodyKind, ClientWants, Forward, UsageTracker};
 
 use crate::host::{RequestBody, ResponseChunk, ResponseHeaders, Stats};
 use crate::pipeline::{RequestContext, Stage, Step};
-use crate::router::{RoutedRequest, RouterRequest};
+use crate::router::RoutedRequest;
 
-use super::tenancy::{Accounting, Metering};
+use super::tenancy::{tenant_request, Metering};
 
 /// The usage stage (no configuration of its own).
 #[derive(Clone, Copy, Debug, Default)]
@@ -117,14 +117,7 @@ where
         host: &mut H,
         _end_of_stream: bool,
     ) -> Step {
-        if cx.get::<Accounting>().and_then(|a| a.tenant).is_none() {
-            return Step::Next;
-        }
-        let Some(routed) = cx
-            .get::<RouterRequest>()
-            .and_then(RouterRequest::routed)
-            .cloned()
-        else {
+        let Some((_, routed)) = tenant_request(cx) else {
             return Step::Next;
         };
         let wants = client_wants(&routed);
