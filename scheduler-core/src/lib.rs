@@ -18,6 +18,7 @@ extern crate alloc;
 #[cfg(test)]
 extern crate std;
 
+pub mod flow;
 pub mod metrics;
 pub mod prefix;
 pub mod quota;
