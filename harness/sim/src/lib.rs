@@ -6,11 +6,13 @@
 //! - [`driver`]: runs one engine on tokio against a (scalable) wall clock.
 //! - [`server`]: the hyper HTTP surface of a replica; [`stream`], [`responses`] and
 //!   [`metrics`] shape its bodies; [`prompt`] turns request bodies into tokens and block hashes; [`text`]
-//!   makes the deterministic output; [`served`] keeps the totals of what responses delivered.
+//!   makes the deterministic output; [`served`] keeps the totals of what responses delivered;
+//!   [`arrivals`] logs the order in which requests reached the pool.
 //!
 //! [`start`] runs a pool in-process and returns a [`SimHandle`]; the `infergate-sim`
 //! binary wraps it.
 
+pub mod arrivals;
 pub mod config;
 pub mod driver;
 pub mod engine;
@@ -31,6 +33,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use arrivals::Arrival;
 pub use config::SimConfig;
 pub use driver::{EngineHandle, SimClock};
 pub use engine::{EngineConfig, EngineStats};
@@ -44,6 +47,7 @@ pub struct SimHandle {
     addrs: Vec<SocketAddr>,
     engines: Vec<EngineHandle>,
     ledgers: Vec<served::ServedLedger>,
+    arrivals: arrivals::ArrivalLog,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -73,6 +77,12 @@ impl SimHandle {
             Some(l) => Ok(l.snapshot()),
             None => anyhow::bail!("no replica {index}"),
         }
+    }
+
+    /// Every completion request the pool received so far, in arrival order across its
+    /// replicas (see [`arrivals`]).
+    pub fn arrivals(&self) -> Vec<Arrival> {
+        self.arrivals.snapshot()
     }
 
     /// Stops accepting, closes every connection and waits for the listeners to end.
@@ -109,6 +119,7 @@ pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
         addrs: Vec::new(),
         engines: Vec::new(),
         ledgers: Vec::new(),
+        arrivals: arrivals::ArrivalLog::default(),
         shutdown,
         tasks: Vec::new(),
     };
@@ -121,12 +132,9 @@ pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await?;
         let addr = listener.local_addr()?;
         let engine = EngineHandle::spawn(cfg.engine.clone(), clock);
-        let replica = Arc::new(server::Replica::new(
-            k as usize,
-            addr,
-            engine.clone(),
-            cfg.clone(),
-        ));
+        let mut replica = server::Replica::new(k as usize, addr, engine.clone(), cfg.clone());
+        replica.arrivals = handle.arrivals.clone();
+        let replica = Arc::new(replica);
         handle.addrs.push(addr);
         handle.engines.push(engine);
         handle.ledgers.push(replica.ledger.clone());

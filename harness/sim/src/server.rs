@@ -15,6 +15,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use super::arrivals::ArrivalLog;
 use super::config::{SimConfig, DETERMINISTIC_CREATED};
 use super::driver::{EngineHandle, RequestEvent, SubmitFailed};
 use super::engine::{EngineRequest, SubmitError};
@@ -43,6 +44,8 @@ pub struct Replica {
     pub cfg: Arc<SimConfig>,
     /// What this replica's responses delivered.
     pub ledger: ServedLedger,
+    /// The pool's arrival log (shared with the other replicas).
+    pub arrivals: ArrivalLog,
     next_request: AtomicU64,
 }
 
@@ -55,6 +58,7 @@ impl Replica {
             engine,
             cfg,
             ledger: ServedLedger::default(),
+            arrivals: ArrivalLog::default(),
             next_request: AtomicU64::new(1),
         }
     }
@@ -120,6 +124,7 @@ async fn completion(
     kind: ApiKind,
     req: Request<Incoming>,
 ) -> Response<SimBody> {
+    replica.arrivals.record(replica.index, req.headers());
     let fairness_id = req
         .headers()
         .get(FAIRNESS_ID_HEADER)
