@@ -9,7 +9,7 @@
 use super::binary::envoy_binary;
 use super::client;
 use super::process::{problems, tail, ChildGuard, RunDir};
-use super::stats::Stats;
+use super::stats::{Histograms, Stats};
 use anyhow::{anyhow, bail, Context, Result};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -172,6 +172,11 @@ impl Envoy {
     /// All counters and gauges from admin `/stats?format=json`.
     pub async fn stats(&self) -> Result<Stats> {
         Stats::fetch(self.admin).await
+    }
+
+    /// Admin histograms (sample counts; see [`Histograms`] for when samples show).
+    pub async fn histograms(&self) -> Result<Histograms> {
+        Histograms::fetch(self.admin).await
     }
 
     /// Envoy's process id, while it runs.

@@ -1,5 +1,10 @@
 //! Reading Envoy's statistics from the admin interface, for assertions in tests
-//! (`upstream_rq_total` of a cluster, the gateway filters' own counters, …).
+//! (`upstream_rq_total` of a cluster, the gateway filters' own counters, …), and the
+//! sample counts of its histograms ([`Histograms`]).
+//!
+//! Envoy merges the workers' histogram samples on its stats flush (every 5 s by default),
+//! so a histogram shows a sample up to one flush after it was recorded; counters and
+//! gauges are current.
 
 use super::client;
 use anyhow::{anyhow, Context, Result};
@@ -85,10 +90,120 @@ impl Stats {
     }
 }
 
+/// What Envoy's cumulative histograms hold, by full stat name.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Histograms {
+    totals: BTreeMap<String, HistogramTotals>,
+}
+
+/// One histogram's cumulative samples, as Envoy's detailed buckets give them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct HistogramTotals {
+    /// Samples recorded.
+    pub count: u64,
+    /// The upper bound of the highest non-empty bucket (0 with no sample): every sample
+    /// is at most this.
+    pub max: f64,
+}
+
+impl Histograms {
+    /// Fetches admin `/stats?format=json&histogram_buckets=detailed`.
+    pub async fn fetch(admin: SocketAddr) -> Result<Histograms> {
+        let url = format!("http://{admin}/stats?format=json&histogram_buckets=detailed");
+        let resp = client::get(&url).await?;
+        Histograms::parse_json(&resp.body)
+    }
+
+    /// Parses the detailed JSON form: a `stats` entry `{"histograms": {"details": [{"name",
+    /// "totals": [{"lower_bound", "width", "count"}…]}…]}}` (absent when Envoy has none).
+    pub fn parse_json(body: &[u8]) -> Result<Histograms> {
+        let v: serde_json::Value = serde_json::from_slice(body).context("admin /stats JSON")?;
+        let list = v["stats"]
+            .as_array()
+            .ok_or_else(|| anyhow!("admin /stats: no `stats` array"))?;
+        let mut totals = BTreeMap::new();
+        let details = list
+            .iter()
+            .filter_map(|s| s["histograms"]["details"].as_array())
+            .flatten();
+        for h in details {
+            let Some(name) = h["name"].as_str() else {
+                continue;
+            };
+            let mut t = HistogramTotals::default();
+            for bucket in h["totals"].as_array().into_iter().flatten() {
+                let count = bucket["count"].as_u64().unwrap_or(0);
+                if count == 0 {
+                    continue;
+                }
+                t.count += count;
+                let top = bucket["lower_bound"].as_f64().unwrap_or(0.0)
+                    + bucket["width"].as_f64().unwrap_or(0.0);
+                t.max = t.max.max(top);
+            }
+            totals.insert(name.to_string(), t);
+        }
+        Ok(Histograms { totals })
+    }
+
+    /// One histogram's totals.
+    pub fn get(&self, name: &str) -> Option<HistogramTotals> {
+        self.totals.get(name).copied()
+    }
+
+    /// Every histogram whose name contains `needle`.
+    pub fn containing<'a>(
+        &'a self,
+        needle: &'a str,
+    ) -> impl Iterator<Item = (&'a str, HistogramTotals)> {
+        self.totals
+            .iter()
+            .filter(move |(k, _)| k.contains(needle))
+            .map(|(k, v)| (k.as_str(), *v))
+    }
+
+    /// The samples of every histogram whose name contains `needle`, added up (`max` the
+    /// largest).
+    pub fn sum_containing(&self, needle: &str) -> HistogramTotals {
+        self.containing(needle)
+            .fold(HistogramTotals::default(), |acc, (_, t)| HistogramTotals {
+                count: acc.count + t.count,
+                max: acc.max.max(t.max),
+            })
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// The shape Envoy 1.40 answers `histogram_buckets=detailed` with.
+    #[test]
+    fn detailed_histograms_parse_into_counts_and_bounds() {
+        let body = br#"{"stats":[{"name":"http.ing.downstream_rq_timeout","value":0},
+            {"histograms":{"supported_percentiles":[0,50,100],"details":[
+              {"name":"http.admin.downstream_rq_time","totals":[],"intervals":[],
+               "percentiles":[{"cumulative":null,"interval":null}]},
+              {"name":"wasmcustom.infergate.flow.queue_time_ms.pool.p.band.0",
+               "totals":[{"lower_bound":0,"width":0,"count":3},
+                         {"lower_bound":1900,"width":100,"count":2},
+                         {"lower_bound":5000,"width":10,"count":0}],
+               "intervals":[],"percentiles":[]}]}}]}"#;
+        let h = Histograms::parse_json(body).unwrap();
+        assert_eq!(h.get("http.admin.downstream_rq_time").unwrap().count, 0);
+        let q = h
+            .get("wasmcustom.infergate.flow.queue_time_ms.pool.p.band.0")
+            .unwrap();
+        assert_eq!((q.count, q.max), (5, 2000.0));
+        let sum = h.sum_containing("downstream_rq_time");
+        assert_eq!((sum.count, sum.max), (0, 0.0));
+        assert_eq!(h.sum_containing("infergate.flow.").count, 5);
+        assert!(h.get("missing").is_none());
+        let empty = Histograms::parse_json(br#"{"stats":[{"name":"a","value":1}]}"#).unwrap();
+        assert_eq!(empty.containing("").count(), 0);
+        assert!(Histograms::parse_json(b"{}").is_err());
+    }
 
     #[test]
     fn json_and_text_forms_parse_counters_and_skip_histograms() {

@@ -31,6 +31,7 @@
 mod capabilities;
 mod errors;
 mod faults;
+mod flow;
 mod panics;
 mod routing;
 mod scheduling;
