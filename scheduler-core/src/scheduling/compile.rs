@@ -242,8 +242,13 @@ fn compile_profile(
             }
         }
         match plugin {
-            // Producers are pool-wide; listing them in a profile is allowed and inert.
-            Plugin::PrefixProducer(_) | Plugin::InflightProducer => {}
+            // Producers are pool-wide, the profile handler is how profiles combine, and
+            // flow-control plugins belong to the `flowControl` section; listing them in a
+            // profile is allowed and inert.
+            Plugin::PrefixProducer(_)
+            | Plugin::InflightProducer
+            | Plugin::SingleProfileHandler
+            | Plugin::Flow(_) => {}
             Plugin::Filter(f) => {
                 if filters.len() >= usize::from(ALIVE) {
                     return Err(ConfigError::Syntax(alloc::format!(

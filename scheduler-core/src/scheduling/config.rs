@@ -153,6 +153,14 @@ pub enum ConfigError {
         /// The second producer's name.
         plugin: String,
     },
+    /// The `flowControl` section (or `featureGates`) is malformed or refers to a plugin that
+    /// is missing or of the wrong kind.
+    FlowControl {
+        /// Where, e.g. `flowControl.priorityBands[1].fairnessPolicyRef`.
+        path: String,
+        /// What is wrong there.
+        reason: String,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -192,6 +200,7 @@ impl fmt::Display for ConfigError {
                 f,
                 "plugin `{plugin}`: only one approx-prefix-cache-producer may be declared"
             ),
+            ConfigError::FlowControl { path, reason } => write!(f, "{path}: {reason}"),
         }
     }
 }
