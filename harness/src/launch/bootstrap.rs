@@ -4,6 +4,7 @@
 //! module only computes values: ports, endpoint lists, per-pool cluster names, artefact
 //! paths and the plugin configurations (JSON text handed to the Wasm or native module).
 
+use super::epp::{apply_objectives, picker_objectives};
 use super::template::{Template, Vars};
 use super::tenancy::Tenancy;
 use anyhow::{bail, Context, Result};
@@ -293,6 +294,9 @@ pub struct BootstrapParams {
     /// Tenants, JWT verification and the billing log (gateway flavours only); the default
     /// (nothing set) renders the gateway without them.
     pub tenancy: Tenancy,
+    /// `InferenceObjective` objects (JSON) for the picker's `objectives`, with those of
+    /// `tenancy` added (each once); none leaves the key out.
+    pub objectives: Vec<serde_json::Value>,
 }
 
 impl BootstrapParams {
@@ -314,6 +318,7 @@ impl BootstrapParams {
             baseline: false,
             probe: None,
             tenancy: Tenancy::default(),
+            objectives: Vec::new(),
         }
     }
 }
@@ -396,7 +401,12 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
     let mut router = params.plugins.router.clone();
     params.tenancy.apply_to_router(&mut router)?;
     vars.insert("router_config".into(), json_text(&router));
-    vars.insert("picker_config".into(), json_text(&params.plugins.picker));
+    let mut picker = params.plugins.picker.clone();
+    apply_objectives(
+        &mut picker,
+        &picker_objectives(&params.objectives, &params.tenancy)?,
+    )?;
+    vars.insert("picker_config".into(), json_text(&picker));
     vars.insert("scraper_config".into(), json_text(&params.plugins.scraper));
     let module = params
         .module
@@ -866,6 +876,71 @@ mod tests {
         let mut plain = with_baseline(Flavor::Plain);
         plain.tenancy = tenancy();
         assert!(render(&plain).is_err(), "plain has no gateway filters");
+    }
+
+    fn picker_config(v: &Value) -> serde_json::Value {
+        let text = hcm(v)["http_filters"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == "infergate.picker")
+            .map(|f| {
+                let c = &f["typed_config"];
+                c["config"]["configuration"]["value"]
+                    .as_str()
+                    .or(c["filter_config"]["value"].as_str())
+                    .unwrap()
+                    .to_owned()
+            })
+            .unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// The picker's `objectives`: left out when there are none; otherwise the explicit ones
+    /// and the tenancy's `InferenceObjective` objects, each once, in both flavours (the
+    /// router keeps only the tenancy's objects).
+    #[test]
+    fn objectives_reach_the_picker_with_the_tenancys_own() {
+        let premium = json!({"kind": "InferenceObjective", "metadata": {"name": "premium"}});
+        let batch = json!({"kind": "InferenceObjective", "metadata": {"name": "batch"},
+                           "spec": {"priority": -10}});
+        for flavor in [Flavor::Wasm, Flavor::Native] {
+            let plain =
+                serde_yaml::from_str::<Value>(&render(&with_baseline(flavor)).unwrap()).unwrap();
+            assert!(
+                picker_config(&plain).get("objectives").is_none(),
+                "{flavor}"
+            );
+
+            let mut params = with_baseline(flavor);
+            params.objectives = vec![batch.clone(), premium.clone()];
+            params.tenancy = tenancy();
+            let v: Value = serde_yaml::from_str(&render(&params).unwrap()).unwrap();
+            let picker = picker_config(&v);
+            assert_eq!(picker["objectives"], json!([batch, premium]), "{flavor}");
+            assert_eq!(picker["role"], "picker");
+            assert_eq!(
+                router_config(&v)["tenantQuotas"],
+                json!(tenancy().objects),
+                "{flavor}"
+            );
+
+            let mut only_tenancy = with_baseline(flavor);
+            only_tenancy.tenancy = tenancy();
+            let v: Value = serde_yaml::from_str(&render(&only_tenancy).unwrap()).unwrap();
+            assert_eq!(
+                picker_config(&v)["objectives"],
+                json!([premium]),
+                "{flavor}"
+            );
+
+            let mut clash = with_baseline(flavor);
+            clash.tenancy = tenancy();
+            clash.objectives = vec![json!({"kind": "InferenceObjective",
+                "metadata": {"name": "premium"}, "spec": {"priority": 1}})];
+            let err = format!("{:#}", render(&clash).unwrap_err());
+            assert!(err.contains("premium"), "{flavor}: {err}");
+        }
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //!   flavour's template needs (pools, endpoints, plugin configurations);
 //! - [`tenancy`]: tenants, JWT verification and the billing log of a gateway, and the
 //!   loader of the platform's objects; [`jwt`]: a test JWT issuer;
+//! - [`epp`]: an operator's `EndpointPickerConfig` (or the `ConfigMap` holding it) and
+//!   `InferenceObjective` files, and the objectives in the picker's configuration;
 //! - [`process`]: child processes stopped on drop, scratch directories;
 //! - [`envoy`]: one Envoy instance; [`sim`]: the simulator binary; [`stack`]: both;
 //! - [`client`]: an HTTP client for JSON and streamed (SSE) requests; [`stats`]: admin stats.
@@ -17,6 +19,7 @@ pub mod binary;
 pub mod bootstrap;
 pub mod client;
 pub mod envoy;
+pub mod epp;
 pub mod jwt;
 pub mod process;
 pub mod sim;

@@ -138,6 +138,10 @@ pub struct StackOptions {
     /// log, Envoy writes its access log files out every [`BILLING_LOG_FLUSH`] unless
     /// `envoy.extra_args` already sets the interval.
     pub tenancy: Tenancy,
+    /// `InferenceObjective` objects (JSON) for the picker, which maps a request's objective
+    /// to its priority with them in every pool; the `InferenceObjective` objects of
+    /// `tenancy` are added to these.
+    pub objectives: Vec<serde_json::Value>,
 }
 
 impl StackOptions {
@@ -155,6 +159,7 @@ impl StackOptions {
             baseline: true,
             timeouts: ClientTimeouts::default(),
             tenancy: Tenancy::default(),
+            objectives: Vec::new(),
         }
     }
 }
@@ -213,6 +218,7 @@ impl Stack {
         params.baseline = opts.baseline;
         params.timeouts = opts.timeouts;
         params.tenancy = opts.tenancy.clone();
+        params.objectives = opts.objectives.clone();
         if let Some(probe) = opts.probe {
             params.probe = Some(probe);
             params.module = probe.artefact();

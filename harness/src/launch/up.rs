@@ -4,9 +4,15 @@
 //! `InferenceObjective` objects, and writes a billing log: `--billing-log FILE`, else
 //! `billing.log` in a directory of the run's own under the system temp dir (kept after
 //! exit, printed at start-up).
+//!
+//! With `--epp-config FILE` every pool runs that `EndpointPickerConfig` (flow control
+//! included), given as the document itself or as the `ConfigMap` holding it; with
+//! `--objectives FILE` the picker maps request objectives to priorities with that file's
+//! `InferenceObjective` objects (the router's tenants, when there are any, get them too).
 
 use super::bootstrap::Flavor;
 use super::envoy::EnvoyOptions;
+use super::epp::{load_epp_config, load_objectives};
 use super::stack::{Backends, PoolSpec, Stack, StackOptions};
 use super::tenancy::{load_objects, Tenancy};
 use crate::sim::SimConfig;
@@ -31,7 +37,17 @@ pub struct UpOptions {
     /// `--billing-log FILE`: where Envoy writes one line per billed request (with
     /// `--tenants` and no `--billing-log`, a file of the run's own: [`up`] picks it).
     pub billing_log: Option<PathBuf>,
+    /// `--epp-config FILE`: an `EndpointPickerConfig`, or a `ConfigMap` holding one, for
+    /// every pool (the picker's defaults otherwise).
+    pub epp_config: Option<PathBuf>,
+    /// `--objectives FILE`: `InferenceObjective` objects for every pool.
+    pub objectives: Option<PathBuf>,
 }
+
+/// What `up` accepts, for its error message.
+const USAGE: &str = "usage: up [--flavor wasm|native|plain] [--replicas N] [--concurrency C] \
+                     [--sim-config FILE] [--tenants PATH] [--billing-log FILE] \
+                     [--epp-config FILE] [--objectives FILE]";
 
 impl Default for UpOptions {
     fn default() -> Self {
@@ -42,13 +58,15 @@ impl Default for UpOptions {
             sim_config: None,
             tenants: None,
             billing_log: None,
+            epp_config: None,
+            objectives: None,
         }
     }
 }
 
 impl UpOptions {
     /// Parses `--flavor F --replicas N --concurrency C --sim-config FILE --tenants PATH
-    /// --billing-log FILE`.
+    /// --billing-log FILE --epp-config FILE --objectives FILE`.
     pub fn parse(args: &[String]) -> Result<Self> {
         let mut opts = UpOptions::default();
         let mut it = args.iter();
@@ -69,15 +87,21 @@ impl UpOptions {
                 "--sim-config" => opts.sim_config = Some(value("--sim-config")?.into()),
                 "--tenants" => opts.tenants = Some(value("--tenants")?.into()),
                 "--billing-log" => opts.billing_log = Some(value("--billing-log")?.into()),
-                other => anyhow::bail!(
-                    "unknown argument `{other}`; usage: up [--flavor wasm|native|plain] \
-                     [--replicas N] [--concurrency C] [--sim-config FILE] [--tenants PATH] \
-                     [--billing-log FILE]"
-                ),
+                "--epp-config" => opts.epp_config = Some(value("--epp-config")?.into()),
+                "--objectives" => opts.objectives = Some(value("--objectives")?.into()),
+                other => bail!("unknown argument `{other}`; {USAGE}"),
             }
         }
-        if opts.flavor == Flavor::Plain && (opts.tenants.is_some() || opts.billing_log.is_some()) {
-            bail!("--tenants and --billing-log need a gateway flavour (wasm or native), not plain");
+        if opts.flavor == Flavor::Plain {
+            let gateway_only = [
+                ("--tenants", opts.tenants.is_some()),
+                ("--billing-log", opts.billing_log.is_some()),
+                ("--epp-config", opts.epp_config.is_some()),
+                ("--objectives", opts.objectives.is_some()),
+            ];
+            if let Some((flag, _)) = gateway_only.iter().find(|(_, set)| *set) {
+                bail!("{flag} needs a gateway flavour (wasm or native), not plain");
+            }
         }
         Ok(opts)
     }
@@ -134,6 +158,12 @@ pub fn stack_options(opts: &UpOptions) -> Result<StackOptions> {
     if let Some(first) = pools.first_mut() {
         first.adapters = sim.loras.clone();
     }
+    if let Some(path) = &opts.epp_config {
+        let config = load_epp_config(path).context("--epp-config")?;
+        for pool in &mut pools {
+            pool.picker_config = config.clone();
+        }
+    }
     let mut stack_opts = StackOptions::new(opts.flavor, Backends::InProcess(Box::new(sim)));
     stack_opts.pools = pools;
     stack_opts.envoy = EnvoyOptions {
@@ -141,6 +171,18 @@ pub fn stack_options(opts: &UpOptions) -> Result<StackOptions> {
         ..EnvoyOptions::default()
     };
     stack_opts.tenancy = tenancy(opts)?;
+    if let Some(path) = &opts.objectives {
+        stack_opts.objectives = load_objectives(path).context("--objectives")?;
+        // The router's tenants name objectives too (their records carry the priority):
+        // with tenants, it gets the same objects as the picker.
+        if !stack_opts.tenancy.objects.is_empty() {
+            for object in &stack_opts.objectives {
+                if !stack_opts.tenancy.objects.contains(object) {
+                    stack_opts.tenancy.objects.push(object.clone());
+                }
+            }
+        }
+    }
     Ok(stack_opts)
 }
 
@@ -231,9 +273,10 @@ mod tests {
         assert_eq!((o.flavor, o.billing_log), (Flavor::Native, None));
         assert!(UpOptions::parse(&strings(&["--tenants"])).is_err());
         assert!(UpOptions::parse(&strings(&["--billing-log"])).is_err());
-        for flag in ["--tenants", "--billing-log"] {
+        for flag in ["--tenants", "--billing-log", "--epp-config", "--objectives"] {
             let err = UpOptions::parse(&strings(&["--flavor", "plain", flag, "x"])).unwrap_err();
             assert!(err.to_string().contains("plain"), "{err}");
+            assert!(err.to_string().contains(flag), "{err}");
         }
     }
 
@@ -280,5 +323,97 @@ mod tests {
             billing_log_line(Path::new("/x/billing.log")),
             "billing log: /x/billing.log"
         );
+    }
+
+    #[test]
+    fn epp_config_and_objectives_parse() {
+        let o = UpOptions::parse(&strings(&[
+            "--flavor",
+            "native",
+            "--epp-config",
+            "cm.yaml",
+            "--objectives",
+            "o.yaml",
+        ]))
+        .unwrap();
+        assert_eq!(o.epp_config, Some(PathBuf::from("cm.yaml")));
+        assert_eq!(o.objectives, Some(PathBuf::from("o.yaml")));
+        assert!(UpOptions::parse(&strings(&["--epp-config"])).is_err());
+        assert!(UpOptions::parse(&strings(&["--objectives"])).is_err());
+        let err = UpOptions::parse(&strings(&["--nope"])).unwrap_err();
+        assert!(err.to_string().contains("--epp-config FILE"), "{err}");
+    }
+
+    /// The seed's files as `up` reads them: every pool runs the ConfigMap's
+    /// `EndpointPickerConfig`, and the objectives reach the picker (and, with tenants, the
+    /// router, each object once).
+    #[test]
+    fn every_pool_gets_the_epp_config_and_the_picker_the_objectives() {
+        let testdata = crate::artefacts::workspace_root().join("testdata");
+        let dir = crate::launch::process::RunDir::new("up-epp").unwrap();
+        let sim = dir.path().join("sim.yaml");
+        std::fs::write(&sim, "models: [m1, m2]\n").unwrap();
+        let opts = UpOptions {
+            sim_config: Some(sim.clone()),
+            epp_config: Some(testdata.join("epp/epp-config-configmap.yaml")),
+            objectives: Some(testdata.join("tenants/objectives.yaml")),
+            ..UpOptions::default()
+        };
+        let s = stack_options(&opts).unwrap();
+        assert_eq!(s.pools.len(), 2);
+        for pool in &s.pools {
+            assert_eq!(pool.picker_config["kind"], "EndpointPickerConfig");
+            assert_eq!(
+                pool.picker_config["flowControl"]["saturationDetector"]["pluginRef"],
+                "concurrency-detector"
+            );
+        }
+        let names: Vec<&str> = s
+            .objectives
+            .iter()
+            .filter_map(|o| o["metadata"]["name"].as_str())
+            .collect();
+        assert_eq!(
+            names,
+            ["premium-traffic", "standard-traffic", "best-effort-traffic"]
+        );
+        assert!(
+            s.tenancy.objects.is_empty(),
+            "no tenants: the router gets none"
+        );
+
+        // With the tenants directory (which holds the same objectives file): once each.
+        let with_tenants = UpOptions {
+            tenants: Some(testdata.join("tenants")),
+            ..opts.clone()
+        };
+        let s = stack_options(&with_tenants).unwrap();
+        let objectives = s
+            .tenancy
+            .objects
+            .iter()
+            .filter(|o| o["kind"] == "InferenceObjective")
+            .count();
+        assert_eq!(objectives, 3);
+
+        let bad = dir.path().join("bad.yaml");
+        std::fs::write(&bad, "kind: Service\n").unwrap();
+        for opts in [
+            UpOptions {
+                epp_config: Some(bad.clone()),
+                ..UpOptions::default()
+            },
+            UpOptions {
+                objectives: Some(bad.clone()),
+                ..UpOptions::default()
+            },
+        ] {
+            let err = format!("{:#}", stack_options(&opts).unwrap_err());
+            assert!(err.contains("bad.yaml"), "{err}");
+        }
+        assert!(stack_options(&UpOptions::default())
+            .unwrap()
+            .objectives
+            .is_empty());
     }
 }
