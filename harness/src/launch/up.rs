@@ -44,10 +44,10 @@ pub struct UpOptions {
     pub objectives: Option<PathBuf>,
 }
 
-/// What `up` accepts, for its error message.
-const USAGE: &str = "usage: up [--flavor wasm|native|plain] [--replicas N] [--concurrency C] \
-                     [--sim-config FILE] [--tenants PATH] [--billing-log FILE] \
-                     [--epp-config FILE] [--objectives FILE]";
+/// What `up` accepts (`up --help`, and the error message of a bad argument).
+pub const USAGE: &str = "usage: up [--flavor wasm|native|plain] [--replicas N] [--concurrency C]
+          [--sim-config FILE] [--tenants PATH] [--billing-log FILE]
+          [--epp-config FILE] [--objectives FILE]";
 
 impl Default for UpOptions {
     fn default() -> Self {

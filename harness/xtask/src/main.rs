@@ -22,7 +22,7 @@ commands:
   setup   install what is missing: wasm32 targets, Envoy 1.40.0, Python clients, Node test runner
   build   build the release artefacts: the Wasm module, the native module, the simulator
   test    every test tier, real-Envoy end-to-end and a 1-minute soak: [--workers N] [--skip-python]
-  up      the stack on a simulated pool until Ctrl-C: [--flavor wasm|native|plain] [--replicas N]
+  up      the stack on a simulated pool until Ctrl-C: flavour, tenants, flow control (up --help)
   demo    /rr vs the gateway: [--scenario calibration|hotspot|tenants] (demo --help)
   bench   overhead | affinity | ttft | soak | memory, release builds (`cargo xtask bench help`)
   fuzz    each fuzz target (or one) for N seconds on nightly: [TARGET] [--seconds N] | --build

@@ -6,11 +6,18 @@
 
 use super::Mode;
 use anyhow::Result;
-use infergate_harness::launch::up::stack_options;
+use infergate_harness::launch::up::{stack_options, USAGE};
 use infergate_harness::launch::{up_blocking, UpOptions};
 
 /// Entry point of `cargo xtask up`.
 pub fn run(args: &[String], mode: Mode) -> Result<()> {
+    if args
+        .iter()
+        .any(|a| matches!(a.as_str(), "-h" | "--help" | "help"))
+    {
+        println!("{USAGE}");
+        return Ok(());
+    }
     match mode {
         // Also reads the simulator config, the tenants, the EPP config and the objectives,
         // so a bad file fails before the modules are built.
