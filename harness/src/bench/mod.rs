@@ -19,7 +19,8 @@
 //!   ([`overhead::backend`]); [`overhead_table`] renders its report.
 //! - [`logic`]: the filters' parse and hash work per request, timed in-process, to split a
 //!   flavour's added cost between the filter logic and Envoy around it.
-//! - [`report`]: small formatting helpers shared by the tables.
+//! - [`report`]: small formatting helpers shared by the tables; [`html`]: the demo's HTML
+//!   report (inline SVG charts, readable offline).
 //! - [`soak`]: `bench soak` (minutes of multi-turn load with replica kills, client aborts
 //!   and hostile requests, watching Envoy's memory) and `bench memory` (the most memory one
 //!   request can make Envoy take).
@@ -29,6 +30,7 @@ pub mod cli;
 pub mod closed_loop;
 pub mod columns;
 pub mod hotspot;
+pub mod html;
 pub mod logic;
 pub mod overhead;
 pub mod overhead_table;

@@ -319,6 +319,11 @@ async fn run_on(sim: &SimHandle, engine: &EngineConfig, opts: &HotspotOptions) -
     if let Some(e) = hog_error {
         out.push_str(&format!("last long-context request failure: {e}\n"));
     }
+    let page = report::page(&outcomes, &out);
+    let dir = super::html::run_dir("hotspot")?;
+    out.push('\n');
+    out.push_str(&super::html::write_run(&dir, &out, &page)?);
+    out.push('\n');
     Ok(out)
 }
 

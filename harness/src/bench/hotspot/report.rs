@@ -1,11 +1,13 @@
 //! What the hotspot scenario concludes from its two runs, as pure functions of the load
 //! generator's records (each names the replica that served it, from the simulator's
 //! `x-infergate-replica-addr` header) and the KV samples: requests per replica, TTFT on the
-//! full replica against the others, the verdict on the picker, and the rendered report.
+//! full replica against the others, the verdict on the picker, the rendered report, and
+//! its HTML page ([`page`]).
 
 use std::collections::BTreeMap;
 
 use super::kv::KvWindow;
+use crate::bench::html::{ttft_cdf, Block, Page};
 use crate::bench::report::table;
 use crate::load::summary::percentile;
 use crate::load::{RequestRecord, Summary};
@@ -53,6 +55,12 @@ pub struct RunOutcome {
     pub on_full: Ttft,
     /// TTFT of the requests the other replicas served.
     pub on_others: Ttft,
+    /// TTFT of every successful request, seconds, in completion order.
+    pub ttfts: Vec<f64>,
+    /// Of them, the full replica's.
+    pub ttfts_full: Vec<f64>,
+    /// Of them, the other replicas'.
+    pub ttfts_others: Vec<f64>,
     /// KV usage of the full replica during the run.
     pub full_kv: KvWindow,
     /// The highest KV usage any other replica reached during the run.
@@ -73,6 +81,11 @@ impl RunOutcome {
             label: label.to_string(),
             summary,
             per_replica: per_replica(records),
+            ttfts: ttfts(records, |_| true),
+            ttfts_full: ttfts(records, |r| r.served_by.as_deref() == Some(full)),
+            ttfts_others: ttfts(records, |r| {
+                r.served_by.as_deref().is_some_and(|s| s != full)
+            }),
             on_full: Ttft::of(records, |r| r.served_by.as_deref() == Some(full)),
             on_others: Ttft::of(records, |r| {
                 r.served_by.as_deref().is_some_and(|s| s != full)
@@ -86,6 +99,57 @@ impl RunOutcome {
     pub fn to_full(&self, full: &str) -> u64 {
         self.per_replica.get(full).copied().unwrap_or(0)
     }
+}
+
+/// TTFT of the successful records that `keep` selects, seconds.
+fn ttfts(records: &[RequestRecord], keep: impl Fn(&RequestRecord) -> bool) -> Vec<f64> {
+    records
+        .iter()
+        .filter(|r| r.ok() && keep(r))
+        .filter_map(|r| r.ttft_s)
+        .collect()
+}
+
+/// The scenario's HTML page: TTFT distributions of both runs, then of the requests the
+/// full replica served against the others', then `text` (the text report).
+pub fn page(runs: &[RunOutcome], text: &str) -> Page {
+    let mut p = Page::new("infergate demo: one full replica, round robin vs the picker");
+    let sides: Vec<(String, Vec<f64>)> = runs
+        .iter()
+        .map(|r| {
+            let label = format!(
+                "{} (p50 {}, p99 {})",
+                r.label,
+                ms(r.summary.ttft_p50_s),
+                ms(r.summary.ttft_p99_s)
+            );
+            (label, r.ttfts.clone())
+        })
+        .collect();
+    p.push(Block::Chart(ttft_cdf(
+        "Time to first token, every request",
+        &sides,
+    )));
+    let mut split = Vec::new();
+    for r in runs {
+        if !r.ttfts_full.is_empty() {
+            split.push((
+                format!("{}: on the full replica ({})", r.label, r.ttfts_full.len()),
+                r.ttfts_full.clone(),
+            ));
+        }
+        split.push((
+            format!("{}: on the others ({})", r.label, r.ttfts_others.len()),
+            r.ttfts_others.clone(),
+        ));
+    }
+    p.push(Block::Chart(ttft_cdf(
+        "Time to first token, on the full replica vs on the others",
+        &split,
+    )));
+    p.push(Block::Heading("The text report".into()));
+    p.push(Block::Pre(text.to_string()));
+    p
 }
 
 /// Requests per serving replica, failures included: a request the full replica answered
@@ -320,6 +384,23 @@ mod tests {
             .chain([rec(Some(FULL), 0.5, 200)])
             .collect();
         assert!(rr_tail_line(&outcome("/rr", &calm, 0.3)).contains("NOT"));
+    }
+
+    #[test]
+    fn the_page_draws_both_splits() {
+        let records = [
+            rec(Some(FULL), 2.0, 200),
+            rec(Some("127.0.0.1:2"), 0.1, 200),
+            rec(Some("127.0.0.1:2"), 0.2, 200),
+            rec(Some(FULL), 0.0, 503),
+        ];
+        let o = outcome("/rr", &records, 0.3);
+        assert_eq!((o.ttfts.len(), o.ttfts_full.clone()), (3, vec![2.0]));
+        let html = page(&[o], "t").render();
+        crate::bench::html::wellformed::check(&html).unwrap();
+        assert_eq!(html.matches("<svg").count(), 2);
+        assert!(html.contains("/rr: on the full replica (1)"), "{html}");
+        assert!(html.contains("/rr: on the others (2)"), "{html}");
     }
 
     #[test]

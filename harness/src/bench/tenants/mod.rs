@@ -6,12 +6,22 @@
 //! `TenantQuota` objects (auth, quotas, usage, a billing log), then through Envoy's
 //! round-robin `/rr` (no auth, no quotas).
 //!
+//! A third run, the saturation phase ([`saturation`]), turns the gateway's flow control on
+//! and saturates the pool with both tenants at weights 3 and 1, next to a best-effort
+//! tenant C whose band overflows; [`windows`] computes its figures per time window and
+//! [`saturation_report`] renders them.
+//!
 //! [`figures`] sums the billing log per tenant (with the conservation check) and reads the
 //! replicas' own served-token counters; [`report`] renders both runs side by side and the
-//! paragraph that answers who gets in, who waits, where, and what a quota counts.
+//! paragraph that answers who gets in, who waits, where, and what a quota counts; [`page`]
+//! draws the HTML report written next to the text (`report.html` in the run's directory).
 
 pub mod figures;
+pub mod page;
 pub mod report;
+pub mod saturation;
+pub mod saturation_report;
+pub mod windows;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,6 +33,7 @@ use serde_json::Value;
 use self::figures::{bills, placement, served, served_since, Bill, Served};
 use super::calibration;
 use super::cli::ScenarioArgs;
+use super::html;
 use crate::artefacts::workspace_root;
 use crate::launch::{
     client, load_objects, read_billing_log, Backends, EnvoyOptions, Flavor, Stack, StackOptions,
@@ -244,7 +255,11 @@ pub async fn run(opts: &TenantsOptions) -> Result<String> {
     let objects = load_objects(&path).with_context(|| format!("--tenants {}", path.display()))?;
     let tenants =
         Tenants::from_objects(&objects).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    for (name, key) in [(TENANT_A, KEY_A), (TENANT_B, KEY_B)] {
+    for (name, key) in [
+        (TENANT_A, KEY_A),
+        (TENANT_B, KEY_B),
+        (saturation::TENANT_C, saturation::KEY_C),
+    ] {
         let found = tenants
             .by_api_key(key)
             .and_then(|id| tenants.tenant(id))
@@ -256,26 +271,28 @@ pub async fn run(opts: &TenantsOptions) -> Result<String> {
             );
         }
     }
-    let logs = log_dir()?;
+    // The run's own directory holds the billing logs and the reports, kept after the demo
+    // (they are what a person looks at afterwards).
+    let logs = html::run_dir("tenants")?;
     let mut runs = Vec::new();
     for route in [Route::Gateway, Route::RoundRobin] {
         runs.push(run_once(opts, route, &objects, &logs).await?);
     }
-    Ok(report::render(&report::Report {
+    let saturated = saturation::run(opts, &objects, &logs).await?;
+    let r = report::Report {
         opts,
         objects_path: &path,
         limits: limits_of(&tenants),
         classes: classes(opts.quick),
         runs: &runs,
-    }))
-}
-
-/// A directory of this run's own under the system temp dir for the billing logs, kept
-/// after the demo (the logs are what a person looks at afterwards).
-fn log_dir() -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("infergate-demo-tenants-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    Ok(dir)
+        saturation: Some(&saturated),
+    };
+    let mut text = report::render(&r);
+    let page = page::page(&runs, Some(&saturated), &report::answers(&r), &text);
+    text.push('\n');
+    text.push_str(&html::write_run(&logs, &text, &page)?);
+    text.push('\n');
+    Ok(text)
 }
 
 async fn run_once(
@@ -600,7 +617,7 @@ mod tests {
             (TENANT_B.into(), Some("standard-traffic".into()), 0)
         );
         let limits = limits_of(&tenants);
-        assert_eq!(limits.len(), 2);
+        assert_eq!(limits.len(), 3, "A, B and the best-effort C");
         assert_eq!(limits[1].tpm, b.tpm);
         let line = limits[1].to_string();
         assert!(

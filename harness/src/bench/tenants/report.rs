@@ -9,6 +9,8 @@ use std::fmt::Write;
 use std::path::Path;
 
 use super::figures::{Bill, Served};
+use super::saturation::SaturationFigures;
+use super::saturation_report;
 use super::{Route, RunFigures, Sample, TenantLimit, TenantsOptions, TENANT_A, TENANT_B};
 use crate::bench::report::table;
 use crate::load::{LoadClass, Summary};
@@ -33,6 +35,8 @@ pub struct Report<'a> {
     pub classes: Vec<LoadClass>,
     /// The gateway run, then the `/rr` run.
     pub runs: &'a [RunFigures],
+    /// The saturation phase, when it ran.
+    pub saturation: Option<&'a SaturationFigures>,
 }
 
 fn ms(s: f64) -> String {
@@ -308,10 +312,27 @@ pub fn render(r: &Report<'_>) -> String {
             }
         }
     }
+    if let Some(f) = r.saturation {
+        out.push('\n');
+        out.push_str(&saturation_report::render(f));
+    }
+    for a in answers(r) {
+        out.push('\n');
+        out.push_str(&a);
+        out.push('\n');
+    }
+    out
+}
+
+/// The paragraphs answering the demo's questions: the quota runs', then the saturation
+/// phase's.
+pub fn answers(r: &Report<'_>) -> Vec<String> {
+    let mut out = Vec::new();
     if let [gw, rr] = r.runs {
-        out.push('\n');
-        out.push_str(&answer(gw, rr, &r.limits));
-        out.push('\n');
+        out.push(answer(gw, rr, &r.limits));
+    }
+    if let Some(f) = r.saturation {
+        out.push(saturation_report::answer(f));
     }
     out
 }
@@ -423,10 +444,11 @@ pub fn answer(gw: &RunFigures, rr: &RunFigures, limits: &[TenantLimit]) -> Strin
     );
     let _ = write!(
         s,
-        "Who waits: nobody queues in the gateway. It has no priority queue yet, so A's \
-         premium objective (priority 100) and B's standard one (0) label the requests, the \
-         billing records and the token counters, but order nothing; B's excess waits on B's \
-         side, for the retry-after it is given (this batch client does not retry{}), instead \
+        "Who waits: nobody queues in the gateway in this run, whose pool has flow control \
+         off, so A's premium objective (priority 100) and B's standard one (0) label the \
+         requests, the billing records and the token counters, but order nothing (the \
+         saturation phase turns it on); B's excess waits on B's side, for the retry-after it \
+         is given (this batch client does not retry{}), instead \
          of in the replicas' queues in front of A. The {} of B's that got in share the \
          replicas' first-come-first-served queues with A's (B's bucket starts full, a minute \
          of tokens, enough for about {} of its prompts at once, {} at a time), which is where \

@@ -1,7 +1,9 @@
 //! `cargo xtask demo [--scenario calibration|hotspot|tenants] …`: the README's main command. Over
 //! the artefacts xtask built, brings the gateway up on a simulated pool, sends a multi-turn chat
 //! workload to Envoy's round-robin `/rr` and then through the picker, prints the two side by
-//! side, and stops Envoy and the simulator.
+//! side, and stops Envoy and the simulator. Every scenario also writes its text and an HTML
+//! page of charts (`report.txt`, `report.html`) into a directory of the run's own under
+//! the system temp dir, and prints where.
 //!
 //! - `calibration` (the default): the calibration pool and workload, TTFT and cache-hit
 //!   ratios.
@@ -11,13 +13,17 @@
 //! - `tenants`: two tenants with token quotas share the pool
 //!   (`infergate_harness::bench::tenants`): a premium tenant's chats and a standard tenant's
 //!   batch of long prompts through the gateway with tenancy, then through `/rr`: A's TTFT,
-//!   B's 429s by reason, the tokens billed per tenant against the tokens the replicas served.
+//!   B's 429s by reason, the tokens billed per tenant against the tokens the replicas served;
+//!   then a saturation phase with flow control on (A weight 3 and B weight 1 in one band, a
+//!   best-effort tenant C below them): service shares, queue time per priority and C's 429s
+//!   per time window.
 
 use super::bench::compare_with_baseline;
 use super::Mode;
 use anyhow::{bail, Result};
-use infergate_harness::bench::calibration::{CalibrationArgs, Route, RunSpec};
+use infergate_harness::bench::calibration::{CalibrationArgs, Columns, Route, RunSpec};
 use infergate_harness::bench::hotspot::{self, HotspotOptions};
+use infergate_harness::bench::html::{self, Block, Page};
 use infergate_harness::bench::tenants::{self, TenantsOptions};
 use infergate_harness::launch::{runtime, Flavor};
 
@@ -36,10 +42,15 @@ const USAGE: &str = "usage: cargo xtask demo [--scenario calibration|hotspot|ten
                a third of A's tokens per minute) share 4 replicas; the same load through the
                gateway with tenancy, then through /rr, each on fresh replicas: A's TTFT
                p50/p99, B's 429s by reason, tokens billed per tenant (with Σ pre_debit −
-               Σ refund = Σ charged) next to the tokens the replicas served
+               Σ refund = Σ charged) next to the tokens the replicas served; then flow
+               control on a saturated pool: A (weight 3) and B (weight 1) share a band,
+               best-effort C's band overflows: service share per tenant, queue time per
+               priority and C's 429s per 2 s window
                [--flavor native|wasm (native)] [--workers N (2)] [--time-scale S (1)] [--quick]
                [--tenants PATH (testdata/tenants/demo: TenantQuota objects giving the test
-               keys of testdata/README.md to tenant-a and tenant-b)]";
+               keys of testdata/README.md to tenant-a, tenant-b and tenant-c)]
+every scenario writes report.txt and report.html (SVG charts, no network needed) into
+<system temp dir>/infergate-demo-<scenario>-<pid>/ and prints where";
 
 /// Envoy worker threads of the calibration scenario. One: on a 2-core machine the simulator
 /// and the load generator need the other core. The picker's affinity does not depend on it
@@ -152,15 +163,51 @@ fn calibration(args: &[String], mode: Mode) -> Result<()> {
          the gateway picker (Envoy --concurrency {})",
         workers
     );
-    let (out, _) = compare_with_baseline(
+    let (mut out, cols) = compare_with_baseline(
         "infergate demo: round-robin vs the gateway picker",
         &a,
         &specs,
         false,
     )?;
+    let page = calibration_page(&cols, &out);
+    let dir = html::run_dir("calibration")?;
+    out.push('\n');
+    out.push_str(&html::write_run(&dir, &out, &page)?);
     println!("\n{out}");
     eprintln!("demo: Envoy and the simulator stopped");
     Ok(())
+}
+
+/// The calibration demo's HTML page: the TTFT distribution of each column, of every turn
+/// and of turns 2 and later (the ones a router can make hit the cache), then `text`.
+fn calibration_page(cols: &Columns, text: &str) -> Page {
+    let mut page = Page::new("infergate demo: round robin vs the gateway picker");
+    let sides = |later: bool| -> Vec<(String, Vec<f64>)> {
+        cols.specs
+            .iter()
+            .zip(&cols.reports)
+            .map(|(spec, r)| {
+                let t: Vec<f64> = r
+                    .records
+                    .iter()
+                    .filter(|x| x.ok() && (!later || x.turn > 0))
+                    .filter_map(|x| x.ttft_s)
+                    .collect();
+                (spec.label.clone(), t)
+            })
+            .collect()
+    };
+    page.push(Block::Chart(html::ttft_cdf(
+        "Time to first token, every request",
+        &sides(false),
+    )));
+    page.push(Block::Chart(html::ttft_cdf(
+        "Time to first token, turns 2 and later",
+        &sides(true),
+    )));
+    page.push(Block::Heading("The text report".into()));
+    page.push(Block::Pre(text.to_string()));
+    page
 }
 
 #[cfg(test)]
