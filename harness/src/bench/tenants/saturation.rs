@@ -542,6 +542,58 @@ mod tests {
         assert_eq!(fc["flows"][0], json!({"fairnessId": TENANT_A, "weight": 3}));
     }
 
+    /// The gateway's own compilers accept the config and read what the demo means: the
+    /// detector, the two bands and their policies, the TTL, the weights.
+    #[test]
+    fn the_gateway_compiles_the_epp_config_as_meant() {
+        use scheduler_core::flow::{
+            ConcurrencyMode, Detector, FairnessPolicy, FlowControlConfig, OrderingPolicy,
+        };
+        use scheduler_core::scheduling::config::EndpointPickerConfig;
+        use scheduler_core::scheduling::Scheduler;
+        let epp = EndpointPickerConfig::from_value(epp_config()).unwrap();
+        Scheduler::new(&epp).unwrap();
+        let fc = FlowControlConfig::compile(&epp).unwrap().unwrap();
+        assert_eq!(
+            fc.detector,
+            Detector::Concurrency {
+                max_concurrency: u64::from(MAX_CONCURRENCY),
+                mode: ConcurrencyMode::Requests,
+                headroom: 0.0,
+            }
+        );
+        assert_eq!(fc.default_ttl_ms, u64::from(TTL_SECS) * 1000);
+        let bands: Vec<_> = fc
+            .bands
+            .iter()
+            .map(|b| (b.priority, b.max_requests, b.fairness, b.ordering))
+            .collect();
+        assert_eq!(
+            bands,
+            [
+                (
+                    SHARED_BAND,
+                    200,
+                    FairnessPolicy::Weighted,
+                    OrderingPolicy::Fcfs
+                ),
+                (
+                    BEST_EFFORT_BAND,
+                    u64::from(BEST_EFFORT_QUEUE),
+                    FairnessPolicy::RoundRobin,
+                    OrderingPolicy::Fcfs
+                ),
+            ]
+        );
+        assert_eq!(
+            fc.weights,
+            [
+                (TENANT_A.to_string(), WEIGHT_A),
+                (TENANT_B.to_string(), WEIGHT_B)
+            ]
+        );
+    }
+
     /// The demo's objects put C in the best-effort band and A and B in the shared one; A and
     /// B keep their quotas' concurrency outstanding (never refused for it) and together
     /// offer several times what the pool serves at once; C offers more than its band holds.
