@@ -333,6 +333,11 @@ impl Stats for StreamHost {
             self.envoy.add_gauge(id, &labels, delta);
         }
     }
+    fn histogram_record(&mut self, key: &StatKey, value: u64) {
+        if let Some((id, labels)) = self.config.stats.resolve(StatKind::Histogram, key) {
+            self.envoy.record_histogram(id, &labels, value);
+        }
+    }
     fn log_error(&mut self, message: &str) {
         crate::log::error(message);
     }

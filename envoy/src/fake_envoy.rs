@@ -503,6 +503,28 @@ unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_config_define_gau
     define_counter(name, id)
 }
 
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_config_define_histogram(
+    _c: HttpFilterConfigEnvoyPtr,
+    name: ModuleBuffer,
+    _labels: *mut ModuleBuffer,
+    _n: usize,
+    id: *mut usize,
+) -> MetricsResult {
+    define_counter(name, id)
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_record_histogram_value(
+    _f: HttpFilterEnvoyPtr,
+    id: usize,
+    labels: *mut ModuleBuffer,
+    n: usize,
+    value: u64,
+) -> MetricsResult {
+    increment(id, labels, n, value)
+}
+
 fn gauge_move(id: usize, labels: *mut ModuleBuffer, n: usize, delta: i64) -> MetricsResult {
     let mut ls = Vec::new();
     for i in 0..n {

@@ -96,6 +96,11 @@ impl DefineMetric for FilterConfigHandle {
                         self.raw, name, ptr, count, &mut id,
                     )
                 }
+                StatKind::Histogram => {
+                    cb::envoy_dynamic_module_callback_http_filter_config_define_histogram(
+                        self.raw, name, ptr, count, &mut id,
+                    )
+                }
             }
         };
         (result == crate::abi::METRICS_SUCCESS).then_some(id)

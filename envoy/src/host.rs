@@ -347,6 +347,21 @@ impl EnvoyStream {
         };
     }
 
+    /// Records `value` in histogram `id` (defined on this stream's config).
+    pub fn record_histogram(&mut self, id: usize, labels: &[&str], value: u64) {
+        let mut raw_labels = LabelBuffers::new(labels);
+        // SAFETY: `raw` is live; `raw_labels` borrows `labels` for the call.
+        let _ = unsafe {
+            cb::envoy_dynamic_module_callback_http_filter_record_histogram_value(
+                self.raw,
+                id,
+                raw_labels.as_mut_ptr(),
+                raw_labels.count(),
+                value,
+            )
+        };
+    }
+
     /// Sets gauge `id` (defined on this stream's config) to `value`.
     pub fn set_gauge(&mut self, id: usize, labels: &[&str], value: u64) {
         let mut raw_labels = LabelBuffers::new(labels);

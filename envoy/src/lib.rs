@@ -32,6 +32,8 @@ pub mod adapter;
 #[cfg(not(target_family = "wasm"))]
 pub mod filter;
 #[cfg(not(target_family = "wasm"))]
+pub mod flow_timer;
+#[cfg(not(target_family = "wasm"))]
 pub mod guard;
 #[cfg(not(target_family = "wasm"))]
 pub mod host;

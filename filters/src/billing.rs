@@ -98,6 +98,9 @@ pub struct BillingRecord {
     pub ttft_ms: Option<u64>,
     /// Milliseconds from the request's arrival to its end.
     pub duration_ms: u64,
+    /// Milliseconds it waited in its pool's flow-control queue (`null`: it did not wait,
+    /// being admitted at once or its pool having no flow control).
+    pub queued_ms: Option<u64>,
 }
 
 impl BillingRecord {
@@ -138,6 +141,7 @@ mod tests {
             "model",
             "target_model",
             "pool",
+            "queued_ms",
             "endpoint",
             "prompt_tokens",
             "completion_tokens",

@@ -57,6 +57,8 @@ pub struct FakeHost {
     pub gauges: BTreeMap<String, u64>,
     /// `gauge_add` calls that would have taken a gauge below zero (left unchanged).
     pub gauge_underflows: u32,
+    /// Histogram values by flattened name, in recording order.
+    pub histograms: BTreeMap<String, Vec<u64>>,
     /// Lines logged through `Stats::log_error`.
     pub error_logs: Vec<String>,
     /// The published snapshot, if any.
@@ -108,6 +110,7 @@ impl FakeHost {
             counters: BTreeMap::new(),
             gauges: BTreeMap::new(),
             gauge_underflows: 0,
+            histograms: BTreeMap::new(),
             error_logs: Vec::new(),
             snapshot: None,
             snapshot_reads: std::cell::Cell::new(0),
@@ -368,6 +371,12 @@ impl Stats for FakeHost {
             // A gauge driven below zero means a release without a matching take.
             None => self.gauge_underflows += 1,
         }
+    }
+    fn histogram_record(&mut self, key: &StatKey, value: u64) {
+        self.histograms
+            .entry(key.as_str().to_owned())
+            .or_default()
+            .push(value);
     }
     fn log_error(&mut self, message: &str) {
         self.error_logs.push(message.to_owned());

@@ -214,6 +214,8 @@ pub trait Stats {
     /// feed (in-flight counts: one picker state per Wasm VM, one Envoy stat for all VMs)
     /// move only by deltas, so the host's value is the sum over every state.
     fn gauge_add(&mut self, key: &StatKey, delta: i64);
+    /// Record `value` in the histogram `key`.
+    fn histogram_record(&mut self, key: &StatKey, value: u64);
     /// Log `message` at error level: a problem an operator must fix (a configuration
     /// inconsistency, a failing scraper), reported next to the stat that counts it.
     fn log_error(&mut self, message: &str);

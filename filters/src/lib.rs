@@ -49,6 +49,7 @@
 pub mod billing;
 pub(crate) mod codec;
 pub mod consistency;
+pub mod flow;
 pub mod handoff;
 pub mod headers;
 pub mod host;

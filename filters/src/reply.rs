@@ -155,6 +155,22 @@ impl Reply {
         reply
     }
 
+    /// 429 from flow control: the request waited in vain or found its band full, before any
+    /// engine saw it (safe to retry); `x-llm-d-request-dropped-reason` says which.
+    pub fn dropped(reason: crate::flow::DropReason) -> Reply {
+        let mut reply = Reply::openai_error(
+            429,
+            "rate_limit_error",
+            reason.message(),
+            None,
+            Some(reason.wire()),
+        );
+        reply
+            .headers
+            .push((DROPPED_REASON.to_owned(), reason.wire().to_owned()));
+        reply
+    }
+
     /// 500: a bug inside a filter; the request fails closed.
     pub fn internal(message: &str) -> Reply {
         Reply::openai_error(500, "server_error", message, None, Some("internal_error"))

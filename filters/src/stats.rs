@@ -6,7 +6,7 @@
 //! [`StatKey::family`] and [`StatKey::label_values`] instead of splitting the flat name;
 //! [`FAMILIES`] lists every family the filters emit, so a host can define them up front.
 
-/// Counter or gauge.
+/// Counter, gauge or histogram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StatKind {
     /// Monotonic counter ([`crate::host::Stats::counter_add`]).
@@ -14,6 +14,8 @@ pub enum StatKind {
     /// Gauge, set ([`crate::host::Stats::gauge_set`]) or moved by signed deltas
     /// ([`crate::host::Stats::gauge_add`]).
     Gauge,
+    /// Histogram of recorded values ([`crate::host::Stats::histogram_record`]).
+    Histogram,
 }
 
 /// One metric family: kind, name and label names in key order.
@@ -30,6 +32,14 @@ pub struct StatFamily {
 const fn counter(name: &'static str, labels: &'static [&'static str]) -> StatFamily {
     StatFamily {
         kind: StatKind::Counter,
+        name,
+        labels,
+    }
+}
+
+const fn histogram(name: &'static str, labels: &'static [&'static str]) -> StatFamily {
+    StatFamily {
+        kind: StatKind::Histogram,
         name,
         labels,
     }
@@ -78,6 +88,13 @@ pub const FAMILIES: &[StatFamily] = &[
         &["tenant", "model", "priority"],
     ),
     counter("infergate.usage.records", &[]),
+    gauge("infergate.flow.queued", &["pool", "band", "flow"]),
+    counter("infergate.flow.dispatches", &["pool", "band", "flow"]),
+    counter(
+        "infergate.flow.rejections",
+        &["pool", "band", "flow", "reason"],
+    ),
+    histogram("infergate.flow.queue_time_ms", &["pool", "band"]),
     counter("infergate.usage.record_errors", &[]),
 ];
 

@@ -84,6 +84,7 @@ impl VmShared {
         let kind = match kind {
             StatKind::Counter => MetricType::Counter,
             StatKind::Gauge => MetricType::Gauge,
+            StatKind::Histogram => MetricType::Histogram,
         };
         let _ = self.metric_id(key, kind);
     }
@@ -462,6 +463,11 @@ impl Stats for WasmHost {
         }
         if let Some(id) = self.vm.metric_id(key, MetricType::Gauge) {
             let _ = hostcalls::increment_metric(id, delta);
+        }
+    }
+    fn histogram_record(&mut self, key: &StatKey, value: u64) {
+        if let Some(id) = self.vm.metric_id(key, MetricType::Histogram) {
+            let _ = hostcalls::record_metric(id, value);
         }
     }
     fn log_error(&mut self, message: &str) {

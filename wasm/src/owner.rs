@@ -33,7 +33,9 @@ use std::hash::{BuildHasher, Hasher};
 use std::rc::Rc;
 
 use infergate_filters::host::{Stats, Waker};
-use infergate_filters::picker::remote::{Owner, StateKey, ToOwner, ToWorker, OWNER_QUEUE};
+use infergate_filters::picker::remote::{
+    Answers, Owner, Released, StateKey, ToOwner, ToWorker, OWNER_QUEUE,
+};
 use infergate_filters::picker::{PickerShared, PoolId, PreparedPick};
 use infergate_filters::stages::{PickerStore, RemoteAnswer, RemotePicks};
 use infergate_filters::stats::StatKey;
@@ -95,16 +97,27 @@ impl OwnerService {
                     return;
                 }
             };
-            if let Some((reply_queue, answer)) = self.owner.handle(&mut host, &message) {
-                if let Err(status) = hostcalls::enqueue_shared_queue(reply_queue, &answer.encode())
-                {
-                    // The worker is gone (its VM was replaced): its request went with it.
-                    log(
-                        LogLevel::Warn,
-                        &format!("infergate: picker state owner: answer undeliverable: {status:?}"),
-                    );
-                }
-            }
+            let answers = self.owner.handle(&mut host, &message);
+            send_answers(answers);
+        }
+    }
+
+    /// Expire and dispatch the flow-control queues (the service's timer).
+    pub fn on_tick(&mut self, vm: &Rc<VmShared>) {
+        let mut host = WasmHost::new(vm);
+        let answers = self.owner.tick(&mut host);
+        send_answers(answers);
+    }
+}
+
+fn send_answers(answers: Answers) {
+    for (reply_queue, answer) in answers {
+        if let Err(status) = hostcalls::enqueue_shared_queue(reply_queue, &answer.encode()) {
+            // The worker is gone (its VM was replaced): its request went with it.
+            log(
+                LogLevel::Warn,
+                &format!("infergate: picker state owner: answer undeliverable: {status:?}"),
+            );
         }
     }
 }
@@ -115,6 +128,9 @@ struct Pending {
     /// The encoded pick, to resend after an `UnknownState` answer (once).
     message: Vec<u8>,
     resent: bool,
+    /// The owner answered [`ToWorker::Queued`]: the request waits in its pool's queue, for
+    /// as long as flow control keeps it (its TTL), not [`ANSWER_TIMEOUT_MS`].
+    queued: bool,
     waker: Option<Waker>,
 }
 
@@ -136,7 +152,7 @@ pub struct WorkerLink {
     pending: BTreeMap<u64, Pending>,
     arrived: BTreeMap<u64, Arrived>,
     /// Leases of requests that ended, to give back with the next pick or tick.
-    releases: Vec<u64>,
+    releases: Vec<Released>,
     next_ticket: u64,
     fallbacks: StatKey,
     warned: bool,
@@ -277,6 +293,7 @@ impl WorkerLink {
                 sent_at_ms: now,
                 message,
                 resent: false,
+                queued: false,
                 waker: Some(waker),
             },
         );
@@ -284,8 +301,8 @@ impl WorkerLink {
     }
 
     /// Give a lease back to the owner: with the next pick, or at the next tick.
-    fn release(&mut self, lease: u64) {
-        self.releases.push(lease);
+    fn release(&mut self, released: Released) {
+        self.releases.push(released);
     }
 
     /// Send the leases waiting to go back, if any (best effort: a lost release is logged;
@@ -342,6 +359,11 @@ impl WorkerLink {
                 self.release_unclaimed(&answer);
                 continue;
             };
+            if matches!(answer, ToWorker::Queued { .. }) {
+                pending.queued = true;
+                self.pending.insert(ticket, pending);
+                continue;
+            }
             if matches!(answer, ToWorker::UnknownState { .. }) && !pending.resent {
                 // The owner was reloaded: say hello again and resend, once.
                 self.hello_sent = false;
@@ -370,8 +392,15 @@ impl WorkerLink {
     }
 
     fn release_unclaimed(&mut self, answer: &ToWorker) {
-        if let ToWorker::Picked { lease, .. } = answer {
-            self.release(*lease);
+        if let ToWorker::Picked {
+            lease, queued_ms, ..
+        } = answer
+        {
+            self.release(Released::lease(*lease));
+            // Flow-control capacity: queued requests wait for it.
+            if queued_ms.is_some() {
+                self.flush_releases();
+            }
         }
     }
 
@@ -381,7 +410,7 @@ impl WorkerLink {
         let expired: Vec<u64> = self
             .pending
             .iter()
-            .filter(|(_, p)| now_ms.saturating_sub(p.sent_at_ms) >= ANSWER_TIMEOUT_MS)
+            .filter(|(_, p)| !p.queued && now_ms.saturating_sub(p.sent_at_ms) >= ANSWER_TIMEOUT_MS)
             .map(|(ticket, _)| *ticket)
             .collect();
         for ticket in expired {
@@ -402,12 +431,25 @@ impl WorkerLink {
 pub struct RemoteLease {
     lease: u64,
     link: Link,
+    /// It holds flow-control capacity: given back at once rather than batched.
+    flow: bool,
+    /// The service its request received, when the usage showed it (0: unknown).
+    service: u64,
 }
 
 impl Drop for RemoteLease {
     fn drop(&mut self) {
         match self.link.try_borrow_mut() {
-            Ok(mut link) => link.release(self.lease),
+            Ok(mut link) => {
+                link.release(Released {
+                    lease: self.lease,
+                    service: self.service,
+                });
+                // Queued requests wait for the capacity this lease holds: send it now.
+                if self.flow {
+                    link.flush_releases();
+                }
+            }
             Err(_) => log(
                 LogLevel::Error,
                 "infergate: picker: link busy when a lease ended; lease kept by the owner",
@@ -456,14 +498,27 @@ impl RemotePicks for WasmPickerStore {
         let mut link = handle.try_borrow_mut().ok()?;
         Some(match link.arrived.remove(&ticket)? {
             Arrived::Answer(ToWorker::Picked {
-                lease, endpoint, ..
+                lease,
+                endpoint,
+                queued_ms,
+                ..
             }) => RemoteAnswer::Picked {
                 endpoint,
                 lease: Box::new(RemoteLease {
                     lease,
                     link: Rc::clone(handle),
+                    flow: queued_ms.is_some(),
+                    service: 0,
                 }),
+                queued_ms,
             },
+            Arrived::Answer(ToWorker::Dropped {
+                reason, queued_ms, ..
+            }) => RemoteAnswer::Dropped { reason, queued_ms },
+            // Never filed: a `Queued` answer keeps the request pending.
+            Arrived::Answer(ToWorker::Queued { .. }) => {
+                RemoteAnswer::PickHere("an out-of-order queue answer".to_owned())
+            }
             Arrived::Answer(ToWorker::Rejected { rejection, .. }) => {
                 RemoteAnswer::Rejected(rejection)
             }
@@ -478,11 +533,33 @@ impl RemotePicks for WasmPickerStore {
         })
     }
 
+    fn report_service(&self, lease: &mut dyn std::any::Any, service: u64) {
+        if let Some(lease) = lease.downcast_mut::<RemoteLease>() {
+            lease.service = service;
+        }
+    }
+
     fn forget(&self, ticket: u64) {
         let Some(mut link) = self.link.as_ref().and_then(|l| l.try_borrow_mut().ok()) else {
             return;
         };
-        link.pending.remove(&ticket);
+        if let Some(pending) = link.pending.remove(&ticket) {
+            if pending.queued {
+                // Take it out of its pool's queue; a dispatch already on its way is
+                // given back by `release_unclaimed` when it arrives.
+                let cancel = ToOwner::Cancel {
+                    state: link.state,
+                    reply_queue: link.reply_queue,
+                    ticket,
+                };
+                if let Some(Err(why)) = cancel.encode().map(|bytes| link.send_bytes(&bytes)) {
+                    log(
+                        LogLevel::Warn,
+                        &format!("infergate: picker: leaving the queue failed: {why}"),
+                    );
+                }
+            }
+        }
         if let Some(Arrived::Answer(answer)) = link.arrived.remove(&ticket) {
             link.release_unclaimed(&answer);
         }

@@ -243,14 +243,19 @@ impl Root {
         }
     }
 
-    /// `proxy_on_tick`: one scraper round, or (a picker) give up on overdue owner answers
+    /// `proxy_on_tick`: one scraper round and the owner's flow-control timer (TTLs, and
+    /// dispatches a new snapshot allows), or (a picker) give up on overdue owner answers
     /// (their streams are woken to pick locally); test builds also fire due test wakes.
     pub fn on_tick(&mut self) {
         test_stages::fire_due();
         match &mut self.role {
-            Some(Role::Scraper(scraper, _)) => {
+            Some(Role::Scraper(scraper, owner)) => {
                 let mut host = WasmHost::new(&self.vm);
                 scraper.on_tick(&mut host);
+                // After the round, so a snapshot it published can lift saturation.
+                if let Some(owner) = owner {
+                    owner.on_tick(&self.vm);
+                }
             }
             Some(Role::Filter {
                 link: Some(link), ..

@@ -250,6 +250,25 @@ unsafe extern "C" {
         value: u64,
     ) -> MetricsResult;
 
+    /// Defines a histogram like `http_filter_config_define_counter`; writes its id to
+    /// `histogram_id_ptr`.
+    pub fn envoy_dynamic_module_callback_http_filter_config_define_histogram(
+        filter_config_envoy_ptr: HttpFilterConfigEnvoyPtr,
+        name: ModuleBuffer,
+        label_names: *mut ModuleBuffer,
+        label_names_length: usize,
+        histogram_id_ptr: *mut usize,
+    ) -> MetricsResult;
+
+    /// Records `value` in a histogram defined by this stream's config.
+    pub fn envoy_dynamic_module_callback_http_filter_record_histogram_value(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        id: usize,
+        label_values: *mut ModuleBuffer,
+        label_values_length: usize,
+        value: u64,
+    ) -> MetricsResult;
+
     /// Subtracts `value` from a gauge defined by this stream's config.
     pub fn envoy_dynamic_module_callback_http_filter_decrement_gauge(
         filter_envoy_ptr: HttpFilterEnvoyPtr,

@@ -8,6 +8,9 @@
 //!  "failureMode": "FailClose", "staleAfterMs": 1000, "maxConsecutiveFailures": 3,
 //!  "sessionHeader": "x-session-id", "maxSessions": 10000, "eppConfig": { ... }}
 //! ```
+//!
+//! Beside `pools`, `objectives` lists `InferenceObjective` objects: the priorities of flow
+//! control, for every pool whose `eppConfig` enables it.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -119,6 +122,11 @@ pub fn default_epp_config() -> Value {
 pub struct PickerConfig {
     /// The pools, matched by base model.
     pub pools: Vec<PoolConfig>,
+    /// `InferenceObjective` objects (as the platform has them): an objective's name, which
+    /// the auth stage injects as `x-llm-d-inference-objective`, to its priority. They apply
+    /// to every pool with flow control.
+    #[serde(default)]
+    pub objectives: Vec<Value>,
 }
 
 /// A configuration the picker cannot run with.
@@ -192,7 +200,10 @@ impl PickerConfig {
             serde_json::from_value(value).map_err(json)
         } else {
             let pool: PoolConfig = serde_json::from_value(value).map_err(json)?;
-            Ok(PickerConfig { pools: vec![pool] })
+            Ok(PickerConfig {
+                pools: vec![pool],
+                objectives: Vec::new(),
+            })
         }
     }
 

@@ -32,6 +32,7 @@
 //! after the state is released.
 
 pub mod access;
+pub mod admit;
 pub mod config;
 pub mod lease;
 pub mod plan;
@@ -45,6 +46,9 @@ use std::sync::Arc;
 
 use scheduler_core::request::Api;
 
+use crate::flow::{
+    read_state_number, Admission, DropReason, QueueSlot, Verdict, QUEUED_MS_STATE, SERVICE_STATE,
+};
 use crate::handoff::{Handoff, HANDOFF_KEY};
 use crate::headers::{BASE_MODEL, DESTINATION_ENDPOINT, LB_METADATA_NAMESPACE};
 use crate::host::{
@@ -53,6 +57,8 @@ use crate::host::{
 };
 use crate::reply::{truncate_for_message, Reply, MAX_QUOTED_BYTES, REJECTED_NO_ENDPOINTS};
 use crate::FilterStatus;
+use admit::{Admitted, Waiter};
+use scheduler_core::flow::QueueKey;
 
 pub use access::{PickerAccess, SharedPicker};
 pub use config::{FailureMode, PickerConfig, PickerConfigError, PoolConfig};
@@ -104,6 +110,13 @@ enum Stage {
         plan: Arc<PoolPlan>,
         prepared: PreparedPick,
     },
+    /// Waiting in the pool's flow gate (in this process's memory) for its verdict.
+    Queued {
+        plan: Arc<PoolPlan>,
+        prepared: PreparedPick,
+        slot: Arc<QueueSlot>,
+        key: QueueKey,
+    },
     Done,
 }
 
@@ -112,6 +125,12 @@ enum Stage {
 pub struct PickerRequest {
     stage: Stage,
     lease: Option<InFlightLease>,
+    /// The request's share of its pool's flow-control load once admitted, with the pool
+    /// whose queue its end offers the freed capacity to.
+    ticket: Option<(Admitted, Arc<PoolPlan>)>,
+    /// How long it waited in the pool's queue (`None`: admitted at once, or no flow
+    /// control).
+    queued_ms: Option<u64>,
     endpoint: Option<String>,
     /// Whether the pick is made by a state elsewhere ([`PickerRequest::deferred`]).
     deferred: bool,
@@ -129,6 +148,8 @@ impl PickerRequest {
         PickerRequest {
             stage: Stage::Start,
             lease: None,
+            ticket: None,
+            queued_ms: None,
             endpoint: None,
             deferred: false,
         }
@@ -184,14 +205,71 @@ impl PickerRequest {
         Some(self.settle(host, answer.map(str::to_owned)))
     }
 
+    /// The slot this request waits in, while its pool's flow gate holds it: the caller
+    /// [`QueueSlot::wait`]s on it with the request's waker and calls
+    /// [`PickerRequest::on_verdict`] when woken.
+    pub fn queued_slot(&self) -> Option<Arc<QueueSlot>> {
+        match &self.stage {
+            Stage::Queued { slot, .. } => Some(Arc::clone(slot)),
+            _ => None,
+        }
+    }
+
+    /// How long the request waited in its pool's queue, if it waited.
+    pub fn queued_ms(&self) -> Option<u64> {
+        self.queued_ms
+    }
+
+    /// Set how long the request waited, and leave it in the stream's state for the
+    /// billing record.
+    pub fn set_queued_ms<H: StreamState + ?Sized>(&mut self, host: &mut H, queued_ms: u64) {
+        self.queued_ms = Some(queued_ms);
+        // Best effort: only the record's `queued_ms` is lost if the host refuses.
+        let _ = host.set_stream_state(QUEUED_MS_STATE, queued_ms.to_string().as_bytes());
+    }
+
+    /// The queued request's verdict, if it is in: dispatched (pick now, holding the
+    /// ticket) or dropped (answer 429). `None` while it still waits.
+    pub fn on_verdict<S: PickerAccess, H: PickerHost + ?Sized>(
+        &mut self,
+        shared: S,
+        host: &mut H,
+    ) -> Option<FilterStatus> {
+        let Stage::Queued { slot, .. } = &self.stage else {
+            return None;
+        };
+        let verdict = slot.take()?;
+        let Stage::Queued { plan, prepared, .. } = std::mem::replace(&mut self.stage, Stage::Done)
+        else {
+            return None;
+        };
+        let flow = plan.flow()?;
+        flow.count_queued(host, prepared.flow(), -1);
+        match verdict {
+            Verdict::Dispatched { ticket, queued_ms } => {
+                flow.count_dispatched(host, prepared.flow(), queued_ms);
+                self.ticket = Some((flow.admitted(ticket, &prepared), Arc::clone(&plan)));
+                self.set_queued_ms(host, queued_ms);
+                Some(self.decide_here(shared, host, &plan, prepared))
+            }
+            Verdict::Dropped { reason, queued_ms } => {
+                flow.count_rejected(host, prepared.flow(), reason);
+                self.set_queued_ms(host, queued_ms);
+                host.send_local_reply(&Reply::dropped(reason));
+                Some(FilterStatus::Replied)
+            }
+        }
+    }
+
     /// The endpoint picked for this request, once picked.
     pub fn endpoint(&self) -> Option<&str> {
         self.endpoint.as_deref()
     }
 
-    /// Whether this request currently counts in an endpoint's in-flight load.
+    /// Whether this request currently counts in an endpoint's in-flight load, or in its
+    /// pool's flow control (queued or admitted): whether its end has anything to give back.
     pub fn holds_lease(&self) -> bool {
-        self.lease.is_some()
+        self.lease.is_some() || self.ticket.is_some() || matches!(self.stage, Stage::Queued { .. })
     }
 
     /// Request headers arrived.
@@ -313,7 +391,9 @@ impl PickerRequest {
         self.decide_here(shared, host, plan, prepared)
     }
 
-    /// Pick inside the state; write the outcome outside it.
+    /// Pick inside the state; write the outcome outside it. With flow control, the pool's
+    /// gate admits the request first, or queues it ([`PickerRequest::queued_slot`]), or
+    /// refuses it.
     fn decide_here<S: PickerAccess, H: PickerHost + ?Sized>(
         &mut self,
         shared: S,
@@ -321,6 +401,30 @@ impl PickerRequest {
         plan: &Arc<PoolPlan>,
         prepared: PreparedPick,
     ) -> FilterStatus {
+        if let (Some(flow), None) = (plan.flow(), &self.ticket) {
+            let slot = QueueSlot::new();
+            let (arrival, tokens) = flow.arrival(&prepared, Waiter::Local(Arc::clone(&slot)));
+            match flow.gate().admit(arrival, tokens) {
+                Admission::Admitted(ticket) => {
+                    self.ticket = Some((flow.admitted(ticket, &prepared), Arc::clone(plan)));
+                }
+                Admission::Queued(key) => {
+                    flow.count_queued(host, prepared.flow(), 1);
+                    self.stage = Stage::Queued {
+                        plan: Arc::clone(plan),
+                        prepared,
+                        slot,
+                        key,
+                    };
+                    return FilterStatus::Pause;
+                }
+                Admission::Refused(_) => {
+                    flow.count_rejected(host, prepared.flow(), DropReason::Saturated);
+                    host.send_local_reply(&Reply::dropped(DropReason::Saturated));
+                    return FilterStatus::Replied;
+                }
+            }
+        }
         let outcome = pick_counted(shared, host, plan, &prepared).map(|picked| {
             // Hold the lease before any host call, so whatever happens next the request's
             // end gives it back (and lowers the gauges `pick_counted` raised).
@@ -360,14 +464,43 @@ impl PickerRequest {
     /// The request ended (completed, reset, aborted, answered locally, or its context is
     /// being dropped). Gives the in-flight lease back and lowers the in-flight gauges the
     /// first time; every later call does nothing (and does not enter the state).
-    pub fn on_end_counted<S: PickerAccess, H: Stats + ?Sized>(
+    /// A request still queued leaves the queue (counted `rejected-context-cancelled`); the
+    /// capacity its end frees is offered to the pool's queued requests.
+    pub fn on_end_counted<S: PickerAccess, H: Stats + Clock + StreamState + ?Sized>(
         &mut self,
         _shared: S,
         stats: &mut H,
     ) {
-        self.stage = Stage::Done;
+        let stage = std::mem::replace(&mut self.stage, Stage::Done);
+        let now = stats.now().0;
+        if let Stage::Queued {
+            plan,
+            prepared,
+            slot,
+            key,
+        } = &stage
+        {
+            if let Some(flow) = plan.flow() {
+                // Dispatched or expired meanwhile: the verdict waits in the slot, and a
+                // dispatch's ticket is dropped with it.
+                let left = flow.gate().cancel(*key, now).is_some() || slot.take().is_some();
+                if left {
+                    flow.count_queued(stats, prepared.flow(), -1);
+                    flow.count_rejected(stats, prepared.flow(), DropReason::ContextCancelled);
+                }
+            }
+        }
         if let Some(lease) = self.lease.take() {
             lease.end(stats);
+        }
+        if let Some((admitted, plan)) = self.ticket.take() {
+            if let Some(flow) = plan.flow() {
+                if let Some(service) = read_state_number(&*stats, SERVICE_STATE) {
+                    flow.settle(&admitted, service);
+                }
+                admitted.release();
+                flow.run(now);
+            }
         }
     }
 
@@ -378,6 +511,7 @@ impl PickerRequest {
     pub fn on_end<S: PickerAccess>(&mut self, _shared: S) {
         self.stage = Stage::Done;
         drop(self.lease.take());
+        drop(self.ticket.take());
     }
 }
 

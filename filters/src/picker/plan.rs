@@ -13,6 +13,7 @@ use scheduler_core::prefix::{self, PrefixConfig};
 use scheduler_core::scheduling::Scheduler;
 use scheduler_core::types::BlockHash;
 
+use super::admit::FlowPlan;
 use super::config::PoolConfig;
 use super::lease::InFlightGauges;
 use super::state::{Picked, PoolId, Rejection};
@@ -104,10 +105,19 @@ pub struct PoolPlan {
     /// How prompts are cut into blocks; `None` when no profile reads the prefix index.
     hashing: Option<PrefixConfig>,
     stats: PoolStats,
+    /// Flow control, when the pool's config enables it (the gate is process-wide state
+    /// of its own; the plan only hands it out).
+    flow: Option<FlowPlan>,
 }
 
 impl PoolPlan {
-    pub(super) fn new(issuer: u64, id: PoolId, cfg: &PoolConfig, scheduler: &Scheduler) -> Self {
+    pub(super) fn new(
+        issuer: u64,
+        id: PoolId,
+        cfg: &PoolConfig,
+        scheduler: &Scheduler,
+        flow: Option<FlowPlan>,
+    ) -> Self {
         PoolPlan {
             issuer,
             id,
@@ -119,7 +129,13 @@ impl PoolPlan {
                 .uses_prefix_index()
                 .then(|| scheduler.prefix_config()),
             stats: PoolStats::new(&cfg.pool, &cfg.endpoints),
+            flow,
         }
+    }
+
+    /// The pool's flow control, if enabled.
+    pub fn flow(&self) -> Option<&FlowPlan> {
+        self.flow.as_ref()
     }
 
     /// How many prompt bytes this pool hashes at most: what a parse for it must keep (0

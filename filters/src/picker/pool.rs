@@ -12,8 +12,10 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
+use scheduler_core::flow::FlowControlConfig;
 use scheduler_core::prefix::PrefixIndex;
 use scheduler_core::scheduling::candidates::CandidateRules;
+use scheduler_core::scheduling::config::{ConfigError, EndpointPickerConfig};
 use scheduler_core::scheduling::Scheduler;
 use scheduler_core::snapshot::Snapshot;
 
@@ -71,16 +73,23 @@ pub(super) struct Pool {
     pub(super) load: Arc<PoolLoad>,
 }
 
-/// Compile a pool's scheduling config (its own, or the default).
-pub(super) fn compile(cfg: &PoolConfig) -> Result<Scheduler, PickerConfigError> {
+/// Compile a pool's scheduling config (its own, or the default), and its flow control
+/// when the config enables it.
+pub(super) fn compile(
+    cfg: &PoolConfig,
+) -> Result<(Scheduler, Option<FlowControlConfig>), PickerConfigError> {
     let epp = cfg
         .epp_config
         .clone()
         .unwrap_or_else(super::config::default_epp_config);
-    Scheduler::from_value(epp).map_err(|e| PickerConfigError::Scheduler {
+    let error = |e: ConfigError| PickerConfigError::Scheduler {
         pool: cfg.pool.clone(),
         error: e.to_string(),
-    })
+    };
+    let epp = EndpointPickerConfig::from_value(epp).map_err(error)?;
+    let scheduler = Scheduler::new(&epp).map_err(error)?;
+    let flow = FlowControlConfig::compile(&epp).map_err(error)?;
+    Ok((scheduler, flow))
 }
 
 impl Pool {

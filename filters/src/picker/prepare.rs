@@ -7,11 +7,26 @@
 use scheduler_core::request::{self, Api, RequestError};
 use scheduler_core::types::{BlockHash, Millis, Tokens};
 
+use super::admit::FlowFields;
 use super::plan::PoolPlan;
 use super::state::PickRequest;
 use super::PickerHost;
 use crate::codec::{put_string, put_u64s, Reader};
 use crate::handoff::Handoff;
+use crate::headers::{FAIRNESS_ID, OBJECTIVE};
+
+/// The request's flow fields, read from its headers only when its pool has flow control.
+fn flow_fields<H: PickerHost + ?Sized>(plan: &PoolPlan, host: &H, bytes: u64) -> FlowFields {
+    let Some(flow) = plan.flow() else {
+        return FlowFields::default();
+    };
+    let objective = host.request_header(OBJECTIVE);
+    flow.fields(
+        objective.as_deref(),
+        host.request_header(FAIRNESS_ID),
+        bytes,
+    )
+}
 
 /// A request made ready for [`super::PickerShared::pick`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,6 +36,7 @@ pub struct PreparedPick {
     prompt_tokens: Tokens,
     max_output_tokens: Option<u64>,
     session: Option<String>,
+    flow: FlowFields,
     /// The time of the decision.
     pub now: Millis,
     /// The decision's random draw (tie breaks, weighted picks).
@@ -43,12 +59,14 @@ impl PreparedPick {
         let session = plan
             .session_header()
             .and_then(|name| host.request_header(name));
+        let flow = flow_fields(plan, host, body.len() as u64);
         Ok(PreparedPick {
             target_model: parsed.model,
             block_hashes,
             prompt_tokens: parsed.prompt_tokens,
             max_output_tokens: parsed.max_output_tokens,
             session,
+            flow,
             now: host.now(),
             random: host.random_u64(),
         })
@@ -68,12 +86,19 @@ impl PreparedPick {
         let session = plan
             .session_header()
             .and_then(|name| host.request_header(name));
+        // The body was not read here: its size is what the router held.
+        let bytes = host
+            .request_header("content-length")
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        let flow = flow_fields(plan, host, bytes);
         Some(PreparedPick {
             target_model: handoff.target_model,
             block_hashes,
             prompt_tokens: handoff.prompt_tokens,
             max_output_tokens: handoff.max_output_tokens,
             session,
+            flow,
             now: host.now(),
             random: host.random_u64(),
         })
@@ -82,7 +107,8 @@ impl PreparedPick {
     /// Append the binary encoding (all integers little-endian): `u64` now ‖ `u64` random ‖
     /// `u64` prompt tokens ‖ `u8` flags (bit 0: output cap, bit 1: session) ‖ `u64` output
     /// cap ‖ `u16` len ‖ target model ‖ `u16` len ‖ session ‖ `u32` count ‖ count × `u64`
-    /// block hash. `None` if a name is longer than `u16::MAX` bytes.
+    /// block hash ‖ `u32` priority (two's complement) ‖ `u16` len ‖ fairness id ‖ `u64`
+    /// body bytes. `None` if a name is longer than `u16::MAX` bytes.
     pub(crate) fn encode_into(&self, out: &mut Vec<u8>) -> Option<()> {
         out.extend_from_slice(&self.now.0.to_le_bytes());
         out.extend_from_slice(&self.random.to_le_bytes());
@@ -93,7 +119,11 @@ impl PreparedPick {
         out.extend_from_slice(&self.max_output_tokens.unwrap_or(0).to_le_bytes());
         put_string(out, &self.target_model)?;
         put_string(out, self.session.as_deref().unwrap_or(""))?;
-        put_u64s(out, self.block_hashes.iter().map(|h| h.0))
+        put_u64s(out, self.block_hashes.iter().map(|h| h.0))?;
+        out.extend_from_slice(&self.flow.priority.to_le_bytes());
+        put_string(out, &self.flow.fairness_id)?;
+        out.extend_from_slice(&self.flow.bytes.to_le_bytes());
+        Some(())
     }
 
     /// Read what [`PreparedPick::encode_into`] wrote; `None` for anything else.
@@ -109,7 +139,15 @@ impl PreparedPick {
         let target_model = r.string()?;
         let session = r.string()?;
         let block_hashes = r.u64s()?.into_iter().map(BlockHash).collect();
+        let priority = i32::from_le_bytes(r.u32()?.to_le_bytes());
+        let fairness_id = r.string()?;
+        let bytes = r.u64()?;
         Some(PreparedPick {
+            flow: FlowFields {
+                priority,
+                fairness_id,
+                bytes,
+            },
             target_model,
             block_hashes,
             prompt_tokens,
@@ -118,6 +156,11 @@ impl PreparedPick {
             now,
             random,
         })
+    }
+
+    /// The request's flow fields (defaults when its pool has no flow control).
+    pub fn flow(&self) -> &FlowFields {
+        &self.flow
     }
 
     /// The prompt's chained block hashes.

@@ -38,12 +38,15 @@ use std::sync::Arc;
 
 use xxhash_rust::xxh3::xxh3_64;
 
+use super::admit::{Admitted, RemoteOutcome, RemoteWaiter, Waiter};
 use super::lease::InFlightLease;
 use super::plan::PoolPlan;
 use super::prepare::PreparedPick;
 use super::state::{PickerShared, PoolId, Rejection};
 use crate::codec::{put_string, put_u64s, Reader};
-use crate::host::{SnapshotSource, Stats};
+use crate::flow::{Admission, DropReason, FlowTicket};
+use crate::host::{Clock, SnapshotSource, Stats};
+use scheduler_core::flow::QueueKey;
 
 /// The owner's queue name (scoped by Envoy to the `vm_id` the owner and workers share).
 pub const OWNER_QUEUE: &str = "infergate.picker.owner";
@@ -57,6 +60,46 @@ impl StateKey {
     pub fn of_config(bytes: &[u8]) -> StateKey {
         StateKey(xxh3_64(bytes))
     }
+}
+
+/// A lease given back: its id, and the service its request received (prompt + 2 ×
+/// completion tokens, as its usage showed; 0 when unknown), with which flow control's
+/// weighted policy corrects the estimate it charged at dispatch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Released {
+    /// The lease id of [`ToWorker::Picked`].
+    pub lease: u64,
+    /// The service received; 0: unknown (the estimate stands).
+    pub service: u64,
+}
+
+impl Released {
+    /// A lease whose request's service is unknown.
+    pub fn lease(lease: u64) -> Released {
+        Released { lease, service: 0 }
+    }
+}
+
+/// `u32` count ‖ count × (`u64` lease ‖ `u64` service).
+fn put_released(out: &mut Vec<u8>, released: &[Released]) -> Option<()> {
+    let flat: Vec<u64> = released.iter().flat_map(|r| [r.lease, r.service]).collect();
+    put_u64s(out, flat.into_iter())
+}
+
+fn read_released(r: &mut Reader<'_>) -> Option<Vec<Released>> {
+    let values = r.u64s()?;
+    if values.len() % 2 != 0 {
+        return None;
+    }
+    Some(
+        values
+            .chunks_exact(2)
+            .map(|pair| Released {
+                lease: pair[0],
+                service: pair[1],
+            })
+            .collect(),
+    )
 }
 
 /// A worker's message to the owner.
@@ -85,15 +128,26 @@ pub enum ToOwner {
         /// The parsed and hashed request.
         prepared: PreparedPick,
         /// Lease ids of [`ToWorker::Picked`] whose requests ended.
-        releases: Vec<u64>,
+        releases: Vec<Released>,
     },
     /// The requests holding `leases` ended: give their in-flight load back (a worker with
-    /// no pick to send them with sends them on its next tick).
+    /// no pick to send them with sends them on its next tick, or at once when a lease
+    /// holds flow-control capacity a queued request waits for).
     Release {
         /// The state that issued the leases.
         state: StateKey,
-        /// Lease ids of [`ToWorker::Picked`].
-        leases: Vec<u64>,
+        /// Lease ids of [`ToWorker::Picked`], with the service their requests received.
+        leases: Vec<Released>,
+    },
+    /// The request of `ticket`, answered [`ToWorker::Queued`], left before its dispatch:
+    /// take it out of the queue.
+    Cancel {
+        /// The state that queued it.
+        state: StateKey,
+        /// The worker's queue id.
+        reply_queue: u32,
+        /// The worker's ticket.
+        ticket: u64,
     },
 }
 
@@ -108,6 +162,25 @@ pub enum ToWorker {
         lease: u64,
         /// `ip:port` of the endpoint.
         endpoint: String,
+        /// How long the request waited in its pool's queue; `None`: its pool has no flow
+        /// control. With flow control, the lease's release is sent at once, since queued
+        /// requests wait for the capacity it frees.
+        queued_ms: Option<u64>,
+    },
+    /// The pool is saturated: the request waits in its queue, and the answer comes when
+    /// it is dispatched or dropped (the worker waits past its usual answer timeout).
+    Queued {
+        /// The pick's ticket.
+        ticket: u64,
+    },
+    /// Flow control dropped the request: answer 429 for `reason`.
+    Dropped {
+        /// The pick's ticket.
+        ticket: u64,
+        /// Why.
+        reason: DropReason,
+        /// How long it waited.
+        queued_ms: u64,
     },
     /// No endpoint: answer 503 for `rejection`.
     Rejected {
@@ -129,6 +202,9 @@ const RELEASE: u8 = 3;
 const PICKED: u8 = 11;
 const REJECTED: u8 = 12;
 const UNKNOWN_STATE: u8 = 13;
+const QUEUED: u8 = 14;
+const DROPPED: u8 = 15;
+const CANCEL: u8 = 4;
 
 impl ToOwner {
     /// The binary encoding: a tag byte, then the fields in order, integers little-endian.
@@ -155,13 +231,23 @@ impl ToOwner {
                 out.extend_from_slice(&reply_queue.to_le_bytes());
                 out.extend_from_slice(&ticket.to_le_bytes());
                 out.extend_from_slice(&u32::try_from(pool.0).ok()?.to_le_bytes());
-                put_u64s(&mut out, releases.iter().copied())?;
+                put_released(&mut out, releases)?;
                 prepared.encode_into(&mut out)?;
             }
             ToOwner::Release { state, leases } => {
                 out.push(RELEASE);
                 out.extend_from_slice(&state.0.to_le_bytes());
-                put_u64s(&mut out, leases.iter().copied())?;
+                put_released(&mut out, leases)?;
+            }
+            ToOwner::Cancel {
+                state,
+                reply_queue,
+                ticket,
+            } => {
+                out.push(CANCEL);
+                out.extend_from_slice(&state.0.to_le_bytes());
+                out.extend_from_slice(&reply_queue.to_le_bytes());
+                out.extend_from_slice(&ticket.to_le_bytes());
             }
         }
         Some(out)
@@ -183,12 +269,17 @@ impl ToOwner {
                 reply_queue: r.u32()?,
                 ticket: r.u64()?,
                 pool: PoolId(usize::try_from(r.u32()?).ok()?),
-                releases: r.u64s()?,
+                releases: read_released(&mut r)?,
                 prepared: PreparedPick::decode_from(&mut r)?,
             },
             RELEASE => ToOwner::Release {
                 state,
-                leases: r.u64s()?,
+                leases: read_released(&mut r)?,
+            },
+            CANCEL => ToOwner::Cancel {
+                state,
+                reply_queue: r.u32()?,
+                ticket: r.u64()?,
             },
             _ => return None,
         };
@@ -202,7 +293,9 @@ impl ToWorker {
         match self {
             ToWorker::Picked { ticket, .. }
             | ToWorker::Rejected { ticket, .. }
-            | ToWorker::UnknownState { ticket } => *ticket,
+            | ToWorker::UnknownState { ticket }
+            | ToWorker::Queued { ticket }
+            | ToWorker::Dropped { ticket, .. } => *ticket,
         }
     }
 
@@ -214,12 +307,33 @@ impl ToWorker {
                 ticket,
                 lease,
                 endpoint,
+                queued_ms,
             } => {
                 out.push(PICKED);
                 out.extend_from_slice(&ticket.to_le_bytes());
                 out.extend_from_slice(&lease.to_le_bytes());
                 // An endpoint is an `ip:port` of the configuration, far below u16::MAX.
                 let _ = put_string(&mut out, endpoint);
+                out.push(u8::from(queued_ms.is_some()));
+                out.extend_from_slice(&queued_ms.unwrap_or(0).to_le_bytes());
+            }
+            ToWorker::Queued { ticket } => {
+                out.push(QUEUED);
+                out.extend_from_slice(&ticket.to_le_bytes());
+            }
+            ToWorker::Dropped {
+                ticket,
+                reason,
+                queued_ms,
+            } => {
+                out.push(DROPPED);
+                out.extend_from_slice(&ticket.to_le_bytes());
+                out.push(match reason {
+                    DropReason::Saturated => 0,
+                    DropReason::TtlExpired => 1,
+                    DropReason::ContextCancelled => 2,
+                });
+                out.extend_from_slice(&queued_ms.to_le_bytes());
             }
             ToWorker::Rejected { ticket, rejection } => {
                 out.push(REJECTED);
@@ -244,10 +358,32 @@ impl ToWorker {
         let tag = r.u8()?;
         let ticket = r.u64()?;
         let message = match tag {
-            PICKED => ToWorker::Picked {
+            PICKED => {
+                let lease = r.u64()?;
+                let endpoint = r.string()?;
+                let flow = r.u8()?;
+                let queued_ms = r.u64()?;
+                ToWorker::Picked {
+                    ticket,
+                    lease,
+                    endpoint,
+                    queued_ms: match flow {
+                        0 => None,
+                        1 => Some(queued_ms),
+                        _ => return None,
+                    },
+                }
+            }
+            QUEUED => ToWorker::Queued { ticket },
+            DROPPED => ToWorker::Dropped {
                 ticket,
-                lease: r.u64()?,
-                endpoint: r.string()?,
+                reason: match r.u8()? {
+                    0 => DropReason::Saturated,
+                    1 => DropReason::TtlExpired,
+                    2 => DropReason::ContextCancelled,
+                    _ => return None,
+                },
+                queued_ms: r.u64()?,
             },
             REJECTED => ToWorker::Rejected {
                 ticket,
@@ -265,11 +401,20 @@ impl ToWorker {
     }
 }
 
-/// A lease the owner keeps for a worker's request, with the plan whose gauges it raised.
+/// A lease the owner keeps for a worker's request, with the plan whose gauges it raised
+/// and, with flow control, the request's share of its pool's load.
 #[derive(Debug)]
 struct Kept {
     lease: InFlightLease,
     plan: Arc<PoolPlan>,
+    ticket: Option<Admitted>,
+}
+
+/// A request waiting in a pool's flow gate, by the worker's `(reply queue, ticket)`.
+#[derive(Debug)]
+struct Waiting {
+    pool: PoolId,
+    key: QueueKey,
 }
 
 /// The state of one picker configuration and the leases its workers hold.
@@ -277,7 +422,11 @@ struct Kept {
 struct OwnedState {
     shared: PickerShared,
     leases: HashMap<u64, Kept>,
+    waiting: HashMap<(u32, u64), Waiting>,
 }
+
+/// Answers for workers: `(reply queue, message)`.
+pub type Answers = Vec<(u32, ToWorker)>;
 
 /// The owner of every worker's picker state (see the module doc).
 #[derive(Debug, Default)]
@@ -297,23 +446,22 @@ impl Owner {
         self.states.values().map(|s| s.leases.len()).sum()
     }
 
-    /// Handle one message from a worker; the answer to send back, with the worker's queue.
-    /// A malformed message, or one for a state or lease the owner does not know, is
-    /// dropped (logged where an operator can act on it).
-    pub fn handle<H: SnapshotSource + Stats + ?Sized>(
+    /// Handle one message from a worker; the answers to send back, each with its worker's
+    /// queue (a release may dispatch queued requests of other workers). A malformed
+    /// message, or one for a state or lease the owner does not know, is dropped (logged
+    /// where an operator can act on it).
+    pub fn handle<H: SnapshotSource + Stats + Clock + ?Sized>(
         &mut self,
         host: &mut H,
         message: &[u8],
-    ) -> Option<(u32, ToWorker)> {
+    ) -> Answers {
+        let mut answers = Vec::new();
         let Some(message) = ToOwner::decode(message) else {
             host.log_error("infergate: picker state owner: dropped a malformed message");
-            return None;
+            return answers;
         };
         match message {
-            ToOwner::Hello { state, config } => {
-                self.hello(host, state, &config);
-                None
-            }
+            ToOwner::Hello { state, config } => self.hello(host, state, &config),
             ToOwner::Pick {
                 state,
                 reply_queue,
@@ -322,16 +470,139 @@ impl Owner {
                 prepared,
                 releases,
             } => {
-                for lease in releases {
-                    self.release(host, state, lease);
-                }
-                Some((reply_queue, self.pick(host, state, ticket, pool, &prepared)))
+                self.release_all(host, state, &releases, &mut answers);
+                answers.push((
+                    reply_queue,
+                    self.pick(host, state, reply_queue, ticket, pool, prepared),
+                ));
             }
             ToOwner::Release { state, leases } => {
-                for lease in leases {
-                    self.release(host, state, lease);
+                self.release_all(host, state, &leases, &mut answers);
+            }
+            ToOwner::Cancel {
+                state,
+                reply_queue,
+                ticket,
+            } => self.cancel(host, state, reply_queue, ticket),
+        }
+        answers
+    }
+
+    /// Expire and dispatch the queued requests of every state (the owner's timer).
+    pub fn tick<H: SnapshotSource + Stats + Clock + ?Sized>(&mut self, host: &mut H) -> Answers {
+        let mut answers = Vec::new();
+        let keys: Vec<StateKey> = self.states.keys().copied().collect();
+        for key in keys {
+            let plans = match self.states.get(&key) {
+                Some(state) if state.shared.has_flow_control() => {
+                    // A new snapshot may lift a utilization detector's saturation.
+                    state.shared.refresh_snapshot(&*host);
+                    state.shared.plans()
                 }
-                None
+                _ => continue,
+            };
+            for plan in plans.pools() {
+                self.run_flow(host, key, plan, &mut answers);
+            }
+        }
+        answers
+    }
+
+    fn release_all<H: SnapshotSource + Stats + Clock + ?Sized>(
+        &mut self,
+        host: &mut H,
+        key: StateKey,
+        leases: &[Released],
+        answers: &mut Answers,
+    ) {
+        let mut freed: Vec<Arc<PoolPlan>> = Vec::new();
+        for &released in leases {
+            if let Some(plan) = self.release(host, key, released) {
+                if !freed.iter().any(|p| Arc::ptr_eq(p, &plan)) {
+                    freed.push(plan);
+                }
+            }
+        }
+        for plan in &freed {
+            self.run_flow(host, key, plan, answers);
+        }
+    }
+
+    /// Expire and dispatch `plan`'s queue in state `key`: picks for the dispatched, 429s
+    /// for the expired.
+    fn run_flow<H: SnapshotSource + Stats + Clock + ?Sized>(
+        &mut self,
+        host: &mut H,
+        key: StateKey,
+        plan: &Arc<PoolPlan>,
+        answers: &mut Answers,
+    ) {
+        let Some(flow) = plan.flow() else {
+            return;
+        };
+        for outcome in flow.run(host.now().0) {
+            match outcome {
+                RemoteOutcome::Dispatched(w, ticket, queued_ms) => {
+                    if let Some(state) = self.states.get_mut(&key) {
+                        state.waiting.remove(&(w.reply_queue, w.ticket));
+                    }
+                    flow.count_queued(host, w.prepared.flow(), -1);
+                    flow.count_dispatched(host, w.prepared.flow(), queued_ms);
+                    let answer = self.pick_admitted(
+                        host,
+                        key,
+                        w.ticket,
+                        plan,
+                        &w.prepared,
+                        Some(ticket),
+                        Some(queued_ms),
+                    );
+                    answers.push((w.reply_queue, answer));
+                }
+                RemoteOutcome::Expired(w, queued_ms) => {
+                    if let Some(state) = self.states.get_mut(&key) {
+                        state.waiting.remove(&(w.reply_queue, w.ticket));
+                    }
+                    flow.count_queued(host, w.prepared.flow(), -1);
+                    flow.count_rejected(host, w.prepared.flow(), DropReason::TtlExpired);
+                    answers.push((
+                        w.reply_queue,
+                        ToWorker::Dropped {
+                            ticket: w.ticket,
+                            reason: DropReason::TtlExpired,
+                            queued_ms,
+                        },
+                    ));
+                }
+            }
+        }
+    }
+
+    fn cancel<H: Stats + Clock + ?Sized>(
+        &mut self,
+        host: &mut H,
+        key: StateKey,
+        reply_queue: u32,
+        ticket: u64,
+    ) {
+        let Some(state) = self.states.get_mut(&key) else {
+            return;
+        };
+        let Some(Waiting { pool, key: queued }) = state.waiting.remove(&(reply_queue, ticket))
+        else {
+            // Dispatched or expired meanwhile: its answer is on its way, and the worker
+            // gives back a lease it no longer wants.
+            return;
+        };
+        let Some(plan) = state.shared.plans().get(pool).cloned() else {
+            return;
+        };
+        if let Some(flow) = plan.flow() {
+            if let Some(removed) = flow.gate().cancel(queued, host.now().0) {
+                if let Waiter::Remote(w) = &removed.item {
+                    flow.count_queued(host, w.prepared.flow(), -1);
+                    flow.count_rejected(host, w.prepared.flow(), DropReason::ContextCancelled);
+                }
             }
         }
     }
@@ -350,6 +621,7 @@ impl Owner {
                     OwnedState {
                         shared,
                         leases: HashMap::new(),
+                        waiting: HashMap::new(),
                     },
                 );
             }
@@ -360,13 +632,16 @@ impl Owner {
         }
     }
 
+    /// Admit, queue or refuse the request through its pool's flow gate, then pick for it
+    /// if admitted.
     fn pick<H: SnapshotSource + Stats + ?Sized>(
         &mut self,
         host: &mut H,
         key: StateKey,
+        reply_queue: u32,
         ticket: u64,
         pool: PoolId,
-        prepared: &PreparedPick,
+        prepared: PreparedPick,
     ) -> ToWorker {
         let Some(state) = self.states.get_mut(&key) else {
             return ToWorker::UnknownState { ticket };
@@ -377,7 +652,59 @@ impl Owner {
                 rejection: Rejection::NoEndpoints,
             };
         };
-        match super::pick_counted(&mut state.shared, host, &plan, prepared) {
+        let Some(flow) = plan.flow() else {
+            return self.pick_admitted(host, key, ticket, &plan, &prepared, None, None);
+        };
+        let waiter = Waiter::Remote(RemoteWaiter {
+            reply_queue,
+            ticket,
+            prepared: prepared.clone(),
+        });
+        let (arrival, tokens) = flow.arrival(&prepared, waiter);
+        match flow.gate().admit(arrival, tokens) {
+            Admission::Admitted(flow_ticket) => self.pick_admitted(
+                host,
+                key,
+                ticket,
+                &plan,
+                &prepared,
+                Some(flow_ticket),
+                Some(0),
+            ),
+            Admission::Queued(queued) => {
+                flow.count_queued(host, prepared.flow(), 1);
+                state
+                    .waiting
+                    .insert((reply_queue, ticket), Waiting { pool, key: queued });
+                ToWorker::Queued { ticket }
+            }
+            Admission::Refused(_) => {
+                flow.count_rejected(host, prepared.flow(), DropReason::Saturated);
+                ToWorker::Dropped {
+                    ticket,
+                    reason: DropReason::Saturated,
+                    queued_ms: 0,
+                }
+            }
+        }
+    }
+
+    /// Pick for an admitted request; its flow ticket (if any) is kept with its lease.
+    #[allow(clippy::too_many_arguments)]
+    fn pick_admitted<H: SnapshotSource + Stats + ?Sized>(
+        &mut self,
+        host: &mut H,
+        key: StateKey,
+        ticket: u64,
+        plan: &Arc<PoolPlan>,
+        prepared: &PreparedPick,
+        flow_ticket: Option<FlowTicket>,
+        queued_ms: Option<u64>,
+    ) -> ToWorker {
+        let Some(state) = self.states.get_mut(&key) else {
+            return ToWorker::UnknownState { ticket };
+        };
+        match super::pick_counted(&mut state.shared, host, plan, prepared) {
             Ok(picked) => {
                 self.next_lease += 1;
                 let lease = self.next_lease;
@@ -385,28 +712,47 @@ impl Owner {
                     lease,
                     Kept {
                         lease: picked.lease,
-                        plan,
+                        plan: Arc::clone(plan),
+                        ticket: flow_ticket
+                            .zip(plan.flow())
+                            .map(|(t, flow)| flow.admitted(t, prepared)),
                     },
                 );
                 ToWorker::Picked {
                     ticket,
                     lease,
                     endpoint: picked.endpoint,
+                    queued_ms,
                 }
             }
+            // The flow ticket is dropped here: the capacity goes to the next in line.
             Err(rejection) => ToWorker::Rejected { ticket, rejection },
         }
     }
 
-    fn release<H: Stats + ?Sized>(&mut self, host: &mut H, key: StateKey, lease: u64) {
-        let Some(state) = self.states.get_mut(&key) else {
-            return;
-        };
-        if let Some(Kept { lease, plan }) = state.leases.remove(&lease) {
-            let endpoint = lease.endpoint_index();
-            state.shared.release(lease);
-            plan.count_in_flight(endpoint, -1, host);
+    /// Give `lease` back; the plan of a lease that held flow-control capacity, whose queue
+    /// the caller then runs.
+    fn release<H: Stats + ?Sized>(
+        &mut self,
+        host: &mut H,
+        key: StateKey,
+        released: Released,
+    ) -> Option<Arc<PoolPlan>> {
+        let state = self.states.get_mut(&key)?;
+        let Kept {
+            lease,
+            plan,
+            ticket,
+        } = state.leases.remove(&released.lease)?;
+        let endpoint = lease.endpoint_index();
+        state.shared.release(lease);
+        plan.count_in_flight(endpoint, -1, host);
+        let admitted = ticket?;
+        if let Some(flow) = plan.flow() {
+            flow.settle(&admitted, released.service);
         }
+        admitted.release();
+        Some(plan)
     }
 
     /// The in-flight load the owner's state `key` counts on `endpoint` of `pool` (tests and

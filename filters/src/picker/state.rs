@@ -36,14 +36,18 @@ mod view;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use scheduler_core::flow::saturation::all_saturated;
+use scheduler_core::flow::Detector;
 use scheduler_core::scheduling::candidates::{
     pool_candidates, NoCandidates, PoolEndpoint, Selection,
 };
 use scheduler_core::scheduling::RequestView;
+use scheduler_core::snapshot::Snapshot;
 use scheduler_core::types::{BlockHash, InFlight, Millis, Tokens};
 
 use self::snapshot::SnapshotSlot;
 use self::view::{record_of, reindex};
+use super::admit::{FlowPlan, Priorities};
 use super::config::{PickerConfig, PickerConfigError};
 use super::lease::InFlightLease;
 use super::plan::{PickerPlans, PoolPlan, UnscrapedReport};
@@ -171,9 +175,11 @@ impl PickerShared {
         let issuer = NEXT_ISSUER.fetch_add(1, Ordering::Relaxed);
         let mut plans = Vec::with_capacity(config.pools.len());
         let mut pools = Vec::with_capacity(config.pools.len());
+        let priorities = Arc::new(Priorities::from_objectives(&config.objectives)?);
         for (i, cfg) in config.pools.iter().enumerate() {
-            let scheduler = compile(cfg)?;
-            let plan = PoolPlan::new(issuer, PoolId(i), cfg, &scheduler);
+            let (scheduler, flow) = compile(cfg)?;
+            let flow = flow.map(|flow| FlowPlan::new(&cfg.pool, flow, Arc::clone(&priorities)));
+            let plan = PoolPlan::new(issuer, PoolId(i), cfg, &scheduler, flow);
             pools.push(Pool::new(cfg, scheduler, plan.in_flight_gauges()));
             plans.push(Arc::new(plan));
         }
@@ -261,6 +267,7 @@ impl PickerShared {
         let Some(snapshot) = state.snapshot.clone() else {
             return;
         };
+        self.judge_utilization(pool, state, &snapshot);
         if let Some(report) = reindex(pool, state, &snapshot) {
             let mut queue = self
                 .inner
@@ -270,6 +277,47 @@ impl PickerShared {
             queue.push(report);
             self.inner.has_reports.store(true, Ordering::SeqCst);
         }
+    }
+
+    /// Give a utilization detector of `pool` its verdict on the new `snapshot`: saturated
+    /// when every endpoint of the pool in it exceeds a threshold.
+    fn judge_utilization(&self, pool: PoolId, state: &PoolState, snapshot: &Snapshot) {
+        let Some(flow) = self.inner.plans.get(pool).and_then(|p| p.flow()) else {
+            return;
+        };
+        let Detector::Utilization(thresholds) = flow.gate().config().detector else {
+            return;
+        };
+        let samples = state
+            .endpoints
+            .iter()
+            .filter_map(|e| snapshot.endpoints.iter().find(|s| &s.address == e))
+            .filter_map(|s| s.metrics.as_ref())
+            .map(|m| {
+                (
+                    m.waiting.map_or(0.0, f64::from),
+                    m.kv_cache_usage.unwrap_or(0.0),
+                )
+            });
+        flow.gate()
+            .set_utilization_saturated(all_saturated(&thresholds, samples));
+    }
+
+    /// Expire and dispatch the queues of every pool with flow control at `now_ms` (the
+    /// host's timer, so a TTL ends on time and a capacity freed without a request end in
+    /// sight is used). Remote waiters (the Wasm owner's) are the owner's to run.
+    pub fn run_flow_control(&self, now_ms: u64) {
+        for plan in self.inner.plans.pools() {
+            if let Some(flow) = plan.flow() {
+                // A process-memory state holds local waiters only.
+                drop(flow.run(now_ms));
+            }
+        }
+    }
+
+    /// Whether any pool has flow control (its host then runs a timer).
+    pub fn has_flow_control(&self) -> bool {
+        self.inner.plans.pools().iter().any(|p| p.flow().is_some())
     }
 
     /// Pick an endpoint of `plan`'s pool for `req`; on success the endpoint's in-flight

@@ -19,7 +19,8 @@ use std::sync::Arc;
 use crate::billing::REJECTED_UNAUTHENTICATED;
 use crate::headers::{self, ClientHeadersStripped, FAIRNESS_ID, OBJECTIVE};
 use crate::host::{
-    Clock, LocalReply, RequestHeaders, ResponseHeaders, Stats, UsageRecordSink, VerifiedJwt,
+    Clock, LocalReply, RequestHeaders, ResponseHeaders, Stats, StreamState, UsageRecordSink,
+    VerifiedJwt,
 };
 use crate::pipeline::{EndCause, RequestContext, Stage, Step};
 use crate::reply::Reply;
@@ -104,6 +105,7 @@ where
         + Clock
         + Stats
         + UsageRecordSink
+        + StreamState
         + ?Sized,
 {
     fn name(&self) -> &'static str {

@@ -31,4 +31,6 @@ pub use usage::UsageStage;
 mod tests;
 
 #[cfg(test)]
+mod tests_flow;
+#[cfg(test)]
 mod tests_tenancy;

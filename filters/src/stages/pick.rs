@@ -16,6 +16,7 @@
 use std::any::Any;
 use std::sync::Arc;
 
+use crate::flow::{read_state_number, DropReason, SERVICE_STATE};
 use crate::host::{RequestWaker, Waker};
 use crate::picker::{
     PickerAccess, PickerHost, PickerRequest, PoolId, PreparedPick, Rejection, SharedPicker,
@@ -53,6 +54,14 @@ pub trait RemotePicks {
 
     /// The request of `ticket` stopped waiting (it ended before the answer).
     fn forget(&self, ticket: u64);
+
+    /// The request holding `lease` (a [`RemoteAnswer::Picked`] lease) received `service`
+    /// (prompt + 2 × completion tokens): sent back with the lease, so the state's flow
+    /// control corrects its estimate. A store whose leases carry no flow control may
+    /// ignore it.
+    fn report_service(&self, lease: &mut dyn Any, service: u64) {
+        let _ = (lease, service);
+    }
 }
 
 /// What the remote state answered.
@@ -63,9 +72,18 @@ pub enum RemoteAnswer {
         endpoint: String,
         /// The owner's lease, held in the request's context until it ends.
         lease: Box<dyn Any>,
+        /// How long the request waited in its pool's queue, if the pool has flow control.
+        queued_ms: Option<u64>,
     },
     /// Answer 503 for this reason.
     Rejected(Rejection),
+    /// Flow control dropped the request: answer 429 for this reason.
+    Dropped {
+        /// Why.
+        reason: DropReason,
+        /// How long it waited.
+        queued_ms: u64,
+    },
     /// No answer will come (the owner is silent or lost the state): pick here, for this
     /// reason (already counted and logged by the store).
     PickHere(String),
@@ -76,6 +94,7 @@ impl core::fmt::Debug for RemoteAnswer {
         match self {
             RemoteAnswer::Picked { endpoint, .. } => write!(f, "Picked({endpoint})"),
             RemoteAnswer::Rejected(r) => write!(f, "Rejected({r:?})"),
+            RemoteAnswer::Dropped { reason, .. } => write!(f, "Dropped({reason:?})"),
             RemoteAnswer::PickHere(why) => write!(f, "PickHere({why})"),
         }
     }
@@ -85,7 +104,7 @@ impl core::fmt::Debug for RemoteAnswer {
 struct Waiting(u64);
 
 /// The remote state's lease of a routed request (dropped with the context).
-struct RemoteLease(#[allow(dead_code)] Box<dyn Any>);
+struct RemoteLease(Box<dyn Any>);
 
 impl PickerStore for Arc<SharedPicker> {
     type Access<'a> = &'a SharedPicker;
@@ -152,6 +171,9 @@ impl<P: PickerStore> PickStage<P> {
         status: FilterStatus,
         waits_for_body: bool,
     ) -> Step {
+        if let Some(held) = self.hold_if_queued(cx, host) {
+            return held;
+        }
         let Some(remote) = self.store.remote() else {
             return step(cx, status, waits_for_body);
         };
@@ -173,12 +195,56 @@ impl<P: PickerStore> PickStage<P> {
     }
 
     /// Make the pending pick in the local state.
-    fn pick_here<H: PickerHost + ?Sized>(&self, cx: &mut RequestContext, host: &mut H) -> Step {
+    fn pick_here<H: PickerHost + RequestWaker + ?Sized>(
+        &self,
+        cx: &mut RequestContext,
+        host: &mut H,
+    ) -> Step {
         let Some(access) = self.store.access() else {
             return busy();
         };
         let status = self.request(cx).pick_here(access, host);
+        if let Some(held) = self.hold_if_queued(cx, host) {
+            return held;
+        }
         step(cx, status, false)
+    }
+
+    /// When the pool's flow gate queued the request in this process: pause until the
+    /// dispatcher wakes it, or go on at once if its verdict is already in. `None` when the
+    /// request is not queued.
+    fn hold_if_queued<H: PickerHost + RequestWaker + ?Sized>(
+        &self,
+        cx: &mut RequestContext,
+        host: &mut H,
+    ) -> Option<Step> {
+        let slot = cx.get::<PickerRequest>()?.queued_slot()?;
+        match host.request_waker() {
+            Ok(waker) => Some(if slot.wait(waker) {
+                Step::Pause
+            } else {
+                self.take_verdict(cx, host)
+            }),
+            // Left queued, the request's end takes it out of the queue.
+            Err(e) => Some(Step::Reply(Reply::internal(&format!(
+                "flow control cannot hold the request: no waker ({e:?})"
+            )))),
+        }
+    }
+
+    /// The queued request's verdict: pick for it, or answer its 429; pause again if it is
+    /// not in yet (a spurious wake).
+    fn take_verdict<H: PickerHost + ?Sized>(&self, cx: &mut RequestContext, host: &mut H) -> Step {
+        let Some(access) = self.store.access() else {
+            return busy();
+        };
+        let Some(request) = cx.get_mut::<PickerRequest>() else {
+            return Step::Next;
+        };
+        match request.on_verdict(access, host) {
+            Some(status) => step(cx, status, false),
+            None => Step::Pause,
+        }
     }
 }
 
@@ -213,6 +279,12 @@ impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickSta
     }
 
     fn on_resume(&self, cx: &mut RequestContext, host: &mut H) -> Step {
+        if cx
+            .get::<PickerRequest>()
+            .is_some_and(|r| r.queued_slot().is_some())
+        {
+            return self.take_verdict(cx, host);
+        }
         let (Some(remote), Some(&Waiting(ticket))) = (self.store.remote(), cx.get::<Waiting>())
         else {
             return Step::Next;
@@ -223,12 +295,24 @@ impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickSta
         };
         cx.remove::<Waiting>();
         let status = match answer {
-            RemoteAnswer::Picked { endpoint, lease } => {
+            RemoteAnswer::Picked {
+                endpoint,
+                lease,
+                queued_ms,
+            } => {
                 // Held from here on, so the request's end gives it back whatever happens.
                 cx.insert(RemoteLease(lease));
-                self.request(cx).on_answer(host, Ok(&endpoint))
+                let request = self.request(cx);
+                if let Some(queued_ms) = queued_ms.filter(|&ms| ms > 0) {
+                    request.set_queued_ms(host, queued_ms);
+                }
+                request.on_answer(host, Ok(&endpoint))
             }
             RemoteAnswer::Rejected(rejection) => self.request(cx).on_answer(host, Err(rejection)),
+            RemoteAnswer::Dropped { reason, queued_ms } => {
+                self.request(cx).set_queued_ms(host, queued_ms);
+                return Step::Reply(Reply::dropped(reason));
+            }
             RemoteAnswer::PickHere(_) => return self.pick_here(cx, host),
         };
         match status {
@@ -241,6 +325,13 @@ impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickSta
         if let (Some(remote), Some(Waiting(ticket))) = (self.store.remote(), cx.remove::<Waiting>())
         {
             remote.forget(ticket);
+        }
+        if let (Some(remote), Some(RemoteLease(lease))) =
+            (self.store.remote(), cx.get_mut::<RemoteLease>())
+        {
+            if let Some(service) = read_state_number(&*host, SERVICE_STATE) {
+                remote.report_service(lease.as_mut(), service);
+            }
         }
         let Some(request) = cx.get_mut::<PickerRequest>() else {
             return;

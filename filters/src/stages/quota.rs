@@ -19,7 +19,9 @@ use std::sync::Arc;
 use scheduler_core::quota::{pre_debit, QuotaReason};
 
 use crate::billing::REJECTED_MODEL_NOT_ALLOWED;
-use crate::host::{Clock, EditResponseHeaders, RequestHeaders, Stats, UsageRecordSink};
+use crate::host::{
+    Clock, EditResponseHeaders, RequestHeaders, Stats, StreamState, UsageRecordSink,
+};
 use crate::pipeline::{RequestContext, Stage, Step};
 use crate::reply::Reply;
 
@@ -39,7 +41,7 @@ impl QuotaStage {
 
     fn reject<H>(&self, cx: &mut RequestContext, host: &mut H, reason: &str, status: u16)
     where
-        H: RequestHeaders + Clock + Stats + UsageRecordSink + ?Sized,
+        H: RequestHeaders + Clock + Stats + UsageRecordSink + StreamState + ?Sized,
     {
         if let Some(acc) = cx.get_mut::<Accounting>() {
             acc.rejected = Some(reason.to_owned());
@@ -59,7 +61,13 @@ fn reason_index(reason: QuotaReason) -> usize {
 
 impl<H> Stage<H> for QuotaStage
 where
-    H: RequestHeaders + EditResponseHeaders + Clock + Stats + UsageRecordSink + ?Sized,
+    H: RequestHeaders
+        + EditResponseHeaders
+        + Clock
+        + Stats
+        + UsageRecordSink
+        + StreamState
+        + ?Sized,
 {
     fn name(&self) -> &'static str {
         "quota"

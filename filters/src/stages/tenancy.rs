@@ -25,8 +25,9 @@ use scheduler_core::usage::{UsageReport, UsageSource, UsageTracker};
 use serde_json::Value;
 
 use crate::billing::{reason_of_status, BillingRecord, Outcome};
+use crate::flow::{read_state_number, service_of, QUEUED_MS_STATE, SERVICE_STATE};
 use crate::headers::DESTINATION_ENDPOINT;
-use crate::host::{Clock, RequestHeaders, Stats, UsageRecordSink};
+use crate::host::{Clock, RequestHeaders, Stats, StreamState, UsageRecordSink};
 use crate::pipeline::{EndCause, RequestContext};
 use crate::quotas::QuotaStore;
 use crate::router::{RoutedRequest, RouterRequest};
@@ -335,7 +336,7 @@ impl Tenancy {
     /// Later calls do nothing, so every end path may call it.
     pub fn finish<H>(&self, cx: &mut RequestContext, host: &mut H, end: End)
     where
-        H: RequestHeaders + Clock + Stats + UsageRecordSink + ?Sized,
+        H: RequestHeaders + Clock + Stats + UsageRecordSink + StreamState + ?Sized,
     {
         let now = host.now();
         let Some(acc) = cx.get_mut::<Accounting>() else {
@@ -369,6 +370,8 @@ impl Tenancy {
             status: acc.status.or(router_replied),
             ttft_ms: acc.first_byte.map(|t| t.0.saturating_sub(acc.started.0)),
             duration_ms: now.0.saturating_sub(acc.started.0),
+            // The picker filter (later in the chain) writes it when the request waited.
+            queued_ms: read_state_number(&*host, QUEUED_MS_STATE),
             ..BillingRecord::default()
         };
 
@@ -398,6 +401,9 @@ impl Tenancy {
                 .unwrap_or(i64::MAX)
                 .saturating_sub(i64::try_from(actual).unwrap_or(i64::MAX));
             record.tokens_source = billed.source;
+            // For flow control's weighted policy, in the picker filter (best effort).
+            let service = service_of(billed.prompt, billed.completion);
+            let _ = host.set_stream_state(SERVICE_STATE, service.to_string().as_bytes());
             if let Some(stats) = self.stats.buckets.get(&admission.bucket) {
                 host.counter_add(&stats.prompt, billed.prompt);
                 host.counter_add(&stats.completion, billed.completion);

@@ -241,7 +241,7 @@ mod remote_store {
         pub fn release(&self, lease: u64) {
             let release = ToOwner::Release {
                 state: StateKey::of_config(CONFIG.as_bytes()),
-                leases: vec![lease],
+                leases: vec![crate::picker::remote::Released::lease(lease)],
             };
             let mut host = self.owner_host.borrow_mut();
             self.owner
@@ -283,6 +283,7 @@ mod remote_store {
                     .owner
                     .borrow_mut()
                     .handle(&mut *host, &pick.encode().unwrap())
+                    .pop()
                     .unwrap();
                 self.answers.borrow_mut().insert(ticket, answer);
             }
@@ -300,9 +301,15 @@ mod remote_store {
                 } => Some(RemoteAnswer::Picked {
                     endpoint,
                     lease: Box::new(lease),
+                    queued_ms: None,
                 }),
                 ToWorker::Rejected { rejection, .. } => Some(RemoteAnswer::Rejected(rejection)),
                 ToWorker::UnknownState { .. } => Some(RemoteAnswer::PickHere("unknown".into())),
+                ToWorker::Dropped {
+                    reason, queued_ms, ..
+                } => Some(RemoteAnswer::Dropped { reason, queued_ms }),
+                // This test owner has no flow control configured.
+                ToWorker::Queued { .. } => Some(RemoteAnswer::PickHere("queued".into())),
             }
         }
 

@@ -122,6 +122,8 @@ pub enum MetricType {
     Counter = 0,
     /// A gauge.
     Gauge = 1,
+    /// A histogram.
+    Histogram = 2,
 }
 
 /// The callbacks of one HTTP stream context, as [`exports`] delivers them (each defaults

@@ -113,7 +113,10 @@ fn turn(owner: &mut Owner, worker: &mut Worker, content: &str) -> (String, u64) 
     let mut host = host(content);
     let (mut req, ticket, message) = worker.prepare(&mut host);
     let mut owner_host = FakeHost::new().now(NOW).snapshot(1, snapshot());
-    let (queue, answer) = owner.handle(&mut owner_host, &message).expect("an answer");
+    let (queue, answer) = owner
+        .handle(&mut owner_host, &message)
+        .pop()
+        .expect("an answer");
     assert_eq!(queue, worker.queue);
     assert_eq!(answer.ticket(), ticket);
     let ToWorker::Picked {
@@ -134,7 +137,7 @@ fn turn(owner: &mut Owner, worker: &mut Worker, content: &str) -> (String, u64) 
 fn conversations_keep_their_endpoint_whichever_worker_carries_each_turn() {
     let mut owner = Owner::new();
     let mut no_stats = FakeHost::new();
-    assert!(owner.handle(&mut no_stats, &hello()).is_none());
+    assert!(owner.handle(&mut no_stats, &hello()).is_empty());
     let mut workers: Vec<Worker> = (1..=4).map(Worker::new).collect();
     let key = StateKey::of_config(&config());
     for conv in 0..8 {
@@ -151,7 +154,7 @@ fn conversations_keep_their_endpoint_whichever_worker_carries_each_turn() {
                 &mut stats,
                 &ToOwner::Release {
                     state: key,
-                    leases: vec![lease],
+                    leases: vec![Released::lease(lease)],
                 }
                 .encode()
                 .unwrap(),
@@ -184,7 +187,7 @@ fn in_flight_load_is_counted_once_for_every_worker_and_released_once() {
     let release = |lease| {
         ToOwner::Release {
             state: key,
-            leases: vec![lease],
+            leases: vec![Released::lease(lease)],
         }
         .encode()
         .unwrap()
@@ -223,11 +226,15 @@ fn a_pick_gives_back_the_leases_it_carries_before_it_picks() {
         ticket,
         pool: PoolId(0),
         prepared,
-        releases: vec![first, second, 999],
+        releases: vec![
+            Released::lease(first),
+            Released::lease(second),
+            Released::lease(999),
+        ],
     };
     let mut owner_host = FakeHost::new().now(NOW).snapshot(1, snapshot());
     let answer = owner.handle(&mut owner_host, &carrying.encode().unwrap());
-    assert!(matches!(answer, Some((1, ToWorker::Picked { .. }))));
+    assert!(matches!(answer.as_slice(), [(1, ToWorker::Picked { .. })]));
     assert_eq!(owner.leases(), 1, "two given back, the new one taken");
 }
 
@@ -239,7 +246,7 @@ fn an_owner_without_the_state_asks_for_a_hello() {
     let (mut req, ticket, message) = w.prepare(&mut host);
     let mut stats = FakeHost::new();
     let answer = owner.handle(&mut stats, &message);
-    assert_eq!(answer, Some((7, ToWorker::UnknownState { ticket })));
+    assert_eq!(answer, vec![(7, ToWorker::UnknownState { ticket })]);
     // The request still waits; picking here after all routes it.
     assert!(req.pending_pick().is_some());
     assert_eq!(
@@ -270,6 +277,7 @@ fn a_pick_for_a_pool_the_state_lacks_is_rejected_and_answered_503() {
     };
     let (_, answer) = owner
         .handle(&mut stats, &wrong_pool.encode().unwrap())
+        .pop()
         .unwrap();
     assert_eq!(
         answer,
@@ -296,12 +304,25 @@ fn the_codec_round_trips_and_rejects_every_truncation_and_trailing_byte() {
             ticket: 5,
             lease: 9,
             endpoint: "10.0.0.1:8000".into(),
+            queued_ms: None,
+        },
+        ToWorker::Picked {
+            ticket: 5,
+            lease: 9,
+            endpoint: "10.0.0.1:8000".into(),
+            queued_ms: Some(1234),
         },
         ToWorker::Rejected {
             ticket: 6,
             rejection: Rejection::Unscraped,
         },
         ToWorker::UnknownState { ticket: 7 },
+        ToWorker::Queued { ticket: 8 },
+        ToWorker::Dropped {
+            ticket: 9,
+            reason: crate::flow::DropReason::TtlExpired,
+            queued_ms: 2000,
+        },
     ];
     for answer in &answers {
         let bytes = answer.encode();
@@ -315,7 +336,13 @@ fn the_codec_round_trips_and_rejects_every_truncation_and_trailing_byte() {
     }
     let release = ToOwner::Release {
         state: StateKey(1),
-        leases: vec![2, 3],
+        leases: vec![
+            Released::lease(2),
+            Released {
+                lease: 3,
+                service: 1200,
+            },
+        ],
     }
     .encode()
     .unwrap();

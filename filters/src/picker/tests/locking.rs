@@ -155,6 +155,10 @@ impl Stats for ProbeHost<'_> {
         self.probe.note("gauge");
         self.inner.gauge_add(key, delta);
     }
+    fn histogram_record(&mut self, key: &StatKey, value: u64) {
+        self.probe.note("histogram");
+        self.inner.histogram_record(key, value);
+    }
     fn log_error(&mut self, message: &str) {
         self.probe.note("log");
         self.inner.log_error(message);

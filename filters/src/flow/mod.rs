@@ -1,0 +1,98 @@
+//! Flow control: who waits, and who goes next, while a pool is saturated.
+//!
+//! A pool whose `EndpointPickerConfig` names the `flowControl` feature gate has a
+//! [`FlowGate`]. The picker asks it before every pick:
+//!
+//! - **Not saturated, and nothing of the same or a higher priority waiting**: admitted at
+//!   once (work-conserving). The request holds a [`FlowTicket`] until it ends; the ticket
+//!   is the load the concurrency detector counts.
+//! - **Otherwise** it waits in the pool's queues (the core's
+//!   [`scheduler_core::flow::FlowQueues`]: strict priority bands, the band's fairness policy
+//!   across flows, its ordering policy within a flow), held inside Envoy: the filter pauses.
+//! - **Dispatch** happens when capacity frees: a ticket given back, or a new snapshot that
+//!   lifts the utilization detector. [`FlowGate::dispatch`] takes queued requests while the
+//!   pool is not saturated, each with its ticket already counted, so no request admitted in
+//!   between can take the capacity it was dispatched for. The request then resumes on its
+//!   own worker and is picked for.
+//! - **Refused** at once when its band or the queues are full (429 `rejected-saturated`),
+//!   after its TTL (429 `rejected-ttl-expired`), or when the client leaves
+//!   (`rejected-context-cancelled`, nothing sent upstream). No engine has seen any of them,
+//!   so a client may retry safely.
+//!
+//! The gate lives with the picker state, once per Envoy process: native workers share it
+//! in memory; in the Wasm flavour it is the state owner's, and a queued request is a
+//! message the owner answers when it dispatches ([`crate::picker::remote`]).
+//!
+//! The ticket gives its load back on drop, without the gate's lock (a ticket may be dropped
+//! on a thread that holds it); whoever ends a request calls [`FlowGate::dispatch`]
+//! afterwards, and the host's timer does too, so a ticket dropped elsewhere delays a
+//! dispatch by one tick at most.
+
+mod gate;
+mod slot;
+
+pub use gate::{Admission, Entry, FlowGate, FlowTicket};
+pub use slot::{QueueSlot, Verdict};
+
+/// The per-stream state key under which the picker leaves how long a request waited in
+/// its pool's queue (decimal milliseconds), for the billing record.
+pub const QUEUED_MS_STATE: &str = "infergate.flow.queued_ms";
+
+/// The per-stream state key under which the usage stage's settlement leaves the service a
+/// request received (decimal prompt + 2 × completion tokens), for the weighted policy to
+/// correct the estimate it charged at dispatch.
+pub const SERVICE_STATE: &str = "infergate.flow.service";
+
+/// The service a request received by its usage: prompt + 2 × completion tokens.
+pub fn service_of(prompt_tokens: u64, completion_tokens: u64) -> u64 {
+    prompt_tokens.saturating_add(completion_tokens.saturating_mul(2))
+}
+
+/// Read a decimal number another filter left in the stream's state.
+pub fn read_state_number<H: crate::host::StreamState + ?Sized>(host: &H, key: &str) -> Option<u64> {
+    let bytes = host.stream_state(key)?;
+    std::str::from_utf8(&bytes).ok()?.trim().parse().ok()
+}
+
+/// The fairness id of a request that carries none.
+pub const DEFAULT_FLOW: &str = "default-flow";
+
+/// The completion estimate of a request that sets no output limit, in tokens: what the
+/// weighted policy charges and the token-mode detector counts until the request's usage
+/// is known.
+pub const DEFAULT_OUTPUT_ESTIMATE: u64 = 256;
+
+/// Why a request left the queue without being served (the `x-llm-d-request-dropped-reason`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    /// Its band or the queues were full.
+    Saturated,
+    /// It waited longer than its TTL.
+    TtlExpired,
+    /// The client left while it waited.
+    ContextCancelled,
+}
+
+impl DropReason {
+    /// The wire value (`x-llm-d-request-dropped-reason`, the rejections' stat label).
+    pub fn wire(self) -> &'static str {
+        match self {
+            DropReason::Saturated => "rejected-saturated",
+            DropReason::TtlExpired => "rejected-ttl-expired",
+            DropReason::ContextCancelled => "rejected-context-cancelled",
+        }
+    }
+
+    /// The message of the 429.
+    pub fn message(self) -> &'static str {
+        match self {
+            DropReason::Saturated => {
+                "the pool is saturated and this request's priority band is full; retry later"
+            }
+            DropReason::TtlExpired => {
+                "the pool stayed saturated for longer than this request may wait; retry later"
+            }
+            DropReason::ContextCancelled => "the client left while the request was queued",
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! Flow control through the picker stage over the fake host, one host per stream and one
+//! process state: admitted at once while the pool has room, queued (paused) when it is
+//! saturated, dispatched by a request's end in priority order, dropped by a full band, a
+//! TTL or a client that leaves.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+
+use super::*;
+use crate::fake::FakeHost;
+use crate::headers::{BASE_MODEL, DESTINATION_ENDPOINT, DROPPED_REASON, FAIRNESS_ID, OBJECTIVE};
+use crate::picker::{PickerShared, SharedPicker};
+use crate::pipeline::{Pipeline, Run, Stage};
+use crate::FilterStatus;
+use scheduler_core::types::Millis;
+
+const BODY: &[u8] = br#"{"model":"llama","messages":[{"role":"user","content":"hello there"}]}"#;
+
+/// A pool of one endpoint whose flow control admits `max` requests at a time.
+fn flow_pipeline(max: u32, band_max: u32, ttl: &str) -> (Pipeline<FakeHost>, Arc<SharedPicker>) {
+    let mut epp = crate::picker::config::default_epp_config();
+    let plugins = epp["plugins"].as_array_mut().unwrap();
+    plugins.push(serde_json::json!({"type": "concurrency-detector",
+        "parameters": {"maxConcurrency": max}}));
+    plugins.push(serde_json::json!({"type": "round-robin-fairness-policy"}));
+    plugins.push(serde_json::json!({"type": "fcfs-ordering-policy"}));
+    epp["featureGates"] = serde_json::json!(["flowControl"]);
+    epp["flowControl"] = serde_json::json!({
+        "defaultRequestTTL": ttl,
+        "saturationDetector": {"pluginRef": "concurrency-detector"},
+        "priorityBands": [
+            {"priority": 100, "maxRequests": band_max},
+            {"priority": 0, "maxRequests": band_max}
+        ]
+    });
+    let state = PickerShared::from_json(serde_json::json!({
+        "pools": [{"pool": "p", "baseModel": "llama", "endpoints": ["10.0.0.1:8000"],
+                   "failureMode": "FailOpen", "eppConfig": epp}],
+        "objectives": [{"apiVersion": "llm-d.ai/v1alpha2", "kind": "InferenceObjective",
+                        "metadata": {"name": "premium"}, "spec": {"priority": 100}}]
+    }))
+    .unwrap();
+    let shared = Arc::new(SharedPicker::new(state));
+    let stage: Box<dyn Stage<FakeHost>> = Box::new(PickStage::new(Arc::clone(&shared)));
+    (Pipeline::new(vec![stage]), shared)
+}
+
+/// A stream of `flow`, with `objective` if any, at time `now`.
+fn stream(flow: &str, objective: Option<&str>, now: u64) -> FakeHost {
+    let mut host = FakeHost::new()
+        .post("/v1/chat/completions", BODY)
+        .request_header(BASE_MODEL, "llama")
+        .request_header(FAIRNESS_ID, flow);
+    if let Some(objective) = objective {
+        host = host.request_header(OBJECTIVE, objective);
+    }
+    host.now = Millis(now);
+    host
+}
+
+/// Send the whole request; what the picker answered at the body.
+fn send(picker: &Pipeline<FakeHost>, host: &mut FakeHost) -> (Run, FilterStatus) {
+    let mut run = Run::new();
+    assert_eq!(
+        run.request_headers(picker, host, false),
+        FilterStatus::Pause,
+        "waits for the body"
+    );
+    let len = host.body.len();
+    let status = run.request_body(picker, host, len, true);
+    (run, status)
+}
+
+fn reason(host: &FakeHost) -> Option<String> {
+    let reply = host.replies.last()?;
+    Some(
+        reply
+            .headers
+            .iter()
+            .find(|(k, _)| k == DROPPED_REASON)?
+            .1
+            .clone(),
+    )
+}
+
+#[test]
+fn a_saturated_pool_queues_and_a_requests_end_dispatches_the_next_in_priority_order() {
+    let (picker, _shared) = flow_pipeline(1, 10, "60s");
+    let mut first = stream("a", None, 0);
+    let (mut first_run, status) = send(&picker, &mut first);
+    assert_eq!(status, FilterStatus::Continue, "admitted at once");
+    assert_eq!(first.header(DESTINATION_ENDPOINT), Some("10.0.0.1:8000"));
+
+    // Saturated: two standard requests wait, then a premium one arrives last.
+    let mut waiting = Vec::new();
+    for (i, objective) in [None, None, Some("premium")].into_iter().enumerate() {
+        let mut host = stream("b", objective, 10 + i as u64);
+        let (run, status) = send(&picker, &mut host);
+        assert_eq!(status, FilterStatus::Pause, "request {i} waits");
+        assert!(host.header(DESTINATION_ENDPOINT).is_none());
+        assert_eq!(
+            host.gauges
+                .get("infergate.flow.queued.pool.p.band.0.flow.b")
+                .or(host
+                    .gauges
+                    .get("infergate.flow.queued.pool.p.band.100.flow.b")),
+            Some(&1)
+        );
+        waiting.push((host, run));
+    }
+
+    // The first ends: exactly one is woken, the premium one.
+    first.now = Millis(50);
+    first_run.end(&picker, &mut first);
+    let woken: Vec<usize> = waiting
+        .iter()
+        .enumerate()
+        .filter(|(_, (h, _))| h.woken() == 1)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(
+        woken,
+        vec![2],
+        "the higher band goes first, though it came last"
+    );
+    let (host, run) = &mut waiting[2];
+    host.now = Millis(50);
+    assert_eq!(run.wake(&picker, host), Some(FilterStatus::Continue));
+    assert_eq!(host.header(DESTINATION_ENDPOINT), Some("10.0.0.1:8000"));
+    assert_eq!(
+        host.counters
+            .get("infergate.flow.dispatches.pool.p.band.100.flow.b"),
+        Some(&1)
+    );
+    assert_eq!(
+        host.histograms
+            .get("infergate.flow.queue_time_ms.pool.p.band.100"),
+        Some(&vec![38])
+    );
+    // Then the standard ones, in arrival order, one per end.
+    run.end(&picker, host);
+    assert_eq!(waiting[0].0.woken(), 1);
+    assert_eq!(waiting[1].0.woken(), 0);
+}
+
+#[test]
+fn a_full_band_refuses_at_once_and_a_ttl_drops_the_waiting_request() {
+    let (picker, shared) = flow_pipeline(1, 1, "2s");
+    let mut first = stream("a", None, 0);
+    let (_first_run, _) = send(&picker, &mut first);
+    let mut queued = stream("a", None, 0);
+    let (mut queued_run, status) = send(&picker, &mut queued);
+    assert_eq!(status, FilterStatus::Pause);
+    let mut refused = stream("a", None, 0);
+    let (_, status) = send(&picker, &mut refused);
+    assert_eq!(status, FilterStatus::Replied);
+    assert_eq!(refused.replies.last().map(|r| r.status), Some(429));
+    assert_eq!(reason(&refused).as_deref(), Some("rejected-saturated"));
+
+    // The timer before the TTL does nothing; at the TTL the request is dropped.
+    shared.state().run_flow_control(1_999);
+    assert_eq!(queued.woken(), 0);
+    shared.state().run_flow_control(2_000);
+    assert_eq!(queued.woken(), 1);
+    assert_eq!(
+        queued_run.wake(&picker, &mut queued),
+        Some(FilterStatus::Replied)
+    );
+    assert_eq!(reason(&queued).as_deref(), Some("rejected-ttl-expired"));
+    assert_eq!(
+        queued
+            .counters
+            .get("infergate.flow.rejections.pool.p.band.0.flow.a.reason.rejected-ttl-expired"),
+        Some(&1)
+    );
+    assert_eq!(
+        queued
+            .gauges
+            .get("infergate.flow.queued.pool.p.band.0.flow.a"),
+        Some(&0)
+    );
+}
+
+#[test]
+fn a_client_that_leaves_the_queue_frees_its_place_and_is_never_routed() {
+    let (picker, _shared) = flow_pipeline(1, 1, "60s");
+    let mut first = stream("a", None, 0);
+    let (mut first_run, _) = send(&picker, &mut first);
+    let mut leaving = stream("a", None, 0);
+    let (mut leaving_run, status) = send(&picker, &mut leaving);
+    assert_eq!(status, FilterStatus::Pause);
+    leaving_run.end(&picker, &mut leaving);
+    assert!(leaving.header(DESTINATION_ENDPOINT).is_none());
+    assert_eq!(
+        leaving.counters.get(
+            "infergate.flow.rejections.pool.p.band.0.flow.a.reason.rejected-context-cancelled"
+        ),
+        Some(&1)
+    );
+    // Its place in the band (of one) is free again.
+    let mut next = stream("a", None, 1);
+    let (_next_run, status) = send(&picker, &mut next);
+    assert_eq!(status, FilterStatus::Pause, "queued, not refused");
+    first_run.end(&picker, &mut first);
+    assert_eq!(next.woken(), 1, "the first's end dispatches it");
+    assert_eq!(leaving.woken(), 0);
+}
