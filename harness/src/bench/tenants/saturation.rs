@@ -542,6 +542,61 @@ mod tests {
         assert_eq!(fc["flows"][0], json!({"fairnessId": TENANT_A, "weight": 3}));
     }
 
+    /// The most of `tenant`'s requests in flight at once, from the answers' intervals.
+    fn most_in_flight(sent: &[Sent], tenant: &str) -> usize {
+        let mut edges: Vec<(f64, i32)> = sent
+            .iter()
+            .filter(|s| s.tenant == tenant)
+            .flat_map(|s| [(s.sent_s, 1), (s.done_s, -1)])
+            .collect();
+        // An end before a start at the same instant: a closed loop's next request.
+        edges.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let (mut now, mut most) = (0i32, 0i32);
+        for (_, d) in edges {
+            now += d;
+            most = most.max(now);
+        }
+        most as usize
+    }
+
+    /// The driver against a simulated replica (no gateway): closed-loop lanes keep their
+    /// requests outstanding and never more, the rated lane sends at its rate, and every
+    /// request stops being sent when the load ends.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_driver_keeps_each_lane_to_its_shape() {
+        let sim = crate::sim::start(crate::sim::SimConfig {
+            time_scale: 20.0,
+            ..crate::sim::SimConfig::default()
+        })
+        .await
+        .unwrap();
+        let url = format!("{}/v1/chat/completions", sim.base_urls()[0]);
+        let lane = |tenant: &str, outstanding, rate| Lane {
+            tenant: tenant.into(),
+            key: "k".into(),
+            outstanding,
+            rate,
+        };
+        let lanes = [lane("a", 3, None), lane("c", 8, Some(10.0))];
+        let load = Duration::from_millis(1500);
+        let sent = drive(&url, &lanes, load, Instant::now()).await;
+        sim.shutdown().await;
+        assert!(sent.iter().all(|s| s.status == 200), "{sent:?}");
+        assert!(sent.iter().all(|s| s.done_s >= s.sent_s && s.sent_s < 1.5));
+        let count = |t: &str| sent.iter().filter(|s| s.tenant == t).count();
+        assert!(count("a") > 3, "a's lanes loop: {}", count("a"));
+        assert_eq!(most_in_flight(&sent, "a"), 3);
+        // 10 a second for 1.5 s, evenly spaced from 0.
+        assert_eq!(count("c"), 15);
+        let mut starts: Vec<f64> = sent
+            .iter()
+            .filter(|s| s.tenant == "c")
+            .map(|s| s.sent_s)
+            .collect();
+        starts.sort_by(f64::total_cmp);
+        assert!(starts.windows(2).all(|w| w[1] - w[0] > 0.05), "{starts:?}");
+    }
+
     /// The gateway's own compilers accept the config and read what the demo means: the
     /// detector, the two bands and their policies, the TTL, the weights.
     #[test]
