@@ -113,7 +113,8 @@ pub fn ttft_cdf(title: &str, sides: &[(String, Vec<f64>)]) -> Chart {
 }
 
 /// The empirical CDF of `values × scale` (finite values only) as `(value, fraction ≤
-/// value)` points, at most [`CDF_POINTS`] of them.
+/// value)` points: the smallest value at 0 (where the curve rises from), then at most
+/// [`CDF_POINTS`] quantiles.
 pub fn cdf_points(values: &[f64], scale: f64) -> Vec<(f64, f64)> {
     let mut v: Vec<f64> = values
         .iter()
@@ -126,12 +127,14 @@ pub fn cdf_points(values: &[f64], scale: f64) -> Vec<(f64, f64)> {
         return Vec::new();
     }
     let keep = n.min(CDF_POINTS);
-    (1..=keep)
-        .filter_map(|k| {
+    let start = v.first().map(|x| (*x, 0.0));
+    start
+        .into_iter()
+        .chain((1..=keep).filter_map(|k| {
             // The rank of the k-th kept point, the last one always the maximum.
             let rank = (k * n).div_ceil(keep);
             v.get(rank - 1).map(|x| (*x, rank as f64 / n as f64))
-        })
+        }))
         .collect()
 }
 
@@ -198,13 +201,16 @@ mod tests {
         assert_eq!(cdf_points(&[], 1.0), vec![]);
         assert_eq!(
             cdf_points(&[0.3, 0.1, f64::NAN, 0.2], 10.0),
-            vec![(1.0, 1.0 / 3.0), (2.0, 2.0 / 3.0), (3.0, 1.0)]
+            vec![(1.0, 0.0), (1.0, 1.0 / 3.0), (2.0, 2.0 / 3.0), (3.0, 1.0)]
         );
         let many: Vec<f64> = (1..=1000).map(f64::from).collect();
         let p = cdf_points(&many, 1.0);
-        assert_eq!(p.len(), CDF_POINTS);
+        assert_eq!(p.len(), CDF_POINTS + 1);
+        assert_eq!(p.first(), Some(&(1.0, 0.0)));
         assert_eq!(p.last(), Some(&(1000.0, 1.0)));
-        assert!(p.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1));
+        assert!(p[1..]
+            .windows(2)
+            .all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1));
         // The median is where the curve crosses one half.
         let half = p.iter().find(|(_, f)| *f >= 0.5).unwrap();
         assert_eq!(half.0, 500.0);
