@@ -193,8 +193,8 @@ pub fn render(f: &SaturationFigures) -> String {
          {PROMPT_TOKENS} prompt + {COMPLETION_TOKENS} completion tokens. Served = prompt + 2 × \
          completion tokens of the requests that completed in the window (the weighted policy's \
          unit), from the billing records, each stamped when the demo read it from the log; \
-         queued ms = the records' queued_ms of the requests that left the queue in the window \
-         (dispatched or expired)\n",
+         queued ms = the records' queued_ms of the requests that ended in the window, admitted \
+         (at once: 0) or dropped when their TTL expired\n",
         f.label,
         super::saturation::SHARED_BAND,
         f.load_s,

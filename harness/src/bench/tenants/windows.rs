@@ -6,9 +6,9 @@
 //! Per window: the service each tenant received (tokens served, prompt + 2 × completion,
 //! the unit the weighted fairness policy counts, of the requests that completed in the
 //! window), the time requests of each priority spent queued in the gateway (p50 / p99 of
-//! `queued_ms` over the requests that left the queue in the window: dispatched, or dropped
-//! when their TTL expired; a request refused at once never queued), and the 429s the
-//! client received, by `x-llm-d-request-dropped-reason`.
+//! `queued_ms` over the requests that ended in the window and were admitted, at once (0 ms)
+//! or from the queue, or dropped when their TTL expired; a request refused at once never
+//! queued), and the 429s the client received, by `x-llm-d-request-dropped-reason`.
 
 use std::collections::BTreeMap;
 
@@ -50,7 +50,7 @@ pub struct Sent {
 /// Queue times of one priority in one window.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct QueueTimes {
-    /// Requests that left the queue.
+    /// Requests admitted (at once or from the queue) or dropped by TTL expiry.
     pub requests: usize,
     /// Of them, those dropped because their TTL expired.
     pub expired: usize,
