@@ -769,3 +769,5 @@ impl Owner {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_flow;

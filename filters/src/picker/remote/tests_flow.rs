@@ -1,0 +1,191 @@
+//! Flow control at the owner: a saturated pool answers `Queued`, a release dispatches the
+//! next request with a pick, a cancel takes a request out of the queue, the tick ends a
+//! TTL, and the flow stats move at the owner.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use serde_json::json;
+
+use super::*;
+use crate::fake::FakeHost;
+use crate::headers::{BASE_MODEL, FAIRNESS_ID};
+use crate::picker::PickerRequest;
+use crate::FilterStatus;
+use scheduler_core::types::Millis;
+
+fn config() -> Vec<u8> {
+    let mut epp = crate::picker::config::default_epp_config();
+    let plugins = epp["plugins"].as_array_mut().unwrap();
+    plugins.push(json!({"type": "concurrency-detector", "parameters": {"maxConcurrency": 1}}));
+    epp["featureGates"] = json!(["flowControl"]);
+    epp["flowControl"] = json!({"defaultRequestTTL": "2s",
+        "priorityBands": [{"priority": 0, "maxRequests": 2}]});
+    serde_json::to_vec(&json!({"pools": [{"pool": "p", "baseModel": "llama",
+        "endpoints": ["10.0.0.1:8000"], "failureMode": "FailOpen", "eppConfig": epp}]}))
+    .unwrap()
+}
+
+fn key() -> StateKey {
+    StateKey::of_config(&config())
+}
+
+/// The `Pick` a worker sends for a request of `flow` with `ticket`, at `now`.
+fn pick(ticket: u64, flow: &str, now: u64) -> Vec<u8> {
+    let mut local = PickerShared::from_json(serde_json::from_slice(&config()).unwrap()).unwrap();
+    let body = json!({"model": "llama", "messages": [{"role": "user", "content": "hi"}]});
+    let mut host = FakeHost::new()
+        .request_header(BASE_MODEL, "llama")
+        .request_header(FAIRNESS_ID, flow)
+        .post("/v1/chat/completions", body.to_string().as_bytes())
+        .now(now);
+    let mut req = PickerRequest::deferred();
+    req.on_request_headers(&mut local, &mut host, false);
+    let len = host.body.len();
+    assert_eq!(
+        req.on_request_body(&mut local, &mut host, len, true),
+        FilterStatus::Pause
+    );
+    let (pool, prepared) = req.pending_pick().unwrap();
+    ToOwner::Pick {
+        state: key(),
+        reply_queue: 7,
+        ticket,
+        pool,
+        prepared: prepared.clone(),
+        releases: Vec::new(),
+    }
+    .encode()
+    .unwrap()
+}
+
+fn owner() -> (Owner, FakeHost) {
+    let mut owner = Owner::new();
+    let mut host = FakeHost::new().now(0);
+    let hello = ToOwner::Hello {
+        state: key(),
+        config: config(),
+    };
+    assert!(owner.handle(&mut host, &hello.encode().unwrap()).is_empty());
+    (owner, host)
+}
+
+fn release(lease: u64) -> Vec<u8> {
+    ToOwner::Release {
+        state: key(),
+        leases: vec![Released::lease(lease)],
+    }
+    .encode()
+    .unwrap()
+}
+
+#[test]
+fn a_saturated_pool_queues_and_a_release_dispatches_with_a_pick() {
+    let (mut owner, mut host) = owner();
+    let first = owner.handle(&mut host, &pick(1, "a", 0));
+    let [(
+        7,
+        ToWorker::Picked {
+            lease, queued_ms, ..
+        },
+    )] = first.as_slice()
+    else {
+        panic!("{first:?}");
+    };
+    assert_eq!(*queued_ms, Some(0), "admitted at once, under flow control");
+    assert_eq!(
+        owner.handle(&mut host, &pick(2, "b", 0)),
+        vec![(7, ToWorker::Queued { ticket: 2 })]
+    );
+    assert_eq!(
+        host.gauges
+            .get("infergate.flow.queued.pool.p.band.0.flow.b"),
+        Some(&1)
+    );
+    host.now = Millis(40);
+    let answers = owner.handle(&mut host, &release(*lease));
+    let [(
+        7,
+        ToWorker::Picked {
+            ticket: 2,
+            queued_ms: Some(40),
+            ..
+        },
+    )] = answers.as_slice()
+    else {
+        panic!("the release dispatches the queued request: {answers:?}");
+    };
+    assert_eq!(
+        host.gauges
+            .get("infergate.flow.queued.pool.p.band.0.flow.b"),
+        Some(&0)
+    );
+    assert_eq!(
+        host.counters
+            .get("infergate.flow.dispatches.pool.p.band.0.flow.b"),
+        Some(&1)
+    );
+}
+
+#[test]
+fn a_full_band_a_cancel_and_a_ttl_are_answered_by_the_owner() {
+    let (mut owner, mut host) = owner();
+    owner.handle(&mut host, &pick(1, "a", 0));
+    assert_eq!(
+        owner.handle(&mut host, &pick(2, "a", 0)),
+        vec![(7, ToWorker::Queued { ticket: 2 })]
+    );
+    assert_eq!(
+        owner.handle(&mut host, &pick(3, "a", 0)),
+        vec![(7, ToWorker::Queued { ticket: 3 })]
+    );
+    assert_eq!(
+        owner.handle(&mut host, &pick(4, "a", 0)),
+        vec![(
+            7,
+            ToWorker::Dropped {
+                ticket: 4,
+                reason: DropReason::Saturated,
+                queued_ms: 0
+            }
+        )]
+    );
+    // Ticket 2's client leaves: its place is free, nothing is answered.
+    let cancel = ToOwner::Cancel {
+        state: key(),
+        reply_queue: 7,
+        ticket: 2,
+    };
+    assert!(owner
+        .handle(&mut host, &cancel.encode().unwrap())
+        .is_empty());
+    assert_eq!(
+        host.counters.get(
+            "infergate.flow.rejections.pool.p.band.0.flow.a.reason.rejected-context-cancelled"
+        ),
+        Some(&1)
+    );
+    assert_eq!(
+        owner.handle(&mut host, &pick(5, "a", 0)),
+        vec![(7, ToWorker::Queued { ticket: 5 })],
+        "the freed place is taken"
+    );
+    // The tick drops what waited past its TTL.
+    host.now = Millis(1_999);
+    assert!(owner.tick(&mut host).is_empty());
+    host.now = Millis(2_000);
+    let expired = owner.tick(&mut host);
+    assert_eq!(expired.len(), 2, "{expired:?}");
+    assert!(expired.iter().all(|(_, a)| matches!(
+        a,
+        ToWorker::Dropped {
+            reason: DropReason::TtlExpired,
+            queued_ms: 2_000,
+            ..
+        }
+    )));
+    assert_eq!(
+        host.gauges
+            .get("infergate.flow.queued.pool.p.band.0.flow.a"),
+        Some(&0)
+    );
+}
