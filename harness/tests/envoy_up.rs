@@ -46,3 +46,60 @@ async fn up_serves_on_the_announced_urls_and_stops_everything_on_drop() {
         "simulator replica still listening"
     );
 }
+
+/// `up --epp-config testdata/epp/epp-config-configmap.yaml --objectives
+/// testdata/tenants/objectives.yaml --tenants testdata/tenants`: the seed's ConfigMap and
+/// objectives load in both gateway flavours and the stack serves a tenant, whose billing
+/// record carries its objective's priority and no queue time (the pool is far from its
+/// `maxConcurrency` of 128). A flavour whose module is not built is skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_runs_the_seed_epp_config_map_and_objectives() {
+    use infergate_harness::launch::read_billing_log;
+    let testdata = infergate_harness::artefacts::workspace_root().join("testdata");
+    for flavor in [Flavor::Wasm, Flavor::Native] {
+        let module = flavor.artefact().unwrap();
+        if !module.is_file() {
+            eprintln!("SKIPPED: {flavor}: {} is not built", module.display());
+            continue;
+        }
+        let log = std::env::temp_dir().join(format!(
+            "infergate-up-seed-{}-{flavor}.log",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&log);
+        let opts = UpOptions {
+            flavor,
+            replicas: 2,
+            concurrency: 2,
+            epp_config: Some(testdata.join("epp/epp-config-configmap.yaml")),
+            objectives: Some(testdata.join("tenants/objectives.yaml")),
+            tenants: Some(testdata.join("tenants")),
+            billing_log: Some(log.clone()),
+            ..UpOptions::default()
+        };
+        let stack = Stack::start(stack_options(&opts).unwrap()).await.unwrap();
+        let body = json!({"model": "sim-model", "max_tokens": 2,
+                          "messages": [{"role": "user", "content": "hi"}]});
+        let resp = post_json(
+            &format!("{}/v1/chat/completions", stack.picker_url()),
+            &body,
+            &[("authorization", "Bearer sk-infergate-test-tenant-a")],
+        )
+        .await
+        .unwrap();
+        assert_eq!(resp.status, 200, "{flavor}: {}", resp.text());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let record = loop {
+            if let Some(r) = read_billing_log(&log).unwrap().pop() {
+                break r;
+            }
+            assert!(std::time::Instant::now() < deadline, "{flavor}: no record");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
+        assert_eq!(record["objective"], "premium-traffic", "{flavor}: {record}");
+        assert_eq!(record["priority"], 100, "{flavor}: {record}");
+        assert!(record["queued_ms"].is_null(), "{flavor}: {record}");
+        drop(stack);
+        let _ = std::fs::remove_file(&log);
+    }
+}

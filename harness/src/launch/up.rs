@@ -416,4 +416,44 @@ mod tests {
             .objectives
             .is_empty());
     }
+
+    /// The contract with the module: the seed's ConfigMap and objectives, as `up` passes
+    /// them, are a picker configuration the picker compiles, flow control included; a band
+    /// naming a policy the config does not declare is refused the same way.
+    #[test]
+    fn the_seed_files_make_a_picker_configuration_the_picker_compiles() {
+        use crate::launch::bootstrap::{GatewaySettings, PluginConfigs};
+        use crate::launch::epp::{apply_objectives, picker_objectives};
+        use infergate_filters::picker::PickerShared;
+        let testdata = crate::artefacts::workspace_root().join("testdata");
+        let opts = UpOptions {
+            epp_config: Some(testdata.join("epp/epp-config-configmap.yaml")),
+            objectives: Some(testdata.join("tenants/objectives.yaml")),
+            tenants: Some(testdata.join("tenants")),
+            ..UpOptions::default()
+        };
+        let s = stack_options(&opts).unwrap();
+        let replicas = [std::net::SocketAddr::from(([127, 0, 0, 1], 8000))];
+        let picker = |pools: &[crate::launch::stack::PoolSpec]| {
+            let pools: Vec<_> = pools
+                .iter()
+                .map(|p| p.resolve(&replicas).unwrap())
+                .collect();
+            let mut picker = PluginConfigs::for_pools(&pools, &GatewaySettings::default()).picker;
+            let objectives = picker_objectives(&s.objectives, &s.tenancy).unwrap();
+            apply_objectives(&mut picker, &objectives).unwrap();
+            picker.as_object_mut().unwrap().remove("role");
+            picker
+        };
+        let config = picker(&s.pools);
+        assert_eq!(config["objectives"].as_array().unwrap().len(), 3);
+        if let Err(e) = PickerShared::from_json(config) {
+            panic!("the seed's configuration does not compile: {e}");
+        }
+        let mut dangling = s.pools.clone();
+        dangling[0].picker_config["flowControl"]["priorityBands"][0]["fairnessPolicyRef"] =
+            "no-such-policy".into();
+        let err = PickerShared::from_json(picker(&dangling)).err().unwrap();
+        assert!(err.to_string().contains("no-such-policy"), "{err}");
+    }
 }
