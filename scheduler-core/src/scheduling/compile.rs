@@ -136,7 +136,7 @@ impl Scheduler {
         let needs_prefix = profiles.iter().any(|p| {
             p.scorers
                 .iter()
-                .any(|s| s.step.plugin == Scorer::PrefixCache)
+                .any(|s| matches!(s.step.plugin, Scorer::PrefixCache(_)))
                 || p.filters
                     .iter()
                     .any(|f| matches!(f.plugin, Filter::PrefixAffinity(_)))

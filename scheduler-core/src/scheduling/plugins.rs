@@ -7,7 +7,7 @@
 //! | `inflight-load-producer` | producer | none | — (the host's own counts) |
 //! | `utilization-filter` | filter | `conditions: [{metric, maxValue}]` (metric: `kv-cache-utilization` 0..1, `waiting-queue`, `running-requests`), `fallbackOnEmpty` (false) | kept (an unknown or NaN value never exceeds) |
 //! | `prefix-cache-affinity-filter` | filter | `threshold` (0.5), `maxTTFTPenaltyMs` (1000), `prefillTokensPerSecond` (10000), `queuedRequestMs` (250), `maxWaitingQueue` (16), `maxKVCacheUtilization` (0.95) | not overloaded; queue counts as 0 in the TTFT estimate |
-//! | `prefix-cache-scorer` | scorer | none | — (the index is the proxy's own) |
+//! | `prefix-cache-scorer` | scorer | `matchLengthWeight` (0, in [0, 1]), `matchLengthScaleTokens` (8192, an integer ≥ 1) | — (the index is the proxy's own) |
 //! | `queue-scorer`, `running-requests-scorer` | scorer | none | 0, and left out of the min/max |
 //! | `kv-cache-utilization-scorer` | scorer | none | 0 (also for NaN) |
 //! | `lora-affinity-scorer` | scorer | none | 0 unless the request is for the base model (1) |
@@ -37,6 +37,7 @@ use crate::flow::config::{
 };
 use crate::flow::quantity::{parse_duration_ms, parse_quantity};
 use crate::prefix::PrefixConfig;
+use crate::types::Tokens;
 
 /// Every plugin type this build knows, in the order of the README's plugin table.
 pub const PLUGIN_TYPES: &[&str] = &[
@@ -148,11 +149,36 @@ pub enum Filter {
     PrefixAffinity(PrefixAffinityFilter),
 }
 
-/// A scorer plugin (none take parameters).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Default `matchLengthScaleTokens`: llm-d's, the matched length at which the length
+/// term of `prefix-cache-scorer` saturates.
+pub const DEFAULT_MATCH_LENGTH_SCALE: Tokens = Tokens(8192);
+
+/// `prefix-cache-scorer` settings (the formula is in [`super::score`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PrefixCacheScorer {
+    /// `matchLengthWeight`, in [0, 1]: the share of the score given to the matched length
+    /// rather than to the matched ratio. 0 (the default) scores the ratio alone.
+    pub match_length_weight: f64,
+    /// `matchLengthScaleTokens`, ≥ 1: the matched length (in tokens) from which the length
+    /// term is 1.
+    pub match_length_scale: Tokens,
+}
+
+impl Default for PrefixCacheScorer {
+    /// The plain match ratio.
+    fn default() -> Self {
+        PrefixCacheScorer {
+            match_length_weight: 0.0,
+            match_length_scale: DEFAULT_MATCH_LENGTH_SCALE,
+        }
+    }
+}
+
+/// A scorer plugin (only `prefix-cache-scorer` takes parameters).
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Scorer {
     /// `prefix-cache-scorer`.
-    PrefixCache,
+    PrefixCache(PrefixCacheScorer),
     /// `queue-scorer`.
     Queue,
     /// `kv-cache-utilization-scorer`.
@@ -238,7 +264,7 @@ impl Plugin {
             }
             "utilization-filter" => utilization_filter(&p),
             "prefix-cache-affinity-filter" => prefix_affinity_filter(&p),
-            "prefix-cache-scorer" => scorer(Scorer::PrefixCache),
+            "prefix-cache-scorer" => prefix_cache_scorer(&p),
             "queue-scorer" => scorer(Scorer::Queue),
             "kv-cache-utilization-scorer" => scorer(Scorer::KvCacheUtilization),
             "lora-affinity-scorer" => scorer(Scorer::LoraAffinity),
@@ -307,6 +333,20 @@ fn prefix_producer(p: &Params<'_>) -> Result<Plugin, ConfigError> {
         lru_capacity_configured: p.has("lruCapacityPerServer"),
         max_lru_capacity_per_server: u32::try_from(max_cap).unwrap_or(u32::MAX),
     }))
+}
+
+fn prefix_cache_scorer(p: &Params<'_>) -> Result<Plugin, ConfigError> {
+    p.only(&["matchLengthWeight", "matchLengthScaleTokens"])?;
+    let d = PrefixCacheScorer::default();
+    Ok(Plugin::Scorer(Scorer::PrefixCache(PrefixCacheScorer {
+        match_length_weight: p.f64_in("matchLengthWeight", d.match_length_weight, 0.0, 1.0)?,
+        match_length_scale: Tokens(p.u64_in(
+            "matchLengthScaleTokens",
+            d.match_length_scale.0,
+            1,
+            u64::MAX,
+        )?),
+    })))
 }
 
 fn utilization_filter(p: &Params<'_>) -> Result<Plugin, ConfigError> {

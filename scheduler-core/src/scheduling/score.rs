@@ -5,13 +5,32 @@
 //! `token-load-scorer`) rank the remaining candidates: least loaded → 1, most loaded → 0,
 //! linear in between; all equal → 1 for all.
 //!
+//! `prefix-cache-scorer`, with `m` the candidate's matched leading blocks, `t` the request's
+//! full blocks considered for matching, `b` the prefix producer's `blockSizeTokens`, `w`
+//! its `matchLengthWeight` and `s` its `matchLengthScaleTokens`:
+//!
+//! ```text
+//! score = w · min(1, m·b / s)² + (1 − w) · m / t        (0 when t = 0)
+//! ```
+//!
+//! This is llm-d-router's formula (its `prefix-cache-scorer`,
+//! `pkg/epp/framework/plugins/scheduling/scorer/prefix/plugin.go`, and the README beside
+//! it), with its defaults (`w` 0, `s` 8192). The ratio term prefers the endpoint holding
+//! more of *this* prompt, the length term the one holding more tokens of it, squared because
+//! prefill attention grows quadratically with prompt length, so a long cached prefix saves
+//! more than its ratio says. The scale is in tokens and the index counts blocks, so matched
+//! tokens are `m·b`: a scale below one block saturates on the first matched block. With
+//! `w = 0` the length term is not computed and the score is exactly the ratio. One
+//! difference: llm-d checks `s > 0` only when `w > 0`; here a scale below 1 is always a
+//! config error.
+//!
 //! Missing metrics: a scorer that needs a scraped metric gives 0 to an endpoint whose value
 //! is unknown (and leaves it out of the linear ranking's min/max), so an endpoint we know
 //! nothing about is still routable but never preferred over one that reports being idle.
 //! In-flight load is the proxy's own bookkeeping and is always known.
 
 use super::filter::ALIVE;
-use super::plugins::Scorer;
+use super::plugins::{PrefixCacheScorer, Scorer};
 use super::run::Ctx;
 
 /// Clamps a raw score into [0, 1]; NaN → 0.
@@ -27,12 +46,8 @@ pub fn clamp_score(x: f64) -> f64 {
 pub(crate) fn score(s: Scorer, ctx: &Ctx<'_, '_>, dropped_by: &[u16], out: &mut [f64]) {
     let metrics = |c: usize| ctx.cands.get(c).and_then(|cand| cand.metrics);
     match s {
-        Scorer::PrefixCache => each(dropped_by, out, |c| {
-            if ctx.full_blocks == 0 {
-                0.0
-            } else {
-                ctx.matched(c) as f64 / ctx.full_blocks as f64
-            }
+        Scorer::PrefixCache(p) => each(dropped_by, out, |c| {
+            prefix_cache(p, ctx.matched(c), ctx.full_blocks, ctx.block_size_tokens)
         }),
         Scorer::KvCacheUtilization => each(dropped_by, out, |c| {
             metrics(c)
@@ -67,6 +82,28 @@ pub(crate) fn score(s: Scorer, ctx: &Ctx<'_, '_>, dropped_by: &[u16], out: &mut 
         }),
         Scorer::LoraAffinity => lora(ctx, dropped_by, out),
     }
+}
+
+/// `prefix-cache-scorer`'s raw score for a candidate holding `matched_blocks` of the
+/// request's `full_blocks`, at `block_size_tokens` per block (see the module doc).
+pub fn prefix_cache(
+    p: PrefixCacheScorer,
+    matched_blocks: usize,
+    full_blocks: usize,
+    block_size_tokens: u32,
+) -> f64 {
+    if full_blocks == 0 {
+        return 0.0;
+    }
+    let ratio = matched_blocks as f64 / full_blocks as f64;
+    let w = p.match_length_weight;
+    // Skipping the length term keeps the default score bit-for-bit the plain ratio.
+    if w <= 0.0 {
+        return ratio;
+    }
+    let tokens = matched_blocks as f64 * f64::from(block_size_tokens);
+    let length = (tokens / p.match_length_scale.0.max(1) as f64).min(1.0);
+    w * length * length + (1.0 - w) * ratio
 }
 
 fn each(dropped_by: &[u16], out: &mut [f64], f: impl Fn(usize) -> f64) {

@@ -10,7 +10,9 @@ use crate::flow::config::{
     UtilizationThresholds, DEFAULT_BAND_MAX_BYTES, DEFAULT_BAND_MAX_REQUESTS,
 };
 use crate::scheduling::config::{ConfigError, EndpointPickerConfig};
+use crate::scheduling::plugins::{PrefixCacheScorer, Scorer};
 use crate::scheduling::Scheduler;
+use crate::types::Tokens;
 
 #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
 use wasm_bindgen_test::wasm_bindgen_test as test;
@@ -103,22 +105,18 @@ fn an_absent_section_compiles_to_the_documented_defaults() {
 
 #[test]
 fn the_seed_compiles_as_scheduler_and_as_flow_control() {
-    let mut cfg = EndpointPickerConfig::from_json_str(SEED).unwrap();
+    let cfg = EndpointPickerConfig::from_json_str(SEED).unwrap();
     let c = FlowControlConfig::compile(&cfg).unwrap().unwrap();
-    // The seed's `prefix-cache-scorer` sets llm-d's match-length parameters, which this
-    // scorer does not implement (yet): the Scheduler refuses them by name, and compiles the
-    // rest of the seed, every flow-control plugin included, once they are removed.
-    match Scheduler::new(&cfg) {
-        Err(ConfigError::BadParameter { plugin, .. }) => assert_eq!(plugin, "prefix-cache-scorer"),
-        Err(e) => panic!("{e}"),
-        Ok(_) => {}
-    }
-    for p in &mut cfg.plugins {
-        if p.plugin_type == "prefix-cache-scorer" {
-            p.parameters = None;
-        }
-    }
+    // Verbatim: the platform's objects are accepted as they are, llm-d's match-length
+    // parameters of `prefix-cache-scorer` included.
     let s = Scheduler::new(&cfg).expect("the seed compiles as a Scheduler");
+    assert_eq!(
+        s.profiles()[0].scorers[0].step.plugin,
+        Scorer::PrefixCache(PrefixCacheScorer {
+            match_length_weight: 0.3,
+            match_length_scale: Tokens(8192),
+        })
+    );
     // The flow-control plugins are inert in profiles: the profile keeps its 2 filters,
     // 4 scorers and the picker.
     let p = &s.profiles()[0];

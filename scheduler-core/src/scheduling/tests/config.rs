@@ -2,7 +2,9 @@
 
 use alloc::string::ToString;
 
-use super::super::plugins::{Filter, Picker, PickerKind, Scorer, UtilizationMetric};
+use super::super::plugins::{
+    Filter, Picker, PickerKind, PrefixCacheScorer, Scorer, UtilizationMetric,
+};
 use super::super::{ConfigError, EndpointPickerConfig, Scheduler};
 use super::sched;
 use crate::metrics::{CacheConfig, EndpointMetrics};
@@ -46,7 +48,10 @@ fn full_config_compiles_with_defaults_for_name_and_weight() {
     assert_eq!(u.conditions[1].metric, UtilizationMetric::WaitingQueue);
     assert_eq!(u.conditions[1].max_value, 20.0);
     assert!(!u.fallback_on_empty);
-    assert_eq!(p.scorers[0].step.plugin, Scorer::PrefixCache);
+    assert_eq!(
+        p.scorers[0].step.plugin,
+        Scorer::PrefixCache(PrefixCacheScorer::default())
+    );
     assert_eq!(p.scorers[0].weight, 3.0);
     assert_eq!(p.scorers[1].step.name, "queue-scorer");
     assert_eq!(p.scorers[1].weight, 1.0);
@@ -257,4 +262,28 @@ fn lru_capacity_prefers_configured_then_kv_capacity() {
         r#"{"plugins": [{"type": "approx-prefix-cache-producer", "parameters": {"lruCapacityPerServer": 77}}]}"#,
     );
     assert_eq!(configured.lru_capacity_for(Some(&with_cache)), 77);
+}
+
+#[test]
+fn the_all_plugins_reference_declares_every_plugin_type() {
+    // `testdata/epp/all-plugins.yaml` claims to list every plugin type (the harness's explain
+    // CLI test compiles and runs it); a type added to the catalogue must be added there too.
+    let yaml = include_str!("../../../../testdata/epp/all-plugins.yaml");
+    let declared: alloc::vec::Vec<&str> = yaml
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("- type: "))
+        .map(|rest| rest.split_whitespace().next().unwrap_or(""))
+        .collect();
+    for ty in super::super::PLUGIN_TYPES
+        .iter()
+        .chain(crate::flow::config::FLOW_PLUGIN_TYPES)
+    {
+        assert!(declared.contains(ty), "all-plugins.yaml lacks `{ty}`");
+    }
+    for ty in &declared {
+        assert!(
+            super::super::PLUGIN_TYPES.contains(ty),
+            "all-plugins.yaml declares `{ty}`, which is no plugin type"
+        );
+    }
 }

@@ -5,6 +5,7 @@ mod candidates;
 mod config;
 mod filters;
 mod pickers;
+mod prefix_scorer;
 mod props;
 mod real_index;
 mod record;

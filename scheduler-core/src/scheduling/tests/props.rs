@@ -1,6 +1,7 @@
 //! Property tests: for arbitrary metrics (NaN, missing, out of range), loads, prefix
-//! matches, weights and seeds, raw scores stay in [0, 1], totals are Σ weight × score, and
-//! the pick and fallbacks are distinct surviving candidates.
+//! matches, weights, `prefix-cache-scorer` match-length settings and seeds, raw scores stay
+//! in [0, 1], totals are Σ weight × score, and the pick and fallbacks are distinct surviving
+//! candidates.
 
 use alloc::format;
 use alloc::string::String;
@@ -77,10 +78,16 @@ fn config(
     picker: usize,
     util: Option<f64>,
     affinity: Option<f64>,
+    match_length: Option<(f64, u64)>,
 ) -> String {
     let mut plugins: Vec<String> = SCORERS
         .iter()
-        .map(|t| format!(r#"{{"type": "{t}"}}"#))
+        .map(|t| match match_length {
+            Some((w, s)) if *t == "prefix-cache-scorer" => format!(
+                r#"{{"type": "{t}", "parameters": {{"matchLengthWeight": {w}, "matchLengthScaleTokens": {s}}}}}"#
+            ),
+            _ => format!(r#"{{"type": "{t}"}}"#),
+        })
         .collect();
     let mut refs: Vec<String> = Vec::new();
     if let Some(max) = util {
@@ -127,12 +134,13 @@ proptest! {
         picker in 0usize..3,
         util in prop::option::of(0.0f64..1.0),
         affinity in prop::option::of(0.0f64..1.0),
+        match_length in prop::option::of((0.0f64..=1.0, 1u64..2_000)),
         blocks in 0u64..10,
         target in prop::sample::select(vec!["base", "a", "b", "z"]),
         session in prop::option::of(0usize..12),
         seed in any::<u64>(),
     ) {
-        let s = sched(&config(&scorers, picker, util, affinity));
+        let s = sched(&config(&scorers, picker, util, affinity, match_length));
         let addresses: Vec<String> = (0..endpoints.len()).map(|i| format!("10.0.0.{i}:8000")).collect();
         let cands: Vec<Candidate<'_>> = endpoints.iter().zip(&addresses).map(|((m, r, t, _), a)| Candidate {
             address: a,
