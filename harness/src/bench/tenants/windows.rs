@@ -134,15 +134,19 @@ pub fn served_tokens(record: &Value) -> u64 {
 }
 
 /// How long a record's request waited in the gateway's queue, and whether it left by TTL
-/// expiry; `None` when it never queued (no `queued_ms`, or refused at once).
+/// expiry. An admitted request whose `queued_ms` is null waited 0 ms (the gateway writes
+/// null for a request admitted at once); `None` for a request refused at once, which never
+/// queued, and for an expiry without a time.
 pub fn queued(record: &Value) -> Option<(f64, bool)> {
-    let ms = record["queued_ms"].as_f64()?;
+    let ms = record["queued_ms"].as_f64();
     let outcome = record["outcome"].as_str().unwrap_or("");
-    let expired = outcome == TTL_EXPIRED;
-    if is_rejection(outcome) && !expired {
+    if outcome == TTL_EXPIRED {
+        return ms.map(|ms| (ms, true));
+    }
+    if is_rejection(outcome) {
         return None;
     }
-    Some((ms, expired))
+    Some((ms.unwrap_or(0.0), false))
 }
 
 /// The windows of `window_s` seconds from 0 until every record and answer is in one; those
@@ -327,10 +331,15 @@ mod tests {
     }
 
     #[test]
-    fn a_record_without_queued_ms_counts_no_queue_time() {
+    fn a_null_queue_time_is_an_admission_at_once() {
         let r = json!({"tenant": "a", "outcome": "complete", "prompt_tokens": 5,
-                       "completion_tokens": 1});
-        assert_eq!(queued(&r), None);
+                       "completion_tokens": 1, "queued_ms": null});
+        assert_eq!(queued(&r), Some((0.0, false)));
         assert_eq!(served_tokens(&r), 7);
+        let refused = json!({"outcome": SATURATED, "queued_ms": null});
+        assert_eq!(queued(&refused), None);
+        let expired = json!({"outcome": TTL_EXPIRED, "queued_ms": 5001});
+        assert_eq!(queued(&expired), Some((5001.0, true)));
+        assert_eq!(queued(&json!({"outcome": TTL_EXPIRED})), None);
     }
 }
