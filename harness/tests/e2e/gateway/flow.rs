@@ -13,14 +13,16 @@
 //!
 //! - Strict priority: a priority-100 request queued after three priority-0 ones is
 //!   dispatched first. Round robin within a band: flow B with 4 queued and flow C with 1
-//!   are dispatched B, C, B, B, B.
+//!   are dispatched B, C, B, B, B. Each request has a connection of its own, so with several
+//!   Envoy workers the one queue of the process orders requests of different workers.
 //! - A full band (`maxRequests` 2) refuses a third request at once, 429
 //!   `rejected-saturated`; a client that leaves while queued reaches no engine, is counted
 //!   `rejected-context-cancelled`, and its place is taken by a later request.
 //! - A request queued past its TTL (2 s) gets 429 `rejected-ttl-expired` within 10% of it.
 //! - Weighted fairness: two backlogged tenants of weights 3 and 1 are served tokens 3 : 1;
 //!   with round robin instead, requests 1 : 1.
-//! - Work-conserving: below saturation nothing is ever queued.
+//! - Work-conserving: below saturation nothing is ever queued, dispatched from a queue or
+//!   refused, and no billing record has a queue time.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
@@ -480,6 +482,20 @@ pub(super) async fn queued_requests_leave_by_band_then_by_flow(flavor: Flavor) {
     let stats = rig.stats().await;
     assert_eq!(queued(&stats, None), 0, "{t}");
     assert_eq!(dispatches(&stats), 9, "{t}: every queued request, once");
+    // With several workers the queued requests' connections were spread over them (one
+    // connection each), so one process-wide queue ordered requests of different workers.
+    let workers = crate::support::workers();
+    if workers > 1 {
+        let busy = (0..workers)
+            .filter(|w| {
+                stats
+                    .containing(&format!(".worker_{w}.downstream_cx_total"))
+                    .filter(|(k, _)| k.starts_with("listener.127.0.0.1_"))
+                    .any(|(_, v)| v > 0)
+            })
+            .count();
+        assert!(busy > 1, "{t}: every connection landed on one worker");
+    }
     for reason in [
         "rejected-saturated",
         "rejected-ttl-expired",
