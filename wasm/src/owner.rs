@@ -393,12 +393,14 @@ impl WorkerLink {
 
     fn release_unclaimed(&mut self, answer: &ToWorker) {
         if let ToWorker::Picked {
-            lease, queued_ms, ..
+            lease,
+            release_at_once,
+            ..
         } = answer
         {
             self.release(Released::lease(*lease));
-            // Flow-control capacity: queued requests wait for it.
-            if queued_ms.is_some() {
+            // Flow-control capacity queued requests likely wait for.
+            if *release_at_once {
                 self.flush_releases();
             }
         }
@@ -431,7 +433,8 @@ impl WorkerLink {
 pub struct RemoteLease {
     lease: u64,
     link: Link,
-    /// It holds flow-control capacity: given back at once rather than batched.
+    /// It holds flow-control capacity queued requests likely wait for: given back at once
+    /// rather than batched.
     flow: bool,
     /// The service its request received, when the usage showed it (0: unknown).
     service: u64,
@@ -501,13 +504,14 @@ impl RemotePicks for WasmPickerStore {
                 lease,
                 endpoint,
                 queued_ms,
+                release_at_once,
                 ..
             }) => RemoteAnswer::Picked {
                 endpoint,
                 lease: Box::new(RemoteLease {
                     lease,
                     link: Rc::clone(handle),
-                    flow: queued_ms.is_some(),
+                    flow: release_at_once,
                     service: 0,
                 }),
                 queued_ms,

@@ -163,9 +163,15 @@ pub enum ToWorker {
         /// `ip:port` of the endpoint.
         endpoint: String,
         /// How long the request waited in its pool's queue; `None`: its pool has no flow
-        /// control. With flow control, the lease's release is sent at once, since queued
-        /// requests wait for the capacity it frees.
+        /// control.
         queued_ms: Option<u64>,
+        /// Send the lease's release at once rather than with the worker's next message:
+        /// the pool was saturated or had requests waiting when it was picked, so queued
+        /// requests are likely to wait for the capacity it frees. (A lease of an idle pool
+        /// goes back batched, as without flow control; should a queue form meanwhile, the
+        /// releases reach the owner with the queued requests' own picks or the worker's
+        /// tick, and the owner's tick dispatches.)
+        release_at_once: bool,
     },
     /// The pool is saturated: the request waits in its queue, and the answer comes when
     /// it is dispatched or dropped (the worker waits past its usual answer timeout).
@@ -308,13 +314,14 @@ impl ToWorker {
                 lease,
                 endpoint,
                 queued_ms,
+                release_at_once,
             } => {
                 out.push(PICKED);
                 out.extend_from_slice(&ticket.to_le_bytes());
                 out.extend_from_slice(&lease.to_le_bytes());
                 // An endpoint is an `ip:port` of the configuration, far below u16::MAX.
                 let _ = put_string(&mut out, endpoint);
-                out.push(u8::from(queued_ms.is_some()));
+                out.push(u8::from(queued_ms.is_some()) | u8::from(*release_at_once) << 1);
                 out.extend_from_slice(&queued_ms.unwrap_or(0).to_le_bytes());
             }
             ToWorker::Queued { ticket } => {
@@ -361,17 +368,17 @@ impl ToWorker {
             PICKED => {
                 let lease = r.u64()?;
                 let endpoint = r.string()?;
-                let flow = r.u8()?;
+                let flags = r.u8()?;
                 let queued_ms = r.u64()?;
+                if flags & !0b11 != 0 || (flags == 0 && queued_ms != 0) {
+                    return None;
+                }
                 ToWorker::Picked {
                     ticket,
                     lease,
                     endpoint,
-                    queued_ms: match flow {
-                        0 => None,
-                        1 => Some(queued_ms),
-                        _ => return None,
-                    },
+                    queued_ms: (flags & 1 != 0).then_some(queued_ms),
+                    release_at_once: flags & 2 != 0,
                 }
             }
             QUEUED => ToWorker::Queued { ticket },
@@ -718,11 +725,15 @@ impl Owner {
                             .map(|(t, flow)| flow.admitted(t, prepared)),
                     },
                 );
+                let release_at_once = plan
+                    .flow()
+                    .is_some_and(|f| f.gate().saturated() || f.gate().has_queued());
                 ToWorker::Picked {
                     ticket,
                     lease,
                     endpoint: picked.endpoint,
                     queued_ms,
+                    release_at_once,
                 }
             }
             // The flow ticket is dropped here: the capacity goes to the next in line.

@@ -305,12 +305,14 @@ fn the_codec_round_trips_and_rejects_every_truncation_and_trailing_byte() {
             lease: 9,
             endpoint: "10.0.0.1:8000".into(),
             queued_ms: None,
+            release_at_once: false,
         },
         ToWorker::Picked {
             ticket: 5,
             lease: 9,
             endpoint: "10.0.0.1:8000".into(),
             queued_ms: Some(1234),
+            release_at_once: true,
         },
         ToWorker::Rejected {
             ticket: 6,
