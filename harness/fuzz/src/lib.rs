@@ -8,11 +8,15 @@
 //! that every later test run checks. [`TARGETS`] lists them by the names the cargo-fuzz
 //! binaries and corpus directories use.
 
+mod flow_config;
 pub mod meter;
+mod owner_messages;
 mod targets;
 mod tenant_objects;
 mod usage_stream;
 
+pub use flow_config::flow_config;
+pub use owner_messages::owner_messages;
 pub use targets::{
     canonical_prompt, handoff_codec, memory_bound, prometheus_parser, request_parser,
     snapshot_codec, EXPANSION,
@@ -32,4 +36,6 @@ pub const TARGETS: &[Target] = &[
     ("handoff_codec", handoff_codec),
     ("usage_stream", usage_stream),
     ("tenant_objects", tenant_objects),
+    ("flow_config", flow_config),
+    ("owner_messages", owner_messages),
 ];

@@ -28,7 +28,7 @@ pub fn memory_bound(len: usize) -> usize {
     12 * len + 16 * 1024
 }
 
-fn assert_memory(target: &str, len: usize, peak: usize) {
+pub(crate) fn assert_memory(target: &str, len: usize, peak: usize) {
     assert!(
         peak <= memory_bound(len),
         "{target}: {peak} bytes allocated at once for {len} input bytes (bound {})",

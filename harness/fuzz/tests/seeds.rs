@@ -5,7 +5,9 @@
 //! ```
 //!
 //! Seeds are built from the project's own test data (request bodies, metrics pages, and
-//! snapshot and handoff encodings made from them) plus a few hostile inputs written here.
+//! snapshot and handoff encodings made from them; scheduling configurations with queue
+//! operation scripts; worker/owner messages of picks prepared on the fake host) plus a few
+//! hostile inputs written here.
 //! The output is deterministic; files are named by what they hold, so a regenerated corpus
 //! differs from the committed one only if this file or the test data changed. Crash
 //! reproducers the fuzzer finds are added to the same directories by hand (`crash-*`) and
@@ -258,6 +260,457 @@ fn usage_seeds() -> Vec<(String, Vec<u8>)> {
     out
 }
 
+/// A `flow_config` operation script: `n` operations from a xorshift seeded by `seed`
+/// (half enqueues, mostly of small bodies; dispatches, cancels, clock steps, charges).
+fn flow_script(seed: u64, n: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 24) as u8
+    };
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let roll = next();
+        match roll % 10 {
+            // Enqueue: priority, flow, bytes (u16, large now and then), service, TTL.
+            0..=4 => {
+                let hi = next();
+                out.extend([0, next(), next(), next(), hi & 0x83, next(), next()]);
+            }
+            5 | 6 => out.push(3),
+            7 => out.extend([5, next()]),
+            8 => out.extend([6, next() % 64]),
+            _ => out.extend([7, next(), next(), next(), next()]),
+        }
+    }
+    out
+}
+
+/// An `EndpointPickerConfig` as compact JSON, then an operation script.
+fn flow_input(config: &serde_json::Value, seed: u64) -> Vec<u8> {
+    let mut bytes = serde_json::to_vec(config).unwrap();
+    bytes.extend(flow_script(seed, 160));
+    bytes
+}
+
+fn yaml_to_json(text: &[u8]) -> serde_json::Value {
+    serde_yaml::from_slice(text).unwrap()
+}
+
+/// The configurations of `epp/` (the JSON ones verbatim too, without a script), variants of
+/// the seed's flow control that exercise every policy and the limits, and hostile sections.
+fn flow_config_seeds() -> Vec<(String, Vec<u8>)> {
+    use serde_json::json;
+    let mut out = Vec::new();
+    let mut configs: Vec<(String, serde_json::Value)> = Vec::new();
+    for (name, text) in files_in("epp", "json") {
+        out.push((format!("{name}.json"), text.clone()));
+        configs.push((name, serde_json::from_slice(&text).unwrap()));
+    }
+    for (name, text) in files_in("epp", "yaml") {
+        let doc = yaml_to_json(&text);
+        // The ConfigMap holds its EndpointPickerConfig as a string.
+        let doc = match doc["data"]["epp-config.yaml"].as_str() {
+            Some(inner) => yaml_to_json(inner.as_bytes()),
+            None => doc,
+        };
+        configs.push((format!("{name}-yaml"), doc));
+    }
+    let seed = configs
+        .iter()
+        .find(|(n, _)| n == "seed-flow-control")
+        .map(|(_, c)| c.clone())
+        .unwrap();
+    for (i, (name, config)) in configs.iter().enumerate() {
+        out.push((format!("{name}-ops"), flow_input(config, i as u64 + 1)));
+    }
+    let with = |plugins: &[serde_json::Value], section: serde_json::Value| {
+        let mut c = seed.clone();
+        let list = c["plugins"].as_array_mut().unwrap();
+        list.extend(plugins.iter().cloned());
+        c["flowControl"] = section;
+        c
+    };
+    let policies = [
+        json!({"type": "weighted-fairness-policy"}),
+        json!({"type": "global-strict-fairness-policy"}),
+        json!({"type": "edf-ordering-policy"}),
+    ];
+    let variants: Vec<(&str, serde_json::Value)> = vec![
+        (
+            "small-limits",
+            with(
+                &[],
+                json!({"maxRequests": 6, "maxBytes": "2Mi", "defaultRequestTTL": "50ms",
+                "priorityBands": [
+                    {"priority": 10, "maxRequests": 3, "maxBytes": "64k"},
+                    {"priority": 0, "maxRequests": "2"},
+                    {"priority": -10, "maxRequests": 1, "maxBytes": 1}]}),
+            ),
+        ),
+        (
+            "every-policy",
+            with(
+                &policies,
+                json!({"defaultRequestTTL": "1.5s", "flows": [
+                    {"fairnessId": "a", "weight": 3}, {"fairnessId": "b"},
+                    {"fairnessId": "c", "weight": 1000000}],
+                "priorityBands": [
+                    {"priority": 5, "fairnessPolicyRef": "weighted-fairness-policy",
+                     "orderingPolicyRef": "edf-ordering-policy", "maxRequests": 40},
+                    {"priority": 0, "fairnessPolicyRef": "global-strict-fairness-policy",
+                     "orderingPolicyRef": "edf-ordering-policy", "maxRequests": 40},
+                    {"priority": -5, "fairnessPolicyRef": "global-strict-fairness-policy",
+                     "maxBytes": "1Gi"}]}),
+            ),
+        ),
+        (
+            "no-ttl-utilization",
+            with(
+                &[json!({"type": "utilization-detector", "name": "util",
+                    "parameters": {"queueDepthThreshold": 3, "kvCacheUtilThreshold": 0.5}})],
+                json!({"defaultRequestTTL": 0, "saturationDetector": {"pluginRef": "util"},
+                    "enableEviction": true}),
+            ),
+        ),
+        ("no-section", {
+            let mut c = seed.clone();
+            c.as_object_mut().unwrap().remove("flowControl");
+            c
+        }),
+        ("gate-off", {
+            let mut c = seed.clone();
+            c["featureGates"] = json!(["flowControl=false"]);
+            c
+        }),
+    ];
+    // One fault each, so that every one is reached (compiling stops at the first).
+    let band = |fields: serde_json::Value| {
+        let mut b = json!({"priority": 0});
+        b.as_object_mut()
+            .unwrap()
+            .extend(fields.as_object().unwrap().clone());
+        json!({"priorityBands": [b]})
+    };
+    let hostile: Vec<(&str, serde_json::Value)> = vec![
+        (
+            "hostile-huge-quantity",
+            with(&[], json!({"maxBytes": "99999999999999999999Ei"})),
+        ),
+        (
+            "hostile-huge-exponent",
+            with(&[], json!({"maxRequests": "1e31"})),
+        ),
+        ("hostile-negative", with(&[], json!({"maxRequests": -1}))),
+        (
+            "hostile-negative-band-bytes",
+            with(&[], band(json!({"maxBytes": "-5k"}))),
+        ),
+        (
+            "hostile-fraction-quantity",
+            with(&[], json!({"maxRequests": "1.5k", "maxBytes": "2.5Ki"})),
+        ),
+        (
+            "hostile-fraction-count",
+            with(&[], json!({"maxRequests": "0.5"})),
+        ),
+        (
+            "hostile-repeated-duration",
+            with(&[], json!({"defaultRequestTTL": "1h1h"})),
+        ),
+        (
+            "hostile-negative-duration",
+            with(&[], json!({"defaultRequestTTL": "-5s"})),
+        ),
+        (
+            "hostile-duration-without-unit",
+            with(&[], json!({"defaultRequestTTL": "1.5"})),
+        ),
+        (
+            "hostile-unknown-policy",
+            with(
+                &[json!({"type": "lottery-fairness-policy"})],
+                band(json!({"fairnessPolicyRef": "lottery-fairness-policy"})),
+            ),
+        ),
+        (
+            "hostile-dangling-detector",
+            with(
+                &[],
+                json!({"saturationDetector": {"pluginRef": "no-such-detector"}}),
+            ),
+        ),
+        (
+            "hostile-ref-of-another-kind",
+            with(&[], band(json!({"orderingPolicyRef": "queue-scorer"}))),
+        ),
+        (
+            "hostile-duplicate-band",
+            with(
+                &[],
+                json!({"priorityBands": [{"priority": 1}, {"priority": 1}]}),
+            ),
+        ),
+        (
+            "hostile-duplicate-flow",
+            with(
+                &[],
+                json!({"flows": [{"fairnessId": "a"}, {"fairnessId": "a", "weight": 2}]}),
+            ),
+        ),
+        (
+            "hostile-zero-weight",
+            with(&[], json!({"flows": [{"fairnessId": "a", "weight": 0}]})),
+        ),
+        (
+            "hostile-eviction-string",
+            with(&[], json!({"enableEviction": "yes"})),
+        ),
+        (
+            "hostile-priority-beyond-i32",
+            with(&[], band(json!({"priority": 2147483648_i64}))),
+        ),
+        ("hostile-unknown-field", with(&[], json!({"burst": 1}))),
+        ("hostile-gate", {
+            let mut c = seed.clone();
+            c["featureGates"] = json!(["flowControl=maybe"]);
+            c
+        }),
+    ];
+    for (i, (name, config)) in variants.into_iter().chain(hostile).enumerate() {
+        out.push((name.into(), flow_input(&config, 100 + i as u64)));
+    }
+    // A script without a document in front, and an almost empty one.
+    out.push(("hostile-ops-only".into(), flow_script(7, 40)));
+    out.push((
+        "hostile-empty-config".into(),
+        [
+            &br#"{"featureGates":["flowControl"]}"#[..],
+            &flow_script(8, 200),
+        ]
+        .concat(),
+    ));
+    out
+}
+
+/// The picker configuration of the `owner_messages` seeds: one pool with flow control and
+/// a session header, so a prepared pick carries every field.
+fn picker_config() -> serde_json::Value {
+    use serde_json::json;
+    let mut epp = infergate_filters::picker::config::default_epp_config();
+    let plugins = epp["plugins"].as_array_mut().unwrap();
+    plugins.push(json!({"type": "concurrency-detector", "parameters": {"maxConcurrency": 1}}));
+    epp["featureGates"] = json!(["flowControl"]);
+    epp["flowControl"] = json!({"defaultRequestTTL": "2s",
+        "priorityBands": [{"priority": 0, "maxRequests": 2}]});
+    json!({"pools": [{"pool": "p", "baseModel": "llama", "endpoints": ["10.0.0.1:8000"],
+        "failureMode": "FailOpen", "sessionHeader": "x-session-id", "eppConfig": epp}]})
+}
+
+/// A pick prepared by a deferred picker request on the fake host (what a Wasm worker sends).
+fn prepared_pick(
+    body: &serde_json::Value,
+    flow: Option<&str>,
+    session: Option<&str>,
+) -> (
+    infergate_filters::picker::PoolId,
+    infergate_filters::picker::PreparedPick,
+) {
+    use infergate_filters::fake::FakeHost;
+    use infergate_filters::headers::{BASE_MODEL, FAIRNESS_ID};
+    use infergate_filters::picker::{PickerRequest, PickerShared};
+    use infergate_filters::FilterStatus;
+    let mut local = PickerShared::from_json(picker_config()).unwrap();
+    let text = body.to_string();
+    let mut host = FakeHost::new()
+        .request_header(BASE_MODEL, "llama")
+        .post("/v1/chat/completions", text.as_bytes())
+        .now(1_700_000_000_123);
+    if let Some(flow) = flow {
+        host = host.request_header(FAIRNESS_ID, flow);
+    }
+    if let Some(session) = session {
+        host = host.request_header("x-session-id", session);
+    }
+    let mut req = PickerRequest::deferred();
+    req.on_request_headers(&mut local, &mut host, false);
+    assert_eq!(
+        req.on_request_body(&mut local, &mut host, text.len(), true),
+        FilterStatus::Pause
+    );
+    let (pool, prepared) = req.pending_pick().unwrap();
+    (pool, prepared.clone())
+}
+
+/// Encodings of every message kind, and a few malformed ones.
+fn owner_message_seeds() -> Vec<(String, Vec<u8>)> {
+    use infergate_filters::flow::DropReason;
+    use infergate_filters::picker::remote::{Released, StateKey, ToOwner, ToWorker};
+    use infergate_filters::picker::Rejection;
+    use serde_json::json;
+    let config = serde_json::to_vec(&picker_config()).unwrap();
+    let state = StateKey::of_config(&config);
+    let chat = read("requests/chat-simple.json");
+    let chat: serde_json::Value = serde_json::from_slice(&chat).unwrap();
+    let long = json!({"model": "llama", "max_tokens": 64, "messages": [
+        {"role": "system", "content": "You are a careful assistant. ".repeat(40)},
+        {"role": "user", "content": "hello"}]});
+    let (pool, plain) = prepared_pick(&chat, None, None);
+    let (_, full) = prepared_pick(&long, Some("tenant-a"), Some("conversation-42"));
+    let releases = vec![
+        Released::lease(1),
+        Released {
+            lease: 2,
+            service: 1234,
+        },
+    ];
+    let owner: Vec<(&str, ToOwner)> = vec![
+        ("hello", ToOwner::Hello { state, config }),
+        (
+            "pick",
+            ToOwner::Pick {
+                state,
+                reply_queue: 7,
+                ticket: 1,
+                pool,
+                prepared: plain.clone(),
+                releases: Vec::new(),
+            },
+        ),
+        (
+            "pick-with-releases",
+            ToOwner::Pick {
+                state,
+                reply_queue: 7,
+                ticket: 2,
+                pool,
+                prepared: full.clone(),
+                releases: releases.clone(),
+            },
+        ),
+        (
+            "release",
+            ToOwner::Release {
+                state,
+                leases: releases,
+            },
+        ),
+        (
+            "cancel",
+            ToOwner::Cancel {
+                state,
+                reply_queue: 7,
+                ticket: 2,
+            },
+        ),
+    ];
+    let endpoint = "10.0.0.1:8000".to_string();
+    let worker: Vec<(&str, ToWorker)> = vec![
+        (
+            "picked",
+            ToWorker::Picked {
+                ticket: 1,
+                lease: 9,
+                endpoint: endpoint.clone(),
+                queued_ms: None,
+                release_at_once: false,
+            },
+        ),
+        (
+            "picked-queued",
+            ToWorker::Picked {
+                ticket: 2,
+                lease: 10,
+                endpoint: endpoint.clone(),
+                queued_ms: Some(1_250),
+                release_at_once: true,
+            },
+        ),
+        (
+            "picked-release-at-once",
+            ToWorker::Picked {
+                ticket: 8,
+                lease: 11,
+                endpoint,
+                queued_ms: Some(0),
+                release_at_once: true,
+            },
+        ),
+        (
+            "rejected-no-endpoints",
+            ToWorker::Rejected {
+                ticket: 3,
+                rejection: Rejection::NoEndpoints,
+            },
+        ),
+        (
+            "rejected-stale",
+            ToWorker::Rejected {
+                ticket: 4,
+                rejection: Rejection::StaleMetrics,
+            },
+        ),
+        ("unknown-state", ToWorker::UnknownState { ticket: 5 }),
+        ("queued", ToWorker::Queued { ticket: 6 }),
+        (
+            "dropped-ttl",
+            ToWorker::Dropped {
+                ticket: 6,
+                reason: DropReason::TtlExpired,
+                queued_ms: 2_000,
+            },
+        ),
+        (
+            "dropped-cancelled",
+            ToWorker::Dropped {
+                ticket: 7,
+                reason: DropReason::ContextCancelled,
+                queued_ms: 30,
+            },
+        ),
+    ];
+    let mut out: Vec<(String, Vec<u8>)> = Vec::new();
+    for (name, m) in owner {
+        out.push((format!("to-owner-{name}"), m.encode().unwrap()));
+    }
+    for (name, m) in worker {
+        out.push((format!("to-worker-{name}"), m.encode()));
+    }
+    // A release claiming 4 billion leases, a pick cut short, a cancel with a byte too many.
+    let mut huge = vec![3u8];
+    huge.extend(state.0.to_le_bytes());
+    huge.extend(u32::MAX.to_le_bytes());
+    huge.extend(7u64.to_le_bytes());
+    out.push(("hostile-huge-count".into(), huge));
+    let pick = &out[2].1;
+    out.push((
+        "hostile-truncated-pick".into(),
+        pick[..pick.len() - 3].to_vec(),
+    ));
+    let mut trailing = out[4].1.clone();
+    trailing.push(0);
+    out.push(("hostile-trailing-byte".into(), trailing));
+    out
+}
+
+/// Writes only the `flow_config` and `owner_messages` seeds (the others are untouched).
+#[test]
+#[ignore = "writes testdata/fuzz/flow_config and owner_messages; run by hand"]
+fn write_flow_and_owner_seeds() {
+    for (target, seeds) in [
+        ("flow_config", flow_config_seeds()),
+        ("owner_messages", owner_message_seeds()),
+    ] {
+        let d = testdata().join("fuzz").join(target);
+        std::fs::create_dir_all(&d).unwrap();
+        for (name, data) in seeds {
+            write(&d, &name, &data);
+        }
+    }
+}
+
 /// Writes only the `usage_stream` seeds (the others are untouched).
 #[test]
 #[ignore = "writes testdata/fuzz/usage_stream; run by hand"]
@@ -368,6 +821,16 @@ fn write_seed_corpora() {
 
     let d = dir("usage_stream");
     for (name, data) in usage_seeds() {
+        write(&d, &name, &data);
+    }
+
+    let d = dir("flow_config");
+    for (name, data) in flow_config_seeds() {
+        write(&d, &name, &data);
+    }
+
+    let d = dir("owner_messages");
+    for (name, data) in owner_message_seeds() {
         write(&d, &name, &data);
     }
 }

@@ -317,7 +317,7 @@ mod tests {
     #[test]
     fn every_target_has_seeds() {
         let names = targets().unwrap();
-        assert!(names.len() >= 7, "{names:?}");
+        assert!(names.len() >= 9, "{names:?}");
         for n in names {
             let seeds = workspace_root().join("testdata/fuzz").join(&n);
             assert!(seeds.is_dir(), "{}", seeds.display());
