@@ -27,6 +27,7 @@
 
 pub mod calibration;
 pub mod cli;
+pub mod flow;
 pub mod closed_loop;
 pub mod columns;
 pub mod hotspot;

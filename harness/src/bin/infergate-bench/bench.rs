@@ -1,21 +1,22 @@
-//! `cargo xtask bench overhead|affinity|ttft|soak|memory`: the affinity, TTFT and overhead numbers,
-//! each measured as ratios in one run, and the soak and per-request memory figures (see
-//! `infergate_harness::bench`).
+//! `cargo xtask bench overhead|affinity|ttft|soak|memory|flow`: the affinity, TTFT and overhead
+//! numbers, each measured as ratios in one run, the soak and per-request memory figures, and
+//! flow control's dispatch rate and memory per queued request (see `infergate_harness::bench`).
 
 use super::Mode;
 use anyhow::{bail, Context, Result};
 use infergate_harness::bench::calibration::{self, CalibrationArgs, Route, RunSpec};
+use infergate_harness::bench::flow::{self, FlowOptions};
 use infergate_harness::bench::overhead::{self, OverheadOptions};
 use infergate_harness::bench::soak::request_memory::{self, MemoryOptions};
 use infergate_harness::bench::soak::{self, SoakOptions};
 use infergate_harness::launch::{runtime, Flavor};
 
-const USAGE: &str = "usage: cargo xtask bench <overhead|affinity|ttft|soak|memory> [options]
+const USAGE: &str = "usage: cargo xtask bench <overhead|affinity|ttft|soak|memory|flow> [options]
   overhead  requests/s and latency through Envoy: no filter vs Wasm vs native, each gateway
             also with tenancy; streamed windows time the first chunk
             [--connections N] [--concurrency C] [--rounds R] [--measure-s S]
             [--stream-measure-s S (0: none)] [--arms plain,wasm-floor,wasm,wasm-tenancy,
-            native-floor,native,native-tenancy] [--quick]
+            wasm-flow,native-floor,native,native-tenancy,native-flow] [--quick]
   affinity  the picker at several Envoy worker counts, each flavour on the calibration
             workload: cache-hit ratio, TTFT p50 and p99 per worker count; exits non-zero
             unless every multi-worker run keeps >= 0.97 x the flavour's 1-worker hit ratio
@@ -38,7 +39,11 @@ const USAGE: &str = "usage: cargo xtask bench <overhead|affinity|ttft|soak|memor
   memory    the most memory one request can make Envoy take, body limit 4 MiB: peak RSS
             above the level before for each worst-case body (4 MiB of 1e308 in tools, one
             4 MiB string, 100k messages, deep nesting), one alone and N at once, a fresh
-            Envoy each time [--flavor wasm|native|both (both)] [--parallel N (8)]";
+            Envoy each time [--flavor wasm|native|both (both)] [--parallel N (8)]
+  flow      flow control at saturation: enqueue + dispatch per second in process with N
+            queued, and Envoy's memory per queued request (N clients with 32 KB bodies
+            queued behind one slot), then every client leaves and the queue must empty
+            [--queued N (10000)] [--flavor wasm|native|both (both)] [--quick: 1000]";
 
 /// Entry point of `cargo xtask bench …`.
 pub fn run(args: &[String], mode: Mode) -> Result<()> {
@@ -64,6 +69,9 @@ pub fn run(args: &[String], mode: Mode) -> Result<()> {
         "memory" => {
             MemoryOptions::parse(rest)?;
         }
+        "flow" => {
+            FlowOptions::parse(rest)?;
+        }
         other => bail!("unknown benchmark `{other}`\n{USAGE}"),
     }
     if mode == Mode::Check {
@@ -85,6 +93,7 @@ pub fn run(args: &[String], mode: Mode) -> Result<()> {
             return Ok(());
         }
         "memory" => runtime()?.block_on(request_memory::run(&MemoryOptions::parse(rest)?))?,
+        "flow" => runtime()?.block_on(flow::run(&FlowOptions::parse(rest)?))?,
         _ => ttft(rest)?,
     };
     println!("\n{report}");
