@@ -291,8 +291,10 @@ pub async fn queued_memory(flavor: Flavor, opts: &FlowOptions) -> Result<QueuedM
     // Let the scraper's first rounds settle before the reading.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_before = rss_bytes(pid)?;
-    let mut streams = Vec::with_capacity(opts.queued + 1);
-    streams.push(send(listener, &body).await.context("the holder")?);
+    // It holds the pool's one slot until the queued clients have left (were it to leave
+    // first, its end would dispatch queued requests instead).
+    let holder = send(listener, &body).await.context("the holder")?;
+    let mut streams = Vec::with_capacity(opts.queued);
     wait_for(&stack, Duration::from_secs(10), |s| {
         s.sum_containing("infergate.picker.inflight_requests.pool.") >= 1
     })
@@ -313,6 +315,7 @@ pub async fn queued_memory(flavor: Flavor, opts: &FlowOptions) -> Result<QueuedM
         queued_now(s) == 0 && cancelled(s) >= queued
     })
     .await?;
+    drop(holder);
     Ok(QueuedMemory {
         flavor,
         queued,
