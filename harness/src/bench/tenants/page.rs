@@ -77,6 +77,7 @@ pub fn share_chart(f: &SaturationFigures) -> Chart {
         )
         .dashed(),
     );
+    series.push(Series::new("load stops", 7, vec![(f.load_s, 0.0), (f.load_s, 1.0)]).dashed());
     Chart {
         title: format!(
             "Service share per tenant per {:.0} s window (prompt + 2 × completion tokens)",

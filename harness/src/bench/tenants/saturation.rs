@@ -186,8 +186,6 @@ pub struct SaturationFigures {
     /// The gateway's non-zero `infergate.flow.*` counters at the end, names after
     /// `infergate.flow.`.
     pub flow_stats: Vec<(String, i64)>,
-    /// Samples in the gateway's `queue_time_ms` histograms (all bands and flows).
-    pub queue_time_samples: u64,
     /// The billing log.
     pub billing_log: PathBuf,
     /// Wall time from the first request to the last answer.
@@ -285,7 +283,7 @@ async fn run_on(
         );
     }
     let served_after = served(&scrape(sim).await);
-    let (flow_stats, queue_time_samples) = flow_stats(&stack).await;
+    let flow_stats = flow_stats(&stack).await;
     drop(stack);
     let values: Vec<Value> = records.iter().map(|r| r.record.clone()).collect();
     Ok(SaturationFigures {
@@ -297,7 +295,6 @@ async fn run_on(
         bills: bills(&values),
         served: served_since(&served_after, &served_before),
         flow_stats,
-        queue_time_samples,
         billing_log,
         wall_s,
         sent,
@@ -305,10 +302,9 @@ async fn run_on(
     })
 }
 
-/// The gateway's non-zero flow-control counters (names after `infergate.flow.`), and the
-/// samples of its queue-time histograms.
-async fn flow_stats(stack: &Stack) -> (Vec<(String, i64)>, u64) {
-    let counters = match stack.envoy().stats().await {
+/// The gateway's non-zero flow-control counters (names after `infergate.flow.`).
+async fn flow_stats(stack: &Stack) -> Vec<(String, i64)> {
+    match stack.envoy().stats().await {
         Ok(stats) => stats
             .containing("infergate.flow.")
             .filter(|(_, v)| *v != 0)
@@ -318,12 +314,7 @@ async fn flow_stats(stack: &Stack) -> (Vec<(String, i64)>, u64) {
             })
             .collect(),
         Err(e) => vec![(format!("(stats unavailable: {e:#})"), 0)],
-    };
-    let samples = match stack.envoy().histograms().await {
-        Ok(h) => h.sum_containing("infergate.flow.queue_time_ms").count,
-        Err(_) => 0,
-    };
-    (counters, samples)
+    }
 }
 
 /// Reads the lines appended to a billing log since an offset, each stamped when read.

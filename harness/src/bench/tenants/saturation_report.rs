@@ -233,12 +233,7 @@ pub fn render(f: &SaturationFigures) -> String {
             .iter()
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
-        let _ = writeln!(
-            out,
-            "gateway flow-control counters: {}; queue_time_ms samples {}",
-            stats.join(", "),
-            f.queue_time_samples
-        );
+        let _ = writeln!(out, "gateway flow-control counters: {}", stats.join(", "));
     }
     out
 }
@@ -302,28 +297,36 @@ pub fn answer(f: &SaturationFigures) -> String {
             .find(|r| r.record["tenant"] == tenant)
             .and_then(|r| r.record["priority"].as_i64())
     };
-    let waits: Vec<String> = [TENANT_A, TENANT_B]
+    let wait_of = |t: &str| {
+        prio_of(t)
+            .map(|p| (p, q(p)))
+            .filter(|(_, qt)| qt.requests > 0)
+    };
+    let waits: Vec<String> = [("A", TENANT_A), ("B", TENANT_B)]
         .iter()
-        .filter_map(|t| {
-            let p = prio_of(t)?;
-            let qt = q(p);
-            (qt.requests > 0).then(|| {
-                format!(
-                    "{}'s (priority {p}) {:.0} ms at p50 and {:.0} ms at p99",
-                    if *t == TENANT_A { "A" } else { "B" },
-                    qt.p50_ms,
-                    qt.p99_ms
-                )
-            })
+        .filter_map(|(name, t)| {
+            let (p, qt) = wait_of(t)?;
+            Some(format!(
+                "{name}'s (priority {p}) {:.0} ms at p50 and {:.0} ms at p99",
+                qt.p50_ms, qt.p99_ms
+            ))
         })
         .collect();
     if !waits.is_empty() {
         let _ = write!(
             s,
-            "Requests waited in the gateway, not in the replicas' queues: {}; B, with fewer \
-             requests outstanding but a third of A's weight, waits longer per request. ",
+            "Requests waited in the gateway, not in the replicas' queues: {}",
             waits.join(", ")
         );
+        if let (Some((_, qa)), Some((_, qb))) = (wait_of(TENANT_A), wait_of(TENANT_B)) {
+            if qb.p50_ms > qa.p50_ms {
+                s.push_str(
+                    "; B, with half A's requests outstanding but a third of its weight, waits \
+                     longer",
+                );
+            }
+        }
+        s.push_str(". ");
     }
     let (c_sent, c_ok, c_refused, _) = answers_of(f, TENANT_C);
     let sat = rejected_total(f, TENANT_C, SATURATED);
@@ -334,8 +337,8 @@ pub fn answer(f: &SaturationFigures) -> String {
         "The best-effort tenant C (priority {BEST_EFFORT_BAND}) sent {c_sent} requests: {} \
          while A and B were backlogged, since a higher band always goes first; {sat} were \
          refused at once with 429 rejected-saturated (its band holds {BEST_EFFORT_QUEUE}), {ttl} \
-         waited their {TTL_SECS} s TTL and got 429 rejected-ttl-expired{}, and {c_ok} were \
-         served{}. Every 429 came before any replica saw the request ({c_refused} in all), so \
+         waited their {TTL_SECS} s TTL and got 429 rejected-ttl-expired{}, and {c_ok} \
+         {} served{}. Every 429 came before any replica saw the request ({c_refused} in all), so \
          C may retry them safely.",
         if c_loaded == 0 {
             "none was served".to_string()
@@ -350,6 +353,7 @@ pub fn answer(f: &SaturationFigures) -> String {
         } else {
             String::new()
         },
+        if c_ok == 1 { "was" } else { "were" },
         if c_ok > 0 && c_loaded == 0 {
             ", in the drain after A and B stopped"
         } else {
@@ -447,10 +451,11 @@ mod tests {
             "between 75% and 75% (target 75%)",
             "A's (priority 100) 300 ms at p50",
             "B's (priority 0) 900 ms",
+            "a third of its weight, waits longer",
             "sent 4 requests: none was served while A and B were backlogged",
             "2 were refused at once with 429 rejected-saturated",
             "1 waited their 5 s TTL",
-            "1 were served, in the drain after A and B stopped",
+            "1 was served, in the drain after A and B stopped",
         ] {
             assert!(text.contains(needle), "missing `{needle}` in:\n{text}");
         }
