@@ -547,21 +547,20 @@ impl RemotePicks for WasmPickerStore {
         let Some(mut link) = self.link.as_ref().and_then(|l| l.try_borrow_mut().ok()) else {
             return;
         };
-        if let Some(pending) = link.pending.remove(&ticket) {
-            if pending.queued {
-                // Take it out of its pool's queue; a dispatch already on its way is
-                // given back by `release_unclaimed` when it arrives.
-                let cancel = ToOwner::Cancel {
-                    state: link.state,
-                    reply_queue: link.reply_queue,
-                    ticket,
-                };
-                if let Some(Err(why)) = cancel.encode().map(|bytes| link.send_bytes(&bytes)) {
-                    log(
-                        LogLevel::Warn,
-                        &format!("infergate: picker: leaving the queue failed: {why}"),
-                    );
-                }
+        if link.pending.remove(&ticket).is_some() {
+            // Take it out of its pool's queue, if the owner queued it (its `Queued` answer
+            // may not be here yet; a cancel of what is not queued does nothing). A dispatch
+            // already on its way is given back by `release_unclaimed`.
+            let cancel = ToOwner::Cancel {
+                state: link.state,
+                reply_queue: link.reply_queue,
+                ticket,
+            };
+            if let Some(Err(why)) = cancel.encode().map(|bytes| link.send_bytes(&bytes)) {
+                log(
+                    LogLevel::Warn,
+                    &format!("infergate: picker: leaving the queue failed: {why}"),
+                );
             }
         }
         if let Some(Arrived::Answer(answer)) = link.arrived.remove(&ticket) {

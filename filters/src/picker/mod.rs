@@ -481,13 +481,21 @@ impl PickerRequest {
         } = &stage
         {
             if let Some(flow) = plan.flow() {
-                // Dispatched or expired meanwhile: the verdict waits in the slot, and a
-                // dispatch's ticket is dropped with it.
-                let left = flow.gate().cancel(*key, now).is_some() || slot.take().is_some();
-                if left {
-                    flow.count_queued(stats, prepared.flow(), -1);
-                    flow.count_rejected(stats, prepared.flow(), DropReason::ContextCancelled);
-                }
+                // Still queued: taken out. Expired meanwhile: counted as what it was.
+                // Dispatched meanwhile (its verdict in the slot, or on its way there): the
+                // ticket is dropped with the verdict, and the capacity goes to the next
+                // request at the dispatch here (or the timer's, if the verdict lands later).
+                let reason = if flow.gate().cancel(*key, now).is_some() {
+                    DropReason::ContextCancelled
+                } else {
+                    match slot.take() {
+                        Some(Verdict::Dropped { reason, .. }) => reason,
+                        _ => DropReason::ContextCancelled,
+                    }
+                };
+                flow.count_queued(stats, prepared.flow(), -1);
+                flow.count_rejected(stats, prepared.flow(), reason);
+                flow.run(now);
             }
         }
         if let Some(lease) = self.lease.take() {
