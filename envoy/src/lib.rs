@@ -18,6 +18,7 @@
 //!   `router` / `picker`), each a pipeline; [`probe`]: a measuring filter (`probe`) that only
 //!   buffers and reads the body.
 //! - [`scraper`]: the bootstrap extension (`extension_name` `scraper`).
+//! - [`flow_timer`]: the thread that expires and dispatches flow control's queues.
 //! - [`shared`]: process-wide state shared by all workers.
 //! - `hooks`: the exported `envoy_dynamic_module_on_*` functions.
 //!

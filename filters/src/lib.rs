@@ -41,7 +41,8 @@
 //! stages), [`host`] (capability traits), [`status`] (what the driver returns), [`reply`]
 //! (OpenAI error replies), [`stats`] (stat names and families), [`headers`] (wire names and
 //! client-header stripping), [`handoff`] (router → picker per-stream handoff), [`router`]
-//! (body router), [`picker`] (endpoint picker), [`scraper`] (metrics scraper),
+//! (body router), [`picker`] (endpoint picker; with [`flow`], the flow-control gate it asks
+//! before it picks), [`scraper`] (metrics scraper),
 //! [`consistency`] (checks between separately loaded configs), [`fake`] (a builder-style
 //! fake host for tests; feature `fake-host` exports it). `benches/filters.rs` measures the
 //! router and the picker on an 8k-token body.
