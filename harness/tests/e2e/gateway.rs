@@ -25,6 +25,10 @@
 //! - [`panics`]: a panic inside the native module fails one request, Envoy keeps serving;
 //! - [`tenants`]: API keys and JWTs, quotas (RPM, TPM, concurrency at 1 and 4 workers), usage
 //!   accounting and the billing log, over the simulator;
+//! - [`flow`]: flow control with the pool saturated: dispatch by band then by flow, a full
+//!   band, a TTL, a client that leaves while queued, weighted and round-robin shares, and
+//!   nothing queued below saturation (its own macro makes the `flow::wasm` / `flow::native`
+//!   tests);
 //! - [`faults`]: the fault suite: hostile headers and bodies (HTTP/1.1 and HTTP/2),
 //!   failing engines, aborted and held streams; Envoy keeps serving, nothing stays in flight.
 
