@@ -10,6 +10,8 @@
 //! leaves exactly once. Every string and number of the document also goes through the
 //! quantity and duration parsers.
 
+use std::collections::{BTreeMap, VecDeque};
+
 use scheduler_core::flow::config::MAX_BANDS;
 use scheduler_core::flow::quantity::{parse_duration_ms, parse_quantity};
 use scheduler_core::flow::{
@@ -220,6 +222,8 @@ struct Run<'c> {
     left: u64,
     priorities: Vec<i32>,
     flows: Vec<String>,
+    /// Per round-robin band, its backlogged flows in turn order (next first).
+    rounds: BTreeMap<i32, VecDeque<String>>,
 }
 
 impl<'c> Run<'c> {
@@ -247,6 +251,7 @@ impl<'c> Run<'c> {
             left: 0,
             priorities,
             flows,
+            rounds: BTreeMap::new(),
         }
     }
 
@@ -314,7 +319,41 @@ impl<'c> Run<'c> {
             !self.queues.contains(h.key),
             "{id} left but is still queued"
         );
+        // A flow that goes idle leaves the round (and joins at the back when it returns).
+        if self.depth_in(h.band, &h.flow) == 0 {
+            if let Some(round) = self.rounds.get_mut(&h.band) {
+                round.retain(|f| f != &h.flow);
+            }
+        }
         Some(h)
+    }
+
+    /// Requests of `flow` the model holds in `band`.
+    fn depth_in(&self, band: i32, flow: &str) -> usize {
+        self.held
+            .iter()
+            .filter(|h| h.band == band && h.flow == flow)
+            .count()
+    }
+
+    /// The virtual counter of every flow with requests in `band`.
+    fn backlogged_counters(&self, band: i32) -> Vec<(String, f64)> {
+        let mut flows: Vec<&str> = self
+            .held
+            .iter()
+            .filter(|h| h.band == band)
+            .map(|h| h.flow.as_str())
+            .collect();
+        flows.sort_unstable();
+        flows.dedup();
+        flows
+            .into_iter()
+            .map(|f| {
+                let c = self.queues.virtual_counter(band, f);
+                assert!(c.is_some(), "backlogged flow {f} of band {band} unknown");
+                (f.to_owned(), c.unwrap_or(f64::NAN))
+            })
+            .collect()
     }
 
     fn pick<T>(options: &[T], b: u8) -> &T {
@@ -355,6 +394,20 @@ impl<'c> Run<'c> {
             && band_bytes + u128::from(bytes) <= u128::from(band.max_bytes)
             && all_len < self.cfg.max_requests
             && all_bytes + u128::from(bytes) <= u128::from(self.cfg.max_bytes);
+        let idle = self.depth_in(band.priority, &flow) == 0;
+        // Weighted: a flow that becomes backlogged is lifted to the least counter of the
+        // backlogged ones, keeping any lead it had.
+        let lift = (idle && band.fairness == FairnessPolicy::Weighted)
+            .then(|| {
+                let own = self
+                    .queues
+                    .virtual_counter(band.priority, &flow)
+                    .unwrap_or(0.0);
+                let others = self.backlogged_counters(band.priority);
+                let floor = others.iter().map(|(_, c)| *c).reduce(f64::min)?;
+                Some(own.max(floor))
+            })
+            .flatten();
         let id = self.next_id;
         self.next_id += 1;
         let answer = self.queues.enqueue(Arrival {
@@ -377,6 +430,16 @@ impl<'c> Run<'c> {
                     self.now.saturating_add(ttl).min(NEVER - 1)
                 };
                 self.accepted += 1;
+                if let Some(lifted) = lift {
+                    let counter = self.queues.virtual_counter(band.priority, &flow);
+                    assert_eq!(counter, Some(lifted), "{flow} became backlogged");
+                }
+                if idle && band.fairness == FairnessPolicy::RoundRobin {
+                    self.rounds
+                        .entry(band.priority)
+                        .or_default()
+                        .push_back(flow.clone());
+                }
                 self.held.push(Held {
                     id,
                     key,
@@ -405,6 +468,8 @@ impl<'c> Run<'c> {
     }
 
     fn dispatch(&mut self) {
+        let top = self.held.iter().map(|h| h.band).max();
+        let counters = top.map_or_else(Vec::new, |b| self.backlogged_counters(b));
         let Some(d) = self.queues.dispatch(self.now) else {
             assert!(
                 self.held.is_empty(),
@@ -412,7 +477,6 @@ impl<'c> Run<'c> {
             );
             return;
         };
-        let top = self.held.iter().map(|h| h.band).max();
         let h = self.held.iter().find(|h| h.id == d.item);
         assert!(h.is_some(), "dispatched {} which is not queued", d.item);
         let Some(h) = h else {
@@ -444,7 +508,31 @@ impl<'c> Run<'c> {
             .map(order)
             .min();
         assert_eq!(first, Some(order(h)), "{:?} out of order", band.ordering);
+        // Across flows, the fairness policy's next.
+        match band.fairness {
+            FairnessPolicy::RoundRobin => {
+                let turn = self.rounds.get(&h.band).and_then(VecDeque::front);
+                assert_eq!(turn, Some(&h.flow), "round robin: not this flow's turn");
+            }
+            FairnessPolicy::Weighted => {
+                let mine = counters.iter().find(|(f, _)| f == &h.flow).map(|(_, c)| *c);
+                let least = counters.iter().map(|(_, c)| *c).reduce(f64::min);
+                assert!(
+                    mine.is_some() && mine <= least,
+                    "weighted: {} (counter {mine:?}) served before the least counter {least:?}",
+                    h.flow
+                );
+            }
+            FairnessPolicy::GlobalStrict => {}
+        }
+        let (band_priority, flow, fairness) = (h.band, h.flow.clone(), band.fairness);
         let _ = self.take(d.item);
+        // Served and still backlogged: to the back of the round.
+        if fairness == FairnessPolicy::RoundRobin && self.depth_in(band_priority, &flow) > 0 {
+            if let Some(round) = self.rounds.get_mut(&band_priority) {
+                round.rotate_left(1);
+            }
+        }
     }
 
     fn cancel(&mut self, s: &mut Script<'_>) -> Option<()> {

@@ -260,30 +260,50 @@ fn usage_seeds() -> Vec<(String, Vec<u8>)> {
     out
 }
 
-/// A `flow_config` operation script: `n` operations from a xorshift seeded by `seed`
-/// (half enqueues, mostly of small bodies; dispatches, cancels, clock steps, charges).
-fn flow_script(seed: u64, n: usize) -> Vec<u8> {
+/// Bytes from a xorshift seeded by `seed`.
+fn byte_source(seed: u64) -> impl FnMut() -> u8 {
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = || {
+    move || {
         state ^= state << 13;
         state ^= state >> 7;
         state ^= state << 17;
         (state >> 24) as u8
-    };
+    }
+}
+
+/// A `flow_config` enqueue: priority, flow, bytes (u16, large now and then), service, TTL.
+fn enqueue_op(next: &mut impl FnMut() -> u8) -> [u8; 7] {
+    let hi = next();
+    [0, next(), next(), next(), hi & 0x83, next(), next()]
+}
+
+/// A `flow_config` operation script: `n` operations, half enqueues (mostly of small
+/// bodies), then dispatches, cancels, clock steps and charges.
+fn flow_script(seed: u64, n: usize) -> Vec<u8> {
+    let mut next = byte_source(seed);
     let mut out = Vec::new();
     for _ in 0..n {
-        let roll = next();
-        match roll % 10 {
-            // Enqueue: priority, flow, bytes (u16, large now and then), service, TTL.
-            0..=4 => {
-                let hi = next();
-                out.extend([0, next(), next(), next(), hi & 0x83, next(), next()]);
-            }
+        match next() % 10 {
+            0..=4 => out.extend(enqueue_op(&mut next)),
             5 | 6 => out.push(3),
             7 => out.extend([5, next()]),
             8 => out.extend([6, next() % 64]),
             _ => out.extend([7, next(), next(), next(), next()]),
         }
+    }
+    out
+}
+
+/// Bursts: 24 enqueues, then 24 dispatches, three times; so that many flows wait at once
+/// and the fairness policies choose among them.
+fn burst_script(seed: u64) -> Vec<u8> {
+    let mut next = byte_source(seed);
+    let mut out = Vec::new();
+    for _ in 0..3 {
+        for _ in 0..24 {
+            out.extend(enqueue_op(&mut next));
+        }
+        out.extend([3; 24]);
     }
     out
 }
@@ -479,6 +499,11 @@ fn flow_config_seeds() -> Vec<(String, Vec<u8>)> {
             c
         }),
     ];
+    for (name, config) in &variants {
+        let mut bytes = serde_json::to_vec(config).unwrap();
+        bytes.extend(burst_script(name.len() as u64));
+        out.push((format!("{name}-bursts"), bytes));
+    }
     for (i, (name, config)) in variants.into_iter().chain(hostile).enumerate() {
         out.push((name.into(), flow_input(&config, 100 + i as u64)));
     }
