@@ -11,7 +11,9 @@ use super::saturation::{
     COMPLETION_TOKENS, C_RATE, MAX_CONCURRENCY, PROMPT_TOKENS, TENANT_C, TTL_SECS, WEIGHT_A,
     WEIGHT_B,
 };
-use super::windows::{loaded_served, share, QueueTimes, Window, SATURATED, TTL_EXPIRED};
+use super::windows::{
+    loaded_served, share, steady_served, QueueTimes, Window, SATURATED, TTL_EXPIRED,
+};
 use super::{TENANT_A, TENANT_B};
 use crate::bench::report::table;
 
@@ -131,6 +133,21 @@ pub fn phase_table(f: &SaturationFigures) -> String {
             .sum(),
     ));
     rows.push(row(
+        format!("after the first window {:.0}–{:.0} s", f.window_s, f.load_s),
+        &steady_served(&f.windows),
+        &BTreeMap::new(),
+        loaded
+            .iter()
+            .skip(1)
+            .map(|w| w.rejected(TENANT_C, SATURATED))
+            .sum(),
+        loaded
+            .iter()
+            .skip(1)
+            .map(|w| w.rejected(TENANT_C, TTL_EXPIRED))
+            .sum(),
+    ));
+    rows.push(row(
         "whole phase".into(),
         &served_all(f),
         &f.queue,
@@ -245,10 +262,14 @@ pub fn answer(f: &SaturationFigures) -> String {
     let (a, b) = (served_of(&loaded, TENANT_A), served_of(&loaded, TENANT_B));
     let c_loaded = served_of(&loaded, TENANT_C);
     let target = target_share();
+    // The first window holds the admissions before the queues formed: the per-window range
+    // and the steady ratio leave it out.
     let shares: Vec<f64> = f
         .windows
         .iter()
-        .filter(|w| w.loaded && served_of(&w.served, TENANT_B) + served_of(&w.served, TENANT_A) > 0)
+        .filter(|w| w.loaded)
+        .skip(1)
+        .filter(|w| served_of(&w.served, TENANT_B) + served_of(&w.served, TENANT_A) > 0)
         .map(|w| w.share(TENANT_A, &SHARED))
         .collect();
     let (lo, hi) = shares
@@ -256,6 +277,8 @@ pub fn answer(f: &SaturationFigures) -> String {
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), s| {
             (l.min(*s), h.max(*s))
         });
+    let steady = steady_served(&f.windows);
+    let (sa, sb) = (served_of(&steady, TENANT_A), served_of(&steady, TENANT_B));
     let mut s = String::new();
     if a + b == 0 {
         return "Under saturation: no request of A or B completed while the load ran, so the \
@@ -279,10 +302,15 @@ pub fn answer(f: &SaturationFigures) -> String {
         a as f64 / (a + b) as f64 * 100.0,
         b as f64 / (a + b) as f64 * 100.0,
     );
-    if lo.is_finite() {
+    if lo.is_finite() && sb > 0 {
+        let sr = sa as f64 / sb as f64;
         let _ = write!(
             s,
-            "; A's share per {:.0} s window stayed between {:.0}% and {:.0}% (target {:.0}%)",
+            "; from {:.0} s on (the first window holds the requests admitted at once, before \
+             the queues formed) A : B = {sr:.2} ({:+.1}%), and A's share per {:.0} s window \
+             stayed between {:.0}% and {:.0}% (target {:.0}%)",
+            f.window_s,
+            (sr / weights - 1.0) * 100.0,
             f.window_s,
             lo * 100.0,
             hi * 100.0,
@@ -448,7 +476,9 @@ mod tests {
         for needle in [
             "A was served 720 tokens and B 240",
             "A : B = 3.00 against weights 3 : 1 (+0.0%)",
-            "between 75% and 75% (target 75%)",
+            "from 2 s on (the first window holds the requests admitted at once, before the \
+             queues formed) A : B = 3.00 (+0.0%), and A's share per 2 s window stayed between \
+             75% and 75% (target 75%)",
             "A's (priority 100) 300 ms at p50",
             "B's (priority 0) 900 ms",
             "a third of its weight, waits longer",

@@ -215,8 +215,19 @@ pub fn windows(records: &[Stamped], sent: &[Sent], window_s: f64, load_s: f64) -
 
 /// The tokens served per tenant over the `loaded` windows (the span when the load ran).
 pub fn loaded_served(windows: &[Window]) -> BTreeMap<String, u64> {
+    served_over(windows.iter().filter(|w| w.loaded))
+}
+
+/// The tokens served per tenant over the loaded windows after the first: the first holds
+/// the requests admitted at once, before the pool saturated and the queues formed, in
+/// whatever order the clients' first requests arrived.
+pub fn steady_served(windows: &[Window]) -> BTreeMap<String, u64> {
+    served_over(windows.iter().filter(|w| w.loaded).skip(1))
+}
+
+fn served_over<'a>(windows: impl Iterator<Item = &'a Window>) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
-    for w in windows.iter().filter(|w| w.loaded) {
+    for w in windows {
         for (t, v) in &w.served {
             *out.entry(t.clone()).or_insert(0) += v;
         }
@@ -316,6 +327,8 @@ mod tests {
         assert_eq!(w[4].queue[&-10].expired, 0);
         let total = loaded_served(&w);
         assert_eq!((total["a"], total["b"]), (360, 120));
+        let steady = steady_served(&w);
+        assert_eq!((steady["a"], steady.get("b")), (120, None));
         assert!(!total.contains_key("c"), "c was served in the drain only");
         let all = queue_overall(&records);
         assert_eq!(all[&-10].requests, 2);
