@@ -138,6 +138,10 @@ impl PreparedPick {
         let max_output = r.u64()?;
         let target_model = r.string()?;
         let session = r.string()?;
+        // What the encoder writes for an absent value, and nothing else.
+        if (flags & 1 == 0 && max_output != 0) || (flags & 2 == 0 && !session.is_empty()) {
+            return None;
+        }
         let block_hashes = r.u64s()?.into_iter().map(BlockHash).collect();
         let priority = i32::from_le_bytes(r.u32()?.to_le_bytes());
         let fairness_id = r.string()?;

@@ -370,7 +370,7 @@ impl ToWorker {
                 let endpoint = r.string()?;
                 let flags = r.u8()?;
                 let queued_ms = r.u64()?;
-                if flags & !0b11 != 0 || (flags == 0 && queued_ms != 0) {
+                if flags & !0b11 != 0 || (flags & 1 == 0 && queued_ms != 0) {
                     return None;
                 }
                 ToWorker::Picked {
