@@ -371,9 +371,6 @@ impl<'a> Declared<'a> {
         match flow {
             Some(f) => pick(f)
                 .ok_or_else(|| path.error(&format!("`{name}` is {}, not {wanted}", f.kind()))),
-            None if name == *ty => Err(path.error(&format!(
-                "`{name}` is not {wanted} (no flow-control plugin of that type)"
-            ))),
             None => Err(path.error(&format!("`{name}` is a `{ty}`, not {wanted}"))),
         }
     }
