@@ -26,6 +26,7 @@ use infergate_harness::bench::hotspot::{self, HotspotOptions};
 use infergate_harness::bench::html::{self, Block, Page};
 use infergate_harness::bench::tenants::{self, TenantsOptions};
 use infergate_harness::launch::{runtime, Flavor};
+use infergate_harness::load::summary::percentile;
 
 const USAGE: &str = "usage: cargo xtask demo [--scenario calibration|hotspot|tenants] [options]
   calibration  (the default) the calibration workload through /rr and through the picker:
@@ -187,13 +188,20 @@ fn calibration_page(cols: &Columns, text: &str) -> Page {
             .iter()
             .zip(&cols.reports)
             .map(|(spec, r)| {
-                let t: Vec<f64> = r
+                let mut t: Vec<f64> = r
                     .records
                     .iter()
                     .filter(|x| x.ok() && (!later || x.turn > 0))
                     .filter_map(|x| x.ttft_s)
                     .collect();
-                (spec.label.clone(), t)
+                t.sort_by(f64::total_cmp);
+                let label = format!(
+                    "{} (p50 {:.1} ms, p99 {:.0} ms)",
+                    spec.label,
+                    percentile(&t, 50.0) * 1000.0,
+                    percentile(&t, 99.0) * 1000.0
+                );
+                (label, t)
             })
             .collect()
     };
