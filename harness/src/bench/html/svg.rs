@@ -164,7 +164,7 @@ pub fn tick_label(v: f64) -> String {
     let a = v.abs();
     let (scaled, suffix) = if a >= 1e6 {
         (v / 1e6, "M")
-    } else if a >= 1e4 {
+    } else if a >= 1e3 {
         (v / 1e3, "k")
     } else {
         (v, "")
@@ -835,6 +835,8 @@ mod tests {
         assert_eq!(tick_label(20.0), "20");
         assert_eq!(tick_label(0.6000000000000001), "0.6");
         assert_eq!(tick_label(15_000.0), "15k");
+        assert_eq!(tick_label(1500.0), "1.5k");
+        assert_eq!(tick_label(999.0), "999");
         assert_eq!(tick_label(2_000_000.0), "2M");
         assert_eq!(tick_label(-0.0001), "0");
     }

@@ -9,6 +9,12 @@ use super::windows::{SATURATED, TTL_EXPIRED};
 use super::{RunFigures, TENANT_A, TENANT_B};
 use crate::bench::html::{ttft_cdf, Axis, Block, Chart, Kind, Page, Series};
 
+/// The time axis of the phase's charts: from 0 to the end of the last window.
+fn time_axis(f: &SaturationFigures) -> Axis {
+    let end = f.windows.last().map_or(f.load_s, |w| w.end_s);
+    Axis::linear("seconds since the phase began").with_range(0.0, end.max(f.window_s))
+}
+
 /// The x of a window on the charts: its middle.
 fn mid(start: f64, end: f64) -> f64 {
     (start + end) / 2.0
@@ -83,7 +89,7 @@ pub fn share_chart(f: &SaturationFigures) -> Chart {
             "Service share per tenant per {:.0} s window (prompt + 2 × completion tokens)",
             f.window_s
         ),
-        x: Axis::linear("seconds since the phase began").with_range(span.0, span.1),
+        x: time_axis(f),
         y: Axis::linear("share of tokens served").with_range(0.0, 1.0),
         kind: Kind::Lines,
         series,
@@ -109,7 +115,7 @@ pub fn throughput_chart(f: &SaturationFigures) -> Chart {
         .collect();
     Chart {
         title: "Tokens served per second (prompt + 2 × completion), stacked".into(),
-        x: Axis::linear("seconds since the phase began"),
+        x: time_axis(f),
         y: Axis::linear("tokens / s"),
         kind: Kind::StackedArea,
         series,
@@ -138,7 +144,7 @@ pub fn queue_chart(f: &SaturationFigures) -> Chart {
     }
     Chart {
         title: "Time queued in the gateway per priority, p50 and p99 per window".into(),
-        x: Axis::linear("seconds since the phase began"),
+        x: time_axis(f),
         y: Axis::log("queued ms (log scale; 0 drawn at 0.5)"),
         kind: Kind::Lines,
         series,
@@ -165,7 +171,7 @@ pub fn rejections_chart(f: &SaturationFigures) -> Chart {
              window",
             f.window_s
         ),
-        x: Axis::linear("seconds since the phase began"),
+        x: time_axis(f),
         y: Axis::linear("429 answers"),
         kind: Kind::StackedBars { width: f.window_s },
         series,
