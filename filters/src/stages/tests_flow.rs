@@ -205,3 +205,25 @@ fn a_client_that_leaves_the_queue_frees_its_place_and_is_never_routed() {
     assert_eq!(next.woken(), 1, "the first's end dispatches it");
     assert_eq!(leaving.woken(), 0);
 }
+
+#[test]
+fn eviction_is_refused_by_name_rather_than_ignored() {
+    let mut epp = crate::picker::config::default_epp_config();
+    epp["featureGates"] = serde_json::json!(["flowControl"]);
+    epp["flowControl"] = serde_json::json!({"enableEviction": true});
+    let e = PickerShared::from_json(serde_json::json!({
+        "pool": "p", "baseModel": "llama", "endpoints": [], "eppConfig": epp
+    }))
+    .err()
+    .map(|e| e.to_string())
+    .unwrap_or_default();
+    assert!(
+        e.contains("pool `p`") && e.contains("flowControl.enableEviction"),
+        "{e}"
+    );
+    epp["flowControl"] = serde_json::json!({"enableEviction": false});
+    assert!(PickerShared::from_json(serde_json::json!({
+        "pool": "p", "baseModel": "llama", "endpoints": [], "eppConfig": epp
+    }))
+    .is_ok());
+}
