@@ -160,10 +160,9 @@ impl PickerRequest {
     /// [`PickerRequest::pending_pick`] to the owner and hands the answer to
     /// [`PickerRequest::on_answer`]. The lease then lives with the owner.
     pub fn deferred() -> Self {
-        PickerRequest {
-            deferred: true,
-            ..PickerRequest::new()
-        }
+        let mut request = PickerRequest::new();
+        request.deferred = true;
+        request
     }
 
     /// The prepared pick waiting for the owner's answer, with its pool.
@@ -516,10 +515,35 @@ impl PickerRequest {
     /// adapter's unreachable destroy without a hook pointer): gives the lease back; the
     /// gauge decrement is owed and paid by the pool's next request (see [`lease`]).
     /// Dropping the request does the same. Adapters call `on_end_counted`.
+    /// A request still queued leaves its pool's queue (uncounted: there is no host).
     pub fn on_end<S: PickerAccess>(&mut self, _shared: S) {
+        self.leave_queue();
         self.stage = Stage::Done;
         drop(self.lease.take());
         drop(self.ticket.take());
+    }
+
+    /// Take a request still queued out of its pool's queue, without a host.
+    fn leave_queue(&self) {
+        if let Stage::Queued {
+            plan,
+            prepared,
+            key,
+            ..
+        } = &self.stage
+        {
+            if let Some(flow) = plan.flow() {
+                drop(flow.gate().cancel(*key, prepared.now.0));
+            }
+        }
+    }
+}
+
+impl Drop for PickerRequest {
+    /// A request dropped while queued (its context went without an end event) leaves the
+    /// queue, as its lease and ticket give themselves back.
+    fn drop(&mut self) {
+        self.leave_queue();
     }
 }
 

@@ -227,3 +227,18 @@ fn eviction_is_refused_by_name_rather_than_ignored() {
     }))
     .is_ok());
 }
+
+#[test]
+fn a_queued_request_dropped_without_its_end_leaves_the_queue() {
+    let (picker, _shared) = flow_pipeline(1, 1, "60s");
+    let mut first = stream("a", None, 0);
+    let (_first_run, _) = send(&picker, &mut first);
+    let mut gone = stream("a", None, 0);
+    let (gone_run, status) = send(&picker, &mut gone);
+    assert_eq!(status, FilterStatus::Pause);
+    drop(gone_run);
+    // The band holds one: had the dropped request kept its place, this would be refused.
+    let mut next = stream("a", None, 1);
+    let (_next_run, status) = send(&picker, &mut next);
+    assert_eq!(status, FilterStatus::Pause, "queued in the freed place");
+}
