@@ -436,6 +436,8 @@ pub struct RemoteLease {
     /// It holds flow-control capacity queued requests likely wait for: given back at once
     /// rather than batched.
     flow: bool,
+    /// Its pool has flow control (the service its request received is worth sending).
+    flow_controlled: bool,
     /// The service its request received, when the usage showed it (0: unknown).
     service: u64,
 }
@@ -512,6 +514,7 @@ impl RemotePicks for WasmPickerStore {
                     lease,
                     link: Rc::clone(handle),
                     flow: release_at_once,
+                    flow_controlled: queued_ms.is_some(),
                     service: 0,
                 }),
                 queued_ms,
@@ -537,9 +540,15 @@ impl RemotePicks for WasmPickerStore {
         })
     }
 
-    fn report_service(&self, lease: &mut dyn std::any::Any, service: u64) {
+    fn report_service(
+        &self,
+        lease: &mut dyn std::any::Any,
+        service: &mut dyn FnMut() -> Option<u64>,
+    ) {
         if let Some(lease) = lease.downcast_mut::<RemoteLease>() {
-            lease.service = service;
+            if lease.flow_controlled {
+                lease.service = service().unwrap_or(0);
+            }
         }
     }
 

@@ -55,11 +55,11 @@ pub trait RemotePicks {
     /// The request of `ticket` stopped waiting (it ended before the answer).
     fn forget(&self, ticket: u64);
 
-    /// The request holding `lease` (a [`RemoteAnswer::Picked`] lease) received `service`
-    /// (prompt + 2 × completion tokens): sent back with the lease, so the state's flow
-    /// control corrects its estimate. A store whose leases carry no flow control may
-    /// ignore it.
-    fn report_service(&self, lease: &mut dyn Any, service: u64) {
+    /// The request holding `lease` (a [`RemoteAnswer::Picked`] lease) ends: `service`
+    /// reads what it received (prompt + 2 × completion tokens, when its usage showed it),
+    /// for the lease to carry back so the state's flow control corrects its estimate. A
+    /// store calls it only for leases of a pool with flow control (it is a host call).
+    fn report_service(&self, lease: &mut dyn Any, service: &mut dyn FnMut() -> Option<u64>) {
         let _ = (lease, service);
     }
 }
@@ -329,9 +329,9 @@ impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickSta
         if let (Some(remote), Some(RemoteLease(lease))) =
             (self.store.remote(), cx.get_mut::<RemoteLease>())
         {
-            if let Some(service) = read_state_number(&*host, SERVICE_STATE) {
-                remote.report_service(lease.as_mut(), service);
-            }
+            remote.report_service(lease.as_mut(), &mut || {
+                read_state_number(&*host, SERVICE_STATE)
+            });
         }
         let Some(request) = cx.get_mut::<PickerRequest>() else {
             return;
