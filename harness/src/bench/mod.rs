@@ -27,9 +27,9 @@
 
 pub mod calibration;
 pub mod cli;
-pub mod flow;
 pub mod closed_loop;
 pub mod columns;
+pub mod flow;
 pub mod hotspot;
 pub mod html;
 pub mod logic;
