@@ -17,6 +17,8 @@
 //!   auth, quota and usage stages), in interleaved rounds, plus streamed windows for
 //!   first-chunk latency, in front of a backend that answers at once
 //!   ([`overhead::backend`]); [`overhead_table`] renders its report.
+//! - [`flow`]: `bench flow`: flow control's dispatch rate at saturation (in process) and
+//!   Envoy's memory per queued request, through each flavour.
 //! - [`logic`]: the filters' parse and hash work per request, timed in-process, to split a
 //!   flavour's added cost between the filter logic and Envoy around it.
 //! - [`report`]: small formatting helpers shared by the tables; [`html`]: the demo's HTML
