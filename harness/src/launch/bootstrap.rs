@@ -757,12 +757,13 @@ mod tests {
             .collect()
     }
 
-    fn router_config(v: &Value) -> serde_json::Value {
+    /// The JSON configuration of the HTTP filter `name` in `v`'s connection manager.
+    fn filter_config(v: &Value, name: &str) -> serde_json::Value {
         let text = hcm(v)["http_filters"]
             .as_sequence()
             .unwrap()
             .iter()
-            .find(|f| f["name"] == "infergate.router")
+            .find(|f| f["name"] == name)
             .map(|f| {
                 let c = &f["typed_config"];
                 // Wasm: config.configuration.value; native: filter_config.value.
@@ -774,6 +775,10 @@ mod tests {
             })
             .unwrap();
         serde_json::from_str(&text).unwrap()
+    }
+
+    fn router_config(v: &Value) -> serde_json::Value {
+        filter_config(v, "infergate.router")
     }
 
     fn tenancy() -> Tenancy {
@@ -879,21 +884,7 @@ mod tests {
     }
 
     fn picker_config(v: &Value) -> serde_json::Value {
-        let text = hcm(v)["http_filters"]
-            .as_sequence()
-            .unwrap()
-            .iter()
-            .find(|f| f["name"] == "infergate.picker")
-            .map(|f| {
-                let c = &f["typed_config"];
-                c["config"]["configuration"]["value"]
-                    .as_str()
-                    .or(c["filter_config"]["value"].as_str())
-                    .unwrap()
-                    .to_owned()
-            })
-            .unwrap();
-        serde_json::from_str(&text).unwrap()
+        filter_config(v, "infergate.picker")
     }
 
     /// The picker's `objectives`: left out when there are none; otherwise the explicit ones

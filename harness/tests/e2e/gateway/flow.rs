@@ -35,6 +35,7 @@ use tokio::task::JoinHandle;
 
 use super::tag;
 use crate::support::gw::{self, Plan};
+use crate::support::objects::{objective, tenant_quota};
 use crate::support::raw;
 use infergate_filters::picker::config::default_epp_config;
 use infergate_harness::launch::client::post_json;
@@ -91,27 +92,9 @@ fn api_key(tenant: &str) -> String {
 /// A `TenantQuota` whose limits never bite, injecting `tenant` as the fairness id and
 /// `objective`.
 fn quota(tenant: &str, objective: &str) -> Value {
-    let key = api_key(tenant);
-    json!({
-        "apiVersion": "mini-platform.local/v1alpha1",
-        "kind": "TenantQuota",
-        "metadata": {"name": tenant},
-        "spec": {
-            "identity": {"apiKeyHashes": [infergate_filters::tenants::sha256_hex(key.as_bytes())]},
-            "inject": {"fairnessId": tenant, "objective": objective},
-            "limits": [{"model": "*", "rpm": 1000000, "tpm": 1000000000, "concurrency": 100000,
-                        "maxCompletionTokensDefault": 64}],
-            "accounting": {"preDebit": "input_plus_max_output",
-                           "settleOn": "usage_or_chunk_count",
-                           "streamDisconnect": "bill_generated"}
-        }
-    })
-}
-
-fn objective(name: &str, priority: i64) -> Value {
-    json!({"apiVersion": "llm-d.ai/v1alpha2", "kind": "InferenceObjective",
-           "metadata": {"name": name, "namespace": "serving"},
-           "spec": {"priority": priority, "poolRef": {"name": "pool"}}})
+    let never = json!({"rpm": 1000000, "tpm": 1000000000, "concurrency": 100000,
+                       "maxCompletionTokensDefault": 64});
+    tenant_quota(tenant, &api_key(tenant), objective, never, None)
 }
 
 /// One priority band with FCFS order within each flow.

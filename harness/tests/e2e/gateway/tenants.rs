@@ -27,6 +27,7 @@ use tokio::net::TcpStream;
 
 use super::tag;
 use crate::support::gw::{self, openai_error, Plan};
+use crate::support::objects::{objective, tenant_quota};
 use crate::support::{ServeMode, StreamPace, TestBackend, MALFORMED_SSE};
 use infergate_harness::launch::client::{post_json, post_json_streamed, HttpResponse};
 use infergate_harness::launch::jwt::TestIssuer;
@@ -56,46 +57,13 @@ const OBJECTIVE: &str = "x-llm-d-inference-objective";
 const FAIRNESS: &str = "x-llm-d-inference-fairness-id";
 const DROPPED: &str = "x-llm-d-request-dropped-reason";
 
-fn sha256(key: &str) -> String {
-    infergate_filters::tenants::sha256_hex(key.as_bytes())
-}
-
-/// One `TenantQuota`, the platform's schema, with one `"*"` limit.
-fn quota(name: &str, key: &str, objective: &str, limit: Value, jwt: Option<Value>) -> Value {
-    let mut identity = json!({"apiKeyHashes": [sha256(key)]});
-    if let Some(jwt) = jwt {
-        identity["jwtClaims"] = jwt;
-    }
-    let mut limit = limit;
-    limit["model"] = json!("*");
-    json!({
-        "apiVersion": "mini-platform.local/v1alpha1",
-        "kind": "TenantQuota",
-        "metadata": {"name": name},
-        "spec": {
-            "identity": identity,
-            "inject": {"fairnessId": name, "objective": objective},
-            "limits": [limit],
-            "accounting": {"preDebit": "input_plus_max_output",
-                           "settleOn": "usage_or_chunk_count",
-                           "streamDisconnect": "bill_generated"}
-        }
-    })
-}
-
-fn objective(name: &str, priority: i64) -> Value {
-    json!({"apiVersion": "llm-d.ai/v1alpha2", "kind": "InferenceObjective",
-           "metadata": {"name": name, "namespace": "serving"},
-           "spec": {"priority": priority, "poolRef": {"name": "pool"}}})
-}
-
 /// tenant-a (premium, also by JWT), tenant-b (standard, concurrency `b_concurrency`), and
 /// two tenants whose RPM / TPM are small enough to hit.
 fn objects(b_concurrency: u64) -> Vec<Value> {
     let big = json!({"rpm": 100000, "tpm": 100000000, "concurrency": 1000,
                      "maxCompletionTokensDefault": 64});
     vec![
-        quota(
+        tenant_quota(
             "tenant-a",
             KEY_A,
             "premium-traffic",
@@ -105,28 +73,28 @@ fn objects(b_concurrency: u64) -> Vec<Value> {
                         "tenantClaim": "org", "tenantValue": "product-team"}),
             ),
         ),
-        quota(
+        tenant_quota(
             "tenant-b",
             KEY_B,
             "standard-traffic",
             json!({"rpm": 100000, "tpm": 100000000, "concurrency": b_concurrency}),
             None,
         ),
-        quota(
+        tenant_quota(
             "tenant-rpm",
             KEY_RPM,
             "standard-traffic",
             json!({"rpm": 2, "tpm": 100000000, "concurrency": 100}),
             None,
         ),
-        quota(
+        tenant_quota(
             "tenant-tpm",
             KEY_TPM,
             "standard-traffic",
             json!({"rpm": 1000, "tpm": 600, "concurrency": 100}),
             None,
         ),
-        quota(
+        tenant_quota(
             "tenant-one",
             KEY_ONE,
             "standard-traffic",
