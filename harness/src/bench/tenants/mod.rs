@@ -310,6 +310,29 @@ async fn run_once(
     result
 }
 
+/// A scenario run's stack over `sim`: the demo's flavour and workers, the tenant `objects`
+/// and a fresh billing log at `billing_log` (a log left by an earlier demo of the same pid
+/// would be appended to, so it is removed first).
+pub(super) fn stack_options(
+    sim: &SimHandle,
+    opts: &TenantsOptions,
+    objects: &[Value],
+    billing_log: &Path,
+) -> StackOptions {
+    let _ = std::fs::remove_file(billing_log);
+    let mut so = StackOptions::new(opts.flavor, Backends::External(sim.addrs().to_vec()));
+    so.envoy = EnvoyOptions {
+        concurrency: opts.workers,
+        ..EnvoyOptions::default()
+    };
+    so.tenancy = Tenancy {
+        objects: objects.to_vec(),
+        jwt: None,
+        billing_log: Some(billing_log.to_path_buf()),
+    };
+    so
+}
+
 async fn run_on(
     sim: &SimHandle,
     opts: &TenantsOptions,
@@ -325,18 +348,7 @@ async fn run_on(
         Route::RoundRobin => ("/rr (round robin)".to_string(), "billing-rr.log"),
     };
     let billing_log = logs.join(file);
-    // A log left by an earlier demo of the same pid would be appended to.
-    let _ = std::fs::remove_file(&billing_log);
-    let mut so = StackOptions::new(opts.flavor, Backends::External(sim.addrs().to_vec()));
-    so.envoy = EnvoyOptions {
-        concurrency: opts.workers,
-        ..EnvoyOptions::default()
-    };
-    so.tenancy = Tenancy {
-        objects: objects.to_vec(),
-        jwt: None,
-        billing_log: Some(billing_log.clone()),
-    };
+    let so = stack_options(sim, opts, objects, &billing_log);
     let stack = Stack::start(so)
         .await
         .with_context(|| format!("starting the {} stack", opts.flavor))?;

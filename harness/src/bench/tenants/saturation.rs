@@ -30,9 +30,7 @@ use super::figures::{bills, served, served_since, Bill, Served};
 use super::windows::{queue_overall, windows, QueueTimes, Sent, Stamped, Window};
 use super::{probe, scrape, wait_lines, TenantsOptions, KEY_A, KEY_B, TENANT_A, TENANT_B};
 use crate::bench::calibration;
-use crate::launch::{
-    client, Backends, EnvoyOptions, PoolSpec, Stack, StackOptions, Tenancy, DEFAULT_MODEL,
-};
+use crate::launch::{client, PoolSpec, Stack, DEFAULT_MODEL};
 use crate::load::workload::filler;
 use crate::sim;
 
@@ -217,20 +215,10 @@ async fn run_on(
         opts.flavor, opts.workers
     );
     let billing_log = logs.join("billing-saturation.log");
-    let _ = std::fs::remove_file(&billing_log);
-    let mut so = StackOptions::new(opts.flavor, Backends::External(sim.addrs().to_vec()));
+    let mut so = super::stack_options(sim, opts, objects, &billing_log);
     let mut pool = PoolSpec::all(DEFAULT_MODEL);
     pool.picker_config = epp_config();
     so.pools = vec![pool];
-    so.envoy = EnvoyOptions {
-        concurrency: opts.workers,
-        ..EnvoyOptions::default()
-    };
-    so.tenancy = Tenancy {
-        objects: objects.to_vec(),
-        jwt: None,
-        billing_log: Some(billing_log.clone()),
-    };
     let stack = Stack::start(so)
         .await
         .with_context(|| format!("starting the {} stack with flow control", opts.flavor))?;
