@@ -82,12 +82,7 @@ impl<T> FlowGate<T> {
     /// The priority of the band a request of `priority` waits in: its own band, else the
     /// nearest lower one, else the lowest.
     pub fn band_for(&self, priority: i32) -> i32 {
-        let bands = &self.config.bands;
-        bands
-            .iter()
-            .find(|b| b.priority <= priority)
-            .or(bands.last())
-            .map_or(0, |b| b.priority)
+        self.config.band_for(priority)
     }
 
     fn lock(&self) -> MutexGuard<'_, FlowQueues<Entry<T>>> {

@@ -223,7 +223,28 @@ impl Default for FlowControlConfig {
     }
 }
 
+/// Where a request of `priority` waits among `bands` (sorted highest first): the band of
+/// that priority, else the nearest lower band, else (below every band) the lowest.
+pub(crate) fn band_position<B>(
+    bands: &[B],
+    priority_of: impl Fn(&B) -> i32,
+    priority: i32,
+) -> usize {
+    let i = bands.partition_point(|b| priority_of(b) > priority);
+    i.min(bands.len().saturating_sub(1))
+}
+
 impl FlowControlConfig {
+    /// The priority of the band a request of `priority` waits in (see [`FlowQueues::band_for`]:
+    /// the same rule, without the queues).
+    ///
+    /// [`FlowQueues::band_for`]: super::FlowQueues::band_for
+    pub fn band_for(&self, priority: i32) -> i32 {
+        self.bands
+            .get(band_position(&self.bands, |b| b.priority, priority))
+            .map_or(0, |b| b.priority)
+    }
+
     /// The flow-control configuration of `cfg`: `None` when its `featureGates` do not name
     /// `flowControl`.
     pub fn compile(cfg: &EndpointPickerConfig) -> Result<Option<FlowControlConfig>, ConfigError> {

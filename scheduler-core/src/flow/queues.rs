@@ -299,9 +299,7 @@ impl<T> FlowQueues<T> {
     }
 
     fn band_index(&self, priority: i32) -> usize {
-        // Bands are sorted highest first: the first one at or below `priority`.
-        let i = self.bands.partition_point(|b| b.config.priority > priority);
-        i.min(self.bands.len().saturating_sub(1))
+        super::config::band_position(&self.bands, |b| b.config.priority, priority)
     }
 
     fn exact_band(&self, band_priority: i32) -> Option<usize> {

@@ -617,3 +617,21 @@ fn duplicate_plugin_names_are_refused_here_too() {
         }
     );
 }
+
+#[test]
+fn the_config_and_the_queues_place_a_priority_in_the_same_band() {
+    let c = fc(r#"{"priorityBands": [{"priority": 100}, {"priority": 0}, {"priority": -10}]}"#);
+    let queues: crate::flow::FlowQueues<()> = crate::flow::FlowQueues::new(&c);
+    for (priority, band) in [
+        (1000, 100),
+        (100, 100),
+        (99, 0),
+        (0, 0),
+        (-1, -10),
+        (-10, -10),
+        (i32::MIN, -10),
+    ] {
+        assert_eq!(c.band_for(priority), band, "{priority}");
+        assert_eq!(queues.band_for(priority), band, "{priority}");
+    }
+}
