@@ -41,13 +41,13 @@ impl Drop for FlowTicket {
 
 /// What the gate answered an arriving request.
 #[derive(Debug)]
-pub enum Admission<T> {
+pub enum Admission {
     /// Go now; hold the ticket until the request ends.
     Admitted(FlowTicket),
     /// Wait: the item is queued under this key.
     Queued(QueueKey),
-    /// Its band or the queues are full: answer 429 `rejected-saturated` (the item back).
-    Refused(T),
+    /// Its band or the queues are full: answer 429 `rejected-saturated`.
+    Refused,
 }
 
 /// One pool's flow control (module doc of [`crate::flow`]).
@@ -128,8 +128,15 @@ impl<T> FlowGate<T> {
     }
 
     /// Admit `arrival` at once, queue it, or refuse it (module doc of [`crate::flow`]).
-    /// `load_tokens` is what its ticket counts in token mode.
-    pub fn admit(&self, arrival: Arrival<T>, load_tokens: u64) -> Admission<T> {
+    /// `load_tokens` is what its ticket counts in token mode; `waiter` makes the item that
+    /// waits in the queue, only when the request is not admitted at once (the common case
+    /// pays for no item).
+    pub fn admit(
+        &self,
+        arrival: Arrival<()>,
+        load_tokens: u64,
+        waiter: impl FnOnce() -> T,
+    ) -> Admission {
         let mut queues = self.lock();
         if !queues.blocks(arrival.priority) && !self.saturated() {
             return Admission::Admitted(self.ticket(load_tokens));
@@ -141,7 +148,7 @@ impl<T> FlowGate<T> {
             service,
             ttl_ms,
             now_ms,
-            item,
+            item: (),
         } = arrival;
         let entry = Arrival {
             priority,
@@ -150,14 +157,17 @@ impl<T> FlowGate<T> {
             service,
             ttl_ms,
             now_ms,
-            item: Entry { load_tokens, item },
+            item: Entry {
+                load_tokens,
+                item: waiter(),
+            },
         };
         match queues.enqueue(entry) {
             Ok(key) => {
                 self.queued.store(queues.len(), Ordering::Release);
                 Admission::Queued(key)
             }
-            Err((_, entry)) => Admission::Refused(entry.item),
+            Err(_) => Admission::Refused,
         }
     }
 

@@ -38,6 +38,12 @@ pub use slot::{QueueSlot, Verdict};
 /// its pool's queue (decimal milliseconds), for the billing record.
 pub const QUEUED_MS_STATE: &str = "infergate.flow.queued_ms";
 
+/// Leave how long the request waited in the stream's state, for the billing record (best
+/// effort: only the record's `queued_ms` is lost if the host refuses).
+pub fn record_queued_ms<H: crate::host::StreamState + ?Sized>(host: &mut H, queued_ms: u64) {
+    let _ = host.set_stream_state(QUEUED_MS_STATE, queued_ms.to_string().as_bytes());
+}
+
 /// The per-stream state key under which the usage stage's settlement leaves the service a
 /// request received (decimal prompt + 2 × completion tokens), for the weighted policy to
 /// correct the estimate it charged at dispatch.

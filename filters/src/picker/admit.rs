@@ -170,9 +170,9 @@ impl FlowPlan {
         }
     }
 
-    /// The arrival of `prepared` at the gate, waiting as `item`, with the load its ticket
-    /// counts in token mode.
-    pub fn arrival(&self, prepared: &PreparedPick, item: Waiter) -> (Arrival<Waiter>, u64) {
+    /// The arrival of `prepared` at the gate, with the load its ticket counts in token
+    /// mode.
+    pub fn arrival(&self, prepared: &PreparedPick) -> (Arrival<()>, u64) {
         let f = prepared.flow();
         let (service, load_tokens) = estimates(prepared);
         let arrival = Arrival {
@@ -182,7 +182,7 @@ impl FlowPlan {
             service,
             ttl_ms: None,
             now_ms: prepared.now.0,
-            item,
+            item: (),
         };
         (arrival, load_tokens)
     }

@@ -47,7 +47,7 @@ use std::sync::Arc;
 use scheduler_core::request::Api;
 
 use crate::flow::{
-    read_state_number, Admission, DropReason, QueueSlot, Verdict, QUEUED_MS_STATE, SERVICE_STATE,
+    read_state_number, record_queued_ms, Admission, DropReason, QueueSlot, Verdict, SERVICE_STATE,
 };
 use crate::handoff::{Handoff, HANDOFF_KEY};
 use crate::headers::{BASE_MODEL, DESTINATION_ENDPOINT, LB_METADATA_NAMESPACE};
@@ -128,9 +128,6 @@ pub struct PickerRequest {
     /// The request's share of its pool's flow-control load once admitted, with the pool
     /// whose queue its end offers the freed capacity to.
     ticket: Option<(Admitted, Arc<PoolPlan>)>,
-    /// How long it waited in the pool's queue (`None`: admitted at once, or no flow
-    /// control).
-    queued_ms: Option<u64>,
     endpoint: Option<String>,
     /// Whether the pick is made by a state elsewhere ([`PickerRequest::deferred`]).
     deferred: bool,
@@ -149,7 +146,6 @@ impl PickerRequest {
             stage: Stage::Start,
             lease: None,
             ticket: None,
-            queued_ms: None,
             endpoint: None,
             deferred: false,
         }
@@ -214,17 +210,9 @@ impl PickerRequest {
         }
     }
 
-    /// How long the request waited in its pool's queue, if it waited.
-    pub fn queued_ms(&self) -> Option<u64> {
-        self.queued_ms
-    }
-
-    /// Set how long the request waited, and leave it in the stream's state for the
-    /// billing record.
-    pub fn set_queued_ms<H: StreamState + ?Sized>(&mut self, host: &mut H, queued_ms: u64) {
-        self.queued_ms = Some(queued_ms);
-        // Best effort: only the record's `queued_ms` is lost if the host refuses.
-        let _ = host.set_stream_state(QUEUED_MS_STATE, queued_ms.to_string().as_bytes());
+    /// Whether the request waits in its pool's flow gate (in this process's memory).
+    pub fn is_queued(&self) -> bool {
+        matches!(self.stage, Stage::Queued { .. })
     }
 
     /// The queued request's verdict, if it is in: dispatched (pick now, holding the
@@ -248,12 +236,12 @@ impl PickerRequest {
             Verdict::Dispatched { ticket, queued_ms } => {
                 flow.count_dispatched(host, prepared.flow(), queued_ms);
                 self.ticket = Some((flow.admitted(ticket, &prepared), Arc::clone(&plan)));
-                self.set_queued_ms(host, queued_ms);
+                record_queued_ms(host, queued_ms);
                 Some(self.decide_here(shared, host, &plan, prepared))
             }
             Verdict::Dropped { reason, queued_ms } => {
                 flow.count_rejected(host, prepared.flow(), reason);
-                self.set_queued_ms(host, queued_ms);
+                record_queued_ms(host, queued_ms);
                 host.send_local_reply(&Reply::dropped(reason));
                 Some(FilterStatus::Replied)
             }
@@ -268,7 +256,7 @@ impl PickerRequest {
     /// Whether this request currently counts in an endpoint's in-flight load, or in its
     /// pool's flow control (queued or admitted): whether its end has anything to give back.
     pub fn holds_lease(&self) -> bool {
-        self.lease.is_some() || self.ticket.is_some() || matches!(self.stage, Stage::Queued { .. })
+        self.lease.is_some() || self.ticket.is_some() || self.is_queued()
     }
 
     /// Request headers arrived.
@@ -402,8 +390,11 @@ impl PickerRequest {
     ) -> FilterStatus {
         if let (Some(flow), None) = (plan.flow(), &self.ticket) {
             let slot = QueueSlot::new();
-            let (arrival, tokens) = flow.arrival(&prepared, Waiter::Local(Arc::clone(&slot)));
-            match flow.gate().admit(arrival, tokens) {
+            let (arrival, tokens) = flow.arrival(&prepared);
+            match flow
+                .gate()
+                .admit(arrival, tokens, || Waiter::Local(Arc::clone(&slot)))
+            {
                 Admission::Admitted(ticket) => {
                     self.ticket = Some((flow.admitted(ticket, &prepared), Arc::clone(plan)));
                 }
@@ -417,7 +408,7 @@ impl PickerRequest {
                     };
                     return FilterStatus::Pause;
                 }
-                Admission::Refused(_) => {
+                Admission::Refused => {
                     flow.count_rejected(host, prepared.flow(), DropReason::Saturated);
                     host.send_local_reply(&Reply::dropped(DropReason::Saturated));
                     return FilterStatus::Replied;

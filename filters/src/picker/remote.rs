@@ -662,13 +662,16 @@ impl Owner {
         let Some(flow) = plan.flow() else {
             return self.pick_admitted(host, key, ticket, &plan, &prepared, None, None);
         };
-        let waiter = Waiter::Remote(RemoteWaiter {
-            reply_queue,
-            ticket,
-            prepared: prepared.clone(),
-        });
-        let (arrival, tokens) = flow.arrival(&prepared, waiter);
-        match flow.gate().admit(arrival, tokens) {
+        let (arrival, tokens) = flow.arrival(&prepared);
+        // The pick is copied into the queue only when it waits there.
+        let waiter = || {
+            Waiter::Remote(RemoteWaiter {
+                reply_queue,
+                ticket,
+                prepared: prepared.clone(),
+            })
+        };
+        match flow.gate().admit(arrival, tokens, waiter) {
             Admission::Admitted(flow_ticket) => self.pick_admitted(
                 host,
                 key,
@@ -685,7 +688,7 @@ impl Owner {
                     .insert((reply_queue, ticket), Waiting { pool, key: queued });
                 ToWorker::Queued { ticket }
             }
-            Admission::Refused(_) => {
+            Admission::Refused => {
                 flow.count_rejected(host, prepared.flow(), DropReason::Saturated);
                 ToWorker::Dropped {
                     ticket,

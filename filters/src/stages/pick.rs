@@ -16,7 +16,7 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use crate::flow::{read_state_number, DropReason, SERVICE_STATE};
+use crate::flow::{read_state_number, record_queued_ms, DropReason, SERVICE_STATE};
 use crate::host::{RequestWaker, Waker};
 use crate::picker::{
     PickerAccess, PickerHost, PickerRequest, PoolId, PreparedPick, Rejection, SharedPicker,
@@ -281,7 +281,7 @@ impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickSta
     fn on_resume(&self, cx: &mut RequestContext, host: &mut H) -> Step {
         if cx
             .get::<PickerRequest>()
-            .is_some_and(|r| r.queued_slot().is_some())
+            .is_some_and(PickerRequest::is_queued)
         {
             return self.take_verdict(cx, host);
         }
@@ -302,15 +302,14 @@ impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickSta
             } => {
                 // Held from here on, so the request's end gives it back whatever happens.
                 cx.insert(RemoteLease(lease));
-                let request = self.request(cx);
                 if let Some(queued_ms) = queued_ms.filter(|&ms| ms > 0) {
-                    request.set_queued_ms(host, queued_ms);
+                    record_queued_ms(host, queued_ms);
                 }
-                request.on_answer(host, Ok(&endpoint))
+                self.request(cx).on_answer(host, Ok(&endpoint))
             }
             RemoteAnswer::Rejected(rejection) => self.request(cx).on_answer(host, Err(rejection)),
             RemoteAnswer::Dropped { reason, queued_ms } => {
-                self.request(cx).set_queued_ms(host, queued_ms);
+                record_queued_ms(host, queued_ms);
                 return Step::Reply(Reply::dropped(reason));
             }
             RemoteAnswer::PickHere(_) => return self.pick_here(cx, host),

@@ -24,6 +24,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use super::soak::parse_flavors;
 use super::soak::procmem::rss_bytes;
 use crate::launch::stats::Stats;
 use crate::launch::{
@@ -72,12 +73,7 @@ impl FlowOptions {
             match arg.as_str() {
                 "--queued" => o.queued = value(arg)?.parse().context("--queued")?,
                 "--body-tokens" => o.body_tokens = value(arg)?.parse().context("--body-tokens")?,
-                "--flavor" | "--flavour" => {
-                    o.flavors = match value(arg)?.as_str() {
-                        "both" => vec![Flavor::Native, Flavor::Wasm],
-                        one => vec![one.parse()?],
-                    }
-                }
+                "--flavor" | "--flavour" => o.flavors = parse_flavors(&value(arg)?)?,
                 "--quick" => o.queued = 1_000,
                 other => bail!("unknown argument `{other}`; {USAGE}"),
             }
@@ -143,9 +139,9 @@ pub fn dispatch_cost(
             service: 8_000 + 2 * (i % 512),
             ttl_ms: None,
             now_ms: i,
-            item: QueueSlot::new(),
+            item: (),
         };
-        gate.admit(arrival, 8_256)
+        gate.admit(arrival, 8_256, QueueSlot::new)
     };
     let Admission::Admitted(mut running) = arrive(0) else {
         bail!("the first request was not admitted");

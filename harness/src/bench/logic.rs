@@ -79,7 +79,7 @@ fn admit_us(budget: Duration) -> f64 {
                 now_ms: i,
                 item: (),
             };
-            if let Admission::Admitted(ticket) = gate.admit(arrival, 8_256) {
+            if let Admission::Admitted(ticket) = gate.admit(arrival, 8_256, || ()) {
                 drop(ticket);
             }
             std::hint::black_box(gate.dispatch(i));
