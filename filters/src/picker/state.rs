@@ -267,7 +267,6 @@ impl PickerShared {
         let Some(snapshot) = state.snapshot.clone() else {
             return;
         };
-        self.judge_utilization(pool, state, &snapshot);
         if let Some(report) = reindex(pool, state, &snapshot) {
             let mut queue = self
                 .inner
@@ -277,10 +276,12 @@ impl PickerShared {
             queue.push(report);
             self.inner.has_reports.store(true, Ordering::SeqCst);
         }
+        self.judge_utilization(pool, state, &snapshot);
     }
 
-    /// Give a utilization detector of `pool` its verdict on the new `snapshot`: saturated
-    /// when every endpoint of the pool in it exceeds a threshold.
+    /// Give a utilization detector of `pool` its verdict on the new `snapshot` (the pool's
+    /// view of it just reindexed): saturated when every endpoint of the pool in it exceeds
+    /// a threshold.
     fn judge_utilization(&self, pool: PoolId, state: &PoolState, snapshot: &Snapshot) {
         let Some(flow) = self.inner.plans.get(pool).and_then(|p| p.flow()) else {
             return;
@@ -289,9 +290,10 @@ impl PickerShared {
             return;
         };
         let samples = state
-            .endpoints
+            .sample_of
             .iter()
-            .filter_map(|e| snapshot.endpoints.iter().find(|s| &s.address == e))
+            .flatten()
+            .filter_map(|&i| snapshot.endpoints.get(i))
             .filter_map(|s| s.metrics.as_ref())
             .map(|m| {
                 (

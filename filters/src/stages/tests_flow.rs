@@ -242,3 +242,70 @@ fn a_queued_request_dropped_without_its_end_leaves_the_queue() {
     let (_next_run, status) = send(&picker, &mut next);
     assert_eq!(status, FilterStatus::Pause, "queued in the freed place");
 }
+
+/// A snapshot in which the one endpoint has `waiting` requests queued.
+fn snapshot_with_waiting(waiting: u32, at: u64) -> Vec<u8> {
+    use scheduler_core::metrics::EndpointMetrics;
+    use scheduler_core::snapshot::{encode, EndpointSample, Snapshot};
+    encode(&Snapshot {
+        taken_at: Millis(at),
+        endpoints: vec![EndpointSample {
+            address: "10.0.0.1:8000".into(),
+            scraped_at: Millis(at),
+            consecutive_failures: 0,
+            metrics: Some(EndpointMetrics {
+                waiting: Some(waiting),
+                running: Some(1),
+                kv_cache_usage: Some(0.1),
+                ..EndpointMetrics::default()
+            }),
+        }],
+    })
+}
+
+#[test]
+fn a_utilization_detector_saturates_on_a_snapshot_and_a_later_one_dispatches() {
+    let mut epp = crate::picker::config::default_epp_config();
+    let plugins = epp["plugins"].as_array_mut().unwrap();
+    plugins.push(serde_json::json!({"type": "utilization-detector",
+        "parameters": {"queueDepthThreshold": 5}}));
+    epp["featureGates"] = serde_json::json!(["flowControl"]);
+    epp["flowControl"] = serde_json::json!({
+        "saturationDetector": {"pluginRef": "utilization-detector"}});
+    let state = PickerShared::from_json(serde_json::json!({
+        "pool": "p", "baseModel": "llama", "endpoints": ["10.0.0.1:8000"],
+        "failureMode": "FailOpen", "eppConfig": epp
+    }))
+    .unwrap();
+    let shared = Arc::new(SharedPicker::new(state));
+    let stage: Box<dyn Stage<FakeHost>> = Box::new(PickStage::new(Arc::clone(&shared)));
+    let picker = Pipeline::new(vec![stage]);
+
+    // The snapshot the first pick reads shows the endpoint's queue at the threshold.
+    let mut first = stream("a", None, 0).snapshot(1, snapshot_with_waiting(5, 0));
+    let (_first_run, status) = send(&picker, &mut first);
+    assert_eq!(
+        status,
+        FilterStatus::Continue,
+        "admitted before any verdict"
+    );
+    let mut second = stream("a", None, 1).snapshot(1, snapshot_with_waiting(5, 0));
+    let (mut second_run, status) = send(&picker, &mut second);
+    assert_eq!(
+        status,
+        FilterStatus::Pause,
+        "every endpoint saturated: queued"
+    );
+
+    // A snapshot with room: the timer's refresh lifts saturation and dispatches.
+    let fresh = FakeHost::new().snapshot(2, snapshot_with_waiting(0, 2));
+    shared.state().refresh_snapshot(&fresh);
+    shared.state().run_flow_control(3);
+    assert_eq!(second.woken(), 1);
+    second.now = Millis(3);
+    assert_eq!(
+        second_run.wake(&picker, &mut second),
+        Some(FilterStatus::Continue)
+    );
+    assert_eq!(second.header(DESTINATION_ENDPOINT), Some("10.0.0.1:8000"));
+}
