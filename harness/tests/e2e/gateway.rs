@@ -33,10 +33,14 @@
 //!   failing engines, aborted and held streams; Envoy keeps serving, nothing stays in flight.
 
 mod capabilities;
+mod disagg;
 mod errors;
 mod faults;
 mod flow;
+mod lora;
 mod panics;
+mod pools;
+mod rewrite;
 mod routing;
 mod scheduling;
 mod simulated;

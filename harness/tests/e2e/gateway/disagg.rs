@@ -1,0 +1,1 @@
+//! Both flavours: (being written).
