@@ -142,6 +142,68 @@ pub struct StackOptions {
     /// to its priority with them in every pool; the `InferenceObjective` objects of
     /// `tenancy` are added to these.
     pub objectives: Vec<serde_json::Value>,
+    /// `InferenceModelRewrite` objects (JSON) for the router's `modelRewrites`; their
+    /// `spec.poolRef.name` names a pool by its cluster name ([`super::bootstrap::pool_cluster_name`]).
+    pub rewrites: Vec<serde_json::Value>,
+    /// How the router splits a rewrite rule's traffic over its targets; `None` leaves the
+    /// router's default (sticky, no session header).
+    pub split: Option<Split>,
+}
+
+/// How a rewrite rule's weights are applied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SplitMode {
+    /// One target per sticky key (session header, else fairness id, else per request).
+    #[default]
+    Sticky,
+    /// A fresh weighted draw for every request.
+    PerRequest,
+}
+
+/// The router's `split` setting.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Split {
+    /// Sticky or per request.
+    pub mode: SplitMode,
+    /// The request header whose value is the sticky key (e.g. `x-session-id`).
+    pub session_header: Option<String>,
+}
+
+impl Split {
+    /// The router config's `split` object.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mode = match self.mode {
+            SplitMode::Sticky => "sticky",
+            SplitMode::PerRequest => "perRequest",
+        };
+        let mut v = serde_json::json!({ "mode": mode });
+        if let Some(header) = &self.session_header {
+            v["sessionHeader"] = serde_json::Value::from(header.clone());
+        }
+        v
+    }
+}
+
+/// Adds `rewrites` (as `modelRewrites`, when there are any) and `split` to a router
+/// configuration.
+pub fn apply_rewrites(
+    router: &mut serde_json::Value,
+    rewrites: &[serde_json::Value],
+    split: Option<&Split>,
+) -> Result<()> {
+    let Some(obj) = router.as_object_mut() else {
+        bail!("the router configuration is not a JSON object");
+    };
+    if !rewrites.is_empty() {
+        obj.insert(
+            "modelRewrites".into(),
+            serde_json::Value::from(rewrites.to_vec()),
+        );
+    }
+    if let Some(split) = split {
+        obj.insert("split".into(), split.to_json());
+    }
+    Ok(())
 }
 
 impl StackOptions {
@@ -160,6 +222,8 @@ impl StackOptions {
             timeouts: ClientTimeouts::default(),
             tenancy: Tenancy::default(),
             objectives: Vec::new(),
+            rewrites: Vec::new(),
+            split: None,
         }
     }
 }
@@ -227,6 +291,11 @@ impl Stack {
             .plugins
             .clone()
             .unwrap_or_else(|| PluginConfigs::for_pools(&pools, &opts.settings));
+        apply_rewrites(
+            &mut params.plugins.router,
+            &opts.rewrites,
+            opts.split.as_ref(),
+        )?;
         let bootstrap = render(&params)?;
         let mut envoy_opts = opts.envoy.clone();
         if opts.tenancy.billing_log.is_some() {

@@ -9,6 +9,10 @@
 //! included), given as the document itself or as the `ConfigMap` holding it; with
 //! `--objectives FILE` the picker maps request objectives to priorities with that file's
 //! `InferenceObjective` objects (the router's tenants, when there are any, get them too).
+//!
+//! With `--rewrites FILE` (YAML or JSON, one or more documents) the router rewrites
+//! models with that file's `InferenceModelRewrite` objects; their `spec.poolRef.name`
+//! names a pool as `up` names them (`pool-0-sim-model` for the first served model).
 
 use super::bootstrap::Flavor;
 use super::envoy::EnvoyOptions;
@@ -42,12 +46,14 @@ pub struct UpOptions {
     pub epp_config: Option<PathBuf>,
     /// `--objectives FILE`: `InferenceObjective` objects for every pool.
     pub objectives: Option<PathBuf>,
+    /// `--rewrites FILE`: `InferenceModelRewrite` objects for the router.
+    pub rewrites: Option<PathBuf>,
 }
 
 /// What `up` accepts (`up --help`, and the error message of a bad argument).
 pub const USAGE: &str = "usage: up [--flavor wasm|native|plain] [--replicas N] [--concurrency C]
           [--sim-config FILE] [--tenants PATH] [--billing-log FILE]
-          [--epp-config FILE] [--objectives FILE]";
+          [--epp-config FILE] [--objectives FILE] [--rewrites FILE]";
 
 impl Default for UpOptions {
     fn default() -> Self {
@@ -60,13 +66,14 @@ impl Default for UpOptions {
             billing_log: None,
             epp_config: None,
             objectives: None,
+            rewrites: None,
         }
     }
 }
 
 impl UpOptions {
     /// Parses `--flavor F --replicas N --concurrency C --sim-config FILE --tenants PATH
-    /// --billing-log FILE --epp-config FILE --objectives FILE`.
+    /// --billing-log FILE --epp-config FILE --objectives FILE --rewrites FILE`.
     pub fn parse(args: &[String]) -> Result<Self> {
         let mut opts = UpOptions::default();
         let mut it = args.iter();
@@ -89,6 +96,7 @@ impl UpOptions {
                 "--billing-log" => opts.billing_log = Some(value("--billing-log")?.into()),
                 "--epp-config" => opts.epp_config = Some(value("--epp-config")?.into()),
                 "--objectives" => opts.objectives = Some(value("--objectives")?.into()),
+                "--rewrites" => opts.rewrites = Some(value("--rewrites")?.into()),
                 other => bail!("unknown argument `{other}`; {USAGE}"),
             }
         }
@@ -98,6 +106,7 @@ impl UpOptions {
                 ("--billing-log", opts.billing_log.is_some()),
                 ("--epp-config", opts.epp_config.is_some()),
                 ("--objectives", opts.objectives.is_some()),
+                ("--rewrites", opts.rewrites.is_some()),
             ];
             if let Some((flag, _)) = gateway_only.iter().find(|(_, set)| *set) {
                 bail!("{flag} needs a gateway flavour (wasm or native), not plain");
@@ -181,6 +190,12 @@ pub fn stack_options(opts: &UpOptions) -> Result<StackOptions> {
                     stack_opts.tenancy.objects.push(object.clone());
                 }
             }
+        }
+    }
+    if let Some(path) = &opts.rewrites {
+        stack_opts.rewrites = load_objects(path).context("--rewrites")?;
+        if stack_opts.rewrites.is_empty() {
+            bail!("--rewrites {}: no object in it", path.display());
         }
     }
     Ok(stack_opts)
@@ -273,7 +288,13 @@ mod tests {
         assert_eq!((o.flavor, o.billing_log), (Flavor::Native, None));
         assert!(UpOptions::parse(&strings(&["--tenants"])).is_err());
         assert!(UpOptions::parse(&strings(&["--billing-log"])).is_err());
-        for flag in ["--tenants", "--billing-log", "--epp-config", "--objectives"] {
+        for flag in [
+            "--tenants",
+            "--billing-log",
+            "--epp-config",
+            "--objectives",
+            "--rewrites",
+        ] {
             let err = UpOptions::parse(&strings(&["--flavor", "plain", flag, "x"])).unwrap_err();
             assert!(err.to_string().contains("plain"), "{err}");
             assert!(err.to_string().contains(flag), "{err}");
@@ -455,5 +476,36 @@ mod tests {
             "no-such-policy".into();
         let err = PickerShared::from_json(picker(&dangling)).err().unwrap();
         assert!(err.to_string().contains("no-such-policy"), "{err}");
+    }
+
+    /// `--rewrites` loads the seed's `InferenceModelRewrite` into the router's objects,
+    /// which the stack adds to the router configuration with the split setting.
+    #[test]
+    fn rewrites_reach_the_router_configuration() {
+        let seed =
+            crate::artefacts::workspace_root().join("testdata/rewrite/inferencemodelrewrite.yaml");
+        let o = UpOptions::parse(&strings(&["--rewrites", &seed.to_string_lossy()])).unwrap();
+        let s = stack_options(&o).unwrap();
+        assert_eq!(s.rewrites.len(), 1);
+        assert_eq!(s.rewrites[0]["kind"], "InferenceModelRewrite");
+        assert_eq!(
+            s.rewrites[0]["spec"]["rules"][0]["targets"][1]["weight"],
+            10
+        );
+        let mut router = serde_json::json!({"role": "router"});
+        let split = crate::launch::stack::Split {
+            mode: crate::launch::stack::SplitMode::PerRequest,
+            session_header: Some("x-session-id".into()),
+        };
+        crate::launch::stack::apply_rewrites(&mut router, &s.rewrites, Some(&split)).unwrap();
+        assert_eq!(
+            router["modelRewrites"],
+            serde_json::Value::from(s.rewrites.clone())
+        );
+        assert_eq!(
+            router["split"],
+            serde_json::json!({"mode": "perRequest", "sessionHeader": "x-session-id"})
+        );
+        assert!(UpOptions::parse(&strings(&["--rewrites"])).is_err());
     }
 }
