@@ -88,6 +88,15 @@ pub fn render(stats: &EngineStats, model: &str, lora_stamp: f64) -> String {
             "# HELP {name}_total {help}\n# TYPE {name}_total counter\n{name}_total{{{labels}}} {value}"
         );
     }
+    // Not a vLLM series: the simulator's own count of adapter loads, so a router's
+    // packing of adapters can be measured from outside.
+    let _ = writeln!(
+        out,
+        "# HELP infergate_sim:lora_loads_total LoRA adapters loaded into a slot (each admission of a request whose adapter was not resident).\n\
+         # TYPE infergate_sim:lora_loads_total counter\n\
+         infergate_sim:lora_loads_total{{{labels}}} {}",
+        c.lora_loads
+    );
     let name = "vllm:time_to_first_token_seconds";
     let _ = writeln!(
         out,
@@ -168,4 +177,22 @@ fn escape(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::engine::{Engine, EngineConfig};
+
+    #[test]
+    fn the_adapter_load_counter_is_a_series_of_its_own() {
+        let mut stats = Engine::new(EngineConfig::default()).stats();
+        stats.counters.lora_loads = 7;
+        stats.running_loras = vec!["a".into(), "b".into()];
+        let page = render(&stats, "m", 1.5);
+        assert!(page.contains("# TYPE infergate_sim:lora_loads_total counter\n"));
+        assert!(page.contains("infergate_sim:lora_loads_total{engine=\"0\",model_name=\"m\"} 7\n"));
+        assert!(page.contains("running_lora_adapters=\"a,b\""));
+    }
 }

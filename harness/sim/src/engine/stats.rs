@@ -59,6 +59,10 @@ pub struct EngineCounters {
     pub finished: u64,
     /// Requests cancelled by their client.
     pub cancelled: u64,
+    /// LoRA adapters loaded into a slot: every admission of a request whose adapter was
+    /// not resident (the first use, or a use after the adapter was evicted for another),
+    /// each costing `lora_load_ms`.
+    pub lora_loads: u64,
     /// Time to first token in simulated seconds.
     pub ttft: Histogram,
 }

@@ -102,6 +102,7 @@ impl Engine {
                         prefill_tokens += u64::from(tokens);
                         if lora_load {
                             extra_ms += self.cfg.lora_load_ms;
+                            self.counters.lora_loads += 1;
                         }
                     }
                     Admit::SkipLora => idx += 1,

@@ -337,6 +337,46 @@ fn lora_slots_limit_distinct_adapters_but_not_base_requests() {
 }
 
 #[test]
+fn lora_loads_count_each_admission_of_an_adapter_not_resident() {
+    let mut e = Engine::new(EngineConfig {
+        max_loras: 2,
+        ..cfg(1000)
+    });
+    let with = |tag, lora: &str| EngineRequest {
+        lora: Some(lora.to_string()),
+        ..req(tag, 32, 4)
+    };
+    let mut id = 0;
+    // Each batch arrives at once, 10 s after the previous one (long after it drained).
+    let mut run = |e: &mut Engine, loras: &[&str]| {
+        let now = SimTime::from_secs_f64(10.0 * id as f64);
+        for l in loras {
+            id += 1;
+            e.submit(now, RequestId(id), with(id, l)).unwrap();
+        }
+        drain(e);
+        e.stats().counters.lora_loads
+    };
+    // Two requests of one adapter: one load; b beside them: a second.
+    assert_eq!(run(&mut e, &["a", "a", "b"]), 2);
+    // Both resident (two slots): no load.
+    assert_eq!(run(&mut e, &["b", "a"]), 2);
+    // c evicts the least recently used (b); b then comes back at a's expense.
+    assert_eq!(run(&mut e, &["c"]), 3);
+    assert_eq!(run(&mut e, &["c", "b"]), 4);
+    assert_eq!(run(&mut e, &["a"]), 5);
+    // Base-model requests never load anything.
+    e.submit(
+        SimTime::from_secs_f64(1000.0),
+        RequestId(100),
+        req(100, 32, 4),
+    )
+    .unwrap();
+    drain(&mut e);
+    assert_eq!(e.stats().counters.lora_loads, 5);
+}
+
+#[test]
 fn too_long_and_empty_requests_are_refused() {
     let mut e = Engine::new(cfg(10));
     assert!(matches!(
