@@ -62,6 +62,19 @@ struct Args {
     /// Also ask for `continuous_usage_stats` (usage on every chunk).
     #[arg(long)]
     continuous_usage: bool,
+    /// A LoRA adapter the conversations are for (repeatable): each conversation's `model`
+    /// is one of them, drawn by a Zipf law (the first the most popular).
+    #[arg(long = "adapter")]
+    adapters: Vec<String>,
+    /// `--adapters N`: adapters `lora-00` … `lora-<N-1>` (added to any `--adapter`).
+    #[arg(long = "adapters", default_value_t = 0)]
+    numbered_adapters: u32,
+    /// Exponent of the Zipf law over the adapters (0: uniform).
+    #[arg(long, default_value_t = 1.0)]
+    adapter_zipf: f64,
+    /// Tokens of the system prompt shared by each adapter's conversations.
+    #[arg(long, default_value_t = 0)]
+    adapter_prefix_tokens: u32,
     /// Requests in flight at most.
     #[arg(long, default_value_t = 16)]
     concurrency: u32,
@@ -191,6 +204,14 @@ async fn main() -> anyhow::Result<()> {
             seed: a.seed,
             include_usage: a.include_usage,
             continuous_usage: a.continuous_usage,
+            adapters: a
+                .adapters
+                .iter()
+                .cloned()
+                .chain(load::workload::numbered_adapters(a.numbered_adapters))
+                .collect(),
+            adapter_zipf: a.adapter_zipf,
+            adapter_prefix_tokens: a.adapter_prefix_tokens,
         },
         targets,
         concurrency: a.concurrency,

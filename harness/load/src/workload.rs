@@ -4,6 +4,11 @@
 //! All text is generated from the seed, so two runs with the same seed send the same bytes.
 //! Words are three letters and a space (4 bytes), so `N` tokens of text are `4N` bytes under
 //! the gateway's 4-bytes-per-token estimate.
+//!
+//! With [`Workload::adapters`], each conversation is for one LoRA adapter drawn from a Zipf
+//! law over the list (the first the most popular), from the seed alone: every target of a
+//! run gets the same adapter per conversation, whatever its text salt. The conversations of
+//! one adapter share that adapter's system prompt (its instructions) ahead of their own.
 
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
@@ -40,6 +45,15 @@ pub struct Workload {
     /// Also ask for `continuous_usage_stats` (a running usage on every chunk), with
     /// `include_usage`.
     pub continuous_usage: bool,
+    /// LoRA adapters the conversations are for (their `model`); empty: every conversation
+    /// is for [`Workload::model`].
+    pub adapters: Vec<String>,
+    /// Exponent of the Zipf law drawing each conversation's adapter: adapter `k` (0-based)
+    /// is drawn with a probability ∝ 1 / (k + 1)^s; 0 is uniform.
+    pub adapter_zipf: f64,
+    /// Tokens of the system prompt each adapter's conversations share, after the shared
+    /// preamble and before each conversation's own system prompt.
+    pub adapter_prefix_tokens: u32,
 }
 
 impl Default for Workload {
@@ -61,8 +75,16 @@ impl Default for Workload {
             seed: 1,
             include_usage: true,
             continuous_usage: false,
+            adapters: Vec::new(),
+            adapter_zipf: 1.0,
+            adapter_prefix_tokens: 0,
         }
     }
+}
+
+/// `n` adapter names: `lora-00`, `lora-01`, …
+pub fn numbered_adapters(n: u32) -> Vec<String> {
+    (0..n).map(|k| format!("lora-{k:02}")).collect()
 }
 
 /// `tokens` × 4 bytes of lower-case pseudo-words, determined by `key`.
@@ -99,16 +121,55 @@ impl Conversation {
 }
 
 impl Workload {
+    /// The index into [`Workload::adapters`] of conversation `conv`'s adapter (`None`
+    /// without adapters): a Zipf draw from the seed and `conv` only.
+    pub fn adapter_of(&self, conv: u32) -> Option<usize> {
+        if self.adapters.is_empty() {
+            return None;
+        }
+        let weights: Vec<f64> = (0..self.adapters.len())
+            .map(|k| 1.0 / ((k + 1) as f64).powf(self.adapter_zipf.max(0.0)))
+            .collect();
+        let total: f64 = weights.iter().sum();
+        let key = xxh3_64_with_seed(&conv.to_le_bytes(), self.seed ^ 0x10ca);
+        let mut left = SmallRng::seed_from_u64(key).gen::<f64>() * total;
+        for (k, w) in weights.iter().enumerate() {
+            if left < *w {
+                return Some(k);
+            }
+            left -= w;
+        }
+        Some(self.adapters.len() - 1)
+    }
+
+    /// The `model` of conversation `conv`: its adapter, or [`Workload::model`].
+    pub fn model_of(&self, conv: u32) -> &str {
+        self.adapter_of(conv)
+            .and_then(|k| self.adapters.get(k))
+            .unwrap_or(&self.model)
+    }
+
     /// The conversations, each with its system prompt; `salt` varies the text between runs.
     pub fn conversations(&self, salt: u64) -> Vec<Conversation> {
         let shared = filler(
             xxh3_64_with_seed(b"shared", self.seed ^ salt),
             self.shared_prefix_tokens,
         );
+        let per_adapter: Vec<String> = (0..self.adapters.len() as u64)
+            .map(|k| {
+                let key = xxh3_64_with_seed(&k.to_le_bytes(), self.seed ^ salt ^ 0xada);
+                filler(key, self.adapter_prefix_tokens)
+            })
+            .collect();
         (0..self.conversations)
             .map(|i| {
                 let key = xxh3_64_with_seed(&i.to_le_bytes(), self.seed ^ salt);
-                let system = format!("{shared}{}", filler(key, self.system_tokens));
+                let instructions = self
+                    .adapter_of(i)
+                    .and_then(|k| per_adapter.get(k))
+                    .map(String::as_str)
+                    .unwrap_or("");
+                let system = format!("{shared}{instructions}{}", filler(key, self.system_tokens));
                 let mut c = Conversation {
                     index: i,
                     turns_sent: 0,
@@ -150,7 +211,7 @@ impl Workload {
         let user = self.user_message(salt, conv.index, conv.turns_sent);
         conv.push("user", &user);
         conv.turns_sent += 1;
-        let model = Value::String(self.model.clone());
+        let model = Value::String(self.model_of(conv.index).to_owned());
         let total: usize = conv.messages.iter().map(|m| m.len() + 1).sum();
         let mut body = String::with_capacity(total + 160);
         body.push_str("{\"model\":");
@@ -203,6 +264,65 @@ mod tests {
         }
         .order();
         assert_ne!(o, other);
+    }
+
+    #[test]
+    fn adapters_are_drawn_by_zipf_from_the_seed_and_share_their_instructions() {
+        let w = Workload {
+            conversations: 2000,
+            system_tokens: 10,
+            adapters: numbered_adapters(4),
+            adapter_prefix_tokens: 20,
+            ..Workload::default()
+        };
+        let mut counts = [0u32; 4];
+        for c in 0..w.conversations {
+            counts[w.adapter_of(c).unwrap()] += 1;
+        }
+        // 1 : 1/2 : 1/3 : 1/4 of 2000 is 960, 480, 320, 240.
+        for (k, want) in [960.0, 480.0, 320.0, 240.0].iter().enumerate() {
+            let got = f64::from(counts[k]);
+            assert!((got - want).abs() < 0.15 * want, "{counts:?}");
+        }
+        let uniform = Workload {
+            adapter_zipf: 0.0,
+            ..w.clone()
+        };
+        assert!(
+            (0..2000)
+                .map(|c| uniform.adapter_of(c).unwrap())
+                .filter(|k| *k == 3)
+                .count()
+                > 400
+        );
+        let system = |c: &Conversation| -> String {
+            let v: Value = serde_json::from_str(&c.messages[0]).unwrap();
+            v["content"].as_str().unwrap().to_string()
+        };
+        let convs = w.conversations(7);
+        let (a, b) = (0..50u32)
+            .flat_map(|i| (0..50u32).map(move |j| (i, j)))
+            .find(|(i, j)| i != j && w.adapter_of(*i) == w.adapter_of(*j))
+            .unwrap();
+        let (sa, sb) = (system(&convs[a as usize]), system(&convs[b as usize]));
+        assert_eq!(sa.len(), 120);
+        assert_eq!(sa[..80], sb[..80], "one adapter's instructions are shared");
+        assert_ne!(
+            sa[80..],
+            sb[80..],
+            "each conversation has its own prompt after them"
+        );
+        let other = (0..50u32)
+            .find(|i| w.adapter_of(*i) != w.adapter_of(a))
+            .unwrap();
+        assert_ne!(sa[..80], system(&convs[other as usize])[..80]);
+        // Same adapters for any salt; the body names the adapter.
+        let salted = w.conversations(8);
+        assert_ne!(system(&salted[a as usize]), sa);
+        let mut c = convs[a as usize].clone();
+        let body: Value = serde_json::from_str(&w.next_body(7, &mut c)).unwrap();
+        assert_eq!(body["model"], w.adapters[w.adapter_of(a).unwrap()].as_str());
+        assert_eq!(Workload::default().model_of(3), "sim-model");
     }
 
     #[test]
