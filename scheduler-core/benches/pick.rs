@@ -108,6 +108,7 @@ mod imp {
                         requests: (i % 5) as u32,
                         tokens: Tokens((i % 5) as u64 * 9000),
                     },
+                    role: scheduler_core::scheduling::Role::Both,
                 })
                 .collect();
             let view = RequestView {

@@ -255,6 +255,8 @@ where
             address: endpoint.address,
             metrics,
             inflight: endpoint.inflight,
+            // Roles are the pool's configuration; the host sets them (see `super::roles`).
+            role: super::Role::Both,
         });
         pool_index.push(i);
     }

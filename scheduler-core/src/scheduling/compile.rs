@@ -7,7 +7,8 @@ use alloc::vec::Vec;
 use serde_json::Value;
 
 use super::config::{ConfigError, EndpointPickerConfig, PluginRef, ProfileSpec};
-use super::filter::ALIVE;
+use super::disagg::{DisaggPlan, PrefillStage};
+use super::filter::ROLE_DROPPED;
 use super::plugins::{Filter, Picker, Plugin, PrefixSettings, Scorer};
 use crate::prefix::{PrefixConfig, PrefixIndex};
 
@@ -58,6 +59,8 @@ pub struct Scheduler {
     pub(crate) profiles: Vec<Profile>,
     pub(crate) prefix: PrefixSettings,
     pub(crate) needs_prefix: bool,
+    /// `disagg-profile-handler`, when declared: which profiles run, and when.
+    pub(crate) disagg: Option<DisaggPlan>,
     flow_control: Option<Value>,
 }
 
@@ -73,6 +76,7 @@ impl Default for Scheduler {
             }],
             prefix: PrefixSettings::default(),
             needs_prefix: false,
+            disagg: None,
             flow_control: None,
         }
     }
@@ -133,18 +137,25 @@ impl Scheduler {
             }
             profiles.push(compile_profile(spec, &declared)?);
         }
-        let needs_prefix = profiles.iter().any(|p| {
-            p.scorers
-                .iter()
-                .any(|s| matches!(s.step.plugin, Scorer::PrefixCache(_)))
-                || p.filters
+        let disagg = disagg_plan(&declared, &profiles)?;
+        let decider_reads_prefix = disagg
+            .as_ref()
+            .and_then(|d| d.prefill.as_ref())
+            .is_some_and(|s| s.decider.reads_prefix());
+        let needs_prefix = decider_reads_prefix
+            || profiles.iter().any(|p| {
+                p.scorers
                     .iter()
-                    .any(|f| matches!(f.plugin, Filter::PrefixAffinity(_)))
-        });
+                    .any(|s| matches!(s.step.plugin, Scorer::PrefixCache(_)))
+                    || p.filters
+                        .iter()
+                        .any(|f| matches!(f.plugin, Filter::PrefixAffinity(_)))
+            });
         Ok(Scheduler {
             profiles,
             prefix: prefix.unwrap_or_default(),
             needs_prefix,
+            disagg,
             flow_control: cfg.flow_control.clone(),
         })
     }
@@ -159,7 +170,19 @@ impl Scheduler {
         Scheduler::new(&EndpointPickerConfig::from_value(value)?)
     }
 
-    /// The compiled profiles; the first is the primary one (its pick is the decision's).
+    /// `disagg-profile-handler`'s compiled plan, when one is declared.
+    pub fn disagg(&self) -> Option<&DisaggPlan> {
+        self.disagg.as_ref()
+    }
+
+    /// Whether some requests may be prefilled on another endpoint than the one they are
+    /// sent to (a `disagg-profile-handler` with a prefill decider).
+    pub fn disaggregates(&self) -> bool {
+        self.disagg.as_ref().is_some_and(|d| d.prefill.is_some())
+    }
+
+    /// The compiled profiles; the first is the primary one (its pick is the decision's),
+    /// unless `disagg-profile-handler` names the decode profile.
     pub fn profiles(&self) -> &[Profile] {
         &self.profiles
     }
@@ -248,9 +271,11 @@ fn compile_profile(
             Plugin::PrefixProducer(_)
             | Plugin::InflightProducer
             | Plugin::SingleProfileHandler
+            | Plugin::DisaggProfileHandler(_)
+            | Plugin::PdDecider(_)
             | Plugin::Flow(_) => {}
             Plugin::Filter(f) => {
-                if filters.len() >= usize::from(ALIVE) {
+                if filters.len() >= usize::from(ROLE_DROPPED) {
                     return Err(ConfigError::Syntax(alloc::format!(
                         "scheduling profile `{}` has too many filters",
                         spec.name
@@ -277,4 +302,90 @@ fn compile_profile(
         scorers,
         picker: picker.unwrap_or_else(default_picker),
     })
+}
+
+/// Resolves the one `disagg-profile-handler` (if declared) against the compiled profiles and
+/// the declared deciders. Every profile must be one the handler runs: a profile it never
+/// runs is a config mistake, not something to ignore silently.
+fn disagg_plan(
+    declared: &[(&str, &str, Plugin)],
+    profiles: &[Profile],
+) -> Result<Option<DisaggPlan>, ConfigError> {
+    let mut handlers = declared.iter().filter(|(_, _, p)| {
+        matches!(
+            p,
+            Plugin::DisaggProfileHandler(_) | Plugin::SingleProfileHandler
+        )
+    });
+    let first = handlers.next();
+    if let Some((second, _, _)) = handlers.next() {
+        return Err(ConfigError::ProfileHandler {
+            plugin: (*second).into(),
+            reason: "only one profile handler may be declared".into(),
+        });
+    }
+    let Some((name, _, Plugin::DisaggProfileHandler(spec))) = first else {
+        return Ok(None);
+    };
+    let err = |reason: String| ConfigError::ProfileHandler {
+        plugin: (*name).into(),
+        reason,
+    };
+    let find = |profile: &str| profiles.iter().position(|p| p.name == profile);
+    let Some(decode) = find(&spec.decode_profile) else {
+        return Err(err(alloc::format!(
+            "decode profile `{}` is not declared",
+            spec.decode_profile
+        )));
+    };
+    let prefill = match &spec.prefill_decider {
+        None => None,
+        Some(decider_name) => {
+            let Some(profile) = find(&spec.prefill_profile) else {
+                return Err(err(alloc::format!(
+                    "prefill profile `{}` is not declared",
+                    spec.prefill_profile
+                )));
+            };
+            if profile == decode {
+                return Err(err("the decode and prefill profiles must differ".into()));
+            }
+            let Some((_, ty, Plugin::PdDecider(decider))) =
+                declared.iter().find(|(n, _, _)| n == decider_name)
+            else {
+                return Err(err(alloc::format!(
+                    "deciders.prefill `{decider_name}` names no declared PD decider"
+                )));
+            };
+            Some(PrefillStage {
+                profile,
+                profile_name: spec.prefill_profile.clone(),
+                decider_name: decider_name.clone(),
+                decider_type: (*ty).to_string(),
+                decider: *decider,
+            })
+        }
+    };
+    if let Some(unused) = profiles
+        .iter()
+        .enumerate()
+        .find(|(i, _)| *i != decode && prefill.as_ref().map(|s| s.profile) != Some(*i))
+    {
+        return Err(err(alloc::format!(
+            "scheduling profile `{}` is never run (the handler runs `{}`{})",
+            unused.1.name,
+            spec.decode_profile,
+            if prefill.is_some() {
+                alloc::format!(" and `{}`", spec.prefill_profile)
+            } else {
+                String::new()
+            }
+        )));
+    }
+    Ok(Some(DisaggPlan {
+        handler: (*name).into(),
+        decode,
+        decode_profile: spec.decode_profile.clone(),
+        prefill,
+    }))
 }

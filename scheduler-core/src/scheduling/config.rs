@@ -153,6 +153,14 @@ pub enum ConfigError {
         /// The second producer's name.
         plugin: String,
     },
+    /// A profile handler refers to a profile or decider that is missing or of the wrong
+    /// kind, or more than one profile handler is declared.
+    ProfileHandler {
+        /// The handler's instance name.
+        plugin: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The `flowControl` section (or `featureGates`) is malformed or refers to a plugin that
     /// is missing or of the wrong kind.
     FlowControl {
@@ -200,6 +208,9 @@ impl fmt::Display for ConfigError {
                 f,
                 "plugin `{plugin}`: only one approx-prefix-cache-producer may be declared"
             ),
+            ConfigError::ProfileHandler { plugin, reason } => {
+                write!(f, "profile handler `{plugin}`: {reason}")
+            }
             ConfigError::FlowControl { path, reason } => write!(f, "{path}: {reason}"),
         }
     }

@@ -7,7 +7,9 @@
 use alloc::vec::Vec;
 
 use super::compile::Profile;
-use super::filter::{FilterNote, ALIVE};
+use super::disagg::DisaggOutcome;
+use super::filter::{FilterNote, ALIVE, ROLE_DROPPED};
+use super::roles::Phase;
 use super::run::{Candidate, RequestView};
 
 /// The record of one scheduling decision.
@@ -18,12 +20,15 @@ pub struct Decision<'a> {
     pub(crate) full_blocks: usize,
     pub(crate) prefix_matched: Vec<usize>,
     pub(crate) profiles: Vec<ProfileDecision<'a>>,
+    pub(crate) disagg: Option<DisaggOutcome<'a>>,
 }
 
 /// What one profile did.
 #[derive(Clone, Debug)]
 pub struct ProfileDecision<'a> {
     pub(crate) profile: &'a Profile,
+    /// The phase it scheduled for, under `disagg-profile-handler`.
+    pub(crate) phase: Option<Phase>,
     /// Per candidate: the position of the filter that dropped it, or `ALIVE`.
     pub(crate) dropped_by: Vec<u16>,
     /// Per filter: which branch fired.
@@ -43,6 +48,7 @@ impl<'a> Decision<'a> {
         full_blocks: usize,
         prefix_matched: Vec<usize>,
         profiles: Vec<ProfileDecision<'a>>,
+        disagg: Option<DisaggOutcome<'a>>,
     ) -> Self {
         Decision {
             request,
@@ -50,7 +56,24 @@ impl<'a> Decision<'a> {
             full_blocks,
             prefix_matched,
             profiles,
+            disagg,
         }
+    }
+
+    /// What `disagg-profile-handler` decided, when the config declares it.
+    pub fn disaggregation(&self) -> Option<&DisaggOutcome<'a>> {
+        self.disagg.as_ref()
+    }
+
+    /// The prefill endpoint (candidate index) when the request is disaggregated: the
+    /// prompt is computed there and the pick decodes it.
+    pub fn prefill(&self) -> Option<usize> {
+        self.disagg.and_then(|d| d.prefill)
+    }
+
+    /// Address of the prefill endpoint (`x-prefiller-host-port`), when disaggregated.
+    pub fn prefill_address(&self) -> Option<&'a str> {
+        self.prefill().and_then(|c| self.address(c))
     }
 
     /// Index (into the candidates) of the primary profile's pick; `None` when every
@@ -113,6 +136,16 @@ impl<'a> ProfileDecision<'a> {
     /// This profile's fallbacks.
     pub fn fallbacks(&self) -> &[usize] {
         self.ranked.get(1..).unwrap_or(&[])
+    }
+
+    /// The phase this profile scheduled for (under `disagg-profile-handler`).
+    pub fn phase(&self) -> Option<Phase> {
+        self.phase
+    }
+
+    /// Whether candidate `c` was left out because its role cannot serve the phase.
+    pub fn dropped_by_role(&self, c: usize) -> bool {
+        self.dropped_by.get(c) == Some(&ROLE_DROPPED)
     }
 
     /// Whether candidate `c` survived every filter.

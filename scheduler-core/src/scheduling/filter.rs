@@ -17,6 +17,7 @@
 use serde::Serialize;
 
 use super::plugins::{PrefixAffinityFilter, UtilizationFilter, UtilizationMetric};
+use super::roles::Phase;
 use super::run::Ctx;
 
 /// Which branch of a filter fired for one request (part of the decision record).
@@ -47,6 +48,26 @@ pub enum FilterNote {
 
 /// Marker in `dropped_by` for an endpoint no filter dropped.
 pub(crate) const ALIVE: u16 = u16::MAX;
+
+/// Marker in `dropped_by` for an endpoint whose role cannot serve the profile's phase under
+/// `disagg-profile-handler` (before any filter ran). Filter positions stay below it.
+pub(crate) const ROLE_DROPPED: u16 = u16::MAX - 1;
+
+/// Drops the candidates whose role cannot serve `phase` (`decode-filter`, `prefill-filter`,
+/// and, with `ROLE_DROPPED` as the position, the disaggregation handler's own restriction).
+pub(crate) fn role(
+    phase: Phase,
+    ctx: &Ctx<'_, '_>,
+    pos: u16,
+    dropped_by: &mut [u16],
+) -> FilterNote {
+    for (c, d) in dropped_by.iter_mut().enumerate() {
+        if *d == ALIVE && !ctx.cands.get(c).is_some_and(|cand| cand.role.serves(phase)) {
+            *d = pos;
+        }
+    }
+    FilterNote::Applied
+}
 
 /// Runs `utilization-filter` at profile position `pos`.
 pub(crate) fn utilization(

@@ -8,7 +8,8 @@
 //! Per profile: filters run in order, each narrowing the candidates; each scorer gives every
 //! remaining candidate a raw score clamped to [0, 1] (NaN → 0); the total is
 //! Σ weight × score; the picker chooses and ranks fallbacks. The first profile is the
-//! primary one: its pick is the decision's. No profiles configured → one profile named
+//! primary one: its pick is the decision's (under `disagg-profile-handler`, the decode
+//! profile runs first and is the primary one). No profiles configured → one profile named
 //! `default` with every declared plugin in declaration order; no picker in a profile →
 //! `max-score-picker`. Filters that empty the candidate set yield `picked: None` (the host
 //! answers 503 `rejected-no-endpoints`).
@@ -17,17 +18,21 @@
 //! close) is decided before scheduling, by [`candidates`].
 //!
 //! Plugin semantics and parameters: [`plugins`] (catalogue), [`filter`] (filters, the TTFT
-//! estimate, missing metrics), [`score`] (scorers, missing metrics), [`pick`] (pickers, RNG).
+//! estimate, missing metrics), [`score`] (scorers, missing metrics), [`pick`] (pickers, RNG),
+//! [`disagg`] (prefill/decode disaggregation: the profile handler, the deciders) and
+//! [`roles`] (what each endpoint serves).
 
 pub mod candidates;
 pub mod compile;
 pub mod config;
 pub mod decision;
+pub mod disagg;
 pub mod filter;
 mod params;
 pub mod pick;
 pub mod plugins;
 mod record;
+pub mod roles;
 pub mod run;
 pub mod score;
 
@@ -39,6 +44,8 @@ mod tests;
 pub use compile::{Profile, Scheduler, DEFAULT_PROFILE, MAX_WEIGHT};
 pub use config::{ConfigError, EndpointPickerConfig, PluginRef, PluginSpec, ProfileSpec};
 pub use decision::{Decision, ProfileDecision};
+pub use disagg::{DisaggOutcome, PdVerdict, PromptCache};
 pub use filter::FilterNote;
 pub use plugins::{PrefixSettings, DEFAULT_MAX_LRU_CAPACITY, PLUGIN_TYPES};
+pub use roles::{Phase, Role, ROLE_LABEL};
 pub use run::{Candidate, NoPrefixIndex, PrefixMatch, RequestView};

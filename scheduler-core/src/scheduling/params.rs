@@ -105,6 +105,44 @@ impl<'a> Params<'a> {
         }
     }
 
+    /// A map of strings under `key` whose keys are all in `known` (absent → empty), read
+    /// as `(key, value)` pairs; errors name the nested key (`profiles.decode`).
+    pub(crate) fn string_map(
+        &self,
+        key: &str,
+        known: &[&str],
+    ) -> Result<alloc::vec::Vec<(&'a str, &'a str)>, ConfigError> {
+        let Some(v) = self.get(key) else {
+            return Ok(alloc::vec::Vec::new());
+        };
+        let Value::Object(m) = v else {
+            return Err(bad(self.plugin, key, &format!("must be a map, got {v}")));
+        };
+        let mut out = alloc::vec::Vec::with_capacity(m.len());
+        for (k, v) in m {
+            let path = format!("{key}.{k}");
+            if !known.contains(&k.as_str()) {
+                return Err(bad(
+                    self.plugin,
+                    &path,
+                    &format!("unknown key (known: {})", known.join(", ")),
+                ));
+            }
+            match v {
+                Value::Null => {}
+                Value::String(s) if !s.is_empty() => out.push((k.as_str(), s.as_str())),
+                _ => {
+                    return Err(bad(
+                        self.plugin,
+                        &path,
+                        &format!("must be a non-empty name, got {v}"),
+                    ))
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// The plugin instance name (for nested errors).
     pub(crate) fn plugin(&self) -> &'a str {
         self.plugin

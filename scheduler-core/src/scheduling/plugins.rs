@@ -16,6 +16,10 @@
 //! | `concurrency-detector` | flow control | `maxConcurrency` (100, a quantity > 0), `concurrencyMode` (`requests` or `tokens`), `maxTokenConcurrency` (the `tokens` limit: else `maxConcurrency`, else 1,000,000), `headroom` (0, ≥ 0) | — (the proxy's own in-flight load) |
 //! | `utilization-detector` | flow control | `queueDepthThreshold` (5, > 0), `kvCacheUtilThreshold` (0.8, in (0, 1]); llm-d's `headroom` and `metricsStalenessThreshold` are checked and inert (endpoint filtering is the `utilization-filter`'s, staleness the pool's `failureMode`'s) | not saturated |
 //! | `single-profile-handler` | profile handler | none | — (the first profile's pick is the decision, which is what this handler does in llm-d) |
+//! | `disagg-profile-handler` | profile handler | `profiles: {decode ("decode"), prefill ("prefill")}`, `deciders: {prefill: <decider name>}` (none: decode only) | — (see [`super::disagg`]) |
+//! | `prefix-based-pd-decider` | PD decider | `nonCachedTokens` (0: never), `promptTokens` (0: no gate) | — (the index is the proxy's own) |
+//! | `always-disagg-pd-decider` | PD decider | none | — |
+//! | `decode-filter`, `prefill-filter` | filter | none | — (roles are configuration, not metrics): keeps the endpoints whose role can decode (`decode`, `both`) or prefill (`prefill`, `both`) |
 //! | `round-robin-fairness-policy`, `global-strict-fairness-policy`, `weighted-fairness-policy`, `fcfs-ordering-policy`, `edf-ordering-policy` | flow control | none | — |
 //!
 //! Flow-control plugins are named by the `flowControl` section (see
@@ -29,7 +33,11 @@ use alloc::vec::Vec;
 use serde_json::Value;
 
 use super::config::{ConfigError, PluginSpec};
+use super::disagg::{
+    DisaggHandlerSpec, PdDecider, DEFAULT_DECODE_PROFILE, DEFAULT_PREFILL_PROFILE,
+};
 use super::params::{bad, number_in, Params};
+use super::roles::Phase;
 use crate::flow::config::{
     ConcurrencyMode, Detector, FairnessPolicy, FlowPlugin, OrderingPolicy, UtilizationThresholds,
     DEFAULT_KV_CACHE_UTIL_THRESHOLD, DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_TOKEN_CONCURRENCY,
@@ -57,6 +65,11 @@ pub const PLUGIN_TYPES: &[&str] = &[
     "weighted-random-picker",
     "random-picker",
     "single-profile-handler",
+    "disagg-profile-handler",
+    "prefix-based-pd-decider",
+    "always-disagg-pd-decider",
+    "decode-filter",
+    "prefill-filter",
     "concurrency-detector",
     "utilization-detector",
     "round-robin-fairness-policy",
@@ -147,6 +160,8 @@ pub enum Filter {
     Utilization(UtilizationFilter),
     /// `prefix-cache-affinity-filter`.
     PrefixAffinity(PrefixAffinityFilter),
+    /// `decode-filter` / `prefill-filter`: keeps the endpoints whose role serves the phase.
+    Role(Phase),
 }
 
 /// Default `matchLengthScaleTokens`: llm-d's, the matched length at which the length
@@ -239,6 +254,11 @@ pub enum Plugin {
     /// `single-profile-handler`: llm-d's handler that makes one profile's pick the decision,
     /// which is always how profiles combine here.
     SingleProfileHandler,
+    /// `disagg-profile-handler`: the decode profile always, the prefill profile when its
+    /// decider says so (see [`super::disagg`]).
+    DisaggProfileHandler(DisaggHandlerSpec),
+    /// A PD decider, named by `disagg-profile-handler`.
+    PdDecider(PdDecider),
     /// A flow-control plugin (detector or policy), read by the flow-control configuration.
     Flow(FlowPlugin),
 }
@@ -279,6 +299,26 @@ impl Plugin {
                 p.only(&[])?;
                 Ok(Plugin::SingleProfileHandler)
             }
+            "disagg-profile-handler" => disagg_profile_handler(&p),
+            "prefix-based-pd-decider" => {
+                p.only(&["nonCachedTokens", "promptTokens"])?;
+                Ok(Plugin::PdDecider(PdDecider::PrefixBased {
+                    non_cached_tokens: p.u64_in("nonCachedTokens", 0, 0, u64::MAX)?,
+                    prompt_tokens: p.u64_in("promptTokens", 0, 0, u64::MAX)?,
+                }))
+            }
+            "always-disagg-pd-decider" => {
+                p.only(&[])?;
+                Ok(Plugin::PdDecider(PdDecider::Always))
+            }
+            "decode-filter" => {
+                p.only(&[])?;
+                Ok(Plugin::Filter(Filter::Role(Phase::Decode)))
+            }
+            "prefill-filter" => {
+                p.only(&[])?;
+                Ok(Plugin::Filter(Filter::Role(Phase::Prefill)))
+            }
             "concurrency-detector" => concurrency_detector(&p, spec.parameters.as_ref()),
             "utilization-detector" => utilization_detector(&p, spec.parameters.as_ref()),
             "round-robin-fairness-policy" => flow(FlowPlugin::Fairness(FairnessPolicy::RoundRobin)),
@@ -294,6 +334,25 @@ impl Plugin {
             }),
         }
     }
+}
+
+fn disagg_profile_handler(p: &Params<'_>) -> Result<Plugin, ConfigError> {
+    p.only(&["profiles", "deciders"])?;
+    let mut spec = DisaggHandlerSpec {
+        decode_profile: DEFAULT_DECODE_PROFILE.into(),
+        prefill_profile: DEFAULT_PREFILL_PROFILE.into(),
+        prefill_decider: None,
+    };
+    for (k, v) in p.string_map("profiles", &["decode", "prefill"])? {
+        match k {
+            "decode" => spec.decode_profile = v.into(),
+            _ => spec.prefill_profile = v.into(),
+        }
+    }
+    for (_, v) in p.string_map("deciders", &["prefill"])? {
+        spec.prefill_decider = Some(v.into());
+    }
+    Ok(Plugin::DisaggProfileHandler(spec))
 }
 
 fn prefix_producer(p: &Params<'_>) -> Result<Plugin, ConfigError> {

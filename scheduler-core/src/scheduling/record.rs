@@ -10,11 +10,18 @@
 //! ```
 //!
 //! Only candidates still alive when scorers ran appear under `scores` and `totals`.
+//!
+//! Under `disagg-profile-handler` the record also has `"prefiller"` (the prefill endpoint
+//! or null) and `"disaggregation": {"handler", "decode_profile", "prefill_profile",
+//! "decider", "decider_type", "prompt_tokens", "cached_tokens", "uncached_tokens",
+//! "verdict", "prefill"}`; each profile run for a phase has `"phase"` and `"role_dropped"`
+//! (the candidates whose role cannot serve it). Without the handler the record is as above.
 
 use serde::ser::{SerializeMap, SerializeStruct, Serializer};
 use serde::Serialize;
 
 use super::decision::{Decision, ProfileDecision};
+use super::disagg::DisaggOutcome;
 use super::filter::FilterNote;
 
 /// Serializes whatever sequence the closure yields (records are built lazily).
@@ -67,6 +74,10 @@ impl Serialize for Decision<'_> {
             "profiles",
             &Seq(|| self.profiles.iter().map(|p| ProfileRecord { d: self, p })),
         )?;
+        if let Some(outcome) = &self.disagg {
+            m.serialize_field("prefiller", &self.prefill_address())?;
+            m.serialize_field("disaggregation", &DisaggRecord { d: self, outcome })?;
+        }
         m.end()
     }
 }
@@ -177,6 +188,37 @@ impl Serialize for ProfileRecord<'_, '_> {
         )?;
         m.serialize_field("picked", &p.picked().map(addr))?;
         m.serialize_field("fallbacks", &Seq(|| p.fallbacks().iter().map(|c| addr(*c))))?;
+        if let Some(phase) = p.phase() {
+            m.serialize_field("phase", phase.as_str())?;
+            m.serialize_field(
+                "role_dropped",
+                &Seq(|| (0..n).filter(|c| p.dropped_by_role(*c)).map(addr)),
+            )?;
+        }
+        m.end()
+    }
+}
+
+struct DisaggRecord<'r, 'a> {
+    d: &'r Decision<'a>,
+    outcome: &'r DisaggOutcome<'a>,
+}
+
+impl Serialize for DisaggRecord<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let (plan, seen) = (self.outcome.plan, self.outcome.seen);
+        let stage = plan.prefill.as_ref();
+        let mut m = s.serialize_struct("Disaggregation", 10)?;
+        m.serialize_field("handler", &plan.handler)?;
+        m.serialize_field("decode_profile", &plan.decode_profile)?;
+        m.serialize_field("prefill_profile", &stage.map(|s| s.profile_name.as_str()))?;
+        m.serialize_field("decider", &stage.map(|s| s.decider_name.as_str()))?;
+        m.serialize_field("decider_type", &stage.map(|s| s.decider_type.as_str()))?;
+        m.serialize_field("prompt_tokens", &seen.prompt_tokens)?;
+        m.serialize_field("cached_tokens", &seen.cached_tokens)?;
+        m.serialize_field("uncached_tokens", &seen.uncached_tokens)?;
+        m.serialize_field("verdict", &self.outcome.verdict)?;
+        m.serialize_field("prefill", &self.d.prefill_address())?;
         m.end()
     }
 }

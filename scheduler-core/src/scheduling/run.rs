@@ -10,9 +10,11 @@ use alloc::vec::Vec;
 
 use super::compile::{Profile, Scheduler};
 use super::decision::{Decision, ProfileDecision};
-use super::filter::{self, ALIVE};
+use super::disagg::{self, DisaggOutcome, DisaggPlan, PdVerdict};
+use super::filter::{self, ALIVE, ROLE_DROPPED};
 use super::pick::{self, SplitMix64};
 use super::plugins::Filter;
+use super::roles::{Phase, Role};
 use super::score;
 use crate::metrics::EndpointMetrics;
 use crate::prefix::PrefixIndex;
@@ -42,6 +44,8 @@ pub struct Candidate<'a> {
     pub metrics: Option<&'a EndpointMetrics>,
     /// What this proxy has in flight to the endpoint.
     pub inflight: InFlight,
+    /// Which phase it serves (prefill/decode disaggregation); [`Role::Both`] by default.
+    pub role: Role,
 }
 
 /// "How many leading blocks of `hashes` does this endpoint hold?" — the one question the
@@ -119,29 +123,94 @@ impl Scheduler {
             block_size_tokens: self.prefix.config.block_size_tokens,
         };
         let mut rng = SplitMix64::new(random);
-        let profiles = self
+        let Some(plan) = &self.disagg else {
+            let profiles = self
+                .profiles
+                .iter()
+                .map(|p| run_profile(p, None, &ctx, &mut rng))
+                .collect();
+            return Decision::new(*request, candidates, full_blocks, matched, profiles, None);
+        };
+        let (profiles, outcome) = self.run_disagg(plan, &ctx, &mut rng);
+        Decision::new(
+            *request,
+            candidates,
+            full_blocks,
+            matched,
+            profiles,
+            Some(outcome),
+        )
+    }
+
+    /// `disagg-profile-handler`: the decode profile, then the decider on its pick, then the
+    /// prefill profile if the decider says so (see [`super::disagg`]).
+    fn run_disagg<'a>(
+        &'a self,
+        plan: &'a DisaggPlan,
+        ctx: &Ctx<'_, '_>,
+        rng: &mut SplitMix64,
+    ) -> (Vec<ProfileDecision<'a>>, DisaggOutcome<'a>) {
+        let mut profiles = Vec::with_capacity(2);
+        let decode = self
             .profiles
-            .iter()
-            .map(|p| run_profile(p, &ctx, &mut rng))
-            .collect();
-        Decision::new(*request, candidates, full_blocks, matched, profiles)
+            .get(plan.decode)
+            .map(|p| run_profile(p, Some(Phase::Decode), ctx, rng));
+        let decode_pick = decode.as_ref().and_then(ProfileDecision::picked);
+        profiles.extend(decode);
+        let seen = disagg::prompt_cache(ctx, decode_pick);
+        let mut outcome = DisaggOutcome {
+            plan,
+            seen,
+            verdict: PdVerdict::NoDecider,
+            prefill: None,
+        };
+        let Some(stage) = &plan.prefill else {
+            return (profiles, outcome);
+        };
+        if decode_pick.is_none() {
+            outcome.verdict = PdVerdict::NoDecodeEndpoint;
+            return (profiles, outcome);
+        }
+        outcome.verdict = disagg::decide(stage.decider, &seen);
+        if outcome.verdict != PdVerdict::Prefill {
+            return (profiles, outcome);
+        }
+        let prefill = self
+            .profiles
+            .get(stage.profile)
+            .map(|p| run_profile(p, Some(Phase::Prefill), ctx, rng));
+        let prefill_pick = prefill.as_ref().and_then(ProfileDecision::picked);
+        profiles.extend(prefill);
+        match prefill_pick {
+            None => outcome.verdict = PdVerdict::NoPrefillEndpoint,
+            Some(p) if Some(p) == decode_pick => outcome.verdict = PdVerdict::SameEndpoint,
+            Some(p) => outcome.prefill = Some(p),
+        }
+        (profiles, outcome)
     }
 }
 
+/// Runs one profile; with a `phase` (under `disagg-profile-handler`) the candidates whose
+/// role cannot serve it are out before any filter runs.
 fn run_profile<'a>(
     profile: &'a Profile,
+    phase: Option<Phase>,
     ctx: &Ctx<'_, '_>,
     rng: &mut SplitMix64,
 ) -> ProfileDecision<'a> {
     let n = ctx.cands.len();
     let mut dropped_by = vec![ALIVE; n];
+    if let Some(phase) = phase {
+        filter::role(phase, ctx, ROLE_DROPPED, &mut dropped_by);
+    }
     let mut notes = Vec::with_capacity(profile.filters.len());
     for (pos, step) in profile.filters.iter().enumerate() {
-        // compile() caps the filter count below ALIVE.
-        let pos = u16::try_from(pos).unwrap_or(ALIVE - 1);
+        // compile() caps the filter count below ROLE_DROPPED.
+        let pos = u16::try_from(pos).unwrap_or(ROLE_DROPPED - 1);
         notes.push(match &step.plugin {
             Filter::Utilization(f) => filter::utilization(f, ctx, pos, &mut dropped_by),
             Filter::PrefixAffinity(f) => filter::prefix_affinity(f, ctx, pos, &mut dropped_by),
+            Filter::Role(phase) => filter::role(*phase, ctx, pos, &mut dropped_by),
         });
     }
     let mut raw = vec![0.0; profile.scorers.len() * n];
@@ -159,6 +228,7 @@ fn run_profile<'a>(
     let ranked = pick::pick(profile.picker.plugin, &totals, &dropped_by, rng);
     ProfileDecision {
         profile,
+        phase,
         dropped_by,
         notes,
         raw,

@@ -268,7 +268,12 @@ fn lru_capacity_prefers_configured_then_kv_capacity() {
 fn the_all_plugins_reference_declares_every_plugin_type() {
     // `testdata/epp/all-plugins.yaml` claims to list every plugin type (the harness's explain
     // CLI test compiles and runs it); a type added to the catalogue must be added there too.
-    let yaml = include_str!("../../../../testdata/epp/all-plugins.yaml");
+    // The disaggregation plugins are in `disagg.yaml` (a config has one profile handler).
+    let yaml = alloc::format!(
+        "{}\n{}",
+        include_str!("../../../../testdata/epp/all-plugins.yaml"),
+        include_str!("../../../../testdata/epp/disagg.yaml")
+    );
     let declared: alloc::vec::Vec<&str> = yaml
         .lines()
         .filter_map(|l| l.trim_start().strip_prefix("- type: "))
@@ -278,7 +283,10 @@ fn the_all_plugins_reference_declares_every_plugin_type() {
         .iter()
         .chain(crate::flow::config::FLOW_PLUGIN_TYPES)
     {
-        assert!(declared.contains(ty), "all-plugins.yaml lacks `{ty}`");
+        assert!(
+            declared.contains(ty),
+            "all-plugins.yaml / disagg.yaml lack `{ty}`"
+        );
     }
     for ty in &declared {
         assert!(

@@ -3,6 +3,7 @@
 mod bounds;
 mod candidates;
 mod config;
+mod disagg;
 mod filters;
 mod pickers;
 mod prefix_scorer;
@@ -67,6 +68,7 @@ pub(super) fn cand<'a>(address: &'a str, metrics: Option<&'a EndpointMetrics>) -
         address,
         metrics,
         inflight: InFlight::default(),
+        role: super::Role::Both,
     }
 }
 

@@ -156,6 +156,7 @@ fn loaded(address: &str, requests: u32, tokens: u64) -> Candidate<'_> {
             requests,
             tokens: Tokens(tokens),
         },
+        role: crate::scheduling::Role::Both,
     }
 }
 
