@@ -13,8 +13,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::engine::{
-    Engine, EngineConfig, EngineEvent, EngineRequest, EngineStats, RequestId, SimTime, SubmitError,
-    Usage,
+    BlockHash, Engine, EngineConfig, EngineEvent, EngineRequest, EngineStats, RequestId, SimTime,
+    SubmitError, Usage,
 };
 
 /// What a request's consumer receives.
@@ -39,6 +39,11 @@ enum Command {
     },
     Cancel(RequestId),
     Stats(oneshot::Sender<EngineStats>),
+    /// KV blocks received from a prefill replica (see `Engine::import_prefix`).
+    Import {
+        hashes: Vec<BlockHash>,
+        reply: oneshot::Sender<usize>,
+    },
 }
 
 /// Maps simulated time to the wall clock.
@@ -113,6 +118,16 @@ impl EngineHandle {
         let _ = self.tx.send(Command::Cancel(id));
     }
 
+    /// Puts a prompt's KV blocks, computed by another replica, into the prefix cache;
+    /// returns the blocks imported (see [`Engine::import_prefix`]).
+    pub async fn import_prefix(&self, hashes: Vec<BlockHash>) -> anyhow::Result<usize> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Command::Import { hashes, reply })
+            .map_err(|_| anyhow::anyhow!("engine stopped"))?;
+        Ok(answer.await?)
+    }
+
     /// The engine's current stats.
     pub async fn stats(&self) -> anyhow::Result<EngineStats> {
         let (reply, answer) = oneshot::channel();
@@ -174,6 +189,9 @@ async fn run(mut engine: Engine, clock: SimClock, mut rx: mpsc::UnboundedReceive
             }
             Command::Stats(reply) => {
                 let _ = reply.send(engine.stats());
+            }
+            Command::Import { hashes, reply } => {
+                let _ = reply.send(engine.import_prefix(&hashes));
             }
         }
     }

@@ -7,13 +7,15 @@
 //! - [`server`]: the hyper HTTP surface of a replica; [`stream`], [`responses`] and
 //!   [`metrics`] shape its bodies; [`prompt`] turns request bodies into tokens and block hashes; [`text`]
 //!   makes the deterministic output; [`served`] keeps the totals of what responses delivered;
-//!   [`arrivals`] logs the order in which requests reached the pool.
+//!   [`arrivals`] logs the order in which requests reached the pool; [`disagg`] is the
+//!   decode replica's sidecar for disaggregated prefill (`x-prefiller-host-port`).
 //!
 //! [`start`] runs a pool in-process and returns a [`SimHandle`]; the `infergate-sim`
 //! binary wraps it.
 
 pub mod arrivals;
 pub mod config;
+pub mod disagg;
 pub mod driver;
 pub mod engine;
 pub mod metrics;

@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 
 use super::arrivals::ArrivalLog;
 use super::config::{SimConfig, DETERMINISTIC_CREATED};
+use super::disagg::{self, Prefill};
 use super::driver::{EngineHandle, RequestEvent, SubmitFailed};
 use super::engine::{EngineRequest, SubmitError};
 use super::metrics;
@@ -131,6 +132,7 @@ async fn completion(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
+    let prefiller = disagg::prefiller(req.headers(), replica.addr);
     let body = match req.into_body().collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body: {e}"), None),
@@ -173,6 +175,44 @@ async fn completion(
         lora,
         priority: parsed.priority,
     };
+    let prefill = match &prefiller {
+        None => Prefill::Local,
+        Some(by) => {
+            let blocks = prompt::block_hashes(seed, &parsed.prompt, cfg.engine.block_size);
+            disagg::prefill_remotely(replica, by, kind, &body, parsed.prompt_tokens, blocks).await
+        }
+    };
+    let mut resp = submit(
+        replica,
+        kind,
+        cfg,
+        parsed,
+        engine_req,
+        seed,
+        output_seed,
+        finish_reason,
+        output_tokens,
+        fairness_id,
+    )
+    .await;
+    disagg::mark(&mut resp, replica.addr, &prefill);
+    resp
+}
+
+/// Submits the request to the engine and answers it (streamed or in full).
+#[allow(clippy::too_many_arguments)]
+async fn submit(
+    replica: &Arc<Replica>,
+    kind: ApiKind,
+    cfg: &SimConfig,
+    parsed: ParsedRequest,
+    engine_req: EngineRequest,
+    seed: u64,
+    output_seed: u64,
+    finish_reason: &'static str,
+    output_tokens: u32,
+    fairness_id: String,
+) -> Response<SimBody> {
     let (engine_id, rx) = match replica.engine.submit(engine_req).await {
         Ok(x) => x,
         Err(e) => {

@@ -19,6 +19,7 @@
 
 mod blocks;
 mod config;
+mod import;
 mod stats;
 mod step;
 #[cfg(test)]
