@@ -59,6 +59,7 @@ pub mod picker;
 pub mod pipeline;
 pub mod quotas;
 pub mod reply;
+pub mod rewrite;
 pub mod router;
 pub mod scraper;
 pub mod stages;

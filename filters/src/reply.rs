@@ -175,6 +175,30 @@ impl Reply {
     pub fn internal(message: &str) -> Reply {
         Reply::openai_error(500, "server_error", message, None, Some("internal_error"))
     }
+
+    /// A JSON answer the gateway gives itself (`200` with the OpenAI model list, say).
+    pub fn json(status: u16, body: &Value) -> Reply {
+        Reply {
+            status,
+            headers: vec![("content-type".to_owned(), "application/json".to_owned())],
+            body: body.to_string().into_bytes(),
+        }
+    }
+
+    /// 405 with `allow: allowed` (a method the gateway does not answer on a path it owns).
+    pub fn method_not_allowed(method: &str, allowed: &str) -> Reply {
+        let method = truncate_for_message(method, MAX_QUOTED_BYTES);
+        let message = format!("method {method} is not allowed here (allowed: {allowed})");
+        let mut reply = Reply::openai_error(
+            405,
+            "invalid_request_error",
+            &message,
+            None,
+            Some("method_not_allowed"),
+        );
+        reply.headers.push(("allow".to_owned(), allowed.to_owned()));
+        reply
+    }
 }
 
 #[cfg(test)]

@@ -56,6 +56,7 @@ const fn gauge(name: &'static str, labels: &'static [&'static str]) -> StatFamil
 /// Every metric family the router, the picker, the scraper and the tenancy stages emit.
 pub const FAMILIES: &[StatFamily] = &[
     counter("infergate.router.requests", &["outcome"]),
+    counter("infergate.router.rewrites", &["target"]),
     counter("infergate.picker.decisions", &["pool"]),
     counter("infergate.picker.picks", &["pool", "endpoint"]),
     counter("infergate.picker.rejects", &["pool", "reason"]),

@@ -1,10 +1,13 @@
-//! Body-router configuration: the body limit and, per pool, the base model, the LoRA
-//! adapters it serves and the block size its picker hashes prompts at. Compiled once into a
-//! model → base-model table.
+//! Body-router configuration: the body limit, per pool the base model, the LoRA adapters
+//! it serves and the block size its picker hashes prompts at, the model rewrites
+//! (`InferenceModelRewrite` objects) and how their weights split traffic. Compiled once
+//! into a model → base-model table (and [`crate::rewrite::Rewrites`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde::Deserialize;
+
+use crate::rewrite::{RewriteError, SplitConfig};
 
 /// Default request-body limit: 4 MiB.
 pub const DEFAULT_BODY_LIMIT_BYTES: usize = 4 * 1024 * 1024;
@@ -19,6 +22,12 @@ pub struct RouterConfig {
     /// The pools and the model names each serves.
     #[serde(default)]
     pub pools: Vec<PoolModels>,
+    /// `InferenceModelRewrite` objects as JSON (checked field by field when compiled).
+    #[serde(default)]
+    pub model_rewrites: Vec<serde_json::Value>,
+    /// How a rewrite rule's weights split traffic (sticky by default).
+    #[serde(default)]
+    pub split: SplitConfig,
 }
 
 /// One pool: its base model and its adapters (which map to the base model).
@@ -69,6 +78,8 @@ pub enum RouterConfigError {
         /// The pool it appears in.
         pool: String,
     },
+    /// A `modelRewrites` object the router cannot run with.
+    Rewrite(RewriteError),
 }
 
 impl core::fmt::Display for RouterConfigError {
@@ -86,6 +97,7 @@ impl core::fmt::Display for RouterConfigError {
             RouterConfigError::EmptyName { pool } => {
                 write!(f, "router config: empty model name in pool `{pool}`")
             }
+            RouterConfigError::Rewrite(e) => write!(f, "router config: modelRewrites: {e}"),
         }
     }
 }
@@ -94,6 +106,8 @@ impl core::fmt::Display for RouterConfigError {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ModelTable {
     base_of: HashMap<String, String>,
+    /// Names routed only because a rewrite rule matches them (no engine serves them).
+    aliases: HashSet<String>,
     /// Base model → block size its (first) pool sets, if it sets one.
     block_size_of: HashMap<String, Option<u32>>,
 }
@@ -131,8 +145,31 @@ impl ModelTable {
         }
         Ok(ModelTable {
             base_of,
+            aliases: HashSet::new(),
             block_size_of,
         })
+    }
+
+    /// Route `name`, which a rewrite rule matches but no pool serves, to `base_model`
+    /// (the caller checked that no pool serves it under another base model).
+    pub fn add_alias(&mut self, name: &str, base_model: &str) {
+        if !self.base_of.contains_key(name) {
+            self.base_of.insert(name.to_owned(), base_model.to_owned());
+            self.aliases.insert(name.to_owned());
+        }
+    }
+
+    /// Whether a pool's engines serve `model` itself (its base model or an adapter), not
+    /// only a rewrite rule's match.
+    pub fn serves(&self, model: &str) -> bool {
+        self.base_of.contains_key(model) && !self.aliases.contains(model)
+    }
+
+    /// Every name the router routes (base models, adapters, rewrite matches), sorted.
+    pub fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.base_of.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
     }
 
     /// Every base model a pool serves, sorted.

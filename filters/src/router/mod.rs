@@ -10,25 +10,53 @@
 //! Which requests are touched: every request loses its `x-gateway-*` / `x-llm-d-*` headers.
 //! Only inference paths (`scheduler_core::request::Api::from_path`: the OpenAI chat and
 //! completions paths and Anthropic messages) are buffered and parsed; anything else
-//! (`/v1/models`, health checks, `/rr/...` baseline paths) passes through untouched, so the
-//! gateway stays usable for non-inference endpoints. An inference path without a body is a
-//! 400 like any other body that is not a request.
+//! (health checks, `/rr/...` baseline paths) passes through untouched, so the gateway stays
+//! usable for non-inference endpoints; `/v1/models` the router answers itself. An inference
+//! path without a body is a 400 like any other body that is not a request.
 //!
 //! A routed request also leaves the picker a [`Handoff`] in its per-stream state (best
 //! effort: if the host refuses, the picker parses the body itself).
+//!
+//! **Model rewrites.** After the base-model lookup the router chooses the request's target
+//! model: the `x-llm-d-model-name-rewrite` header when a trusted stage set it (a client's
+//! copy is stripped before the router runs) and a pool of the base model serves it, else
+//! the first matching rewrite rule's target ([`crate::rewrite`]), else the model as sent.
+//! A target that differs from the sent model replaces the body's `model` value (every
+//! other byte kept; the host fixes `content-length`), so the engine, the picker's LoRA
+//! scorer and prefix seed (through the handoff), the usage stage (which reads the body
+//! after the router) and the billing record all see the target; `x-gateway-model-name`
+//! keeps the name the client sent. A rule's weights split by a sticky key
+//! ([`crate::rewrite::split`]): the configured session header's value, else the fairness id
+//! (only the auth stage sets it), else a draw per request; `split.mode: perRequest` draws
+//! every time. Every routed request also gets `x-gateway-split-key`, a decimal `u64` hash
+//! of the same key (random without one, or per request), for Envoy's weighted clusters to
+//! split across pools with the same stickiness.
+//!
+//! **`/v1/models`** is answered by the router itself ([`models`]).
 
 pub mod config;
+pub mod models;
 
 use scheduler_core::request::{self, Api};
 
 use crate::handoff::{Handoff, HANDOFF_KEY};
-use crate::headers::{self, BASE_MODEL, MODEL_NAME};
-use crate::host::{LocalReply, RequestBody, RequestHeaders, Stats, StreamState};
+use crate::headers::{self, BASE_MODEL, FAIRNESS_ID, MODEL_NAME};
+use crate::host::{LocalReply, Random, RequestBody, RequestHeaders, Stats, StreamState};
 use crate::reply::Reply;
+use crate::rewrite::{self, Rewrites, SplitConfig, SplitMode};
 use crate::stats::{StatKey, StatKind};
 use crate::FilterStatus;
 
 pub use config::{ModelTable, PoolModels, RouterConfig, RouterConfigError};
+use models::ModelsRequest;
+
+/// The target model a trusted stage chose (honoured only from the gateway: a client's copy
+/// is stripped with every `x-llm-d-*` header).
+pub const MODEL_NAME_REWRITE: &str = "x-llm-d-model-name-rewrite";
+
+/// The decimal `u64` hash of the request's sticky key, for Envoy's weighted clusters
+/// (`random_value_specifier.header_name`).
+pub const SPLIT_KEY: &str = "x-gateway-split-key";
 
 /// Where the router learns the block size the picker pool of a base model hashes prompts
 /// at (the adapter's registry of loaded picker configs), so the handoff's hashes fit the
@@ -44,6 +72,8 @@ pub trait BlockSizeSource: Send + Sync {
 pub struct Router {
     body_limit: usize,
     models: ModelTable,
+    rewrites: Rewrites,
+    split: SplitConfig,
     stats: RouterStats,
     block_sizes: Option<std::sync::Arc<dyn BlockSizeSource>>,
 }
@@ -53,6 +83,8 @@ impl core::fmt::Debug for Router {
         f.debug_struct("Router")
             .field("body_limit", &self.body_limit)
             .field("models", &self.models)
+            .field("rewrites", &self.rewrites)
+            .field("split", &self.split)
             .field("block_sizes", &self.block_sizes.is_some())
             .finish()
     }
@@ -66,10 +98,16 @@ struct RouterStats {
     bad_request: StatKey,
     too_large: StatKey,
     model_not_found: StatKey,
+    /// `/v1/models` requests the router answered.
+    models: StatKey,
+    /// Requests failed closed (a body the host would not let the router rewrite).
+    internal: StatKey,
+    /// Requests whose model was rewritten, per target model.
+    rewrites: Vec<(String, StatKey)>,
 }
 
 impl RouterStats {
-    fn new() -> Self {
+    fn new(targets: &[&str]) -> Self {
         let key = |outcome| StatKey::new("infergate.router.requests", &[("outcome", outcome)]);
         RouterStats {
             routed: key("routed"),
@@ -77,27 +115,57 @@ impl RouterStats {
             bad_request: key("bad_request"),
             too_large: key("too_large"),
             model_not_found: key("model_not_found"),
+            models: key("models"),
+            internal: key("internal"),
+            rewrites: targets
+                .iter()
+                .map(|t| {
+                    let k = StatKey::new("infergate.router.rewrites", &[("target", t)]);
+                    ((*t).to_owned(), k)
+                })
+                .collect(),
         }
     }
 
-    fn keys(&self) -> [&StatKey; 5] {
-        [
+    fn keys(&self) -> Vec<&StatKey> {
+        let mut keys = vec![
             &self.routed,
             &self.passthrough,
             &self.bad_request,
             &self.too_large,
             &self.model_not_found,
-        ]
+            &self.models,
+            &self.internal,
+        ];
+        keys.extend(self.rewrites.iter().map(|(_, k)| k));
+        keys
+    }
+
+    /// The rewrite counter of `target`, if it is a rule's target (a trusted header's target
+    /// need not be).
+    fn rewrite(&self, target: &str) -> Option<&StatKey> {
+        self.rewrites
+            .iter()
+            .find(|(t, _)| t == target)
+            .map(|(_, k)| k)
     }
 }
 
 impl Router {
     /// Compile `config`.
     pub fn new(config: &RouterConfig) -> Result<Router, RouterConfigError> {
+        let mut models = ModelTable::build(&config.pools)?;
+        let rewrites = Rewrites::compile(&config.model_rewrites, &config.pools)
+            .map_err(RouterConfigError::Rewrite)?;
+        for (name, base) in rewrites.aliases() {
+            models.add_alias(name, base);
+        }
         Ok(Router {
             body_limit: config.body_limit_bytes,
-            models: ModelTable::build(&config.pools)?,
-            stats: RouterStats::new(),
+            stats: RouterStats::new(&rewrites.targets()),
+            models,
+            rewrites,
+            split: config.split.clone(),
             block_sizes: None,
         })
     }
@@ -153,6 +221,76 @@ impl Router {
     pub fn base_model(&self, model: &str) -> Option<&str> {
         self.models.base_model(model)
     }
+
+    /// Every name `/v1/models` lists: base models, adapters and rewrite matches, sorted.
+    pub fn served_names(&self) -> Vec<&str> {
+        self.models.names()
+    }
+
+    /// The compiled rewrite rules.
+    pub fn rewrites(&self) -> &Rewrites {
+        &self.rewrites
+    }
+
+    /// The split setting.
+    pub fn split(&self) -> &SplitConfig {
+        &self.split
+    }
+
+    /// The request's sticky key: the session header's value, else the fairness id.
+    fn sticky_key<H: RequestHeaders + ?Sized>(&self, host: &H) -> Option<String> {
+        let session = self
+            .split
+            .session_header
+            .as_deref()
+            .and_then(|name| host.request_header(name));
+        session
+            .or_else(|| host.request_header(FAIRNESS_ID))
+            .filter(|k| !k.is_empty())
+    }
+
+    /// The target model of a request for `model` routed to `base`, and the split key for
+    /// Envoy's weighted clusters.
+    fn choose_target<H>(&self, host: &mut H, base: &str, model: &str) -> Choice
+    where
+        H: RequestHeaders + Random + ?Sized,
+    {
+        let key = match self.split.mode {
+            SplitMode::Sticky => self.sticky_key(&*host),
+            SplitMode::PerRequest => None,
+        };
+        let split_key = match &key {
+            Some(k) => rewrite::split_key(k.as_bytes()),
+            None => host.random_u64(),
+        };
+        let trusted = host
+            .request_header(MODEL_NAME_REWRITE)
+            .filter(|t| self.models.serves(t) && self.models.base_model(t) == Some(base));
+        let target = match trusted {
+            Some(t) => Some(t),
+            None => self.rewrites.rule(base, model).and_then(|rule| {
+                let chosen = match &key {
+                    Some(k) => rewrite::choose_sticky(k.as_bytes(), &rule.targets),
+                    None => rewrite::choose_by_draw(host.random_u64(), &rule.targets),
+                };
+                chosen
+                    .and_then(|i| rule.targets.get(i))
+                    .map(|t| t.model.clone())
+            }),
+        };
+        Choice {
+            target: target.unwrap_or_else(|| model.to_owned()),
+            split_key,
+        }
+    }
+}
+
+/// The router's choice for one request.
+struct Choice {
+    /// The model sent upstream.
+    target: String,
+    /// The value of [`SPLIT_KEY`].
+    split_key: u64,
 }
 
 /// Where one request is in the router.
@@ -174,6 +312,8 @@ pub struct RoutedRequest {
     pub api: Api,
     /// The `model` field as the client sent it.
     pub model: String,
+    /// The model sent upstream: `model`, or the target a rewrite chose.
+    pub target_model: String,
     /// The base model whose pool serves it.
     pub base_model: String,
     /// The gateway's prompt token estimate (canonical prompt bytes / 4).
@@ -241,7 +381,7 @@ impl RouterRequest {
         end_of_stream: bool,
     ) -> FilterStatus
     where
-        H: RequestHeaders + RequestBody + LocalReply + Stats + StreamState + ?Sized,
+        H: RequestHeaders + RequestBody + LocalReply + Stats + StreamState + Random + ?Sized,
     {
         if self.stage != Stage::Start {
             return FilterStatus::Continue;
@@ -249,10 +389,19 @@ impl RouterRequest {
         if !self.keep_headers {
             headers::strip_reserved(host);
         }
-        let api = host
-            .request_header(":path")
-            .and_then(|path| Api::from_path(&path));
-        let Some(api) = api else {
+        let path = host.request_header(":path").unwrap_or_default();
+        if let Some(request) = ModelsRequest::from_path(&path) {
+            let method = host.request_header(":method").unwrap_or_default();
+            let reply = models::answer(&request, &method, &router.served_names());
+            if reply.status == 404 {
+                return self.reply(router, host, reply);
+            }
+            host.counter_add(&router.stats.models, 1);
+            self.stage = Stage::Done;
+            host.send_local_reply(&reply);
+            return FilterStatus::Replied;
+        }
+        let Some(api) = Api::from_path(&path) else {
             self.stage = Stage::Done;
             host.counter_add(&router.stats.passthrough, 1);
             return FilterStatus::Continue;
@@ -280,7 +429,7 @@ impl RouterRequest {
         end_of_stream: bool,
     ) -> FilterStatus
     where
-        H: RequestHeaders + RequestBody + LocalReply + Stats + StreamState + ?Sized,
+        H: RequestHeaders + RequestBody + LocalReply + Stats + StreamState + Random + ?Sized,
     {
         let Stage::AwaitingBody(api) = self.stage else {
             return FilterStatus::Continue;
@@ -298,12 +447,12 @@ impl RouterRequest {
     /// Parse the complete body and set the routing headers, or reply with the error.
     fn finish<H>(&mut self, router: &Router, host: &mut H, api: Api, body: &[u8]) -> FilterStatus
     where
-        H: RequestHeaders + LocalReply + Stats + StreamState + ?Sized,
+        H: RequestHeaders + RequestBody + LocalReply + Stats + StreamState + Random + ?Sized,
     {
         if body.len() > router.body_limit {
             return self.reply(router, host, Reply::too_large(router.body_limit));
         }
-        let parsed = match request::parse(api, body) {
+        let mut parsed = match request::parse(api, body) {
             Ok(parsed) => parsed,
             Err(e) => {
                 let reply = Reply::bad_request(&e.message(), e.param(), e.code());
@@ -313,8 +462,25 @@ impl RouterRequest {
         let Some(base) = router.base_model(&parsed.model) else {
             return self.reply(router, host, Reply::model_not_found(&parsed.model));
         };
-        host.set_request_header(MODEL_NAME, &parsed.model);
+        let choice = router.choose_target(host, base, &parsed.model);
+        let client_model = core::mem::replace(&mut parsed.model, choice.target);
+        if parsed.model != client_model {
+            let rewritten = rewrite::body::rewrite_model(body, &parsed.model)
+                .is_some_and(|b| host.replace_request_body(&b).is_ok());
+            if !rewritten {
+                // Fail closed: the engine would otherwise serve the name the client sent
+                // (or not know it at all), not the version the split chose.
+                let reply = Reply::internal("the request body's model could not be rewritten");
+                return self.reply(router, host, reply);
+            }
+            if let Some(key) = router.stats.rewrite(&parsed.model) {
+                host.counter_add(key, 1);
+            }
+        }
+        host.set_request_header(MODEL_NAME, &client_model);
         host.set_request_header(BASE_MODEL, base);
+        host.set_request_header(SPLIT_KEY, &choice.split_key.to_string());
+        // Seeded with the target model: the engine caches the prompt under the name it serves.
         let handoff = Handoff::from_parsed(&parsed, base, router.block_size_tokens(base));
         if let Some(bytes) = handoff.encode() {
             // Best effort: without it the picker buffers and parses the body itself.
@@ -323,7 +489,8 @@ impl RouterRequest {
         host.counter_add(&router.stats.routed, 1);
         self.routed = Some(RoutedRequest {
             api,
-            model: parsed.model.clone(),
+            model: client_model,
+            target_model: parsed.model.clone(),
             base_model: base.to_owned(),
             prompt_tokens: parsed.prompt_tokens.0,
             max_output_tokens: parsed.max_output_tokens,
@@ -342,6 +509,7 @@ impl RouterRequest {
         let key = match reply.status {
             413 => &router.stats.too_large,
             404 => &router.stats.model_not_found,
+            500 => &router.stats.internal,
             _ => &router.stats.bad_request,
         };
         host.counter_add(key, 1);
@@ -355,3 +523,5 @@ impl RouterRequest {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_rewrite;

@@ -87,7 +87,7 @@ fn client_sent_gateway_headers_are_removed_and_cannot_steer() {
 fn non_inference_paths_pass_through_but_are_still_stripped() {
     let mut host = FakeHost::new()
         .request_header(":method", "GET")
-        .request_header(":path", "/v1/models")
+        .request_header(":path", "/healthz")
         .request_header("x-gateway-destination-endpoint", "1.2.3.4:80");
     let r = router();
     let mut req = RouterRequest::new();

@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use crate::headers::ClientHeadersStripped;
 use crate::host::{
-    BodyBufferLimit, LocalReply, RequestBody, RequestHeaders, RouteRefresh, Stats, StreamState,
+    BodyBufferLimit, LocalReply, Random, RequestBody, RequestHeaders, RouteRefresh, Stats,
+    StreamState,
 };
 use crate::pipeline::{BodyProgress, RequestContext, Stage, Step};
 use crate::router::{Router, RouterRequest};
@@ -65,6 +66,7 @@ where
         + StreamState
         + RouteRefresh
         + BodyBufferLimit
+        + Random
         + ?Sized,
 {
     fn name(&self) -> &'static str {

@@ -362,7 +362,7 @@ impl Tenancy {
             objective: tenant.and_then(|t| t.objective.clone()),
             priority: tenant.map_or(0, |t| t.priority),
             model: routed.as_ref().map(|r| r.model.clone()),
-            target_model: routed.as_ref().map(|r| r.model.clone()),
+            target_model: routed.as_ref().map(|r| r.target_model.clone()),
             pool: routed.as_ref().map(|r| r.base_model.clone()),
             endpoint: host.request_header(DESTINATION_ENDPOINT),
             tokens_source: UsageSource::None.as_str(),

@@ -184,6 +184,7 @@ mod tests {
         RoutedRequest {
             api,
             model: "m".into(),
+            target_model: "m".into(),
             base_model: "m".into(),
             prompt_tokens: 1,
             max_output_tokens: None,
