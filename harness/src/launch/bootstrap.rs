@@ -351,8 +351,16 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
     }
     let mut routes = Vec::new();
     let mut clusters = Vec::new();
+    // The gateway templates retry a reset on the next endpoint of the picker's list; plain
+    // (clusters on the client's own header) has no retry policy to give.
+    let retry_policy = if t.has_prototype("pool_retry_policy") {
+        t.prototype("pool_retry_policy", &Vars::new())?
+    } else {
+        Value::Null
+    };
     for (i, pool) in params.pools.iter().enumerate() {
         let mut vars = Vars::new();
+        vars.insert("retry_policy".into(), retry_policy.clone());
         vars.insert("model".into(), text(pool.base_model.clone()));
         vars.insert(
             "cluster".into(),
@@ -582,6 +590,82 @@ mod tests {
         );
         let scraper = Scraper::from_json(without_role(&c.scraper)).unwrap();
         assert_eq!(scraper.tick_period_ms(), 50);
+    }
+
+    /// Both gateway templates route to a pool the same way: a STATIC cluster of exactly the
+    /// pool's endpoints on Envoy's override_host policy (the `envoy.lb` metadata first, then
+    /// the header; round robin past the list), and a pool route that retries a reset once.
+    #[test]
+    fn gateway_pool_clusters_take_the_pickers_list_and_routes_retry_once() {
+        for flavor in [Flavor::Wasm, Flavor::Native] {
+            let v: Value = serde_yaml::from_str(&render(&with_baseline(flavor)).unwrap()).unwrap();
+            let clusters = v["static_resources"]["clusters"].as_sequence().unwrap();
+            let pool = clusters
+                .iter()
+                .find(|c| c["name"] == "pool-0-meta_llama-3")
+                .unwrap();
+            assert_eq!(pool["type"].as_str(), Some("STATIC"), "{flavor}");
+            assert!(pool.get("original_dst_lb_config").is_none(), "{flavor}");
+            assert!(pool.get("lb_policy").is_none(), "{flavor}");
+            let hosts: Vec<u64> = pool["load_assignment"]["endpoints"][0]["lb_endpoints"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .map(|e| {
+                    e["endpoint"]["address"]["socket_address"]["port_value"]
+                        .as_u64()
+                        .unwrap()
+                })
+                .collect();
+            assert_eq!(hosts, [8001, 8002], "{flavor}");
+            let policy = &pool["load_balancing_policy"]["policies"][0]["typed_extension_config"];
+            assert_eq!(
+                policy["name"].as_str(),
+                Some("envoy.load_balancing_policies.override_host")
+            );
+            let config = &policy["typed_config"];
+            let sources = config["override_host_sources"].as_sequence().unwrap();
+            assert_eq!(sources.len(), 2, "{flavor}");
+            assert_eq!(sources[0]["metadata"]["key"].as_str(), Some("envoy.lb"));
+            assert_eq!(
+                sources[0]["metadata"]["path"][0]["key"].as_str(),
+                Some("x-gateway-destination-endpoint")
+            );
+            assert_eq!(
+                sources[1]["header"].as_str(),
+                Some("x-gateway-destination-endpoint")
+            );
+            assert_eq!(
+                config["fallback_policy"]["policies"][0]["typed_extension_config"]["name"].as_str(),
+                Some("envoy.load_balancing_policies.round_robin"),
+                "{flavor}"
+            );
+            let routes = hcm(&v)["route_config"]["virtual_hosts"][0]["routes"]
+                .as_sequence()
+                .unwrap();
+            for r in routes {
+                let retry = &r["route"]["retry_policy"];
+                if r["name"] == "baseline" {
+                    assert!(retry.is_null(), "{flavor}: the baseline never retries");
+                    continue;
+                }
+                assert_eq!(
+                    retry["retry_on"].as_str(),
+                    Some("reset,connect-failure,refused-stream"),
+                    "{flavor}"
+                );
+                assert_eq!(retry["num_retries"].as_u64(), Some(1), "{flavor}");
+                assert_eq!(
+                    retry["retry_host_predicate"][0]["name"].as_str(),
+                    Some("envoy.retry_host_predicates.previous_hosts")
+                );
+            }
+            let scrape = clusters
+                .iter()
+                .find(|c| c["name"] == SCRAPE_CLUSTER)
+                .unwrap();
+            assert_eq!(scrape["type"].as_str(), Some("ORIGINAL_DST"), "{flavor}");
+        }
     }
 
     /// Two config gaps the end-to-end suite found: bodies up to the router's limit must get
