@@ -12,6 +12,7 @@
 //!  "failure_mode": "FailClose", "stale_after_ms": 1000, "max_consecutive_failures": 3,
 //!  "history": [{"endpoint": "10.0.0.1:8000", "path": "/v1/completions", "body": {...}}],
 //!  "base_model": "meta-llama/Llama-3.1-8B-Instruct",
+//!  "adapters": ["support-assistant-v1"], "pool": "llama-pool",
 //!  "last_endpoint_for_session": "10.0.0.1:8000"}
 //! ```
 //!
@@ -31,8 +32,16 @@
 //! (its 503 text). `inflight`, `history`, `base_model` (default: the request's model) and
 //! `last_endpoint_for_session` are optional. History requests are parsed with the core's
 //! request parser and recorded in the prefix index in order, as if they had been routed
-//! to their endpoint, exactly as the picker records routed requests. As in the picker,
-//! prompts are hashed into prefix blocks only when a profile reads the prefix index.
+//! to their endpoint, exactly as the picker records routed requests (their bodies are as
+//! the engine received them, after any rewrite). As in the picker, prompts are hashed into
+//! prefix blocks only when a profile reads the prefix index.
+//!
+//! `base_model` matters for adapters: the request's `model` is the target the LoRA scorer
+//! and the prefix seed use, `base_model` the pool serving it; without it an adapter request
+//! is taken for a base-model request. With rewrite objects ([`rewrite`]), the request is
+//! first rewritten as the router would: `adapters` and `pool` (the router pool's adapters
+//! and name) are the pool the objects are compiled against, and the record gains
+//! `rewrite` (sent and target model, the object and rule that matched, the split).
 
 use std::path::Path;
 
@@ -63,6 +72,14 @@ pub struct State {
     /// The pool's base model; defaults to the request's model.
     #[serde(default)]
     pub base_model: Option<String>,
+    /// The pool's LoRA adapters (the router's pool `adapters`): the targets a rewrite may
+    /// choose besides the base model.
+    #[serde(default)]
+    pub adapters: Vec<String>,
+    /// The pool's name (the router's pool `name`, which rewrite objects' `poolRef.name`
+    /// names); without it every rewrite object is taken as this pool's.
+    #[serde(default)]
+    pub pool: Option<String>,
     /// The endpoint that last served the request's session.
     #[serde(default)]
     pub last_endpoint_for_session: Option<String>,
@@ -227,6 +244,16 @@ fn block_hashes(
     )
 }
 
+/// The router's model rewrites, for [`decide_with`].
+#[derive(Clone, Debug, Default)]
+pub struct Rewriting {
+    /// `InferenceModelRewrite` objects (none: the request is scheduled as sent).
+    pub objects: Vec<Value>,
+    /// The request's sticky key (session header value or fairness id); none: the target
+    /// is drawn per request from the seed.
+    pub sticky_key: Option<String>,
+}
+
 /// Runs one decision the way the gateway's picker would (candidate rules, then the
 /// scheduler) and returns its record as JSON (see the module doc).
 pub fn decide(
@@ -237,8 +264,48 @@ pub fn decide(
     seed: u64,
     now: Millis,
 ) -> Result<Value> {
+    decide_with(
+        scheduler,
+        state,
+        path,
+        body,
+        seed,
+        now,
+        &Rewriting::default(),
+    )
+}
+
+/// [`decide`] after the router's model rewrite of the request ([`rewrite`]); with rewrite
+/// objects the record gains `rewrite` (what the rewrite chose, `null` if no rule matched).
+pub fn decide_with(
+    scheduler: &Scheduler,
+    state: &State,
+    path: &str,
+    body: &[u8],
+    seed: u64,
+    now: Millis,
+    rewriting: &Rewriting,
+) -> Result<Value> {
     let index = build_index(scheduler, state)?;
-    let req = parse_request(path, body)?;
+    let mut req = parse_request(path, body)?;
+    let mut rewrite_record = None;
+    if !rewriting.objects.is_empty() {
+        let rewritten = rewrite::apply(
+            &rewriting.objects,
+            state,
+            &req.model,
+            body,
+            rewriting.sticky_key.as_deref(),
+            seed,
+        )?;
+        rewrite_record = Some(match rewritten {
+            Some(r) => {
+                req = parse_request(path, &r.body)?;
+                r.record
+            }
+            None => Value::Null,
+        });
+    }
     let hashes = block_hashes(scheduler, &req);
     let rules = state.rules();
     let samples = state.samples(now);
@@ -261,12 +328,16 @@ pub fn decide(
         Ok(set) => set,
         Err(reason) => {
             let rejection = Rejection::from(reason);
-            return Ok(json!({
+            let mut out = json!({
                 "picked": null,
                 "rejected": rejection.label(),
                 "message": rejection.message(),
                 "endpoints": classes,
-            }));
+            });
+            if let Some(r) = rewrite_record {
+                out["rewrite"] = r;
+            }
+            return Ok(out);
         }
     };
     let view = RequestView {
@@ -286,6 +357,9 @@ pub fn decide(
         }
         obj.insert("selection".into(), serde_json::to_value(set.selection)?);
         obj.insert("endpoints".into(), Value::Array(classes));
+        if let Some(r) = rewrite_record {
+            obj.insert("rewrite".into(), r);
+        }
     }
     Ok(record)
 }
@@ -298,7 +372,7 @@ fn record(sample: &Option<EndpointSample>) -> SnapshotRecord<'_> {
     }
 }
 
-/// [`decide`], as pretty JSON.
+/// [`decide_with`], as pretty JSON.
 pub fn explain(
     scheduler: &Scheduler,
     state: &State,
@@ -306,28 +380,60 @@ pub fn explain(
     body: &[u8],
     seed: u64,
     now: Millis,
+    rewriting: &Rewriting,
 ) -> Result<String> {
-    Ok(serde_json::to_string_pretty(&decide(
-        scheduler, state, path, body, seed, now,
+    Ok(serde_json::to_string_pretty(&decide_with(
+        scheduler, state, path, body, seed, now, rewriting,
     )?)?)
 }
 
-/// The whole command: file paths in, decision JSON out.
-pub fn run(
-    config: &Path,
-    state: &Path,
-    request: &Path,
-    path: &str,
-    seed: u64,
-    now: Millis,
-) -> Result<String> {
-    let scheduler = load_config(config)?;
-    let state = load_state(state)?;
-    let body =
-        std::fs::read(request).with_context(|| format!("reading request {}", request.display()))?;
-    explain(&scheduler, &state, path, &body, seed, now)
-        .with_context(|| format!("request {}", request.display()))
+/// The command's inputs.
+#[derive(Clone, Debug)]
+pub struct Inputs<'a> {
+    /// `--config`.
+    pub config: &'a Path,
+    /// `--state`.
+    pub state: &'a Path,
+    /// `--request`.
+    pub request: &'a Path,
+    /// `--path`.
+    pub path: &'a str,
+    /// `--seed`.
+    pub seed: u64,
+    /// `--now-ms`.
+    pub now: Millis,
+    /// `--rewrites`: a YAML or JSON file of `InferenceModelRewrite` objects.
+    pub rewrites: Option<&'a Path>,
+    /// `--sticky-key`.
+    pub sticky_key: Option<&'a str>,
 }
 
+/// The whole command: file paths in, decision JSON out.
+pub fn run(inputs: &Inputs<'_>) -> Result<String> {
+    let scheduler = load_config(inputs.config)?;
+    let state = load_state(inputs.state)?;
+    let request = inputs.request;
+    let body =
+        std::fs::read(request).with_context(|| format!("reading request {}", request.display()))?;
+    let rewriting = Rewriting {
+        objects: match inputs.rewrites {
+            Some(file) => crate::launch::load_objects(file).context("--rewrites")?,
+            None => Vec::new(),
+        },
+        sticky_key: inputs.sticky_key.map(str::to_owned),
+    };
+    explain(
+        &scheduler,
+        &state,
+        inputs.path,
+        &body,
+        inputs.seed,
+        inputs.now,
+        &rewriting,
+    )
+    .with_context(|| format!("request {}", request.display()))
+}
+
+pub mod rewrite;
 #[cfg(test)]
 mod tests;

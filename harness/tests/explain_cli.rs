@@ -213,3 +213,128 @@ fn errors_go_to_stderr_with_a_non_zero_exit() {
     );
     assert!(!missing.status.success());
 }
+
+/// A pool of base `llama` with the two adapter versions, one per replica (one slot each):
+/// the state file of README's adapter example, plus the pool's name and adapters for the
+/// rewrite.
+const ADAPTER_STATE: &str = r#"{
+  "base_model": "llama",
+  "adapters": ["support-assistant-v1", "support-assistant-v2"],
+  "pool": "llama-70b-bf16",
+  "endpoints": [
+    {"address": "10.0.0.1:8000", "metrics": {"waiting": 0, "running": 1,
+      "lora": {"max": 1, "running": ["support-assistant-v1"], "waiting": []}}},
+    {"address": "10.0.0.2:8000", "metrics": {"waiting": 0, "running": 1,
+      "lora": {"max": 1, "running": ["support-assistant-v2"], "waiting": []}}}
+  ]
+}"#;
+
+const LORA_ONLY: &str = r#"{"plugins": [{"type": "lora-affinity-scorer"}],
+  "schedulingProfiles": [{"name": "lora", "plugins": [{"pluginRef": "lora-affinity-scorer"}]}]}"#;
+
+/// A sticky key the seed's 90/10 rule sends to `target`, found as the router finds it.
+fn key_for(target: &str) -> String {
+    use infergate_filters::rewrite::{choose_sticky, Target};
+    let targets = [
+        Target {
+            model: "support-assistant-v1".into(),
+            weight: 90,
+        },
+        Target {
+            model: "support-assistant-v2".into(),
+            weight: 10,
+        },
+    ];
+    (0..10_000)
+        .map(|i| format!("session-{i}"))
+        .find(|k| {
+            choose_sticky(k.as_bytes(), &targets).map(|i| targets[i].model.as_str()) == Some(target)
+        })
+        .unwrap_or_else(|| panic!("no key for {target}"))
+}
+
+#[test]
+fn a_rewritten_request_is_explained_with_its_target_model() {
+    let config = scratch("lora.json", LORA_ONLY);
+    let state = scratch("adapter-state.json", ADAPTER_STATE);
+    let request = scratch(
+        "support.json",
+        r#"{"model": "support-assistant", "messages": [{"role": "user", "content": "hi"}]}"#,
+    );
+    let rewrites = testdata("rewrite/inferencemodelrewrite.yaml");
+    let rewrites = rewrites.to_string_lossy().into_owned();
+    for (target, endpoint) in [
+        ("support-assistant-v1", "10.0.0.1:8000"),
+        ("support-assistant-v2", "10.0.0.2:8000"),
+    ] {
+        let key = key_for(target);
+        let d = decision(&explain(
+            &config,
+            &state,
+            &request,
+            &["--rewrites", &rewrites, "--sticky-key", &key],
+        ));
+        assert_eq!(d["rewrite"]["model"], "support-assistant");
+        assert_eq!(d["rewrite"]["target_model"], target);
+        assert_eq!(d["rewrite"]["object"], "support-assistant");
+        assert_eq!(d["rewrite"]["rule"], "spec.rules[0]");
+        assert_eq!(d["rewrite"]["split"], "sticky");
+        assert_eq!(d["request"]["target_model"], target);
+        assert_eq!(d["picked"], endpoint, "{target}: {d}");
+    }
+    // A request for an adapter directly matches no rule: `rewrite` is null, and the adapter's
+    // replica wins.
+    let direct = scratch(
+        "direct.json",
+        r#"{"model": "support-assistant-v2", "messages": [{"role": "user", "content": "hi"}]}"#,
+    );
+    let d = decision(&explain(
+        &config,
+        &state,
+        &direct,
+        &["--rewrites", &rewrites],
+    ));
+    assert_eq!(d["rewrite"], Value::Null);
+    assert_eq!(d["picked"], "10.0.0.2:8000");
+    // Without `--rewrites` the key is absent; an invalid object fails naming its path.
+    let d = decision(&explain(&config, &state, &direct, &[]));
+    assert!(d.get("rewrite").is_none());
+    let bad = testdata("rewrite/invalid/target-not-served.yaml");
+    let out = explain(
+        &config,
+        &state,
+        &request,
+        &["--rewrites", &bad.to_string_lossy()],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("spec.rules[0].targets[1].modelRewrite"),
+        "{err}"
+    );
+}
+
+/// `base_model` tells an adapter request from a base-model one: without it, the adapter
+/// name is taken for the base model and LoRA affinity is 1.0 on every replica.
+#[test]
+fn base_model_is_what_makes_an_adapter_request_one() {
+    let config = scratch("lora2.json", LORA_ONLY);
+    let request = scratch(
+        "v2.json",
+        r#"{"model": "support-assistant-v2", "messages": [{"role": "user", "content": "hi"}]}"#,
+    );
+    let with_base = scratch("with-base.json", ADAPTER_STATE);
+    let d = decision(&explain(&config, &with_base, &request, &[]));
+    let scores = &d["profiles"][0]["scorers"][0]["scores"];
+    assert_eq!(scores["10.0.0.2:8000"]["raw"], 1.0, "{d}");
+    assert_ne!(scores["10.0.0.1:8000"]["raw"], 1.0, "{d}");
+    let mut state: Value = serde_json::from_str(ADAPTER_STATE).unwrap_or(Value::Null);
+    if let Some(o) = state.as_object_mut() {
+        o.remove("base_model");
+    }
+    let without = scratch("without-base.json", &state.to_string());
+    let d = decision(&explain(&config, &without, &request, &[]));
+    let scores = &d["profiles"][0]["scorers"][0]["scores"];
+    assert_eq!(scores["10.0.0.1:8000"]["raw"], 1.0, "{d}");
+    assert_eq!(scores["10.0.0.2:8000"]["raw"], 1.0, "{d}");
+}

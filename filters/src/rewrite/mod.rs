@@ -71,6 +71,16 @@ impl Rule {
     pub fn matches(&self, model: &str) -> bool {
         self.models.is_empty() || self.models.iter().any(|m| m == model)
     }
+
+    /// The target for a request with sticky key `key` (`None`: per request, by the
+    /// uniform `draw`); `None` only if every weight is 0, which compiling refuses.
+    pub fn choose(&self, key: Option<&[u8]>, draw: u64) -> Option<&Target> {
+        let i = match key {
+            Some(k) => choose_sticky(k, &self.targets),
+            None => choose_by_draw(draw, &self.targets),
+        };
+        self.targets.get(i?)
+    }
 }
 
 /// Every rewrite rule, by base model.

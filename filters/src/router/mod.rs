@@ -269,13 +269,10 @@ impl Router {
         let target = match trusted {
             Some(t) => Some(t),
             None => self.rewrites.rule(base, model).and_then(|rule| {
-                let chosen = match &key {
-                    Some(k) => rewrite::choose_sticky(k.as_bytes(), &rule.targets),
-                    None => rewrite::choose_by_draw(host.random_u64(), &rule.targets),
-                };
-                chosen
-                    .and_then(|i| rule.targets.get(i))
-                    .map(|t| t.model.clone())
+                // A draw is taken only when there is no key (a keyed choice is a hash).
+                let draw = if key.is_some() { 0 } else { host.random_u64() };
+                let key = key.as_deref().map(str::as_bytes);
+                rule.choose(key, draw).map(|t| t.model.clone())
             }),
         };
         Choice {

@@ -1,10 +1,12 @@
 //! `infergate`: the gateway's command-line tool.
 //!
 //! `infergate explain --config <epp.yaml|json> --state <state.json> --request <body.json>
-//! [--path /v1/chat/completions] [--seed N] [--now-ms T]` prints the decision record of one
-//! request as JSON: the pool's endpoints classified by the gateway's candidate rules at
-//! `T` (dead, fresh, unknown, unscraped; fail open or close), then the scheduler's record,
-//! or the rejection the gateway would answer with.
+//! [--path /v1/chat/completions] [--seed N] [--now-ms T] [--rewrites FILE] [--sticky-key K]`
+//! prints the decision record of one request as JSON: the pool's endpoints classified by
+//! the gateway's candidate rules at `T` (dead, fresh, unknown, unscraped; fail open or
+//! close), then the scheduler's record, or the rejection the gateway would answer with.
+//! With `--rewrites` the request is first rewritten as the router's model rewrites would
+//! (sticky on `K`, else drawn from the seed).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,6 +51,14 @@ enum Command {
         /// endpoint without `scraped_at_ms` counts as scraped now), and the scheduler's.
         #[arg(long, default_value_t = 0)]
         now_ms: u64,
+        /// `InferenceModelRewrite` objects (YAML or JSON, one or more documents) the router
+        /// rewrites the request's model with before it is scheduled.
+        #[arg(long)]
+        rewrites: Option<PathBuf>,
+        /// The request's sticky key for the rewrite's split (the session header's value,
+        /// else the fairness id); without it the target is drawn per request from the seed.
+        #[arg(long)]
+        sticky_key: Option<String>,
     },
 }
 
@@ -62,7 +72,18 @@ fn main() -> ExitCode {
             path,
             seed,
             now_ms,
-        } => explain::run(&config, &state, &request, &path, seed, Millis(now_ms)),
+            rewrites,
+            sticky_key,
+        } => explain::run(&explain::Inputs {
+            config: &config,
+            state: &state,
+            request: &request,
+            path: &path,
+            seed,
+            now: Millis(now_ms),
+            rewrites: rewrites.as_deref(),
+            sticky_key: sticky_key.as_deref(),
+        }),
     };
     match result {
         Ok(json) => {
