@@ -127,7 +127,7 @@ fn object(name: &str, pool: &str, rules: Value) -> Value {
 fn every_field_is_checked() {
     let rules = json!([{"targets": [{"modelRewrite": "support-assistant-v1"}]}]);
     let ok = object("a", "llama-70b-bf16", rules.clone());
-    compile(&[ok.clone()]).unwrap();
+    compile(std::slice::from_ref(&ok)).unwrap();
     let mut cases: Vec<(Value, &str)> = Vec::new();
     let mut v = ok.clone();
     v["spec"]["extra"] = json!(1);
