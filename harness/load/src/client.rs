@@ -122,6 +122,9 @@ pub struct RequestRecord {
     pub dropped_reason: Option<String>,
     /// `x-infergate-replica` (simulator) or `x-gateway-destination-endpoint-served`, if present.
     pub served_by: Option<String>,
+    /// The `model` the answer names (the served model: after a gateway's rewrite, the
+    /// version that answered), from the first chunk parsed in full.
+    pub model: Option<String>,
     /// Error message (transport error or the body's `error.message`).
     pub error: Option<String>,
     /// The client dropped the stream on purpose before its end ([`ChatExtras::abort_after`]).
@@ -257,6 +260,9 @@ async fn exchange(
                 rec.error = Some(format!("bad SSE payload: {payload}"));
                 continue;
             };
+            if rec.model.is_none() {
+                rec.model = v.get("model").and_then(Value::as_str).map(str::to_owned);
+            }
             let text = delta_text(&v);
             if !text.is_empty() {
                 if rec.ttft_s.is_none() {

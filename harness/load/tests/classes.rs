@@ -57,6 +57,12 @@ async fn two_classes_at_once_are_reported_apart() {
     assert_eq!((sa.requests, sa.ok, sa.aborted), (8, 8, 0));
     assert_eq!(sa.tokens_received, 8 * 8, "usage of every answer");
     assert!(ra.records.iter().all(|r| r.usage_seen));
+    assert!(
+        ra.records
+            .iter()
+            .all(|r| r.model.as_deref() == Some("sim-model")),
+        "every record names the model that answered"
+    );
     assert!(sa.ttft_p50_s > 0.0 && sa.ttft_p99_s >= sa.ttft_p50_s);
     let sb = &rb.summary;
     assert_eq!((sb.requests, sb.ok, sb.aborted), (6, 6, 6));
