@@ -13,9 +13,9 @@ use std::sync::Arc;
 
 use infergate_filters::host::{
     BodyBufferLimit, Clock, DynamicMetadata, EditResponseHeaders, HostError, LocalReply, Random,
-    RequestBody, RequestHeaders, RequestWaker, ResponseChunk, ResponseHeaders, RouteRefresh,
-    SnapshotFetch, SnapshotSource, SnapshotVersion, Stats, StreamState, UpstreamOverride,
-    UsageRecordSink, VerifiedJwt, Waker,
+    ReadMetadata, RequestBody, RequestHeaders, RequestWaker, ResponseChunk, ResponseHeaders,
+    RouteRefresh, RoutedCluster, ServedUpstream, SnapshotFetch, SnapshotSource, SnapshotVersion,
+    Stats, StreamState, UpstreamOverride, UsageRecordSink, VerifiedJwt, Waker,
 };
 use infergate_filters::reply::Reply;
 use infergate_filters::stats::{StatKey, StatKind};
@@ -352,6 +352,27 @@ impl DynamicMetadata for StreamHost {
     ) -> Result<(), HostError> {
         self.envoy.set_metadata_string(namespace, key, value);
         Ok(())
+    }
+}
+
+impl ReadMetadata for StreamHost {
+    fn metadata_strings(&self, namespace: &str, key: &str) -> Option<Vec<String>> {
+        self.envoy.metadata_strings(namespace, key)
+    }
+}
+
+impl RoutedCluster for StreamHost {
+    fn routed_cluster(&mut self) -> Option<String> {
+        self.envoy.cluster_name()
+    }
+}
+
+impl ServedUpstream for StreamHost {
+    fn served_upstream(&self) -> Option<String> {
+        // `upstream.address`: the upstream host of the last attempt (the one that answered).
+        self.envoy
+            .attribute_string(crate::abi::ATTRIBUTE_UPSTREAM_ADDRESS)
+            .filter(|address| !address.is_empty())
     }
 }
 

@@ -72,6 +72,15 @@ pub struct State {
     pub schedulers: Vec<usize>,
     /// `http_filter_continue_decoding` calls.
     pub continued: usize,
+    /// Dynamic metadata the stream carries for the getters: (ns, key, strings; one string
+    /// for a string value, `list` true for a list value).
+    pub metadata_in: Vec<(String, String, bool, Vec<Vec<u8>>)>,
+    /// The cluster the route chose (`get_cluster_name`); `None`: no route.
+    pub cluster_name: Option<Vec<u8>>,
+    /// Times `get_cluster_name` was called.
+    pub cluster_name_reads: usize,
+    /// String attributes by id (`filter_get_attribute_string`).
+    pub attributes: Vec<(u32, Vec<u8>)>,
 }
 
 /// A fake scheduler: counts its commits (from any thread) until it is deleted.
@@ -448,6 +457,120 @@ unsafe extern "C" fn envoy_dynamic_module_callback_http_get_metadata_keys_count(
         }
         s.metadata.iter().filter(|(n, _, _)| *n == ns).count()
     })
+}
+
+/// The metadata entry `ns`/`key` of the stream (source 0 only).
+fn metadata_entry<R>(
+    source: u32,
+    ns: ModuleBuffer,
+    key: ModuleBuffer,
+    f: impl FnOnce(Option<(bool, &Vec<Vec<u8>>)>) -> R,
+) -> R {
+    let (ns, key) = (text(ns), text(key));
+    with(|s| {
+        let entry = s
+            .metadata_in
+            .iter()
+            .find(|(n, k, _, _)| source == 0 && *n == ns && *k == key)
+            .map(|(_, _, list, values)| (*list, values));
+        f(entry)
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_get_metadata_string(
+    _f: HttpFilterEnvoyPtr,
+    source: u32,
+    ns: ModuleBuffer,
+    key: ModuleBuffer,
+    result: *mut EnvoyBuffer,
+) -> bool {
+    metadata_entry(source, ns, key, |entry| match entry {
+        Some((false, values)) => {
+            let buf = values.first().map_or(EnvoyBuffer::EMPTY, |v| envoy_buf(v));
+            // SAFETY: a writable out-parameter; the view points into the thread-local,
+            // which is not mutated before the module copies it.
+            unsafe { *result = buf };
+            true
+        }
+        _ => false,
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_get_metadata_list_size(
+    _f: HttpFilterEnvoyPtr,
+    source: u32,
+    ns: ModuleBuffer,
+    key: ModuleBuffer,
+    result: *mut usize,
+) -> bool {
+    metadata_entry(source, ns, key, |entry| match entry {
+        Some((true, values)) => {
+            // SAFETY: a writable out-parameter.
+            unsafe { *result = values.len() };
+            true
+        }
+        _ => false,
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_get_metadata_list_string(
+    _f: HttpFilterEnvoyPtr,
+    source: u32,
+    ns: ModuleBuffer,
+    key: ModuleBuffer,
+    index: usize,
+    result: *mut EnvoyBuffer,
+) -> bool {
+    metadata_entry(source, ns, key, |entry| match entry {
+        Some((true, values)) => match values.get(index) {
+            Some(v) => {
+                // SAFETY: as in `get_metadata_string`.
+                unsafe { *result = envoy_buf(v) };
+                true
+            }
+            None => false,
+        },
+        _ => false,
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_get_cluster_name(
+    _f: HttpFilterEnvoyPtr,
+    result: *mut EnvoyBuffer,
+) -> bool {
+    with(|s| {
+        s.cluster_name_reads += 1;
+        match &s.cluster_name {
+            Some(name) => {
+                // SAFETY: as in `get_metadata_string`.
+                unsafe { *result = envoy_buf(name) };
+                true
+            }
+            None => false,
+        }
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_get_attribute_string(
+    _f: HttpFilterEnvoyPtr,
+    attribute_id: u32,
+    result: *mut EnvoyBuffer,
+) -> bool {
+    with(
+        |s| match s.attributes.iter().find(|(id, _)| *id == attribute_id) {
+            Some((_, value)) => {
+                // SAFETY: as in `get_metadata_string`.
+                unsafe { *result = envoy_buf(value) };
+                true
+            }
+            None => false,
+        },
+    )
 }
 
 fn define_counter(name: ModuleBuffer, id: *mut usize) -> MetricsResult {

@@ -8,7 +8,7 @@
 use crate::abi::callbacks as cb;
 use crate::abi::{
     BodyKind, EnvoyBuffer, EnvoyHttpHeader, FilterResetReason, HeaderKind, HttpFilterEnvoyPtr,
-    LabelBuffers, ModuleBuffer, ModuleHttpHeader,
+    LabelBuffers, ModuleBuffer, ModuleHttpHeader, METADATA_SOURCE_DYNAMIC,
 };
 
 /// The Envoy side of one HTTP stream, valid for the duration of one hook call.
@@ -270,6 +270,99 @@ impl EnvoyStream {
                 ModuleBuffer::from_bytes(value.as_bytes()),
             )
         }
+    }
+
+    /// The strings under `ns`/`key` of the stream's dynamic metadata, copied: a string as
+    /// one element, a list element by element (its non-string elements skipped). `None`
+    /// if absent or of another type.
+    pub fn metadata_strings(&self, ns: &str, key: &str) -> Option<Vec<String>> {
+        let (ns, key) = (
+            ModuleBuffer::from_bytes(ns.as_bytes()),
+            ModuleBuffer::from_bytes(key.as_bytes()),
+        );
+        let mut out = EnvoyBuffer::EMPTY;
+        // SAFETY: `raw` is live; `ns`/`key` borrow strings that outlive the call; `out` is a
+        // writable local whose view is copied before any other callback.
+        let found = unsafe {
+            cb::envoy_dynamic_module_callback_http_get_metadata_string(
+                self.raw,
+                METADATA_SOURCE_DYNAMIC,
+                ns,
+                key,
+                &mut out,
+            )
+        };
+        if found {
+            // SAFETY: filled by Envoy just above, copied now.
+            return Some(vec![
+                String::from_utf8_lossy(unsafe { out.as_bytes() }).into_owned()
+            ]);
+        }
+        let mut size = 0usize;
+        // SAFETY: as above; `size` is a writable local.
+        let is_list = unsafe {
+            cb::envoy_dynamic_module_callback_http_get_metadata_list_size(
+                self.raw,
+                METADATA_SOURCE_DYNAMIC,
+                ns,
+                key,
+                &mut size,
+            )
+        };
+        if !is_list {
+            return None;
+        }
+        // A list is bounded by what the gateway's config wrote; cap it anyway.
+        let mut values = Vec::with_capacity(size.min(1024));
+        for index in 0..size.min(1024) {
+            let mut item = EnvoyBuffer::EMPTY;
+            // SAFETY: as above; `index` is below the size Envoy reported.
+            let ok = unsafe {
+                cb::envoy_dynamic_module_callback_http_get_metadata_list_string(
+                    self.raw,
+                    METADATA_SOURCE_DYNAMIC,
+                    ns,
+                    key,
+                    index,
+                    &mut item,
+                )
+            };
+            if ok {
+                // SAFETY: filled by Envoy just above, copied now.
+                values.push(String::from_utf8_lossy(unsafe { item.as_bytes() }).into_owned());
+            }
+        }
+        Some(values)
+    }
+
+    /// The cluster the stream's route chose, copied; `None` if there is no route or cluster.
+    /// Envoy matches a route whose cache a filter cleared again first.
+    pub fn cluster_name(&mut self) -> Option<String> {
+        let mut out = EnvoyBuffer::EMPTY;
+        // SAFETY: `raw` is live for this hook; `out` is a writable local, copied at once.
+        let found =
+            unsafe { cb::envoy_dynamic_module_callback_http_get_cluster_name(self.raw, &mut out) };
+        if !found {
+            return None;
+        }
+        // SAFETY: filled by Envoy just above, copied before any other callback.
+        Some(String::from_utf8_lossy(unsafe { out.as_bytes() }).into_owned())
+    }
+
+    /// The string attribute `id` of the stream, copied; `None` if unavailable.
+    pub fn attribute_string(&self, id: u32) -> Option<String> {
+        let mut out = EnvoyBuffer::EMPTY;
+        // SAFETY: `raw` is live for this hook; `out` is a writable local, copied at once.
+        let found = unsafe {
+            cb::envoy_dynamic_module_callback_http_filter_get_attribute_string(
+                self.raw, id, &mut out,
+            )
+        };
+        if !found {
+            return None;
+        }
+        // SAFETY: filled by Envoy just above, copied before any other callback.
+        Some(String::from_utf8_lossy(unsafe { out.as_bytes() }).into_owned())
     }
 
     /// Whether the stream's dynamic metadata has namespace `ns` with at least one key.

@@ -142,6 +142,17 @@ fn http(
     headers: &[(&str, &str)],
     body: &str,
 ) -> Option<(u16, String)> {
+    http_with_head(port, method, path, headers, body).map(|(status, _, body)| (status, body))
+}
+
+/// [`http`], with the response head (status line and headers) as well.
+fn http_with_head(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Option<(u16, String, String)> {
     let mut conn = TcpStream::connect(("127.0.0.1", port)).ok()?;
     let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
     let mut req = format!(
@@ -163,6 +174,7 @@ fn http(
         .contains("transfer-encoding: chunked");
     Some((
         status,
+        head.to_ascii_lowercase(),
         if chunked {
             dechunk(raw)
         } else {
@@ -213,12 +225,14 @@ fn bootstrap(module: &str, listener: u16, admin: u16, backends: &[u16]) -> Strin
         "{{name: infergate_envoy, do_not_close: true, module: {{local: {{filename: {module}}}}}}}"
     );
     let router = r#"{\"pools\": [{\"name\": \"p\", \"baseModel\": \"llama\", \"adapters\": [\"llama-lora\"]}]}"#;
+    // A decoy pool of the same base model first: only the cluster Envoy's route chose
+    // (`pool`) leads the picker to the real one.
     let picker = format!(
-        r#"{{\"pools\": [{{\"pool\": \"p\", \"baseModel\": \"llama\", \"endpoints\": [{}]}}]}}"#,
+        r#"{{\"pools\": [{{\"pool\": \"decoy\", \"baseModel\": \"llama\", \"endpoints\": [\"127.0.0.1:1\"]}}, {{\"pool\": \"p\", \"cluster\": \"pool\", \"baseModel\": \"llama\", \"endpoints\": [{}]}}]}}"#,
         quoted.join(", ")
     );
     let scraper = format!(
-        r#"{{\"endpoints\": [{}], \"intervalMs\": 50, \"timeoutMs\": 500, \"cluster\": \"scrape\"}}"#,
+        r#"{{\"endpoints\": [\"127.0.0.1:1\", {}], \"intervalMs\": 50, \"timeoutMs\": 500, \"cluster\": \"scrape\"}}"#,
         quoted.join(", ")
     );
     format!(
@@ -378,8 +392,8 @@ fn module_serves_requests_in_real_envoy_and_shuts_down_cleanly() {
         ("x-gateway-destination-endpoint", "10.255.0.1:1"),
         ("x-llm-d-objective", "x"),
     ];
-    let (status, body) =
-        http(port, "POST", "/v1/chat/completions", &spoof, CHAT).unwrap_or_default();
+    let (status, head, body) =
+        http_with_head(port, "POST", "/v1/chat/completions", &spoof, CHAT).unwrap_or_default();
     assert_eq!(status, 200, "{body}\n{}", log_of(&proc_));
     let served = endpoints
         .iter()
@@ -395,9 +409,23 @@ fn module_serves_requests_in_real_envoy_and_shuts_down_cleanly() {
         body.contains("\"x-gateway-model-name: llama-lora\""),
         "{body}"
     );
+    // The pick first, then its fallback (the other endpoint of the pool).
+    let other = endpoints
+        .iter()
+        .find(|e| *e != served)
+        .cloned()
+        .unwrap_or_default();
     assert!(
-        body.contains(&format!("\"x-gateway-destination-endpoint: {served}\"")),
-        "the destination header names the endpoint that served: {body}"
+        body.contains(&format!(
+            "\"x-gateway-destination-endpoint: {served},{other}\""
+        )),
+        "the destination header lists the endpoint that served, then the fallback: {body}"
+    );
+    assert!(
+        head.contains(&format!(
+            "x-gateway-destination-endpoint-served: {served}\r\n"
+        )),
+        "the served header names the endpoint that served: {head}"
     );
 
     let (status, body) = http(

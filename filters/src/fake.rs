@@ -15,10 +15,10 @@ use scheduler_core::types::Millis;
 
 use crate::host::{
     BodyBufferLimit, CalloutRequest, CalloutToken, Clock, DynamicMetadata, EditResponseHeaders,
-    HostError, HttpCallout, LocalReply, Random, RequestBody, RequestHeaders, RequestWaker,
-    ResponseChunk, ResponseHeaders, RouteRefresh, SnapshotFetch, SnapshotSink, SnapshotSource,
-    SnapshotVersion, Stats, StreamState, UpstreamOverride, UsageRecordSink, VerifiedJwt,
-    WakeSignal, Waker,
+    HostError, HttpCallout, LocalReply, Random, ReadMetadata, RequestBody, RequestHeaders,
+    RequestWaker, ResponseChunk, ResponseHeaders, RouteRefresh, RoutedCluster, ServedUpstream,
+    SnapshotFetch, SnapshotSink, SnapshotSource, SnapshotVersion, Stats, StreamState,
+    UpstreamOverride, UsageRecordSink, VerifiedJwt, WakeSignal, Waker,
 };
 use crate::reply::Reply;
 use crate::stats::StatKey;
@@ -83,6 +83,15 @@ pub struct FakeHost {
     pub verified_jwt: Option<BTreeMap<String, String>>,
     /// Billing records written, in order.
     pub usage_records: Vec<String>,
+    /// Dynamic metadata the request carries for [`ReadMetadata`]: `(namespace, key)` → its
+    /// strings (one for a string value, several for a list).
+    pub request_metadata: BTreeMap<(String, String), Vec<String>>,
+    /// The cluster Envoy's route chose (`None`: the host cannot tell).
+    pub routed_cluster: Option<String>,
+    /// Times [`RoutedCluster::routed_cluster`] was asked.
+    pub cluster_reads: u32,
+    /// The upstream host that served (`None`: the host cannot tell).
+    pub served_upstream: Option<String>,
     next_token: u64,
 }
 
@@ -123,6 +132,10 @@ impl FakeHost {
             body_reads: std::cell::Cell::new(0),
             verified_jwt: None,
             usage_records: Vec::new(),
+            request_metadata: BTreeMap::new(),
+            routed_cluster: None,
+            cluster_reads: 0,
+            served_upstream: None,
             next_token: 1,
         }
     }
@@ -168,6 +181,29 @@ impl FakeHost {
     pub fn snapshot(mut self, version: u64, bytes: Vec<u8>) -> Self {
         self.snapshot = Some((SnapshotVersion(version), bytes));
         self
+    }
+
+    /// The cluster Envoy's route chose for the request.
+    pub fn routed_to(mut self, cluster: &str) -> Self {
+        self.routed_cluster = Some(cluster.to_owned());
+        self
+    }
+
+    /// Dynamic metadata `namespace`.`key` the request carries (one value: a string).
+    pub fn with_metadata(mut self, namespace: &str, key: &str, values: &[&str]) -> Self {
+        self.request_metadata.insert(
+            (namespace.to_owned(), key.to_owned()),
+            values.iter().map(|v| (*v).to_owned()).collect(),
+        );
+        self
+    }
+
+    /// First value of response header `name`.
+    pub fn response(&self, name: &str) -> Option<&str> {
+        self.response_headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// A host without dynamic metadata (like proxy-wasm on Envoy).
@@ -410,6 +446,27 @@ impl DynamicMetadata for FakeHost {
                 Ok(())
             }
         }
+    }
+}
+
+impl ReadMetadata for FakeHost {
+    fn metadata_strings(&self, namespace: &str, key: &str) -> Option<Vec<String>> {
+        self.request_metadata
+            .get(&(namespace.to_owned(), key.to_owned()))
+            .cloned()
+    }
+}
+
+impl RoutedCluster for FakeHost {
+    fn routed_cluster(&mut self) -> Option<String> {
+        self.cluster_reads += 1;
+        self.routed_cluster.clone()
+    }
+}
+
+impl ServedUpstream for FakeHost {
+    fn served_upstream(&self) -> Option<String> {
+        self.served_upstream.clone()
     }
 }
 

@@ -12,6 +12,14 @@ pub const BASE_MODEL: &str = "x-gateway-base-model-name";
 pub const MODEL_NAME: &str = "x-gateway-model-name";
 /// `ip:port` of the chosen endpoint; set by the picker.
 pub const DESTINATION_ENDPOINT: &str = "x-gateway-destination-endpoint";
+/// Restricts the picker's candidates to the listed `ip:port`s (a trusted stage's header;
+/// also the key of the subset hint in [`SUBSET_METADATA_NAMESPACE`]).
+pub const DESTINATION_SUBSET: &str = "x-gateway-destination-endpoint-subset";
+/// Dynamic-metadata namespace of the subset hint (the gateway's own config writes it).
+pub const SUBSET_METADATA_NAMESPACE: &str = "envoy.lb.subset_hint";
+/// `ip:port` of the endpoint that actually served (a retry may have taken a fallback); set
+/// by the picker on the response.
+pub const DESTINATION_SERVED: &str = "x-gateway-destination-endpoint-served";
 /// Reason of a 429/503 rejection.
 pub const DROPPED_REASON: &str = "x-llm-d-request-dropped-reason";
 /// Dynamic-metadata namespace the picker writes the destination under.

@@ -277,6 +277,29 @@ pub trait DynamicMetadata {
     ) -> Result<(), HostError>;
 }
 
+/// Read the request's dynamic metadata (what the gateway's own config, such as Envoy's
+/// `set_metadata` filter, or an earlier filter left there; never a client).
+pub trait ReadMetadata {
+    /// The value of `namespace`.`key`: a string as one element, a list of strings element by
+    /// element. `None` when absent, of another type, or unreadable on this host.
+    fn metadata_strings(&self, namespace: &str, key: &str) -> Option<Vec<String>>;
+}
+
+/// The cluster Envoy's route chose for this request (with weighted clusters, the one drawn
+/// for it), matched on the request's current headers.
+pub trait RoutedCluster {
+    /// The cluster's name; `None` when the host cannot tell (no route, or no way to ask).
+    fn routed_cluster(&mut self) -> Option<String>;
+}
+
+/// The upstream host that actually served the request (a retry may have moved it off the
+/// pick), read while the response headers pass.
+pub trait ServedUpstream {
+    /// `ip:port` of the upstream host the response came from; `None` when there was none
+    /// (a local reply) or the host cannot tell.
+    fn served_upstream(&self) -> Option<String>;
+}
+
 /// Tell the host which upstream address this request must go to, beyond the header
 /// (dynamic modules: upstream host override; proxy-wasm on Envoy: the `ORIGINAL_DST`
 /// filter-state key, which Envoy checks before the header).

@@ -32,6 +32,11 @@
 //!   set, filter-chain life span); `getProperty`'s top-level lookup of a name that is no
 //!   built-in attribute reads the same `wasm.<key>` back, serialised as the raw bytes. So
 //!   the picker reads what the router wrote on the same stream; a client cannot set it.
+//! - **What routing chose, by property.** `["xds", "cluster_name"]` is the cluster of the
+//!   stream's route (the one drawn by weighted clusters); `["upstream", "address"]` the
+//!   `ip:port` of the upstream host that answered; `["metadata", "filter_metadata", ns,
+//!   key]` walks into the dynamic metadata and answers a string value as its bytes (a list
+//!   value has no byte form there, so a Wasm subset hint is a comma-separated string).
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -39,10 +44,10 @@ use std::rc::Rc;
 
 use infergate_filters::host::{
     BodyBufferLimit, CalloutRequest, CalloutToken, Clock, DynamicMetadata, EditResponseHeaders,
-    HostError, HttpCallout, LocalReply, Random, RequestBody, RequestHeaders, RequestWaker,
-    ResponseChunk, ResponseHeaders, RouteRefresh, SnapshotFetch, SnapshotSink, SnapshotSource,
-    SnapshotVersion, Stats, StreamState, UpstreamOverride, UsageRecordSink, VerifiedJwt,
-    WakeSignal, Waker,
+    HostError, HttpCallout, LocalReply, Random, ReadMetadata, RequestBody, RequestHeaders,
+    RequestWaker, ResponseChunk, ResponseHeaders, RouteRefresh, RoutedCluster, ServedUpstream,
+    SnapshotFetch, SnapshotSink, SnapshotSource, SnapshotVersion, Stats, StreamState,
+    UpstreamOverride, UsageRecordSink, VerifiedJwt, WakeSignal, Waker,
 };
 use infergate_filters::reply::Reply;
 use infergate_filters::stats::{StatKey, StatKind};
@@ -509,6 +514,30 @@ impl UpstreamOverride for WasmHost {
         hostcalls::call_foreign_function("set_envoy_filter_state", &args)
             .map(|_| ())
             .map_err(failed)
+    }
+}
+
+/// A string property, if present and non-empty.
+fn string_property(path: &[&str]) -> Option<String> {
+    let bytes = hostcalls::get_property(path).ok().flatten()?;
+    (!bytes.is_empty()).then(|| text(bytes))
+}
+
+impl ReadMetadata for WasmHost {
+    fn metadata_strings(&self, namespace: &str, key: &str) -> Option<Vec<String>> {
+        string_property(&["metadata", "filter_metadata", namespace, key]).map(|v| vec![v])
+    }
+}
+
+impl RoutedCluster for WasmHost {
+    fn routed_cluster(&mut self) -> Option<String> {
+        string_property(&["xds", "cluster_name"])
+    }
+}
+
+impl ServedUpstream for WasmHost {
+    fn served_upstream(&self) -> Option<String> {
+        string_property(&["upstream", "address"])
     }
 }
 

@@ -36,7 +36,7 @@ use infergate_filters::host::{Stats, Waker};
 use infergate_filters::picker::remote::{
     Answers, Owner, Released, StateKey, ToOwner, ToWorker, OWNER_QUEUE,
 };
-use infergate_filters::picker::{PickerShared, PoolId, PreparedPick};
+use infergate_filters::picker::{PickerShared, PoolId, PreparedPick, ServedElsewhere};
 use infergate_filters::stages::{PickerStore, RemoteAnswer, RemotePicks};
 use infergate_filters::stats::StatKey;
 
@@ -505,11 +505,13 @@ impl RemotePicks for WasmPickerStore {
             Arrived::Answer(ToWorker::Picked {
                 lease,
                 endpoint,
+                fallbacks,
                 queued_ms,
                 release_at_once,
                 ..
             }) => RemoteAnswer::Picked {
                 endpoint,
+                fallbacks,
                 lease: Box::new(RemoteLease {
                     lease,
                     link: Rc::clone(handle),
@@ -549,6 +551,28 @@ impl RemotePicks for WasmPickerStore {
             if lease.flow_controlled {
                 lease.service = service().unwrap_or(0);
             }
+        }
+    }
+
+    fn report_served(&self, lease: &mut dyn std::any::Any, served: &ServedElsewhere) {
+        let (Some(lease), Some(handle)) = (lease.downcast_mut::<RemoteLease>(), &self.link) else {
+            return;
+        };
+        let Ok(mut link) = handle.try_borrow_mut() else {
+            return;
+        };
+        let message = ToOwner::Served {
+            state: link.state,
+            lease: lease.lease,
+            index: u32::try_from(served.index).unwrap_or(u32::MAX),
+            block_hashes: served.block_hashes.iter().map(|h| h.0).collect(),
+            session: served.session.clone(),
+        };
+        if let Some(Err(why)) = message.encode().map(|bytes| link.send_bytes(&bytes)) {
+            log(
+                LogLevel::Warn,
+                &format!("infergate: picker: reporting the served endpoint failed: {why}"),
+            );
         }
     }
 

@@ -165,6 +165,55 @@ unsafe extern "C" {
         ns: ModuleBuffer,
     ) -> usize;
 
+    /// Reads the string under `ns`/`key` of the metadata `source` names (0: the stream's
+    /// dynamic metadata); `result` gets an Envoy-owned view valid until the hook returns or
+    /// a setter is called. `false` if absent or not a string.
+    pub fn envoy_dynamic_module_callback_http_get_metadata_string(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        source: u32,
+        ns: ModuleBuffer,
+        key: ModuleBuffer,
+        result: *mut EnvoyBuffer,
+    ) -> bool;
+
+    /// Writes the number of elements of the list under `ns`/`key` to `result`; `false` if
+    /// absent or not a list.
+    pub fn envoy_dynamic_module_callback_http_get_metadata_list_size(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        source: u32,
+        ns: ModuleBuffer,
+        key: ModuleBuffer,
+        result: *mut usize,
+    ) -> bool;
+
+    /// Reads element `index` of the list under `ns`/`key` as a string view (as
+    /// `get_metadata_string`); `false` if out of range or not a string.
+    pub fn envoy_dynamic_module_callback_http_get_metadata_list_string(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        source: u32,
+        ns: ModuleBuffer,
+        key: ModuleBuffer,
+        index: usize,
+        result: *mut EnvoyBuffer,
+    ) -> bool;
+
+    /// The name of the cluster the stream's route chose (Envoy re-matches a cleared route
+    /// first; with weighted clusters, the one drawn); `result` gets an Envoy-owned view
+    /// valid until the hook returns or the route changes. `false` if no route or cluster.
+    pub fn envoy_dynamic_module_callback_http_get_cluster_name(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        result: *mut EnvoyBuffer,
+    ) -> bool;
+
+    /// Reads the string attribute `attribute_id` (`envoy_dynamic_module_type_attribute_id`,
+    /// an append-only C enum) of the stream; `result` gets an Envoy-owned view valid until
+    /// the hook returns. `false` if the attribute is unavailable or not a string.
+    pub fn envoy_dynamic_module_callback_http_filter_get_attribute_string(
+        filter_envoy_ptr: HttpFilterEnvoyPtr,
+        attribute_id: u32,
+        result: *mut EnvoyBuffer,
+    ) -> bool;
+
     // ----- pause and resume -----
 
     /// Creates a scheduler for the stream (stream's worker thread, inside a hook). The module

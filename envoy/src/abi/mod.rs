@@ -346,6 +346,13 @@ pub type CalloutResult = u32;
 /// The callout got a response (any status).
 pub const CALLOUT_SUCCESS: CalloutResult = 0;
 
+/// `envoy_dynamic_module_type_attribute_id` (raw, append-only in the header): the value of
+/// `upstream.address`, the `ip:port` of the upstream host of the stream's last attempt.
+pub const ATTRIBUTE_UPSTREAM_ADDRESS: u32 = 41;
+
+/// `envoy_dynamic_module_type_metadata_source` (raw): the stream's dynamic metadata.
+pub const METADATA_SOURCE_DYNAMIC: u32 = 0;
+
 /// `envoy_dynamic_module_type_metrics_result` (raw); 0 is success.
 pub type MetricsResult = u32;
 /// The metric operation succeeded.

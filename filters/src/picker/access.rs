@@ -34,10 +34,11 @@ pub trait PickerAccess {
         self.with_state(|state| f(state))
     }
 
-    /// The plan of the pool serving `base_model`. The default enters the state; accessors
-    /// that keep the plans aside answer without it.
-    fn plan_for(&mut self, base_model: &str) -> Option<Arc<PoolPlan>> {
-        self.with_state(|s| s.pool_plan(base_model))
+    /// The plan for a request routed to Envoy cluster `cluster` (when the host can tell)
+    /// with base model `base_model` ([`PickerPlans::for_request`]). The default enters the
+    /// state; accessors that keep the plans aside answer without it.
+    fn plan_for(&mut self, cluster: Option<&str>, base_model: &str) -> Option<Arc<PoolPlan>> {
+        self.with_state(|s| s.plans().for_request(cluster, base_model))
     }
 }
 
@@ -103,7 +104,7 @@ impl PickerAccess for &SharedPicker {
         f(&self.state)
     }
 
-    fn plan_for(&mut self, base_model: &str) -> Option<Arc<PoolPlan>> {
-        self.plans.for_base_model(base_model)
+    fn plan_for(&mut self, cluster: Option<&str>, base_model: &str) -> Option<Arc<PoolPlan>> {
+        self.plans.for_request(cluster, base_model)
     }
 }

@@ -1,19 +1,28 @@
-//! Picker configuration: per pool its base model, its endpoints, the failure mode, the
-//! staleness bound and the `EndpointPickerConfig`.
+//! Picker configuration: per pool its base model, its Envoy cluster, its endpoints, the
+//! failure mode, the staleness bound, the fallback count and the `EndpointPickerConfig`.
 //!
 //! JSON (camelCase), either `{"pools": [POOL, ...]}` or a single `POOL`:
 //!
 //! ```json
-//! {"pool": "llama-pool", "baseModel": "llama", "endpoints": ["10.0.0.1:8000"],
-//!  "failureMode": "FailClose", "staleAfterMs": 1000, "maxConsecutiveFailures": 3,
-//!  "sessionHeader": "x-session-id", "maxSessions": 10000, "eppConfig": { ... }}
+//! {"pool": "llama-pool", "baseModel": "llama", "cluster": "llama-pool",
+//!  "endpoints": ["10.0.0.1:8000", "10.0.0.2"], "targetPorts": [8000, 8001],
+//!  "fallbacks": 1, "failureMode": "FailClose", "staleAfterMs": 1000,
+//!  "maxConsecutiveFailures": 3, "sessionHeader": "x-session-id", "maxSessions": 10000,
+//!  "eppConfig": { ... }}
 //! ```
+//!
+//! A request reaches the pool whose `cluster` (default: its `pool` name) is the cluster
+//! Envoy's route chose for it, so two pools may serve one base model (a canary split by
+//! Envoy's weighted clusters); when the host cannot tell the cluster, or no pool has it, the
+//! first pool serving the request's base model is used. An endpoint given as a bare IP is
+//! expanded to one endpoint per `targetPorts` entry (data-parallel ranks of one pod, each
+//! scraped and picked on its own); an endpoint with a port stays as it is.
 //!
 //! Beside `pools`, `objectives` lists `InferenceObjective` objects: the priorities of flow
 //! control, for every pool whose `eppConfig` enables it.
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use scheduler_core::scheduling::candidates::CandidateRules;
 use serde::Deserialize;
@@ -35,9 +44,20 @@ pub struct PoolConfig {
     pub pool: String,
     /// The base model it serves; requests are matched on `x-gateway-base-model-name`.
     pub base_model: String,
-    /// The pool's endpoints, `ip:port`. The picker only ever emits one of these.
+    /// The Envoy cluster whose requests this pool picks for; `None`: the pool's name.
+    #[serde(default)]
+    pub cluster: Option<String>,
+    /// The pool's endpoints, `ip:port`, or a bare IP with `targetPorts`. The picker only
+    /// ever emits one of these ([`PoolConfig::expanded_endpoints`]).
     #[serde(default)]
     pub endpoints: Vec<String>,
+    /// The ports of every bare-IP endpoint (data parallelism: one rank per port).
+    #[serde(default)]
+    pub target_ports: Vec<u16>,
+    /// How many fallback endpoints follow the pick in the destination list (Envoy's retry
+    /// takes the next one).
+    #[serde(default = "default_fallbacks")]
+    pub fallbacks: usize,
     /// Stale or missing metrics → 503 (`FailClose`) or in-proxy load only (`FailOpen`).
     #[serde(default)]
     pub failure_mode: FailureMode,
@@ -60,6 +80,17 @@ pub struct PoolConfig {
 }
 
 impl PoolConfig {
+    /// The Envoy cluster this pool picks for.
+    pub fn cluster_name(&self) -> &str {
+        self.cluster.as_deref().unwrap_or(&self.pool)
+    }
+
+    /// The pool's endpoints with every bare IP expanded to one `ip:port` per target port,
+    /// in configuration order (see [`expand_target_ports`]).
+    pub fn expanded_endpoints(&self) -> Result<Vec<String>, String> {
+        expand_target_ports(&self.endpoints, &self.target_ports)
+    }
+
     /// The thresholds that classify the pool's endpoints (shared with `explain`).
     pub fn candidate_rules(&self) -> CandidateRules {
         CandidateRules {
@@ -68,6 +99,57 @@ impl PoolConfig {
             failure_mode: self.failure_mode,
         }
     }
+}
+
+/// Expand `endpoints` for `ports`: an `ip:port` stays as it is, a bare IP (v4, or v6 with
+/// or without brackets) becomes one `ip:port` per port, in port order. A bare IP with no
+/// ports, or an entry that is neither, is the error (the entry, quoted). Shared by every
+/// config that lists a pool's endpoints, so the picker and the scraper see the same list.
+pub fn expand_target_ports(endpoints: &[String], ports: &[u16]) -> Result<Vec<String>, String> {
+    let mut out = Vec::with_capacity(endpoints.len() * ports.len().max(1));
+    for endpoint in endpoints {
+        if endpoint.parse::<SocketAddr>().is_ok() {
+            out.push(endpoint.clone());
+            continue;
+        }
+        let bare = endpoint.trim_start_matches('[').trim_end_matches(']');
+        let ip: IpAddr = bare.parse().map_err(|_| {
+            format!(
+                "`{}` is neither ip:port nor an IP",
+                truncate_for_message(endpoint, 64)
+            )
+        })?;
+        if ports.is_empty() {
+            return Err(format!(
+                "`{}` has no port and targetPorts is empty",
+                truncate_for_message(endpoint, 64)
+            ));
+        }
+        out.extend(
+            ports
+                .iter()
+                .map(|&port| SocketAddr::new(ip, port).to_string()),
+        );
+    }
+    Ok(out)
+}
+
+/// `pool`'s endpoints expanded, or the first entry that does not expand.
+fn expand_pool(pool: &PoolConfig) -> Result<Vec<String>, PickerConfigError> {
+    let mut out = Vec::with_capacity(pool.endpoints.len());
+    for endpoint in &pool.endpoints {
+        let expanded = expand_target_ports(std::slice::from_ref(endpoint), &pool.target_ports)
+            .map_err(|_| PickerConfigError::BadEndpoint {
+                pool: pool.pool.clone(),
+                endpoint: truncate_for_message(endpoint, 64).into_owned(),
+            })?;
+        out.extend(expanded);
+    }
+    Ok(out)
+}
+
+fn default_fallbacks() -> usize {
+    1
 }
 
 fn default_stale_after_ms() -> u64 {
@@ -148,8 +230,8 @@ pub enum PickerConfigError {
         /// The repeated entry.
         endpoint: String,
     },
-    /// Two pools serve the same base model.
-    DuplicateBaseModel(String),
+    /// Two pools pick for the same Envoy cluster.
+    DuplicateCluster(String),
     /// The `eppConfig` does not compile.
     Scheduler {
         /// The pool.
@@ -179,8 +261,12 @@ impl core::fmt::Display for PickerConfigError {
             PickerConfigError::DuplicateEndpoint { pool, endpoint } => {
                 write!(f, "picker config: pool `{pool}`: `{endpoint}` listed twice")
             }
-            PickerConfigError::DuplicateBaseModel(m) => {
-                write!(f, "picker config: two pools serve base model `{m}`")
+            PickerConfigError::DuplicateCluster(c) => {
+                write!(
+                    f,
+                    "picker config: two pools pick for Envoy cluster `{c}` (set `cluster` \
+                     on one of them)"
+                )
             }
             PickerConfigError::Scheduler { pool, error } => {
                 write!(f, "picker config: pool `{pool}`: eppConfig: {error}")
@@ -193,26 +279,32 @@ impl core::fmt::Display for PickerConfigError {
 }
 
 impl PickerConfig {
-    /// Parse `{"pools": [...]}` or a single pool object.
+    /// Parse `{"pools": [...]}` or a single pool object; every pool's endpoints come out
+    /// expanded for its `targetPorts` (a bare IP without ports is a [`PickerConfigError::BadEndpoint`]).
     pub fn from_json(value: Value) -> Result<PickerConfig, PickerConfigError> {
         let json = |e: serde_json::Error| PickerConfigError::Json(e.to_string());
-        if value.get("pools").is_some() {
-            serde_json::from_value(value).map_err(json)
+        let mut config = if value.get("pools").is_some() {
+            serde_json::from_value(value).map_err(json)?
         } else {
             let pool: PoolConfig = serde_json::from_value(value).map_err(json)?;
-            Ok(PickerConfig {
+            PickerConfig {
                 pools: vec![pool],
                 objectives: Vec::new(),
-            })
+            }
+        };
+        for pool in &mut config.pools {
+            pool.endpoints = expand_pool(pool)?;
         }
+        Ok(config)
     }
 
-    /// Check what serde cannot: endpoint syntax, duplicates, a zero staleness bound (every
+    /// Check what serde cannot: endpoint syntax, duplicates (of an endpoint in a pool, of a
+    /// cluster across pools), a zero staleness bound (every
     /// sample would count as stale, so a `FailClose` pool would answer only 503s) and a
     /// session header the gateway strips from every request (`x-gateway-*`, `x-llm-d-*`:
     /// affinity would never see it).
     pub fn validate(&self) -> Result<(), PickerConfigError> {
-        let mut bases = HashSet::new();
+        let mut clusters = HashSet::new();
         for (i, pool) in self.pools.iter().enumerate() {
             if pool.stale_after_ms == 0 {
                 return Err(PickerConfigError::Field {
@@ -232,9 +324,9 @@ impl PickerConfig {
                     });
                 }
             }
-            if !bases.insert(pool.base_model.as_str()) {
-                return Err(PickerConfigError::DuplicateBaseModel(
-                    pool.base_model.clone(),
+            if !clusters.insert(pool.cluster_name()) {
+                return Err(PickerConfigError::DuplicateCluster(
+                    pool.cluster_name().to_owned(),
                 ));
             }
             let mut seen = HashSet::new();

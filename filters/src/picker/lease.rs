@@ -60,6 +60,15 @@ impl InFlightGauges {
         }
     }
 
+    /// Move one request's worth of endpoint gauge from `from` to `to` (the pool's gauge
+    /// stays: the request is still in flight in the pool).
+    pub(super) fn shift<S: Stats + ?Sized>(&self, from: usize, to: usize, stats: &mut S) {
+        if let (Some(from), Some(to)) = (self.endpoints.get(from), self.endpoints.get(to)) {
+            stats.gauge_add(from, -1);
+            stats.gauge_add(to, 1);
+        }
+    }
+
     /// Move the pool's gauge and endpoint `endpoint`'s by `delta`.
     pub(super) fn add<S: Stats + ?Sized>(&self, endpoint: usize, delta: i64, stats: &mut S) {
         stats.gauge_add(&self.pool, delta);
@@ -197,6 +206,26 @@ impl InFlightLease {
             self.gauged = false;
         }
         self.load.pay_owed(stats);
+    }
+
+    /// Count this lease's request against endpoint `endpoint` of the same pool instead (it
+    /// was served there, not where it was picked), moving the endpoint gauges with it when
+    /// this lease raised them. `false`, and the lease unchanged, for an index the pool lacks.
+    pub fn move_to<S: Stats + ?Sized>(&mut self, endpoint: usize, stats: &mut S) -> bool {
+        if endpoint == self.endpoint {
+            return true;
+        }
+        let Some(to) = self.load.endpoints.get(endpoint) else {
+            return false;
+        };
+        to.requests.fetch_add(1, Ordering::Relaxed);
+        to.tokens.fetch_add(self.tokens.0, Ordering::Relaxed);
+        self.load.give_back(self.endpoint, self.tokens);
+        if self.gauged {
+            self.load.gauges.shift(self.endpoint, endpoint, stats);
+        }
+        self.endpoint = endpoint;
+        true
     }
 
     /// Give the load back; whoever raised the gauges lowers them.

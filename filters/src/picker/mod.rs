@@ -50,15 +50,17 @@ use crate::flow::{
     read_state_number, record_queued_ms, Admission, DropReason, QueueSlot, Verdict, SERVICE_STATE,
 };
 use crate::handoff::{Handoff, HANDOFF_KEY};
-use crate::headers::{BASE_MODEL, DESTINATION_ENDPOINT, LB_METADATA_NAMESPACE};
+use crate::headers::{BASE_MODEL, DESTINATION_ENDPOINT, DESTINATION_SERVED, LB_METADATA_NAMESPACE};
 use crate::host::{
-    Clock, DynamicMetadata, LocalReply, Random, RequestBody, RequestHeaders, SnapshotSource, Stats,
-    StreamState, UpstreamOverride,
+    Clock, DynamicMetadata, EditResponseHeaders, LocalReply, Random, ReadMetadata, RequestBody,
+    RequestHeaders, RoutedCluster, ServedUpstream, SnapshotSource, Stats, StreamState,
+    UpstreamOverride,
 };
 use crate::reply::{truncate_for_message, Reply, MAX_QUOTED_BYTES, REJECTED_NO_ENDPOINTS};
 use crate::FilterStatus;
 use admit::{Admitted, Waiter};
 use scheduler_core::flow::QueueKey;
+use scheduler_core::types::BlockHash;
 
 pub use access::{PickerAccess, SharedPicker};
 pub use config::{FailureMode, PickerConfig, PickerConfigError, PoolConfig};
@@ -77,6 +79,10 @@ pub trait PickerHost:
     + Random
     + Stats
     + DynamicMetadata
+    + ReadMetadata
+    + RoutedCluster
+    + ServedUpstream
+    + EditResponseHeaders
     + UpstreamOverride
     + StreamState
 {
@@ -91,6 +97,10 @@ impl<T> PickerHost for T where
         + Random
         + Stats
         + DynamicMetadata
+        + ReadMetadata
+        + RoutedCluster
+        + ServedUpstream
+        + EditResponseHeaders
         + UpstreamOverride
         + StreamState
         + ?Sized
@@ -120,11 +130,35 @@ enum Stage {
     Done,
 }
 
+/// What a routed request keeps to correct the state if another endpoint of its pool
+/// serves it: the pool, and the prompt's blocks and session the pick recorded.
+#[derive(Debug)]
+struct PickMemo {
+    plan: Arc<PoolPlan>,
+    block_hashes: Vec<BlockHash>,
+    session: Option<String>,
+}
+
+/// Where the response says the request went, when it was not the pick.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ServedElsewhere {
+    /// `ip:port` of the endpoint that served.
+    pub endpoint: String,
+    /// Its index in the pool.
+    pub index: usize,
+    /// The prompt's blocks, to record for it.
+    pub block_hashes: Vec<BlockHash>,
+    /// The request's session, to remember it there.
+    pub session: Option<String>,
+}
+
 /// The picker's state for one request.
 #[derive(Debug)]
 pub struct PickerRequest {
     stage: Stage,
     lease: Option<InFlightLease>,
+    /// Set once routed: what a served-elsewhere correction needs.
+    memo: Option<PickMemo>,
     /// The request's share of its pool's flow-control load once admitted, with the pool
     /// whose queue its end offers the freed capacity to.
     ticket: Option<(Admitted, Arc<PoolPlan>)>,
@@ -145,6 +179,7 @@ impl PickerRequest {
         PickerRequest {
             stage: Stage::Start,
             lease: None,
+            memo: None,
             ticket: None,
             endpoint: None,
             deferred: false,
@@ -186,18 +221,37 @@ impl PickerRequest {
         }
     }
 
-    /// The owner's answer to the pending pick: the endpoint, or why there is none. `None`
-    /// if this request is not waiting for one (the adapter then leaves it alone).
+    /// The owner's answer to the pending pick: the endpoint and its fallbacks, or why there
+    /// is none. `None` if this request is not waiting for one (the adapter then leaves it
+    /// alone).
     pub fn on_answer<H: PickerHost + ?Sized>(
         &mut self,
         host: &mut H,
-        answer: Result<&str, Rejection>,
+        answer: Result<(&str, &[String]), Rejection>,
     ) -> Option<FilterStatus> {
-        if !matches!(self.stage, Stage::AwaitingAnswer { .. }) {
+        let Stage::AwaitingAnswer { plan, mut prepared } =
+            std::mem::replace(&mut self.stage, Stage::Done)
+        else {
             return None;
+        };
+        if answer.is_ok() {
+            self.keep_memo(&plan, &mut prepared);
         }
-        self.stage = Stage::Done;
-        Some(self.settle(host, answer.map(str::to_owned)))
+        let outcome = answer.map(|(endpoint, fallbacks)| Destination {
+            endpoint: endpoint.to_owned(),
+            fallbacks: fallbacks.to_vec(),
+        });
+        Some(self.settle(host, outcome))
+    }
+
+    /// Keep what a served-elsewhere correction needs from a routed request's preparation.
+    fn keep_memo(&mut self, plan: &Arc<PoolPlan>, prepared: &mut PreparedPick) {
+        let (block_hashes, session) = prepared.take_served_memo();
+        self.memo = Some(PickMemo {
+            plan: Arc::clone(plan),
+            block_hashes,
+            session,
+        });
     }
 
     /// The slot this request waits in, while its pool's flow gate holds it: the caller
@@ -272,7 +326,12 @@ impl PickerRequest {
         // Only the picker may set the destination: drop whatever came in.
         host.remove_request_header(DESTINATION_ENDPOINT);
         let base = host.request_header(BASE_MODEL);
-        let plan = base.as_deref().and_then(|base| shared.plan_for(base));
+        // The pool is the one of the cluster Envoy's route chose (a weighted split across
+        // pools of one model included), else the one serving the base model.
+        let plan = base.as_deref().and_then(|base| {
+            let cluster = host.routed_cluster();
+            shared.plan_for(cluster.as_deref(), base)
+        });
         let api = host
             .request_header(":path")
             .and_then(|path| Api::from_path(&path));
@@ -368,6 +427,14 @@ impl PickerRequest {
         plan: &Arc<PoolPlan>,
         prepared: PreparedPick,
     ) -> FilterStatus {
+        if prepared.subset().is_some_and(<[u32]>::is_empty) {
+            plan.count_decision(&Err(Rejection::NoEndpoints), host);
+            host.send_local_reply(&Reply::rejected(
+                REJECTED_NO_ENDPOINTS,
+                "the subset hint names no endpoint of the pool",
+            ));
+            return FilterStatus::Replied;
+        }
         if self.deferred {
             self.stage = Stage::AwaitingAnswer {
                 plan: Arc::clone(plan),
@@ -415,12 +482,19 @@ impl PickerRequest {
                 }
             }
         }
+        let mut prepared = prepared;
         let outcome = pick_counted(shared, host, plan, &prepared).map(|picked| {
             // Hold the lease before any host call, so whatever happens next the request's
             // end gives it back (and lowers the gauges `pick_counted` raised).
             self.lease = Some(picked.lease);
-            picked.endpoint
+            Destination {
+                endpoint: picked.endpoint,
+                fallbacks: picked.fallbacks,
+            }
         });
+        if outcome.is_ok() {
+            self.keep_memo(plan, &mut prepared);
+        }
         self.settle(host, outcome)
     }
 
@@ -428,10 +502,10 @@ impl PickerRequest {
     fn settle<H: PickerHost + ?Sized>(
         &mut self,
         host: &mut H,
-        outcome: Result<String, Rejection>,
+        outcome: Result<Destination, Rejection>,
     ) -> FilterStatus {
         match outcome {
-            Ok(endpoint) => self.route_to(host, endpoint),
+            Ok(destination) => self.route_to(host, destination),
             Err(rejection) => {
                 host.send_local_reply(&Reply::rejected(REJECTED_NO_ENDPOINTS, rejection.message()));
                 FilterStatus::Replied
@@ -439,16 +513,63 @@ impl PickerRequest {
         }
     }
 
-    /// Send the request to `endpoint`: the destination header, the `envoy.lb` metadata and
-    /// the host's upstream override.
-    fn route_to<H: PickerHost + ?Sized>(&mut self, host: &mut H, endpoint: String) -> FilterStatus {
-        let endpoint: &str = self.endpoint.insert(endpoint);
-        host.set_request_header(DESTINATION_ENDPOINT, endpoint);
-        // Best effort: proxy-wasm cannot set dynamic metadata (the header and the upstream
-        // override already route the request).
-        let _ = host.set_metadata_string(LB_METADATA_NAMESPACE, DESTINATION_ENDPOINT, endpoint);
+    /// Send the request to its destination: the ordered list `pick,fallback,...` in the
+    /// destination header and the `envoy.lb` metadata (Envoy's `override_host` policy tries
+    /// the pick, and a retry the next entry), and the pick as the host's upstream override.
+    fn route_to<H: PickerHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        destination: Destination,
+    ) -> FilterStatus {
+        let list = destination.list();
+        let endpoint: &str = self.endpoint.insert(destination.endpoint);
+        host.set_request_header(DESTINATION_ENDPOINT, &list);
+        // Best effort: proxy-wasm cannot set dynamic metadata (the header already routes
+        // the request).
+        let _ = host.set_metadata_string(LB_METADATA_NAMESPACE, DESTINATION_ENDPOINT, &list);
         let _ = host.set_upstream_override(endpoint);
         FilterStatus::Continue
+    }
+
+    /// The response headers pass: say which endpoint served (response header
+    /// `x-gateway-destination-endpoint-served`), and when a retry moved the request off the
+    /// pick to another endpoint of the pool, count it and correct the state: the in-flight
+    /// lease moves there and the prompt's blocks and session are recorded for it. A request
+    /// whose lease lives elsewhere (the Wasm owner's) gets the correction to send there
+    /// instead. Runs once; `None` when there is nothing (more) to correct here.
+    pub fn on_response_headers<S: PickerAccess, H: PickerHost + ?Sized>(
+        &mut self,
+        mut shared: S,
+        host: &mut H,
+    ) -> Option<ServedElsewhere> {
+        let picked = self.endpoint.as_deref()?;
+        let served = host.served_upstream()?;
+        host.set_response_header(DESTINATION_SERVED, &served);
+        if served == picked {
+            return None;
+        }
+        let memo = self.memo.take()?;
+        let index = memo.plan.endpoint_index(&served)?;
+        memo.plan.count_served_elsewhere(host);
+        self.endpoint = Some(served.clone());
+        let Some(lease) = self.lease.as_mut() else {
+            return Some(ServedElsewhere {
+                endpoint: served,
+                index,
+                block_hashes: memo.block_hashes,
+                session: memo.session,
+            });
+        };
+        lease.move_to(index, host);
+        shared.with_shared(|state| {
+            state.record_served(
+                &memo.plan,
+                index,
+                &memo.block_hashes,
+                memo.session.as_deref(),
+            )
+        });
+        None
     }
 
     /// The request ended (completed, reset, aborted, answered locally, or its context is
@@ -538,6 +659,25 @@ impl Drop for PickerRequest {
     }
 }
 
+/// Where a routed request goes: the pick, then the fallbacks in order.
+#[derive(Debug)]
+struct Destination {
+    endpoint: String,
+    fallbacks: Vec<String>,
+}
+
+impl Destination {
+    /// The destination list: `pick,fallback,...`.
+    fn list(&self) -> String {
+        let mut list = self.endpoint.clone();
+        for fallback in &self.fallbacks {
+            list.push(',');
+            list.push_str(fallback);
+        }
+        list
+    }
+}
+
 /// The part of a pick that needs the state, and its stats: refresh the snapshot, pick,
 /// report endpoints the snapshot lacks, count the decision, and raise the in-flight gauges
 /// for a lease taken. The picker's own requests and the Wasm flavour's state owner
@@ -551,7 +691,8 @@ pub(crate) fn pick_counted<S: PickerAccess, H: SnapshotSource + Stats + ?Sized>(
     let req = prepared.request();
     let (refresh, outcome, reports, plans) = shared.with_shared(|state| {
         let refresh = state.refresh_snapshot(&*host);
-        let outcome = state.pick(plan, &req, prepared.now, prepared.random);
+        let outcome =
+            state.pick_within(plan, &req, prepared.subset(), prepared.now, prepared.random);
         let reports = state.take_unscraped_reports();
         // Only when there is something to report: the plans' `Arc` costs an atomic.
         let plans = (!reports.is_empty()).then(|| state.plans());

@@ -34,6 +34,8 @@ struct PoolStats {
     snapshot_errors: StatKey,
     handoff: StatKey,
     reject_unscraped: StatKey,
+    /// Requests a retry moved off the pick to another endpoint of the pool.
+    served_elsewhere: StatKey,
     /// Gauges: requests in flight in the pool, and per endpoint (pool order).
     inflight: InFlightGauges,
     /// Gauge: pool endpoints absent from the scraper's snapshot.
@@ -62,6 +64,7 @@ impl PoolStats {
             degraded_picks: StatKey::new("infergate.picker.fail_open_picks", &p),
             snapshot_errors: StatKey::new("infergate.picker.snapshot_errors", &[]),
             handoff: StatKey::new("infergate.picker.handoff", &p),
+            served_elsewhere: StatKey::new("infergate.picker.served_by_fallback", &p),
             reject_unscraped: reject(Rejection::Unscraped.label()),
             inflight: InFlightGauges::new(pool, endpoints),
             unscraped: StatKey::new("infergate.picker.unscraped_endpoints", &p),
@@ -80,6 +83,7 @@ impl PoolStats {
             &self.degraded_picks,
             &self.snapshot_errors,
             &self.handoff,
+            &self.served_elsewhere,
         ]
         .into_iter()
         .chain(&self.picks)
@@ -100,7 +104,11 @@ pub struct PoolPlan {
     pub(super) id: PoolId,
     pub(super) name: String,
     pub(super) base_model: String,
+    /// The Envoy cluster this pool picks for.
+    cluster: String,
     endpoints: Vec<String>,
+    /// How many fallbacks follow the pick in the destination list.
+    fallbacks: usize,
     session_header: Option<String>,
     /// How prompts are cut into blocks; `None` when no profile reads the prefix index.
     hashing: Option<PrefixConfig>,
@@ -123,7 +131,9 @@ impl PoolPlan {
             id,
             name: cfg.pool.clone(),
             base_model: cfg.base_model.clone(),
+            cluster: cfg.cluster_name().to_owned(),
             endpoints: cfg.endpoints.clone(),
+            fallbacks: cfg.fallbacks,
             session_header: cfg.session_header.as_ref().map(|h| h.to_ascii_lowercase()),
             hashing: scheduler
                 .uses_prefix_index()
@@ -159,6 +169,21 @@ impl PoolPlan {
     /// The base model the pool serves.
     pub fn base_model(&self) -> &str {
         &self.base_model
+    }
+
+    /// The Envoy cluster this pool picks for.
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    /// How many fallback endpoints follow the pick in the destination list.
+    pub fn fallbacks(&self) -> usize {
+        self.fallbacks
+    }
+
+    /// The index of `endpoint` in the pool, if it is one of the pool's.
+    pub fn endpoint_index(&self, endpoint: &str) -> Option<usize> {
+        self.endpoints.iter().position(|e| e == endpoint)
     }
 
     /// The pool's endpoints (`ip:port`), in configuration order.
@@ -208,6 +233,11 @@ impl PoolPlan {
     /// Count a request picked from the router's handoff (no body read).
     pub fn count_handoff<S: Stats + ?Sized>(&self, stats: &mut S) {
         stats.counter_add(&self.stats.handoff, 1);
+    }
+
+    /// Count a request a retry moved off its pick to another endpoint of the pool.
+    pub fn count_served_elsewhere<S: Stats + ?Sized>(&self, stats: &mut S) {
+        stats.counter_add(&self.stats.served_elsewhere, 1);
     }
 
     /// Emit the stats of one decision of this pool.
@@ -315,12 +345,28 @@ impl PickerPlans {
         self.pools.iter().map(|p| p.base_model.as_str())
     }
 
-    /// The plan of the pool serving `base_model`.
+    /// The plan of the first pool serving `base_model`.
     pub fn for_base_model(&self, base_model: &str) -> Option<Arc<PoolPlan>> {
         self.pools
             .iter()
             .find(|p| p.base_model == base_model)
             .map(Arc::clone)
+    }
+
+    /// The plan of the pool picking for Envoy cluster `cluster`.
+    pub fn for_cluster(&self, cluster: &str) -> Option<Arc<PoolPlan>> {
+        self.pools
+            .iter()
+            .find(|p| p.cluster == cluster)
+            .map(Arc::clone)
+    }
+
+    /// The plan for a request: the pool of the cluster Envoy's route chose, if the host
+    /// told it and a pool has it; else the first pool serving the request's base model.
+    pub fn for_request(&self, cluster: Option<&str>, base_model: &str) -> Option<Arc<PoolPlan>> {
+        cluster
+            .and_then(|c| self.for_cluster(c))
+            .or_else(|| self.for_base_model(base_model))
     }
 
     /// Every pool's plan, in pool order.

@@ -13,7 +13,27 @@ use super::state::PickRequest;
 use super::PickerHost;
 use crate::codec::{put_string, put_u64s, Reader};
 use crate::handoff::Handoff;
-use crate::headers::{FAIRNESS_ID, OBJECTIVE};
+use crate::headers::{DESTINATION_SUBSET, FAIRNESS_ID, OBJECTIVE, SUBSET_METADATA_NAMESPACE};
+
+/// The request's subset hint as pool endpoint indices (ascending, each once): from the
+/// dynamic metadata `envoy.lb.subset_hint` / `x-gateway-destination-endpoint-subset` (the
+/// gateway's own config) if present, else the header of that name (a trusted stage's: the
+/// router removes a client's copy). Each value is one `ip:port` or a comma-separated list;
+/// entries that are no endpoint of the pool are left out. `None`: no hint.
+fn subset_of<H: PickerHost + ?Sized>(plan: &PoolPlan, host: &H) -> Option<Vec<u32>> {
+    let values = host
+        .metadata_strings(SUBSET_METADATA_NAMESPACE, DESTINATION_SUBSET)
+        .or_else(|| host.request_header(DESTINATION_SUBSET).map(|v| vec![v]))?;
+    let mut subset: Vec<u32> = values
+        .iter()
+        .flat_map(|v| v.split(','))
+        .filter_map(|entry| plan.endpoint_index(entry.trim()))
+        .filter_map(|i| u32::try_from(i).ok())
+        .collect();
+    subset.sort_unstable();
+    subset.dedup();
+    Some(subset)
+}
 
 /// The request's flow fields, read from its headers only when its pool has flow control.
 fn flow_fields<H: PickerHost + ?Sized>(plan: &PoolPlan, host: &H, bytes: u64) -> FlowFields {
@@ -37,6 +57,8 @@ pub struct PreparedPick {
     max_output_tokens: Option<u64>,
     session: Option<String>,
     flow: FlowFields,
+    /// The subset hint's pool endpoint indices (ascending); `None`: no hint.
+    subset: Option<Vec<u32>>,
     /// The time of the decision.
     pub now: Millis,
     /// The decision's random draw (tie breaks, weighted picks).
@@ -67,6 +89,7 @@ impl PreparedPick {
             max_output_tokens: parsed.max_output_tokens,
             session,
             flow,
+            subset: subset_of(plan, host),
             now: host.now(),
             random: host.random_u64(),
         })
@@ -99,6 +122,7 @@ impl PreparedPick {
             max_output_tokens: handoff.max_output_tokens,
             session,
             flow,
+            subset: subset_of(plan, host),
             now: host.now(),
             random: host.random_u64(),
         })
@@ -113,8 +137,9 @@ impl PreparedPick {
         out.extend_from_slice(&self.now.0.to_le_bytes());
         out.extend_from_slice(&self.random.to_le_bytes());
         out.extend_from_slice(&self.prompt_tokens.0.to_le_bytes());
-        let flags =
-            u8::from(self.max_output_tokens.is_some()) | u8::from(self.session.is_some()) << 1;
+        let flags = u8::from(self.max_output_tokens.is_some())
+            | u8::from(self.session.is_some()) << 1
+            | u8::from(self.subset.is_some()) << 2;
         out.push(flags);
         out.extend_from_slice(&self.max_output_tokens.unwrap_or(0).to_le_bytes());
         put_string(out, &self.target_model)?;
@@ -123,6 +148,8 @@ impl PreparedPick {
         out.extend_from_slice(&self.flow.priority.to_le_bytes());
         put_string(out, &self.flow.fairness_id)?;
         out.extend_from_slice(&self.flow.bytes.to_le_bytes());
+        let subset = self.subset.as_deref().unwrap_or(&[]);
+        put_u64s(out, subset.iter().map(|&i| u64::from(i)))?;
         Some(())
     }
 
@@ -132,7 +159,7 @@ impl PreparedPick {
         let random = r.u64()?;
         let prompt_tokens = Tokens(r.u64()?);
         let flags = r.u8()?;
-        if flags & !0b11 != 0 {
+        if flags & !0b111 != 0 {
             return None;
         }
         let max_output = r.u64()?;
@@ -146,6 +173,15 @@ impl PreparedPick {
         let priority = i32::from_le_bytes(r.u32()?.to_le_bytes());
         let fairness_id = r.string()?;
         let bytes = r.u64()?;
+        let subset = r
+            .u64s()?
+            .into_iter()
+            .map(|i| u32::try_from(i).ok())
+            .collect::<Option<Vec<u32>>>()?;
+        // What the encoder writes: no indices without the flag, ascending ones with it.
+        if (flags & 4 == 0 && !subset.is_empty()) || subset.windows(2).any(|w| w[0] >= w[1]) {
+            return None;
+        }
         Some(PreparedPick {
             flow: FlowFields {
                 priority,
@@ -157,6 +193,7 @@ impl PreparedPick {
             prompt_tokens,
             max_output_tokens: (flags & 1 != 0).then_some(max_output),
             session: (flags & 2 != 0).then_some(session),
+            subset: (flags & 4 != 0).then_some(subset),
             now,
             random,
         })
@@ -170,6 +207,23 @@ impl PreparedPick {
     /// The prompt's chained block hashes.
     pub fn block_hashes(&self) -> &[BlockHash] {
         &self.block_hashes
+    }
+
+    /// The session id, if the pool has a session header and the request carries it.
+    pub fn session(&self) -> Option<&str> {
+        self.session.as_deref()
+    }
+
+    /// The subset hint's pool endpoint indices; `None`: no hint. `Some` of an empty list:
+    /// the hint names no endpoint of the pool (the request is answered 503).
+    pub fn subset(&self) -> Option<&[u32]> {
+        self.subset.as_deref()
+    }
+
+    /// What the request keeps after its pick, to correct the state if another endpoint
+    /// serves it: its block hashes and session (taken, the pick no longer needs them).
+    pub fn take_served_memo(&mut self) -> (Vec<BlockHash>, Option<String>) {
+        (core::mem::take(&mut self.block_hashes), self.session.take())
     }
 
     /// The view [`super::PickerShared::pick`] takes.

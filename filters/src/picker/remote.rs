@@ -47,6 +47,7 @@ use crate::codec::{put_string, put_u64s, Reader};
 use crate::flow::{Admission, DropReason, FlowTicket};
 use crate::host::{Clock, SnapshotSource, Stats};
 use scheduler_core::flow::QueueKey;
+use scheduler_core::types::BlockHash;
 
 /// The owner's queue name (scoped by Envoy to the `vm_id` the owner and workers share).
 pub const OWNER_QUEUE: &str = "infergate.picker.owner";
@@ -139,6 +140,21 @@ pub enum ToOwner {
         /// Lease ids of [`ToWorker::Picked`], with the service their requests received.
         leases: Vec<Released>,
     },
+    /// The request holding `lease` was served by endpoint `index` of its pool, not where it
+    /// was picked (a retry took a fallback): move the lease there and record the prompt's
+    /// blocks and session for it.
+    Served {
+        /// The state that issued the lease.
+        state: StateKey,
+        /// The lease id of [`ToWorker::Picked`].
+        lease: u64,
+        /// The serving endpoint's index in the lease's pool.
+        index: u32,
+        /// The prompt's chained block hashes.
+        block_hashes: Vec<u64>,
+        /// The request's session id, if its pool reads one.
+        session: Option<String>,
+    },
     /// The request of `ticket`, answered [`ToWorker::Queued`], left before its dispatch:
     /// take it out of the queue.
     Cancel {
@@ -162,6 +178,8 @@ pub enum ToWorker {
         lease: u64,
         /// `ip:port` of the endpoint.
         endpoint: String,
+        /// The endpoints to try next, in order (Envoy's retry takes them).
+        fallbacks: Vec<String>,
         /// How long the request waited in its pool's queue; `None`: its pool has no flow
         /// control.
         queued_ms: Option<u64>,
@@ -211,6 +229,7 @@ const UNKNOWN_STATE: u8 = 13;
 const QUEUED: u8 = 14;
 const DROPPED: u8 = 15;
 const CANCEL: u8 = 4;
+const SERVED: u8 = 5;
 
 impl ToOwner {
     /// The binary encoding: a tag byte, then the fields in order, integers little-endian.
@@ -255,6 +274,23 @@ impl ToOwner {
                 out.extend_from_slice(&reply_queue.to_le_bytes());
                 out.extend_from_slice(&ticket.to_le_bytes());
             }
+            // `u64` lease ‖ `u32` index ‖ `u8` flags (bit 0: session) ‖ `u16` len ‖ session ‖
+            // `u32` count ‖ count × `u64` block hash.
+            ToOwner::Served {
+                state,
+                lease,
+                index,
+                block_hashes,
+                session,
+            } => {
+                out.push(SERVED);
+                out.extend_from_slice(&state.0.to_le_bytes());
+                out.extend_from_slice(&lease.to_le_bytes());
+                out.extend_from_slice(&index.to_le_bytes());
+                out.push(u8::from(session.is_some()));
+                put_string(&mut out, session.as_deref().unwrap_or(""))?;
+                put_u64s(&mut out, block_hashes.iter().copied())?;
+            }
         }
         Some(out)
     }
@@ -287,6 +323,22 @@ impl ToOwner {
                 reply_queue: r.u32()?,
                 ticket: r.u64()?,
             },
+            SERVED => {
+                let lease = r.u64()?;
+                let index = r.u32()?;
+                let flags = r.u8()?;
+                let session = r.string()?;
+                if flags > 1 || (flags == 0 && !session.is_empty()) {
+                    return None;
+                }
+                ToOwner::Served {
+                    state,
+                    lease,
+                    index,
+                    session: (flags == 1).then_some(session),
+                    block_hashes: r.u64s()?,
+                }
+            }
             _ => return None,
         };
         r.is_empty().then_some(message)
@@ -313,14 +365,21 @@ impl ToWorker {
                 ticket,
                 lease,
                 endpoint,
+                fallbacks,
                 queued_ms,
                 release_at_once,
             } => {
                 out.push(PICKED);
                 out.extend_from_slice(&ticket.to_le_bytes());
                 out.extend_from_slice(&lease.to_le_bytes());
-                // An endpoint is an `ip:port` of the configuration, far below u16::MAX.
+                // An endpoint is an `ip:port` of the configuration, far below u16::MAX, and
+                // a pool has far fewer than u16::MAX of them.
                 let _ = put_string(&mut out, endpoint);
+                let count = u16::try_from(fallbacks.len()).unwrap_or(u16::MAX);
+                out.extend_from_slice(&count.to_le_bytes());
+                for fallback in fallbacks.iter().take(usize::from(count)) {
+                    let _ = put_string(&mut out, fallback);
+                }
                 out.push(u8::from(queued_ms.is_some()) | u8::from(*release_at_once) << 1);
                 out.extend_from_slice(&queued_ms.unwrap_or(0).to_le_bytes());
             }
@@ -368,6 +427,10 @@ impl ToWorker {
             PICKED => {
                 let lease = r.u64()?;
                 let endpoint = r.string()?;
+                let count = u16::from_le_bytes(r.take(2)?.try_into().ok()?);
+                let fallbacks = (0..count)
+                    .map(|_| r.string())
+                    .collect::<Option<Vec<String>>>()?;
                 let flags = r.u8()?;
                 let queued_ms = r.u64()?;
                 if flags & !0b11 != 0 || (flags & 1 == 0 && queued_ms != 0) {
@@ -377,6 +440,7 @@ impl ToWorker {
                     ticket,
                     lease,
                     endpoint,
+                    fallbacks,
                     queued_ms: (flags & 1 != 0).then_some(queued_ms),
                     release_at_once: flags & 2 != 0,
                 }
@@ -491,6 +555,13 @@ impl Owner {
                 reply_queue,
                 ticket,
             } => self.cancel(host, state, reply_queue, ticket),
+            ToOwner::Served {
+                state,
+                lease,
+                index,
+                block_hashes,
+                session,
+            } => self.served(host, state, lease, index, &block_hashes, session.as_deref()),
         }
         answers
     }
@@ -735,6 +806,7 @@ impl Owner {
                     ticket,
                     lease,
                     endpoint: picked.endpoint,
+                    fallbacks: picked.fallbacks,
                     queued_ms,
                     release_at_once,
                 }
@@ -767,6 +839,36 @@ impl Owner {
         }
         admitted.release();
         Some(plan)
+    }
+
+    /// The request of `lease` was served by endpoint `index` of its pool: move the lease
+    /// (and its endpoint gauges) there, and record the prompt's blocks and session for it.
+    /// An unknown lease (released meanwhile) or index is ignored.
+    fn served<H: Stats + ?Sized>(
+        &mut self,
+        host: &mut H,
+        key: StateKey,
+        lease: u64,
+        index: u32,
+        block_hashes: &[u64],
+        session: Option<&str>,
+    ) {
+        let Some(state) = self.states.get_mut(&key) else {
+            return;
+        };
+        let Some(kept) = state.leases.get_mut(&lease) else {
+            return;
+        };
+        let Ok(index) = usize::try_from(index) else {
+            return;
+        };
+        if !kept.lease.move_to(index, host) {
+            return;
+        }
+        let hashes: Vec<BlockHash> = block_hashes.iter().map(|&h| BlockHash(h)).collect();
+        state
+            .shared
+            .record_served(&kept.plan, index, &hashes, session);
     }
 
     /// The in-flight load the owner's state `key` counts on `endpoint` of `pool` (tests and

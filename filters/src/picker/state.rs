@@ -82,6 +82,9 @@ pub struct PickRequest<'a> {
 pub struct Picked {
     /// `ip:port` of the chosen endpoint.
     pub endpoint: String,
+    /// The pool endpoints to try next, in order, if the chosen one fails before answering
+    /// (at most the pool's `fallbacks`).
+    pub fallbacks: Vec<String>,
     /// The in-flight accounting to give back at the end of the request.
     pub lease: InFlightLease,
     /// Leading prompt blocks the endpoint already held.
@@ -333,6 +336,20 @@ impl PickerShared {
         now: Millis,
         random: u64,
     ) -> Result<Picked, Rejection> {
+        self.pick_within(plan, req, None, now, random)
+    }
+
+    /// [`PickerShared::pick`] among the pool endpoints `subset` (indices, ascending: the
+    /// request's subset hint) only; `None`: the whole pool. A subset with no endpoint of
+    /// the pool is refused as `NoEndpoints`.
+    pub fn pick_within(
+        &self,
+        plan: &PoolPlan,
+        req: &PickRequest<'_>,
+        subset: Option<&[u32]>,
+        now: Millis,
+        random: u64,
+    ) -> Result<Picked, Rejection> {
         if plan.issuer != self.inner.issuer {
             return Err(Rejection::NoEndpoints);
         }
@@ -343,16 +360,34 @@ impl PickerShared {
         self.sync(plan.id, &mut guard);
         let state = &mut *guard;
         let samples = state.snapshot.as_deref().map(|s| s.endpoints.as_slice());
-        let endpoints = state
-            .endpoints
-            .iter()
-            .enumerate()
-            .map(|(i, address)| PoolEndpoint {
-                address,
+        // The subset hint narrows the pool before any rule runs (its FailOpen "every
+        // member" means every member of the subset): `members` maps a candidate's position
+        // in the list handed to the rules back to its pool index.
+        let members: Vec<usize> = match subset {
+            None => (0..state.endpoints.len()).collect(),
+            Some(subset) => subset
+                .iter()
+                .filter_map(|&i| usize::try_from(i).ok())
+                .filter(|&i| i < state.endpoints.len())
+                .collect(),
+        };
+        if members.is_empty() {
+            return Err(Rejection::NoEndpoints);
+        }
+        let endpoints = members.iter().filter_map(|&i| {
+            Some(PoolEndpoint {
+                address: state.endpoints.get(i)?,
                 record: record_of(samples, state.sample_of.get(i).copied().flatten()),
                 inflight: pool.load.get(i).unwrap_or_default(),
-            });
+            })
+        });
         let set = pool_candidates(endpoints, &state.rules, now)?;
+        let pool_index_of = |c: usize| {
+            set.pool_index
+                .get(c)
+                .and_then(|&listed| members.get(listed))
+                .copied()
+        };
 
         let hashes = req.block_hashes;
         let session_endpoint = req
@@ -371,9 +406,15 @@ impl PickerShared {
             .scheduler
             .schedule(&view, &set.candidates, &state.prefix, random, now);
         let outcome = decision.picked().and_then(|c| {
-            let endpoint = set.pool_index.get(c).copied()?;
+            let endpoint = pool_index_of(c)?;
             Some((endpoint, decision.prefix_matched(c), decision.full_blocks()))
         });
+        let fallbacks: Vec<usize> = decision
+            .fallbacks()
+            .iter()
+            .filter_map(|&c| pool_index_of(c))
+            .take(plan.fallbacks())
+            .collect();
         let degraded = set.selection == Selection::Degraded;
         drop(decision);
         drop(set);
@@ -401,13 +442,50 @@ impl PickerShared {
         }
         state.matched_blocks = state.matched_blocks.saturating_add(matched as u64);
         state.total_blocks = state.total_blocks.saturating_add(total as u64);
+        let fallbacks = fallbacks
+            .iter()
+            .filter_map(|&i| state.endpoints.get(i).cloned())
+            .collect();
         Ok(Picked {
             endpoint: address,
+            fallbacks,
             lease,
             matched_blocks: matched,
             total_blocks: total,
             degraded,
         })
+    }
+
+    /// A request of `plan`'s pool was served by its endpoint `served` (index), not where it
+    /// was picked (a retry took a fallback): record its prompt blocks and its session for
+    /// the endpoint that holds them now. The pick's own entries are left to age out of its
+    /// LRU: the prefix index has no removal of single blocks, and a later pick that finds
+    /// them there is wrong once at most. Locks only that pool; `false` for an index the pool
+    /// lacks or a plan of another state.
+    pub fn record_served(
+        &self,
+        plan: &PoolPlan,
+        served: usize,
+        block_hashes: &[BlockHash],
+        session: Option<&str>,
+    ) -> bool {
+        if plan.issuer != self.inner.issuer {
+            return false;
+        }
+        let Some(pool) = self.inner.pools.get(plan.id.0) else {
+            return false;
+        };
+        let mut state = pool.lock();
+        let Some(address) = state.endpoints.get(served).cloned() else {
+            return false;
+        };
+        if !block_hashes.is_empty() {
+            state.prefix.record(&address, block_hashes);
+        }
+        if let Some(session) = session {
+            state.sessions.record(session, served);
+        }
+        true
     }
 
     /// Give a lease back for a caller that lowers the in-flight gauges itself (with
@@ -470,6 +548,15 @@ impl PickerShared {
             .pools
             .get(pool.0)
             .is_some_and(|p| p.try_lock().is_none())
+    }
+
+    /// Leading blocks of `hashes` the prefix index of `pool` holds for `endpoint` (tests).
+    #[cfg(test)]
+    pub(super) fn prefix_match(&self, pool: PoolId, endpoint: &str, hashes: &[BlockHash]) -> usize {
+        self.inner
+            .pools
+            .get(pool.0)
+            .map_or(0, |p| p.lock().prefix.match_endpoint(endpoint, hashes))
     }
 
     /// Hold the snapshot's lock (tests: what proceeds while it is busy).

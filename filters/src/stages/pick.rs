@@ -19,7 +19,8 @@ use std::sync::Arc;
 use crate::flow::{read_state_number, record_queued_ms, DropReason, SERVICE_STATE};
 use crate::host::{RequestWaker, Waker};
 use crate::picker::{
-    PickerAccess, PickerHost, PickerRequest, PoolId, PreparedPick, Rejection, SharedPicker,
+    PickerAccess, PickerHost, PickerRequest, PoolId, PreparedPick, Rejection, ServedElsewhere,
+    SharedPicker,
 };
 use crate::pipeline::{BodyProgress, EndCause, RequestContext, Stage, Step};
 use crate::reply::Reply;
@@ -62,6 +63,13 @@ pub trait RemotePicks {
     fn report_service(&self, lease: &mut dyn Any, service: &mut dyn FnMut() -> Option<u64>) {
         let _ = (lease, service);
     }
+
+    /// The request holding `lease` was served by another endpoint of its pool than the
+    /// pick (a retry took a fallback): tell the state, which moves the lease there and
+    /// records the prompt's blocks for it. Best effort.
+    fn report_served(&self, lease: &mut dyn Any, served: &ServedElsewhere) {
+        let _ = (lease, served);
+    }
 }
 
 /// What the remote state answered.
@@ -70,6 +78,8 @@ pub enum RemoteAnswer {
     Picked {
         /// `ip:port` of the endpoint.
         endpoint: String,
+        /// The endpoints to try next, in order.
+        fallbacks: Vec<String>,
         /// The owner's lease, held in the request's context until it ends.
         lease: Box<dyn Any>,
         /// How long the request waited in its pool's queue, if the pool has flow control.
@@ -297,6 +307,7 @@ impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickSta
         let status = match answer {
             RemoteAnswer::Picked {
                 endpoint,
+                fallbacks,
                 lease,
                 queued_ms,
             } => {
@@ -305,7 +316,8 @@ impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickSta
                 if let Some(queued_ms) = queued_ms.filter(|&ms| ms > 0) {
                     record_queued_ms(host, queued_ms);
                 }
-                self.request(cx).on_answer(host, Ok(&endpoint))
+                self.request(cx)
+                    .on_answer(host, Ok((&endpoint, &fallbacks)))
             }
             RemoteAnswer::Rejected(rejection) => self.request(cx).on_answer(host, Err(rejection)),
             RemoteAnswer::Dropped { reason, queued_ms } => {
@@ -317,6 +329,24 @@ impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickSta
         match status {
             Some(status) => step(cx, status, false),
             None => Step::Next,
+        }
+    }
+
+    fn on_response_headers(&self, cx: &mut RequestContext, host: &mut H, _end_of_stream: bool) {
+        let Some(access) = self.store.access() else {
+            return;
+        };
+        let Some(request) = cx.get_mut::<PickerRequest>() else {
+            return;
+        };
+        // Elsewhere: the lease lives in the remote state, which makes the correction.
+        let Some(served) = request.on_response_headers(access, host) else {
+            return;
+        };
+        if let (Some(remote), Some(RemoteLease(lease))) =
+            (self.store.remote(), cx.get_mut::<RemoteLease>())
+        {
+            remote.report_served(lease.as_mut(), &served);
         }
     }
 

@@ -297,9 +297,13 @@ mod remote_store {
             }
             match self.answers.borrow_mut().remove(&ticket)? {
                 ToWorker::Picked {
-                    lease, endpoint, ..
+                    lease,
+                    endpoint,
+                    fallbacks,
+                    ..
                 } => Some(RemoteAnswer::Picked {
                     endpoint,
+                    fallbacks,
                     lease: Box::new(lease),
                     queued_ms: None,
                 }),

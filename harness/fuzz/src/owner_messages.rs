@@ -4,8 +4,8 @@
 //!
 //! Both decoders see every input. Whatever decodes re-encodes to exactly the input (the
 //! decoders accept nothing but what the encoders write), and the other way round, messages
-//! built from the input's bytes (a decoded pick with other releases, every answer kind)
-//! decode to themselves.
+//! built from the input's bytes (a decoded pick with other releases, a served-endpoint
+//! report, every answer kind with a fallback list) decode to themselves.
 
 use infergate_filters::flow::DropReason;
 use infergate_filters::picker::remote::{Released, StateKey, ToOwner, ToWorker};
@@ -90,6 +90,13 @@ fn owner_messages_from(data: &[u8], decoded: Option<ToOwner>) -> Vec<ToOwner> {
             reply_queue: word_at(data, 1) as u32,
             ticket: word_at(data, 2),
         },
+        ToOwner::Served {
+            state,
+            lease: word_at(data, 1),
+            index: word_at(data, 2) as u32,
+            block_hashes: data.chunks(8).map(word).collect(),
+            session: (word_at(data, 3) & 1 == 1).then(|| text_of(data, 64)),
+        },
     ];
     if let Some(ToOwner::Pick {
         state,
@@ -114,16 +121,23 @@ fn owner_messages_from(data: &[u8], decoded: Option<ToOwner>) -> Vec<ToOwner> {
     out
 }
 
-/// Every answer kind, with fields from the input (the endpoint: the input as text, cut to
-/// what its `u16` length can say).
-fn worker_messages_from(data: &[u8]) -> Vec<ToWorker> {
-    let ticket = word_at(data, 0);
-    let mut endpoint = String::from_utf8_lossy(data).into_owned();
-    let mut cut = endpoint.len().min(usize::from(u16::MAX));
-    while !endpoint.is_char_boundary(cut) {
+/// The input as text, cut to at most `max` bytes (on a character boundary).
+fn text_of(data: &[u8], max: usize) -> String {
+    let mut text = String::from_utf8_lossy(data).into_owned();
+    let mut cut = text.len().min(max);
+    while !text.is_char_boundary(cut) {
         cut -= 1;
     }
-    endpoint.truncate(cut);
+    text.truncate(cut);
+    text
+}
+
+/// Every answer kind, with fields from the input (the endpoint: the input as text, cut to
+/// what its `u16` length can say; the fallbacks: the input's text cut into pieces).
+fn worker_messages_from(data: &[u8]) -> Vec<ToWorker> {
+    let ticket = word_at(data, 0);
+    let endpoint = text_of(data, usize::from(u16::MAX));
+    let fallbacks: Vec<String> = data.chunks(24).take(8).map(|c| text_of(c, 24)).collect();
     let pick = data.first().copied().unwrap_or(0);
     let queued_ms = (pick & 1 == 1).then(|| word_at(data, 1));
     let reason = [
@@ -141,6 +155,7 @@ fn worker_messages_from(data: &[u8]) -> Vec<ToWorker> {
             ticket,
             lease: word_at(data, 2),
             endpoint,
+            fallbacks,
             queued_ms,
             release_at_once: pick & 2 != 0,
         },

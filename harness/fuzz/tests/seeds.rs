@@ -630,6 +630,16 @@ fn owner_message_seeds() -> Vec<(String, Vec<u8>)> {
                 ticket: 2,
             },
         ),
+        (
+            "served",
+            ToOwner::Served {
+                state,
+                lease: 9,
+                index: 1,
+                block_hashes: full.block_hashes().iter().map(|h| h.0).collect(),
+                session: Some("conversation-42".into()),
+            },
+        ),
     ];
     let endpoint = "10.0.0.1:8000".to_string();
     let worker: Vec<(&str, ToWorker)> = vec![
@@ -639,6 +649,7 @@ fn owner_message_seeds() -> Vec<(String, Vec<u8>)> {
                 ticket: 1,
                 lease: 9,
                 endpoint: endpoint.clone(),
+                fallbacks: vec!["10.0.0.2:8000".into()],
                 queued_ms: None,
                 release_at_once: false,
             },
@@ -649,6 +660,7 @@ fn owner_message_seeds() -> Vec<(String, Vec<u8>)> {
                 ticket: 2,
                 lease: 10,
                 endpoint: endpoint.clone(),
+                fallbacks: vec!["10.0.0.2:8000".into(), "10.0.0.3:8000".into()],
                 queued_ms: Some(1_250),
                 release_at_once: true,
             },
@@ -659,6 +671,7 @@ fn owner_message_seeds() -> Vec<(String, Vec<u8>)> {
                 ticket: 8,
                 lease: 11,
                 endpoint,
+                fallbacks: Vec::new(),
                 queued_ms: Some(0),
                 release_at_once: true,
             },

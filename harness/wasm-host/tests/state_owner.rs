@@ -78,9 +78,13 @@ fn send(worker: &Host, content: &str) -> HttpStream {
 fn destination(s: &HttpStream) -> String {
     assert!(s.local_response().is_none(), "{:?}", s.local_response());
     let up = s.upstream_request_headers().expect("forwarded");
-    let dest = up.get("x-gateway-destination-endpoint").expect("picked");
-    assert!(LLAMA_POOL.contains(&dest.as_str()), "{dest}");
-    dest
+    let list = up.get("x-gateway-destination-endpoint").expect("picked");
+    // The pick, then its fallbacks: every one an endpoint of the pool.
+    assert!(
+        list.split(',').all(|e| LLAMA_POOL.contains(&e)),
+        "{list}"
+    );
+    list.split(',').next().unwrap_or_default().to_string()
 }
 
 fn finish(s: &HttpStream) {

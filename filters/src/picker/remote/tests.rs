@@ -120,16 +120,25 @@ fn turn(owner: &mut Owner, worker: &mut Worker, content: &str) -> (String, u64) 
     assert_eq!(queue, worker.queue);
     assert_eq!(answer.ticket(), ticket);
     let ToWorker::Picked {
-        lease, endpoint, ..
+        lease,
+        endpoint,
+        fallbacks,
+        ..
     } = answer
     else {
         panic!("expected a pick, got {answer:?}");
     };
-    let status = req.on_answer(&mut host, Ok(&endpoint));
+    let status = req.on_answer(&mut host, Ok((&endpoint, &fallbacks)));
     assert_eq!(status, Some(FilterStatus::Continue));
-    assert_eq!(host.header(DESTINATION_ENDPOINT), Some(endpoint.as_str()));
+    let list: Vec<&str> = std::iter::once(endpoint.as_str())
+        .chain(fallbacks.iter().map(String::as_str))
+        .collect();
+    assert_eq!(
+        host.header(DESTINATION_ENDPOINT),
+        Some(list.join(",").as_str())
+    );
     // A second answer for the same request is not applied.
-    assert_eq!(req.on_answer(&mut host, Ok("1.2.3.4:1")), None);
+    assert_eq!(req.on_answer(&mut host, Ok(("1.2.3.4:1", &[]))), None);
     (endpoint, lease)
 }
 
@@ -304,6 +313,7 @@ fn the_codec_round_trips_and_rejects_every_truncation_and_trailing_byte() {
             ticket: 5,
             lease: 9,
             endpoint: "10.0.0.1:8000".into(),
+            fallbacks: Vec::new(),
             queued_ms: None,
             release_at_once: false,
         },
@@ -311,6 +321,7 @@ fn the_codec_round_trips_and_rejects_every_truncation_and_trailing_byte() {
             ticket: 5,
             lease: 9,
             endpoint: "10.0.0.1:8000".into(),
+            fallbacks: vec!["10.0.0.2:8000".into(), "10.0.0.3:8000".into()],
             queued_ms: Some(1234),
             release_at_once: true,
         },
@@ -348,7 +359,43 @@ fn the_codec_round_trips_and_rejects_every_truncation_and_trailing_byte() {
     }
     .encode()
     .unwrap();
-    for bytes in [prepared_message, release] {
+    let served = ToOwner::Served {
+        state: StateKey(1),
+        lease: 4,
+        index: 2,
+        block_hashes: vec![11, 12, 13],
+        session: Some("s1".into()),
+    }
+    .encode()
+    .unwrap();
+    let served_without_session = ToOwner::Served {
+        state: StateKey(1),
+        lease: 4,
+        index: 0,
+        block_hashes: Vec::new(),
+        session: None,
+    }
+    .encode()
+    .unwrap();
+    let subset_message = {
+        let mut w = Worker::new(3);
+        let mut host = host("codec").request_header(
+            crate::headers::DESTINATION_SUBSET,
+            "10.0.0.2:8000,10.0.0.4:8000",
+        );
+        w.prepare(&mut host).2
+    };
+    let Some(ToOwner::Pick { prepared, .. }) = ToOwner::decode(&subset_message) else {
+        panic!("a pick with a subset decodes");
+    };
+    assert_eq!(prepared.subset(), Some(&[1, 3][..]));
+    for bytes in [
+        prepared_message,
+        release,
+        served,
+        served_without_session,
+        subset_message,
+    ] {
         let decoded = ToOwner::decode(&bytes).expect("decodes");
         assert_eq!(decoded.encode().unwrap(), bytes);
         for cut in 0..bytes.len() {
@@ -359,4 +406,87 @@ fn the_codec_round_trips_and_rejects_every_truncation_and_trailing_byte() {
         assert_eq!(ToOwner::decode(&longer), None);
     }
     assert!(ToOwner::decode(&[]).is_none());
+}
+
+#[test]
+fn a_request_a_fallback_served_moves_its_lease_at_the_owner() {
+    let mut owner = Owner::new();
+    let mut owner_host = FakeHost::new().now(NOW).snapshot(1, snapshot());
+    assert!(owner.handle(&mut owner_host, &hello()).is_empty());
+    let mut worker = Worker::new(1);
+    let mut host = host(
+        "a long enough prompt for a block or two of prefix, repeated. "
+            .repeat(40)
+            .as_str(),
+    );
+    let (mut req, _, message) = worker.prepare(&mut host);
+    let Some((
+        _,
+        ToWorker::Picked {
+            lease,
+            endpoint,
+            fallbacks,
+            ..
+        },
+    )) = owner.handle(&mut owner_host, &message).pop()
+    else {
+        panic!("a pick");
+    };
+    req.on_answer(&mut host, Ok((&endpoint, &fallbacks)));
+    let state = StateKey::of_config(&config());
+    let other = ENDPOINTS.iter().find(|e| **e != endpoint).unwrap();
+    assert_eq!(
+        owner
+            .inflight(state, PoolId(0), &endpoint)
+            .unwrap()
+            .requests,
+        1
+    );
+
+    host.served_upstream = Some((*other).to_owned());
+    let served = req
+        .on_response_headers(&mut worker.local, &mut host)
+        .expect("the correction goes to the owner");
+    assert_eq!(served.endpoint, *other);
+    assert!(!served.block_hashes.is_empty());
+    assert_eq!(
+        host.counter("infergate.picker.served_by_fallback.pool.p"),
+        1,
+        "the worker counts it"
+    );
+    let message = ToOwner::Served {
+        state,
+        lease,
+        index: u32::try_from(served.index).unwrap(),
+        block_hashes: served.block_hashes.iter().map(|h| h.0).collect(),
+        session: served.session.clone(),
+    };
+    assert!(owner
+        .handle(&mut owner_host, &message.encode().unwrap())
+        .is_empty());
+    assert_eq!(
+        owner
+            .inflight(state, PoolId(0), &endpoint)
+            .unwrap()
+            .requests,
+        0
+    );
+    assert_eq!(owner.inflight(state, PoolId(0), other).unwrap().requests, 1);
+    // The release gives it back where it now counts.
+    let release = ToOwner::Release {
+        state,
+        leases: vec![Released::lease(lease)],
+    };
+    owner.handle(&mut owner_host, &release.encode().unwrap());
+    assert_eq!(owner.inflight(state, PoolId(0), other).unwrap().requests, 0);
+    assert_eq!(owner_host.gauge_underflows, 0);
+    assert!(
+        owner_host.gauges.values().all(|v| *v == 0),
+        "{:?}",
+        owner_host.gauges
+    );
+    // A correction for a lease the owner no longer keeps is ignored.
+    assert!(owner
+        .handle(&mut owner_host, &message.encode().unwrap())
+        .is_empty());
 }

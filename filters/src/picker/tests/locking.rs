@@ -177,6 +177,34 @@ impl DynamicMetadata for ProbeHost<'_> {
     }
 }
 
+impl ReadMetadata for ProbeHost<'_> {
+    fn metadata_strings(&self, namespace: &str, key: &str) -> Option<Vec<String>> {
+        self.probe.note("read metadata");
+        self.inner.metadata_strings(namespace, key)
+    }
+}
+
+impl RoutedCluster for ProbeHost<'_> {
+    fn routed_cluster(&mut self) -> Option<String> {
+        self.probe.note("cluster");
+        self.inner.routed_cluster()
+    }
+}
+
+impl ServedUpstream for ProbeHost<'_> {
+    fn served_upstream(&self) -> Option<String> {
+        self.probe.note("served");
+        self.inner.served_upstream()
+    }
+}
+
+impl EditResponseHeaders for ProbeHost<'_> {
+    fn set_response_header(&mut self, name: &str, value: &str) {
+        self.probe.note("response header");
+        self.inner.set_response_header(name, value);
+    }
+}
+
 impl UpstreamOverride for ProbeHost<'_> {
     fn set_upstream_override(&mut self, endpoint: &str) -> Result<(), HostError> {
         self.probe.note("override");

@@ -3,7 +3,8 @@
 //! session affinity, snapshot caching and thread safety, [`locking`] what runs inside the
 //! shared state and what outside, [`gauges`] the in-flight gauges and the report of
 //! endpoints the scraper does not cover, [`pools`] per-pool locks and leases that give
-//! themselves back.
+//! themselves back, [`endpoints`] the pool of the routed cluster, data-parallel ports,
+//! fallbacks, the subset hint and the served endpoint.
 
 pub(super) use scheduler_core::metrics::EndpointMetrics;
 pub(super) use scheduler_core::snapshot::{encode, EndpointSample, Snapshot};
@@ -114,6 +115,7 @@ pub(super) fn requests_in_flight(shared: &PickerShared, address: &str) -> u32 {
         .map_or(u32::MAX, |l| l.requests)
 }
 
+mod endpoints;
 mod gauges;
 mod handoff;
 mod locking;

@@ -9,16 +9,22 @@ fn picks_a_pool_endpoint_and_sets_header_metadata_and_override() {
     let mut host = host_for(&chat("hello"), Some(fresh_all(&[A, B])));
     let (status, req) = pick_one(&mut s, &mut host);
     assert_eq!(status, FilterStatus::Continue);
-    let picked = host.header(DESTINATION_ENDPOINT).map(str::to_owned);
-    assert!(picked.as_deref() == Some(A) || picked.as_deref() == Some(B));
-    assert_eq!(req.endpoint(), picked.as_deref());
+    // The pick, then the one fallback a pool has by default: the other endpoint.
+    let list = host.header(DESTINATION_ENDPOINT).map(str::to_owned);
+    let picked = req.endpoint().map(str::to_owned);
+    let expected = match picked.as_deref() {
+        Some(A) => format!("{A},{B}"),
+        Some(B) => format!("{B},{A}"),
+        other => unreachable!("picked {other:?} outside the pool"),
+    };
+    assert_eq!(list.as_deref(), Some(expected.as_str()));
     let md = host.metadata.clone().unwrap_or_default();
     assert_eq!(
         md,
         vec![(
             "envoy.lb".to_owned(),
             DESTINATION_ENDPOINT.to_owned(),
-            picked.clone().unwrap_or_default()
+            expected.clone()
         )]
     );
     assert_eq!(host.upstream_override, picked);
@@ -103,10 +109,12 @@ fn missing_snapshot_fails_closed_and_fail_open_still_serves() {
     let (status, req) = pick_one(&mut open, &mut host);
     assert_eq!(status, FilterStatus::Continue);
     assert!(req.holds_lease());
-    assert!(matches!(
-        host.header(DESTINATION_ENDPOINT),
-        Some(A) | Some(B)
-    ));
+    assert!(matches!(req.endpoint(), Some(A) | Some(B)));
+    assert_eq!(
+        host.header(DESTINATION_ENDPOINT)
+            .map(|l| l.split(',').count()),
+        Some(2)
+    );
     assert_eq!(host.counter("infergate.picker.fail_open_picks.pool.p"), 1);
 }
 
