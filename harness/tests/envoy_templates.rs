@@ -1,6 +1,8 @@
-//! Every bootstrap template, rendered in its deployment form and with the `/rr` baseline,
-//! passes `envoy --mode validate` of the real Envoy 1.40.0 (so the Wasm plugins'
-//! `failure_policy: FAIL_RELOAD` and the client timeouts are accepted). The `wasm` and
+//! Every bootstrap template, rendered in its deployment form, with the `/rr` baseline, and
+//! with routes across pools (weighted clusters, sticky on `x-gateway-split-key`, a
+//! header-targeted rule), passes `envoy --mode validate` of the real Envoy 1.40.0 (so the
+//! Wasm plugins' `failure_policy: FAIL_RELOAD`, the client timeouts, the override_host
+//! pool clusters and their retry policy are accepted). The `wasm` and
 //! `native` templates load their module to validate, so they are skipped (with a printed
 //! reason) when the module is not built.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -8,7 +10,7 @@
 use infergate_harness::launch::binary::envoy_binary;
 use infergate_harness::launch::bootstrap::{render, BootstrapParams};
 use infergate_harness::launch::process::RunDir;
-use infergate_harness::launch::{Flavor, Pool};
+use infergate_harness::launch::{Flavor, GatewaySettings, PluginConfigs, Pool, RouteSpec};
 use std::net::SocketAddr;
 use std::process::Command;
 
@@ -33,6 +35,35 @@ fn validate(flavor: Flavor) {
         };
         validate_rendered(flavor, &render(&params).unwrap());
     }
+    // Two pools of one model: a header-targeted rule, then a sticky split (one weight 0:
+    // a rollback) and a per-request one on another model.
+    let mut canary = Pool::new("org/model-a", vec![a(9004)]);
+    canary.name = Some("model-a-fp8".into());
+    let mut c = Pool::new("c", vec![a(9005)]);
+    c.name = Some("c-bis".into());
+    let pools = vec![
+        pools[0].clone(),
+        canary,
+        pools[1].clone(),
+        Pool::new("c", vec![a(9006)]),
+        c,
+    ];
+    // The modules check their own configurations; here only Envoy's shapes are under
+    // test, so they get one pool per model (two pools of one model: the e2e pools suite).
+    let plugins = PluginConfigs::for_pools(
+        &[pools[0].clone(), pools[2].clone(), pools[3].clone()],
+        &GatewaySettings::default(),
+    );
+    let params = BootstrapParams {
+        plugins,
+        routes: vec![
+            RouteSpec::split("org/model-a", &[(0, 100), (1, 0)]).sticky(),
+            RouteSpec::to("org/model-a", 1).when_header("x-canary", "fp8"),
+            RouteSpec::split("c", &[(3, 30), (4, 70)]),
+        ],
+        ..BootstrapParams::new(flavor, pools)
+    };
+    validate_rendered(flavor, &render(&params).unwrap());
 }
 
 fn validate_rendered(flavor: Flavor, yaml: &str) {

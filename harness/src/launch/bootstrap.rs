@@ -5,6 +5,7 @@
 //! paths and the plugin configurations (JSON text handed to the Wasm or native module).
 
 use super::epp::{apply_objectives, picker_objectives};
+use super::routes::{self, RouteSpec};
 use super::template::{Template, Vars};
 use super::tenancy::Tenancy;
 use anyhow::{bail, Context, Result};
@@ -100,6 +101,9 @@ impl FailureMode {
 /// One model pool: the replicas serving one base model (and its LoRA adapters).
 #[derive(Clone, Debug)]
 pub struct Pool {
+    /// The pool's own name, which its cluster name carries instead of the base model's
+    /// (two pools of one base model: `bf16`, `fp8`); `None`: named after the base model.
+    pub name: Option<String>,
     /// The base model; routes match it on `x-gateway-base-model-name`.
     pub base_model: String,
     /// Adapter names served by this pool, routed here as their base model.
@@ -116,6 +120,7 @@ impl Pool {
     /// A pool for `base_model` on `endpoints`, no adapters, default picker, `FailClose`.
     pub fn new(base_model: impl Into<String>, endpoints: Vec<SocketAddr>) -> Self {
         Pool {
+            name: None,
             base_model: base_model.into(),
             adapters: Vec::new(),
             endpoints,
@@ -123,11 +128,27 @@ impl Pool {
             picker_config: serde_json::Value::Null,
         }
     }
+
+    /// The Envoy cluster (and picker and router pool) name of this pool at `index` of its
+    /// list: [`pool_cluster_name`] of its name, else of its base model.
+    pub fn cluster_name(&self, index: usize) -> String {
+        pool_cluster_name(index, self.name.as_deref().unwrap_or(&self.base_model))
+    }
 }
 
-/// The Envoy cluster name of the `index`-th pool: stable, and safe in stat names.
-pub fn pool_cluster_name(index: usize, base_model: &str) -> String {
-    let clean: String = base_model
+/// The cluster name of every pool of `pools`, in order.
+pub fn cluster_names(pools: &[Pool]) -> Vec<String> {
+    pools
+        .iter()
+        .enumerate()
+        .map(|(i, p)| p.cluster_name(i))
+        .collect()
+}
+
+/// The Envoy cluster name of the `index`-th pool, named `name` (its own name, else its base
+/// model): stable, and safe in stat names.
+pub fn pool_cluster_name(index: usize, name: &str) -> String {
+    let clean: String = name
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' {
@@ -190,7 +211,7 @@ impl PluginConfigs {
             .enumerate()
             .map(|(i, p)| {
                 json!({
-                    "name": pool_cluster_name(i, &p.base_model),
+                    "name": p.cluster_name(i),
                     "baseModel": p.base_model,
                     "adapters": p.adapters,
                 })
@@ -201,7 +222,7 @@ impl PluginConfigs {
             .enumerate()
             .map(|(i, p)| {
                 let mut pool = json!({
-                    "pool": pool_cluster_name(i, &p.base_model),
+                    "pool": p.cluster_name(i),
                     "baseModel": p.base_model,
                     "endpoints": endpoints_of(p),
                     "failureMode": p.failure_mode.wire(),
@@ -279,6 +300,9 @@ pub struct BootstrapParams {
     pub rr_endpoints: Vec<SocketAddr>,
     /// Model pools.
     pub pools: Vec<Pool>,
+    /// Routes to the pools (splits, header-targeted rules); the models none of them covers
+    /// get one route per pool ([`routes::resolve`]).
+    pub routes: Vec<RouteSpec>,
     /// Module configurations (ignored by `plain`).
     pub plugins: PluginConfigs,
     /// Module path for `wasm` / `native`.
@@ -313,6 +337,7 @@ impl BootstrapParams {
             rr_endpoints: rr,
             plugins: PluginConfigs::for_pools(&pools, &GatewaySettings::default()),
             pools,
+            routes: Vec::new(),
             module: flavor.artefact(),
             timeouts: ClientTimeouts::default(),
             baseline: false,
@@ -358,17 +383,15 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
     } else {
         Value::Null
     };
-    for (i, pool) in params.pools.iter().enumerate() {
+    let names = cluster_names(&params.pools);
+    for (pool, name) in params.pools.iter().zip(&names) {
         let mut vars = Vars::new();
-        vars.insert("retry_policy".into(), retry_policy.clone());
-        vars.insert("model".into(), text(pool.base_model.clone()));
-        vars.insert(
-            "cluster".into(),
-            text(pool_cluster_name(i, &pool.base_model)),
-        );
+        vars.insert("cluster".into(), text(name.clone()));
         vars.insert("lb_endpoints".into(), lb_endpoints(&pool.endpoints));
-        routes.push(t.prototype("pool_route", &vars)?);
         clusters.push(t.prototype("pool_cluster", &vars)?);
+    }
+    for route in routes::resolve(&params.pools, &params.routes)? {
+        routes.push(routes::render(&t, &route, &names, &retry_policy)?);
     }
     let json_text = |v: &serde_json::Value| text(v.to_string());
     let mut vars = Vars::new();
@@ -665,6 +688,99 @@ mod tests {
                 .find(|c| c["name"] == SCRAPE_CLUSTER)
                 .unwrap();
             assert_eq!(scrape["type"].as_str(), Some("ORIGINAL_DST"), "{flavor}");
+        }
+    }
+
+    /// Two pools of one base model (a canary), split 90/10 on the sticky key, with a
+    /// header-targeted rule: the header rule comes first, the split names both clusters with
+    /// their weights and `header_name: x-gateway-split-key`; the picker's and the router's
+    /// pool names are the cluster names; the other model keeps its one route. A
+    /// per-request split has no `header_name`.
+    #[test]
+    fn splits_and_header_rules_render_as_weighted_clusters_in_front_of_one_picker_pool_each() {
+        let a = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+        let mut canary = Pool::new("llama", vec![a(8002)]);
+        canary.name = Some("llama-fp8".into());
+        let pools = vec![
+            Pool::new("llama", vec![a(8001)]),
+            canary,
+            Pool::new("qwen", vec![a(8003)]),
+        ];
+        for flavor in Flavor::ALL {
+            let mut params = BootstrapParams::new(flavor, pools.clone());
+            params.routes = vec![
+                RouteSpec::split("llama", &[(0, 90), (1, 10)]).sticky(),
+                RouteSpec::to("llama", 1).when_header("x-canary", "fp8"),
+            ];
+            let v: Value = serde_yaml::from_str(&render(&params).unwrap()).unwrap();
+            let routes = hcm(&v)["route_config"]["virtual_hosts"][0]["routes"]
+                .as_sequence()
+                .unwrap();
+            let names: Vec<&str> = routes.iter().filter_map(|r| r["name"].as_str()).collect();
+            assert_eq!(
+                names[..3],
+                ["pool:llama:x-canary=fp8", "split:llama", "pool:qwen"],
+                "{flavor}"
+            );
+            let header = routes[0]["match"]["headers"].as_sequence().unwrap();
+            assert_eq!(header.len(), 2, "{flavor}: the model and the canary header");
+            assert_eq!(header[1]["name"].as_str(), Some("x-canary"));
+            assert_eq!(header[1]["string_match"]["exact"].as_str(), Some("fp8"));
+            assert_eq!(
+                routes[0]["route"]["cluster"].as_str(),
+                Some("pool-1-llama-fp8")
+            );
+            let split = &routes[1]["route"]["weighted_clusters"];
+            assert_eq!(split["header_name"].as_str(), Some("x-gateway-split-key"));
+            let weighted: Vec<(String, u64)> = split["clusters"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .map(|c| {
+                    (
+                        c["name"].as_str().unwrap().to_owned(),
+                        c["weight"].as_u64().unwrap(),
+                    )
+                })
+                .collect();
+            assert_eq!(
+                weighted,
+                [
+                    ("pool-0-llama".to_owned(), 90),
+                    ("pool-1-llama-fp8".to_owned(), 10)
+                ]
+            );
+            assert_eq!(routes[1]["route"]["timeout"].as_str(), Some("0s"));
+            if flavor != Flavor::Plain {
+                assert_eq!(
+                    routes[1]["route"]["retry_policy"]["num_retries"].as_u64(),
+                    Some(1)
+                );
+                let picker = picker_config(&v);
+                let router = router_config(&v);
+                for (i, cluster) in ["pool-0-llama", "pool-1-llama-fp8", "pool-2-qwen"]
+                    .iter()
+                    .enumerate()
+                {
+                    assert_eq!(picker["pools"][i]["pool"], *cluster, "{flavor}");
+                    assert_eq!(router["pools"][i]["name"], *cluster, "{flavor}");
+                }
+                assert_eq!(picker["pools"][1]["baseModel"], "llama");
+            }
+            let clusters: Vec<&str> = v["static_resources"]["clusters"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .filter_map(|c| c["name"].as_str())
+                .collect();
+            assert!(clusters.contains(&"pool-1-llama-fp8"), "{flavor}");
+
+            params.routes = vec![RouteSpec::split("llama", &[(0, 1), (1, 1)])];
+            let v: Value = serde_yaml::from_str(&render(&params).unwrap()).unwrap();
+            let split = &hcm(&v)["route_config"]["virtual_hosts"][0]["routes"][0]["route"];
+            assert!(split["weighted_clusters"].get("header_name").is_none());
+            params.routes.clear();
+            assert!(render(&params).is_err(), "{flavor}: llama needs a route");
         }
     }
 

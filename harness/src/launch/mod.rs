@@ -6,7 +6,9 @@
 //! Pieces, bottom-up:
 //! - [`binary`]: locating and version-checking the Envoy binary;
 //! - [`template`] and [`bootstrap`]: placeholder substitution and the values each
-//!   flavour's template needs (pools, endpoints, plugin configurations);
+//!   flavour's template needs (pools, endpoints, plugin configurations); [`routes`]: the
+//!   routes to the pools (weighted splits, header-targeted rules), [`route_flags`] the
+//!   `up` flags that describe them;
 //! - [`tenancy`]: tenants, JWT verification and the billing log of a gateway, and the
 //!   loader of the platform's objects; [`jwt`]: a test JWT issuer;
 //! - [`epp`]: an operator's `EndpointPickerConfig` (or the `ConfigMap` holding it) and
@@ -22,6 +24,8 @@ pub mod envoy;
 pub mod epp;
 pub mod jwt;
 pub mod process;
+pub mod route_flags;
+pub mod routes;
 pub mod sim;
 pub mod stack;
 pub mod stats;
@@ -33,6 +37,7 @@ pub use bootstrap::{
     BootstrapParams, ClientTimeouts, FailureMode, Flavor, GatewaySettings, PluginConfigs, Pool,
 };
 pub use envoy::{Envoy, EnvoyOptions};
+pub use routes::RouteSpec;
 pub use stack::{Backends, PoolSpec, Stack, StackOptions, DEFAULT_MODEL};
 pub use tenancy::{load_objects, read_billing_log, JwtProvider, Tenancy};
 pub use up::{up, up_blocking, UpOptions};

@@ -6,6 +6,7 @@ use super::bootstrap::{
     Pool,
 };
 use super::envoy::{Envoy, EnvoyOptions};
+use super::routes::RouteSpec;
 use super::sim::SimProcess;
 use super::tenancy::{Tenancy, BILLING_LOG_FLUSH, FILE_FLUSH_FLAG};
 use crate::sim::{SimConfig, SimHandle};
@@ -35,6 +36,9 @@ pub enum Backends {
 /// One pool, by replica index (filled in once the replicas' addresses are known).
 #[derive(Clone, Debug)]
 pub struct PoolSpec {
+    /// The pool's own name (its cluster is `pool-<index>-<name>`); `None`: named after its
+    /// base model. Two pools of one base model (a canary) are told apart by it.
+    pub name: Option<String>,
     /// Base model name.
     pub base_model: String,
     /// LoRA adapters routed to this pool.
@@ -54,6 +58,7 @@ impl PoolSpec {
     /// A pool of `base_model` on every replica.
     pub fn all(base_model: impl Into<String>) -> Self {
         PoolSpec {
+            name: None,
             base_model: base_model.into(),
             adapters: Vec::new(),
             replicas: Vec::new(),
@@ -79,6 +84,14 @@ impl PoolSpec {
         }
     }
 
+    /// This pool, named `name` (see [`PoolSpec::name`]).
+    pub fn named(self, name: impl Into<String>) -> Self {
+        PoolSpec {
+            name: Some(name.into()),
+            ..self
+        }
+    }
+
     /// The pool over `replicas` (the replica list in order).
     pub fn resolve(&self, replicas: &[SocketAddr]) -> Result<Pool> {
         let endpoints = if self.no_endpoints {
@@ -100,6 +113,7 @@ impl PoolSpec {
                 .collect::<Result<_>>()?
         };
         Ok(Pool {
+            name: self.name.clone(),
             base_model: self.base_model.clone(),
             adapters: self.adapters.clone(),
             endpoints,
@@ -118,6 +132,13 @@ pub struct StackOptions {
     pub backends: Backends,
     /// The pools; default one pool of [`DEFAULT_MODEL`] on every replica.
     pub pools: Vec<PoolSpec>,
+    /// Routes to the pools by index into `pools`: a model's traffic split across pools by
+    /// weight (`RouteSpec::split`, per request or `sticky()` on `x-gateway-split-key`), a
+    /// header-targeted rule (`RouteSpec::to(model, pool).when_header(name, value)`, always
+    /// placed before the splits). Every model no route covers gets one route to its only
+    /// pool (the default: none given, one route per pool); a model served by two pools
+    /// needs a route. See [`super::routes`].
+    pub routes: Vec<RouteSpec>,
     /// Gateway settings for the plugin configurations.
     pub settings: GatewaySettings,
     /// Replaces the plugin configurations computed from `pools` and `settings`.
@@ -213,6 +234,7 @@ impl StackOptions {
             flavor,
             backends,
             pools: vec![PoolSpec::all(DEFAULT_MODEL)],
+            routes: Vec::new(),
             settings: GatewaySettings::default(),
             plugins: None,
             envoy: EnvoyOptions::default(),
@@ -279,6 +301,7 @@ impl Stack {
             .collect::<Result<Vec<_>>>()?;
         let mut params = BootstrapParams::new(opts.flavor, pools.clone());
         params.rr_endpoints = replicas.clone();
+        params.routes = opts.routes.clone();
         params.baseline = opts.baseline;
         params.timeouts = opts.timeouts;
         params.tenancy = opts.tenancy.clone();

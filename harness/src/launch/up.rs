@@ -13,10 +13,19 @@
 //! With `--rewrites FILE` (YAML or JSON, one or more documents) the router rewrites
 //! models with that file's `InferenceModelRewrite` objects; their `spec.poolRef.name`
 //! names a pool as `up` names them (`pool-0-sim-model` for the first served model).
+//!
+//! `--pool NAME=MODEL[@I,J]` lays the pools out by hand (two pools of one model: a
+//! canary), `--split MODEL=POOL:W,POOL:W [--sticky-split]` splits a model's traffic across
+//! pools through Envoy's weighted clusters, and `--canary-header NAME=VALUE:POOL` sends the
+//! requests carrying that header to one pool (see [`super::route_flags`]); a `--pool`
+//! named NAME has the cluster (and `poolRef` name) `pool-<index>-<NAME>`.
 
 use super::bootstrap::Flavor;
 use super::envoy::EnvoyOptions;
 use super::epp::{load_epp_config, load_objectives};
+use super::route_flags::{
+    self, parse_canary, parse_pool, parse_split, CanaryFlag, PoolFlag, SplitFlag,
+};
 use super::stack::{Backends, PoolSpec, Stack, StackOptions};
 use super::tenancy::{load_objects, Tenancy};
 use crate::sim::SimConfig;
@@ -48,12 +57,22 @@ pub struct UpOptions {
     pub objectives: Option<PathBuf>,
     /// `--rewrites FILE`: `InferenceModelRewrite` objects for the router.
     pub rewrites: Option<PathBuf>,
+    /// `--pool NAME=MODEL[@I,J]`, in order (none: one pool per served model).
+    pub pools: Vec<PoolFlag>,
+    /// `--split MODEL=POOL:W,POOL:W`.
+    pub splits: Vec<SplitFlag>,
+    /// `--sticky-split`: every split draws from `x-gateway-split-key`.
+    pub sticky_split: bool,
+    /// `--canary-header NAME=VALUE:POOL`.
+    pub canaries: Vec<CanaryFlag>,
 }
 
 /// What `up` accepts (`up --help`, and the error message of a bad argument).
 pub const USAGE: &str = "usage: up [--flavor wasm|native|plain] [--replicas N] [--concurrency C]
           [--sim-config FILE] [--tenants PATH] [--billing-log FILE]
-          [--epp-config FILE] [--objectives FILE] [--rewrites FILE]";
+          [--epp-config FILE] [--objectives FILE] [--rewrites FILE]
+          [--pool NAME=MODEL[@I,J]]... [--split MODEL=POOL:W,POOL:W]... [--sticky-split]
+          [--canary-header NAME=VALUE:POOL]...";
 
 impl Default for UpOptions {
     fn default() -> Self {
@@ -67,6 +86,10 @@ impl Default for UpOptions {
             epp_config: None,
             objectives: None,
             rewrites: None,
+            pools: Vec::new(),
+            splits: Vec::new(),
+            sticky_split: false,
+            canaries: Vec::new(),
         }
     }
 }
@@ -97,6 +120,12 @@ impl UpOptions {
                 "--epp-config" => opts.epp_config = Some(value("--epp-config")?.into()),
                 "--objectives" => opts.objectives = Some(value("--objectives")?.into()),
                 "--rewrites" => opts.rewrites = Some(value("--rewrites")?.into()),
+                "--pool" => opts.pools.push(parse_pool(&value("--pool")?)?),
+                "--split" => opts.splits.push(parse_split(&value("--split")?)?),
+                "--sticky-split" => opts.sticky_split = true,
+                "--canary-header" => opts
+                    .canaries
+                    .push(parse_canary(&value("--canary-header")?)?),
                 other => bail!("unknown argument `{other}`; {USAGE}"),
             }
         }
@@ -167,6 +196,17 @@ pub fn stack_options(opts: &UpOptions) -> Result<StackOptions> {
     if let Some(first) = pools.first_mut() {
         first.adapters = sim.loras.clone();
     }
+    // Pools laid out by hand: each pool of the first model serves its adapters too.
+    if !opts.pools.is_empty() {
+        let first_model = sim.models.first().cloned();
+        pools = route_flags::pools(&opts.pools, pools);
+        for pool in &mut pools {
+            if Some(&pool.base_model) == first_model.as_ref() {
+                pool.adapters = sim.loras.clone();
+            }
+        }
+    }
+    let routes = route_flags::routes(&pools, &opts.splits, opts.sticky_split, &opts.canaries)?;
     if let Some(path) = &opts.epp_config {
         let config = load_epp_config(path).context("--epp-config")?;
         for pool in &mut pools {
@@ -175,6 +215,7 @@ pub fn stack_options(opts: &UpOptions) -> Result<StackOptions> {
     }
     let mut stack_opts = StackOptions::new(opts.flavor, Backends::InProcess(Box::new(sim)));
     stack_opts.pools = pools;
+    stack_opts.routes = routes;
     stack_opts.envoy = EnvoyOptions {
         concurrency: opts.concurrency,
         ..EnvoyOptions::default()
@@ -476,6 +517,87 @@ mod tests {
             "no-such-policy".into();
         let err = PickerShared::from_json(picker(&dangling)).err().unwrap();
         assert!(err.to_string().contains("no-such-policy"), "{err}");
+    }
+
+    /// `up --help` prints [`USAGE`]: every flag is in it, no line wider than 100 columns.
+    #[test]
+    fn usage_names_every_flag_within_100_columns() {
+        for line in USAGE.lines() {
+            assert!(line.chars().count() <= 100, "{line}");
+        }
+        for flag in [
+            "--flavor",
+            "--replicas",
+            "--pool NAME=MODEL[@I,J]",
+            "--split MODEL=POOL:W,POOL:W",
+            "--sticky-split",
+            "--canary-header NAME=VALUE:POOL",
+            "--rewrites",
+        ] {
+            assert!(USAGE.contains(flag), "{flag}");
+        }
+    }
+
+    /// The seed's canary as flags: two named pools of the simulator's model, split 90/10
+    /// on the sticky key, and `x-canary: fp8` to the canary pool first; the stack's routes
+    /// and pools say exactly that, and the cluster names carry the pool names.
+    #[test]
+    fn pool_split_and_canary_flags_become_the_stacks_pools_and_routes() {
+        let o = UpOptions::parse(&strings(&[
+            "--replicas",
+            "4",
+            "--pool",
+            "bf16=sim-model@0,1,2",
+            "--pool",
+            "fp8=sim-model@3",
+            "--split",
+            "sim-model=bf16:90,fp8:10",
+            "--sticky-split",
+            "--canary-header",
+            "x-canary=fp8:fp8",
+        ]))
+        .unwrap();
+        let s = stack_options(&o).unwrap();
+        assert_eq!(s.pools.len(), 2);
+        assert_eq!(s.pools[0].replicas, [0, 1, 2]);
+        assert_eq!(s.pools[1].name.as_deref(), Some("fp8"));
+        assert_eq!(
+            s.routes,
+            [
+                crate::launch::RouteSpec::to("sim-model", 1).when_header("x-canary", "fp8"),
+                crate::launch::RouteSpec::split("sim-model", &[(0, 90), (1, 10)]).sticky(),
+            ]
+        );
+        let replicas: Vec<_> = (0..4)
+            .map(|p| std::net::SocketAddr::from(([127, 0, 0, 1], 8000 + p)))
+            .collect();
+        let pools: Vec<_> = s
+            .pools
+            .iter()
+            .map(|p| p.resolve(&replicas).unwrap())
+            .collect();
+        assert_eq!(
+            crate::launch::bootstrap::cluster_names(&pools),
+            ["pool-0-bf16", "pool-1-fp8"]
+        );
+        for bad in [
+            &["--split", "sim-model=bf16:1,nope:1"][..],
+            &["--pool", "a=sim-model", "--pool", "b=sim-model"][..],
+            &["--canary-header", "x=y:7"][..],
+        ] {
+            let o = UpOptions::parse(&strings(bad)).unwrap();
+            let built = stack_options(&o).and_then(|s| {
+                let replicas = [std::net::SocketAddr::from(([127, 0, 0, 1], 8000))];
+                let pools: Vec<_> = s
+                    .pools
+                    .iter()
+                    .map(|p| p.resolve(&replicas))
+                    .collect::<Result<_>>()?;
+                crate::launch::routes::resolve(&pools, &s.routes)
+            });
+            assert!(built.is_err(), "{bad:?}");
+        }
+        assert!(UpOptions::parse(&strings(&["--split", "m=a:1"])).is_err());
     }
 
     /// `--rewrites` loads the seed's `InferenceModelRewrite` into the router's objects,
