@@ -1,6 +1,6 @@
 //! Every bootstrap template, rendered in its deployment form, with the `/rr` baseline, and
 //! with routes across pools (weighted clusters, sticky on `x-gateway-split-key`, a
-//! header-targeted rule), passes `envoy --mode validate` of the real Envoy 1.40.0 (so the
+//! header-targeted rule, and the gateway's subset hint), passes `envoy --mode validate` of the real Envoy 1.40.0 (so the
 //! Wasm plugins' `failure_policy: FAIL_RELOAD`, the client timeouts, the override_host
 //! pool clusters and their retry policy are accepted). The `wasm` and
 //! `native` templates load their module to validate, so they are skipped (with a printed
@@ -56,6 +56,12 @@ fn validate(flavor: Flavor) {
     );
     let params = BootstrapParams {
         plugins,
+        // The gateway's subset hint (set_metadata in front of the gateway filters).
+        subset_hint: if flavor == Flavor::Plain {
+            Vec::new()
+        } else {
+            vec![a(9001), a(9004)]
+        },
         routes: vec![
             RouteSpec::split("org/model-a", &[(0, 100), (1, 0)]).sticky(),
             RouteSpec::to("org/model-a", 1).when_header("x-canary", "fp8"),

@@ -303,6 +303,11 @@ pub struct BootstrapParams {
     /// Routes to the pools (splits, header-targeted rules); the models none of them covers
     /// get one route per pool ([`routes::resolve`]).
     pub routes: Vec<RouteSpec>,
+    /// The gateway's subset hint (gateway flavours only): Envoy's `set_metadata` filter, in
+    /// front of the gateway filters, writes these endpoints as `ip:port,ip:port` into
+    /// `envoy.lb.subset_hint` / `x-gateway-destination-endpoint-subset`, and the picker
+    /// keeps every pick inside them. Empty: no such filter.
+    pub subset_hint: Vec<SocketAddr>,
     /// Module configurations (ignored by `plain`).
     pub plugins: PluginConfigs,
     /// Module path for `wasm` / `native`.
@@ -338,6 +343,7 @@ impl BootstrapParams {
             plugins: PluginConfigs::for_pools(&pools, &GatewaySettings::default()),
             pools,
             routes: Vec::new(),
+            subset_hint: Vec::new(),
             module: flavor.artefact(),
             timeouts: ClientTimeouts::default(),
             baseline: false,
@@ -426,6 +432,20 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
     if params.flavor == Flavor::Plain && !params.tenancy.is_empty() {
         bail!("tenants, JWT verification and the billing log need the wasm or native flavour");
     }
+    let mut subset_filters = Vec::new();
+    if !params.subset_hint.is_empty() {
+        if !t.has_prototype("subset_hint_filter") {
+            bail!("a subset hint needs the wasm or native flavour");
+        }
+        let list: Vec<String> = params.subset_hint.iter().map(ToString::to_string).collect();
+        let mut svars = Vars::new();
+        svars.insert("subset".into(), text(list.join(",")));
+        subset_filters.push(t.prototype("subset_hint_filter", &svars)?);
+    }
+    vars.insert(
+        "subset_hint_filters".into(),
+        Value::Sequence(subset_filters),
+    );
     let splices = params.tenancy.splices(&t)?;
     vars.insert("jwt_filters".into(), Value::Sequence(splices.jwt_filters));
     vars.insert("billing_logs".into(), Value::Sequence(splices.billing_logs));
@@ -782,6 +802,41 @@ mod tests {
             params.routes.clear();
             assert!(render(&params).is_err(), "{flavor}: llama needs a route");
         }
+    }
+
+    /// A subset hint renders Envoy's `set_metadata` in front of every gateway filter (the
+    /// JWT filter included), writing the list into `envoy.lb.subset_hint`; without one there
+    /// is no such filter; plain refuses it.
+    #[test]
+    fn a_subset_hint_is_set_metadata_in_front_of_the_gateway_filters() {
+        for flavor in [Flavor::Wasm, Flavor::Native] {
+            let v: Value = serde_yaml::from_str(&render(&with_baseline(flavor)).unwrap()).unwrap();
+            assert!(!filter_names(&v).contains(&"infergate.subset_hint".to_string()));
+            let mut params = with_baseline(flavor);
+            params.subset_hint = vec![addr(8001), addr(8003)];
+            params.tenancy = tenancy();
+            let v: Value = serde_yaml::from_str(&render(&params).unwrap()).unwrap();
+            let names = filter_names(&v);
+            assert_eq!(names[0], "infergate.subset_hint", "{flavor}: {names:?}");
+            let c = &hcm(&v)["http_filters"][0]["typed_config"];
+            assert_eq!(
+                c["@type"].as_str(),
+                Some("type.googleapis.com/envoy.extensions.filters.http.set_metadata.v3.Config")
+            );
+            let m = &c["metadata"][0];
+            assert_eq!(
+                m["metadata_namespace"].as_str(),
+                Some("envoy.lb.subset_hint")
+            );
+            assert_eq!(
+                m["value"]["x-gateway-destination-endpoint-subset"].as_str(),
+                Some("127.0.0.1:8001,127.0.0.1:8003"),
+                "{flavor}"
+            );
+        }
+        let mut plain = with_baseline(Flavor::Plain);
+        plain.subset_hint = vec![addr(8001)];
+        assert!(render(&plain).is_err());
     }
 
     /// Two config gaps the end-to-end suite found: bodies up to the router's limit must get

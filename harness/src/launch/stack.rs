@@ -139,6 +139,10 @@ pub struct StackOptions {
     /// pool (the default: none given, one route per pool); a model served by two pools
     /// needs a route. See [`super::routes`].
     pub routes: Vec<RouteSpec>,
+    /// The gateway's subset hint, by index into the replica list: every pick stays inside
+    /// these endpoints (Envoy's `set_metadata` writes them into `envoy.lb.subset_hint` in
+    /// front of the gateway filters). Empty (the default): no hint.
+    pub subset_hint: Vec<usize>,
     /// Gateway settings for the plugin configurations.
     pub settings: GatewaySettings,
     /// Replaces the plugin configurations computed from `pools` and `settings`.
@@ -235,6 +239,7 @@ impl StackOptions {
             backends,
             pools: vec![PoolSpec::all(DEFAULT_MODEL)],
             routes: Vec::new(),
+            subset_hint: Vec::new(),
             settings: GatewaySettings::default(),
             plugins: None,
             envoy: EnvoyOptions::default(),
@@ -302,6 +307,15 @@ impl Stack {
         let mut params = BootstrapParams::new(opts.flavor, pools.clone());
         params.rr_endpoints = replicas.clone();
         params.routes = opts.routes.clone();
+        params.subset_hint =
+            opts.subset_hint
+                .iter()
+                .map(|&i| {
+                    replicas.get(i).copied().with_context(|| {
+                        format!("subset hint: no replica {i} of {}", replicas.len())
+                    })
+                })
+                .collect::<Result<_>>()?;
         params.baseline = opts.baseline;
         params.timeouts = opts.timeouts;
         params.tenancy = opts.tenancy.clone();
