@@ -24,9 +24,10 @@ const TIMEOUTS: ClientTimeouts = ClientTimeouts {
 };
 
 const CHAT: &str = "/v1/chat/completions";
-/// A path the router passes through untouched (not an inference API): no pool route
-/// matches it, so Envoy answers 404 once the filters have seen its headers.
-const PASS_THROUGH: &str = "/v1/models";
+/// A path the router passes through untouched (not an inference API, nor `/v1/models`,
+/// which the router answers itself): no pool route matches it, so Envoy answers 404 once
+/// the filters have seen its headers.
+const PASS_THROUGH: &str = "/v1/files";
 const DESTINATION: &str = "x-gateway-destination-endpoint";
 
 /// What a case must get back.
