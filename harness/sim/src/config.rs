@@ -13,6 +13,10 @@ pub struct SimConfig {
     pub replicas: u32,
     /// First port; replica K listens on `port + K`. 0 picks free ports (default 0).
     pub port: u16,
+    /// Replica K listens on `listen[K]` when the list has an entry for it, instead of
+    /// 127.0.0.1 (data-parallel ranks: pods on 127.0.0.2, 127.0.0.3 …, each rank an engine
+    /// of its own on its own port; default none).
+    pub listen: Vec<std::net::SocketAddr>,
     /// Served model names; every name is the base model (default `["sim-model"]`).
     pub models: Vec<String>,
     /// LoRA adapter names served on top of the base model (default none).
@@ -52,6 +56,7 @@ impl Default for SimConfig {
         Self {
             replicas: 1,
             port: 0,
+            listen: Vec::new(),
             models: vec!["sim-model".to_string()],
             loras: Vec::new(),
             time_scale: 1.0,
@@ -112,5 +117,7 @@ mod tests {
         assert!(serde_yaml::from_str::<SimConfig>("replica: 3\n").is_err());
         let json: SimConfig = serde_yaml::from_str(r#"{"port": 9000}"#).unwrap();
         assert_eq!(json.port, 9000);
+        let ranks: SimConfig = serde_yaml::from_str("listen: ['127.0.0.2:8000']\n").unwrap();
+        assert_eq!(ranks.listen, ["127.0.0.2:8000".parse().unwrap()]);
     }
 }

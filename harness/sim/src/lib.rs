@@ -131,7 +131,10 @@ pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
         } else {
             u16::try_from(u32::from(cfg.port) + k)?
         };
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await?;
+        let listener = match cfg.listen.get(k as usize) {
+            Some(addr) => TcpListener::bind(addr).await?,
+            None => TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await?,
+        };
         let addr = listener.local_addr()?;
         let engine = EngineHandle::spawn(cfg.engine.clone(), clock);
         let mut replica = server::Replica::new(k as usize, addr, engine.clone(), cfg.clone());

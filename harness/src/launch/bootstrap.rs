@@ -108,8 +108,14 @@ pub struct Pool {
     pub base_model: String,
     /// Adapter names served by this pool, routed here as their base model.
     pub adapters: Vec<String>,
-    /// The pool's replicas.
+    /// The pool's replicas: every `ip:port` (with data parallelism, every rank of every
+    /// pod), which Envoy's cluster and the scraper list one by one.
     pub endpoints: Vec<SocketAddr>,
+    /// Data parallelism: the ports every pod serves a rank on. Non-empty, the picker's
+    /// pool lists each pod once as a bare IP with these `targetPorts` (it expands them
+    /// back to every `ip:port`); `endpoints` must then be exactly every pod IP with every
+    /// one of these ports. Empty: the picker lists `endpoints` as they are.
+    pub target_ports: Vec<u16>,
     /// Stale-metrics behaviour.
     pub failure_mode: FailureMode,
     /// The llm-d `EndpointPickerConfig` (JSON); `null` means the picker's defaults.
@@ -124,8 +130,41 @@ impl Pool {
             base_model: base_model.into(),
             adapters: Vec::new(),
             endpoints,
+            target_ports: Vec::new(),
             failure_mode: FailureMode::default(),
             picker_config: serde_json::Value::Null,
+        }
+    }
+
+    /// The pod IPs of a data-parallel pool (each once, in the order of `endpoints`), when
+    /// `target_ports` is set and `endpoints` is exactly every pod with every port; `None`
+    /// otherwise.
+    pub fn pods(&self) -> Option<Vec<std::net::IpAddr>> {
+        if self.target_ports.is_empty() {
+            return None;
+        }
+        let mut pods: Vec<std::net::IpAddr> = Vec::new();
+        for e in &self.endpoints {
+            if !pods.contains(&e.ip()) {
+                pods.push(e.ip());
+            }
+        }
+        let mut expected: Vec<SocketAddr> = pods
+            .iter()
+            .flat_map(|ip| self.target_ports.iter().map(|&p| SocketAddr::new(*ip, p)))
+            .collect();
+        let mut actual = self.endpoints.clone();
+        expected.sort();
+        actual.sort();
+        (expected == actual).then_some(pods)
+    }
+
+    /// The endpoints as the picker's pool lists them: bare pod IPs for a data-parallel
+    /// pool ([`Pool::pods`]), else every `ip:port`.
+    fn picker_endpoints(&self) -> Vec<String> {
+        match self.pods() {
+            Some(pods) => pods.iter().map(ToString::to_string).collect(),
+            None => self.endpoints.iter().map(ToString::to_string).collect(),
         }
     }
 
@@ -224,12 +263,15 @@ impl PluginConfigs {
                 let mut pool = json!({
                     "pool": p.cluster_name(i),
                     "baseModel": p.base_model,
-                    "endpoints": endpoints_of(p),
+                    "endpoints": p.picker_endpoints(),
                     "failureMode": p.failure_mode.wire(),
                     "staleAfterMs": settings.stale_after_ms,
                 });
                 if !p.picker_config.is_null() {
                     pool["eppConfig"] = p.picker_config.clone();
+                }
+                if p.pods().is_some() {
+                    pool["targetPorts"] = json!(p.target_ports);
                 }
                 pool
             })
@@ -379,6 +421,16 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
     let t = Template::parse(template)?;
     if params.pools.is_empty() {
         bail!("at least one pool is needed");
+    }
+    for (i, pool) in params.pools.iter().enumerate() {
+        if !pool.target_ports.is_empty() && pool.pods().is_none() {
+            bail!(
+                "pool {i} ({}): targetPorts {:?} need every endpoint to be a pod IP with \
+                 each of those ports",
+                pool.base_model,
+                pool.target_ports
+            );
+        }
     }
     let mut routes = Vec::new();
     let mut clusters = Vec::new();
@@ -837,6 +889,55 @@ mod tests {
         let mut plain = with_baseline(Flavor::Plain);
         plain.subset_hint = vec![addr(8001)];
         assert!(render(&plain).is_err());
+    }
+
+    /// Data parallelism: two pods with two ranks each. The picker's pool lists each pod
+    /// once (bare IP) with `targetPorts`, which the picker's own expansion turns back into
+    /// the four endpoints; Envoy's cluster and the scraper list all four. Endpoints that
+    /// are not every pod with every port are refused.
+    #[test]
+    fn a_data_parallel_pool_gives_the_picker_pods_and_ports_and_envoy_every_rank() {
+        let ep = |ip: [u8; 4], port: u16| SocketAddr::from((ip, port));
+        let mut pool = Pool::new(
+            "m",
+            vec![
+                ep([127, 0, 0, 2], 9000),
+                ep([127, 0, 0, 2], 9001),
+                ep([127, 0, 0, 3], 9000),
+                ep([127, 0, 0, 3], 9001),
+            ],
+        );
+        pool.target_ports = vec![9000, 9001];
+        let c = PluginConfigs::for_pools(std::slice::from_ref(&pool), &GatewaySettings::default());
+        let picker = &c.picker["pools"][0];
+        assert_eq!(picker["endpoints"], json!(["127.0.0.2", "127.0.0.3"]));
+        assert_eq!(picker["targetPorts"], json!([9000, 9001]));
+        let expanded = infergate_filters::picker::config::expand_target_ports(
+            &["127.0.0.2".into(), "127.0.0.3".into()],
+            &[9000, 9001],
+        )
+        .unwrap();
+        let mut all: Vec<String> = pool.endpoints.iter().map(ToString::to_string).collect();
+        assert_eq!(expanded, all);
+        all.sort();
+        assert_eq!(c.scraper["endpoints"], json!(all));
+        let v: Value = serde_yaml::from_str(
+            &render(&BootstrapParams::new(Flavor::Native, vec![pool.clone()])).unwrap(),
+        )
+        .unwrap();
+        let cluster = v["static_resources"]["clusters"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "pool-0-m")
+            .unwrap();
+        let hosts = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]
+            .as_sequence()
+            .unwrap();
+        assert_eq!(hosts.len(), 4);
+        pool.endpoints.pop();
+        assert!(pool.pods().is_none());
+        assert!(render(&BootstrapParams::new(Flavor::Native, vec![pool])).is_err());
     }
 
     /// Two config gaps the end-to-end suite found: bodies up to the router's limit must get

@@ -48,6 +48,9 @@ pub struct PoolSpec {
     /// A pool configured with no endpoint at all (every request to it is answered 503
     /// `rejected-no-endpoints`); `replicas` is ignored.
     pub no_endpoints: bool,
+    /// Data parallelism: the ports each pod serves a rank on (see `Pool::target_ports`);
+    /// the replicas are then every rank of every pod (e.g. the simulator's `listen` list).
+    pub target_ports: Vec<u16>,
     /// Stale-metrics behaviour.
     pub failure_mode: FailureMode,
     /// The pool's `EndpointPickerConfig` (JSON), `null` for defaults.
@@ -63,6 +66,7 @@ impl PoolSpec {
             adapters: Vec::new(),
             replicas: Vec::new(),
             no_endpoints: false,
+            target_ports: Vec::new(),
             failure_mode: FailureMode::default(),
             picker_config: serde_json::Value::Null,
         }
@@ -117,6 +121,7 @@ impl PoolSpec {
             base_model: self.base_model.clone(),
             adapters: self.adapters.clone(),
             endpoints,
+            target_ports: self.target_ports.clone(),
             failure_mode: self.failure_mode,
             picker_config: self.picker_config.clone(),
         })
