@@ -27,8 +27,8 @@
 //! after the router) and the billing record all see the target; `x-gateway-model-name`
 //! keeps the name the client sent. A rule's weights split by a sticky key
 //! ([`crate::rewrite::split`]): the configured session header's value, else the fairness id
-//! (only the auth stage sets it), else a draw per request; `split.mode: perRequest` draws
-//! every time. Every routed request also gets `x-gateway-split-key`, a decimal `u64` hash
+//! (only the auth stage sets it; not the shared `default-flow`), else a draw per request;
+//! `split.mode: perRequest` draws every time. Every routed request also gets `x-gateway-split-key`, a decimal `u64` hash
 //! of the same key (random without one, or per request), for Envoy's weighted clusters to
 //! split across pools with the same stickiness.
 //!
@@ -244,9 +244,12 @@ impl Router {
             .session_header
             .as_deref()
             .and_then(|name| host.request_header(name));
-        session
-            .or_else(|| host.request_header(FAIRNESS_ID))
-            .filter(|k| !k.is_empty())
+        // The flow every unnamed request shares is no one's key: sticking on it would send
+        // all of them to one target.
+        let fairness = host
+            .request_header(FAIRNESS_ID)
+            .filter(|id| id != crate::flow::DEFAULT_FLOW);
+        session.or(fairness).filter(|k| !k.is_empty())
     }
 
     /// The target model of a request for `model` routed to `base`, and the split key for

@@ -155,6 +155,17 @@ fn without_a_session_the_fairness_id_is_the_key_else_each_request_draws() {
         })
         .collect();
     assert!(targets.iter().all(|t| t == &targets[0]), "{targets:?}");
+    // The shared default flow is no key: those requests draw per request.
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..300 {
+        let mut host = FakeHost::new()
+            .seed(i)
+            .request_header(crate::headers::FAIRNESS_ID, crate::flow::DEFAULT_FLOW)
+            .post(CHAT, &body("support-assistant"));
+        run_with(&r, &mut host, RouterRequest::after_trust_boundary());
+        seen.insert(body_model(&host));
+    }
+    assert_eq!(seen.len(), 2, "{seen:?}");
     // No key at all: per request, so both targets appear, and split keys differ.
     let mut seen = std::collections::BTreeSet::new();
     let mut keys = std::collections::BTreeSet::new();

@@ -173,7 +173,8 @@ pub struct StackOptions {
     /// `tenancy` are added to these.
     pub objectives: Vec<serde_json::Value>,
     /// `InferenceModelRewrite` objects (JSON) for the router's `modelRewrites`; their
-    /// `spec.poolRef.name` names a pool by its cluster name ([`super::bootstrap::pool_cluster_name`]).
+    /// `spec.poolRef.name` names a pool by its cluster name
+    /// ([`super::bootstrap::Pool::cluster_name`]).
     pub rewrites: Vec<serde_json::Value>,
     /// How the router splits a rewrite rule's traffic over its targets; `None` leaves the
     /// router's default (sticky, no session header).

@@ -238,8 +238,42 @@ pub fn stack_options(opts: &UpOptions) -> Result<StackOptions> {
         if stack_opts.rewrites.is_empty() {
             bail!("--rewrites {}: no object in it", path.display());
         }
+        check_rewrites(&stack_opts).with_context(|| format!("--rewrites {}", path.display()))?;
     }
     Ok(stack_opts)
+}
+
+/// Compiles the rewrites against the pools as the router will, so that a mistake (a
+/// `poolRef.name` that is not one of `up`'s pool names, a target the simulator does not
+/// serve) is reported before Envoy starts, with the pools' names.
+fn check_rewrites(opts: &StackOptions) -> Result<()> {
+    let pools: Vec<infergate_filters::router::PoolModels> = opts
+        .pools
+        .iter()
+        .enumerate()
+        .map(|(i, p)| infergate_filters::router::PoolModels {
+            name: super::bootstrap::pool_cluster_name(
+                i,
+                p.name.as_deref().unwrap_or(&p.base_model),
+            ),
+            base_model: p.base_model.clone(),
+            adapters: p.adapters.clone(),
+            block_size_tokens: None,
+        })
+        .collect();
+    if let Err(e) = infergate_filters::rewrite::Rewrites::compile(&opts.rewrites, &pools) {
+        let served: Vec<String> = pools
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} (base {}, adapters {:?})",
+                    p.name, p.base_model, p.adapters
+                )
+            })
+            .collect();
+        bail!("{e}; up's pools: {}", served.join(", "));
+    }
+    Ok(())
 }
 
 /// The two lines `up` prints on stdout: `picker: URL` and `baseline: URL`.
@@ -600,13 +634,39 @@ mod tests {
         assert!(UpOptions::parse(&strings(&["--split", "m=a:1"])).is_err());
     }
 
-    /// `--rewrites` loads the seed's `InferenceModelRewrite` into the router's objects,
-    /// which the stack adds to the router configuration with the split setting.
+    /// `--rewrites` loads the objects, checked against `up`'s pools (the seed's names a
+    /// pool `up` does not have); the stack adds them to the router configuration with the
+    /// split setting.
     #[test]
-    fn rewrites_reach_the_router_configuration() {
+    fn rewrites_are_checked_and_reach_the_router_configuration() {
         let seed =
             crate::artefacts::workspace_root().join("testdata/rewrite/inferencemodelrewrite.yaml");
         let o = UpOptions::parse(&strings(&["--rewrites", &seed.to_string_lossy()])).unwrap();
+        let err = format!("{:#}", stack_options(&o).unwrap_err());
+        assert!(
+            err.contains("llama-70b-bf16") && err.contains("pool-0-sim-model"),
+            "{err}"
+        );
+        // The same object over a simulator serving the adapters, naming up's pool.
+        let dir = crate::launch::process::RunDir::new("up-rewrites").unwrap();
+        let sim = dir.path().join("sim.yaml");
+        std::fs::write(
+            &sim,
+            "loras: [support-assistant-v1, support-assistant-v2]\n",
+        )
+        .unwrap();
+        let text = std::fs::read_to_string(&seed)
+            .unwrap()
+            .replace("name: llama-70b-bf16", "name: pool-0-sim-model");
+        let rewrites = dir.path().join("rewrites.yaml");
+        std::fs::write(&rewrites, text).unwrap();
+        let o = UpOptions::parse(&strings(&[
+            "--sim-config",
+            &sim.to_string_lossy(),
+            "--rewrites",
+            &rewrites.to_string_lossy(),
+        ]))
+        .unwrap();
         let s = stack_options(&o).unwrap();
         assert_eq!(s.rewrites.len(), 1);
         assert_eq!(s.rewrites[0]["kind"], "InferenceModelRewrite");

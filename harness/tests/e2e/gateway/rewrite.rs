@@ -309,7 +309,7 @@ pub(super) async fn a_sticky_rewrite_puts_a_tenth_of_sessions_on_the_canary_and_
             continue;
         }
         // `rw-<flavour>-s<session>-<turn>`.
-        let session = id.rsplitn(3, '-').nth(1).unwrap_or_default();
+        let session = id.rsplit('-').nth(1).unwrap_or_default();
         let s: usize = session.trim_start_matches('s').parse().unwrap();
         assert_eq!(r["target_model"], one[s].as_str(), "{t}: {r}");
         assert_eq!(r["outcome"], "complete", "{t}: {r}");
