@@ -1,7 +1,8 @@
 //! Wire names and the removal of client-sent gateway headers.
 //!
 //! A client must never steer routing, priority or tenancy, so every `x-gateway-*` and
-//! `x-llm-d-*` header it sends is removed before any stage reads it. With an
+//! `x-llm-d-*` header it sends, and `x-prefiller-host-port`, is removed before any stage
+//! reads it. With an
 //! `ORIGINAL_DST` cluster a spoofed destination header would otherwise be an open proxy.
 
 use crate::host::RequestHeaders;
@@ -38,12 +39,17 @@ pub struct ClientHeadersStripped;
 /// Prefixes a client may not send (compared case-insensitively).
 const RESERVED_PREFIXES: [&str; 2] = ["x-gateway-", "x-llm-d-"];
 
+/// Whole names a client may not send: the prefill endpoint of a disaggregated request
+/// (llm-d's header, read by the decode replica's sidecar), which would otherwise make a
+/// replica send the prompt wherever the client says.
+const RESERVED_NAMES: [&str; 1] = [crate::picker::disagg::PREFILLER_HEADER];
+
 /// Whether `name` is a gateway-reserved header name.
 pub fn is_reserved(name: &str) -> bool {
     RESERVED_PREFIXES.iter().any(|prefix| {
         name.get(..prefix.len())
             .is_some_and(|head| head.eq_ignore_ascii_case(prefix))
-    })
+    }) || RESERVED_NAMES.iter().any(|n| name.eq_ignore_ascii_case(n))
 }
 
 /// Remove every reserved header from the request; returns how many names were removed.
@@ -75,5 +81,7 @@ mod tests {
         assert!(!is_reserved("x-request-id"));
         assert!(!is_reserved(""));
         assert!(!is_reserved("x-llm-"));
+        assert!(is_reserved("X-Prefiller-Host-Port"));
+        assert!(!is_reserved("x-prefiller-host-port-2"));
     }
 }

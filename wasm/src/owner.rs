@@ -506,12 +506,14 @@ impl RemotePicks for WasmPickerStore {
                 lease,
                 endpoint,
                 fallbacks,
+                prefiller,
                 queued_ms,
                 release_at_once,
                 ..
             }) => RemoteAnswer::Picked {
                 endpoint,
                 fallbacks,
+                prefiller,
                 lease: Box::new(RemoteLease {
                     lease,
                     link: Rc::clone(handle),

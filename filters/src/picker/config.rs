@@ -8,7 +8,7 @@
 //!  "endpoints": ["10.0.0.1:8000", "10.0.0.2"], "targetPorts": [8000, 8001],
 //!  "fallbacks": 1, "failureMode": "FailClose", "staleAfterMs": 1000,
 //!  "maxConsecutiveFailures": 3, "sessionHeader": "x-session-id", "maxSessions": 10000,
-//!  "eppConfig": { ... }}
+//!  "endpointRoles": {"10.0.0.1:8000": "prefill"}, "eppConfig": { ... }}
 //! ```
 //!
 //! A request reaches the pool whose `cluster` (default: its `pool` name) is the cluster
@@ -77,6 +77,10 @@ pub struct PoolConfig {
     /// Sessions remembered per pool (oldest forgotten first).
     #[serde(default = "default_max_sessions")]
     pub max_sessions: usize,
+    /// Prefill/decode roles of the endpoints (see [`super::disagg`]); absent: every
+    /// endpoint serves both phases.
+    #[serde(default)]
+    pub endpoint_roles: super::disagg::EndpointRoles,
 }
 
 impl PoolConfig {
@@ -343,6 +347,12 @@ impl PickerConfig {
                         endpoint: endpoint.clone(),
                     });
                 }
+            }
+            if let Err(problem) = pool.endpoint_roles.resolve(&pool.endpoints) {
+                return Err(PickerConfigError::Field {
+                    field: format!("pools[{i}].endpointRoles"),
+                    problem,
+                });
             }
         }
         Ok(())

@@ -34,6 +34,7 @@
 pub mod access;
 pub mod admit;
 pub mod config;
+pub mod disagg;
 pub mod lease;
 pub mod plan;
 mod pool;
@@ -221,13 +222,13 @@ impl PickerRequest {
         }
     }
 
-    /// The owner's answer to the pending pick: the endpoint and its fallbacks, or why there
-    /// is none. `None` if this request is not waiting for one (the adapter then leaves it
-    /// alone).
+    /// The owner's answer to the pending pick: the endpoint, its fallbacks and the
+    /// prefiller (when disaggregated), or why there is none. `None` if this request is not
+    /// waiting for one (the adapter then leaves it alone).
     pub fn on_answer<H: PickerHost + ?Sized>(
         &mut self,
         host: &mut H,
-        answer: Result<(&str, &[String]), Rejection>,
+        answer: Result<(&str, &[String], Option<&str>), Rejection>,
     ) -> Option<FilterStatus> {
         let Stage::AwaitingAnswer { plan, mut prepared } =
             std::mem::replace(&mut self.stage, Stage::Done)
@@ -237,9 +238,10 @@ impl PickerRequest {
         if answer.is_ok() {
             self.keep_memo(&plan, &mut prepared);
         }
-        let outcome = answer.map(|(endpoint, fallbacks)| Destination {
+        let outcome = answer.map(|(endpoint, fallbacks, prefiller)| Destination {
             endpoint: endpoint.to_owned(),
             fallbacks: fallbacks.to_vec(),
+            prefiller: prefiller.map(str::to_owned),
         });
         Some(self.settle(host, outcome))
     }
@@ -323,8 +325,9 @@ impl PickerRequest {
         if !matches!(self.stage, Stage::Start) {
             return FilterStatus::Continue;
         }
-        // Only the picker may set the destination: drop whatever came in.
+        // Only the picker may set the destination (and the prefiller): drop whatever came in.
         host.remove_request_header(DESTINATION_ENDPOINT);
+        host.remove_request_header(disagg::PREFILLER_HEADER);
         let base = host.request_header(BASE_MODEL);
         // The pool is the one of the cluster Envoy's route chose (a weighted split across
         // pools of one model included), else the one serving the base model.
@@ -490,6 +493,7 @@ impl PickerRequest {
             Destination {
                 endpoint: picked.endpoint,
                 fallbacks: picked.fallbacks,
+                prefiller: picked.prefiller,
             }
         });
         if outcome.is_ok() {
@@ -524,6 +528,9 @@ impl PickerRequest {
         let list = destination.list();
         let endpoint: &str = self.endpoint.insert(destination.endpoint);
         host.set_request_header(DESTINATION_ENDPOINT, &list);
+        if let Some(prefiller) = &destination.prefiller {
+            host.set_request_header(disagg::PREFILLER_HEADER, prefiller);
+        }
         // Best effort: proxy-wasm cannot set dynamic metadata (the header already routes
         // the request).
         let _ = host.set_metadata_string(LB_METADATA_NAMESPACE, DESTINATION_ENDPOINT, &list);
@@ -664,6 +671,8 @@ impl Drop for PickerRequest {
 struct Destination {
     endpoint: String,
     fallbacks: Vec<String>,
+    /// The prefill endpoint of a disaggregated request (see [`disagg`]).
+    prefiller: Option<String>,
 }
 
 impl Destination {

@@ -16,7 +16,7 @@ use scheduler_core::flow::FlowControlConfig;
 use scheduler_core::prefix::PrefixIndex;
 use scheduler_core::scheduling::candidates::CandidateRules;
 use scheduler_core::scheduling::config::{ConfigError, EndpointPickerConfig};
-use scheduler_core::scheduling::Scheduler;
+use scheduler_core::scheduling::{Role, Scheduler};
 use scheduler_core::snapshot::Snapshot;
 
 use super::config::{PickerConfigError, PoolConfig};
@@ -31,6 +31,8 @@ pub(super) struct PoolState {
     pub(super) scheduler: Scheduler,
     pub(super) prefix: PrefixIndex,
     pub(super) sessions: SessionTable,
+    /// Per endpoint: its prefill/decode role (`endpointRoles`).
+    pub(super) roles: Vec<Role>,
     /// The snapshot generation `sample_of` and `capacity` were built from (0: none yet).
     pub(super) generation: u64,
     /// That snapshot (the pool's picks read it without the snapshot's lock).
@@ -55,6 +57,7 @@ impl PoolState {
             scheduler,
             prefix,
             sessions: SessionTable::new(cfg.max_sessions),
+            roles: cfg.endpoint_roles.resolve_validated(&cfg.endpoints),
             generation: 0,
             snapshot: None,
             sample_of: vec![None; n],

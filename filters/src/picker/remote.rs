@@ -180,6 +180,9 @@ pub enum ToWorker {
         endpoint: String,
         /// The endpoints to try next, in order (Envoy's retry takes them).
         fallbacks: Vec<String>,
+        /// The endpoint that prefills the prompt (`x-prefiller-host-port`), when the pool
+        /// disaggregates this request.
+        prefiller: Option<String>,
         /// How long the request waited in its pool's queue; `None`: its pool has no flow
         /// control.
         queued_ms: Option<u64>,
@@ -366,6 +369,7 @@ impl ToWorker {
                 lease,
                 endpoint,
                 fallbacks,
+                prefiller,
                 queued_ms,
                 release_at_once,
             } => {
@@ -380,8 +384,16 @@ impl ToWorker {
                 for fallback in fallbacks.iter().take(usize::from(count)) {
                     let _ = put_string(&mut out, fallback);
                 }
-                out.push(u8::from(queued_ms.is_some()) | u8::from(*release_at_once) << 1);
+                // Flags: bit 0 queue time, bit 1 release at once, bit 2 a prefiller follows.
+                out.push(
+                    u8::from(queued_ms.is_some())
+                        | u8::from(*release_at_once) << 1
+                        | u8::from(prefiller.is_some()) << 2,
+                );
                 out.extend_from_slice(&queued_ms.unwrap_or(0).to_le_bytes());
+                if let Some(prefiller) = prefiller {
+                    let _ = put_string(&mut out, prefiller);
+                }
             }
             ToWorker::Queued { ticket } => {
                 out.push(QUEUED);
@@ -433,14 +445,20 @@ impl ToWorker {
                     .collect::<Option<Vec<String>>>()?;
                 let flags = r.u8()?;
                 let queued_ms = r.u64()?;
-                if flags & !0b11 != 0 || (flags & 1 == 0 && queued_ms != 0) {
+                if flags & !0b111 != 0 || (flags & 1 == 0 && queued_ms != 0) {
                     return None;
                 }
+                let prefiller = if flags & 4 != 0 {
+                    Some(r.string()?)
+                } else {
+                    None
+                };
                 ToWorker::Picked {
                     ticket,
                     lease,
                     endpoint,
                     fallbacks,
+                    prefiller,
                     queued_ms: (flags & 1 != 0).then_some(queued_ms),
                     release_at_once: flags & 2 != 0,
                 }
@@ -807,6 +825,7 @@ impl Owner {
                     lease,
                     endpoint: picked.endpoint,
                     fallbacks: picked.fallbacks,
+                    prefiller: picked.prefiller,
                     queued_ms,
                     release_at_once,
                 }

@@ -85,6 +85,9 @@ pub struct Picked {
     /// The pool endpoints to try next, in order, if the chosen one fails before answering
     /// (at most the pool's `fallbacks`).
     pub fallbacks: Vec<String>,
+    /// The endpoint that prefills the prompt (`x-prefiller-host-port`) when the pool
+    /// disaggregates and its decider said so (see [`super::disagg`]).
+    pub prefiller: Option<String>,
     /// The in-flight accounting to give back at the end of the request.
     pub lease: InFlightLease,
     /// Leading prompt blocks the endpoint already held.
@@ -381,13 +384,14 @@ impl PickerShared {
                 inflight: pool.load.get(i).unwrap_or_default(),
             })
         });
-        let set = pool_candidates(endpoints, &state.rules, now)?;
+        let mut set = pool_candidates(endpoints, &state.rules, now)?;
         let pool_index_of = |c: usize| {
             set.pool_index
                 .get(c)
                 .and_then(|&listed| members.get(listed))
                 .copied()
         };
+        super::disagg::assign_roles(&mut set.candidates, &state.roles, pool_index_of);
 
         let hashes = req.block_hashes;
         let session_endpoint = req
@@ -415,6 +419,7 @@ impl PickerShared {
             .filter_map(|&c| pool_index_of(c))
             .take(plan.fallbacks())
             .collect();
+        let prefiller = super::disagg::prefiller(&decision, pool_index_of);
         let degraded = set.selection == Selection::Degraded;
         drop(decision);
         drop(set);
@@ -437,6 +442,11 @@ impl PickerShared {
         if !hashes.is_empty() {
             state.prefix.record(&address, hashes);
         }
+        // The prefiller computed the prompt, so its cache holds it too (see `super::disagg`).
+        let prefiller = prefiller.and_then(|i| state.endpoints.get(i).cloned());
+        if let (Some(prefiller), false) = (&prefiller, hashes.is_empty()) {
+            state.prefix.record(prefiller, hashes);
+        }
         if let Some(session) = req.session {
             state.sessions.record(session, endpoint);
         }
@@ -449,6 +459,7 @@ impl PickerShared {
         Ok(Picked {
             endpoint: address,
             fallbacks,
+            prefiller,
             lease,
             matched_blocks: matched,
             total_blocks: total,

@@ -80,6 +80,8 @@ pub enum RemoteAnswer {
         endpoint: String,
         /// The endpoints to try next, in order.
         fallbacks: Vec<String>,
+        /// The endpoint that prefills the prompt, when the pool disaggregates it.
+        prefiller: Option<String>,
         /// The owner's lease, held in the request's context until it ends.
         lease: Box<dyn Any>,
         /// How long the request waited in its pool's queue, if the pool has flow control.
@@ -308,6 +310,7 @@ impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickSta
             RemoteAnswer::Picked {
                 endpoint,
                 fallbacks,
+                prefiller,
                 lease,
                 queued_ms,
             } => {
@@ -317,7 +320,7 @@ impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickSta
                     record_queued_ms(host, queued_ms);
                 }
                 self.request(cx)
-                    .on_answer(host, Ok((&endpoint, &fallbacks)))
+                    .on_answer(host, Ok((&endpoint, &fallbacks, prefiller.as_deref())))
             }
             RemoteAnswer::Rejected(rejection) => self.request(cx).on_answer(host, Err(rejection)),
             RemoteAnswer::Dropped { reason, queued_ms } => {

@@ -300,10 +300,12 @@ mod remote_store {
                     lease,
                     endpoint,
                     fallbacks,
+                    prefiller,
                     ..
                 } => Some(RemoteAnswer::Picked {
                     endpoint,
                     fallbacks,
+                    prefiller,
                     lease: Box::new(lease),
                     queued_ms: None,
                 }),

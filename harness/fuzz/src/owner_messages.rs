@@ -156,6 +156,7 @@ fn worker_messages_from(data: &[u8]) -> Vec<ToWorker> {
             lease: word_at(data, 2),
             endpoint,
             fallbacks,
+            prefiller: (pick & 4 != 0).then(|| text_of(data, 21)),
             queued_ms,
             release_at_once: pick & 2 != 0,
         },

@@ -128,7 +128,7 @@ fn turn(owner: &mut Owner, worker: &mut Worker, content: &str) -> (String, u64) 
     else {
         panic!("expected a pick, got {answer:?}");
     };
-    let status = req.on_answer(&mut host, Ok((&endpoint, &fallbacks)));
+    let status = req.on_answer(&mut host, Ok((&endpoint, &fallbacks, None)));
     assert_eq!(status, Some(FilterStatus::Continue));
     let list: Vec<&str> = std::iter::once(endpoint.as_str())
         .chain(fallbacks.iter().map(String::as_str))
@@ -138,7 +138,7 @@ fn turn(owner: &mut Owner, worker: &mut Worker, content: &str) -> (String, u64) 
         Some(list.join(",").as_str())
     );
     // A second answer for the same request is not applied.
-    assert_eq!(req.on_answer(&mut host, Ok(("1.2.3.4:1", &[]))), None);
+    assert_eq!(req.on_answer(&mut host, Ok(("1.2.3.4:1", &[], None))), None);
     (endpoint, lease)
 }
 
@@ -314,6 +314,16 @@ fn the_codec_round_trips_and_rejects_every_truncation_and_trailing_byte() {
             lease: 9,
             endpoint: "10.0.0.1:8000".into(),
             fallbacks: Vec::new(),
+            prefiller: None,
+            queued_ms: None,
+            release_at_once: false,
+        },
+        ToWorker::Picked {
+            ticket: 5,
+            lease: 9,
+            endpoint: "10.0.0.1:8000".into(),
+            fallbacks: vec!["10.0.0.2:8000".into()],
+            prefiller: Some("10.0.0.4:8000".into()),
             queued_ms: None,
             release_at_once: false,
         },
@@ -322,6 +332,7 @@ fn the_codec_round_trips_and_rejects_every_truncation_and_trailing_byte() {
             lease: 9,
             endpoint: "10.0.0.1:8000".into(),
             fallbacks: vec!["10.0.0.2:8000".into(), "10.0.0.3:8000".into()],
+            prefiller: None,
             queued_ms: Some(1234),
             release_at_once: true,
         },
@@ -432,7 +443,7 @@ fn a_request_a_fallback_served_moves_its_lease_at_the_owner() {
     else {
         panic!("a pick");
     };
-    req.on_answer(&mut host, Ok((&endpoint, &fallbacks)));
+    req.on_answer(&mut host, Ok((&endpoint, &fallbacks, None)));
     let state = StateKey::of_config(&config());
     let other = ENDPOINTS.iter().find(|e| **e != endpoint).unwrap();
     assert_eq!(
