@@ -19,6 +19,8 @@
 //!   ([`overhead::backend`]); [`overhead_table`] renders its report.
 //! - [`flow`]: `bench flow`: flow control's dispatch rate at saturation (in process) and
 //!   Envoy's memory per queued request, through each flavour.
+//! - [`lora`]: `bench lora`: adapter loads per 1,000 requests with more adapters than
+//!   slots per replica, through `/rr` and through the picker with the LoRA scorer.
 //! - [`logic`]: the filters' parse and hash work per request, timed in-process, to split a
 //!   flavour's added cost between the filter logic and Envoy around it.
 //! - [`report`]: small formatting helpers shared by the tables; [`html`]: the demo's HTML
@@ -35,6 +37,7 @@ pub mod flow;
 pub mod hotspot;
 pub mod html;
 pub mod logic;
+pub mod lora;
 pub mod overhead;
 pub mod overhead_table;
 pub mod report;

@@ -1,17 +1,20 @@
-//! `cargo xtask bench overhead|affinity|ttft|soak|memory|flow`: the affinity, TTFT and overhead
-//! numbers, each measured as ratios in one run, the soak and per-request memory figures, and
-//! flow control's dispatch rate and memory per queued request (see `infergate_harness::bench`).
+//! `cargo xtask bench overhead|affinity|ttft|soak|memory|flow|lora`: the affinity, TTFT
+//! and overhead numbers, each measured as ratios in one run, the soak and per-request memory
+//! figures, flow control's dispatch rate and memory per queued request, and LoRA adapter
+//! loads through the picker against round robin (see `infergate_harness::bench`).
 
 use super::Mode;
 use anyhow::{bail, Context, Result};
 use infergate_harness::bench::calibration::{self, CalibrationArgs, Route, RunSpec};
 use infergate_harness::bench::flow::{self, FlowOptions};
+use infergate_harness::bench::lora::{self, LoraOptions};
 use infergate_harness::bench::overhead::{self, OverheadOptions};
 use infergate_harness::bench::soak::request_memory::{self, MemoryOptions};
 use infergate_harness::bench::soak::{self, SoakOptions};
 use infergate_harness::launch::{runtime, Flavor};
 
-const USAGE: &str = "usage: cargo xtask bench <overhead|affinity|ttft|soak|memory|flow> [options]
+const USAGE: &str =
+    "usage: cargo xtask bench <overhead|affinity|ttft|soak|memory|flow|lora> [options]
   overhead  requests/s and latency through Envoy: no filter vs Wasm vs native, each gateway
             also with tenancy; streamed windows time the first chunk
             [--connections N] [--concurrency C] [--rounds R] [--measure-s S]
@@ -43,7 +46,17 @@ const USAGE: &str = "usage: cargo xtask bench <overhead|affinity|ttft|soak|memor
   flow      flow control at saturation: enqueue + dispatch per second in process with N
             queued, and Envoy's memory per queued request (N clients with 32 KB bodies
             queued behind one slot), then every client leaves and the queue must empty
-            [--queued N (10000)] [--flavor wasm|native|both (both)] [--quick: 1000]";
+            [--queued N (10000)] [--flavor wasm|native|both (both)] [--quick: 1000]
+  lora      LoRA adapter loads with more adapters than a replica's 2 slots (4 replicas):
+            the same many-adapter workload (Zipf over the adapters, each adapter's
+            conversations sharing its system prompt) through /rr and through the picker with
+            the lora-affinity-scorer; loads per 1,000 requests, replicas per adapter, TTFT
+            p50/p99; exits non-zero unless every picker arm loads at most a third as often
+            as /rr with no failed request
+            [--flavor wasm,native] [--workers N (1)] [--time-scale S] [--adapters N (8)]
+            [--adapter-prefix-tokens T (1024; 0: no shared prompt)]
+            [--lora-weight W (2; 0: no LoRA scorer)]
+            [--quick: 96 conversations x 2 turns instead of 200 x 5]";
 
 /// Entry point of `cargo xtask bench …`.
 pub fn run(args: &[String], mode: Mode) -> Result<()> {
@@ -62,6 +75,9 @@ pub fn run(args: &[String], mode: Mode) -> Result<()> {
         }
         "affinity" | "ttft" => {
             CalibrationArgs::parse(rest, &[Flavor::Wasm], &[1])?;
+        }
+        "lora" => {
+            LoraOptions::parse(rest)?;
         }
         "soak" => {
             SoakOptions::parse(rest)?;
@@ -94,6 +110,15 @@ pub fn run(args: &[String], mode: Mode) -> Result<()> {
         }
         "memory" => runtime()?.block_on(request_memory::run(&MemoryOptions::parse(rest)?))?,
         "flow" => runtime()?.block_on(flow::run(&FlowOptions::parse(rest)?))?,
+        "lora" => {
+            // The table is printed before a missed criterion becomes the error.
+            let (text, ok) = runtime()?.block_on(lora::run(&LoraOptions::parse(rest)?))?;
+            println!("\n{text}");
+            if !ok {
+                bail!("bench lora: the picker did not load adapters 3x less often than /rr");
+            }
+            return Ok(());
+        }
         _ => ttft(rest)?,
     };
     println!("\n{report}");
