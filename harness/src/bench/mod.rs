@@ -21,6 +21,8 @@
 //!   Envoy's memory per queued request, through each flavour.
 //! - [`lora`]: `bench lora`: adapter loads per 1,000 requests with more adapters than
 //!   slots per replica, through `/rr` and through the picker with the LoRA scorer.
+//! - [`pd`]: `bench pd`: prefill/decode disaggregation against aggregated serving on a
+//!   long-prompt workload: TTFT p50/p99 and throughput through the picker, PD vs no PD.
 //! - [`logic`]: the filters' parse and hash work per request, timed in-process, to split a
 //!   flavour's added cost between the filter logic and Envoy around it.
 //! - [`report`]: small formatting helpers shared by the tables; [`html`]: the demo's HTML
@@ -40,6 +42,7 @@ pub mod logic;
 pub mod lora;
 pub mod overhead;
 pub mod overhead_table;
+pub mod pd;
 pub mod report;
 pub mod soak;
 pub mod tenants;

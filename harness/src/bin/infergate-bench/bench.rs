@@ -1,7 +1,8 @@
-//! `cargo xtask bench overhead|affinity|ttft|soak|memory|flow|lora`: the affinity, TTFT
+//! `cargo xtask bench overhead|affinity|ttft|soak|memory|flow|lora|pd`: the affinity, TTFT
 //! and overhead numbers, each measured as ratios in one run, the soak and per-request memory
-//! figures, flow control's dispatch rate and memory per queued request, and LoRA adapter
-//! loads through the picker against round robin (see `infergate_harness::bench`).
+//! figures, flow control's dispatch rate and memory per queued request, LoRA adapter
+//! loads through the picker against round robin, and TTFT with and without prefill/decode
+//! disaggregation (see `infergate_harness::bench`).
 
 use super::Mode;
 use anyhow::{bail, Context, Result};
@@ -9,12 +10,13 @@ use infergate_harness::bench::calibration::{self, CalibrationArgs, Route, RunSpe
 use infergate_harness::bench::flow::{self, FlowOptions};
 use infergate_harness::bench::lora::{self, LoraOptions};
 use infergate_harness::bench::overhead::{self, OverheadOptions};
+use infergate_harness::bench::pd::{self, PdOptions};
 use infergate_harness::bench::soak::request_memory::{self, MemoryOptions};
 use infergate_harness::bench::soak::{self, SoakOptions};
 use infergate_harness::launch::{runtime, Flavor};
 
 const USAGE: &str =
-    "usage: cargo xtask bench <overhead|affinity|ttft|soak|memory|flow|lora> [options]
+    "usage: cargo xtask bench <overhead|affinity|ttft|soak|memory|flow|lora|pd> [options]
   overhead  requests/s and latency through Envoy: no filter vs Wasm vs native, each gateway
             also with tenancy; streamed windows time the first chunk
             [--connections N] [--concurrency C] [--rounds R] [--measure-s S]
@@ -56,7 +58,15 @@ const USAGE: &str =
             [--flavor wasm,native] [--workers N (1)] [--time-scale S] [--adapters N (8)]
             [--adapter-prefix-tokens T (1024; 0: no shared prompt)]
             [--lora-weight W (2; 0: no LoRA scorer)]
-            [--quick: 96 conversations x 2 turns instead of 200 x 5]";
+            [--quick: 96 conversations x 2 turns instead of 200 x 5]
+  pd        prefill/decode disaggregation vs aggregated serving, 4 replicas, through the
+            picker: a long-prompt workload (6k-token system prompt per conversation,
+            64-token questions, 256-token answers, 2 turns, concurrency 8) with the default
+            scheduling, then with disagg-profile-handler + prefix-based-pd-decider
+            (nonCachedTokens 1024) and N prefill replicas; TTFT p50/p90/p99, end-to-end p50,
+            output tokens/s, share of requests prefilled remotely
+            [--prefill N (1)] [--flavor wasm,native (wasm)] [--workers N (1)]
+            [--time-scale S] [--quick: 16 conversations instead of 64]";
 
 /// Entry point of `cargo xtask bench …`.
 pub fn run(args: &[String], mode: Mode) -> Result<()> {
@@ -78,6 +88,9 @@ pub fn run(args: &[String], mode: Mode) -> Result<()> {
         }
         "lora" => {
             LoraOptions::parse(rest)?;
+        }
+        "pd" => {
+            PdOptions::parse(rest)?;
         }
         "soak" => {
             SoakOptions::parse(rest)?;
@@ -108,6 +121,7 @@ pub fn run(args: &[String], mode: Mode) -> Result<()> {
             runtime()?.block_on(soak::run(&SoakOptions::parse(rest)?))?;
             return Ok(());
         }
+        "pd" => runtime()?.block_on(pd::run(&PdOptions::parse(rest)?))?,
         "memory" => runtime()?.block_on(request_memory::run(&MemoryOptions::parse(rest)?))?,
         "flow" => runtime()?.block_on(flow::run(&FlowOptions::parse(rest)?))?,
         "lora" => {
