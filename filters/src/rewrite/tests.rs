@@ -371,3 +371,37 @@ fn the_split_key_is_fixed_and_spreads() {
     let share = on_first as f64 / f64::from(KEYS);
     assert!((share - 0.70).abs() < 0.015, "{share}");
 }
+
+proptest::proptest! {
+    /// Whatever the weights: raising one target's weight moves keys only onto it, a weight 0
+    /// target is never chosen, and a key's choice is the same every time.
+    #[test]
+    fn raising_a_weight_moves_keys_only_onto_its_target(
+        weights in proptest::collection::vec(0u32..50, 2..6),
+        raised in 0usize..6,
+        by in 1u32..50,
+        keys in proptest::collection::vec(proptest::collection::vec(proptest::num::u8::ANY, 0..24), 1..200),
+    ) {
+        let names: Vec<String> = (0..weights.len()).map(|i| format!("t{i}")).collect();
+        let before: Vec<Target> = names
+            .iter()
+            .zip(&weights)
+            .map(|(n, w)| Target { model: n.clone(), weight: *w })
+            .collect();
+        let raised = raised % before.len();
+        let mut after = before.clone();
+        after[raised].weight += by;
+        for key in &keys {
+            let b = choose_sticky(key, &before);
+            let a = choose_sticky(key, &after);
+            proptest::prop_assert_eq!(choose_sticky(key, &before), b);
+            if let Some(b) = b {
+                proptest::prop_assert!(before[b].weight > 0);
+                proptest::prop_assert!(a == Some(b) || a == Some(raised), "{b} -> {a:?}");
+            } else {
+                proptest::prop_assert!(weights.iter().all(|w| *w == 0));
+                proptest::prop_assert_eq!(a, Some(raised));
+            }
+        }
+    }
+}
