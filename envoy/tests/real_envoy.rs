@@ -72,20 +72,26 @@ fn free_port() -> u16 {
 
 /// A model-server stand-in: `/metrics` in vLLM names, any POST echoes who served it and the
 /// gateway headers it received. One thread per connection, `Connection: close`.
+/// A backend that answers `/metrics` with KV usage `kv`, and any other request by
+/// echoing what reached it, or (`resets`) by closing the connection unanswered.
 fn spawn_backend(kv: f64) -> u16 {
+    spawn_backend_with(kv, false)
+}
+
+fn spawn_backend_with(kv: f64, resets: bool) -> u16 {
     let Ok(listener) = TcpListener::bind("127.0.0.1:0") else {
         return 0;
     };
     let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
     std::thread::spawn(move || {
         for conn in listener.incoming().flatten() {
-            std::thread::spawn(move || serve(conn, port, kv));
+            std::thread::spawn(move || serve(conn, port, kv, resets));
         }
     });
     port
 }
 
-fn serve(conn: TcpStream, port: u16, kv: f64) {
+fn serve(conn: TcpStream, port: u16, kv: f64, resets: bool) {
     let mut reader = BufReader::new(match conn.try_clone() {
         Ok(c) => c,
         Err(_) => return,
@@ -111,6 +117,11 @@ fn serve(conn: TcpStream, port: u16, kv: f64) {
     }
     let mut body = vec![0u8; length];
     let _ = reader.read_exact(&mut body);
+    if resets && !request_line.starts_with("GET /metrics") {
+        // Dropped unanswered: Envoy sees the upstream reset before any response.
+        let _ = conn.shutdown(std::net::Shutdown::Both);
+        return;
+    }
     let (ctype, text) = if request_line.starts_with("GET /metrics") {
         (
             "text/plain",
@@ -260,7 +271,16 @@ static_resources:
               domains: ["*"]
               routes:
               - match: {{prefix: "/", headers: [{{name: x-gateway-base-model-name, string_match: {{exact: llama}}}}]}}
-                route: {{cluster: pool, timeout: 10s}}
+                route:
+                  cluster: pool
+                  timeout: 10s
+                  retry_policy:
+                    retry_on: reset,connect-failure,refused-stream
+                    num_retries: 1
+                    retry_host_predicate:
+                    - name: envoy.retry_host_predicates.previous_hosts
+                      typed_config: {{"@type": type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate}}
+                    host_selection_retry_max_attempts: 3
           http_filters:
           - name: infergate.router
             typed_config:
@@ -280,6 +300,20 @@ static_resources:
   - name: pool
     type: STATIC
     connect_timeout: 1s
+    load_balancing_policy:
+      policies:
+      - typed_extension_config:
+          name: envoy.load_balancing_policies.override_host
+          typed_config:
+            "@type": type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost
+            override_host_sources:
+            - metadata: {{key: envoy.lb, path: [{{key: x-gateway-destination-endpoint}}]}}
+            - header: x-gateway-destination-endpoint
+            fallback_policy:
+              policies:
+              - typed_extension_config:
+                  name: envoy.load_balancing_policies.round_robin
+                  typed_config: {{"@type": type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin}}
     load_assignment: {{cluster_name: pool, endpoints: [{{lb_endpoints: [{}]}}]}}
   - name: scrape
     type: ORIGINAL_DST
@@ -303,7 +337,13 @@ fn wait_until(deadline: Duration, mut ok: impl FnMut() -> bool) -> bool {
 }
 
 fn start_envoy(envoy: &Path, module: &Path) -> (EnvoyProcess, u16, u16, Vec<u16>) {
-    let backends = vec![spawn_backend(0.2), spawn_backend(0.2)];
+    // The third replica reports the emptiest cache, so it is picked first, and resets
+    // every request: Envoy's retry takes the picker's fallback.
+    let backends = vec![
+        spawn_backend(0.2),
+        spawn_backend(0.2),
+        spawn_backend_with(0.0, true),
+    ];
     let (listener, admin) = (free_port(), free_port());
     let dir = std::env::temp_dir().join(format!("infergate-envoy-test-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
@@ -377,7 +417,7 @@ fn module_serves_requests_in_real_envoy_and_shuts_down_cleanly() {
             "",
         )
         .map_or(0, scraped_ok)
-            == 2
+            == 3
     });
     // Scrape counters move just before the round's snapshot is published: one more round.
     std::thread::sleep(Duration::from_millis(150));
@@ -409,23 +449,27 @@ fn module_serves_requests_in_real_envoy_and_shuts_down_cleanly() {
         body.contains("\"x-gateway-model-name: llama-lora\""),
         "{body}"
     );
-    // The pick first, then its fallback (the other endpoint of the pool).
-    let other = endpoints
-        .iter()
-        .find(|e| *e != served)
-        .cloned()
-        .unwrap_or_default();
+    // The pick (the resetting replica), then its fallback, which served after Envoy's
+    // retry; the served header says so and the picker counted it.
+    let resetting = &endpoints[2];
+    assert_ne!(served, resetting);
     assert!(
         body.contains(&format!(
-            "\"x-gateway-destination-endpoint: {served},{other}\""
+            "\"x-gateway-destination-endpoint: {resetting},{served}\""
         )),
-        "the destination header lists the endpoint that served, then the fallback: {body}"
+        "the destination header lists the pick, then the fallback that served: {body}"
     );
     assert!(
         head.contains(&format!(
             "x-gateway-destination-endpoint-served: {served}\r\n"
         )),
         "the served header names the endpoint that served: {head}"
+    );
+    let (_, stats) =
+        http(admin, "GET", "/stats?filter=served_by_fallback", &[], "").unwrap_or_default();
+    assert!(
+        stats.contains("served_by_fallback") && stats.contains(": 1"),
+        "one request served by its fallback: {stats}"
     );
 
     let (status, body) = http(

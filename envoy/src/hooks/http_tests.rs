@@ -8,6 +8,7 @@ use super::*;
 use crate::abi::{HeaderKind, TrailersStatus};
 use crate::fake_envoy::{self, dummy_ptr, request_header, set_request_header};
 use crate::filter::StreamLogic;
+use infergate_filters::picker::PoolId;
 
 const ROUTER_CONFIG: &str = r#"{"role": "router", "pools": [{"name": "p", "baseModel": "llama", "adapters": ["llama-lora"]}]}"#;
 const CHAT: &str = r#"{"model":"llama-lora","messages":[{"role":"user","content":"hello"}]}"#;
@@ -335,7 +336,7 @@ fn inflight(config_json: &str, address: &str) -> u32 {
 }
 
 #[test]
-fn picker_routes_with_header_metadata_and_strict_override_and_releases_on_destroy() {
+fn picker_routes_with_header_and_metadata_and_releases_on_destroy() {
     fake_envoy::reset();
     let json = picker_config("solo", &["127.0.0.1:9001"], "");
     let config = new_config("picker", &json);
@@ -348,7 +349,9 @@ fn picker_routes_with_header_metadata_and_strict_override_and_releases_on_destro
         Some("127.0.0.1:9001")
     );
     fake_envoy::with(|s| {
-        assert_eq!(s.override_hosts, vec![("127.0.0.1:9001".to_string(), true)]);
+        // The pool cluster's override_host policy reads the list; an upstream override
+        // would pin the retry to the pick.
+        assert!(s.override_hosts.is_empty());
         assert!(s.metadata.contains(&(
             "envoy.lb".into(),
             "x-gateway-destination-endpoint".into(),
@@ -401,7 +404,7 @@ fn a_picker_that_picked_from_the_handoff_never_reads_the_body() {
 }
 
 #[test]
-fn picker_fallback_mode_asks_for_a_non_strict_override() {
+fn picker_asks_for_no_upstream_override_in_either_override_mode() {
     fake_envoy::reset();
     let json = picker_config(
         "fallback-pool",
@@ -411,11 +414,76 @@ fn picker_fallback_mode_asks_for_a_non_strict_override() {
     let config = new_config("picker", &json);
     picker_request();
     let (_, _, filter) = run_request(config);
+    assert!(fake_envoy::with(|s| s.override_hosts.is_empty()));
     assert_eq!(
-        fake_envoy::with(|s| s.override_hosts.clone()),
-        vec![("127.0.0.1:9002".to_string(), false)]
+        request_header("x-gateway-destination-endpoint").as_deref(),
+        Some("127.0.0.1:9002")
     );
     envoy_dynamic_module_on_http_filter_destroy(filter);
+    envoy_dynamic_module_on_http_filter_config_destroy(config);
+}
+
+/// The pool of the cluster the route chose (two pools of one base model), the subset hint
+/// from a list in the dynamic metadata, and the served endpoint from the upstream address.
+#[test]
+fn picker_follows_the_routed_cluster_the_metadata_subset_and_the_served_address() {
+    fake_envoy::reset();
+    let json = r#"{"pools": [
+        {"pool": "stable", "baseModel": "llama", "endpoints": ["127.0.0.1:9301"], "failureMode": "FailOpen"},
+        {"pool": "canary", "cluster": "canary-cluster", "baseModel": "llama",
+         "endpoints": ["127.0.0.1:9302", "127.0.0.1:9303", "127.0.0.1:9304"], "failureMode": "FailOpen"}
+    ]}"#;
+    let config = new_config("picker", json);
+    assert!(!config.is_null(), "{:?}", fake_envoy::logs());
+    picker_request();
+    fake_envoy::with(|s| {
+        s.cluster_name = Some(b"canary-cluster".to_vec());
+        s.metadata_in.push((
+            "envoy.lb.subset_hint".into(),
+            "x-gateway-destination-endpoint-subset".into(),
+            true,
+            vec![b"127.0.0.1:9303".to_vec(), b"127.0.0.1:9304".to_vec()],
+        ));
+    });
+    let (_, _, filter) = run_request(config);
+    assert_eq!(fake_envoy::with(|s| s.cluster_name_reads), 1);
+    let list = request_header("x-gateway-destination-endpoint").unwrap_or_default();
+    let entries: Vec<&str> = list.split(',').collect();
+    assert_eq!(entries.len(), 2, "{list}");
+    assert!(
+        entries
+            .iter()
+            .all(|e| ["127.0.0.1:9303", "127.0.0.1:9304"].contains(e)),
+        "{list}"
+    );
+    // The fallback served: the response says so, and the lease moved there.
+    let fallback = entries[1].to_owned();
+    fake_envoy::with(|s| {
+        s.attributes.push((
+            crate::abi::ATTRIBUTE_UPSTREAM_ADDRESS,
+            fallback.clone().into_bytes(),
+        ))
+    });
+    envoy_dynamic_module_on_http_filter_response_headers(dummy_ptr(), filter, false);
+    let served = fake_envoy::with(|s| {
+        s.headers[2]
+            .iter()
+            .find(|(k, _)| k == "x-gateway-destination-endpoint-served")
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+    });
+    assert_eq!(served.as_deref(), Some(fallback.as_str()));
+    let value = crate::router::config_json(json.as_bytes()).unwrap_or_default();
+    let state = crate::picker::tests_support::state_for(&value).expect("the config's state");
+    let state = crate::picker::tests_support::lock(&state);
+    let load = |e: &str| {
+        state
+            .inflight(PoolId(1), e)
+            .map_or(u32::MAX, |i| i.requests)
+    };
+    assert_eq!(load(&fallback), 1);
+    assert_eq!(load(entries[0]), 0);
+    envoy_dynamic_module_on_http_filter_destroy(filter);
+    assert_eq!(load(&fallback), 0);
     envoy_dynamic_module_on_http_filter_config_destroy(config);
 }
 

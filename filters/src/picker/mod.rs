@@ -3,14 +3,19 @@
 //! the request to it.
 //!
 //! Per request: `on_request_headers` (drops any `x-gateway-destination-endpoint` already
-//! present, finds the pool; if the body router left a [`crate::handoff::Handoff`] that fits
+//! present, finds the pool: the one of the cluster Envoy's route chose, else the first
+//! serving the base model; if the body router left a [`crate::handoff::Handoff`] that fits
 //! the pool, picks right there without reading the body; otherwise pauses for the body) →
-//! `on_request_body` (parses the body for
-//! the prompt, refreshes the snapshot, picks through [`PickerShared::pick`]) → sets
-//! `x-gateway-destination-endpoint`, the `envoy.lb` dynamic metadata and the host's
-//! upstream override, or answers 503 with `x-llm-d-request-dropped-reason:
-//! rejected-no-endpoints` → [`PickerRequest::on_end_counted`] (complete or reset,
-//! whichever the adapter sees first; later calls do nothing) gives the in-flight lease back.
+//! `on_request_body` (parses the body for the prompt, reads the subset hint, refreshes the
+//! snapshot, picks through [`PickerShared::pick_within`]) → sets
+//! `x-gateway-destination-endpoint` and the `envoy.lb` dynamic metadata to the ordered list
+//! `pick,fallback,...` (the pool cluster's `override_host` policy takes the pick, a retry
+//! the next entry), or answers 503 with `x-llm-d-request-dropped-reason:
+//! rejected-no-endpoints` → [`PickerRequest::on_response_headers`] (names the endpoint
+//! that served in `x-gateway-destination-endpoint-served`; when a retry moved the request
+//! to a fallback, the lease, the prompt's blocks and the session move there) →
+//! [`PickerRequest::on_end_counted`] (complete or reset, whichever the adapter sees first;
+//! later calls do nothing) gives the in-flight lease back.
 //! The gauges `infergate.picker.inflight_requests.pool.<p>` and
 //! `….pool.<p>.endpoint.<e>` move by +1 when a lease is taken and −1 when it is given back,
 //! so they read 0 whenever no request is in flight, in both flavours (in Wasm every VM's
@@ -55,7 +60,6 @@ use crate::headers::{BASE_MODEL, DESTINATION_ENDPOINT, DESTINATION_SERVED, LB_ME
 use crate::host::{
     Clock, DynamicMetadata, EditResponseHeaders, LocalReply, Random, ReadMetadata, RequestBody,
     RequestHeaders, RoutedCluster, ServedUpstream, SnapshotSource, Stats, StreamState,
-    UpstreamOverride,
 };
 use crate::reply::{truncate_for_message, Reply, MAX_QUOTED_BYTES, REJECTED_NO_ENDPOINTS};
 use crate::FilterStatus;
@@ -84,7 +88,6 @@ pub trait PickerHost:
     + RoutedCluster
     + ServedUpstream
     + EditResponseHeaders
-    + UpstreamOverride
     + StreamState
 {
 }
@@ -102,7 +105,6 @@ impl<T> PickerHost for T where
         + RoutedCluster
         + ServedUpstream
         + EditResponseHeaders
-        + UpstreamOverride
         + StreamState
         + ?Sized
 {
@@ -333,7 +335,11 @@ impl PickerRequest {
         // pools of one model included), else the one serving the base model.
         let plan = base.as_deref().and_then(|base| {
             let cluster = host.routed_cluster();
-            shared.plan_for(cluster.as_deref(), base)
+            let plan = shared.plan_for(cluster.as_deref(), base)?;
+            if cluster.as_deref() != Some(plan.cluster()) {
+                plan.count_by_base_model(host);
+            }
+            Some(plan)
         });
         let api = host
             .request_header(":path")
@@ -518,15 +524,16 @@ impl PickerRequest {
     }
 
     /// Send the request to its destination: the ordered list `pick,fallback,...` in the
-    /// destination header and the `envoy.lb` metadata (Envoy's `override_host` policy tries
-    /// the pick, and a retry the next entry), and the pick as the host's upstream override.
+    /// destination header and the `envoy.lb` metadata, which the pool cluster's
+    /// `override_host` policy reads (the first attempt takes the pick, a retry the next
+    /// entry). No upstream override is set: it would pin every retry to the pick.
     fn route_to<H: PickerHost + ?Sized>(
         &mut self,
         host: &mut H,
         destination: Destination,
     ) -> FilterStatus {
         let list = destination.list();
-        let endpoint: &str = self.endpoint.insert(destination.endpoint);
+        self.endpoint = Some(destination.endpoint);
         host.set_request_header(DESTINATION_ENDPOINT, &list);
         if let Some(prefiller) = &destination.prefiller {
             host.set_request_header(disagg::PREFILLER_HEADER, prefiller);
@@ -534,7 +541,6 @@ impl PickerRequest {
         // Best effort: proxy-wasm cannot set dynamic metadata (the header already routes
         // the request).
         let _ = host.set_metadata_string(LB_METADATA_NAMESPACE, DESTINATION_ENDPOINT, &list);
-        let _ = host.set_upstream_override(endpoint);
         FilterStatus::Continue
     }
 

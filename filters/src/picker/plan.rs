@@ -36,6 +36,9 @@ struct PoolStats {
     reject_unscraped: StatKey,
     /// Requests a retry moved off the pick to another endpoint of the pool.
     served_elsewhere: StatKey,
+    /// Requests matched to the pool by base model: the host could not tell the route's
+    /// cluster, or no pool picks for it.
+    by_base_model: StatKey,
     /// Gauges: requests in flight in the pool, and per endpoint (pool order).
     inflight: InFlightGauges,
     /// Gauge: pool endpoints absent from the scraper's snapshot.
@@ -65,6 +68,7 @@ impl PoolStats {
             snapshot_errors: StatKey::new("infergate.picker.snapshot_errors", &[]),
             handoff: StatKey::new("infergate.picker.handoff", &p),
             served_elsewhere: StatKey::new("infergate.picker.served_by_fallback", &p),
+            by_base_model: StatKey::new("infergate.picker.pool_by_base_model", &p),
             reject_unscraped: reject(Rejection::Unscraped.label()),
             inflight: InFlightGauges::new(pool, endpoints),
             unscraped: StatKey::new("infergate.picker.unscraped_endpoints", &p),
@@ -84,6 +88,7 @@ impl PoolStats {
             &self.snapshot_errors,
             &self.handoff,
             &self.served_elsewhere,
+            &self.by_base_model,
         ]
         .into_iter()
         .chain(&self.picks)
@@ -233,6 +238,12 @@ impl PoolPlan {
     /// Count a request picked from the router's handoff (no body read).
     pub fn count_handoff<S: Stats + ?Sized>(&self, stats: &mut S) {
         stats.counter_add(&self.stats.handoff, 1);
+    }
+
+    /// Count a request matched to this pool by its base model, not by the cluster of its
+    /// route (the host could not tell it, or no pool's `cluster` is that cluster).
+    pub fn count_by_base_model<S: Stats + ?Sized>(&self, stats: &mut S) {
+        stats.counter_add(&self.stats.by_base_model, 1);
     }
 
     /// Count a request a retry moved off its pick to another endpoint of the pool.

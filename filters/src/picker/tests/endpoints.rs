@@ -39,6 +39,7 @@ fn the_cluster_envoy_routed_to_chooses_the_pool_and_each_pool_keeps_its_own_stat
     assert_eq!(in_flight(&s, 1, C), 1);
     assert_eq!(host.counter("infergate.picker.decisions.pool.canary"), 1);
     assert_eq!(host.counter("infergate.picker.decisions.pool.stable"), 0);
+    assert_eq!(host.counter_sum("infergate.picker.pool_by_base_model"), 0);
     // Routed to the stable pool's cluster (its name by default).
     let mut host = host_for(&chat("hello"), Some(all.clone())).routed_to("stable");
     let (_, stable) = pick_one(&mut s, &mut host);
@@ -53,6 +54,11 @@ fn the_cluster_envoy_routed_to_chooses_the_pool_and_each_pool_keeps_its_own_stat
             matches!(req.endpoint(), Some(A) | Some(B)),
             "{cluster:?}: {:?}",
             req.endpoint()
+        );
+        assert_eq!(
+            host.counter("infergate.picker.pool_by_base_model.pool.stable"),
+            1,
+            "{cluster:?}"
         );
     }
     assert_eq!(in_flight(&s, 1, C), 1, "the canary's load is its own");

@@ -205,13 +205,6 @@ impl EditResponseHeaders for ProbeHost<'_> {
     }
 }
 
-impl UpstreamOverride for ProbeHost<'_> {
-    fn set_upstream_override(&mut self, endpoint: &str) -> Result<(), HostError> {
-        self.probe.note("override");
-        self.inner.set_upstream_override(endpoint)
-    }
-}
-
 fn session_pool() -> PickerShared {
     shared(pool(&[A, B], json!({"sessionHeader": "x-session-id"})))
 }
@@ -271,8 +264,8 @@ fn only_the_snapshot_read_and_the_pick_run_inside_the_state() {
             "{before} not before the pick: {names:?}"
         );
     }
-    // Written after: stats, destination header, metadata, override.
-    for after in ["counter", "set header", "metadata", "override"] {
+    // Written after: stats, destination header, metadata.
+    for after in ["counter", "set header", "metadata"] {
         assert!(at(after) > leave, "{after} not after the pick: {names:?}");
     }
     assert!(host.inner.header(DESTINATION_ENDPOINT).is_some());

@@ -4,7 +4,7 @@ use super::*;
 use crate::stats::StatKind;
 
 #[test]
-fn picks_a_pool_endpoint_and_sets_header_metadata_and_override() {
+fn picks_a_pool_endpoint_and_sets_the_destination_list_in_header_and_metadata() {
     let mut s = shared(pool(&[A, B], json!({})));
     let mut host = host_for(&chat("hello"), Some(fresh_all(&[A, B])));
     let (status, req) = pick_one(&mut s, &mut host);
@@ -27,7 +27,9 @@ fn picks_a_pool_endpoint_and_sets_header_metadata_and_override() {
             expected.clone()
         )]
     );
-    assert_eq!(host.upstream_override, picked);
+    // No upstream override: with the pool cluster's override_host policy it would pin
+    // the retry to the pick too.
+    assert_eq!(host.upstream_override, None);
     assert_eq!(host.counter("infergate.picker.decisions.pool.p"), 1);
     assert_eq!(
         host.counter_sum("infergate.picker.picks.pool.p.endpoint."),
