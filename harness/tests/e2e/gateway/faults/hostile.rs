@@ -264,7 +264,13 @@ async fn steering_copies(
                             .collect()
                     })
                     .unwrap_or_default();
-                if own.is_none() || seen != [own.clone().unwrap_or_default()] {
+                // One destination header, the picker's list: its first entry is the
+                // replica that served, the rest are fallbacks of the same pool.
+                let first = seen
+                    .first()
+                    .and_then(|list| list.split(',').next())
+                    .map(str::to_owned);
+                if own.is_none() || seen.len() != 1 || first != own {
                     wrong.push(format!(
                         "{what}: served by {backend:?}, which received steering headers {seen:?}"
                     ));
