@@ -44,7 +44,8 @@ const FLAG_COMPLETE: u8 = 2;
 pub struct Handoff {
     /// The base model the router routed the request to.
     pub base_model: String,
-    /// The `model` field as the client sent it.
+    /// The model the request is served as: the `model` field, or the target a model rewrite
+    /// chose for it (the prefix-hash seed and the LoRA scorer read it).
     pub target_model: String,
     /// Estimated prompt tokens.
     pub prompt_tokens: Tokens,

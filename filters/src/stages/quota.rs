@@ -11,8 +11,8 @@
 //! (`rejected-quota-rpm` / `-tpm` / `-concurrency`) with `retry-after` and OpenAI's
 //! `x-ratelimit-*` headers, which an admitted response also carries.
 //!
-//! Requests the router did not route (non-inference paths such as `/v1/models`) pass
-//! without a debit. Settlement is [`super::tenancy::Tenancy::finish`]'s.
+//! Requests the router did not route (non-inference paths such as `/v1/files`; the
+//! router answers `/v1/models` itself) pass without a debit. Settlement is [`super::tenancy::Tenancy::finish`]'s.
 
 use std::sync::Arc;
 
