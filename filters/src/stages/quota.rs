@@ -12,7 +12,8 @@
 //! `x-ratelimit-*` headers, which an admitted response also carries.
 //!
 //! Requests the router did not route (non-inference paths such as `/v1/files`; the
-//! router answers `/v1/models` itself) pass without a debit. Settlement is [`super::tenancy::Tenancy::finish`]'s.
+//! router answers `/v1/models` itself) pass without a debit. Settlement is
+//! [`super::tenancy::Tenancy::finish`]'s.
 
 use std::sync::Arc;
 
