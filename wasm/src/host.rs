@@ -33,10 +33,17 @@
 //!   built-in attribute reads the same `wasm.<key>` back, serialised as the raw bytes. So
 //!   the picker reads what the router wrote on the same stream; a client cannot set it.
 //! - **What routing chose, by property.** `["xds", "cluster_name"]` is the cluster of the
-//!   stream's route (the one drawn by weighted clusters); `["upstream", "address"]` the
-//!   `ip:port` of the upstream host that answered; `["metadata", "filter_metadata", ns,
-//!   key]` walks into the dynamic metadata and answers a string value as its bytes (a list
-//!   value has no byte form there, so a Wasm subset hint is a comma-separated string).
+//!   stream's route (the one drawn by weighted clusters), but only as of the last time a
+//!   filter made Envoy resolve the route: it is the stream info's upstream cluster, which a
+//!   route-cache clear (the router's header edits) does not update and no proxy-wasm call
+//!   refreshes. So the Envoy config puts a filter that resolves the route in front of the
+//!   picker (a `header_mutation` filter with no mutations does: it reads its per-route
+//!   config); without it, on 1.40, the picker sees the cluster matched before the router
+//!   set the base model and finds every pool by base model (counted in
+//!   `infergate.picker.pool_by_base_model`). `["upstream", "address"]` is the `ip:port` of
+//!   the upstream host that answered; `["metadata", "filter_metadata", ns, key]` walks into
+//!   the dynamic metadata and answers a string value as its bytes (a list value has no
+//!   byte form there, so a Wasm subset hint is a comma-separated string).
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
