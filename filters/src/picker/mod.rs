@@ -558,10 +558,12 @@ impl PickerRequest {
         let picked = self.endpoint.as_deref()?;
         let served = host.served_upstream()?;
         host.set_response_header(DESTINATION_SERVED, &served);
+        // Taken either way: the response has started, nothing later corrects the pick.
+        let memo = self.memo.take();
         if served == picked {
             return None;
         }
-        let memo = self.memo.take()?;
+        let memo = memo?;
         let index = memo.plan.endpoint_index(&served)?;
         memo.plan.count_served_elsewhere(host);
         self.endpoint = Some(served.clone());

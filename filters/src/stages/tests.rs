@@ -202,7 +202,7 @@ mod remote_store {
 
     use super::*;
     use crate::picker::remote::{Owner, StateKey, ToOwner, ToWorker};
-    use crate::picker::{PoolId, PreparedPick};
+    use crate::picker::{PoolId, PreparedPick, ServedElsewhere};
     use crate::stages::{PickerStore, RemoteAnswer, RemotePicks};
 
     pub(super) const CONFIG: &str = r#"{"pool":"p","baseModel":"llama","endpoints":["10.0.0.1:8000","10.0.0.2:8000"],"failureMode":"FailOpen"}"#;
@@ -325,6 +325,23 @@ mod remote_store {
                 self.release(lease);
             }
         }
+
+        fn report_served(&self, lease: &mut dyn std::any::Any, served: &ServedElsewhere) {
+            let Some(lease) = lease.downcast_ref::<u64>() else {
+                return;
+            };
+            let message = ToOwner::Served {
+                state: StateKey::of_config(CONFIG.as_bytes()),
+                lease: *lease,
+                index: u32::try_from(served.index).unwrap(),
+                block_hashes: served.block_hashes.iter().map(|h| h.0).collect(),
+                session: served.session.clone(),
+            };
+            let mut host = self.owner_host.borrow_mut();
+            self.owner
+                .borrow_mut()
+                .handle(&mut *host, &message.encode().unwrap());
+        }
     }
 }
 
@@ -405,5 +422,58 @@ fn a_remote_store_that_gives_up_makes_the_stage_pick_locally() {
     );
     assert_eq!(run.wake(&pipeline, &mut host), Some(FilterStatus::Continue));
     assert!(host.header(DESTINATION_ENDPOINT).is_some(), "picked here");
+    run.end(&pipeline, &mut host);
+}
+
+#[test]
+fn a_remote_pick_served_by_its_fallback_moves_the_owners_lease() {
+    let store = std::rc::Rc::new(RemoteStore::new(false));
+    struct Shared(std::rc::Rc<RemoteStore>);
+    impl PickerStore for Shared {
+        type Access<'a> = &'a PickerShared;
+        fn access(&self) -> Option<&PickerShared> {
+            self.0.access()
+        }
+        fn remote(&self) -> Option<&dyn RemotePicks> {
+            Some(&*self.0)
+        }
+    }
+    let stage: Box<dyn Stage<FakeHost>> =
+        Box::new(PickStage::new(Shared(std::rc::Rc::clone(&store))));
+    let pipeline = Pipeline::new(vec![stage]);
+    let mut host = FakeHost::new()
+        .request_header(BASE_MODEL, "llama")
+        .post("/v1/chat/completions", BODY);
+    let mut run = Run::new();
+    run.request_headers(&pipeline, &mut host, false);
+    let len = host.body.len();
+    run.request_body(&pipeline, &mut host, len, true);
+    assert_eq!(run.wake(&pipeline, &mut host), Some(FilterStatus::Continue));
+    let list = host
+        .header(DESTINATION_ENDPOINT)
+        .unwrap_or_default()
+        .to_owned();
+    let (picked, fallback) = list.split_once(',').expect("a pick and a fallback");
+    let (picked, fallback) = (picked.to_owned(), fallback.to_owned());
+    let key = crate::picker::remote::StateKey::of_config(remote_store::CONFIG.as_bytes());
+    let load = |e: &str| {
+        store
+            .owner
+            .borrow()
+            .inflight(key, crate::picker::PoolId(0), e)
+            .map_or(u32::MAX, |l| l.requests)
+    };
+    assert_eq!((load(&picked), load(&fallback)), (1, 0));
+    host.served_upstream = Some(fallback.clone());
+    run.response_headers(&pipeline, &mut host, false);
+    assert_eq!(
+        host.response(crate::headers::DESTINATION_SERVED),
+        Some(fallback.as_str())
+    );
+    assert_eq!((load(&picked), load(&fallback)), (0, 1));
+    assert_eq!(
+        host.counter("infergate.picker.served_by_fallback.pool.p"),
+        1
+    );
     run.end(&pipeline, &mut host);
 }
