@@ -220,7 +220,11 @@ mod pick_tests {
 
     /// A prefills, B and C decode; prompts with 256 uncached tokens are prefilled on A.
     fn pd_pool() -> PickerShared {
-        shared(pool(
+        shared(pd_pool_json())
+    }
+
+    fn pd_pool_json() -> Value {
+        pool(
             &[A, B, C],
             json!({
                 "endpointRoles": {A: "prefill", B: "decode", C: {"llm-d.ai/role": "decode"}},
@@ -237,7 +241,7 @@ mod pick_tests {
                         {"name": "prefill", "plugins": [{"pluginRef": "inflight-load-scorer"}]}]
                 }
             }),
-        ))
+        )
     }
 
     fn long() -> Vec<u8> {
@@ -299,6 +303,63 @@ mod pick_tests {
             .request_header(PREFILLER_HEADER, "192.0.2.1:1");
         pick_one(&mut s, &mut host);
         assert_eq!(host.header(PREFILLER_HEADER), Some(A));
+    }
+
+    /// The Wasm flavour's path: the state owner picks, its answer carries the prefiller
+    /// through the codec, and the worker's request sets the header from it.
+    #[test]
+    fn the_owners_answer_carries_the_prefiller_to_the_worker() {
+        use super::super::remote::{Owner, StateKey, ToOwner, ToWorker};
+        let config = serde_json::to_vec(&pd_pool_json()).unwrap();
+        let key = StateKey::of_config(&config);
+        let mut owner = Owner::new();
+        let hello = ToOwner::Hello {
+            state: key,
+            config: config.clone(),
+        };
+        let mut owner_host = FakeHost::new().now(NOW).snapshot(1, fresh_all(&[A, B, C]));
+        assert!(owner
+            .handle(&mut owner_host, &hello.encode().unwrap())
+            .is_empty());
+        let mut local = shared(pd_pool_json());
+        let mut host = host_for(&long(), Some(fresh_all(&[A, B, C])));
+        let mut req = PickerRequest::deferred();
+        assert_eq!(
+            req.on_request_headers(&mut local, &mut host, false),
+            FilterStatus::Pause
+        );
+        let len = host.body.len();
+        assert_eq!(
+            req.on_request_body(&mut local, &mut host, len, true),
+            FilterStatus::Pause
+        );
+        let (pool, prepared) = req.pending_pick().unwrap();
+        let pick = ToOwner::Pick {
+            state: key,
+            reply_queue: 1,
+            ticket: 1,
+            pool,
+            prepared: prepared.clone(),
+            releases: Vec::new(),
+        };
+        let (_, answer) = owner
+            .handle(&mut owner_host, &pick.encode().unwrap())
+            .pop()
+            .unwrap();
+        let Some(ToWorker::Picked {
+            endpoint,
+            fallbacks,
+            prefiller,
+            ..
+        }) = ToWorker::decode(&answer.encode())
+        else {
+            panic!("not a pick: {answer:?}");
+        };
+        assert_eq!(prefiller.as_deref(), Some(A));
+        let status = req.on_answer(&mut host, Ok((&endpoint, &fallbacks, prefiller.as_deref())));
+        assert_eq!(status, Some(FilterStatus::Continue));
+        assert_eq!(host.header(PREFILLER_HEADER), Some(A));
+        assert_ne!(endpoint, A);
     }
 
     #[test]
