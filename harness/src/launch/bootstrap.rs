@@ -637,12 +637,7 @@ mod tests {
     fn plugin_configs_arrive_as_json_text_with_their_role() {
         let yaml = render(&BootstrapParams::new(Flavor::Wasm, two_pools())).unwrap();
         let v: Value = serde_yaml::from_str(&yaml).unwrap();
-        let filters = &v["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
-            ["typed_config"]["http_filters"];
-        let picker = filters[1]["typed_config"]["config"]["configuration"]["value"]
-            .as_str()
-            .unwrap();
-        let picker: serde_json::Value = serde_json::from_str(picker).unwrap();
+        let picker = picker_config(&v);
         assert_eq!(picker["role"], "picker");
         assert_eq!(picker["pools"][1]["endpoints"][0], "127.0.0.1:8003");
         assert_eq!(picker["pools"][1]["pool"], "pool-1-qwen");
@@ -968,6 +963,10 @@ mod tests {
         let at = |n: &str| names.iter().position(|x| *x == n).unwrap();
         let copy = at("infergate.destination_metadata");
         assert!(at("infergate.picker") < copy && copy < at("envoy.filters.http.router"));
+        // The route is resolved again between the body router and the picker, so the
+        // picker's `xds.cluster_name` is the cluster the request's route chose.
+        assert_eq!(at("infergate.route_refresh"), at("infergate.router") + 1);
+        assert_eq!(at("infergate.route_refresh") + 1, at("infergate.picker"));
         let rule = &filters[copy]["typed_config"]["request_rules"][0];
         assert_eq!(rule["header"], "x-gateway-destination-endpoint");
         assert_eq!(rule["on_header_present"]["metadata_namespace"], "envoy.lb");

@@ -5,12 +5,14 @@
 //! count every stack runs unless a test pins its own ([`workers`]). [`gw`] holds the
 //! gateway-specific helpers, [`raw`] an HTTP/1.1 client that sends any bytes, [`h2`] an
 //! HTTP/2 (h2c) client, [`settle`] the checks every fault scenario ends with, [`objects`]
-//! the platform's `TenantQuota` and `InferenceObjective` objects as tests write them.
+//! the platform's `TenantQuota` and `InferenceObjective` objects as tests write them,
+//! [`reset`] a replica that resets every request (scraped as healthy).
 
 pub mod gw;
 pub mod h2;
 pub mod objects;
 pub mod raw;
+pub mod reset;
 pub mod settle;
 
 use bytes::Bytes;
