@@ -10,7 +10,8 @@
 //!   picker's `x-gateway-destination-endpoint` list, which names only pool members.
 //! - `gateway_following_epp_routing_with_data_parallelism`: simulated pods on 127.0.0.2 and
 //!   127.0.0.3 with two ranks (ports) each, the picker's pool given as bare IPs with
-//!   `targetPorts`: every rank is scraped and receives traffic as an endpoint of its own.
+//!   `targetPorts`: every rank is scraped (the scraper's per-endpoint counts) and picked (the
+//!   picker's) as an endpoint of its own, and receives traffic.
 //! - `gateway_destination_endpoint_served`: the response's
 //!   `x-gateway-destination-endpoint-served` names the endpoint that served; with a replica
 //!   that resets every request, Envoy retries on the picker's fallback, the client sees
@@ -424,6 +425,16 @@ async fn gateway_following_epp_routing_with_data_parallelism(flavor: Flavor) {
         assert!(
             picks > 0,
             "{t}: no pick of rank {rank}\n{}",
+            gateway_stats(&stats)
+        );
+        let scrapes: i64 = stats
+            .containing("infergate.scraper.scrapes")
+            .filter(|(k, _)| k.contains(&label) && k.ends_with("result.ok"))
+            .map(|(_, v)| v)
+            .sum();
+        assert!(
+            scrapes > 0,
+            "{t}: rank {rank} was never scraped as an endpoint of its own\n{}",
             gateway_stats(&stats)
         );
     }
