@@ -10,6 +10,8 @@
 //!   requests, the calibration's chat workload through `/rr` and through the picker.
 //! - [`tenants`]: the demo's tenant scenario: two tenants with token quotas on one pool,
 //!   through the gateway and through `/rr`, with the billing log's totals per tenant.
+//! - [`canary`]: the demo's canary scenario: a 10% canary build through a model rewrite,
+//!   split per request and per conversation, then rolled back under load.
 //! - [`closed_loop`]: a fixed-concurrency keep-alive HTTP/1.1 client measuring requests/s
 //!   and latency.
 //! - [`overhead`]: `bench overhead`: requests/s and latency through Envoy with no gateway
@@ -32,6 +34,7 @@
 //!   request can make Envoy take).
 
 pub mod calibration;
+pub mod canary;
 pub mod cli;
 pub mod closed_loop;
 pub mod columns;

@@ -1,4 +1,4 @@
-//! `cargo xtask demo [--scenario calibration|hotspot|tenants] …`: the README's main command. Over
+//! `cargo xtask demo [--scenario calibration|hotspot|tenants|canary] …`: the README's main command. Over
 //! the artefacts xtask built, brings the gateway up on a simulated pool, sends a multi-turn chat
 //! workload to Envoy's round-robin `/rr` and then through the picker, prints the two side by
 //! side, and stops Envoy and the simulator. Every scenario also writes its text and an HTML
@@ -17,18 +17,23 @@
 //!   then a saturation phase with flow control on (A weight 3 and B weight 1 in one band, a
 //!   best-effort tenant C below them): service shares, queue time per priority and C's 429s
 //!   per time window.
+//! - `canary`: a 10% FP8 canary through a model rewrite (`infergate_harness::bench::canary`),
+//!   split per request and per conversation (sticky), then rolled back under load: cache-hit
+//!   ratio and TTFT per build, the canary's share of conversations, the rollback's figures.
 
 use super::bench::compare_with_baseline;
 use super::Mode;
 use anyhow::{bail, Result};
 use infergate_harness::bench::calibration::{CalibrationArgs, Columns, Route, RunSpec};
+use infergate_harness::bench::canary::{self, CanaryOptions};
 use infergate_harness::bench::hotspot::{self, HotspotOptions};
 use infergate_harness::bench::html::{self, Block, Page};
 use infergate_harness::bench::tenants::{self, TenantsOptions};
 use infergate_harness::launch::{runtime, Flavor};
 use infergate_harness::load::summary::percentile;
 
-const USAGE: &str = "usage: cargo xtask demo [--scenario calibration|hotspot|tenants] [options]
+const USAGE: &str =
+    "usage: cargo xtask demo [--scenario calibration|hotspot|tenants|canary] [options]
   calibration  (the default) the calibration workload through /rr and through the picker:
                TTFT and cache-hit ratios side by side
                [--flavor wasm|native] [--workers N (1)] [--time-scale S] [--quick]
@@ -50,6 +55,13 @@ const USAGE: &str = "usage: cargo xtask demo [--scenario calibration|hotspot|ten
                [--flavor native|wasm (native)] [--workers N (2)] [--time-scale S (1)] [--quick]
                [--tenants PATH (testdata/tenants/demo: TenantQuota objects giving the test
                keys of testdata/README.md to tenant-a, tenant-b and tenant-c)]
+  canary       the seed's third week: clients ask for `assistant`, a model rewrite sends 10%
+               of it to an FP8 build on the same 4 replicas; multi-turn conversations split
+               per request, then sticky per conversation (x-session-id), then sticky with the
+               canary rolled back to 0 halfway (a second Envoy, the old one drained): cache-hit
+               ratio and TTFT p50 per build, the canary's share of conversations, no failed
+               request [--flavor wasm|native (wasm)] [--workers N (1)] [--time-scale S]
+               [--quick: 32 conversations x 4 turns instead of 64 x 6]
 every scenario writes report.txt and report.html (SVG charts, no network needed) into
 <system temp dir>/infergate-demo-<scenario>-<pid>/ and prints where";
 
@@ -64,6 +76,7 @@ enum Scenario {
     Calibration,
     Hotspot,
     Tenants,
+    Canary,
 }
 
 /// Splits `--scenario NAME` off the arguments.
@@ -77,6 +90,7 @@ fn scenario(args: &[String]) -> Result<(Scenario, Vec<String>)> {
                 Some("calibration") => Scenario::Calibration,
                 Some("hotspot") => Scenario::Hotspot,
                 Some("tenants") => Scenario::Tenants,
+                Some("canary") => Scenario::Canary,
                 Some(other) => bail!("unknown scenario `{other}`\n{USAGE}"),
                 None => bail!("--scenario needs a value\n{USAGE}"),
             };
@@ -128,6 +142,21 @@ pub fn run(args: &[String], mode: Mode) -> Result<()> {
                 opts.flavor, opts.workers
             );
             let out = runtime()?.block_on(tenants::run(&opts))?;
+            println!("\n{out}");
+            eprintln!("demo: Envoy and the simulator stopped");
+            Ok(())
+        }
+        Scenario::Canary => {
+            let opts = CanaryOptions::parse(&rest)?;
+            if mode == Mode::Check {
+                return Ok(());
+            }
+            eprintln!(
+                "demo (canary): a 10% FP8 canary split per request, then per conversation, \
+                 then rolled back under load ({}, Envoy --concurrency {})",
+                opts.args.flavor, opts.args.workers
+            );
+            let out = runtime()?.block_on(canary::run(&opts))?;
             println!("\n{out}");
             eprintln!("demo: Envoy and the simulator stopped");
             Ok(())
@@ -243,5 +272,8 @@ mod tests {
         assert!(scenario(&strings(&["--scenario"])).is_err());
         assert!(USAGE.contains("calibration") && USAGE.contains("hotspot"));
         assert!(USAGE.contains("tenants"));
+        let (s, _) = scenario(&strings(&["--scenario", "canary"])).unwrap();
+        assert_eq!(s, Scenario::Canary);
+        assert!(USAGE.contains("canary"));
     }
 }
