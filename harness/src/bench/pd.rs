@@ -4,7 +4,7 @@
 //! One simulated pool of [`REPLICAS`] replicas (the default engine: 16k tokens/s of
 //! prefill, 6 ms + 0.08 ms per sequence per decode step) serves conversations with a
 //! 6,000-token system prompt of their own, 64-token questions and 256-token answers, two
-//! turns each, [`CONCURRENCY`] in flight. The same workload (distinct text per arm, so no
+//! turns each, [`CONCURRENCY`] in flight (`--clients N`). The same workload (distinct text per arm, so no
 //! arm warms another's cache) goes through the gateway picker twice per flavour:
 //!
 //! - **no PD**: the default scheduling over every replica (each prefills and decodes);
@@ -41,7 +41,7 @@ pub const PREFILL_REPLICAS: u32 = 1;
 /// The decider's threshold: prompts with at least this many uncached tokens on their
 /// decode pick are prefilled elsewhere.
 pub const NON_CACHED_TOKENS: u64 = 1024;
-/// Requests in flight at most.
+/// Requests in flight at most unless `--clients` says otherwise.
 pub const CONCURRENCY: u32 = 8;
 /// The base model of the pool.
 pub const BASE_MODEL: &str = crate::launch::DEFAULT_MODEL;
@@ -203,10 +203,11 @@ async fn run_arm(
     workload: &Workload,
     salt: u64,
     pd: Option<u32>,
+    clients: u32,
 ) -> Result<Arm> {
     let cfg = LoadConfig {
         workload: workload.clone(),
-        concurrency: CONCURRENCY,
+        concurrency: clients,
         progress: true,
         ..LoadConfig::default()
     };
@@ -227,13 +228,15 @@ async fn run_arm(
 }
 
 /// Options of `bench pd`: the calibration commands' flags (`--quick`, `--time-scale`,
-/// `--flavor`, `--workers`) and `--prefill N`.
+/// `--flavor`, `--workers`), `--prefill N` and `--clients N`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PdOptions {
     /// The shared flags.
     pub args: CalibrationArgs,
     /// Prefill replicas of the PD arm (1..REPLICAS-1).
     pub prefill: u32,
+    /// Requests in flight at most.
+    pub clients: u32,
 }
 
 impl PdOptions {
@@ -241,6 +244,7 @@ impl PdOptions {
     pub fn parse(args: &[String]) -> Result<Self> {
         let mut rest = Vec::new();
         let mut prefill = PREFILL_REPLICAS;
+        let mut clients = CONCURRENCY;
         let mut it = args.iter();
         while let Some(arg) = it.next() {
             if arg == "--prefill" {
@@ -249,6 +253,12 @@ impl PdOptions {
                 if prefill == 0 || prefill >= REPLICAS {
                     bail!("--prefill must be in 1..={}", REPLICAS - 1);
                 }
+            } else if arg == "--clients" {
+                let v = it.next().context("--clients needs a value")?;
+                clients = v.parse().context("--clients")?;
+                if clients == 0 {
+                    bail!("--clients must be at least 1");
+                }
             } else {
                 rest.push(arg.clone());
             }
@@ -256,6 +266,7 @@ impl PdOptions {
         Ok(PdOptions {
             args: CalibrationArgs::parse(&rest, &[Flavor::Wasm], &[1])?,
             prefill,
+            clients,
         })
     }
 }
@@ -283,7 +294,7 @@ async fn run_on(sim: &SimHandle, o: &PdOptions) -> Result<String> {
                 None => format!("no PD ({flavor})"),
                 Some(p) => format!("PD {p}P:{}D ({flavor})", REPLICAS - p),
             };
-            arms.push(run_arm(sim, &stack, label, &w, salt, pd).await?);
+            arms.push(run_arm(sim, &stack, label, &w, salt, pd, o.clients).await?);
             salt += 1;
         }
     }
@@ -296,7 +307,7 @@ pub fn table(w: &Workload, o: &PdOptions, arms: &[Arm]) -> String {
     let _ = writeln!(
         out,
         "PD vs no PD: {REPLICAS} replicas, {} conversations x {} turns of a {}-token system \
-         prompt + {}-token questions, {}-token answers, concurrency {CONCURRENCY}, time scale \
+         prompt + {}-token questions, {}-token answers, concurrency {}, time scale \
          {}, Envoy --concurrency {}; PD: nonCachedTokens {NON_CACHED_TOKENS}, KV transfer \
          1 ms + 5 ms per 1k tokens (simulated)\n",
         w.conversations,
@@ -304,6 +315,7 @@ pub fn table(w: &Workload, o: &PdOptions, arms: &[Arm]) -> String {
         w.system_tokens,
         w.user_tokens,
         w.max_tokens,
+        o.clients,
         o.args.time_scale,
         o.args.concurrencies.first().copied().unwrap_or(1)
     );
@@ -359,7 +371,7 @@ mod tests {
         assert_eq!(r["127.0.0.1:9003"], "decode");
         assert_eq!(workload(true).conversations * workload(true).turns, 32);
         let o = PdOptions::parse(&["--prefill".into(), "2".into(), "--quick".into()]).unwrap();
-        assert_eq!(o.prefill, 2);
+        assert_eq!((o.prefill, o.clients), (2, CONCURRENCY));
         assert!(o.args.quick);
         assert!(PdOptions::parse(&["--prefill".into(), "4".into()]).is_err());
     }

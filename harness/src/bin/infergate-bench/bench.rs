@@ -61,11 +61,11 @@ const USAGE: &str =
             [--quick: 96 conversations x 2 turns instead of 200 x 5]
   pd        prefill/decode disaggregation vs aggregated serving, 4 replicas, through the
             picker: a long-prompt workload (6k-token system prompt per conversation,
-            64-token questions, 256-token answers, 2 turns, concurrency 8) with the default
+            64-token questions, 256-token answers, 2 turns, --clients in flight) with the default
             scheduling, then with disagg-profile-handler + prefix-based-pd-decider
             (nonCachedTokens 1024) and N prefill replicas; TTFT p50/p90/p99, end-to-end p50,
             output tokens/s, share of requests prefilled remotely
-            [--prefill N (1)] [--flavor wasm,native (wasm)] [--workers N (1)]
+            [--prefill N (1)] [--clients N (8)] [--flavor wasm,native (wasm)] [--workers N (1)]
             [--time-scale S] [--quick: 16 conversations instead of 64]";
 
 /// Entry point of `cargo xtask bench …`.
