@@ -8,7 +8,8 @@
 //! - [`template`] and [`bootstrap`]: placeholder substitution and the values each
 //!   flavour's template needs (pools, endpoints, plugin configurations); [`routes`]: the
 //!   routes to the pools (weighted splits, header-targeted rules), [`route_flags`] the
-//!   `up` flags that describe them;
+//!   `up` flags that describe them, [`httproute`] the `HTTPRoute` objects `up --routes`
+//!   reads;
 //! - [`tenancy`]: tenants, JWT verification and the billing log of a gateway, and the
 //!   loader of the platform's objects; [`jwt`]: a test JWT issuer;
 //! - [`epp`]: an operator's `EndpointPickerConfig` (or the `ConfigMap` holding it) and
@@ -22,6 +23,7 @@ pub mod bootstrap;
 pub mod client;
 pub mod envoy;
 pub mod epp;
+pub mod httproute;
 pub mod jwt;
 pub mod process;
 pub mod route_flags;

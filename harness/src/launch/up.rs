@@ -18,11 +18,14 @@
 //! canary), `--split MODEL=POOL:W,POOL:W [--sticky-split]` splits a model's traffic across
 //! pools through Envoy's weighted clusters, and `--canary-header NAME=VALUE:POOL` sends the
 //! requests carrying that header to one pool (see [`super::route_flags`]); a `--pool`
-//! named NAME has the cluster (and `poolRef` name) `pool-<index>-<NAME>`.
+//! named NAME has the cluster (and `poolRef` name) `pool-<index>-<NAME>`. `--routes FILE`
+//! reads Gateway API `HTTPRoute` objects verbatim (the seed's `httproute-canary.yaml`),
+//! their `backendRefs` naming `--pool`s ([`super::httproute`]).
 
 use super::bootstrap::Flavor;
 use super::envoy::EnvoyOptions;
 use super::epp::{load_epp_config, load_objectives};
+use super::httproute;
 use super::route_flags::{
     self, parse_canary, parse_pool, parse_split, CanaryFlag, PoolFlag, SplitFlag,
 };
@@ -65,6 +68,8 @@ pub struct UpOptions {
     pub sticky_split: bool,
     /// `--canary-header NAME=VALUE:POOL`.
     pub canaries: Vec<CanaryFlag>,
+    /// `--routes FILE`: `HTTPRoute` objects.
+    pub routes: Option<PathBuf>,
 }
 
 /// What `up` accepts (`up --help`, and the error message of a bad argument).
@@ -72,7 +77,7 @@ pub const USAGE: &str = "usage: up [--flavor wasm|native|plain] [--replicas N] [
           [--sim-config FILE] [--tenants PATH] [--billing-log FILE]
           [--epp-config FILE] [--objectives FILE] [--rewrites FILE]
           [--pool NAME=MODEL[@I,J]]... [--split MODEL=POOL:W,POOL:W]... [--sticky-split]
-          [--canary-header NAME=VALUE:POOL]...";
+          [--canary-header NAME=VALUE:POOL]... [--routes FILE]";
 
 impl Default for UpOptions {
     fn default() -> Self {
@@ -90,6 +95,7 @@ impl Default for UpOptions {
             splits: Vec::new(),
             sticky_split: false,
             canaries: Vec::new(),
+            routes: None,
         }
     }
 }
@@ -123,6 +129,7 @@ impl UpOptions {
                 "--pool" => opts.pools.push(parse_pool(&value("--pool")?)?),
                 "--split" => opts.splits.push(parse_split(&value("--split")?)?),
                 "--sticky-split" => opts.sticky_split = true,
+                "--routes" => opts.routes = Some(value("--routes")?.into()),
                 "--canary-header" => opts
                     .canaries
                     .push(parse_canary(&value("--canary-header")?)?),
@@ -206,7 +213,21 @@ pub fn stack_options(opts: &UpOptions) -> Result<StackOptions> {
             }
         }
     }
-    let routes = route_flags::routes(&pools, &opts.splits, opts.sticky_split, &opts.canaries)?;
+    let mut routes = Vec::new();
+    if let Some(path) = &opts.routes {
+        let objects = load_objects(path).context("--routes")?;
+        if objects.is_empty() {
+            bail!("--routes {}: no HTTPRoute in it", path.display());
+        }
+        routes = httproute::routes(&objects, &pools, opts.sticky_split)
+            .with_context(|| format!("--routes {}", path.display()))?;
+    }
+    routes.extend(route_flags::routes(
+        &pools,
+        &opts.splits,
+        opts.sticky_split,
+        &opts.canaries,
+    )?);
     if let Some(path) = &opts.epp_config {
         let config = load_epp_config(path).context("--epp-config")?;
         for pool in &mut pools {
@@ -632,6 +653,48 @@ mod tests {
             assert!(built.is_err(), "{bad:?}");
         }
         assert!(UpOptions::parse(&strings(&["--split", "m=a:1"])).is_err());
+    }
+
+    /// `--routes` reads the seed's `HTTPRoute` verbatim over pools named like its
+    /// `InferencePool`s: the 90/10 split, sticky with `--sticky-split`.
+    #[test]
+    fn routes_reads_the_seeds_httproute() {
+        let dir = crate::launch::process::RunDir::new("up-routes").unwrap();
+        let route = dir.path().join("httproute-canary.yaml");
+        std::fs::write(
+            &route,
+            "kind: HTTPRoute\nmetadata: {name: llama-70b}\nspec:\n  rules:\n  - matches:\n\
+             \x20   - headers: [{name: X-Gateway-Base-Model-Name, value: llama-70b}]\n\
+             \x20   backendRefs:\n\
+             \x20   - {kind: InferencePool, name: llama-70b-bf16, weight: 90}\n\
+             \x20   - {kind: InferencePool, name: llama-70b-fp8, weight: 10}\n",
+        )
+        .unwrap();
+        let sim = dir.path().join("sim.yaml");
+        std::fs::write(&sim, "models: [llama-70b]\n").unwrap();
+        let o = UpOptions::parse(&strings(&[
+            "--sim-config",
+            &sim.to_string_lossy(),
+            "--pool",
+            "llama-70b-bf16=llama-70b@0,1,2",
+            "--pool",
+            "llama-70b-fp8=llama-70b@3",
+            "--routes",
+            &route.to_string_lossy(),
+            "--sticky-split",
+        ]))
+        .unwrap();
+        let s = stack_options(&o).unwrap();
+        assert_eq!(
+            s.routes,
+            [crate::launch::RouteSpec::split("llama-70b", &[(0, 90), (1, 10)]).sticky()]
+        );
+        let unnamed = UpOptions {
+            pools: Vec::new(),
+            ..o
+        };
+        let err = format!("{:#}", stack_options(&unnamed).unwrap_err());
+        assert!(err.contains("llama-70b-bf16"), "{err}");
     }
 
     /// `--rewrites` loads the objects, checked against `up`'s pools (the seed's names a
