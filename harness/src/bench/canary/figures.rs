@@ -6,6 +6,26 @@ use std::collections::BTreeMap;
 
 use super::drive::Sent;
 use crate::load::summary::percentile;
+use crate::load::RequestRecord;
+
+/// Which requests the canary answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Canary {
+    /// Those whose answer names this model (a rewrite inside one pool).
+    Model(String),
+    /// Those the replica at this `ip:port` served (the canary pool's replica).
+    Replica(String),
+}
+
+impl Canary {
+    /// Whether the canary answered `r`.
+    pub fn answered(&self, r: &RequestRecord) -> bool {
+        match self {
+            Canary::Model(m) => r.model.as_deref() == Some(m.as_str()),
+            Canary::Replica(a) => r.served_by.as_deref() == Some(a.as_str()),
+        }
+    }
+}
 
 /// Figures of the requests one version answered.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -91,14 +111,15 @@ pub struct Arm {
     pub mixed: usize,
     /// Turn-to-turn changes of version, over every conversation.
     pub switches: usize,
+    /// How the canary's answers were told apart.
+    pub told_by: Canary,
 }
 
 impl Arm {
-    /// The figures of `sent`, `canary` naming the canary's model (every other answer is
-    /// the stable version's).
-    pub fn of(label: &str, sent: &[Sent], canary: &str) -> Arm {
+    /// The figures of `sent`; every answer not the canary's is the stable version's.
+    pub fn of(label: &str, sent: &[Sent], canary: &Canary) -> Arm {
         let ok = || sent.iter().filter(|s| s.record.ok());
-        let is_canary = |s: &Sent| s.record.model.as_deref() == Some(canary);
+        let is_canary = |s: &Sent| canary.answered(&s.record);
         let mut by_conv: BTreeMap<u32, Vec<(u32, bool)>> = BTreeMap::new();
         for s in ok() {
             by_conv
@@ -127,6 +148,7 @@ impl Arm {
             wholly_canary: wholly,
             mixed,
             switches,
+            told_by: canary.clone(),
         }
     }
 
@@ -166,8 +188,8 @@ pub struct Rollback {
 impl Rollback {
     /// The rollback's figures: `at_s` when the client switched, `drain_s` the old
     /// gateway's drain time.
-    pub fn of(sent: &[Sent], canary: &str, at_s: f64, drain_s: f64) -> Rollback {
-        let on_canary = |s: &Sent| s.record.model.as_deref() == Some(canary);
+    pub fn of(sent: &[Sent], canary: &Canary, at_s: f64, drain_s: f64) -> Rollback {
+        let on_canary = |s: &Sent| canary.answered(&s.record);
         let mut was_canary: BTreeMap<u32, bool> = BTreeMap::new();
         for s in sent.iter().filter(|s| s.started_s < at_s && on_canary(s)) {
             was_canary.insert(s.record.conversation, true);
@@ -247,7 +269,8 @@ mod tests {
             sent(2, 0, "c", 0, 0.0),
             sent(2, 1, "c", 80, 1.0),
         ];
-        let arm = Arm::of("x", &s, "c");
+        let c = Canary::Model("c".into());
+        let arm = Arm::of("x", &s, &c);
         assert_eq!((arm.requests, arm.failed, arm.conversations), (7, 0, 3));
         assert_eq!(
             (arm.touched_canary, arm.wholly_canary, arm.mixed),
@@ -258,7 +281,7 @@ mod tests {
         assert!((arm.stable.hit_ratio() - 140.0 / 400.0).abs() < 1e-9);
         assert!((arm.canary.later_hit_ratio - 80.0 / 200.0).abs() < 1e-9);
         assert!((arm.canary_request_share() - 3.0 / 7.0).abs() < 1e-9);
-        let r = Rollback::of(&s, "c", 0.5, 0.1);
+        let r = Rollback::of(&s, &c, 0.5, 0.1);
         assert_eq!((r.after, r.after_on_canary, r.failed), (4, 2, 0));
         assert_eq!(
             r.moved_conversations, 1,
@@ -267,5 +290,13 @@ mod tests {
         assert!((r.moved_first_ttft_p50_s - 0.01).abs() < 1e-9);
         assert!((r.before_hit_ratio - 0.0).abs() < 1e-9);
         assert!((r.after_hit_ratio - 220.0 / 400.0).abs() < 1e-9);
+        let by_replica = Canary::Replica("127.0.0.1:4".into());
+        let mut rec = RequestRecord {
+            served_by: Some("127.0.0.1:4".into()),
+            ..RequestRecord::default()
+        };
+        assert!(by_replica.answered(&rec) && !c.answered(&rec));
+        rec.served_by = Some("127.0.0.1:3".into());
+        assert!(!by_replica.answered(&rec));
     }
 }

@@ -5,8 +5,8 @@
 use std::fmt::Write;
 
 use super::drive::Sent;
-use super::figures::{Arm, Version};
-use super::{CanaryOptions, Outcome, CANARY, CANARY_WEIGHT, CONCURRENCY, STABLE};
+use super::figures::{Arm, Canary, Version};
+use super::{CanaryOptions, Outcome, CANARY_WEIGHT, CONCURRENCY};
 use crate::bench::html::svg::{Axis, Chart, Kind, Series};
 use crate::bench::html::{ttft_cdf, Block, Page};
 use crate::bench::report;
@@ -30,15 +30,22 @@ fn version_cells(v: &Version, f: fn(&Version) -> String) -> String {
 /// The text report.
 pub fn text(o: &CanaryOptions, out: &Outcome) -> String {
     let a = &o.args;
-    let arms = [&out.per_request, &out.sticky, &out.rollback_arm];
+    let mut arms: Vec<&Arm> = out.arms.iter().map(|(x, _)| x).collect();
+    arms.push(&out.rollback_arm.0);
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "infergate demo: a {CANARY_WEIGHT}% FP8 canary ({CANARY}) beside the stable build \
-         ({STABLE}), split per request vs per conversation\n\
-         {} conversations per arm, concurrency {CONCURRENCY}, 4 replicas serving both \
-         builds, {} (Envoy --concurrency {}), time scale {}\n",
-        arms[0].conversations, a.flavor, a.workers, a.time_scale
+        "infergate demo: a {CANARY_WEIGHT}% FP8 canary, split per request vs per conversation\n\
+         2 pools: stable = replicas 0-2, canary = replica 3, Envoy's weighted clusters 90/10 \
+         (sticky: on x-gateway-split-key, the router's hash of x-session-id); rewrite: \
+         `assistant` -> sim-model 90 / sim-model-fp8 10 on all 4 replicas (sticky on \
+         x-session-id)\n\
+         {} conversations per arm, concurrency {CONCURRENCY}, {} (Envoy --concurrency {}), \
+         time scale {}\n",
+        arms.first().map(|x| x.conversations).unwrap_or(0),
+        a.flavor,
+        a.workers,
+        a.time_scale
     );
     let mut header = vec![String::new()];
     header.extend(arms.iter().map(|x| x.label.clone()));
@@ -95,7 +102,7 @@ pub fn text(o: &CanaryOptions, out: &Outcome) -> String {
     let r = &out.rollback;
     let _ = writeln!(
         s,
-        "\nrollback (the third arm): at {:.1} s, halfway through, the canary's weight went to \
+        "\nrollback (the last column): at {:.1} s, halfway through, the canary's weight went to \
          0. The gateway's config is Envoy's bootstrap and the launcher runs Envoy without hot \
          restart, so a second Envoy with the new weight ran over the same replicas; the client \
          sent every later request to it, and the old Envoy finished its requests in flight \
@@ -115,24 +122,28 @@ pub fn text(o: &CanaryOptions, out: &Outcome) -> String {
         pct(r.before_hit_ratio),
         pct(r.after_hit_ratio),
     );
-    let verdicts = [
-        (
-            "sticky: every conversation on one build",
-            out.sticky.mixed == 0 && out.sticky.switches == 0,
-        ),
-        (
-            "per request: conversations switch builds",
-            out.per_request.switches > 0,
-        ),
-        (
-            "rollback: no failed request, none on the canary after it",
-            r.failed == 0 && r.after_on_canary == 0 && r.after > 0,
-        ),
-        (
-            "no failed request in any arm",
-            arms.iter().all(|x| x.failed == 0),
-        ),
-    ];
+    let mut verdicts: Vec<(String, bool)> = Vec::new();
+    for (x, _) in &out.arms {
+        if x.label.ends_with("sticky") {
+            verdicts.push((
+                format!("{}: every conversation on one build", x.label),
+                x.mixed == 0 && x.switches == 0,
+            ));
+        } else {
+            verdicts.push((
+                format!("{}: conversations switch builds", x.label),
+                x.switches > 0,
+            ));
+        }
+    }
+    verdicts.push((
+        "rollback: no failed request, none on the canary after it".into(),
+        r.failed == 0 && r.after_on_canary == 0 && r.after > 0,
+    ));
+    verdicts.push((
+        "no failed request in any arm".into(),
+        arms.iter().all(|x| x.failed == 0),
+    ));
     s.push('\n');
     for (what, ok) in verdicts {
         let _ = writeln!(s, "{}: {what}", if ok { "ok" } else { "MISSED" });
@@ -140,14 +151,15 @@ pub fn text(o: &CanaryOptions, out: &Outcome) -> String {
     s
 }
 
-/// Requests started per second on each build over the rolled-back arm.
-fn per_second(sent: &[Sent]) -> Chart {
+/// Requests started per second on each build over the rolled-back arm (`told_by` tells
+/// the canary's answers).
+fn per_second(sent: &[Sent], told_by: &Canary) -> Chart {
     let end = sent.iter().map(|s| s.started_s).fold(0.0, f64::max).ceil() as usize + 1;
     let mut stable = vec![0.0; end];
     let mut canary = vec![0.0; end];
     for s in sent.iter().filter(|s| s.record.ok()) {
         let slot = s.started_s as usize;
-        let v = if s.record.model.as_deref() == Some(CANARY) {
+        let v = if told_by.answered(&s.record) {
             &mut canary
         } else {
             &mut stable
@@ -168,8 +180,8 @@ fn per_second(sent: &[Sent]) -> Chart {
         y: Axis::linear("requests started"),
         kind: Kind::StackedBars { width: 0.9 },
         series: vec![
-            Series::new(STABLE, 0, points(&stable)),
-            Series::new(CANARY, 1, points(&canary)),
+            Series::new("stable", 0, points(&stable)),
+            Series::new("canary", 1, points(&canary)),
         ],
     }
 }
@@ -178,25 +190,32 @@ fn per_second(sent: &[Sent]) -> Chart {
 /// `text`.
 pub fn page(out: &Outcome, text: &str) -> Page {
     let mut p = Page::new("infergate demo: a 10% FP8 canary, per request vs sticky");
-    let mut sides = Vec::new();
-    for (label, sent) in [("per request", &out.sent[0]), ("sticky", &out.sent[1])] {
-        for (build, canary) in [(STABLE, false), (CANARY, true)] {
-            let mut t: Vec<f64> = sent
-                .iter()
-                .filter(|s| s.record.ok() && s.record.turn > 0)
-                .filter(|s| (s.record.model.as_deref() == Some(CANARY)) == canary)
-                .filter_map(|s| s.record.ttft_s)
-                .collect();
-            t.sort_by(f64::total_cmp);
-            let p50 = crate::load::summary::percentile(&t, 50.0);
-            sides.push((format!("{label}, {build} (p50 {})", ms(p50)), t));
+    for pair in out.arms.chunks(2) {
+        let mut sides = Vec::new();
+        for (arm, sent) in pair {
+            for (build, canary) in [("stable", false), ("canary", true)] {
+                let mut t: Vec<f64> = sent
+                    .iter()
+                    .filter(|s| s.record.ok() && s.record.turn > 0)
+                    .filter(|s| arm.told_by.answered(&s.record) == canary)
+                    .filter_map(|s| s.record.ttft_s)
+                    .collect();
+                t.sort_by(f64::total_cmp);
+                let p50 = crate::load::summary::percentile(&t, 50.0);
+                sides.push((format!("{}, {build} (p50 {})", arm.label, ms(p50)), t));
+            }
         }
+        let title = pair
+            .first()
+            .map(|(a, _)| a.label.split(',').next().unwrap_or("").to_owned())
+            .unwrap_or_default();
+        p.push(Block::Chart(ttft_cdf(
+            &format!("{title}: time to first token of turns 2 and later, per split and build"),
+            &sides,
+        )));
     }
-    p.push(Block::Chart(ttft_cdf(
-        "Time to first token of turns 2 and later, per split and build",
-        &sides,
-    )));
-    p.push(Block::Chart(per_second(&out.sent[2])));
+    let (arm, sent) = &out.rollback_arm;
+    p.push(Block::Chart(per_second(sent, &arm.told_by)));
     p.push(Block::Heading("The text report".into()));
     p.push(Block::Pre(text.to_string()));
     p
@@ -207,6 +226,7 @@ pub fn page(out: &Outcome, text: &str) -> Page {
 mod tests {
     use super::*;
     use crate::bench::canary::figures::Rollback;
+    use crate::bench::canary::{CANARY, STABLE};
     use crate::load::RequestRecord;
 
     fn sent(conv: u32, turn: u32, model: &str, at: f64) -> Sent {
@@ -233,13 +253,12 @@ mod tests {
             sent(1, 0, CANARY, 0.5),
             sent(1, 1, CANARY, 2.5),
         ];
-        let arm = |l: &str| Arm::of(l, &s, CANARY);
+        let c = Canary::Model(CANARY.into());
+        let arm = |l: &str| (Arm::of(l, &s, &c), s.clone());
         let out = Outcome {
-            per_request: arm("per request"),
-            sticky: arm("sticky"),
+            arms: vec![arm("per request"), arm("sticky")],
             rollback_arm: arm("sticky, rolled back"),
-            rollback: Rollback::of(&s, CANARY, 2.0, 0.3),
-            sent: [s.clone(), s.clone(), s.clone()],
+            rollback: Rollback::of(&s, &c, 2.0, 0.3),
         };
         let o = CanaryOptions::parse(&[]).unwrap();
         let text = text(&o, &out);
@@ -249,6 +268,7 @@ mod tests {
             "in 300 ms",
             "1 of them on the canary",
             "MISSED: sticky: every conversation on one build",
+            "ok: per request: conversations switch builds",
             "MISSED: rollback",
         ] {
             assert!(text.contains(want), "{want} missing:\n{text}");
