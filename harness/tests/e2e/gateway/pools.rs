@@ -315,6 +315,10 @@ async fn gateway_weighted_across_two_inference_pools(flavor: Flavor) {
         (10..=50).contains(&on_first),
         "{t}: {on_first} of {SESSIONS} sessions on the first of two equal pools"
     );
+    eprintln!(
+        "{t}: {first_pool} of {N} requests on the 70% pool; {on_first} of {SESSIONS} sticky \
+         sessions on the first of two equal pools, none switched"
+    );
 }
 
 /// Three backends in one pool: every request lands on the first endpoint of the list the
