@@ -7,7 +7,8 @@
 //!   traffic to its pool; a split sticky on `x-gateway-split-key` keeps every turn of a
 //!   session on one pool while sessions spread over both.
 //! - `gateway_following_epp_routing`: every request is served by the first endpoint of the
-//!   picker's `x-gateway-destination-endpoint` list, which names only pool members.
+//!   picker's `x-gateway-destination-endpoint` list, which names only pool members; a
+//!   client's own subset header does not confine the picks.
 //! - `gateway_following_epp_routing_with_data_parallelism`: simulated pods on 127.0.0.2 and
 //!   127.0.0.3 with two ranks (ports) each, the picker's pool given as bare IPs with
 //!   `targetPorts`: every rank is scraped (the scraper's per-endpoint counts) and picked (the
@@ -349,6 +350,21 @@ async fn gateway_following_epp_routing(flavor: Flavor) {
         used.insert(*b);
     }
     assert!(used.len() >= 2, "{t}: 100 requests all on {used:?}");
+    // No subset is configured here: a client naming one endpoint as its subset does not
+    // confine the picks to it.
+    let only = backends[2].addr.to_string();
+    let steered = send_many(&stack, 30, 6, move |i| {
+        (
+            chat(MODEL, &format!("steer {i}")),
+            vec![(SUBSET.into(), only.clone())],
+        )
+    })
+    .await;
+    let used: BTreeSet<usize> = steered.iter().map(|(b, _)| *b).collect();
+    assert!(
+        used.len() >= 2,
+        "{t}: a client's subset header confined 30 picks to {used:?}"
+    );
 }
 
 /// Two pods (127.0.0.2, 127.0.0.3) of two ranks each, every rank a simulated engine on its
