@@ -42,8 +42,8 @@
 //!   set the base model and finds every pool by base model (counted in
 //!   `infergate.picker.pool_by_base_model`). `["upstream", "address"]` is the `ip:port` of
 //!   the upstream host that answered; `["metadata", "filter_metadata", ns, key]` walks into
-//!   the dynamic metadata and answers a string value as its bytes (a list value has no
-//!   byte form there, so a Wasm subset hint is a comma-separated string).
+//!   the dynamic metadata and answers a string value as its bytes, a list of strings as a
+//!   pairs map of its elements (names; values empty).
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -532,8 +532,24 @@ fn string_property(path: &[&str]) -> Option<String> {
 
 impl ReadMetadata for WasmHost {
     fn metadata_strings(&self, namespace: &str, key: &str) -> Option<Vec<String>> {
-        string_property(&["metadata", "filter_metadata", namespace, key]).map(|v| vec![v])
+        let bytes = hostcalls::get_property(&["metadata", "filter_metadata", namespace, key])
+            .ok()
+            .flatten()?;
+        Some(metadata_strings_of(bytes))
     }
+}
+
+/// A metadata value as Envoy serialises it for `get_property`: a string is its bytes, a
+/// list is a pairs map of its elements (each element a name, every value empty). Names
+/// end in a NUL byte there, and a string value never holds one, so a NUL tells the list
+/// apart. Bytes that are neither are one (unusable) string: a hint that names nothing.
+fn metadata_strings_of(bytes: Vec<u8>) -> Vec<String> {
+    if bytes.contains(&0) {
+        if let Some(pairs) = crate::abi::pairs::decode(&bytes) {
+            return pairs.into_iter().map(|(name, _)| text(name)).collect();
+        }
+    }
+    vec![text(bytes)]
 }
 
 impl RoutedCluster for WasmHost {
@@ -582,6 +598,21 @@ fn push_varint(out: &mut Vec<u8>, mut v: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_metadata_string_is_one_value_and_a_list_each_element() {
+        assert_eq!(
+            metadata_strings_of(b"10.0.0.1:80,10.0.0.2:80".to_vec()),
+            ["10.0.0.1:80,10.0.0.2:80"]
+        );
+        let list = crate::abi::pairs::encode(&[("10.0.0.1:80", ""), ("10.0.0.2:80", "")]);
+        assert_eq!(
+            metadata_strings_of(list.unwrap_or_default()),
+            ["10.0.0.1:80", "10.0.0.2:80"]
+        );
+        // Neither: one string that names no endpoint (the hint then admits nothing).
+        assert_eq!(metadata_strings_of(vec![7, 0, 0]).len(), 1);
+    }
 
     #[test]
     fn filter_state_arguments_are_protobuf_fields_1_and_2() {
