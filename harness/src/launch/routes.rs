@@ -249,7 +249,10 @@ mod tests {
             RouteSpec::split("llama", &[]),
             RouteSpec::to("llama", 0).when_header("bad name", "x"),
         ] {
-            assert!(resolve(&pools(), std::slice::from_ref(&bad)).is_err(), "{bad:?}");
+            assert!(
+                resolve(&pools(), std::slice::from_ref(&bad)).is_err(),
+                "{bad:?}"
+            );
         }
         // A weight of 0 beside another is a rollback, not an error.
         let rollback = [RouteSpec::split("llama", &[(0, 100), (1, 0)])];
