@@ -80,10 +80,7 @@ fn destination(s: &HttpStream) -> String {
     let up = s.upstream_request_headers().expect("forwarded");
     let list = up.get("x-gateway-destination-endpoint").expect("picked");
     // The pick, then its fallbacks: every one an endpoint of the pool.
-    assert!(
-        list.split(',').all(|e| LLAMA_POOL.contains(&e)),
-        "{list}"
-    );
+    assert!(list.split(',').all(|e| LLAMA_POOL.contains(&e)), "{list}");
     list.split(',').next().unwrap_or_default().to_string()
 }
 
@@ -233,4 +230,59 @@ fn garbage_on_the_owners_queue_is_dropped_and_the_owner_keeps_serving() {
     let s = send(&workers[0], "after the garbage");
     exchange(&[&owner, &workers[0]]);
     destination(&s);
+}
+
+#[test]
+fn a_request_its_fallback_served_moves_its_load_at_the_owner() {
+    let (owner, workers) = stack(1);
+    let worker = &workers[0];
+    let hosts = [&owner, worker];
+    let s = send(worker, "a question a retry will take to the fallback");
+    exchange(&hosts);
+    let list = s
+        .upstream_request_headers()
+        .and_then(|up| up.get("x-gateway-destination-endpoint"))
+        .expect("forwarded with a destination");
+    let (picked, fallback) = list.split_once(',').expect("a pick and one fallback");
+    assert!(
+        LLAMA_POOL.contains(&picked) && LLAMA_POOL.contains(&fallback),
+        "{list}"
+    );
+    let gauge = |endpoint: &str| {
+        owner
+            .metric(&format!(
+                "{INFLIGHT}.endpoint.{}",
+                endpoint.replace(['.', ':'], "_")
+            ))
+            .unwrap_or(0)
+    };
+    assert_eq!((gauge(picked), gauge(fallback)), (1, 0));
+    // Envoy's retry reached the fallback: the upstream address says so at the response.
+    s.set_property(&["upstream", "address"], fallback.as_bytes().to_vec())
+        .unwrap();
+    s.response_headers(&[(":status", "200")], false).unwrap();
+    assert_eq!(
+        s.response_header_map()
+            .get("x-gateway-destination-endpoint-served")
+            .as_deref(),
+        Some(fallback)
+    );
+    assert_eq!(
+        worker.metric("infergate.picker.served_by_fallback.pool.llama-pool"),
+        Some(1)
+    );
+    exchange(&hosts);
+    assert_eq!(
+        (gauge(picked), gauge(fallback)),
+        (0, 1),
+        "moved at the owner"
+    );
+    s.response_body(b"data: [DONE]\n\n", true).unwrap();
+    assert!(s.done().unwrap());
+    worker.advance_time_ms(250).unwrap();
+    exchange(&hosts);
+    assert_eq!((gauge(picked), gauge(fallback)), (0, 0));
+    assert_eq!(owner.metric(INFLIGHT), Some(0));
+    assert_eq!(worker.trapped(), None);
+    assert_eq!(owner.trapped(), None);
 }
