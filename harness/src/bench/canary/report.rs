@@ -109,8 +109,9 @@ pub fn text(o: &CanaryOptions, out: &Outcome) -> String {
          in {} ms and was stopped. {} requests started after the swap, {} of them on the \
          canary; {} failed requests in the arm. {} conversations that had been on the canary \
          moved to the stable build: their first turn there had TTFT p50 {} (nothing of them \
-         cached on it; every other turn after the swap: {}). Cache-hit ratio before the swap \
-         {}, after it {}: the new Envoy's picker starts with an empty prefix index.",
+         cached on it; every other turn after the swap: {}). Cache-hit ratio of the requests \
+         before the swap {}, after it {} (the new Envoy's picker started with an empty \
+         prefix index and learnt it from the turns it routed).",
         r.at_s,
         (r.drain_s * 1000.0).round(),
         r.after,
