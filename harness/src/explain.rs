@@ -24,10 +24,12 @@
 //! fields of the same names (same defaults). The endpoints are classified and the
 //! candidate set chosen by the core's candidate rules
 //! ([`scheduler_core::scheduling::candidates`]) at `--now-ms`, the functions the gateway's
-//! picker runs: dead endpoints are never candidates, stale ones are unknown, and with none
+//! picker runs: dead endpoints are not candidates, stale ones are unknown, and with none
 //! fresh a `FailClose` pool is rejected (the gateway's 503) while a `FailOpen` one is
-//! scheduled over the live endpoints without metrics. The output is the decision record
-//! plus `endpoints` (each endpoint's class) and `selection` (`fresh` or `degraded`); a
+//! scheduled over the live endpoints without metrics (over every member, when every one
+//! is dead: its metrics are unavailable). The output is the decision record plus
+//! `endpoints` (each endpoint's class) and `selection` (`fresh`, `degraded` or
+//! `every_member`); a
 //! rejection prints `picked: null`, `rejected` (the gateway's stat label) and `message`
 //! (its 503 text). `inflight`, `history`, `base_model` (default: the request's model) and
 //! `last_endpoint_for_session` are optional. History requests are parsed with the core's

@@ -420,7 +420,7 @@ impl PickerShared {
             .take(plan.fallbacks())
             .collect();
         let prefiller = super::disagg::prefiller(&decision, pool_index_of);
-        let degraded = set.selection == Selection::Degraded;
+        let degraded = set.selection != Selection::Fresh;
         drop(decision);
         drop(set);
         let Some((endpoint, matched, total)) = outcome else {

@@ -18,7 +18,12 @@
 //! live ones with unknown metrics ([`Selection::Degraded`], scored on in-proxy state only:
 //! prefix index, in-flight load), with [`FailureMode::FailClose`] a rejection
 //! ([`NoCandidates::Unscraped`] when every live endpoint is missing from the snapshot,
-//! else [`NoCandidates::StaleMetrics`]); none live → [`NoCandidates::NoLiveEndpoints`].
+//! else [`NoCandidates::StaleMetrics`]); none live (every endpoint's scrapes keep failing:
+//! the metrics are unavailable, not the endpoints) → with [`FailureMode::FailOpen`] every
+//! member of the pool ([`Selection::EveryMember`], on in-proxy state only; Envoy's own
+//! health and outlier state still apply), with [`FailureMode::FailClose`]
+//! [`NoCandidates::NoLiveEndpoints`]; an empty pool is always
+//! [`NoCandidates::NoLiveEndpoints`].
 //! Only the pool's own endpoints are ever classified, so no rule can steer a request
 //! outside its pool.
 //!
@@ -150,6 +155,9 @@ pub enum Selection {
     Fresh,
     /// None is fresh and the pool fails open: the live endpoints, metrics unknown.
     Degraded,
+    /// None is live (every endpoint's scrapes keep failing) and the pool fails open: every
+    /// member, metrics unknown.
+    EveryMember,
 }
 
 impl Selection {
@@ -158,6 +166,7 @@ impl Selection {
         match self {
             Selection::Fresh => matches!(class, EndpointClass::Fresh(_)),
             Selection::Degraded => class.is_unknown(),
+            Selection::EveryMember => true,
         }
     }
 }
@@ -166,7 +175,7 @@ impl Selection {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NoCandidates {
-    /// The pool is empty or every endpoint is dead.
+    /// The pool is empty, or every endpoint is dead and the pool fails close.
     NoLiveEndpoints,
     /// No endpoint is fresh and the pool fails close.
     StaleMetrics,
@@ -182,16 +191,20 @@ pub fn select<'a>(
 ) -> Result<Selection, NoCandidates> {
     let mut unknown = 0usize;
     let mut unscraped = 0usize;
+    let mut dead = 0usize;
     for class in classes {
         match class {
             EndpointClass::Fresh(_) => return Ok(Selection::Fresh),
-            EndpointClass::Dead => {}
+            EndpointClass::Dead => dead += 1,
             EndpointClass::Unknown => unknown += 1,
             EndpointClass::Unscraped => unscraped += 1,
         }
     }
     if unknown + unscraped == 0 {
-        return Err(NoCandidates::NoLiveEndpoints);
+        return match mode {
+            FailureMode::FailOpen if dead > 0 => Ok(Selection::EveryMember),
+            _ => Err(NoCandidates::NoLiveEndpoints),
+        };
     }
     match mode {
         FailureMode::FailOpen => Ok(Selection::Degraded),

@@ -1,7 +1,7 @@
 //! The failure answers through the real Envoy: 400 / 413 / 404 from the body router, 503
-//! `rejected-no-endpoints` from the picker (empty pool, every endpoint dead, stale metrics
-//! under `FailClose`), and a `FailOpen` pool still served on stale metrics. Every error
-//! body is OpenAI error JSON.
+//! `rejected-no-endpoints` from the picker (empty pool, every endpoint dead or stale
+//! metrics under `FailClose`), and a `FailOpen` pool still served on stale metrics and
+//! when every scrape fails. Every error body is OpenAI error JSON.
 
 use super::{chat, post_chat, served_by, tag};
 use crate::support::gw::{self, gateway_stats, openai_error, picker_pool, Plan};
@@ -14,6 +14,7 @@ use std::time::Duration;
 const HEALTHY: &str = "model-a";
 const EMPTY: &str = "model-empty";
 const DEAD: &str = "model-dead";
+const DEAD_OPEN: &str = "model-dead-open";
 const STALE_CLOSE: &str = "model-stale-close";
 const STALE_OPEN: &str = "model-stale-open";
 
@@ -27,15 +28,18 @@ pub(super) async fn error_answers_are_openai_json(flavor: Flavor) {
     let backends = TestBackend::many(4, QUICK).await;
     // b1's metrics fail from the start: its pool has no live endpoint.
     backends[1].break_metrics(true);
-    let mut dead = PoolSpec::on(DEAD, &[1]);
-    // Dead beats FailOpen: a pool whose endpoints all fail scrapes has nothing to open to.
-    dead.failure_mode = FailureMode::FailOpen;
+    let dead = PoolSpec::on(DEAD, &[1]);
+    // Every scrape failing means the metrics are unavailable, not the replica: a pool that
+    // fails open serves on every member by in-proxy load.
+    let mut dead_open = PoolSpec::on(DEAD_OPEN, &[1]);
+    dead_open.failure_mode = FailureMode::FailOpen;
     let mut stale_open = PoolSpec::on(STALE_OPEN, &[3]);
     stale_open.failure_mode = FailureMode::FailOpen;
     let mut plan = Plan::new(vec![
         PoolSpec::on(HEALTHY, &[0]),
         PoolSpec::empty(EMPTY),
         dead,
+        dead_open,
         PoolSpec::on(STALE_CLOSE, &[2]),
         stale_open,
     ]);
@@ -161,11 +165,16 @@ async fn no_endpoints(stack: &Stack, backends: &[TestBackend]) {
     backends[1].wait_scrapes(4).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let resp = post_chat(stack, &chat(DEAD, "anyone alive?"), &[]).await;
-    assert_no_endpoints(&resp, "every endpoint dead, FailOpen");
+    assert_no_endpoints(&resp, "every endpoint dead, FailClose");
     assert_eq!(
         backends[1].served(),
         0,
         "the dead replica was sent a request"
+    );
+    let (b, _) = served_by(stack, &chat(DEAD_OPEN, "anyone there?"), &[]).await;
+    assert_eq!(
+        b, 1,
+        "FailOpen serves on every member when no scrape succeeds"
     );
 }
 

@@ -104,12 +104,19 @@ fn selection_prefers_fresh_then_fails_open_or_close() {
     );
     for mode in [FailureMode::FailOpen, FailureMode::FailClose] {
         assert_eq!(select([unknown, fresh, dead], mode), Ok(Selection::Fresh));
-        assert_eq!(
-            select([dead, dead], mode),
-            Err(NoCandidates::NoLiveEndpoints)
-        );
         assert_eq!(select([], mode), Err(NoCandidates::NoLiveEndpoints));
     }
+    // Every scrape failing means the metrics are unavailable: a pool that fails open then
+    // serves on every member, one that fails close answers no endpoints.
+    assert_eq!(
+        select([dead, dead], FailureMode::FailOpen),
+        Ok(Selection::EveryMember)
+    );
+    assert_eq!(
+        select([dead, dead], FailureMode::FailClose),
+        Err(NoCandidates::NoLiveEndpoints)
+    );
+    assert!(Selection::EveryMember.admits(&dead) && Selection::EveryMember.admits(&unknown));
     assert_eq!(
         select([dead, unknown, unscraped], FailureMode::FailOpen),
         Ok(Selection::Degraded)
@@ -196,4 +203,28 @@ fn a_degraded_set_is_the_live_endpoints_without_metrics() {
         NOW,
     );
     assert_eq!(close, Err(NoCandidates::Unscraped));
+}
+
+#[test]
+fn failing_open_with_every_scrape_failing_schedules_every_member_without_metrics() {
+    // Both endpoints' last scrapes failed (dead), though they once had metrics.
+    let samples = [sample("a", 9_900, 5, true), sample("b", 9_900, 3, true)];
+    let addresses = ["a", "b"];
+    let open = pool_candidates(
+        endpoints(&samples, &addresses),
+        &rules(FailureMode::FailOpen),
+        NOW,
+    );
+    let Ok(open) = open else {
+        panic!("fail open serves on every member when no metrics are left")
+    };
+    assert_eq!(open.selection, Selection::EveryMember);
+    assert_eq!(open.pool_index, [0, 1]);
+    assert!(open.candidates.iter().all(|c| c.metrics.is_none()));
+    let close = pool_candidates(
+        endpoints(&samples, &addresses),
+        &rules(FailureMode::FailClose),
+        NOW,
+    );
+    assert_eq!(close, Err(NoCandidates::NoLiveEndpoints));
 }
