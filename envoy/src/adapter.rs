@@ -15,7 +15,7 @@ use infergate_filters::host::{
     BodyBufferLimit, Clock, DynamicMetadata, EditResponseHeaders, HostError, LocalReply, Random,
     ReadMetadata, RequestBody, RequestHeaders, RequestWaker, ResponseChunk, ResponseHeaders,
     RouteRefresh, RoutedCluster, ServedUpstream, SnapshotFetch, SnapshotSource, SnapshotVersion,
-    Stats, StreamState, UpstreamOverride, UsageRecordSink, VerifiedJwt, Waker,
+    Stats, StreamState, UsageRecordSink, VerifiedJwt, Waker,
 };
 use infergate_filters::reply::Reply;
 use infergate_filters::stats::{StatKey, StatKind};
@@ -32,8 +32,6 @@ use crate::stats::StatsRegistry;
 pub struct HostConfig {
     /// Counter ids defined on the filter config.
     pub stats: StatsRegistry,
-    /// Whether `set_upstream_override` asks Envoy to fail rather than fall back.
-    pub strict_override: bool,
 }
 
 /// Which hook a [`StreamHost`] is serving, for the capabilities valid in only some.
@@ -388,21 +386,6 @@ impl StreamState for StreamHost {
     }
     fn stream_state(&self, key: &str) -> Option<Vec<u8>> {
         self.envoy.filter_state_bytes(key)
-    }
-}
-
-impl UpstreamOverride for StreamHost {
-    fn set_upstream_override(&mut self, endpoint: &str) -> Result<(), HostError> {
-        if self
-            .envoy
-            .set_upstream_override_host(endpoint, self.config.strict_override)
-        {
-            Ok(())
-        } else {
-            Err(HostError::Failed(format!(
-                "Envoy refused override host {endpoint}"
-            )))
-        }
     }
 }
 

@@ -40,8 +40,6 @@ pub struct State {
     pub resets: usize,
     /// Calls that read body bytes (`get_body_chunks`).
     pub body_reads: usize,
-    /// Upstream override hosts set (host, strict).
-    pub override_hosts: Vec<(String, bool)>,
     /// Route cache clears.
     pub route_cache_clears: usize,
     /// Dynamic metadata set (ns, key, value).
@@ -374,17 +372,6 @@ unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_reset_stream(
     _details: ModuleBuffer,
 ) {
     with(|s| s.resets += 1);
-}
-
-#[no_mangle]
-unsafe extern "C" fn envoy_dynamic_module_callback_http_set_upstream_override_host(
-    _f: HttpFilterEnvoyPtr,
-    host: ModuleBuffer,
-    strict: bool,
-) -> bool {
-    let host = text(host);
-    with(|s| s.override_hosts.push((host, strict)));
-    true
 }
 
 #[no_mangle]

@@ -228,18 +228,6 @@ impl EnvoyStream {
         }
     }
 
-    /// Asks Envoy's load balancer to send this request to `host` ("ip:port").
-    pub fn set_upstream_override_host(&mut self, host: &str, strict: bool) -> bool {
-        // SAFETY: `raw` is live; `host` outlives the call and Envoy copies it.
-        unsafe {
-            cb::envoy_dynamic_module_callback_http_set_upstream_override_host(
-                self.raw,
-                ModuleBuffer::from_bytes(host.as_bytes()),
-                strict,
-            )
-        }
-    }
-
     /// A new scheduler for this stream (see [`crate::scheduler`]); NULL if Envoy gave none.
     pub fn new_scheduler(&mut self) -> crate::abi::HttpFilterSchedulerPtr {
         // SAFETY: `raw` is live and this runs on the stream's worker thread inside a hook,

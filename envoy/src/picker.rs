@@ -12,26 +12,26 @@
 //! once), and picks in different pools never wait for each other. The critical section is
 //! the decision alone: the pool's immutable plan is read without the lock, and the body is
 //! copied out of Envoy, parsed and hashed into prefix blocks before it; headers, metadata,
-//! the override and stats are written after it. Requests hold no lock between hooks, no
+//! the destination and stats are written after it. Requests hold no lock between hooks, no
 //! hook holds one while calling into Envoy, and a lease is given back without one.
 //!
-//! **Endpoint choice: `http_set_upstream_override_host`.** The picker sets
-//! `x-gateway-destination-endpoint` and the `envoy.lb` metadata exactly like the Wasm flavour,
-//! and also asks Envoy's load balancer for that host. With the native bootstrap's pool
-//! clusters listing the pool's endpoints (STATIC or EDS), Envoy only ever connects to a member
-//! of the cluster, even if the picker or a header were wrong, and every endpoint keeps its
-//! own connection pool, health checks, outlier detection and per-host stats, which
-//! `ORIGINAL_DST` clusters (hosts made up on demand from a header) do not have. `strict`
-//! (the default) turns "not a member" into a 503 instead of a silent round-robin fallback;
-//! `"upstreamOverride": "fallback"` keeps the header-driven `ORIGINAL_DST` setup working
-//! (its hosts only join the cluster once the header has created them).
+//! **Endpoint choice: the ordered destination list.** The picker writes
+//! `x-gateway-destination-endpoint: pick,fallback,...` and the same value in the `envoy.lb`
+//! dynamic metadata, exactly like the Wasm flavour; the pool cluster's `override_host`
+//! load-balancing policy reads it, so the first attempt goes to the pick and a retry to the
+//! next entry. With the bootstrap's pool clusters listing exactly the pool's endpoints
+//! (STATIC), Envoy only ever connects to a member of the cluster, even if the picker or a
+//! header were wrong, and every endpoint keeps its own connection pool, health checks,
+//! outlier detection and per-host stats. The picker asks the load balancer for no host
+//! itself: such an override would pin every retry to the pick.
 //!
 //! **In-flight gauges.** A lease taken at the pick raises the pool's and the endpoint's
 //! `infergate.picker.inflight_requests` gauges; the stream's end lowers them (the pick
 //! stage's end, which `crate::pipeline` runs on every end path).
 //!
-//! Config: the Wasm flavour's picker JSON (`{"pools": [...]}` or one pool; `role` ignored),
-//! plus the native-only `"upstreamOverride": "strict" | "fallback"`.
+//! Config: the Wasm flavour's picker JSON (`{"pools": [...]}` or one pool; `role` ignored).
+//! The former native-only `upstreamOverride` is refused by name (see [`REMOVED_KEYS`]), so a
+//! config written for it fails loudly instead of meaning something else.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -67,29 +67,33 @@ fn process_state(
     Ok(shared)
 }
 
+/// Keys this filter once had, each with what replaced it.
+const REMOVED_KEYS: &[(&str, &str)] = &[(
+    "upstreamOverride",
+    "the pool cluster's override_host load-balancing policy now routes from the picker's \
+     destination list (header and envoy.lb metadata); remove the key",
+)];
+
+/// A config naming a removed key is an error that says so (serde would only call it unknown).
+fn refuse_removed_keys(value: &serde_json::Value) -> Result<(), String> {
+    for (key, why) in REMOVED_KEYS {
+        if value.get(key).is_some() {
+            return Err(format!("picker config: `{key}` was removed: {why}"));
+        }
+    }
+    Ok(())
+}
+
 /// Parses the config, attaches to (or creates) the process-wide state, defines stats.
 pub fn factory(config: &[u8], envoy: &mut FilterConfigHandle) -> Result<PipelineFactory, String> {
     let mut value = config_json(config)?;
-    let strict_override = match value
-        .as_object_mut()
-        .and_then(|m| m.remove("upstreamOverride"))
-    {
-        None => true,
-        Some(v) if v == "strict" => true,
-        Some(v) if v == "fallback" => false,
-        Some(other) => {
-            return Err(format!(
-                "upstreamOverride must be \"strict\" or \"fallback\", got {other}"
-            ))
-        }
-    };
+    refuse_removed_keys(&value)?;
     let mut stages = take_test_stages(&mut value)?;
     let state = process_state(value.to_string(), value)?;
     let declaration = PickerDeclaration::of(state.plans());
     let registration = crate::shared::config_registry().register_picker(declaration)?;
     let host = HostConfig {
         stats: StatsRegistry::define(envoy, &state.plans().stat_keys()),
-        strict_override,
     };
     stages.push(Box::new(PickStage::new(state)) as NativeStage);
     Ok(PipelineFactory::new(
@@ -106,11 +110,7 @@ pub(crate) mod tests_support {
 
     /// The live state for a config value (as the factory would key it).
     pub(crate) fn state_for(value: &serde_json::Value) -> Result<Arc<SharedPicker>, String> {
-        let mut value = value.clone();
-        if let Some(m) = value.as_object_mut() {
-            m.remove("upstreamOverride");
-        }
-        process_state(value.to_string(), value)
+        process_state(value.to_string(), value.clone())
     }
 
     /// The process-wide state (it locks per pool inside).

@@ -48,7 +48,6 @@ pub fn factory(config: &[u8], envoy: &mut FilterConfigHandle) -> Result<Pipeline
     }
     let host = HostConfig {
         stats: StatsRegistry::define(envoy, &keys),
-        strict_override: false,
     };
     let bases = router
         .base_models()

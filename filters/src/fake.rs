@@ -18,7 +18,7 @@ use crate::host::{
     HostError, HttpCallout, LocalReply, Random, ReadMetadata, RequestBody, RequestHeaders,
     RequestWaker, ResponseChunk, ResponseHeaders, RouteRefresh, RoutedCluster, ServedUpstream,
     SnapshotFetch, SnapshotSink, SnapshotSource, SnapshotVersion, Stats, StreamState,
-    UpstreamOverride, UsageRecordSink, VerifiedJwt, WakeSignal, Waker,
+    UsageRecordSink, VerifiedJwt, WakeSignal, Waker,
 };
 use crate::reply::Reply;
 use crate::stats::StatKey;
@@ -71,10 +71,6 @@ pub struct FakeHost {
     pub fail_dispatch: bool,
     /// Dynamic metadata set, as `(namespace, key, value)`; `None` → unsupported host.
     pub metadata: Option<Vec<(String, String, String)>>,
-    /// Upstream override set; `supports_override = false` → unsupported host.
-    pub upstream_override: Option<String>,
-    /// Whether `set_upstream_override` is supported.
-    pub supports_override: bool,
     /// Per-stream state ([`StreamState`]) by key.
     pub stream_state: BTreeMap<String, Vec<u8>>,
     /// How many times the request body was read (to prove a path did not read it).
@@ -126,8 +122,6 @@ impl FakeHost {
             callouts: Vec::new(),
             fail_dispatch: false,
             metadata: Some(Vec::new()),
-            upstream_override: None,
-            supports_override: true,
             stream_state: BTreeMap::new(),
             body_reads: std::cell::Cell::new(0),
             verified_jwt: None,
@@ -467,16 +461,6 @@ impl RoutedCluster for FakeHost {
 impl ServedUpstream for FakeHost {
     fn served_upstream(&self) -> Option<String> {
         self.served_upstream.clone()
-    }
-}
-
-impl UpstreamOverride for FakeHost {
-    fn set_upstream_override(&mut self, endpoint: &str) -> Result<(), HostError> {
-        if !self.supports_override {
-            return Err(HostError::Unsupported);
-        }
-        self.upstream_override = Some(endpoint.to_owned());
-        Ok(())
     }
 }
 

@@ -4,15 +4,13 @@
 //! in the current context, the dynamic-module one with the Envoy ABI callbacks on its filter
 //! pointer. Header names are lower-case on the wire and in every call here. Calls that can
 //! fail on the host return [`HostError`]; the filters treat a failed *optional* call
-//! (metadata, upstream override) as best effort and a failed required one as an internal
-//! error (500).
+//! (metadata) as best effort and a failed required one as an internal error (500).
 //!
 //! The traits are what the pipeline's stages use: request headers and body (read, replace),
 //! response headers (read) and each response chunk (read, rewrite) as it passes, local
 //! replies, a waker to pause and resume a request, route refresh, the body buffer cap, the
-//! snapshot, clock, randomness, stats, callouts, metadata, upstream override and per-stream
-//! state. A capability nobody calls is not declared: an adapter implements only what a stage
-//! or the scraper uses.
+//! snapshot, clock, randomness, stats, callouts, metadata and per-stream state. A capability
+//! nobody calls is not declared: an adapter implements only what a stage or the scraper uses.
 
 use scheduler_core::types::Millis;
 
@@ -298,14 +296,6 @@ pub trait ServedUpstream {
     /// `ip:port` of the upstream host the response came from; `None` when there was none
     /// (a local reply) or the host cannot tell.
     fn served_upstream(&self) -> Option<String>;
-}
-
-/// Tell the host which upstream address this request must go to, beyond the header
-/// (dynamic modules: upstream host override; proxy-wasm on Envoy: the `ORIGINAL_DST`
-/// filter-state key, which Envoy checks before the header).
-pub trait UpstreamOverride {
-    /// Route this request to `endpoint` (`ip:port`).
-    fn set_upstream_override(&mut self, endpoint: &str) -> Result<(), HostError>;
 }
 
 /// Per-stream state shared by the filters of one request (Envoy filter state): the router

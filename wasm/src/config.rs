@@ -4,7 +4,7 @@
 //! | role | the rest is | adapter keys |
 //! |---|---|---|
 //! | `router` | `filters::router::RouterConfig` | — |
-//! | `picker` | `filters::picker::PickerConfig` (`{"pools": [...]}` or one pool) | `snapshotKey`, `filterStateOverride` |
+//! | `picker` | `filters::picker::PickerConfig` (`{"pools": [...]}` or one pool) | `snapshotKey` |
 //! | `scraper` | `filters::scraper::ScraperConfig` | `snapshotKey` |
 //! | `probe` | nothing (`{"role": "probe"}`) | — |
 //!
@@ -14,13 +14,20 @@
 //!
 //! `snapshotKey` (default [`DEFAULT_SNAPSHOT_KEY`]) is the shared-data key the scraper
 //! publishes under and the pickers read; both must also share a `vm_id`.
-//! `filterStateOverride` (default `true`): also pin the destination through Envoy's
-//! `ORIGINAL_DST` filter-state key (see `host::ORIGINAL_DST_FILTER_STATE`).
+//! Keys the module once had are refused by name ([`REMOVED_KEYS`]), so a config written for
+//! them fails with a reason instead of reaching the role as an unknown field.
 
 use serde_json::{Map, Value};
 
 /// Shared-data key of the metric snapshot unless configured.
 pub const DEFAULT_SNAPSHOT_KEY: &str = "infergate.snapshot";
+
+/// Keys this module once had, each with what replaced it.
+pub const REMOVED_KEYS: &[(&str, &str)] = &[(
+    "filterStateOverride",
+    "the pool cluster's override_host load-balancing policy now routes from the picker's \
+     destination list (header and envoy.lb metadata); remove the key",
+)];
 
 /// Which part of the gateway this instance runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,8 +49,6 @@ pub struct PluginConfig {
     pub role: RoleKind,
     /// Shared-data key of the snapshot.
     pub snapshot_key: String,
-    /// Whether the picker also sets the `ORIGINAL_DST` filter state.
-    pub filter_state_override: bool,
     /// The role's own configuration (everything else).
     pub rest: Value,
 }
@@ -55,6 +60,11 @@ pub fn parse(bytes: &[u8]) -> Result<PluginConfig, String> {
     let Value::Object(mut map) = value else {
         return Err("plugin config must be a JSON object".to_owned());
     };
+    for (key, why) in REMOVED_KEYS {
+        if map.contains_key(*key) {
+            return Err(format!("plugin config: `{key}` was removed: {why}"));
+        }
+    }
     let role = match map.remove("role") {
         Some(Value::String(r)) if r == "router" => RoleKind::Router,
         Some(Value::String(r)) if r == "picker" => RoleKind::Picker,
@@ -73,22 +83,9 @@ pub fn parse(bytes: &[u8]) -> Result<PluginConfig, String> {
     }
     let snapshot_key = take_string(&mut map, "snapshotKey", role != RoleKind::Router)?
         .unwrap_or_else(|| DEFAULT_SNAPSHOT_KEY.to_owned());
-    let filter_state_override = match map.remove("filterStateOverride") {
-        None => true,
-        Some(Value::Bool(b)) if role == RoleKind::Picker => b,
-        Some(_) if role != RoleKind::Picker => {
-            return Err("plugin config: filterStateOverride is a picker setting".to_owned())
-        }
-        Some(other) => {
-            return Err(format!(
-                "plugin config: filterStateOverride must be a boolean, not {other}"
-            ))
-        }
-    };
     Ok(PluginConfig {
         role,
         snapshot_key,
-        filter_state_override,
         rest: Value::Object(map),
     })
 }
@@ -129,18 +126,28 @@ mod tests {
     fn adapter_keys_are_removed_and_defaulted() {
         let c = parse(br#"{"role":"picker","pool":"p","baseModel":"m"}"#);
         assert_eq!(
-            c.as_ref()
-                .map(|c| (c.snapshot_key.as_str(), c.filter_state_override)),
-            Ok((DEFAULT_SNAPSHOT_KEY, true))
+            c.as_ref().map(|c| c.snapshot_key.as_str()),
+            Ok(DEFAULT_SNAPSHOT_KEY)
         );
-        let c =
-            parse(br#"{"role":"picker","snapshotKey":"k","filterStateOverride":false,"pool":"p"}"#);
-        assert_eq!(
-            c.as_ref()
-                .map(|c| (c.snapshot_key.as_str(), c.filter_state_override)),
-            Ok(("k", false))
-        );
+        let c = parse(br#"{"role":"picker","snapshotKey":"k","pool":"p"}"#);
+        assert_eq!(c.as_ref().map(|c| c.snapshot_key.as_str()), Ok("k"));
         assert_eq!(c.map(|c| c.rest), Ok(serde_json::json!({"pool": "p"})));
+    }
+
+    #[test]
+    fn the_removed_filter_state_override_is_refused_naming_it() {
+        for bad in [
+            &br#"{"role":"picker","filterStateOverride":true,"pool":"p"}"#[..],
+            br#"{"role":"picker","filterStateOverride":false,"pools":[]}"#,
+            br#"{"role":"scraper","filterStateOverride":true}"#,
+        ] {
+            let err = parse(bad).err().unwrap_or_default();
+            assert!(
+                err.contains("`filterStateOverride` was removed") && err.contains("override_host"),
+                "{}: {err}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 
     #[test]

@@ -13,19 +13,16 @@
 //! [`HostError`] where the trait can).
 //!
 //! What Envoy 1.40 offers a proxy-wasm filter for routing to the picked endpoint, as found
-//! in Envoy's `source/extensions/common/wasm/` and `source/extensions/clusters/original_dst/`:
-//! - **Headers.** Request headers the filter sets are the ones the router and the
-//!   `ORIGINAL_DST` load balancer read (`use_http_header` + `http_header_name`).
+//! in Envoy's `source/extensions/common/wasm/` and
+//! `source/extensions/load_balancing_policies/override_host/`:
+//! - **Headers.** Request headers the filter sets are the ones the router and the pool
+//!   cluster's `override_host` load-balancing policy read (its `header` source): the
+//!   picker's ordered list `pick,fallback,...` in `x-gateway-destination-endpoint`.
 //! - **Dynamic metadata: not settable.** The ABI has no metadata setter; `set_property`
 //!   writes filter state under `wasm.<path>` (a `CelState`), not dynamic metadata. So
 //!   `envoy.lb` metadata is left to the Envoy config: a `header_to_metadata` filter after
-//!   the picker copies `x-gateway-destination-endpoint` into namespace `envoy.lb`.
-//!   [`WasmHost`] answers [`HostError::Unsupported`].
-//! - **Filter state via the `set_envoy_filter_state` foreign function.** Envoy registers a
-//!   filter-state factory for [`ORIGINAL_DST_FILTER_STATE`]; the `ORIGINAL_DST` load
-//!   balancer checks that key *before* its metadata key and header. The picker sets it
-//!   (an `ip:port` string) as its upstream override, so the pick holds even if some later
-//!   filter rewrote the header.
+//!   the picker copies `x-gateway-destination-endpoint` into namespace `envoy.lb`, the
+//!   policy's first source. [`WasmHost`] answers [`HostError::Unsupported`].
 //! - **Per-stream state between two Wasm filters: `set_property` / `get_property` with the
 //!   one-element path `[key]`.** Envoy's `Context::setProperty` stores the value as a
 //!   bytes `CelState` under filter-state key `wasm.<key>` of the stream (read-only once
@@ -54,7 +51,7 @@ use infergate_filters::host::{
     HostError, HttpCallout, LocalReply, Random, ReadMetadata, RequestBody, RequestHeaders,
     RequestWaker, ResponseChunk, ResponseHeaders, RouteRefresh, RoutedCluster, ServedUpstream,
     SnapshotFetch, SnapshotSink, SnapshotSource, SnapshotVersion, Stats, StreamState,
-    UpstreamOverride, UsageRecordSink, VerifiedJwt, WakeSignal, Waker,
+    UsageRecordSink, VerifiedJwt, WakeSignal, Waker,
 };
 use infergate_filters::reply::Reply;
 use infergate_filters::stats::{StatKey, StatKind};
@@ -64,9 +61,6 @@ use scheduler_core::types::Millis;
 use crate::abi::hostcalls;
 use crate::abi::{BufferType, LogLevel, MapType, MetricType, Status};
 
-/// The `ORIGINAL_DST` cluster's filter-state key (Envoy's well-known filter state).
-pub const ORIGINAL_DST_FILTER_STATE: &str = "envoy.network.transport_socket.original_dst_address";
-
 /// Per-VM state every context of the module shares: metric ids, the RNG, settings.
 #[derive(Debug)]
 pub struct VmShared {
@@ -74,19 +68,16 @@ pub struct VmShared {
     rng: RefCell<SplitMix64>,
     /// Shared-data key of the snapshot.
     pub snapshot_key: String,
-    /// Whether to set the `ORIGINAL_DST` filter state.
-    pub filter_state_override: bool,
 }
 
 impl VmShared {
     /// Settings for this VM; the RNG is seeded from the clock and `salt`.
-    pub fn new(snapshot_key: String, filter_state_override: bool, salt: u64) -> Self {
+    pub fn new(snapshot_key: String, salt: u64) -> Self {
         let nanos = hostcalls::current_time_nanos().unwrap_or(0);
         VmShared {
             metric_ids: RefCell::new(HashMap::new()),
             rng: RefCell::new(SplitMix64::new(nanos ^ salt.rotate_left(32))),
             snapshot_key,
-            filter_state_override,
         }
     }
 
@@ -512,18 +503,6 @@ impl DynamicMetadata for WasmHost {
     }
 }
 
-impl UpstreamOverride for WasmHost {
-    fn set_upstream_override(&mut self, endpoint: &str) -> Result<(), HostError> {
-        if !self.vm.filter_state_override {
-            return Err(HostError::Unsupported);
-        }
-        let args = set_filter_state_args(ORIGINAL_DST_FILTER_STATE, endpoint);
-        hostcalls::call_foreign_function("set_envoy_filter_state", &args)
-            .map(|_| ())
-            .map_err(failed)
-    }
-}
-
 /// A string property, if present and non-empty.
 fn string_property(path: &[&str]) -> Option<String> {
     let bytes = hostcalls::get_property(path).ok().flatten()?;
@@ -574,27 +553,6 @@ impl StreamState for WasmHost {
     }
 }
 
-/// The protobuf `SetEnvoyFilterStateArguments { string path = 1; string value = 2; }`
-/// (Envoy's `set_envoy_filter_state.proto`); the life span field is left at its default
-/// (filter chain), which covers the router's upstream selection.
-pub fn set_filter_state_args(path: &str, value: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(path.len() + value.len() + 12);
-    for (tag, text) in [(0x0a_u8, path), (0x12_u8, value)] {
-        out.push(tag);
-        push_varint(&mut out, text.len() as u64);
-        out.extend_from_slice(text.as_bytes());
-    }
-    out
-}
-
-fn push_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8 & 0x7f) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -612,22 +570,5 @@ mod tests {
         );
         // Neither: one string that names no endpoint (the hint then admits nothing).
         assert_eq!(metadata_strings_of(vec![7, 0, 0]).len(), 1);
-    }
-
-    #[test]
-    fn filter_state_arguments_are_protobuf_fields_1_and_2() {
-        let args = set_filter_state_args("k", "1.2.3.4:80");
-        let mut expected = vec![0x0a, 1, b'k', 0x12, 10];
-        expected.extend_from_slice(b"1.2.3.4:80");
-        assert_eq!(args, expected);
-    }
-
-    #[test]
-    fn long_fields_use_multi_byte_varints() {
-        let long = "x".repeat(300);
-        let args = set_filter_state_args(&long, "");
-        // 300 = 0b1_0010_1100 → 0xac 0x02.
-        assert_eq!(args.get(..3), Some(&[0x0a, 0xac, 0x02][..]));
-        assert_eq!(args.len(), 3 + 300 + 2);
     }
 }

@@ -122,7 +122,6 @@ impl Root {
             context_id,
             vm: Rc::new(VmShared::new(
                 DEFAULT_SNAPSHOT_KEY.to_owned(),
-                true,
                 u64::from(context_id),
             )),
             role: None,
@@ -133,7 +132,6 @@ impl Root {
     fn configure(&mut self, cfg: PluginConfig) -> Result<(), String> {
         self.vm = Rc::new(VmShared::new(
             cfg.snapshot_key.clone(),
-            cfg.filter_state_override,
             u64::from(self.context_id),
         ));
         // The old config leaves the registry before the new one is checked against it.

@@ -136,14 +136,6 @@ unsafe extern "C" {
         details: ModuleBuffer,
     );
 
-    /// Asks the load balancer to use `host` ("ip:port"); with `strict`, fail rather than fall
-    /// back when the host is not in the routed cluster. False if `host` is not an IP address.
-    pub fn envoy_dynamic_module_callback_http_set_upstream_override_host(
-        filter_envoy_ptr: HttpFilterEnvoyPtr,
-        host: ModuleBuffer,
-        strict: bool,
-    ) -> bool;
-
     /// Forces Envoy to re-match the route (after a route-relevant header changed).
     pub fn envoy_dynamic_module_callback_http_clear_route_cache(
         filter_envoy_ptr: HttpFilterEnvoyPtr,

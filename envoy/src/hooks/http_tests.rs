@@ -153,11 +153,7 @@ fn unknown_filter_names_and_bad_configs_are_rejected_with_a_log_line() {
     fake_envoy::reset();
     assert!(new_config("nonsense", "{}").is_null());
     assert!(new_config("router", "{not json").is_null());
-    assert!(new_config(
-        "picker",
-        r#"{"pools": [], "upstreamOverride": "sometimes"}"#
-    )
-    .is_null());
+    assert!(new_config("picker", r#"{"pools": [], "failureMode": "Sometimes"}"#).is_null());
     let logs = fake_envoy::logs();
     assert_eq!(logs.len(), 3, "{logs:?}");
     assert!(logs[0].contains("unknown filter_name `nonsense`"));
@@ -349,9 +345,6 @@ fn picker_routes_with_header_and_metadata_and_releases_on_destroy() {
         Some("127.0.0.1:9001")
     );
     fake_envoy::with(|s| {
-        // The pool cluster's override_host policy reads the list; an upstream override
-        // would pin the retry to the pick.
-        assert!(s.override_hosts.is_empty());
         assert!(s.metadata.contains(&(
             "envoy.lb".into(),
             "x-gateway-destination-endpoint".into(),
@@ -404,22 +397,29 @@ fn a_picker_that_picked_from_the_handoff_never_reads_the_body() {
 }
 
 #[test]
-fn picker_asks_for_no_upstream_override_in_either_override_mode() {
+fn a_picker_config_with_the_removed_upstream_override_is_refused_naming_it() {
+    for mode in ["strict", "fallback"] {
+        fake_envoy::reset();
+        let json = picker_config(
+            "override-pool",
+            &["127.0.0.1:9002"],
+            &format!(r#", "upstreamOverride": "{mode}""#),
+        );
+        assert!(new_config("picker", &json).is_null(), "{mode}");
+        let logs = fake_envoy::logs();
+        assert_eq!(logs.len(), 1, "{logs:?}");
+        assert!(
+            logs[0].contains("`upstreamOverride` was removed") && logs[0].contains("override_host"),
+            "{logs:?}"
+        );
+    }
+    // The same pool without the key builds.
     fake_envoy::reset();
-    let json = picker_config(
-        "fallback-pool",
-        &["127.0.0.1:9002"],
-        r#", "upstreamOverride": "fallback""#,
+    let config = new_config(
+        "picker",
+        &picker_config("override-pool", &["127.0.0.1:9002"], ""),
     );
-    let config = new_config("picker", &json);
-    picker_request();
-    let (_, _, filter) = run_request(config);
-    assert!(fake_envoy::with(|s| s.override_hosts.is_empty()));
-    assert_eq!(
-        request_header("x-gateway-destination-endpoint").as_deref(),
-        Some("127.0.0.1:9002")
-    );
-    envoy_dynamic_module_on_http_filter_destroy(filter);
+    assert!(!config.is_null(), "{:?}", fake_envoy::logs());
     envoy_dynamic_module_on_http_filter_config_destroy(config);
 }
 
@@ -653,7 +653,6 @@ fn a_routed_model_without_a_picker_pool_gets_the_pickers_503() {
         .iter()
         .any(|(k, v)| k == "x-llm-d-request-dropped-reason" && v == "rejected-no-endpoints"));
     assert!(reply.body.contains("`qwen`"), "{}", reply.body);
-    assert!(fake_envoy::with(|s| s.override_hosts.is_empty()));
     envoy_dynamic_module_on_http_filter_destroy(filter);
     envoy_dynamic_module_on_http_filter_config_destroy(config);
 }

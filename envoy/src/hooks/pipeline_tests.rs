@@ -20,7 +20,6 @@ fn config_of(stages: Vec<NativeStage>) -> HttpFilterConfigModulePtr {
     let mut handle = FilterConfigHandle::new(dummy_ptr());
     let host = HostConfig {
         stats: StatsRegistry::define(&mut handle, &[]),
-        strict_override: false,
     };
     let factory = PipelineFactory::new(stages, host, Vec::new());
     let config = HttpConfig::from_factory(Box::new(factory));

@@ -102,9 +102,6 @@ fn optional_reads_and_writes_that_fail_do_not_stop_the_request() {
             let outcome = with_fault(&gw, hostcall, &fault);
             assert_eq!(outcome.destination().map(|d| d.len()), Some(1), "{fault:?}");
         }
-        // Without the ORIGINAL_DST filter state the header still carries the pick.
-        let outcome = with_fault(&gw, "proxy_call_foreign_function", &fault);
-        assert_eq!(outcome.destination().map(|d| d.len()), Some(1), "{fault:?}");
         // The snapshot cannot be read again: the picker keeps the one it decoded last.
         let outcome = with_fault(&gw, "proxy_get_shared_data", &fault);
         assert_eq!(outcome.destination().map(|d| d.len()), Some(1), "{fault:?}");

@@ -27,9 +27,6 @@ fn picks_a_pool_endpoint_and_sets_the_destination_list_in_header_and_metadata() 
             expected.clone()
         )]
     );
-    // No upstream override: with the pool cluster's override_host policy it would pin
-    // the retry to the pick too.
-    assert_eq!(host.upstream_override, None);
     assert_eq!(host.counter("infergate.picker.decisions.pool.p"), 1);
     assert_eq!(
         host.counter_sum("infergate.picker.picks.pool.p.endpoint."),
