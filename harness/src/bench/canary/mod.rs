@@ -313,20 +313,22 @@ pub struct Outcome {
     pub rollback: figures::Rollback,
 }
 
-/// Runs every arm on one simulated pool and renders the report (text and HTML).
-pub async fn run(o: &CanaryOptions) -> Result<String> {
+/// Runs every arm on one simulated pool and renders the report (text and HTML); the
+/// text, and whether every check of [`report::verdicts`] held.
+pub async fn run(o: &CanaryOptions) -> Result<(String, bool)> {
     let sim = sim::start(sim_config(o.args.time_scale))
         .await
         .context("starting the simulator")?;
     let result = measure(&sim, o).await;
     sim.shutdown().await;
     let outcome = result?;
+    let ok = report::verdicts(&outcome).iter().all(|(_, held)| *held);
     let mut text = report::text(o, &outcome);
     let page = report::page(&outcome, &text);
     let dir = super::html::run_dir("canary")?;
     text.push('\n');
     text.push_str(&super::html::write_run(&dir, &text, &page)?);
-    Ok(text)
+    Ok((text, ok))
 }
 
 /// The arms, one after the other, then the rollback.

@@ -123,6 +123,17 @@ pub fn text(o: &CanaryOptions, out: &Outcome) -> String {
         pct(r.before_hit_ratio),
         pct(r.after_hit_ratio),
     );
+    s.push('\n');
+    for (what, ok) in verdicts(out) {
+        let _ = writeln!(s, "{}: {what}", if ok { "ok" } else { "MISSED" });
+    }
+    s
+}
+
+/// The demo's checks, each with whether it held: a sticky arm keeps every conversation on
+/// one build, a per-request arm switches some, the rollback fails nothing and sends
+/// nothing to the canary after the swap, and no arm fails a request.
+pub fn verdicts(out: &Outcome) -> Vec<(String, bool)> {
     let mut verdicts: Vec<(String, bool)> = Vec::new();
     for (x, _) in &out.arms {
         if x.label.ends_with("sticky") {
@@ -137,19 +148,19 @@ pub fn text(o: &CanaryOptions, out: &Outcome) -> String {
             ));
         }
     }
+    let r = &out.rollback;
     verdicts.push((
         "rollback: no failed request, none on the canary after it".into(),
         r.failed == 0 && r.after_on_canary == 0 && r.after > 0,
     ));
-    verdicts.push((
-        "no failed request in any arm".into(),
-        arms.iter().all(|x| x.failed == 0),
-    ));
-    s.push('\n');
-    for (what, ok) in verdicts {
-        let _ = writeln!(s, "{}: {what}", if ok { "ok" } else { "MISSED" });
-    }
-    s
+    let all_ok = out
+        .arms
+        .iter()
+        .map(|(x, _)| x)
+        .chain([&out.rollback_arm.0])
+        .all(|x| x.failed == 0);
+    verdicts.push(("no failed request in any arm".into(), all_ok));
+    verdicts
 }
 
 /// Requests started per second on each build over the rolled-back arm (`told_by` tells

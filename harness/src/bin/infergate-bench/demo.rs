@@ -17,9 +17,10 @@
 //!   then a saturation phase with flow control on (A weight 3 and B weight 1 in one band, a
 //!   best-effort tenant C below them): service shares, queue time per priority and C's 429s
 //!   per time window.
-//! - `canary`: a 10% FP8 canary through a model rewrite (`infergate_harness::bench::canary`),
-//!   split per request and per conversation (sticky), then rolled back under load: cache-hit
-//!   ratio and TTFT per build, the canary's share of conversations, the rollback's figures.
+//! - `canary`: a 10% FP8 canary (`infergate_harness::bench::canary`) across two pools and
+//!   through a model rewrite, each split per request and per conversation (sticky), then
+//!   rolled back under load: cache-hit ratio and TTFT per build, the canary's share of
+//!   conversations, the rollback's figures.
 
 use super::bench::compare_with_baseline;
 use super::Mode;
@@ -55,12 +56,16 @@ const USAGE: &str =
                [--flavor native|wasm (native)] [--workers N (2)] [--time-scale S (1)] [--quick]
                [--tenants PATH (testdata/tenants/demo: TenantQuota objects giving the test
                keys of testdata/README.md to tenant-a, tenant-b and tenant-c)]
-  canary       the seed's third week: clients ask for `assistant`, a model rewrite sends 10%
-               of it to an FP8 build on the same 4 replicas; multi-turn conversations split
-               per request, then sticky per conversation (x-session-id), then sticky with the
-               canary rolled back to 0 halfway (a second Envoy, the old one drained): cache-hit
-               ratio and TTFT p50 per build, the canary's share of conversations, no failed
-               request [--flavor wasm|native (wasm)] [--workers N (1)] [--time-scale S]
+  canary       the seed's third week, a 10% FP8 canary, split across two pools (Envoy's
+               weighted clusters: stable = replicas 0-2, canary = replica 3) and inside one
+               pool (a model rewrite: `assistant` -> sim-model / sim-model-fp8), each per
+               request and sticky per conversation (x-session-id), on multi-turn
+               conversations; then the two-pool sticky split rolled back to 0 halfway (a
+               second Envoy, the old one drained): cache-hit ratio and TTFT p50 per build,
+               the canary's share of conversations and requests, switches within
+               conversations; exits non-zero if a check is missed (a sticky conversation
+               switching, a failed request, a request on the canary after the rollback)
+               [--flavor wasm|native (wasm)] [--workers N (1)] [--time-scale S]
                [--quick: 32 conversations x 4 turns instead of 64 x 6]
 every scenario writes report.txt and report.html (SVG charts, no network needed) into
 <system temp dir>/infergate-demo-<scenario>-<pid>/ and prints where";
@@ -152,13 +157,17 @@ pub fn run(args: &[String], mode: Mode) -> Result<()> {
                 return Ok(());
             }
             eprintln!(
-                "demo (canary): a 10% FP8 canary split per request, then per conversation, \
-                 then rolled back under load ({}, Envoy --concurrency {})",
+                "demo (canary): a 10% FP8 canary across two pools and through a model \
+                 rewrite, split per request and per conversation, then rolled back under load \
+                 ({}, Envoy --concurrency {})",
                 opts.args.flavor, opts.args.workers
             );
-            let out = runtime()?.block_on(canary::run(&opts))?;
+            let (out, ok) = runtime()?.block_on(canary::run(&opts))?;
             println!("\n{out}");
             eprintln!("demo: Envoy and the simulator stopped");
+            if !ok {
+                bail!("demo canary: a check was missed (the MISSED lines above)");
+            }
             Ok(())
         }
     }
