@@ -13,7 +13,8 @@
 //!  "history": [{"endpoint": "10.0.0.1:8000", "path": "/v1/completions", "body": {...}}],
 //!  "base_model": "meta-llama/Llama-3.1-8B-Instruct",
 //!  "adapters": ["support-assistant-v1"], "pool": "llama-pool",
-//!  "last_endpoint_for_session": "10.0.0.1:8000"}
+//!  "last_endpoint_for_session": "10.0.0.1:8000",
+//!  "endpoint_roles": {"10.0.0.1:8000": "prefill", "10.0.0.2": "decode"}}
 //! ```
 //!
 //! Each endpoint is the scraper's record of it: `metrics` absent means never scraped
@@ -38,6 +39,13 @@
 //! the engine received them, after any rewrite). As in the picker, prompts are hashed into
 //! prefix blocks only when a profile reads the prefix index.
 //!
+//! `endpoint_roles` is the picker pool's `endpointRoles` (same shape: an `ip:port` or a bare
+//! IP to `prefill`, `decode`, `both` or llm-d's labels; absent = every endpoint `both`),
+//! resolved and given to the candidates by the picker's own functions, so a config with a
+//! `disagg-profile-handler` is explained as the gateway routes it: the record's
+//! `prefiller` is the `x-prefiller-host-port` the gateway would set, and with roles
+//! configured each entry of `endpoints` also has its `role`.
+//!
 //! `base_model` matters for adapters: the request's `model` is the target the LoRA scorer
 //! and the prefix seed use, `base_model` the pool serving it; without it an adapter request
 //! is taken for a base-model request. With rewrite objects ([`rewrite`]), the request is
@@ -48,6 +56,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
+use infergate_filters::picker::disagg::{assign_roles, EndpointRoles};
 use infergate_filters::picker::Rejection;
 use scheduler_core::metrics::EndpointMetrics;
 use scheduler_core::prefix::{request_hashes, PrefixIndex};
@@ -56,7 +65,7 @@ use scheduler_core::scheduling::candidates::{
     classify, pool_candidates, CandidateRules, FailureMode, PoolEndpoint, SnapshotRecord,
     DEFAULT_MAX_CONSECUTIVE_FAILURES,
 };
-use scheduler_core::scheduling::{RequestView, Scheduler};
+use scheduler_core::scheduling::{RequestView, Role, Scheduler};
 use scheduler_core::snapshot::{EndpointSample, DEFAULT_MAX_AGE_MS};
 use scheduler_core::types::{InFlight, Millis};
 use serde::Deserialize;
@@ -85,6 +94,9 @@ pub struct State {
     /// The endpoint that last served the request's session.
     #[serde(default)]
     pub last_endpoint_for_session: Option<String>,
+    /// Prefill/decode roles of the endpoints (the picker pool's `endpointRoles`).
+    #[serde(default)]
+    pub endpoint_roles: EndpointRoles,
     /// No endpoint fresh: reject (`FailClose`, the default) or schedule the live ones.
     #[serde(default)]
     pub failure_mode: FailureMode,
@@ -116,6 +128,15 @@ impl State {
             max_consecutive_failures: self.max_consecutive_failures,
             failure_mode: self.failure_mode,
         }
+    }
+
+    /// Each endpoint's role, in endpoint order, as the picker resolves its pool's roles;
+    /// the error names the offending key.
+    pub fn roles(&self) -> Result<Vec<Role>> {
+        let addresses: Vec<String> = self.endpoints.iter().map(|e| e.address.clone()).collect();
+        self.endpoint_roles
+            .resolve(&addresses)
+            .map_err(|e| anyhow::anyhow!("state: endpoint_roles: {e}"))
     }
 
     /// The scraper's snapshot records of the endpoints at `now` (`None` for one the
@@ -311,11 +332,20 @@ pub fn decide_with(
     let hashes = block_hashes(scheduler, &req);
     let rules = state.rules();
     let samples = state.samples(now);
+    let roles = state.roles()?;
     let classes: Vec<Value> = state
         .endpoints
         .iter()
         .zip(&samples)
-        .map(|(e, s)| json!({"address": e.address, "class": classify(record(s), &rules, now).label()}))
+        .zip(&roles)
+        .map(|((e, s), role)| {
+            let mut class =
+                json!({"address": e.address, "class": classify(record(s), &rules, now).label()});
+            if !state.endpoint_roles.is_empty() {
+                class["role"] = json!(role.as_str());
+            }
+            class
+        })
         .collect();
     let endpoints = state
         .endpoints
@@ -326,7 +356,7 @@ pub fn decide_with(
             record: record(s),
             inflight: e.inflight,
         });
-    let set = match pool_candidates(endpoints, &rules, now) {
+    let mut set = match pool_candidates(endpoints, &rules, now) {
         Ok(set) => set,
         Err(reason) => {
             let rejection = Rejection::from(reason);
@@ -342,6 +372,10 @@ pub fn decide_with(
             return Ok(out);
         }
     };
+    // The candidates are listed in endpoint order, so a candidate's listed index is its
+    // endpoint's (as the picker maps them when no subset narrows the pool).
+    let listed = set.pool_index.clone();
+    assign_roles(&mut set.candidates, &roles, |c| listed.get(c).copied());
     let view = RequestView {
         target_model: &req.model,
         base_model: state.base_model.as_deref().unwrap_or(&req.model),

@@ -338,3 +338,76 @@ fn base_model_is_what_makes_an_adapter_request_one() {
     assert_eq!(scores["10.0.0.1:8000"]["raw"], 1.0, "{d}");
     assert_eq!(scores["10.0.0.2:8000"]["raw"], 1.0, "{d}");
 }
+
+/// The prefill-only endpoint is the least loaded and the shortest queue, so a decision that
+/// ignored the roles would send both phases to it.
+const ROLES_STATE: &str = r#"{"endpoints": [
+    {"address": "10.0.0.1:8000", "metrics": {"waiting": 0, "running": 0}},
+    {"address": "10.0.0.2:8000", "metrics": {"waiting": 5, "running": 4}, "inflight": {"requests": 3, "tokens": 3000}},
+    {"address": "10.0.0.3:8000", "metrics": {"waiting": 6, "running": 4}, "inflight": {"requests": 4, "tokens": 4000}}],
+  "endpoint_roles": {"10.0.0.1:8000": "prefill", "10.0.0.2": "decode", "10.0.0.3:8000": {"llm-d.ai/role": "decode"}}}"#;
+
+fn chat_of(content: &str) -> String {
+    serde_json::json!({"model": "m", "messages": [{"role": "user", "content": content}]})
+        .to_string()
+}
+
+#[test]
+fn endpoint_roles_explain_a_disaggregating_config_as_the_gateway_routes_it() {
+    let config = testdata("epp/disagg.yaml");
+    let state = scratch("roles-state.json", ROLES_STATE);
+    // About 1000 prompt tokens, none cached: the decider prefills elsewhere.
+    let long = scratch(
+        "roles-long.json",
+        &chat_of(&"pack a tent, a stove and a map ".repeat(130)),
+    );
+    for seed in ["0", "1", "2", "3"] {
+        let d = decision(&explain(&config, &state, &long, &["--seed", seed]));
+        assert_eq!(d["picked"], "10.0.0.2:8000", "seed {seed}: {d}");
+        assert_eq!(d["prefiller"], "10.0.0.1:8000", "seed {seed}: {d}");
+        assert_eq!(d["disaggregation"]["verdict"], "prefill", "{d}");
+    }
+    let d = decision(&explain(&config, &state, &long, &[]));
+    let roles: Vec<&str> = d["endpoints"]
+        .as_array()
+        .map(|list| list.iter().filter_map(|e| e["role"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(roles, ["prefill", "decode", "decode"], "{d}");
+    // A short prompt is decoded where it lands, with no prefiller, still not on 10.0.0.1.
+    let short = scratch("roles-short.json", &chat_of("is this tent waterproof?"));
+    let d = decision(&explain(&config, &state, &short, &[]));
+    assert_eq!(d["picked"], "10.0.0.2:8000", "{d}");
+    assert_eq!(d["prefiller"], serde_json::Value::Null, "{d}");
+    // Without the roles every endpoint serves both phases and the idle one takes the
+    // request: the roles above are what kept it off 10.0.0.1.
+    let text = ROLES_STATE
+        .split(
+            r#",
+  "endpoint_roles""#,
+        )
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+        + "}";
+    let without = scratch("roles-none.json", &text);
+    let d = decision(&explain(&config, &without, &long, &[]));
+    assert_eq!(d["picked"], "10.0.0.1:8000", "{d}");
+    assert!(d["endpoints"][0].get("role").is_none(), "{d}");
+}
+
+#[test]
+fn endpoint_roles_naming_no_endpoint_fail_with_the_key() {
+    let state = scratch(
+        "roles-bad.json",
+        r#"{"endpoints": [{"address": "10.0.0.1:8000", "metrics": {"waiting": 0}}],
+            "endpoint_roles": {"10.0.0.7:8000": "prefill"}}"#,
+    );
+    let request = scratch("roles-bad-request.json", &chat_of("hello"));
+    let out = explain(&testdata("epp/disagg.yaml"), &state, &request, &[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("endpoint_roles") && err.contains("10.0.0.7:8000"),
+        "{err}"
+    );
+}

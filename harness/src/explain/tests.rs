@@ -88,11 +88,27 @@ fn body() -> Vec<u8> {
 
 /// The gateway's outcome: the picked endpoint, or the rejection's stat label.
 fn gateway(pool: &[Endpoint], mode: FailureMode, epp: &Value, now: u64, seed: u64) -> String {
+    match gateway_pick(pool, mode, epp, &json!({}), now, seed) {
+        Ok((endpoint, _)) => endpoint,
+        Err(label) => label,
+    }
+}
+
+/// The gateway's pick and prefiller with the pool's `endpointRoles` `roles`, or the
+/// rejection's stat label.
+fn gateway_pick(
+    pool: &[Endpoint],
+    mode: FailureMode,
+    epp: &Value,
+    roles: &Value,
+    now: u64,
+    seed: u64,
+) -> Result<(String, Option<String>), String> {
     let addresses: Vec<&str> = pool.iter().map(|e| e.address).collect();
     let state = PickerShared::from_json(json!({
         "pool": "p", "baseModel": "m", "endpoints": addresses,
         "failureMode": mode_name(mode), "staleAfterMs": 1000, "maxConsecutiveFailures": 3,
-        "eppConfig": epp,
+        "eppConfig": epp, "endpointRoles": roles,
     }))
     .unwrap();
     let snapshot = Snapshot {
@@ -120,14 +136,26 @@ fn gateway(pool: &[Endpoint], mode: FailureMode, epp: &Value, now: u64, seed: u6
         max_output_tokens: None,
         session: None,
     };
-    match state.pick(&plan, &req, Millis(now), seed) {
-        Ok(picked) => picked.endpoint,
-        Err(rejection) => rejection.label().to_owned(),
-    }
+    state
+        .pick(&plan, &req, Millis(now), seed)
+        .map(|picked| (picked.endpoint.clone(), picked.prefiller.clone()))
+        .map_err(|rejection| rejection.label().to_owned())
 }
 
 /// `explain`'s record for the same pool, written as an operator would write the state.
 fn explained(pool: &[Endpoint], mode: FailureMode, epp: &Value, now: u64, seed: u64) -> Value {
+    explained_with_roles(pool, mode, epp, &json!({}), now, seed)
+}
+
+/// [`explained`] with the state's `endpoint_roles` `roles`.
+fn explained_with_roles(
+    pool: &[Endpoint],
+    mode: FailureMode,
+    epp: &Value,
+    roles: &Value,
+    now: u64,
+    seed: u64,
+) -> Value {
     let state = State {
         endpoints: pool
             .iter()
@@ -143,6 +171,7 @@ fn explained(pool: &[Endpoint], mode: FailureMode, epp: &Value, now: u64, seed: 
         failure_mode: mode,
         stale_after_ms: 1000,
         max_consecutive_failures: 3,
+        endpoint_roles: serde_json::from_value(roles.clone()).unwrap(),
         ..State::default()
     };
     let scheduler = Scheduler::from_value(epp.clone()).unwrap();
@@ -258,9 +287,16 @@ fn unscraped_and_dead_pools_are_rejected_for_the_gateways_reasons() {
         dead(ep("10.0.0.1:8000", 0.1, NOW)),
         dead(ep("10.0.0.2:8000", 0.1, NOW)),
     ];
-    for mode in [FailureMode::FailClose, FailureMode::FailOpen] {
-        assert_eq!(agree(&all_dead, mode, NOW).1, set(&["no_endpoints"]));
-    }
+    assert_eq!(
+        agree(&all_dead, FailureMode::FailClose, NOW).1,
+        set(&["no_endpoints"])
+    );
+    // Every scrape failing says the metrics are unavailable, not the replicas: a FailOpen
+    // pool is scheduled over every member.
+    assert_eq!(
+        agree(&all_dead, FailureMode::FailOpen, NOW).0,
+        set(&["10.0.0.1:8000", "10.0.0.2:8000"])
+    );
 }
 
 #[test]
@@ -310,4 +346,89 @@ fn the_record_names_each_endpoints_class_and_the_selection() {
     assert!(rejected["message"]
         .as_str()
         .is_some_and(|m| m.contains("stale")));
+}
+
+/// Every request disaggregated; the seed breaks the ties of both profiles.
+fn always_disaggregate() -> Value {
+    json!({
+        "plugins": [
+            {"type": "always-disagg-pd-decider"},
+            {"type": "disagg-profile-handler", "parameters": {
+                "profiles": {"decode": "decode", "prefill": "prefill"},
+                "deciders": {"prefill": "always-disagg-pd-decider"}}},
+            {"type": "max-score-picker"}
+        ],
+        "schedulingProfiles": [
+            {"name": "decode", "plugins": [{"pluginRef": "max-score-picker"}]},
+            {"name": "prefill", "plugins": [{"pluginRef": "max-score-picker"}]}
+        ]
+    })
+}
+
+#[test]
+fn endpoint_roles_give_the_gateways_decode_pick_and_prefiller() {
+    let pool = [
+        ep("10.0.0.1:8000", 0.1, NOW),
+        ep("10.0.0.2:8000", 0.1, NOW),
+        ep("10.0.0.2:8001", 0.1, NOW),
+        ep("10.0.0.3:8000", 0.1, NOW),
+    ];
+    // A bare IP gives both ranks of 10.0.0.2 their role; 10.0.0.3 is unnamed: both.
+    let roles = json!({"10.0.0.1:8000": "prefill", "10.0.0.2": {"llm-d.ai/role": "decode"}});
+    let epp = always_disaggregate();
+    let (mut picks, mut prefillers) = (BTreeSet::new(), BTreeSet::new());
+    for seed in 0..SEEDS {
+        let record = explained_with_roles(&pool, FailureMode::FailClose, &epp, &roles, NOW, seed);
+        let (picked, prefiller) =
+            gateway_pick(&pool, FailureMode::FailClose, &epp, &roles, NOW, seed).unwrap();
+        assert_eq!(record["picked"], picked.as_str(), "seed {seed}: {record:#}");
+        assert_eq!(
+            record["prefiller"],
+            json!(prefiller),
+            "seed {seed}: {record:#}"
+        );
+        picks.insert(picked);
+        prefillers.extend(prefiller);
+    }
+    // Decode never lands on the prefill-only endpoint, prefill never on a decode-only one.
+    assert_eq!(
+        picks,
+        set(&["10.0.0.2:8000", "10.0.0.2:8001", "10.0.0.3:8000"])
+    );
+    assert_eq!(prefillers, set(&["10.0.0.1:8000", "10.0.0.3:8000"]));
+    let record = explained_with_roles(&pool, FailureMode::FailClose, &epp, &roles, NOW, 0);
+    let listed: Vec<&str> = record["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["role"].as_str())
+        .collect();
+    assert_eq!(listed, ["prefill", "decode", "decode", "both"]);
+}
+
+#[test]
+fn endpoint_roles_naming_no_endpoint_are_an_error_naming_the_key() {
+    let pool = [ep("10.0.0.1:8000", 0.1, NOW)];
+    let state = State {
+        endpoints: pool
+            .iter()
+            .map(|e| StateEndpoint {
+                address: e.address.to_owned(),
+                metrics: e.metrics.clone(),
+                scraped_at_ms: Some(e.scraped_at),
+                consecutive_failures: 0,
+                in_snapshot: true,
+                inflight: Default::default(),
+            })
+            .collect(),
+        endpoint_roles: serde_json::from_value(json!({"10.0.0.9:8000": "prefill"})).unwrap(),
+        ..State::default()
+    };
+    let scheduler = Scheduler::from_value(always_disaggregate()).unwrap();
+    let err = decide(&scheduler, &state, PATH, &body(), 0, Millis(NOW)).unwrap_err();
+    let text = format!("{err:#}");
+    assert!(
+        text.contains("endpoint_roles") && text.contains("10.0.0.9:8000"),
+        "{text}"
+    );
 }
