@@ -66,6 +66,7 @@ pub const FAMILIES: &[StatFamily] = &[
     counter("infergate.picker.snapshot_errors", &[]),
     counter("infergate.picker.handoff", &["pool"]),
     counter("infergate.picker.served_by_fallback", &["pool"]),
+    counter("infergate.picker.disaggregated_picks", &["pool"]),
     counter("infergate.picker.pool_by_base_model", &["pool"]),
     counter("infergate.picker.no_pool_rejects", &[]),
     gauge("infergate.picker.inflight_requests", &["pool"]),

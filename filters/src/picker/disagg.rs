@@ -218,6 +218,8 @@ mod pick_tests {
     use super::super::tests::*;
     use super::PREFILLER_HEADER;
 
+    const DISAGGREGATED: &str = "infergate.picker.disaggregated_picks.pool.p";
+
     /// A prefills, B and C decode; prompts with 256 uncached tokens are prefilled on A.
     fn pd_pool() -> PickerShared {
         shared(pd_pool_json())
@@ -281,12 +283,16 @@ mod pick_tests {
         assert_eq!(s.prefix_match(PoolId(0), &decoder, &h), h.len());
         assert_eq!(requests_in_flight(&s, &decoder), 1);
         assert_eq!(requests_in_flight(&s, A), 0);
+        assert_eq!(host.counter(DISAGGREGATED), 1);
+        assert_eq!(host.counter("infergate.picker.decisions.pool.p"), 1);
 
         // The same prompt again: cached on the decoder, decoded there without a prefiller.
         let mut again = host_for(&long(), Some(fresh_all(&[A, B, C])));
         let (_, second) = pick_one(&mut s, &mut again);
         assert_eq!(second.endpoint(), Some(decoder.as_str()));
         assert_eq!(again.header(PREFILLER_HEADER), None);
+        assert_eq!(again.counter(DISAGGREGATED), 0);
+        assert_eq!(again.counter("infergate.picker.decisions.pool.p"), 1);
     }
 
     #[test]
@@ -356,10 +362,13 @@ mod pick_tests {
             panic!("not a pick: {answer:?}");
         };
         assert_eq!(prefiller.as_deref(), Some(A));
+        // The owner decided, so the owner counts it (the worker only sets the header).
+        assert_eq!(owner_host.counter(DISAGGREGATED), 1);
         let status = req.on_answer(&mut host, Ok((&endpoint, &fallbacks, prefiller.as_deref())));
         assert_eq!(status, Some(FilterStatus::Continue));
         assert_eq!(host.header(PREFILLER_HEADER), Some(A));
         assert_ne!(endpoint, A);
+        assert_eq!(host.counter(DISAGGREGATED), 0);
     }
 
     #[test]

@@ -36,6 +36,8 @@ struct PoolStats {
     reject_unscraped: StatKey,
     /// Requests a retry moved off the pick to another endpoint of the pool.
     served_elsewhere: StatKey,
+    /// Picks prefilled on another endpoint than the one that decodes them.
+    disaggregated: StatKey,
     /// Requests matched to the pool by base model: the host could not tell the route's
     /// cluster, or no pool picks for it.
     by_base_model: StatKey,
@@ -68,6 +70,7 @@ impl PoolStats {
             snapshot_errors: StatKey::new("infergate.picker.snapshot_errors", &[]),
             handoff: StatKey::new("infergate.picker.handoff", &p),
             served_elsewhere: StatKey::new("infergate.picker.served_by_fallback", &p),
+            disaggregated: StatKey::new("infergate.picker.disaggregated_picks", &p),
             by_base_model: StatKey::new("infergate.picker.pool_by_base_model", &p),
             reject_unscraped: reject(Rejection::Unscraped.label()),
             inflight: InFlightGauges::new(pool, endpoints),
@@ -88,6 +91,7 @@ impl PoolStats {
             &self.snapshot_errors,
             &self.handoff,
             &self.served_elsewhere,
+            &self.disaggregated,
             &self.by_base_model,
         ]
         .into_iter()
@@ -266,6 +270,9 @@ impl PoolPlan {
                 }
                 if picked.degraded {
                     stats.counter_add(&s.degraded_picks, 1);
+                }
+                if picked.prefiller.is_some() {
+                    stats.counter_add(&s.disaggregated, 1);
                 }
                 stats.counter_add(&s.prefix_matched_blocks, picked.matched_blocks as u64);
                 stats.counter_add(&s.prefix_total_blocks, picked.total_blocks as u64);

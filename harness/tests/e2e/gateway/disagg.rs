@@ -189,6 +189,14 @@ async fn a_long_uncached_prompt_is_prefilled_elsewhere_and_its_cached_second_tur
         p.counters.finished, 1,
         "the prefill replica saw nothing more"
     );
+    // Turn one was a disaggregated pick, turn two not (in Wasm the state owner counts).
+    let stats = rig.stack.envoy().stats().await.unwrap();
+    assert_eq!(
+        stats.sum_containing("infergate.picker.disaggregated_picks"),
+        1,
+        "{flavor:?}"
+    );
+    assert_eq!(stats.sum_containing("infergate.picker.decisions"), 2);
     drop(rig.stack);
 }
 
