@@ -104,14 +104,6 @@ extern "C" {
         timeout_ms: u32,
         return_token: *mut u32,
     ) -> u32;
-    fn proxy_call_foreign_function(
-        name: *const u8,
-        name_len: usize,
-        arguments: *const u8,
-        arguments_len: usize,
-        return_data: *mut *mut u8,
-        return_size: *mut usize,
-    ) -> u32;
     fn proxy_get_property(
         path: *const u8,
         path_len: usize,
@@ -364,23 +356,6 @@ pub fn http_call(
         )
     })
     .map(|()| token)
-}
-
-/// Call the host's foreign function `name`; its result bytes (empty if none).
-pub fn call_foreign_function(name: &str, arguments: &[u8]) -> Result<Vec<u8>, Status> {
-    returning_bytes(|data, size| {
-        // SAFETY: live slices and valid out-pointers.
-        unsafe {
-            proxy_call_foreign_function(
-                name.as_ptr(),
-                name.len(),
-                arguments.as_ptr(),
-                arguments.len(),
-                data,
-                size,
-            )
-        }
-    })
 }
 
 /// The property at `path`, as bytes; `None` if absent.
