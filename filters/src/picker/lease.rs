@@ -29,6 +29,7 @@ use std::sync::Arc;
 
 use scheduler_core::types::{InFlight, Tokens};
 
+use super::state::lora::AdapterMark;
 use crate::host::Stats;
 use crate::stats::StatKey;
 
@@ -119,6 +120,7 @@ impl PoolLoad {
             endpoint,
             tokens,
             gauged: false,
+            adapter: None,
         })
     }
 
@@ -179,6 +181,9 @@ pub struct InFlightLease {
     tokens: Tokens,
     /// Whether this lease raised the in-flight gauges and has not lowered them yet.
     gauged: bool,
+    /// The request's LoRA adapter counted in flight at the picked endpoint (the picker's
+    /// memory of what it sent there), given back with the lease.
+    adapter: Option<AdapterMark>,
 }
 
 impl InFlightLease {
@@ -224,8 +229,16 @@ impl InFlightLease {
         if self.gauged {
             self.load.gauges.shift(self.endpoint, endpoint, stats);
         }
+        // The mark counts the adapter at the endpoint that did not serve: let it go (the
+        // serving endpoint's scrape shows the adapter soon enough).
+        self.adapter = None;
         self.endpoint = endpoint;
         true
+    }
+
+    /// Hold `mark`, the request's adapter counted in flight at this lease's endpoint.
+    pub(super) fn hold_adapter(&mut self, mark: AdapterMark) {
+        self.adapter = Some(mark);
     }
 
     /// Give the load back; whoever raised the gauges lowers them.

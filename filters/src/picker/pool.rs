@@ -22,6 +22,7 @@ use scheduler_core::snapshot::Snapshot;
 use super::config::{PickerConfigError, PoolConfig};
 use super::lease::{InFlightGauges, PoolLoad};
 use super::sessions::SessionTable;
+use super::state::lora::AdapterMemory;
 
 /// One pool's state under its lock.
 #[derive(Debug)]
@@ -41,6 +42,8 @@ pub(super) struct PoolState {
     pub(super) sample_of: Vec<Option<usize>>,
     /// Per endpoint: the prefix LRU capacity last applied.
     pub(super) capacity: Vec<Option<u32>>,
+    /// Per endpoint: the LoRA adapters the pool sent there (see [`super::state::lora`]).
+    pub(super) adapters: Vec<AdapterMemory>,
     /// The endpoints last reported missing from the snapshot (`None`: no report yet).
     pub(super) reported_missing: Option<Vec<usize>>,
     pub(super) matched_blocks: u64,
@@ -62,6 +65,7 @@ impl PoolState {
             snapshot: None,
             sample_of: vec![None; n],
             capacity: vec![None; n],
+            adapters: (0..n).map(|_| AdapterMemory::default()).collect(),
             reported_missing: None,
             matched_blocks: 0,
             total_blocks: 0,

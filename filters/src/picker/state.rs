@@ -26,10 +26,18 @@
 //! missing from the snapshot answers [`Rejection::Unscraped`] (503
 //! `rejected-no-endpoints`, saying why) rather than "stale metrics".
 //!
+//! **LoRA adapters.** vLLM's scrape lists only the adapters with running requests, so a
+//! pool remembers per endpoint the adapters it sent there ([`lora`]): a pick of an adapter
+//! scores the candidates with scraped LoRA state on copies of their metrics whose running
+//! list adds the adapters in flight there and the most recent ones sent (at most the
+//! endpoint's slots), so an idle adapter still loaded keeps its requests. A base-model pick
+//! neither reads nor writes that memory.
+//!
 //! **Lock order.** A pool's lock, then the snapshot's or the report queue's; never two
 //! pools at once (a refresh that finds a pool locked leaves its view to that pool's next
 //! pick). A lease is given back without any lock ([`super::lease`]).
 
+pub(super) mod lora;
 mod snapshot;
 mod view;
 
@@ -38,6 +46,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use scheduler_core::flow::saturation::all_saturated;
 use scheduler_core::flow::Detector;
+use scheduler_core::metrics::EndpointMetrics;
 use scheduler_core::scheduling::candidates::{
     pool_candidates, NoCandidates, PoolEndpoint, Selection,
 };
@@ -377,6 +386,9 @@ impl PickerShared {
         if members.is_empty() {
             return Err(Rejection::NoEndpoints);
         }
+        // A pick of an adapter scores some candidates on owned copies of their metrics
+        // (see `lora`); declared before the candidates, which borrow them.
+        let mut seen_through_memory: Vec<(usize, EndpointMetrics)> = Vec::new();
         let endpoints = members.iter().filter_map(|&i| {
             Some(PoolEndpoint {
                 address: state.endpoints.get(i)?,
@@ -392,6 +404,22 @@ impl PickerShared {
                 .copied()
         };
         super::disagg::assign_roles(&mut set.candidates, &state.roles, pool_index_of);
+        let adapter = req.target_model != plan.base_model;
+        if adapter {
+            for (c, cand) in set.candidates.iter().enumerate() {
+                let memory = pool_index_of(c).and_then(|i| state.adapters.get(i));
+                if let (Some(m), Some(memory)) = (cand.metrics, memory) {
+                    if let Some(seen) = lora::augmented(m, memory) {
+                        seen_through_memory.push((c, seen));
+                    }
+                }
+            }
+            for (c, seen) in &seen_through_memory {
+                if let Some(cand) = set.candidates.get_mut(*c) {
+                    cand.metrics = Some(seen);
+                }
+            }
+        }
 
         let hashes = req.block_hashes;
         let session_endpoint = req
@@ -413,6 +441,15 @@ impl PickerShared {
             let endpoint = pool_index_of(c)?;
             Some((endpoint, decision.prefix_matched(c), decision.full_blocks()))
         });
+        // The picked endpoint's adapter slots, when the pick is of an adapter and the
+        // endpoint's LoRA state is scraped: the memory of what was sent there needs both.
+        let adapter_slots = decision
+            .picked()
+            .filter(|_| adapter)
+            .and_then(|c| set.candidates.get(c))
+            .and_then(|c| c.metrics)
+            .and_then(|m| m.lora.as_ref())
+            .map(|l| l.max);
         let fallbacks: Vec<usize> = decision
             .fallbacks()
             .iter()
@@ -434,9 +471,12 @@ impl PickerShared {
                 .0
                 .saturating_add(req.max_output_tokens.unwrap_or(0)),
         );
-        let Some(lease) = pool.load.take(endpoint, tokens) else {
+        let Some(mut lease) = pool.load.take(endpoint, tokens) else {
             return Err(Rejection::NoEndpoints);
         };
+        if let (Some(slots), Some(memory)) = (adapter_slots, state.adapters.get_mut(endpoint)) {
+            lease.hold_adapter(memory.record(req.target_model, slots));
+        }
 
         // Record: prefix blocks, session, hit ratio (the load is the lease).
         if !hashes.is_empty() {

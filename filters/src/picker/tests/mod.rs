@@ -4,7 +4,8 @@
 //! shared state and what outside, [`gauges`] the in-flight gauges and the report of
 //! endpoints the scraper does not cover, [`pools`] per-pool locks and leases that give
 //! themselves back, [`endpoints`] the pool of the routed cluster, data-parallel ports,
-//! fallbacks, the subset hint and the served endpoint.
+//! fallbacks, the subset hint and the served endpoint, [`lora`] the memory of the LoRA
+//! adapters sent to each endpoint.
 
 pub(super) use scheduler_core::metrics::EndpointMetrics;
 pub(super) use scheduler_core::snapshot::{encode, EndpointSample, Snapshot};
@@ -119,6 +120,7 @@ mod endpoints;
 mod gauges;
 mod handoff;
 mod locking;
+mod lora;
 mod pools;
 mod routing;
 mod state;
