@@ -271,8 +271,9 @@ impl PdOptions {
     }
 }
 
-/// For every flavour: no PD, then PD, on one simulated pool; the report.
-pub async fn run(o: &PdOptions) -> Result<String> {
+/// For every flavour: no PD, then PD, on one simulated pool; the report and the criteria
+/// it misses ([`misses`]).
+pub async fn run(o: &PdOptions) -> Result<(String, Vec<String>)> {
     let sim = sim::start(sim_config(o.args.time_scale))
         .await
         .context("starting the simulator")?;
@@ -281,7 +282,7 @@ pub async fn run(o: &PdOptions) -> Result<String> {
     result
 }
 
-async fn run_on(sim: &SimHandle, o: &PdOptions) -> Result<String> {
+async fn run_on(sim: &SimHandle, o: &PdOptions) -> Result<(String, Vec<String>)> {
     let a = &o.args;
     let w = workload(a.quick);
     let workers = a.concurrencies.first().copied().unwrap_or(1);
@@ -298,7 +299,34 @@ async fn run_on(sim: &SimHandle, o: &PdOptions) -> Result<String> {
             salt += 1;
         }
     }
-    Ok(table(&w, o, &arms))
+    Ok((table(&w, o, &arms), misses(&arms)))
+}
+
+/// What a run must show: no failed request in any arm, no remote prefill without
+/// disaggregation, and some with it (the workload's first turns are long and uncached).
+pub fn misses(arms: &[Arm]) -> Vec<String> {
+    let mut missed = Vec::new();
+    for arm in arms {
+        let s = &arm.report.summary;
+        if s.ok != s.requests {
+            missed.push(format!(
+                "{}: {} failed requests",
+                arm.label,
+                s.requests - s.ok
+            ));
+        }
+        let disaggregated = arm.label.starts_with("PD ");
+        if disaggregated && arm.remote_prefills == 0 {
+            missed.push(format!("{}: nothing was prefilled remotely", arm.label));
+        }
+        if !disaggregated && arm.remote_prefills > 0 {
+            missed.push(format!(
+                "{}: {} remote prefills without disaggregation",
+                arm.label, arm.remote_prefills
+            ));
+        }
+    }
+    missed
 }
 
 /// The report: one column per arm.

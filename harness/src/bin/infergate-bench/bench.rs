@@ -121,7 +121,15 @@ pub fn run(args: &[String], mode: Mode) -> Result<()> {
             runtime()?.block_on(soak::run(&SoakOptions::parse(rest)?))?;
             return Ok(());
         }
-        "pd" => runtime()?.block_on(pd::run(&PdOptions::parse(rest)?))?,
+        "pd" => {
+            // The table is printed before a missed criterion becomes the error.
+            let (text, missed) = runtime()?.block_on(pd::run(&PdOptions::parse(rest)?))?;
+            println!("\n{text}");
+            if !missed.is_empty() {
+                bail!("bench pd: {}", missed.join("; "));
+            }
+            return Ok(());
+        }
         "memory" => runtime()?.block_on(request_memory::run(&MemoryOptions::parse(rest)?))?,
         "flow" => runtime()?.block_on(flow::run(&FlowOptions::parse(rest)?))?,
         "lora" => {
