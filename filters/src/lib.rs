@@ -55,6 +55,7 @@ pub mod handoff;
 pub mod headers;
 pub mod host;
 pub mod jwt;
+pub mod objects;
 pub mod picker;
 pub mod pipeline;
 pub mod quotas;

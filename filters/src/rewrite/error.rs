@@ -3,57 +3,14 @@
 
 use core::fmt;
 
+use crate::objects::ObjectError;
+
 /// A rewrite configuration the router refuses to start with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RewriteError {
-    /// An item of the list is not a JSON object.
-    NotAnObject {
-        /// Which item (`modelRewrites[3]`).
-        object: String,
-    },
-    /// `apiVersion` or `kind` is not one the router takes.
-    WrongObject {
-        /// The object.
-        object: String,
-        /// `apiVersion` or `kind`.
-        path: String,
-        /// What was found (empty when absent).
-        found: String,
-    },
-    /// A field the router does not implement (or does not know).
-    NotSupported {
-        /// The object.
-        object: String,
-        /// The field's path.
-        path: String,
-    },
-    /// A required field is absent.
-    Required {
-        /// The object.
-        object: String,
-        /// The field's path.
-        path: String,
-    },
-    /// A field of the wrong JSON type.
-    WrongType {
-        /// The object.
-        object: String,
-        /// The field's path.
-        path: String,
-        /// What the field must be.
-        expected: &'static str,
-    },
-    /// A field's value is not one the router implements.
-    BadValue {
-        /// The object.
-        object: String,
-        /// The field's path.
-        path: String,
-        /// The value found.
-        value: String,
-        /// What it may be.
-        expected: String,
-    },
+    /// What any object read field by field can get wrong (not an object, wrong kind,
+    /// unsupported, missing or mistyped field, value not implemented).
+    Object(ObjectError),
     /// `spec.poolRef.name` names no pool of the router.
     UnknownPool {
         /// The object.
@@ -104,13 +61,8 @@ impl RewriteError {
     /// The object the error is about (`InferenceModelRewrite canary`, `modelRewrites[2]`).
     pub fn object(&self) -> &str {
         match self {
-            RewriteError::NotAnObject { object }
-            | RewriteError::WrongObject { object, .. }
-            | RewriteError::NotSupported { object, .. }
-            | RewriteError::Required { object, .. }
-            | RewriteError::WrongType { object, .. }
-            | RewriteError::BadValue { object, .. }
-            | RewriteError::UnknownPool { object, .. }
+            RewriteError::Object(e) => e.object(),
+            RewriteError::UnknownPool { object, .. }
             | RewriteError::NotServed { object, .. }
             | RewriteError::AllWeightsZero { object, .. }
             | RewriteError::Ambiguous { object, .. }
@@ -121,14 +73,10 @@ impl RewriteError {
     /// The field path the error is about (empty when it is about the whole object).
     pub fn path(&self) -> &str {
         match self {
-            RewriteError::NotAnObject { .. } | RewriteError::Duplicate { .. } => "",
+            RewriteError::Object(e) => e.path(),
+            RewriteError::Duplicate { .. } => "",
             RewriteError::UnknownPool { .. } => "spec.poolRef.name",
-            RewriteError::WrongObject { path, .. }
-            | RewriteError::NotSupported { path, .. }
-            | RewriteError::Required { path, .. }
-            | RewriteError::WrongType { path, .. }
-            | RewriteError::BadValue { path, .. }
-            | RewriteError::NotServed { path, .. }
+            RewriteError::NotServed { path, .. }
             | RewriteError::AllWeightsZero { path, .. }
             | RewriteError::Ambiguous { path, .. } => path,
         }
@@ -138,40 +86,7 @@ impl RewriteError {
 impl fmt::Display for RewriteError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RewriteError::NotAnObject { object } => {
-                write!(
-                    f,
-                    "{object}: not an object (expected an InferenceModelRewrite)"
-                )
-            }
-            RewriteError::WrongObject {
-                object,
-                path,
-                found,
-            } => write!(
-                f,
-                "{object}: {path}: `{found}` is not taken here (expected kind \
-                 `InferenceModelRewrite`, apiVersion one of {})",
-                super::parse::API_VERSIONS.join(", "),
-            ),
-            RewriteError::NotSupported { object, path } => {
-                write!(f, "{object}: {path}: not supported")
-            }
-            RewriteError::Required { object, path } => write!(f, "{object}: {path}: required"),
-            RewriteError::WrongType {
-                object,
-                path,
-                expected,
-            } => write!(f, "{object}: {path}: must be {expected}"),
-            RewriteError::BadValue {
-                object,
-                path,
-                value,
-                expected,
-            } => write!(
-                f,
-                "{object}: {path}: `{value}` not supported (expected {expected})"
-            ),
+            RewriteError::Object(e) => e.fmt(f),
             RewriteError::UnknownPool { object, pool } => write!(
                 f,
                 "{object}: spec.poolRef.name: no router pool is named `{pool}`"
@@ -208,3 +123,9 @@ impl fmt::Display for RewriteError {
 }
 
 impl std::error::Error for RewriteError {}
+
+impl From<ObjectError> for RewriteError {
+    fn from(e: ObjectError) -> Self {
+        RewriteError::Object(e)
+    }
+}

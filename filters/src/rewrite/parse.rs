@@ -4,9 +4,10 @@
 //! Each object is checked on its own here; what needs the router's pools (the pool named,
 //! the targets it serves) or the whole list (duplicate names) is checked by the caller.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::error::RewriteError;
+use crate::objects::{self, Fields, ObjectError};
 
 /// The `apiVersion`s taken: llm-d's and the Gateway API inference extension's.
 pub const API_VERSIONS: &[&str] = &[
@@ -64,35 +65,22 @@ pub(super) fn parse_object(
     value: &Value,
 ) -> Result<Option<RewriteObject>, RewriteError> {
     let at = format!("modelRewrites[{index}]");
-    if value.is_null() {
+    let Some(map) = objects::list_item(&at, value, "an InferenceModelRewrite")? else {
         return Ok(None);
-    }
-    let Some(map) = value.as_object() else {
-        return Err(RewriteError::NotAnObject { object: at });
     };
-    let kind = map.get("kind").and_then(Value::as_str).unwrap_or("");
+    let kind = objects::type_field(map, "kind");
     if kind != KIND {
-        return Err(RewriteError::WrongObject {
-            object: at,
-            path: "kind".into(),
-            found: kind.into(),
-        });
+        return Err(wrong_object(at, "kind", kind).into());
     }
     let unnamed = format!("{KIND} {at}");
-    let api_version = map.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let api_version = objects::type_field(map, "apiVersion");
     if !API_VERSIONS.contains(&api_version) {
-        return Err(RewriteError::WrongObject {
-            object: unnamed,
-            path: "apiVersion".into(),
-            found: api_version.into(),
-        });
+        return Err(wrong_object(unnamed, "apiVersion", api_version).into());
     }
-    let f = Fields { object: unnamed };
+    let f = fields(unnamed);
     let metadata = f.required_map(map, "", "metadata")?;
     let name = f.required_string(metadata, "metadata", "name")?.to_owned();
-    let f = Fields {
-        object: format!("{KIND} {name}"),
-    };
+    let f = fields(format!("{KIND} {name}"));
     f.only(map, "", TOP_KEYS)?;
     let spec = f.required_map(map, "", "spec")?;
     f.only(spec, "spec", &["poolRef", "rules"])?;
@@ -100,12 +88,16 @@ pub(super) fn parse_object(
     f.only(pool_ref, "spec.poolRef", &["group", "kind", "name"])?;
     if let Some(group) = f.optional_string(pool_ref, "spec.poolRef", "group")? {
         if !POOL_GROUPS.contains(&group) {
-            return Err(f.bad_value("spec.poolRef.group", group, &POOL_GROUPS.join(" or ")));
+            return Err(f
+                .bad_value("spec.poolRef.group", group, &POOL_GROUPS.join(" or "))
+                .into());
         }
     }
     if let Some(kind) = f.optional_string(pool_ref, "spec.poolRef", "kind")? {
         if kind != "InferencePool" {
-            return Err(f.bad_value("spec.poolRef.kind", kind, "InferencePool"));
+            return Err(f
+                .bad_value("spec.poolRef.kind", kind, "InferencePool")
+                .into());
         }
     }
     let pool = f
@@ -138,7 +130,9 @@ fn rule(f: &Fields, at: &str, item: &Value) -> Result<RuleObject, RewriteError> 
             f.only(model, &model_at, &["type", "value"])?;
             if let Some(kind) = f.optional_string(model, &model_at, "type")? {
                 if kind != "Exact" {
-                    return Err(f.bad_value(&format!("{model_at}.type"), kind, "Exact"));
+                    return Err(f
+                        .bad_value(&format!("{model_at}.type"), kind, "Exact")
+                        .into());
                 }
             }
             let value = f.required_string(model, &model_at, "value")?;
@@ -147,7 +141,9 @@ fn rule(f: &Fields, at: &str, item: &Value) -> Result<RuleObject, RewriteError> 
     }
     let list = f.required_array(map, at, "targets")?;
     if list.is_empty() {
-        return Err(f.bad_value(&format!("{at}.targets"), "[]", "at least one target"));
+        return Err(f
+            .bad_value(&format!("{at}.targets"), "[]", "at least one target")
+            .into());
     }
     let mut targets = Vec::new();
     for (k, t) in list.iter().enumerate() {
@@ -178,11 +174,32 @@ fn rule(f: &Fields, at: &str, item: &Value) -> Result<RuleObject, RewriteError> 
     })
 }
 
+/// The reader of one object's fields, `object` naming it in errors.
+fn fields(object: String) -> Fields {
+    Fields {
+        object,
+        mapping: "an object",
+    }
+}
+
+/// `apiVersion` or `kind` (at `path`) is not this reader's.
+fn wrong_object(object: String, path: &str, found: &str) -> ObjectError {
+    ObjectError::WrongObject {
+        object,
+        path: path.into(),
+        found: found.into(),
+        expected: format!(
+            "kind `{KIND}`, apiVersion one of {}",
+            API_VERSIONS.join(", ")
+        ),
+    }
+}
+
 /// A weight: an integer in `0..=MAX_WEIGHT` (JSON `90` or `90.0`, as YAML may give it).
 fn weight(f: &Fields, path: &str, value: &Value) -> Result<u32, RewriteError> {
     let expected = "a non-negative integer";
     let Some(n) = value.as_number() else {
-        return Err(f.wrong_type(path, expected));
+        return Err(f.wrong_type(path, expected).into());
     };
     let whole = n.as_u64().or_else(|| {
         n.as_f64()
@@ -191,152 +208,12 @@ fn weight(f: &Fields, path: &str, value: &Value) -> Result<u32, RewriteError> {
     });
     match whole {
         Some(w) if w <= MAX_WEIGHT => Ok(u32::try_from(w).unwrap_or(u32::MAX)),
-        _ => Err(f.bad_value(
-            path,
-            &n.to_string(),
-            &format!("{expected} of at most {MAX_WEIGHT}"),
-        )),
-    }
-}
-
-/// Field access on one object, each error naming the object and the path.
-struct Fields {
-    object: String,
-}
-
-fn join(prefix: &str, key: &str) -> String {
-    if prefix.is_empty() {
-        key.to_owned()
-    } else {
-        format!("{prefix}.{key}")
-    }
-}
-
-impl Fields {
-    /// Every key of `map` (at `at`) must be one of `allowed`.
-    fn only(
-        &self,
-        map: &Map<String, Value>,
-        at: &str,
-        allowed: &[&str],
-    ) -> Result<(), RewriteError> {
-        match map.keys().find(|k| !allowed.contains(&k.as_str())) {
-            Some(key) => Err(RewriteError::NotSupported {
-                object: self.object.clone(),
-                path: join(at, key),
-            }),
-            None => Ok(()),
-        }
-    }
-
-    fn wrong_type(&self, path: &str, expected: &'static str) -> RewriteError {
-        RewriteError::WrongType {
-            object: self.object.clone(),
-            path: path.to_owned(),
-            expected,
-        }
-    }
-
-    fn bad_value(&self, path: &str, value: &str, expected: &str) -> RewriteError {
-        RewriteError::BadValue {
-            object: self.object.clone(),
-            path: path.to_owned(),
-            value: value.to_owned(),
-            expected: expected.to_owned(),
-        }
-    }
-
-    fn required<'v>(
-        &self,
-        map: &'v Map<String, Value>,
-        at: &str,
-        key: &str,
-    ) -> Result<&'v Value, RewriteError> {
-        match map.get(key) {
-            Some(v) if !v.is_null() => Ok(v),
-            _ => Err(RewriteError::Required {
-                object: self.object.clone(),
-                path: join(at, key),
-            }),
-        }
-    }
-
-    fn map<'v>(
-        &self,
-        path: &str,
-        value: &'v Value,
-    ) -> Result<&'v Map<String, Value>, RewriteError> {
-        value
-            .as_object()
-            .ok_or_else(|| self.wrong_type(path, "an object"))
-    }
-
-    fn required_map<'v>(
-        &self,
-        map: &'v Map<String, Value>,
-        at: &str,
-        key: &str,
-    ) -> Result<&'v Map<String, Value>, RewriteError> {
-        let v = self.required(map, at, key)?;
-        self.map(&join(at, key), v)
-    }
-
-    fn array<'v>(&self, path: &str, value: &'v Value) -> Result<&'v Vec<Value>, RewriteError> {
-        value
-            .as_array()
-            .ok_or_else(|| self.wrong_type(path, "a list"))
-    }
-
-    fn required_array<'v>(
-        &self,
-        map: &'v Map<String, Value>,
-        at: &str,
-        key: &str,
-    ) -> Result<&'v Vec<Value>, RewriteError> {
-        let v = self.required(map, at, key)?;
-        self.array(&join(at, key), v)
-    }
-
-    fn optional_array<'v>(
-        &self,
-        map: &'v Map<String, Value>,
-        at: &str,
-        key: &str,
-    ) -> Result<Option<&'v Vec<Value>>, RewriteError> {
-        match map.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => self.array(&join(at, key), v).map(Some),
-        }
-    }
-
-    /// A non-empty string.
-    fn string<'v>(&self, path: &str, value: &'v Value) -> Result<&'v str, RewriteError> {
-        match value.as_str() {
-            Some("") => Err(self.bad_value(path, "", "a non-empty string")),
-            Some(s) => Ok(s),
-            None => Err(self.wrong_type(path, "a string")),
-        }
-    }
-
-    fn required_string<'v>(
-        &self,
-        map: &'v Map<String, Value>,
-        at: &str,
-        key: &str,
-    ) -> Result<&'v str, RewriteError> {
-        let v = self.required(map, at, key)?;
-        self.string(&join(at, key), v)
-    }
-
-    fn optional_string<'v>(
-        &self,
-        map: &'v Map<String, Value>,
-        at: &str,
-        key: &str,
-    ) -> Result<Option<&'v str>, RewriteError> {
-        match map.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => self.string(&join(at, key), v).map(Some),
-        }
+        _ => Err(f
+            .bad_value(
+                path,
+                &n.to_string(),
+                &format!("{expected} of at most {MAX_WEIGHT}"),
+            )
+            .into()),
     }
 }

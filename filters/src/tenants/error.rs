@@ -3,57 +3,14 @@
 
 use core::fmt;
 
+use crate::objects::ObjectError;
+
 /// A tenant configuration the gateway refuses to start with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TenantsError {
-    /// An item of the list is not a JSON object.
-    NotAnObject {
-        /// Which item (`objects[3]`).
-        object: String,
-    },
-    /// `apiVersion` or `kind` is not one the gateway takes.
-    WrongObject {
-        /// The object.
-        object: String,
-        /// `apiVersion` or `kind`.
-        path: String,
-        /// What was found (empty when absent).
-        found: String,
-    },
-    /// A field the gateway does not implement.
-    NotSupported {
-        /// The object.
-        object: String,
-        /// The field's path.
-        path: String,
-    },
-    /// A required field is absent.
-    Required {
-        /// The object.
-        object: String,
-        /// The field's path.
-        path: String,
-    },
-    /// A field of the wrong JSON type.
-    WrongType {
-        /// The object.
-        object: String,
-        /// The field's path.
-        path: String,
-        /// What the field must be.
-        expected: &'static str,
-    },
-    /// A field's value is not one the gateway implements.
-    BadValue {
-        /// The object.
-        object: String,
-        /// The field's path.
-        path: String,
-        /// The value found.
-        value: String,
-        /// What it may be.
-        expected: String,
-    },
+    /// What any object read field by field can get wrong (not an object, wrong kind,
+    /// unsupported, missing or mistyped field, value not implemented).
+    Object(ObjectError),
     /// The same value where it must be unique (key hash, model, tenant or objective name,
     /// JWT claim).
     Duplicate {
@@ -88,28 +45,18 @@ impl TenantsError {
     /// The object the error is about (`TenantQuota tenant-a`, `objects[2]`).
     pub fn object(&self) -> &str {
         match self {
-            TenantsError::NotAnObject { object }
-            | TenantsError::WrongObject { object, .. }
-            | TenantsError::NotSupported { object, .. }
-            | TenantsError::Required { object, .. }
-            | TenantsError::WrongType { object, .. }
-            | TenantsError::BadValue { object, .. }
-            | TenantsError::Duplicate { object, .. }
+            TenantsError::Object(e) => e.object(),
+            TenantsError::Duplicate { object, .. }
             | TenantsError::UnknownObjective { object, .. }
             | TenantsError::NoIdentity { object, .. } => object,
         }
     }
 
-    /// The field path the error is about (empty for [`TenantsError::NotAnObject`]).
+    /// The field path the error is about (empty when it is about the whole item).
     pub fn path(&self) -> &str {
         match self {
-            TenantsError::NotAnObject { .. } => "",
-            TenantsError::WrongObject { path, .. }
-            | TenantsError::NotSupported { path, .. }
-            | TenantsError::Required { path, .. }
-            | TenantsError::WrongType { path, .. }
-            | TenantsError::BadValue { path, .. }
-            | TenantsError::Duplicate { path, .. }
+            TenantsError::Object(e) => e.path(),
+            TenantsError::Duplicate { path, .. }
             | TenantsError::UnknownObjective { path, .. }
             | TenantsError::NoIdentity { path, .. } => path,
         }
@@ -119,31 +66,7 @@ impl TenantsError {
 impl fmt::Display for TenantsError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TenantsError::NotAnObject { object } => {
-                write!(f, "{object}: not an object (expected a TenantQuota or an InferenceObjective)")
-            }
-            TenantsError::WrongObject { object, path, found } => write!(
-                f,
-                "{object}: {path}: `{found}` is not taken here (expected apiVersion \
-                 `{}` kind `TenantQuota`, or apiVersion `{}` kind `InferenceObjective`)",
-                super::parse::TENANT_QUOTA_API_VERSION,
-                super::parse::OBJECTIVE_API_VERSION,
-            ),
-            TenantsError::NotSupported { object, path } => {
-                write!(f, "{object}: {path}: not supported")
-            }
-            TenantsError::Required { object, path } => write!(f, "{object}: {path}: required"),
-            TenantsError::WrongType {
-                object,
-                path,
-                expected,
-            } => write!(f, "{object}: {path}: must be {expected}"),
-            TenantsError::BadValue {
-                object,
-                path,
-                value,
-                expected,
-            } => write!(f, "{object}: {path}: `{value}` not supported (expected {expected})"),
+            TenantsError::Object(e) => e.fmt(f),
             TenantsError::Duplicate {
                 object,
                 path,
@@ -167,3 +90,9 @@ impl fmt::Display for TenantsError {
 }
 
 impl std::error::Error for TenantsError {}
+
+impl From<ObjectError> for TenantsError {
+    fn from(e: ObjectError) -> Self {
+        TenantsError::Object(e)
+    }
+}

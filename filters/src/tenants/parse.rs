@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 
 use super::error::TenantsError;
 use super::{Accounting, ModelLimit, PreDebit, SettleOn, StreamDisconnect};
+use crate::objects::{self, Fields, ObjectError};
 use scheduler_core::quota::Limits;
 
 /// The platform's own schema of tenant objects.
@@ -87,37 +88,23 @@ pub(super) enum Object {
 /// trailing `---` gives).
 pub(super) fn parse_object(index: usize, value: &Value) -> Result<Option<Object>, TenantsError> {
     let at = format!("objects[{index}]");
-    if value.is_null() {
+    let Some(map) = objects::list_item(&at, value, "a TenantQuota or an InferenceObjective")?
+    else {
         return Ok(None);
-    }
-    let Some(map) = value.as_object() else {
-        return Err(TenantsError::NotAnObject { object: at });
     };
-    let api_version = map.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-    let kind = map.get("kind").and_then(Value::as_str).unwrap_or("");
+    let api_version = objects::type_field(map, "apiVersion");
+    let kind = objects::type_field(map, "kind");
     let expected_version = match kind {
         "TenantQuota" => TENANT_QUOTA_API_VERSION,
         "InferenceObjective" => OBJECTIVE_API_VERSION,
-        _ => {
-            return Err(TenantsError::WrongObject {
-                object: at,
-                path: "kind".into(),
-                found: kind.into(),
-            })
-        }
+        _ => return Err(wrong_object(at, "kind", kind).into()),
     };
     let unnamed = format!("{kind} {at}");
     if api_version != expected_version {
-        return Err(TenantsError::WrongObject {
-            object: unnamed,
-            path: "apiVersion".into(),
-            found: api_version.into(),
-        });
+        return Err(wrong_object(unnamed, "apiVersion", api_version).into());
     }
     let name = object_name(&unnamed, map)?;
-    let fields = Fields {
-        object: format!("{kind} {name}"),
-    };
+    let fields = fields(format!("{kind} {name}"));
     fields.only(map, "", TOP_KEYS)?;
     let spec = fields.required_map(map, "", "spec")?;
     Ok(Some(match kind {
@@ -128,15 +115,15 @@ pub(super) fn parse_object(index: usize, value: &Value) -> Result<Option<Object>
 
 /// `metadata.name`, checked against the other `metadata` keys.
 fn object_name(unnamed: &str, map: &Map<String, Value>) -> Result<String, TenantsError> {
-    let fields = Fields {
-        object: unnamed.into(),
-    };
+    let fields = fields(unnamed.into());
     let metadata = fields.required_map(map, "", "metadata")?;
     fields.only(metadata, "metadata", OBJECT_META_KEYS)?;
     let name = fields.required_string(metadata, "metadata", "name")?;
     // The name is the first half of every bucket key (`<tenant>/<model>`).
     if name.contains('/') {
-        return Err(fields.bad_value("metadata.name", name, "a name without `/`"));
+        return Err(fields
+            .bad_value("metadata.name", name, "a name without `/`")
+            .into());
     }
     Ok(name.into())
 }
@@ -159,7 +146,9 @@ fn tenant(
             let path = format!("spec.identity.apiKeyHashes[{i}]");
             let hex = fields.string(&path, item)?;
             let Some(digest) = parse_digest(hex) else {
-                return Err(fields.bad_value(&path, hex, "a sha256 digest: 64 hex digits"));
+                return Err(fields
+                    .bad_value(&path, hex, "a sha256 digest: 64 hex digits")
+                    .into());
             };
             key_hashes.push(KeyHash { digest, path });
         }
@@ -187,8 +176,12 @@ fn tenant(
         Some(inject) => {
             fields.only(inject, "spec.inject", &["fairnessId", "objective"])?;
             (
-                fields.optional_string(inject, "spec.inject", "fairnessId")?,
-                fields.optional_string(inject, "spec.inject", "objective")?,
+                fields
+                    .optional_string(inject, "spec.inject", "fairnessId")?
+                    .map(String::from),
+                fields
+                    .optional_string(inject, "spec.inject", "objective")?
+                    .map(String::from),
             )
         }
     };
@@ -268,39 +261,41 @@ fn accounting(fields: &Fields, map: &Map<String, Value>) -> Result<Accounting, T
     fields.only(map, at, &["preDebit", "settleOn", "streamDisconnect"])?;
     let mut out = Accounting::default();
     if let Some(value) = fields.optional_string(map, at, "preDebit")? {
-        out.pre_debit = match value.as_str() {
+        out.pre_debit = match value {
             "input_plus_max_output" => PreDebit::InputPlusMaxOutput,
             _ => {
-                return Err(fields.bad_value(
-                    "spec.accounting.preDebit",
-                    &value,
-                    "`input_plus_max_output`",
-                ))
+                return Err(fields
+                    .bad_value("spec.accounting.preDebit", value, "`input_plus_max_output`")
+                    .into())
             }
         };
     }
     if let Some(value) = fields.optional_string(map, at, "settleOn")? {
-        out.settle_on = match value.as_str() {
+        out.settle_on = match value {
             "usage_or_chunk_count" => SettleOn::UsageOrChunkCount,
             "usage" => SettleOn::Usage,
             _ => {
-                return Err(fields.bad_value(
-                    "spec.accounting.settleOn",
-                    &value,
-                    "`usage_or_chunk_count` or `usage`",
-                ))
+                return Err(fields
+                    .bad_value(
+                        "spec.accounting.settleOn",
+                        value,
+                        "`usage_or_chunk_count` or `usage`",
+                    )
+                    .into())
             }
         };
     }
     if let Some(value) = fields.optional_string(map, at, "streamDisconnect")? {
-        out.stream_disconnect = match value.as_str() {
+        out.stream_disconnect = match value {
             "bill_generated" => StreamDisconnect::BillGenerated,
             _ => {
-                return Err(fields.bad_value(
-                    "spec.accounting.streamDisconnect",
-                    &value,
-                    "`bill_generated`",
-                ))
+                return Err(fields
+                    .bad_value(
+                        "spec.accounting.streamDisconnect",
+                        value,
+                        "`bill_generated`",
+                    )
+                    .into())
             }
         };
     }
@@ -341,6 +336,27 @@ fn objective(
     })
 }
 
+/// The reader of one object's fields, `object` naming it in errors.
+fn fields(object: String) -> Fields {
+    Fields {
+        object,
+        mapping: "a mapping",
+    }
+}
+
+/// `apiVersion` or `kind` (at `path`) is neither of the kinds taken.
+fn wrong_object(object: String, path: &str, found: &str) -> ObjectError {
+    ObjectError::WrongObject {
+        object,
+        path: path.into(),
+        found: found.into(),
+        expected: format!(
+            "apiVersion `{TENANT_QUOTA_API_VERSION}` kind `TenantQuota`, or apiVersion \
+             `{OBJECTIVE_API_VERSION}` kind `InferenceObjective`"
+        ),
+    }
+}
+
 /// 64 hex digits (either case) → the 32 digest bytes.
 fn parse_digest(hex: &str) -> Option<[u8; 32]> {
     let bytes = hex.as_bytes();
@@ -354,158 +370,4 @@ fn parse_digest(hex: &str) -> Option<[u8; 32]> {
         *byte = u8::try_from(high * 16 + low).ok()?;
     }
     Some(out)
-}
-
-/// Typed access to one object's fields, with errors that name the object and the path.
-/// A `null` value (a YAML key with nothing after it) counts as absent.
-struct Fields {
-    object: String,
-}
-
-fn join(prefix: &str, key: &str) -> String {
-    if prefix.is_empty() {
-        key.into()
-    } else {
-        format!("{prefix}.{key}")
-    }
-}
-
-impl Fields {
-    /// Errors on the first key of `map` not in `allowed`.
-    fn only(
-        &self,
-        map: &Map<String, Value>,
-        prefix: &str,
-        allowed: &[&str],
-    ) -> Result<(), TenantsError> {
-        match map.keys().find(|k| !allowed.contains(&k.as_str())) {
-            None => Ok(()),
-            Some(key) => Err(TenantsError::NotSupported {
-                object: self.object.clone(),
-                path: join(prefix, key),
-            }),
-        }
-    }
-
-    fn wrong_type(&self, path: &str, expected: &'static str) -> TenantsError {
-        TenantsError::WrongType {
-            object: self.object.clone(),
-            path: path.into(),
-            expected,
-        }
-    }
-
-    fn bad_value(&self, path: &str, value: &str, expected: &str) -> TenantsError {
-        TenantsError::BadValue {
-            object: self.object.clone(),
-            path: path.into(),
-            value: value.into(),
-            expected: expected.into(),
-        }
-    }
-
-    fn get<'v>(map: &'v Map<String, Value>, key: &str) -> Option<&'v Value> {
-        map.get(key).filter(|v| !v.is_null())
-    }
-
-    fn required<'v>(
-        &self,
-        map: &'v Map<String, Value>,
-        prefix: &str,
-        key: &str,
-    ) -> Result<&'v Value, TenantsError> {
-        Self::get(map, key).ok_or_else(|| TenantsError::Required {
-            object: self.object.clone(),
-            path: join(prefix, key),
-        })
-    }
-
-    fn map<'v>(
-        &self,
-        path: &str,
-        value: &'v Value,
-    ) -> Result<&'v Map<String, Value>, TenantsError> {
-        value
-            .as_object()
-            .ok_or_else(|| self.wrong_type(path, "a mapping"))
-    }
-
-    /// A non-empty string.
-    fn string<'v>(&self, path: &str, value: &'v Value) -> Result<&'v str, TenantsError> {
-        let s = value
-            .as_str()
-            .ok_or_else(|| self.wrong_type(path, "a string"))?;
-        if s.is_empty() {
-            return Err(self.bad_value(path, s, "a non-empty string"));
-        }
-        Ok(s)
-    }
-
-    fn required_map<'v>(
-        &self,
-        map: &'v Map<String, Value>,
-        prefix: &str,
-        key: &str,
-    ) -> Result<&'v Map<String, Value>, TenantsError> {
-        self.map(&join(prefix, key), self.required(map, prefix, key)?)
-    }
-
-    fn optional_map<'v>(
-        &self,
-        map: &'v Map<String, Value>,
-        prefix: &str,
-        key: &str,
-    ) -> Result<Option<&'v Map<String, Value>>, TenantsError> {
-        Self::get(map, key)
-            .map(|v| self.map(&join(prefix, key), v))
-            .transpose()
-    }
-
-    fn optional_array<'v>(
-        &self,
-        map: &'v Map<String, Value>,
-        prefix: &str,
-        key: &str,
-    ) -> Result<Option<&'v Vec<Value>>, TenantsError> {
-        Self::get(map, key)
-            .map(|v| {
-                v.as_array()
-                    .ok_or_else(|| self.wrong_type(&join(prefix, key), "a list"))
-            })
-            .transpose()
-    }
-
-    fn required_string<'v>(
-        &self,
-        map: &'v Map<String, Value>,
-        prefix: &str,
-        key: &str,
-    ) -> Result<&'v str, TenantsError> {
-        self.string(&join(prefix, key), self.required(map, prefix, key)?)
-    }
-
-    fn optional_string(
-        &self,
-        map: &Map<String, Value>,
-        prefix: &str,
-        key: &str,
-    ) -> Result<Option<String>, TenantsError> {
-        Self::get(map, key)
-            .map(|v| self.string(&join(prefix, key), v).map(String::from))
-            .transpose()
-    }
-
-    fn optional_u64(
-        &self,
-        map: &Map<String, Value>,
-        prefix: &str,
-        key: &str,
-    ) -> Result<Option<u64>, TenantsError> {
-        Self::get(map, key)
-            .map(|v| {
-                v.as_u64()
-                    .ok_or_else(|| self.wrong_type(&join(prefix, key), "a non-negative integer"))
-            })
-            .transpose()
-    }
 }

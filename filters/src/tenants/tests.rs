@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
 
 use super::*;
+use crate::objects::ObjectError;
 use scheduler_core::quota::Limits;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -347,10 +348,10 @@ fn an_unknown_key_anywhere_is_named_with_its_path() {
             };
             assert_eq!(
                 e,
-                TenantsError::NotSupported {
+                TenantsError::Object(ObjectError::NotSupported {
                     object: format!("{kind} {name}"),
                     path: expected.clone(),
-                },
+                }),
                 "{e}"
             );
             assert_eq!(
@@ -387,7 +388,10 @@ fn a_missing_required_field_is_named() {
         } else {
             format!("{path}.{key}")
         };
-        assert!(matches!(e, TenantsError::Required { .. }), "{e}");
+        assert!(
+            matches!(e, TenantsError::Object(ObjectError::Required { .. })),
+            "{e}"
+        );
         assert_eq!(e.path(), full);
     }
     let mut objects = load_dir();
