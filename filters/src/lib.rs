@@ -12,7 +12,7 @@
 //!   the parse and the prompt's block hashes cross between them once, as the [`handoff`].
 //! - **Capabilities, not a host object.** [`host`] declares one small trait per capability
 //!   (request headers and body, response headers and chunks, local reply, waker, snapshot
-//!   source, clock, random, stats, callouts, dynamic metadata, upstream override, ...). A
+//!   source, clock, random, stats, callouts, dynamic metadata, ...). A
 //!   stage asks for the traits it uses as bounds on the host type, so an adapter implements
 //!   exactly what its host offers and a test fake exactly what a test drives.
 //! - **Steps, not host statuses.** A stage answers [`pipeline::Step`] (`Next`, `Pause`,
