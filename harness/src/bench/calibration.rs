@@ -165,16 +165,13 @@ async fn run_on(sim: &SimHandle, quick: bool, specs: &[RunSpec]) -> Result<Colum
 }
 
 async fn start_stack(sim: &SimHandle, flavor: Flavor, workers: u32) -> Result<Stack> {
-    let mut so = StackOptions::new(flavor, Backends::External(sim.addrs().to_vec()));
+    let mut so = stack_options(sim, flavor, workers);
     so.pools = vec![PoolSpec::all(crate::launch::DEFAULT_MODEL)];
-    so.envoy = EnvoyOptions {
-        concurrency: workers,
-        ..EnvoyOptions::default()
-    };
-    let stack = Stack::start(so)
-        .await
-        .with_context(|| format!("starting the {flavor} stack (--concurrency {workers})"))?;
-    let waited = wait_for_picker(&stack, workers).await?;
+    // Each probe is a new connection, which the kernel hands to some worker: with several
+    // workers, several probes in a row make it likely that every worker answered once.
+    let probes = (2 * workers).max(4);
+    let what = format!("the {flavor} stack (--concurrency {workers})");
+    let (stack, waited) = start_serving(so, &what, crate::launch::DEFAULT_MODEL, probes).await?;
     eprintln!(
         "{flavor} Envoy (--concurrency {workers}) up: picker {}, baseline {}; the picker \
          answered 200 {} ms after Envoy was ready",
@@ -183,6 +180,33 @@ async fn start_stack(sim: &SimHandle, flavor: Flavor, workers: u32) -> Result<St
         waited.as_millis()
     );
     Ok(stack)
+}
+
+/// The options of a gateway stack of `flavor` in front of `sim`'s replicas with `workers`
+/// Envoy workers; the caller adds its pools, routes and configs.
+pub fn stack_options(sim: &SimHandle, flavor: Flavor, workers: u32) -> StackOptions {
+    let mut so = StackOptions::new(flavor, Backends::External(sim.addrs().to_vec()));
+    so.envoy = EnvoyOptions {
+        concurrency: workers,
+        ..EnvoyOptions::default()
+    };
+    so
+}
+
+/// Starts `so` (`what` names it in the error) and waits until `probes` requests in a row
+/// for `model` through the picker answer 200 ([`wait_for_picker`]); the stack and how long
+/// that wait took.
+pub async fn start_serving(
+    so: StackOptions,
+    what: &str,
+    model: &str,
+    probes: u32,
+) -> Result<(Stack, Duration)> {
+    let stack = Stack::start(so)
+        .await
+        .with_context(|| format!("starting {what}"))?;
+    let waited = wait_for_picker(&stack, model, probes).await?;
+    Ok((stack, waited))
 }
 
 /// The gateway's counters that explain failed requests (the picker's rejections, failed
@@ -214,18 +238,16 @@ async fn gateway_trouble(stack: &Stack) -> String {
 
 /// Waits until the scraper has published and small requests through the picker succeed:
 /// Envoy's `/ready` comes before the gateway's first metrics snapshot, and until then the
-/// picker rejects with 503 (`rejected-no-endpoints`), which would count as errors of the
-/// first column on a fresh stack. Returns how long that took.
-async fn wait_for_picker(stack: &Stack, workers: u32) -> Result<Duration> {
+/// picker rejects with 503 (`rejected-no-endpoints`), which would count as failed requests
+/// of the first measurement on a fresh stack. `probes` requests for `model` in a row must answer 200.
+/// Returns how long that took.
+pub async fn wait_for_picker(stack: &Stack, model: &str, probes: u32) -> Result<Duration> {
     let url = format!("{}/v1/chat/completions", stack.picker_url());
     let body = serde_json::json!({
-        "model": crate::launch::DEFAULT_MODEL,
+        "model": model,
         "messages": [{"role": "user", "content": "ping"}],
         "max_tokens": 1,
     });
-    // Each probe is a new connection, which the kernel hands to some worker: with several
-    // workers, several probes in a row make it likely that every worker answered once.
-    let probes = (2 * workers).max(4);
     let start = Instant::now();
     let mut last = String::new();
     while start.elapsed() < Duration::from_secs(30) {

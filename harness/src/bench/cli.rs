@@ -30,29 +30,23 @@ impl CalibrationArgs {
             flavors: flavors.to_vec(),
             concurrencies: concurrencies.to_vec(),
         };
-        let mut it = args.iter();
-        while let Some(arg) = it.next() {
-            let mut value = |name: &str| {
-                it.next()
-                    .cloned()
-                    .with_context(|| format!("{name} needs a value"))
-            };
-            match arg.as_str() {
+        each_flag(args, |arg, value| {
+            match arg {
                 "--quick" => out.quick = true,
                 "--time-scale" => {
-                    out.time_scale = value(arg)?.parse().context("--time-scale")?;
+                    out.time_scale = value()?.parse().context("--time-scale")?;
                     if out.time_scale.is_nan() || out.time_scale <= 0.0 {
                         bail!("--time-scale must be positive");
                     }
                 }
                 "--flavor" | "--flavour" | "--flavors" => {
-                    out.flavors = list(&value(arg)?).context("--flavor")?;
+                    out.flavors = list(&value()?).context("--flavor")?;
                     if out.flavors.contains(&Flavor::Plain) {
                         bail!("--flavor: the picker needs wasm or native");
                     }
                 }
                 "--workers" | "--concurrency" => {
-                    out.concurrencies = list(&value(arg)?).with_context(|| arg.clone())?;
+                    out.concurrencies = list(&value()?).with_context(|| arg.to_owned())?;
                     if out.concurrencies.contains(&0) {
                         bail!("{arg}: Envoy needs at least one worker");
                     }
@@ -62,7 +56,8 @@ impl CalibrationArgs {
                      --flavor wasm,native, --workers 1,2 (or --concurrency 1,2))"
                 ),
             }
-        }
+            Ok(())
+        })?;
         if out.flavors.is_empty() || out.concurrencies.is_empty() {
             bail!("at least one flavour and one concurrency are needed");
         }
@@ -97,14 +92,8 @@ impl ScenarioArgs {
         expected: &str,
         mut extra: impl FnMut(&str, &mut dyn FnMut() -> Result<String>) -> Result<bool>,
     ) -> Result<ScenarioArgs> {
-        let mut it = args.iter();
-        while let Some(arg) = it.next() {
-            let mut value = || {
-                it.next()
-                    .cloned()
-                    .with_context(|| format!("{arg} needs a value"))
-            };
-            match arg.as_str() {
+        each_flag(args, |arg, value| {
+            match arg {
                 "--quick" => self.quick = true,
                 "--time-scale" => {
                     self.time_scale = value()?.parse().context("--time-scale")?;
@@ -119,20 +108,39 @@ impl ScenarioArgs {
                     }
                 }
                 "--workers" | "--concurrency" => {
-                    self.workers = value()?.parse().with_context(|| arg.clone())?;
+                    self.workers = value()?.parse().with_context(|| arg.to_owned())?;
                     if self.workers == 0 {
                         bail!("{arg}: Envoy needs at least one worker");
                     }
                 }
                 other => {
-                    if !extra(other, &mut value)? {
+                    if !extra(other, value)? {
                         bail!("unknown argument `{other}` (expected {expected})");
                     }
                 }
             }
-        }
+            Ok(())
+        })?;
         Ok(self)
     }
+}
+
+/// Walks `args` flag by flag: `each(flag, value)` reads one, `value` taking the argument
+/// after it (the error `<flag> needs a value` when there is none).
+pub fn each_flag(
+    args: &[String],
+    mut each: impl FnMut(&str, &mut dyn FnMut() -> Result<String>) -> Result<()>,
+) -> Result<()> {
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = || {
+            it.next()
+                .cloned()
+                .with_context(|| format!("{arg} needs a value"))
+        };
+        each(arg, &mut value)?;
+    }
+    Ok(())
 }
 
 fn list<T: std::str::FromStr>(s: &str) -> Result<Vec<T>>

@@ -14,14 +14,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
-use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-use super::calibration::CalibrationArgs;
+use super::calibration::{stack_options, start_serving, CalibrationArgs};
+use super::cli::each_flag;
 use super::report;
-use crate::launch::{client, Backends, EnvoyOptions, Flavor, PoolSpec, Stack, StackOptions};
+use crate::launch::{Flavor, PoolSpec, Stack};
 use crate::load::runner::run_target;
 use crate::load::workload::numbered_adapters;
 use crate::load::{Assign, LoadConfig, Target, TargetReport, Workload};
@@ -224,44 +224,11 @@ pub async fn start_stack(
     workers: u32,
     scenario: &Scenario,
 ) -> Result<Stack> {
-    let mut so = StackOptions::new(flavor, Backends::External(sim.addrs().to_vec()));
+    let mut so = stack_options(sim, flavor, workers);
     so.pools = vec![scenario.pool_spec()];
-    so.envoy = EnvoyOptions {
-        concurrency: workers,
-        ..EnvoyOptions::default()
-    };
-    let stack = Stack::start(so)
-        .await
-        .with_context(|| format!("starting the {flavor} stack"))?;
-    wait_for_picker(&stack).await?;
+    // Before the first snapshot the pool answers 503; one base-model answer is enough.
+    let (stack, _) = start_serving(so, &format!("the {flavor} stack"), BASE_MODEL, 1).await?;
     Ok(stack)
-}
-
-/// Waits until the scraper has published and a base-model request through the picker
-/// answers 200 (before the first snapshot the pool answers 503).
-async fn wait_for_picker(stack: &Stack) -> Result<()> {
-    let url = format!("{}/v1/chat/completions", stack.picker_url());
-    let body = json!({"model": BASE_MODEL, "max_tokens": 1,
-                      "messages": [{"role": "user", "content": "ping"}]});
-    let start = Instant::now();
-    let mut last = String::new();
-    while start.elapsed() < Duration::from_secs(30) {
-        let published = stack
-            .envoy()
-            .stats()
-            .await
-            .map(|s| s.sum_containing("infergate.scraper.publishes"))
-            .unwrap_or(0);
-        if published > 0 {
-            match client::post_json(&url, &body, &[]).await {
-                Ok(r) if r.status == 200 => return Ok(()),
-                Ok(r) => last = format!("{} {}", r.status, r.text().trim()),
-                Err(e) => last = format!("{e:#}"),
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    bail!("the picker at {url} did not answer 200 within 30 s: {last}")
 }
 
 /// Options of `bench lora`: the calibration commands' flags (`--quick`, `--time-scale`,
@@ -280,14 +247,8 @@ impl LoraOptions {
     pub fn parse(args: &[String]) -> Result<Self> {
         let mut rest = Vec::new();
         let mut scenario = Scenario::default();
-        let mut it = args.iter();
-        while let Some(arg) = it.next() {
-            let mut value = || {
-                it.next()
-                    .cloned()
-                    .with_context(|| format!("{arg} needs a value"))
-            };
-            match arg.as_str() {
+        each_flag(args, |arg, value| {
+            match arg {
                 "--lora-weight" => {
                     scenario.lora_weight = value()?.parse().context("--lora-weight")?;
                     if scenario.lora_weight.is_nan() || scenario.lora_weight < 0.0 {
@@ -304,9 +265,10 @@ impl LoraOptions {
                     scenario.adapter_prefix_tokens =
                         value()?.parse().context("--adapter-prefix-tokens")?;
                 }
-                _ => rest.push(arg.clone()),
+                _ => rest.push(arg.to_owned()),
             }
-        }
+            Ok(())
+        })?;
         Ok(LoraOptions {
             args: CalibrationArgs::parse(&rest, &[Flavor::Wasm, Flavor::Native], &[1])?,
             scenario,

@@ -19,17 +19,14 @@
 //! finished requests over the arm: in the PD arm they serve nothing else).
 
 use std::fmt::Write;
-use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-use super::calibration::CalibrationArgs;
+use super::calibration::{stack_options, start_serving, CalibrationArgs};
+use super::cli::each_flag;
 use super::report;
-use crate::launch::{
-    client, Backends, EnvoyOptions, Flavor, GatewaySettings, PluginConfigs, PoolSpec, Stack,
-    StackOptions,
-};
+use crate::launch::{Flavor, GatewaySettings, PluginConfigs, PoolSpec, Stack};
 use crate::load::runner::run_target;
 use crate::load::{Assign, LoadConfig, Target, TargetReport, Workload};
 use crate::sim::{self, SimConfig, SimHandle};
@@ -143,7 +140,7 @@ pub async fn start_stack(
     pd: Option<u32>,
 ) -> Result<Stack> {
     let addrs = sim.addrs().to_vec();
-    let mut so = StackOptions::new(flavor, Backends::External(addrs.clone()));
+    let mut so = stack_options(sim, flavor, workers);
     let spec = PoolSpec {
         picker_config: if pd.is_some() {
             pd_epp_config()
@@ -165,33 +162,8 @@ pub async fn start_stack(
         so.plugins = Some(plugins);
     }
     so.pools = vec![spec];
-    so.envoy = EnvoyOptions {
-        concurrency: workers,
-        ..EnvoyOptions::default()
-    };
-    let stack = Stack::start(so)
-        .await
-        .with_context(|| format!("starting the {flavor} stack"))?;
-    wait_for_picker(&stack).await?;
+    let (stack, _) = start_serving(so, &format!("the {flavor} stack"), BASE_MODEL, 1).await?;
     Ok(stack)
-}
-
-/// Waits until the scraper has published and a request through the picker answers 200.
-async fn wait_for_picker(stack: &Stack) -> Result<()> {
-    let url = format!("{}/v1/chat/completions", stack.picker_url());
-    let body = json!({"model": BASE_MODEL, "max_tokens": 1,
-                      "messages": [{"role": "user", "content": "ping"}]});
-    let start = Instant::now();
-    let mut last = String::new();
-    while start.elapsed() < Duration::from_secs(30) {
-        match client::post_json(&url, &body, &[]).await {
-            Ok(r) if r.status == 200 => return Ok(()),
-            Ok(r) => last = format!("{} {}", r.status, r.text().trim()),
-            Err(e) => last = format!("{e:#}"),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    bail!("the picker at {url} did not answer 200 within 30 s: {last}")
 }
 
 /// Runs the workload through `stack`'s picker (`salt` varies the text), counting the
@@ -245,24 +217,24 @@ impl PdOptions {
         let mut rest = Vec::new();
         let mut prefill = PREFILL_REPLICAS;
         let mut clients = CONCURRENCY;
-        let mut it = args.iter();
-        while let Some(arg) = it.next() {
-            if arg == "--prefill" {
-                let v = it.next().context("--prefill needs a value")?;
-                prefill = v.parse().context("--prefill")?;
-                if prefill == 0 || prefill >= REPLICAS {
-                    bail!("--prefill must be in 1..={}", REPLICAS - 1);
+        each_flag(args, |arg, value| {
+            match arg {
+                "--prefill" => {
+                    prefill = value()?.parse().context("--prefill")?;
+                    if prefill == 0 || prefill >= REPLICAS {
+                        bail!("--prefill must be in 1..={}", REPLICAS - 1);
+                    }
                 }
-            } else if arg == "--clients" {
-                let v = it.next().context("--clients needs a value")?;
-                clients = v.parse().context("--clients")?;
-                if clients == 0 {
-                    bail!("--clients must be at least 1");
+                "--clients" => {
+                    clients = value()?.parse().context("--clients")?;
+                    if clients == 0 {
+                        bail!("--clients must be at least 1");
+                    }
                 }
-            } else {
-                rest.push(arg.clone());
+                _ => rest.push(arg.to_owned()),
             }
-        }
+            Ok(())
+        })?;
         Ok(PdOptions {
             args: CalibrationArgs::parse(&rest, &[Flavor::Wasm], &[1])?,
             prefill,

@@ -39,18 +39,17 @@ pub mod report;
 
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
+use super::calibration::{stack_options, start_serving};
 use super::cli::ScenarioArgs;
 use figures::Canary;
 
 use crate::launch::stack::{Split, SplitMode};
-use crate::launch::{
-    client, Backends, EnvoyOptions, Flavor, PoolSpec, RouteSpec, Stack, StackOptions,
-};
+use crate::launch::{Flavor, PoolSpec, RouteSpec, Stack, StackOptions};
 use crate::load::Workload;
-use crate::sim::{self, EngineConfig, SimConfig, SimHandle};
+use crate::sim::{self, SimConfig, SimHandle};
 
 /// The name clients ask for when a rewrite splits it.
 pub const CLIENT_MODEL: &str = "assistant";
@@ -194,15 +193,8 @@ impl CanaryOptions {
 /// The pool: 4 replicas of the calibration serving both builds.
 pub fn sim_config(time_scale: f64) -> SimConfig {
     SimConfig {
-        replicas: 4,
         models: vec![STABLE.into(), CANARY.into()],
-        time_scale,
-        engine: EngineConfig {
-            kv_capacity_tokens: 160_000,
-            prefill_tokens_per_s: 16_000.0,
-            ..EngineConfig::default()
-        },
-        ..SimConfig::default()
+        ..super::calibration::sim_config(time_scale)
     }
 }
 
@@ -263,43 +255,11 @@ pub async fn start_stack(
     arm: &ArmSpec,
     canary: u32,
 ) -> Result<Stack> {
-    let mut so = StackOptions::new(o.args.flavor, Backends::External(sim.addrs().to_vec()));
+    let mut so = stack_options(sim, o.args.flavor, o.args.workers);
     arm.configure(&mut so, canary);
-    so.envoy = EnvoyOptions {
-        concurrency: o.args.workers,
-        ..EnvoyOptions::default()
-    };
-    let stack = Stack::start(so)
-        .await
-        .with_context(|| format!("starting the gateway of `{}`", arm.label))?;
-    wait_ready(&stack, arm.client_model()).await?;
+    let what = format!("the gateway of `{}`", arm.label);
+    let (stack, _) = start_serving(so, &what, arm.client_model(), 1).await?;
     Ok(stack)
-}
-
-/// Waits until the scraper has published and a request for `model` answers 200.
-async fn wait_ready(stack: &Stack, model: &str) -> Result<()> {
-    let url = format!("{}/v1/chat/completions", stack.picker_url());
-    let body = json!({"model": model, "max_tokens": 1,
-                      "messages": [{"role": "user", "content": "ping"}]});
-    let start = Instant::now();
-    let mut last = String::new();
-    while start.elapsed() < Duration::from_secs(30) {
-        let published = stack
-            .envoy()
-            .stats()
-            .await
-            .map(|s| s.sum_containing("infergate.scraper.publishes"))
-            .unwrap_or(0);
-        if published > 0 {
-            match client::post_json(&url, &body, &[]).await {
-                Ok(r) if r.status == 200 => return Ok(()),
-                Ok(r) => last = format!("{} {}", r.status, r.text().trim()),
-                Err(e) => last = format!("{e:#}"),
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    bail!("the gateway at {url} did not answer 200 within 30 s: {last}")
 }
 
 /// Everything the demo measured.
@@ -397,6 +357,7 @@ async fn with_rollback(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::launch::Backends;
 
     #[test]
     fn the_rewrite_splits_assistant_ninety_ten_and_rolls_back_to_zero() {

@@ -39,6 +39,7 @@ use self::growth::{floor_samples, growth_of, mb, Growth, Sample};
 use self::ledger::{parse_trace_log, KillWindow, Tally};
 use self::replicas::ReplicaSet;
 use self::traffic::{Mix, Shared};
+use crate::bench::cli::each_flag;
 use crate::launch::stats::Stats;
 use crate::launch::{client, Backends, EnvoyOptions, Flavor, Stack, StackOptions, DEFAULT_MODEL};
 use crate::load::Workload;
@@ -102,14 +103,8 @@ impl SoakOptions {
     /// Parses `--minutes N`, `--flavor wasm|native|both`, `--clients C`, `--max-growth-mb M`.
     pub fn parse(args: &[String]) -> Result<Self> {
         let mut o = SoakOptions::default();
-        let mut it = args.iter();
-        while let Some(arg) = it.next() {
-            let mut value = || {
-                it.next()
-                    .cloned()
-                    .with_context(|| format!("{arg} needs a value"))
-            };
-            match arg.as_str() {
+        each_flag(args, |arg, value| {
+            match arg {
                 "--minutes" => {
                     let m: f64 = value()?.parse().context("--minutes")?;
                     if !(m > 0.0 && m <= 24.0 * 60.0) {
@@ -136,7 +131,8 @@ impl SoakOptions {
                      --flavor wasm|native|both, --clients C, --max-growth-mb M)"
                 ),
             }
-        }
+            Ok(())
+        })?;
         Ok(o)
     }
 

@@ -19,6 +19,7 @@ use super::growth::mb;
 use super::hostile::{self, float_tools_body, json_string};
 use super::parse_flavors;
 use super::procmem::{self, WasmMemories};
+use crate::bench::cli::each_flag;
 use crate::launch::{client, Backends, EnvoyOptions, Flavor, Stack, StackOptions, DEFAULT_MODEL};
 
 /// The router's default body limit.
@@ -128,14 +129,8 @@ impl MemoryOptions {
             flavors: vec![Flavor::Wasm, Flavor::Native],
             parallel: 8,
         };
-        let mut it = args.iter();
-        while let Some(arg) = it.next() {
-            let mut value = || {
-                it.next()
-                    .cloned()
-                    .with_context(|| format!("{arg} needs a value"))
-            };
-            match arg.as_str() {
+        each_flag(args, |arg, value| {
+            match arg {
                 "--flavor" | "--flavour" => o.flavors = parse_flavors(&value()?)?,
                 "--parallel" => {
                     o.parallel = value()?.parse().context("--parallel")?;
@@ -147,7 +142,8 @@ impl MemoryOptions {
                     "unknown argument `{other}` (expected --flavor wasm|native|both, --parallel N)"
                 ),
             }
-        }
+            Ok(())
+        })?;
         Ok(o)
     }
 }
