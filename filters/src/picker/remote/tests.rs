@@ -501,3 +501,75 @@ fn a_request_a_fallback_served_moves_its_lease_at_the_owner() {
         .handle(&mut owner_host, &message.encode().unwrap())
         .is_empty());
 }
+
+#[test]
+fn the_owner_remembers_the_adapter_a_lease_holds_until_a_worker_releases_it() {
+    use scheduler_core::metrics::LoraState;
+    let lora = encode(&Snapshot {
+        taken_at: Millis(NOW),
+        endpoints: ENDPOINTS
+            .iter()
+            .map(|a| EndpointSample {
+                address: (*a).to_owned(),
+                scraped_at: Millis(NOW),
+                consecutive_failures: 0,
+                metrics: Some(EndpointMetrics {
+                    waiting: Some(0),
+                    running: Some(0),
+                    kv_cache_usage: Some(0.1),
+                    lora: Some(LoraState {
+                        max: 2,
+                        running: Vec::new(),
+                        waiting: Vec::new(),
+                    }),
+                    ..EndpointMetrics::default()
+                }),
+            })
+            .collect(),
+    });
+    let mut owner = Owner::new();
+    let mut owner_host = FakeHost::new().now(NOW).snapshot(1, lora.clone());
+    assert!(owner.handle(&mut owner_host, &hello()).is_empty());
+    let key = StateKey::of_config(&config());
+    let mut worker = Worker::new(1);
+    let body = json!({"model": "sql-adapter", "messages": [{"role": "user", "content": "q"}]});
+    let mut host = FakeHost::new()
+        .request_header(BASE_MODEL, "llama")
+        .post("/v1/chat/completions", body.to_string().as_bytes())
+        .now(NOW)
+        .snapshot(1, lora);
+    let (_req, _, message) = worker.prepare(&mut host);
+    let Some((
+        _,
+        ToWorker::Picked {
+            lease, endpoint, ..
+        },
+    )) = owner.handle(&mut owner_host, &message).pop()
+    else {
+        panic!("a pick");
+    };
+    let index = ENDPOINTS.iter().position(|e| *e == endpoint).unwrap();
+    let memory = |owner: &Owner| {
+        let state = owner.states.get(&key).unwrap().shared.hold_pool(PoolId(0));
+        let memory = &state.as_ref().unwrap().adapters[index];
+        let names: Vec<String> = memory.names().iter().map(|n| (*n).to_owned()).collect();
+        let busy: Vec<String> = memory
+            .in_flight_names()
+            .iter()
+            .map(|n| (*n).to_owned())
+            .collect();
+        (names, busy)
+    };
+    assert_eq!(
+        memory(&owner),
+        (vec!["sql-adapter".into()], vec!["sql-adapter".into()])
+    );
+    let release = ToOwner::Release {
+        state: key,
+        leases: vec![Released::lease(lease)],
+    };
+    owner.handle(&mut owner_host, &release.encode().unwrap());
+    assert_eq!(owner.leases(), 0);
+    // Given back, still remembered as (probably) loaded there.
+    assert_eq!(memory(&owner), (vec!["sql-adapter".into()], Vec::new()));
+}

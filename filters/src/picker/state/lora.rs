@@ -100,6 +100,16 @@ impl AdapterMemory {
     pub(crate) fn names(&self) -> Vec<&str> {
         self.sent.iter().map(|s| &*s.name).collect()
     }
+
+    /// The adapter names with requests in flight, most recent first (tests).
+    #[cfg(test)]
+    pub(crate) fn in_flight_names(&self) -> Vec<&str> {
+        self.sent
+            .iter()
+            .filter(|s| s.in_flight())
+            .map(|s| &*s.name)
+            .collect()
+    }
 }
 
 /// `scraped` with its running list seen through `memory` (see the module doc), or `None`
