@@ -1,10 +1,11 @@
 //! The gateway suite: every test body here takes a [`Flavor`] and runs once per gateway
 //! flavour (`gateway::wasm::…`, `gateway::native::…`), so both builds are held to exactly
-//! the same behaviour (one suite, passing unchanged for both). Add a body, then
-//! add its name to the `for_each_flavour!` list; bodies that only make sense for one
-//! build (panic injection exists only in the native test build) go in `native_only`, and a
-//! body the Wasm build does not pass yet goes in `wasm_ignored` with the reason (its Wasm
-//! test is generated `#[ignore]`d, its native test runs).
+//! the same behaviour (one suite, passing unchanged for both). Add a body, then add its
+//! name to the `for_each_flavour!` list (a module with a list of its own calls the macro
+//! itself, making `gateway::<module>::wasm::…` and `…::native::…`); bodies that only make
+//! sense for one build (panic injection exists only in the native test build) go in
+//! `native_only`, and a body the Wasm build does not pass yet goes in `wasm_ignored` with
+//! the reason (its Wasm test is generated `#[ignore]`d, its native test runs).
 //!
 //! Each body starts its own stack (Envoy over the in-test backends of `support`) and
 //! checks several related behaviours on it, so a flavour costs a handful of Envoy starts.
@@ -27,52 +28,15 @@
 //!   accounting and the billing log, over the simulator;
 //! - [`flow`]: flow control with the pool saturated: dispatch by band then by flow, a full
 //!   band, a TTL, a client that leaves while queued, weighted and round-robin shares, and
-//!   nothing queued below saturation (its own macro makes the `flow::wasm` / `flow::native`
-//!   tests);
+//!   nothing queued below saturation;
 //! - [`faults`]: the fault suite: hostile headers and bodies (HTTP/1.1 and HTTP/2),
 //!   failing engines, aborted and held streams; Envoy keeps serving, nothing stays in flight.
 
-mod capabilities;
-mod disagg;
-mod errors;
-mod faults;
-mod flow;
-mod lora;
-mod panics;
-mod pools;
-mod rewrite;
-mod routing;
-mod scheduling;
-mod simulated;
-mod streaming;
-mod tenants;
-mod workers;
-
-use errors::error_answers_are_openai_json;
-use faults::{
-    aborted_and_held_streams_leave_nothing_in_flight,
-    failing_engines_are_avoided_and_envoy_keeps_serving,
-    hostile_requests_are_answered_and_envoy_keeps_serving,
-};
-use infergate_harness::launch::client::{post_json, HttpResponse};
-use infergate_harness::launch::{Flavor, Stack};
-use panics::a_panic_fails_one_request_and_envoy_keeps_serving;
-use routing::routes_by_model_and_adapter_and_ignores_client_steering;
-use scheduling::{
-    a_replica_over_the_kv_threshold_gets_no_new_requests, turn_two_follows_turn_one_across_workers,
-    turn_two_follows_turn_one_while_load_spreads,
-};
-use serde_json::json;
-use simulated::simulated_kv_pressure_keeps_new_requests_off_a_full_replica;
-use streaming::streams_through_the_picker_are_not_buffered;
-use tenants::{
-    a_tenants_concurrency_holds_across_workers, tenants_are_authenticated_limited_and_billed,
-};
-use workers::every_turn_follows_the_first_across_four_workers;
-
-/// Generates `mod wasm` and `mod native`, each with one `#[tokio::test]` per body of the
-/// first list; `native_only:` bodies are generated in `mod native` alone; `wasm_ignored:`
-/// bodies (`name = "reason"`) in both, the Wasm one ignored for that reason.
+/// Generates `mod wasm` and `mod native` in the module it is called in, each with one
+/// `#[tokio::test]` per body of the first list; `native_only:` bodies are generated in
+/// `mod native` alone; `wasm_ignored:` bodies (`name = "reason"`) in both, the Wasm one
+/// ignored for that reason. A plain list (no `;` sections) is every body in both. Defined
+/// before the `mod` lines so that every suite module below can call it.
 macro_rules! for_each_flavour {
     ($($test:ident),* $(,)? ;
      native_only: $($native:ident),* $(,)? ;
@@ -113,7 +77,48 @@ macro_rules! for_each_flavour {
             )*
         }
     };
+    ($($test:ident),* $(,)?) => {
+        for_each_flavour!($($test),*; native_only: ; wasm_ignored:);
+    };
 }
+
+mod capabilities;
+mod disagg;
+mod errors;
+mod faults;
+mod flow;
+mod lora;
+mod panics;
+mod pools;
+mod rewrite;
+mod routing;
+mod scheduling;
+mod simulated;
+mod streaming;
+mod tenants;
+mod workers;
+
+use errors::error_answers_are_openai_json;
+use faults::{
+    aborted_and_held_streams_leave_nothing_in_flight,
+    failing_engines_are_avoided_and_envoy_keeps_serving,
+    hostile_requests_are_answered_and_envoy_keeps_serving,
+};
+use infergate_harness::launch::client::{post_json, HttpResponse};
+use infergate_harness::launch::{Flavor, Stack};
+use panics::a_panic_fails_one_request_and_envoy_keeps_serving;
+use routing::routes_by_model_and_adapter_and_ignores_client_steering;
+use scheduling::{
+    a_replica_over_the_kv_threshold_gets_no_new_requests, turn_two_follows_turn_one_across_workers,
+    turn_two_follows_turn_one_while_load_spreads,
+};
+use serde_json::json;
+use simulated::simulated_kv_pressure_keeps_new_requests_off_a_full_replica;
+use streaming::streams_through_the_picker_are_not_buffered;
+use tenants::{
+    a_tenants_concurrency_holds_across_workers, tenants_are_authenticated_limited_and_billed,
+};
+use workers::every_turn_follows_the_first_across_four_workers;
 
 for_each_flavour!(
     routes_by_model_and_adapter_and_ignores_client_steering,

@@ -29,29 +29,7 @@ use infergate_harness::sim::{self, SimConfig, SimHandle};
 
 const MODEL: &str = "sim-model";
 
-/// Generates `mod wasm` and `mod native` with one test per body.
-macro_rules! disagg_tests {
-    ($($test:ident),* $(,)?) => {
-        mod wasm {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test(infergate_harness::launch::Flavor::Wasm).await
-                }
-            )*
-        }
-        mod native {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test(infergate_harness::launch::Flavor::Native).await
-                }
-            )*
-        }
-    };
-}
-
-disagg_tests!(
+for_each_flavour!(
     a_long_uncached_prompt_is_prefilled_elsewhere_and_its_cached_second_turn_is_not,
     a_client_sent_prefiller_has_no_effect,
 );

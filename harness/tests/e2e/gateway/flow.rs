@@ -51,30 +51,7 @@ const STANDARD: &str = "standard-traffic";
 /// How long any wait for the gateway may take on a loaded machine before the test fails.
 const PATIENCE: Duration = Duration::from_secs(20);
 
-/// Generates `mod wasm` and `mod native` with one test per body, as the gateway suite's
-/// own list does for its bodies.
-macro_rules! flow_tests {
-    ($($test:ident),* $(,)?) => {
-        mod wasm {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test(infergate_harness::launch::Flavor::Wasm).await
-                }
-            )*
-        }
-        mod native {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test(infergate_harness::launch::Flavor::Native).await
-                }
-            )*
-        }
-    };
-}
-
-flow_tests!(
+for_each_flavour!(
     queued_requests_leave_by_band_then_by_flow,
     a_full_band_and_a_client_that_leaves_are_refused_before_any_engine,
     a_request_queued_past_its_ttl_is_refused_within_a_tenth_of_it,

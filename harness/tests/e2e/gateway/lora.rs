@@ -20,30 +20,7 @@ use infergate_harness::sim;
 /// minute per flavour.
 const TIME_SCALE: f64 = 2.0;
 
-/// Generates `mod wasm` and `mod native` with one test per body, as the gateway suite's
-/// own list does for its bodies.
-macro_rules! lora_tests {
-    ($($test:ident),* $(,)?) => {
-        mod wasm {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test(infergate_harness::launch::Flavor::Wasm).await
-                }
-            )*
-        }
-        mod native {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test(infergate_harness::launch::Flavor::Native).await
-                }
-            )*
-        }
-    };
-}
-
-lora_tests!(adapters_load_three_times_less_often_through_the_picker_than_round_robin);
+for_each_flavour!(adapters_load_three_times_less_often_through_the_picker_than_round_robin);
 
 async fn adapters_load_three_times_less_often_through_the_picker_than_round_robin(flavor: Flavor) {
     let scenario = lora::Scenario::default();

@@ -54,29 +54,7 @@ const DESTINATION: &str = "x-gateway-destination-endpoint";
 const SUBSET: &str = "x-gateway-destination-endpoint-subset";
 const SESSION: &str = "x-session-id";
 
-/// Generates `mod wasm` and `mod native` with one test per body.
-macro_rules! pools_tests {
-    ($($test:ident),* $(,)?) => {
-        mod wasm {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test(infergate_harness::launch::Flavor::Wasm).await
-                }
-            )*
-        }
-        mod native {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test(infergate_harness::launch::Flavor::Native).await
-                }
-            )*
-        }
-    };
-}
-
-pools_tests!(
+for_each_flavour!(
     gateway_weighted_across_two_inference_pools,
     gateway_following_epp_routing,
     gateway_following_epp_routing_with_data_parallelism,

@@ -44,29 +44,7 @@ const KEY: &str = "sk-infergate-e2e-rewrite";
 /// Requests in flight at once.
 const IN_FLIGHT: usize = 32;
 
-/// Generates `mod wasm` and `mod native` with one test per body.
-macro_rules! rewrite_tests {
-    ($($test:ident),* $(,)?) => {
-        mod wasm {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test(infergate_harness::launch::Flavor::Wasm).await
-                }
-            )*
-        }
-        mod native {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test(infergate_harness::launch::Flavor::Native).await
-                }
-            )*
-        }
-    };
-}
-
-rewrite_tests!(
+for_each_flavour!(
     a_sticky_rewrite_puts_a_tenth_of_sessions_on_the_canary_and_keeps_each_on_one_target,
     a_per_request_rewrite_switches_targets_within_sessions,
     v1_models_lists_every_served_name_and_the_openai_client_reads_it,
