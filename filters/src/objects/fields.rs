@@ -11,7 +11,7 @@ pub(crate) struct Fields {
     pub object: String,
     /// What a nested object must be, as its wrong-type error says (`an object`, `a mapping`):
     /// each reader keeps the word its users already see.
-    pub mapping: &'static str,
+    mapping: &'static str,
 }
 
 /// `prefix.key`, or `key` at the top (empty prefix).
@@ -28,6 +28,12 @@ fn get<'v>(map: &'v Map<String, Value>, key: &str) -> Option<&'v Value> {
 }
 
 impl Fields {
+    /// The fields of `object`; `mapping` is what a nested object must be, as the reader's
+    /// errors say it.
+    pub fn new(object: String, mapping: &'static str) -> Self {
+        Fields { object, mapping }
+    }
+
     /// Errors on the first key of `map` (at `prefix`) not in `allowed`.
     pub fn only(
         &self,

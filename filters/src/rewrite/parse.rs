@@ -25,6 +25,9 @@ const POOL_GROUPS: &[&str] = &[
     "inference.networking.x-k8s.io",
 ];
 
+/// What a nested object must be, in errors.
+const MAPPING: &str = "an object";
+
 /// Top-level keys; `status` is written by controllers and ignored, `metadata` is read for
 /// its `name` only.
 const TOP_KEYS: &[&str] = &["apiVersion", "kind", "metadata", "spec", "status"];
@@ -77,10 +80,10 @@ pub(super) fn parse_object(
     if !API_VERSIONS.contains(&api_version) {
         return Err(wrong_object(unnamed, "apiVersion", api_version).into());
     }
-    let f = fields(unnamed);
+    let f = Fields::new(unnamed, MAPPING);
     let metadata = f.required_map(map, "", "metadata")?;
     let name = f.required_string(metadata, "metadata", "name")?.to_owned();
-    let f = fields(format!("{KIND} {name}"));
+    let f = Fields::new(format!("{KIND} {name}"), MAPPING);
     f.only(map, "", TOP_KEYS)?;
     let spec = f.required_map(map, "", "spec")?;
     f.only(spec, "spec", &["poolRef", "rules"])?;
@@ -172,14 +175,6 @@ fn rule(f: &Fields, at: &str, item: &Value) -> Result<RuleObject, RewriteError> 
         models,
         targets,
     })
-}
-
-/// The reader of one object's fields, `object` naming it in errors.
-fn fields(object: String) -> Fields {
-    Fields {
-        object,
-        mapping: "an object",
-    }
 }
 
 /// `apiVersion` or `kind` (at `path`) is not this reader's.

@@ -35,6 +35,9 @@ const OBJECT_META_KEYS: &[&str] = &[
     "managedFields",
 ];
 
+/// What a nested object must be, in errors.
+const MAPPING: &str = "a mapping";
+
 /// Top-level keys of either kind; `status` is written by controllers and ignored.
 const TOP_KEYS: &[&str] = &["apiVersion", "kind", "metadata", "spec", "status"];
 
@@ -104,7 +107,7 @@ pub(super) fn parse_object(index: usize, value: &Value) -> Result<Option<Object>
         return Err(wrong_object(unnamed, "apiVersion", api_version).into());
     }
     let name = object_name(&unnamed, map)?;
-    let fields = fields(format!("{kind} {name}"));
+    let fields = Fields::new(format!("{kind} {name}"), MAPPING);
     fields.only(map, "", TOP_KEYS)?;
     let spec = fields.required_map(map, "", "spec")?;
     Ok(Some(match kind {
@@ -115,7 +118,7 @@ pub(super) fn parse_object(index: usize, value: &Value) -> Result<Option<Object>
 
 /// `metadata.name`, checked against the other `metadata` keys.
 fn object_name(unnamed: &str, map: &Map<String, Value>) -> Result<String, TenantsError> {
-    let fields = fields(unnamed.into());
+    let fields = Fields::new(unnamed.into(), MAPPING);
     let metadata = fields.required_map(map, "", "metadata")?;
     fields.only(metadata, "metadata", OBJECT_META_KEYS)?;
     let name = fields.required_string(metadata, "metadata", "name")?;
@@ -334,14 +337,6 @@ fn objective(
         priority,
         pool,
     })
-}
-
-/// The reader of one object's fields, `object` naming it in errors.
-fn fields(object: String) -> Fields {
-    Fields {
-        object,
-        mapping: "a mapping",
-    }
 }
 
 /// `apiVersion` or `kind` (at `path`) is neither of the kinds taken.
