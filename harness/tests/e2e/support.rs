@@ -566,13 +566,9 @@ pub async fn stack_over(
             "{flavor} flavour: {} was named but does not exist",
             module.display()
         );
-        if !module.is_file() {
-            eprintln!(
-                "SKIPPED: {flavor} flavour needs {} (build it with `cargo xtask build`)",
-                module.display()
-            );
-            return None;
-        }
+    }
+    if unbuilt(flavor) {
+        return None;
     }
     let addrs = backends.iter().map(|b| b.addr).collect();
     let mut opts = StackOptions::new(flavor, Backends::External(addrs));
@@ -582,6 +578,20 @@ pub async fn stack_over(
         ..EnvoyOptions::default()
     };
     Some(Stack::start(opts).await.unwrap())
+}
+
+/// Whether `flavor`'s module is not built (then says so: the caller skips its test).
+pub fn unbuilt(flavor: Flavor) -> bool {
+    match flavor.artefact() {
+        Some(module) if !module.is_file() => {
+            eprintln!(
+                "SKIPPED: {flavor} flavour needs {} (build it with `cargo xtask build`)",
+                module.display()
+            );
+            true
+        }
+        _ => false,
+    }
 }
 
 /// Which test backend answered a JSON request (the `backend` field of its answer).

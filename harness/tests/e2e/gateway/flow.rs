@@ -34,7 +34,7 @@ use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
 use super::tag;
-use crate::support::gw::{self, Plan};
+use crate::support::gw::{self, billing_records, Plan};
 use crate::support::objects::{objective, tenant_quota};
 use crate::support::raw;
 use infergate_filters::picker::config::default_epp_config;
@@ -343,15 +343,7 @@ impl Rig {
 
     /// Polls the billing log until it holds `n` records (at most [`PATIENCE`]).
     async fn records(&self, n: usize) -> Vec<Value> {
-        let path = self.stack.billing_log().unwrap().to_path_buf();
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let records = read_billing_log(&path).unwrap_or_default();
-            if records.len() >= n || Instant::now() > deadline {
-                return records;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        billing_records(&self.stack, n, PATIENCE).await
     }
 }
 

@@ -90,12 +90,7 @@ impl Layout {
 /// built.
 async fn start(flavor: Flavor, backends: Backends, layout: Layout) -> Option<Stack> {
     let mut plugins_override = None;
-    let module = flavor.artefact()?;
-    if !module.is_file() {
-        eprintln!(
-            "SKIPPED: {flavor} flavour needs {} (cargo xtask build)",
-            module.display()
-        );
+    if crate::support::unbuilt(flavor) {
         return None;
     }
     if let (Some(tweak), Backends::External(addrs)) = (layout.tweak, &backends) {

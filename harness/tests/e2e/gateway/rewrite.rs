@@ -26,12 +26,13 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::tag;
+use crate::support::gw::billing_records;
 use crate::support::objects::{objective, tenant_quota};
 use crate::support::workers;
 use infergate_harness::launch::bootstrap::pool_cluster_name;
 use infergate_harness::launch::client::{get, post_json, request};
 use infergate_harness::launch::stack::{Split, SplitMode};
-use infergate_harness::launch::tenancy::{read_billing_log, Tenancy};
+use infergate_harness::launch::tenancy::Tenancy;
 use infergate_harness::launch::{Backends, EnvoyOptions, Flavor, PoolSpec, Stack, StackOptions};
 use infergate_harness::sim::SimConfig;
 
@@ -73,14 +74,8 @@ fn billing_path(flavor: Flavor, what: &str) -> std::path::PathBuf {
 /// The pool over two simulated replicas, the seed's rewrite with `split`, and optionally
 /// a tenant (`KEY`) with a billing log. `None` when the flavour's module is not built.
 async fn start(flavor: Flavor, split: Split, billing: Option<&str>) -> Option<Stack> {
-    if let Some(module) = flavor.artefact() {
-        if !module.is_file() {
-            eprintln!(
-                "SKIPPED: {flavor} flavour needs {} (build it with `cargo xtask build`)",
-                module.display()
-            );
-            return None;
-        }
+    if crate::support::unbuilt(flavor) {
+        return None;
     }
     let sim = SimConfig {
         replicas: 2,
@@ -175,19 +170,6 @@ async fn send(stack: &Stack, t: &'static str, turns: &[Turn]) -> Vec<String> {
     models
 }
 
-/// The billing log once it holds at least `n` records (at most 10 s).
-async fn billing_records(stack: &Stack, n: usize) -> Vec<Value> {
-    let path = stack.billing_log().unwrap().to_path_buf();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let records = read_billing_log(&path).unwrap_or_default();
-        if records.len() >= n || Instant::now() > deadline {
-            return records;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 pub(super) async fn a_sticky_rewrite_puts_a_tenth_of_sessions_on_the_canary_and_keeps_each_on_one_target(
     flavor: Flavor,
 ) {
@@ -274,7 +256,7 @@ pub(super) async fn a_sticky_rewrite_puts_a_tenth_of_sessions_on_the_canary_and_
 
     // The billing record: the sent model and the engine's.
     let total = 2 * SESSIONS + third.len() + 1;
-    let records = billing_records(&stack, total).await;
+    let records = billing_records(&stack, total, Duration::from_secs(10)).await;
     assert_eq!(records.len(), total, "{t}");
     let mut seen = 0;
     for r in &records {

@@ -26,12 +26,12 @@ use serde_json::{json, Value};
 use tokio::net::TcpStream;
 
 use super::tag;
-use crate::support::gw::{self, openai_error, Plan};
+use crate::support::gw::{self, billing_records, openai_error, Plan};
 use crate::support::objects::{objective, tenant_quota};
 use crate::support::{ServeMode, StreamPace, TestBackend, MALFORMED_SSE};
 use infergate_harness::launch::client::{post_json, post_json_streamed, HttpResponse};
 use infergate_harness::launch::jwt::TestIssuer;
-use infergate_harness::launch::tenancy::{read_billing_log, Tenancy};
+use infergate_harness::launch::tenancy::Tenancy;
 use infergate_harness::launch::{Flavor, PoolSpec, Stack};
 use infergate_harness::sim::{self, SimConfig, SimHandle};
 
@@ -238,19 +238,6 @@ fn content_chunks(body: &[u8]) -> u64 {
 
 fn header(resp: &HttpResponse, name: &str) -> String {
     resp.header(name).unwrap_or_default().to_owned()
-}
-
-/// Polls the billing log until it holds `n` records (at most 10 s).
-async fn billing_records(stack: &Stack, n: usize) -> Vec<Value> {
-    let path = stack.billing_log().unwrap().to_path_buf();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let records = read_billing_log(&path).unwrap_or_default();
-        if records.len() >= n || Instant::now() > deadline {
-            return records;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn by_request_id<'a>(records: &'a [Value], id: &str) -> &'a Value {
@@ -585,7 +572,7 @@ pub(super) async fn tenants_are_authenticated_limited_and_billed(flavor: Flavor)
     reached += 4;
 
     // --- the billing log ---
-    let records = billing_records(&stack, reached).await;
+    let records = billing_records(&stack, reached, Duration::from_secs(10)).await;
     assert_eq!(
         records.len(),
         reached,

@@ -9,7 +9,7 @@ use hyper::Request;
 use hyper_util::rt::TokioIo;
 use infergate_harness::launch::client::HttpResponse;
 use infergate_harness::launch::stats::Stats;
-use infergate_harness::launch::tenancy::Tenancy;
+use infergate_harness::launch::tenancy::{read_billing_log, Tenancy};
 use infergate_harness::launch::{
     Backends, ClientTimeouts, EnvoyOptions, Flavor, GatewaySettings, PluginConfigs, PoolSpec,
     Stack, StackOptions,
@@ -18,6 +18,19 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+
+/// The billing log once it holds at least `n` records, or whatever it holds after `within`.
+pub async fn billing_records(stack: &Stack, n: usize, within: Duration) -> Vec<serde_json::Value> {
+    let path = stack.billing_log().unwrap().to_path_buf();
+    let deadline = Instant::now() + within;
+    loop {
+        let records = read_billing_log(&path).unwrap_or_default();
+        if records.len() >= n || Instant::now() > deadline {
+            return records;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
 
 /// Edits the generated plugin configurations before Envoy starts.
 pub type Tweak = Box<dyn FnOnce(&mut PluginConfigs) + Send>;
@@ -66,14 +79,8 @@ pub async fn start(flavor: Flavor, backends: &[TestBackend], plan: Plan) -> Opti
 
 /// [`start`] over replicas the test runs by other means (simulators), by address.
 pub async fn start_over(flavor: Flavor, addrs: Vec<SocketAddr>, plan: Plan) -> Option<Stack> {
-    if let Some(module) = flavor.artefact() {
-        if !module.is_file() {
-            eprintln!(
-                "SKIPPED: {flavor} flavour needs {} (build it with `cargo xtask build`)",
-                module.display()
-            );
-            return None;
-        }
+    if super::unbuilt(flavor) {
+        return None;
     }
     let pools = plan
         .pools
