@@ -161,6 +161,12 @@ async fn served_by(
     headers: &[(&str, &str)],
 ) -> (usize, serde_json::Value) {
     let resp = post_chat(stack, body, headers).await;
+    answered_by(stack, &resp)
+}
+
+/// Asserts `resp` (from `stack`) is a 200 and returns the index of the test backend that
+/// answered it (`b<i>`), with the headers that backend received.
+fn answered_by(stack: &Stack, resp: &HttpResponse) -> (usize, serde_json::Value) {
     assert_eq!(
         resp.status,
         200,

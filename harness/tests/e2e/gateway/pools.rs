@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{chat, tag};
+use super::{answered_by, chat, tag};
 use crate::support::gw::{self, gateway_stats, traced};
 use crate::support::reset::ResettingBackend;
 use crate::support::{workers, MetricsMode, StreamPace, TestBackend, QUICK};
@@ -128,24 +128,6 @@ fn external(backends: &[TestBackend]) -> Backends {
 async fn post(stack: &Stack, body: &Value, headers: &[(&str, &str)]) -> HttpResponse {
     let url = format!("{}/v1/chat/completions", stack.picker_url());
     post_json(&url, body, headers).await.unwrap()
-}
-
-/// Which test backend (`b<i>`) answered a 200, and the headers it received.
-fn answered_by(stack: &Stack, resp: &HttpResponse) -> (usize, Value) {
-    assert_eq!(
-        resp.status,
-        200,
-        "{}\n--- envoy log:\n{}",
-        resp.text(),
-        stack.envoy().log_tail(20)
-    );
-    let json = resp.json().unwrap();
-    let index = json["backend"]
-        .as_str()
-        .and_then(|n| n.strip_prefix('b'))
-        .and_then(|i| i.parse().ok())
-        .unwrap_or_else(|| panic!("not answered by a test backend: {json}"));
-    (index, json["headers"].clone())
 }
 
 /// Sends `n` requests, `concurrency` at a time; `request(i)` gives the i-th body and
