@@ -60,6 +60,16 @@ pub enum ObjectError {
 }
 
 impl ObjectError {
+    /// `apiVersion` or `kind` (`path`) of `object` is `found`, not one of `expected`.
+    pub fn wrong_object(object: String, path: &str, found: &str, expected: String) -> Self {
+        ObjectError::WrongObject {
+            object,
+            path: path.into(),
+            found: found.into(),
+            expected,
+        }
+    }
+
     /// The object the error is about (`TenantQuota tenant-a`, `objects[2]`).
     pub fn object(&self) -> &str {
         match self {

@@ -73,12 +73,14 @@ pub(super) fn parse_object(
     };
     let kind = objects::type_field(map, "kind");
     if kind != KIND {
-        return Err(wrong_object(at, "kind", kind).into());
+        return Err(ObjectError::wrong_object(at, "kind", kind, kinds_taken()).into());
     }
     let unnamed = format!("{KIND} {at}");
     let api_version = objects::type_field(map, "apiVersion");
     if !API_VERSIONS.contains(&api_version) {
-        return Err(wrong_object(unnamed, "apiVersion", api_version).into());
+        return Err(
+            ObjectError::wrong_object(unnamed, "apiVersion", api_version, kinds_taken()).into(),
+        );
     }
     let f = Fields::new(unnamed, MAPPING);
     let metadata = f.required_map(map, "", "metadata")?;
@@ -177,17 +179,12 @@ fn rule(f: &Fields, at: &str, item: &Value) -> Result<RuleObject, RewriteError> 
     })
 }
 
-/// `apiVersion` or `kind` (at `path`) is not this reader's.
-fn wrong_object(object: String, path: &str, found: &str) -> ObjectError {
-    ObjectError::WrongObject {
-        object,
-        path: path.into(),
-        found: found.into(),
-        expected: format!(
-            "kind `{KIND}`, apiVersion one of {}",
-            API_VERSIONS.join(", ")
-        ),
-    }
+/// The kind and versions taken, for a wrong `kind` or `apiVersion`.
+fn kinds_taken() -> String {
+    format!(
+        "kind `{KIND}`, apiVersion one of {}",
+        API_VERSIONS.join(", ")
+    )
 }
 
 /// A weight: an integer in `0..=MAX_WEIGHT` (JSON `90` or `90.0`, as YAML may give it).

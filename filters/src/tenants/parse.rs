@@ -100,11 +100,13 @@ pub(super) fn parse_object(index: usize, value: &Value) -> Result<Option<Object>
     let expected_version = match kind {
         "TenantQuota" => TENANT_QUOTA_API_VERSION,
         "InferenceObjective" => OBJECTIVE_API_VERSION,
-        _ => return Err(wrong_object(at, "kind", kind).into()),
+        _ => return Err(ObjectError::wrong_object(at, "kind", kind, kinds_taken()).into()),
     };
     let unnamed = format!("{kind} {at}");
     if api_version != expected_version {
-        return Err(wrong_object(unnamed, "apiVersion", api_version).into());
+        return Err(
+            ObjectError::wrong_object(unnamed, "apiVersion", api_version, kinds_taken()).into(),
+        );
     }
     let name = object_name(&unnamed, map)?;
     let fields = Fields::new(format!("{kind} {name}"), MAPPING);
@@ -339,17 +341,12 @@ fn objective(
     })
 }
 
-/// `apiVersion` or `kind` (at `path`) is neither of the kinds taken.
-fn wrong_object(object: String, path: &str, found: &str) -> ObjectError {
-    ObjectError::WrongObject {
-        object,
-        path: path.into(),
-        found: found.into(),
-        expected: format!(
-            "apiVersion `{TENANT_QUOTA_API_VERSION}` kind `TenantQuota`, or apiVersion \
-             `{OBJECTIVE_API_VERSION}` kind `InferenceObjective`"
-        ),
-    }
+/// The kinds and versions taken, for a wrong `kind` or `apiVersion`.
+fn kinds_taken() -> String {
+    format!(
+        "apiVersion `{TENANT_QUOTA_API_VERSION}` kind `TenantQuota`, or apiVersion \
+         `{OBJECTIVE_API_VERSION}` kind `InferenceObjective`"
+    )
 }
 
 /// 64 hex digits (either case) → the 32 digest bytes.
