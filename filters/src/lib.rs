@@ -41,8 +41,10 @@
 //! stages), [`host`] (capability traits), [`status`] (what the driver returns), [`reply`]
 //! (OpenAI error replies), [`stats`] (stat names and families), [`headers`] (wire names and
 //! client-header stripping), [`handoff`] (router → picker per-stream handoff), [`router`]
-//! (body router), [`picker`] (endpoint picker; with [`flow`], the flow-control gate it asks
-//! before it picks), [`scraper`] (metrics scraper),
+//! (body router; [`rewrite`], the model rewrite and its sticky split), [`picker`] (endpoint
+//! picker; with [`flow`], the flow-control gate it asks before it picks), [`scraper`]
+//! (metrics scraper), [`tenants`] and [`rewrite`] read the platform's Kubernetes objects
+//! through [`objects`] (field by field, errors naming object and path),
 //! [`consistency`] (checks between separately loaded configs), [`fake`] (a builder-style
 //! fake host for tests; feature `fake-host` exports it). `benches/filters.rs` measures the
 //! router and the picker on an 8k-token body.
