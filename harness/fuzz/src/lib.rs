@@ -10,12 +10,14 @@
 
 mod flow_config;
 pub mod meter;
+mod model_rewrites;
 mod owner_messages;
 mod targets;
 mod tenant_objects;
 mod usage_stream;
 
 pub use flow_config::flow_config;
+pub use model_rewrites::model_rewrites;
 pub use owner_messages::owner_messages;
 pub use targets::{
     canonical_prompt, handoff_codec, memory_bound, prometheus_parser, request_parser,
@@ -38,4 +40,5 @@ pub const TARGETS: &[Target] = &[
     ("tenant_objects", tenant_objects),
     ("flow_config", flow_config),
     ("owner_messages", owner_messages),
+    ("model_rewrites", model_rewrites),
 ];
