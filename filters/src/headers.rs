@@ -21,6 +21,11 @@ pub const SUBSET_METADATA_NAMESPACE: &str = "envoy.lb.subset_hint";
 /// `ip:port` of the endpoint that actually served (a retry may have taken a fallback); set
 /// by the picker on the response.
 pub const DESTINATION_SERVED: &str = "x-gateway-destination-endpoint-served";
+/// Envoy's per-request retry budget, which the picker sets to the number of fallbacks in
+/// its list: a retry past the list would leave it (Envoy's pool cluster then picks by its
+/// own fallback policy, outside the picker's choice and any subset hint), and a client's
+/// own value must not buy more retries.
+pub const MAX_RETRIES: &str = "x-envoy-max-retries";
 /// Reason of a 429/503 rejection.
 pub const DROPPED_REASON: &str = "x-llm-d-request-dropped-reason";
 /// Dynamic-metadata namespace the picker writes the destination under.

@@ -56,7 +56,9 @@ use crate::flow::{
     read_state_number, record_queued_ms, Admission, DropReason, QueueSlot, Verdict, SERVICE_STATE,
 };
 use crate::handoff::{Handoff, HANDOFF_KEY};
-use crate::headers::{BASE_MODEL, DESTINATION_ENDPOINT, DESTINATION_SERVED, LB_METADATA_NAMESPACE};
+use crate::headers::{
+    BASE_MODEL, DESTINATION_ENDPOINT, DESTINATION_SERVED, LB_METADATA_NAMESPACE, MAX_RETRIES,
+};
 use crate::host::{
     Clock, DynamicMetadata, EditResponseHeaders, LocalReply, Random, ReadMetadata, RequestBody,
     RequestHeaders, RoutedCluster, ServedUpstream, SnapshotSource, Stats, StreamState,
@@ -533,8 +535,10 @@ impl PickerRequest {
         destination: Destination,
     ) -> FilterStatus {
         let list = destination.list();
-        self.endpoint = Some(destination.endpoint);
         host.set_request_header(DESTINATION_ENDPOINT, &list);
+        // At most one retry per fallback: a retry past the list would leave the pool's choice.
+        host.set_request_header(MAX_RETRIES, &destination.fallbacks.len().to_string());
+        self.endpoint = Some(destination.endpoint);
         if let Some(prefiller) = &destination.prefiller {
             host.set_request_header(disagg::PREFILLER_HEADER, prefiller);
         }

@@ -18,8 +18,8 @@ pub enum RewriteError {
         /// The pool named.
         pool: String,
     },
-    /// A target the referenced pool does not serve (neither its base model nor one of its
-    /// adapters).
+    /// A target that the referenced pool, or another pool of its base model, does not serve
+    /// (neither its base model nor one of its adapters).
     NotServed {
         /// The object.
         object: String,
@@ -99,7 +99,8 @@ impl fmt::Display for RewriteError {
             } => write!(
                 f,
                 "{object}: {path}: pool `{pool}` does not serve `{model}` (neither its base \
-                 model nor one of its adapters)"
+                 model nor one of its adapters; the rules of a pool apply to every pool of its \
+                 base model, because the router rewrites before Envoy chooses the pool)"
             ),
             RewriteError::AllWeightsZero { object, path } => write!(
                 f,

@@ -124,12 +124,19 @@ impl Rewrites {
             let base = &pool.base_model;
             for rule in object.rules {
                 for t in &rule.targets {
-                    if &t.model != base && !pool.adapters.contains(&t.model) {
+                    // The router rewrites before Envoy's route chooses among the pools of a
+                    // base model (a split across pools), so the rules of one pool apply to
+                    // every pool of its base model: each of them must serve every target.
+                    let missing = pools
+                        .iter()
+                        .filter(|p| &p.base_model == base)
+                        .find(|p| &t.model != base && !p.adapters.contains(&t.model));
+                    if let Some(p) = missing {
                         return Err(RewriteError::NotServed {
                             object: object.label.clone(),
                             path: format!("{}.modelRewrite", t.path),
                             model: t.model.clone(),
-                            pool: pool.name.clone(),
+                            pool: p.name.clone(),
                         });
                     }
                 }

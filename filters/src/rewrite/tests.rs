@@ -405,3 +405,27 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn every_pool_of_the_base_model_must_serve_the_targets() {
+    // The router rewrites before Envoy's route chooses between the two llama pools, so a
+    // canary pool that lacks the adapters would get requests it cannot serve.
+    let mut two = pools();
+    two.push(PoolModels {
+        name: "llama-70b-fp8".into(),
+        base_model: "llama".into(),
+        adapters: Vec::new(),
+        block_size_tokens: None,
+    });
+    match Rewrites::compile(&[seed()], &two) {
+        Err(RewriteError::NotServed { pool, model, .. }) => {
+            assert_eq!(pool, "llama-70b-fp8");
+            assert_eq!(model, "support-assistant-v1");
+        }
+        other => panic!("{other:?}"),
+    }
+    if let Some(fp8) = two.last_mut() {
+        fp8.adapters = vec!["support-assistant-v1".into(), "support-assistant-v2".into()];
+    }
+    assert!(Rewrites::compile(&[seed()], &two).is_ok());
+}

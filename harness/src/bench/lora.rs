@@ -276,31 +276,52 @@ impl LoraOptions {
     }
 }
 
-/// `/rr` once (through the first flavour's Envoy), then the picker of every flavour, on
-/// one simulated pool; the report and whether every picker arm met the criterion.
+/// `/rr` once (through the first flavour's Envoy), then the picker of every flavour, each
+/// arm on a simulated pool of its own, so no arm starts with the adapters an earlier one
+/// left resident; the report and whether every picker arm met the criterion.
 pub async fn run(o: &LoraOptions) -> Result<(String, bool)> {
-    let sim = sim::start(o.scenario.sim_config(o.args.time_scale))
-        .await
-        .context("starting the simulator")?;
-    let result = run_on(&sim, o).await;
-    sim.shutdown().await;
-    result
-}
-
-async fn run_on(sim: &SimHandle, o: &LoraOptions) -> Result<(String, bool)> {
     let a = &o.args;
     let w = o.scenario.workload(a.quick);
     let workers = a.concurrencies.first().copied().unwrap_or(1);
     let mut arms = Vec::new();
     for (i, flavor) in a.flavors.iter().enumerate() {
-        let stack = start_stack(sim, *flavor, workers, &o.scenario).await?;
         if i == 0 {
-            arms.push(run_arm(sim, "/rr (round-robin)", stack.baseline_url(), &w, 1).await?);
+            let label = "/rr (round-robin)";
+            arms.push(arm_on_fresh_pool(o, *flavor, workers, label, true, &w, 1).await?);
         }
         let label = format!("picker ({flavor})");
-        arms.push(run_arm(sim, &label, stack.picker_url(), &w, i as u64 + 2).await?);
+        let salt = i as u64 + 2;
+        arms.push(arm_on_fresh_pool(o, *flavor, workers, &label, false, &w, salt).await?);
     }
     Ok(table(&w, o, &arms))
+}
+
+/// One arm over a simulator and an Envoy of its own: through `/rr` when `baseline`, else
+/// through the picker.
+async fn arm_on_fresh_pool(
+    o: &LoraOptions,
+    flavor: Flavor,
+    workers: u32,
+    label: &str,
+    baseline: bool,
+    w: &Workload,
+    salt: u64,
+) -> Result<Arm> {
+    let sim = sim::start(o.scenario.sim_config(o.args.time_scale))
+        .await
+        .context("starting the simulator")?;
+    let result = async {
+        let stack = start_stack(&sim, flavor, workers, &o.scenario).await?;
+        let url = if baseline {
+            stack.baseline_url()
+        } else {
+            stack.picker_url()
+        };
+        run_arm(&sim, label, url, w, salt).await
+    }
+    .await;
+    sim.shutdown().await;
+    result
 }
 
 /// The report: one column per arm; the verdict line per picker arm.

@@ -3,7 +3,9 @@
 //! served endpoint's correction of the in-flight load and the prefix index.
 
 use super::*;
-use crate::headers::{DESTINATION_SERVED, DESTINATION_SUBSET, SUBSET_METADATA_NAMESPACE};
+use crate::headers::{
+    DESTINATION_SERVED, DESTINATION_SUBSET, MAX_RETRIES, SUBSET_METADATA_NAMESPACE,
+};
 use crate::reply::REJECTED_NO_ENDPOINTS;
 
 /// Two pools of one base model (a canary split across pools): `stable` on A, B and
@@ -150,11 +152,15 @@ fn every_rank_of_a_data_parallel_pod_is_picked_on_its_own() {
 fn the_destination_lists_the_pick_then_up_to_fallbacks_other_pool_endpoints() {
     for (fallbacks, expected_len) in [(0, 1), (1, 2), (2, 3), (5, 3)] {
         let mut s = shared(pool(&[A, B, C], json!({ "fallbacks": fallbacks })));
-        let mut host = host_for(&chat("hello"), Some(fresh_all(&[A, B, C])));
+        // A client asking for many retries gets one per fallback, never a retry past the list.
+        let mut host = host_for(&chat("hello"), Some(fresh_all(&[A, B, C])))
+            .request_header(MAX_RETRIES, "100");
         let (status, req) = pick_one(&mut s, &mut host);
         assert_eq!(status, FilterStatus::Continue);
         let list = list_of(&host);
         assert_eq!(list.len(), expected_len, "fallbacks {fallbacks}: {list:?}");
+        let retries = (expected_len - 1).to_string();
+        assert_eq!(host.header(MAX_RETRIES).as_deref(), Some(retries.as_str()));
         assert_eq!(list.first().map(String::as_str), req.endpoint());
         let distinct: std::collections::BTreeSet<&String> = list.iter().collect();
         assert_eq!(distinct.len(), list.len(), "{list:?}");

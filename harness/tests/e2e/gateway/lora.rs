@@ -24,19 +24,29 @@ for_each_flavour!(adapters_load_three_times_less_often_through_the_picker_than_r
 
 async fn adapters_load_three_times_less_often_through_the_picker_than_round_robin(flavor: Flavor) {
     let scenario = lora::Scenario::default();
-    let sim = sim::start(scenario.sim_config(TIME_SCALE)).await.unwrap();
-    let plan = Plan::new(vec![scenario.pool_spec()]);
-    let Some(stack) = gw::start_over(flavor, sim.addrs().to_vec(), plan).await else {
-        return;
-    };
     let t = format!("{} x{}", tag(flavor), crate::support::workers());
     let w = scenario.workload(true);
-    let rr = lora::run_arm(&sim, "/rr", stack.baseline_url(), &w, 1)
-        .await
-        .unwrap();
-    let picker = lora::run_arm(&sim, "picker", stack.picker_url(), &w, 2)
-        .await
-        .unwrap();
+    // Each arm on a pool of its own: an arm must not start with the adapters the other
+    // left resident.
+    let mut arms = Vec::new();
+    let mut log = String::new();
+    for (label, salt) in [("/rr", 1), ("picker", 2)] {
+        let sim = sim::start(scenario.sim_config(TIME_SCALE)).await.unwrap();
+        let plan = Plan::new(vec![scenario.pool_spec()]);
+        let Some(stack) = gw::start_over(flavor, sim.addrs().to_vec(), plan).await else {
+            return;
+        };
+        let url = if label == "/rr" {
+            stack.baseline_url()
+        } else {
+            stack.picker_url()
+        };
+        arms.push(lora::run_arm(&sim, label, url, &w, salt).await.unwrap());
+        log = stack.envoy().log_tail(20);
+        drop(stack);
+        sim.shutdown().await;
+    }
+    let [rr, picker] = <[lora::Arm; 2]>::try_from(arms).unwrap();
     let line = |a: &lora::Arm| {
         format!(
             "{}: {} requests, {} ok, {} adapter loads, {:.2} replicas per adapter, errors {:?}",
@@ -52,7 +62,7 @@ async fn adapters_load_three_times_less_often_through_the_picker_than_round_robi
         "{t}\n{}\n{}\n--- envoy log:\n{}",
         line(&rr),
         line(&picker),
-        stack.envoy().log_tail(20)
+        log
     );
     for arm in [&rr, &picker] {
         assert_eq!(
