@@ -541,6 +541,40 @@ async fn gateway_destination_endpoint_served(flavor: Flavor) {
             gateway_stats(&stats)
         );
     }
+    drop(stack);
+    no_retry_past_the_list(flavor).await;
+}
+
+/// With `fallbacks: 0` the list is the pick alone, and the picker's `x-envoy-max-retries: 0`
+/// keeps Envoy from retrying past it (the pool cluster's own round robin would otherwise
+/// take the good replica): the resetting pick fails the request, whatever retries the client
+/// asks for.
+async fn no_retry_past_the_list(flavor: Flavor) {
+    let good = TestBackend::many(1, QUICK).await;
+    good[0].set_kv(0.3);
+    let resetting = ResettingBackend::start(0.05).await;
+    let addrs = vec![good[0].addr, resetting.addr];
+    let mut layout = Layout::pools(vec![PoolSpec::all(MODEL)]);
+    layout.tweak = Some(Box::new(|plugins| {
+        gw::picker_pool(plugins, MODEL)["fallbacks"] = json!(0);
+    }));
+    let Some(stack) = start(flavor, Backends::External(addrs), layout).await else {
+        return;
+    };
+    let t = tag(flavor);
+    let resp = post(
+        &stack,
+        &chat(MODEL, "no fallback"),
+        &[("x-envoy-max-retries", "5")],
+    )
+    .await;
+    assert_eq!(resp.status, 503, "{t}: {}", resp.text());
+    assert_eq!(
+        resetting.resets(),
+        1,
+        "{t}: one attempt, on the pick, and no retry past the list"
+    );
+    assert_eq!(good[0].served(), 0, "{t}: the retry left the list");
 }
 
 /// Three backends; b0 is the most attractive (lowest KV) but outside the subset hint
