@@ -160,7 +160,7 @@ fn the_destination_lists_the_pick_then_up_to_fallbacks_other_pool_endpoints() {
         let list = list_of(&host);
         assert_eq!(list.len(), expected_len, "fallbacks {fallbacks}: {list:?}");
         let retries = (expected_len - 1).to_string();
-        assert_eq!(host.header(MAX_RETRIES).as_deref(), Some(retries.as_str()));
+        assert_eq!(host.header(MAX_RETRIES), Some(retries.as_str()));
         assert_eq!(list.first().map(String::as_str), req.endpoint());
         let distinct: std::collections::BTreeSet<&String> = list.iter().collect();
         assert_eq!(distinct.len(), list.len(), "{list:?}");
