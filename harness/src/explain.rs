@@ -206,7 +206,7 @@ pub fn load_config(path: &Path) -> Result<Scheduler> {
     let scheduler = if is_json {
         Scheduler::from_json_str(&text)
     } else {
-        let value: serde_json::Value = serde_yaml::from_str(&text)
+        let value: serde_json::Value = serde_yaml_ng::from_str(&text)
             .with_context(|| format!("config {}: invalid YAML", path.display()))?;
         Scheduler::from_value(value)
     };

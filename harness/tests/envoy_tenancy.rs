@@ -28,7 +28,7 @@ use infergate_harness::launch::{
 };
 use infergate_harness::sim::SimConfig;
 use serde_json::json;
-use serde_yaml::Value;
+use serde_yaml_ng::Value;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
@@ -87,7 +87,7 @@ fn gateway_templates_with_jwt_and_billing_log_validate() {
 
 /// Parses YAML written in this file.
 fn yaml(text: &str) -> Value {
-    serde_yaml::from_str(text).unwrap()
+    serde_yaml_ng::from_str(text).unwrap()
 }
 
 /// A gateway-shaped bootstrap around the templates' tenancy prototypes, with Envoy's own
@@ -118,7 +118,7 @@ fn fixture(dir: &Path, native: &Template, wasm: &Template) -> String {
     let off = yaml(
         r#"{"@type": type.googleapis.com/envoy.config.route.v3.FilterConfig, disabled: true}"#,
     );
-    let mut unbilled = serde_yaml::Mapping::new();
+    let mut unbilled = serde_yaml_ng::Mapping::new();
     unbilled.insert("fixture.set_metadata".into(), off.clone());
     unbilled.insert("fixture.set_filter_state".into(), off);
     let route = |prefix: &str, per_filter: Value| {
@@ -131,7 +131,7 @@ fn fixture(dir: &Path, native: &Template, wasm: &Template) -> String {
     let routes = vec![
         route("/rr/", baseline["typed_per_filter_config"].clone()),
         route("/unbilled", Value::Mapping(unbilled)),
-        route("/", Value::Mapping(serde_yaml::Mapping::new())),
+        route("/", Value::Mapping(serde_yaml_ng::Mapping::new())),
     ];
     let claims_log = yaml(&format!(
         r#"
@@ -189,7 +189,7 @@ static_resources:
     );
     bootstrap["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
         ["typed_config"] = hcm;
-    serde_yaml::to_string(&bootstrap).unwrap()
+    serde_yaml_ng::to_string(&bootstrap).unwrap()
 }
 
 fn template(flavor: Flavor) -> Template {

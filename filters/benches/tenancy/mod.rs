@@ -49,7 +49,7 @@ fn tenants() -> Result<Tenants, String> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/tenants/all.yaml");
     let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
     let mut objects = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
         let value: Value = serde::Deserialize::deserialize(doc).map_err(|e| e.to_string())?;
         objects.push(value);
     }

@@ -27,7 +27,7 @@ fn pools() -> Vec<PoolModels> {
 /// The seed's object, read from `testdata/rewrite/` as users write it.
 fn seed() -> Value {
     let text = include_str!("../../../testdata/rewrite/inferencemodelrewrite.yaml");
-    serde_yaml::from_str(text).unwrap()
+    serde_yaml_ng::from_str(text).unwrap()
 }
 
 fn compile(objects: &[Value]) -> Result<Rewrites, RewriteError> {
@@ -104,7 +104,7 @@ fn invalid_testdata_objects_name_their_path() {
         ),
     ];
     for (file, text, path) in cases {
-        let value: Value = serde_yaml::from_str(text).unwrap();
+        let value: Value = serde_yaml_ng::from_str(text).unwrap();
         let e = error(&[value]);
         assert_eq!(e.path(), *path, "{file}: {e}");
         assert!(e.to_string().contains(path), "{file}: {e}");

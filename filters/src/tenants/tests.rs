@@ -17,7 +17,7 @@ fn testdata() -> PathBuf {
 
 /// Every YAML document of `text` as JSON, the way the adapters hand objects over.
 fn yaml_documents(text: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(text)
+    serde_yaml_ng::Deserializer::from_str(text)
         .map(|doc| Value::deserialize(doc).unwrap())
         .collect()
 }

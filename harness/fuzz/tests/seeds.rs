@@ -316,7 +316,7 @@ fn flow_input(config: &serde_json::Value, seed: u64) -> Vec<u8> {
 }
 
 fn yaml_to_json(text: &[u8]) -> serde_json::Value {
-    serde_yaml::from_slice(text).unwrap()
+    serde_yaml_ng::from_slice(text).unwrap()
 }
 
 /// The configurations of `epp/` (the JSON ones verbatim too, without a script), variants of

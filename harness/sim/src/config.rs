@@ -75,7 +75,7 @@ impl SimConfig {
     /// Reads a YAML (or JSON) file with the fields of this struct.
     pub fn from_file(path: &std::path::Path) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path)?;
-        Ok(serde_yaml::from_str(&text)?)
+        Ok(serde_yaml_ng::from_str(&text)?)
     }
 
     /// The base model name reported for adapters.
@@ -94,7 +94,7 @@ mod tests {
 
     #[test]
     fn yaml_overrides_defaults_and_rejects_unknown_fields() {
-        let c: SimConfig = serde_yaml::from_str(
+        let c: SimConfig = serde_yaml_ng::from_str(
             "replicas: 3\nmodels: [base]\nloras: [a, b]\nengine:\n  kv_capacity_tokens: 32000\n  max_loras: 2\n",
         )
         .unwrap();
@@ -107,17 +107,17 @@ mod tests {
         assert_eq!(c.time_scale, 1.0);
         assert!(!c.no_usage && !c.deterministic);
         assert_eq!(c.prompt_tokens_details, PromptTokensDetails::Always);
-        let u: SimConfig = serde_yaml::from_str(
+        let u: SimConfig = serde_yaml_ng::from_str(
             "no_usage: true\ndeterministic: true\nprompt_tokens_details: nonzero\n",
         )
         .unwrap();
         assert!(u.no_usage && u.deterministic);
         assert_eq!(u.prompt_tokens_details, PromptTokensDetails::Nonzero);
-        assert!(serde_yaml::from_str::<SimConfig>("prompt_tokens_details: some\n").is_err());
-        assert!(serde_yaml::from_str::<SimConfig>("replica: 3\n").is_err());
-        let json: SimConfig = serde_yaml::from_str(r#"{"port": 9000}"#).unwrap();
+        assert!(serde_yaml_ng::from_str::<SimConfig>("prompt_tokens_details: some\n").is_err());
+        assert!(serde_yaml_ng::from_str::<SimConfig>("replica: 3\n").is_err());
+        let json: SimConfig = serde_yaml_ng::from_str(r#"{"port": 9000}"#).unwrap();
         assert_eq!(json.port, 9000);
-        let ranks: SimConfig = serde_yaml::from_str("listen: ['127.0.0.2:8000']\n").unwrap();
+        let ranks: SimConfig = serde_yaml_ng::from_str("listen: ['127.0.0.2:8000']\n").unwrap();
         assert_eq!(ranks.listen, ["127.0.0.2:8000".parse().unwrap()]);
     }
 }

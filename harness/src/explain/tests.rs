@@ -197,7 +197,7 @@ fn production() -> Value {
         "/../testdata/epp/default.yaml"
     ))
     .unwrap();
-    serde_yaml::from_str(&text).unwrap()
+    serde_yaml_ng::from_str(&text).unwrap()
 }
 
 /// Asserts agreement for every seed; returns the candidate set and the outcomes seen.

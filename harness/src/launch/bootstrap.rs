@@ -10,7 +10,7 @@ use super::template::{Template, Vars};
 use super::tenancy::Tenancy;
 use anyhow::{bail, Context, Result};
 use serde_json::json;
-use serde_yaml::Value;
+use serde_yaml_ng::Value;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -409,7 +409,7 @@ fn lb_endpoints(addrs: &[SocketAddr]) -> Value {
 }
 
 fn to_yaml(v: &serde_json::Value) -> Value {
-    serde_yaml::to_value(v).unwrap_or(Value::Null)
+    serde_yaml_ng::to_value(v).unwrap_or(Value::Null)
 }
 
 fn text(s: impl Into<String>) -> Value {
@@ -529,7 +529,7 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
     vars.insert("wasm_module".into(), text(module.clone()));
     vars.insert("native_module".into(), text(module));
     let body = t.render(&vars)?;
-    serde_yaml::to_string(&body).context("serialising the bootstrap")
+    serde_yaml_ng::to_string(&body).context("serialising the bootstrap")
 }
 
 /// Renders `params` with its flavour's template from `envoy/config/`.
@@ -573,7 +573,7 @@ mod tests {
             let yaml = render(&with_baseline(flavor)).unwrap();
             assert!(!yaml.contains("{{"), "{flavor}: placeholder left");
             assert!(!yaml.contains("x-infergate"), "{flavor}: prototypes leaked");
-            let v: Value = serde_yaml::from_str(&yaml).unwrap();
+            let v: Value = serde_yaml_ng::from_str(&yaml).unwrap();
             let clusters = v["static_resources"]["clusters"].as_sequence().unwrap();
             let names: Vec<&str> = clusters.iter().filter_map(|c| c["name"].as_str()).collect();
             assert!(
@@ -599,7 +599,7 @@ mod tests {
     fn streams_run_unbounded_and_requests_must_arrive_in_bounded_time() {
         for flavor in Flavor::ALL {
             let yaml = render(&with_baseline(flavor)).unwrap();
-            let v: Value = serde_yaml::from_str(&yaml).unwrap();
+            let v: Value = serde_yaml_ng::from_str(&yaml).unwrap();
             let hcm = hcm(&v);
             assert_eq!(hcm["request_timeout"].as_str(), Some("60.000s"), "{flavor}");
             assert_eq!(
@@ -614,7 +614,7 @@ mod tests {
             );
             let mut short = with_baseline(flavor);
             short.timeouts.request = Duration::from_millis(1500);
-            let short = serde_yaml::from_str::<Value>(&render(&short).unwrap()).unwrap();
+            let short = serde_yaml_ng::from_str::<Value>(&render(&short).unwrap()).unwrap();
             assert_eq!(
                 self::hcm(&short)["request_timeout"].as_str(),
                 Some("1.500s")
@@ -636,7 +636,7 @@ mod tests {
     #[test]
     fn plugin_configs_arrive_as_json_text_with_their_role() {
         let yaml = render(&BootstrapParams::new(Flavor::Wasm, two_pools())).unwrap();
-        let v: Value = serde_yaml::from_str(&yaml).unwrap();
+        let v: Value = serde_yaml_ng::from_str(&yaml).unwrap();
         let picker = picker_config(&v);
         assert_eq!(picker["role"], "picker");
         assert_eq!(picker["pools"][1]["endpoints"][0], "127.0.0.1:8003");
@@ -688,7 +688,7 @@ mod tests {
     #[test]
     fn gateway_pool_clusters_take_the_pickers_list_and_routes_retry_once() {
         for flavor in [Flavor::Wasm, Flavor::Native] {
-            let v: Value = serde_yaml::from_str(&render(&with_baseline(flavor)).unwrap()).unwrap();
+            let v: Value = serde_yaml_ng::from_str(&render(&with_baseline(flavor)).unwrap()).unwrap();
             let clusters = v["static_resources"]["clusters"].as_sequence().unwrap();
             let pool = clusters
                 .iter()
@@ -779,7 +779,7 @@ mod tests {
                 RouteSpec::split("llama", &[(0, 90), (1, 10)]).sticky(),
                 RouteSpec::to("llama", 1).when_header("x-canary", "fp8"),
             ];
-            let v: Value = serde_yaml::from_str(&render(&params).unwrap()).unwrap();
+            let v: Value = serde_yaml_ng::from_str(&render(&params).unwrap()).unwrap();
             let routes = hcm(&v)["route_config"]["virtual_hosts"][0]["routes"]
                 .as_sequence()
                 .unwrap();
@@ -843,7 +843,7 @@ mod tests {
             assert!(clusters.contains(&"pool-1-llama-fp8"), "{flavor}");
 
             params.routes = vec![RouteSpec::split("llama", &[(0, 1), (1, 1)])];
-            let v: Value = serde_yaml::from_str(&render(&params).unwrap()).unwrap();
+            let v: Value = serde_yaml_ng::from_str(&render(&params).unwrap()).unwrap();
             let split = &hcm(&v)["route_config"]["virtual_hosts"][0]["routes"][0]["route"];
             assert!(split["weighted_clusters"].get("header_name").is_none());
             params.routes.clear();
@@ -857,12 +857,12 @@ mod tests {
     #[test]
     fn a_subset_hint_is_set_metadata_in_front_of_the_gateway_filters() {
         for flavor in [Flavor::Wasm, Flavor::Native] {
-            let v: Value = serde_yaml::from_str(&render(&with_baseline(flavor)).unwrap()).unwrap();
+            let v: Value = serde_yaml_ng::from_str(&render(&with_baseline(flavor)).unwrap()).unwrap();
             assert!(!filter_names(&v).contains(&"infergate.subset_hint".to_string()));
             let mut params = with_baseline(flavor);
             params.subset_hint = vec![addr(8001), addr(8003)];
             params.tenancy = tenancy();
-            let v: Value = serde_yaml::from_str(&render(&params).unwrap()).unwrap();
+            let v: Value = serde_yaml_ng::from_str(&render(&params).unwrap()).unwrap();
             let names = filter_names(&v);
             assert_eq!(names[0], "infergate.subset_hint", "{flavor}: {names:?}");
             let c = &hcm(&v)["http_filters"][0]["typed_config"];
@@ -916,7 +916,7 @@ mod tests {
         assert_eq!(expanded, all);
         all.sort();
         assert_eq!(c.scraper["endpoints"], json!(all));
-        let v: Value = serde_yaml::from_str(
+        let v: Value = serde_yaml_ng::from_str(
             &render(&BootstrapParams::new(Flavor::Native, vec![pool.clone()])).unwrap(),
         )
         .unwrap();
@@ -943,7 +943,7 @@ mod tests {
         let limit = GatewaySettings::default().body_limit_bytes;
         for flavor in [Flavor::Wasm, Flavor::Native] {
             let yaml = render(&BootstrapParams::new(flavor, two_pools())).unwrap();
-            let v: Value = serde_yaml::from_str(&yaml).unwrap();
+            let v: Value = serde_yaml_ng::from_str(&yaml).unwrap();
             let listener = &v["static_resources"]["listeners"][0];
             let buffer = listener["per_connection_buffer_limit_bytes"]
                 .as_u64()
@@ -954,7 +954,7 @@ mod tests {
             );
         }
         let yaml = render(&BootstrapParams::new(Flavor::Wasm, two_pools())).unwrap();
-        let v: Value = serde_yaml::from_str(&yaml).unwrap();
+        let v: Value = serde_yaml_ng::from_str(&yaml).unwrap();
         let filters = v["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
             ["typed_config"]["http_filters"]
             .as_sequence()
@@ -981,7 +981,7 @@ mod tests {
     #[test]
     fn plain_renders_a_probe_filter_only_when_asked() {
         let names = |params: &BootstrapParams| -> Vec<String> {
-            let v: Value = serde_yaml::from_str(&render(params).unwrap()).unwrap();
+            let v: Value = serde_yaml_ng::from_str(&render(params).unwrap()).unwrap();
             v["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
                 ["http_filters"]
                 .as_sequence()
@@ -1013,7 +1013,7 @@ mod tests {
     #[test]
     fn pool_clusters_hold_thousands_of_streams() {
         for flavor in Flavor::ALL {
-            let v: Value = serde_yaml::from_str(&render(&with_baseline(flavor)).unwrap()).unwrap();
+            let v: Value = serde_yaml_ng::from_str(&render(&with_baseline(flavor)).unwrap()).unwrap();
             for c in v["static_resources"]["clusters"].as_sequence().unwrap() {
                 let name = c["name"].as_str().unwrap();
                 if !(name.starts_with("pool-") || name == "rr") {
@@ -1034,7 +1034,7 @@ mod tests {
     fn the_baseline_is_spliced_only_when_asked_for() {
         for flavor in Flavor::ALL {
             let names = |params: &BootstrapParams| {
-                let v: Value = serde_yaml::from_str(&render(params).unwrap()).unwrap();
+                let v: Value = serde_yaml_ng::from_str(&render(params).unwrap()).unwrap();
                 let routes: Vec<String> = hcm(&v)["route_config"]["virtual_hosts"][0]["routes"]
                     .as_sequence()
                     .unwrap()
@@ -1084,7 +1084,7 @@ mod tests {
         probe.probe = Some(Flavor::Wasm);
         probe.module = Some(PathBuf::from("/m/module.wasm"));
         for (params, expected) in [(with_baseline(Flavor::Wasm), 3), (probe, 1)] {
-            let v: Value = serde_yaml::from_str(&render(&params).unwrap()).unwrap();
+            let v: Value = serde_yaml_ng::from_str(&render(&params).unwrap()).unwrap();
             let mut found = Vec::new();
             plugin_configs(&v, &mut found);
             assert_eq!(found.len(), expected, "{found:?}");
@@ -1158,7 +1158,7 @@ mod tests {
     fn tenancy_adds_the_jwt_filter_the_billing_log_and_the_objects() {
         for flavor in [Flavor::Wasm, Flavor::Native] {
             let plain =
-                serde_yaml::from_str::<Value>(&render(&with_baseline(flavor)).unwrap()).unwrap();
+                serde_yaml_ng::from_str::<Value>(&render(&with_baseline(flavor)).unwrap()).unwrap();
             assert!(
                 !filter_names(&plain).iter().any(|n| n.contains("jwt")),
                 "{flavor}"
@@ -1171,7 +1171,7 @@ mod tests {
 
             let mut params = with_baseline(flavor);
             params.tenancy = tenancy();
-            let v: Value = serde_yaml::from_str(&render(&params).unwrap()).unwrap();
+            let v: Value = serde_yaml_ng::from_str(&render(&params).unwrap()).unwrap();
             let names = filter_names(&v);
             let at = |n: &str| names.iter().position(|x| x == n).unwrap();
             assert_eq!(
@@ -1228,7 +1228,7 @@ mod tests {
             // Each piece alone.
             let mut only_log = with_baseline(flavor);
             only_log.tenancy.billing_log = tenancy().billing_log;
-            let v: Value = serde_yaml::from_str(&render(&only_log).unwrap()).unwrap();
+            let v: Value = serde_yaml_ng::from_str(&render(&only_log).unwrap()).unwrap();
             assert!(!filter_names(&v).iter().any(|n| n.contains("jwt")));
             assert_eq!(access_log_paths(&v).len(), 1);
             assert!(router_config(&v).get("tenantQuotas").is_none());
@@ -1252,7 +1252,7 @@ mod tests {
                            "spec": {"priority": -10}});
         for flavor in [Flavor::Wasm, Flavor::Native] {
             let plain =
-                serde_yaml::from_str::<Value>(&render(&with_baseline(flavor)).unwrap()).unwrap();
+                serde_yaml_ng::from_str::<Value>(&render(&with_baseline(flavor)).unwrap()).unwrap();
             assert!(
                 picker_config(&plain).get("objectives").is_none(),
                 "{flavor}"
@@ -1261,7 +1261,7 @@ mod tests {
             let mut params = with_baseline(flavor);
             params.objectives = vec![batch.clone(), premium.clone()];
             params.tenancy = tenancy();
-            let v: Value = serde_yaml::from_str(&render(&params).unwrap()).unwrap();
+            let v: Value = serde_yaml_ng::from_str(&render(&params).unwrap()).unwrap();
             let picker = picker_config(&v);
             assert_eq!(picker["objectives"], json!([batch, premium]), "{flavor}");
             assert_eq!(picker["role"], "picker");
@@ -1273,7 +1273,7 @@ mod tests {
 
             let mut only_tenancy = with_baseline(flavor);
             only_tenancy.tenancy = tenancy();
-            let v: Value = serde_yaml::from_str(&render(&only_tenancy).unwrap()).unwrap();
+            let v: Value = serde_yaml_ng::from_str(&render(&only_tenancy).unwrap()).unwrap();
             assert_eq!(
                 picker_config(&v)["objectives"],
                 json!([premium]),

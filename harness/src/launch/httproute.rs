@@ -171,7 +171,7 @@ spec:
     }
 
     fn object(yaml: &str) -> Value {
-        serde_yaml::from_str(yaml).unwrap()
+        serde_yaml_ng::from_str(yaml).unwrap()
     }
 
     #[test]

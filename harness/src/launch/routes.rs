@@ -14,7 +14,7 @@
 use super::bootstrap::Pool;
 use super::template::{Template, Vars};
 use anyhow::{bail, Result};
-use serde_yaml::Value;
+use serde_yaml_ng::Value;
 
 /// The request header the sticky split draws from (a u64 the body router sets).
 pub const SPLIT_KEY_HEADER: &str = "x-gateway-split-key";

@@ -15,7 +15,7 @@
 //! and the code that fills it cannot drift apart silently.
 
 use anyhow::{anyhow, bail, Context, Result};
-use serde_yaml::{Mapping, Value};
+use serde_yaml_ng::{Mapping, Value};
 use std::collections::BTreeMap;
 
 /// Top-level key of the prototypes section; Envoy never sees it.
@@ -34,7 +34,7 @@ pub struct Template {
 impl Template {
     /// Parses template text (YAML).
     pub fn parse(text: &str) -> Result<Self> {
-        let mut body: Value = serde_yaml::from_str(text).context("template is not valid YAML")?;
+        let mut body: Value = serde_yaml_ng::from_str(text).context("template is not valid YAML")?;
         let map = body
             .as_mapping_mut()
             .ok_or_else(|| anyhow!("template top level is not a mapping"))?;
@@ -164,7 +164,7 @@ mod tests {
         let xs = Value::Sequence(vec![Value::from("b"), Value::from("c")]);
         let out = t.render(&vars(&[("xs", xs)])).unwrap();
         assert_eq!(
-            serde_yaml::to_string(&out["l"]).unwrap(),
+            serde_yaml_ng::to_string(&out["l"]).unwrap(),
             "- a\n- b\n- c\n- z\n"
         );
         let out = t.render(&vars(&[("xs", Value::Sequence(vec![]))])).unwrap();
@@ -182,8 +182,8 @@ mod tests {
                 ("k", Value::from(7)),
             ]))
             .unwrap();
-        let text = serde_yaml::to_string(&out).unwrap();
-        let back: Value = serde_yaml::from_str(&text).unwrap();
+        let text = serde_yaml_ng::to_string(&out).unwrap();
+        let back: Value = serde_yaml_ng::from_str(&text).unwrap();
         assert_eq!(back["v"].as_str(), Some(json));
         assert_eq!(back["n"].as_str(), Some("pool:llama/3/7"));
     }

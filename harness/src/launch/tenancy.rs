@@ -17,7 +17,7 @@ use super::template::{Template, Vars};
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use serde_json::Value as Json;
-use serde_yaml::Value;
+use serde_yaml_ng::Value;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -175,7 +175,7 @@ pub fn load_objects(path: &Path) -> Result<Vec<Json>> {
 /// Every non-empty YAML document of `text`, each a mapping, as JSON values.
 pub fn parse_documents(text: &str) -> Result<Vec<Json>> {
     let mut out = Vec::new();
-    for (i, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+    for (i, document) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
         let n = i + 1;
         let value = Json::deserialize(document).with_context(|| format!("document {n}"))?;
         match value {

@@ -10,7 +10,7 @@ use crate::support::{workers, TestBackend, QUICK};
 use infergate_harness::launch::bootstrap::{render, BootstrapParams, SCRAPE_CLUSTER};
 use infergate_harness::launch::client::request;
 use infergate_harness::launch::{Envoy, EnvoyOptions, Flavor, Pool};
-use serde_yaml::Value;
+use serde_yaml_ng::Value;
 
 /// Calls the scrape cluster (`CLUSTER` is replaced by its name) at the `x-target` address.
 const LUA: &str = r#"
@@ -26,7 +26,7 @@ end
 /// The `infergate_scrape` cluster exactly as the `flavor` template declares it.
 fn scrape_cluster_of(flavor: Flavor) -> Value {
     let text = std::fs::read_to_string(flavor.template_path()).unwrap();
-    let raw: Value = serde_yaml::from_str(&text).unwrap();
+    let raw: Value = serde_yaml_ng::from_str(&text).unwrap();
     raw["static_resources"]["clusters"]
         .as_sequence()
         .unwrap()
@@ -42,10 +42,10 @@ async fn scrape_cluster_of_both_templates_reaches_the_endpoint_named_in_the_call
     for flavor in [Flavor::Wasm, Flavor::Native] {
         let pools = vec![Pool::new("m", backends.iter().map(|b| b.addr).collect())];
         let plain = render(&BootstrapParams::new(Flavor::Plain, pools)).unwrap();
-        let mut boot: Value = serde_yaml::from_str(&plain).unwrap();
+        let mut boot: Value = serde_yaml_ng::from_str(&plain).unwrap();
         let hcm = &mut boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
             ["typed_config"];
-        let lua: Value = serde_yaml::from_str(&format!(
+        let lua: Value = serde_yaml_ng::from_str(&format!(
             "name: envoy.filters.http.lua\ntyped_config:\n  '@type': type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua\n  default_source_code: {{inline_string: {}}}\n",
             serde_json::to_string(&LUA.replace("CLUSTER", SCRAPE_CLUSTER)).unwrap()
         ))
@@ -62,7 +62,7 @@ async fn scrape_cluster_of_both_templates_reaches_the_endpoint_named_in_the_call
             concurrency: workers(),
             ..EnvoyOptions::default()
         };
-        let envoy = Envoy::start(&serde_yaml::to_string(&boot).unwrap(), &opts)
+        let envoy = Envoy::start(&serde_yaml_ng::to_string(&boot).unwrap(), &opts)
             .await
             .unwrap();
         for (i, b) in backends.iter().enumerate().rev() {

@@ -1,7 +1,7 @@
 //! The `EndpointPickerConfig` document (llm-d shape) as serde types, and config errors.
 //!
 //! The same types deserialize from JSON (here, with `serde_json`'s `alloc` mode) and from
-//! YAML (std hosts run `serde_yaml` into these types, or into a `serde_json::Value` and call
+//! YAML (std hosts run `serde_yaml_ng` into these types, or into a `serde_json::Value` and call
 //! [`EndpointPickerConfig::from_value`]). Nothing here is interpreted: [`super::Scheduler::new`]
 //! compiles the document and reports every semantic error with the culprit's name.
 

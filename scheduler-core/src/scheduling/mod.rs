@@ -1,7 +1,7 @@
 //! `EndpointPickerConfig`, the scheduling plugins, profiles and the decision record.
 //!
 //! Lifecycle: a host parses the config ([`EndpointPickerConfig`], JSON here or YAML with
-//! `serde_yaml` in std hosts) and compiles it once into a [`Scheduler`]; every request then
+//! `serde_yaml_ng` in std hosts) and compiles it once into a [`Scheduler`]; every request then
 //! calls [`Scheduler::schedule`] with a [`RequestView`], the pool's [`Candidate`]s, the
 //! prefix index, one random `u64` and `now`, and gets a [`Decision`].
 //!

@@ -56,7 +56,7 @@ fn seed_rewrite() -> Value {
     let path = infergate_harness::artefacts::workspace_root()
         .join("testdata/rewrite/inferencemodelrewrite.yaml");
     let text = std::fs::read_to_string(&path).unwrap();
-    let mut object: Value = serde_yaml::from_str(&text).unwrap();
+    let mut object: Value = serde_yaml_ng::from_str(&text).unwrap();
     object["spec"]["poolRef"]["name"] = json!(pool_cluster_name(0, BASE));
     object
 }
