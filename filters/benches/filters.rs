@@ -27,6 +27,7 @@ fn endpoints() -> Vec<String> {
 fn snapshot_bytes() -> Vec<u8> {
     encode(&Snapshot {
         taken_at: Millis(NOW),
+        clusters: Vec::new(),
         endpoints: endpoints()
             .into_iter()
             .enumerate()

@@ -307,3 +307,22 @@ pub trait StreamState {
     /// The bytes stored under `key` on this stream, if any.
     fn stream_state(&self, key: &str) -> Option<Vec<u8>>;
 }
+
+/// The members of an Envoy cluster as the host sees them (native: the cluster's hosts and
+/// their health, from the dynamic-module load-balancer policy). The scraper follows its
+/// configured clusters through this in membership mode `host`.
+pub trait ClusterMembership {
+    /// The members of `cluster` (`ip:port` and health); `None` when this host cannot tell
+    /// (no such cluster known yet, or no way to ask), which keeps the last membership.
+    fn cluster_members(&self, cluster: &str) -> Option<Vec<scheduler_core::snapshot::Member>>;
+}
+
+/// A host that cannot see any cluster's members.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NoClusterMembership;
+
+impl ClusterMembership for NoClusterMembership {
+    fn cluster_members(&self, _cluster: &str) -> Option<Vec<scheduler_core::snapshot::Member>> {
+        None
+    }
+}

@@ -43,7 +43,8 @@
 //! client-header stripping), [`handoff`] (router → picker per-stream handoff), [`router`]
 //! (body router; [`rewrite`], the model rewrite and its sticky split), [`picker`] (endpoint
 //! picker; with [`flow`], the flow-control gate it asks before it picks), [`scraper`]
-//! (metrics scraper), [`tenants`] and [`rewrite`] read the platform's Kubernetes objects
+//! (metrics scraper; [`membership`], the pool membership it follows), [`tenants`] and
+//! [`rewrite`] read the platform's Kubernetes objects
 //! through [`objects`] (field by field, errors naming object and path),
 //! [`consistency`] (checks between separately loaded configs), [`fake`] (a builder-style
 //! fake host for tests; feature `fake-host` exports it). `benches/filters.rs` measures the
@@ -57,6 +58,7 @@ pub mod handoff;
 pub mod headers;
 pub mod host;
 pub mod jwt;
+pub mod membership;
 pub mod objects;
 pub mod picker;
 pub mod pipeline;

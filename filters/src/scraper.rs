@@ -41,8 +41,25 @@ use crate::stats::{StatKey, StatKind};
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ScraperConfig {
-    /// Every endpoint to scrape (`ip:port`), all pools together.
+    /// Static endpoints to scrape (`ip:port`), all pools together; may be empty when
+    /// `clusters` is given.
+    #[serde(default)]
     pub endpoints: Vec<String>,
+    /// Envoy clusters whose members are scraped too, and published in the snapshot.
+    #[serde(default)]
+    pub clusters: Vec<String>,
+    /// How the members of `clusters` are learned: from the host, or from Envoy's admin.
+    #[serde(default)]
+    pub membership: MembershipMode,
+    /// Mode `admin`: the Envoy cluster that reaches Envoy's admin listener.
+    #[serde(default = "default_admin_cluster")]
+    pub admin_cluster: String,
+    /// Mode `admin`: the admin path that lists the clusters' hosts as JSON.
+    #[serde(default = "default_admin_path")]
+    pub admin_path: String,
+    /// Mode `admin`: time between two admin callouts, ms.
+    #[serde(default = "default_membership_interval_ms")]
+    pub membership_interval_ms: u64,
     /// Time between rounds (the tick period), ms.
     #[serde(default = "default_interval_ms")]
     pub interval_ms: u64,
@@ -60,11 +77,51 @@ pub struct ScraperConfig {
     pub max_metrics_page_bytes: usize,
 }
 
+impl Default for ScraperConfig {
+    /// What an empty JSON object configures: nothing to scrape, every default.
+    fn default() -> ScraperConfig {
+        ScraperConfig {
+            endpoints: Vec::new(),
+            clusters: Vec::new(),
+            membership: MembershipMode::default(),
+            admin_cluster: default_admin_cluster(),
+            admin_path: default_admin_path(),
+            membership_interval_ms: default_membership_interval_ms(),
+            interval_ms: default_interval_ms(),
+            timeout_ms: default_timeout_ms(),
+            cluster: default_cluster(),
+            path: default_path(),
+            max_metrics_page_bytes: default_max_metrics_page_bytes(),
+        }
+    }
+}
+
 /// Default `maxMetricsPageBytes`: 4 MiB, some 40× a vLLM page with a few LoRA adapters.
 pub const DEFAULT_MAX_METRICS_PAGE_BYTES: usize = 4 * 1024 * 1024;
 
 fn default_max_metrics_page_bytes() -> usize {
     DEFAULT_MAX_METRICS_PAGE_BYTES
+}
+
+/// How the scraper learns the members of the clusters it follows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MembershipMode {
+    /// The host tells ([`crate::host::ClusterMembership`]; the native module).
+    #[default]
+    Host,
+    /// A callout to Envoy's admin `GET /clusters?format=json` (the Wasm module).
+    Admin,
+}
+
+fn default_admin_cluster() -> String {
+    "infergate_admin".to_owned()
+}
+fn default_admin_path() -> String {
+    "/clusters?format=json".to_owned()
+}
+fn default_membership_interval_ms() -> u64 {
+    100
 }
 
 fn default_interval_ms() -> u64 {
@@ -381,6 +438,7 @@ impl Scraper {
         self.generation = self.generation.wrapping_add(1);
         let snapshot = Snapshot {
             taken_at: now,
+            clusters: Vec::new(),
             endpoints: self.samples.clone(),
         };
         let bytes = encode_with_generation(&snapshot, self.generation);
@@ -409,6 +467,7 @@ impl ScraperConfig {
             ("intervalMs", self.interval_ms),
             ("timeoutMs", self.timeout_ms),
             ("maxMetricsPageBytes", self.max_metrics_page_bytes as u64),
+            ("membershipIntervalMs", self.membership_interval_ms),
         ];
         if let Some((field, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("scraper config: {field} must be positive"));

@@ -198,6 +198,7 @@ mod tests {
             cluster: "c".to_owned(),
             path: "/metrics".to_owned(),
             max_metrics_page_bytes: 1024,
+            ..crate::scraper::ScraperConfig::default()
         });
         host.fail_dispatch = true;
         scraper.on_tick(&mut host);

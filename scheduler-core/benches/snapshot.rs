@@ -39,6 +39,7 @@ fn pool(n: u32) -> Snapshot {
         .collect();
     Snapshot {
         taken_at: Millis(1_756_392_103_500),
+        clusters: Vec::new(),
         endpoints,
     }
 }

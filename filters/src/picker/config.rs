@@ -11,6 +11,12 @@
 //!  "endpointRoles": {"10.0.0.1:8000": "prefill"}, "eppConfig": { ... }}
 //! ```
 //!
+//! Without `endpoints`, a pool follows its cluster: its endpoints are the cluster's
+//! members as the scraper learned them from Envoy and published them in the snapshot, and
+//! they change as the cluster does (a member's `targetPorts` do not apply: Envoy's hosts
+//! carry their ports). With `endpoints`, the list is static (an Envoy without EDS), and a
+//! member the snapshot reports unhealthy is still no candidate.
+//!
 //! A request reaches the pool whose `cluster` (default: its `pool` name) is the cluster
 //! Envoy's route chose for it, so two pools may serve one base model (a canary split by
 //! Envoy's weighted clusters); when the host cannot tell the cluster, or no pool has it, the
@@ -47,8 +53,11 @@ pub struct PoolConfig {
     /// The Envoy cluster whose requests this pool picks for; `None`: the pool's name.
     #[serde(default)]
     pub cluster: Option<String>,
-    /// The pool's endpoints, `ip:port`, or a bare IP with `targetPorts`. The picker only
-    /// ever emits one of these ([`PoolConfig::expanded_endpoints`]).
+    /// The pool's static endpoints, `ip:port`, or a bare IP with `targetPorts`. Absent (or
+    /// empty): the pool follows the members of its `cluster` as the scraper publishes them
+    /// in the snapshot ([`PoolConfig::follows_cluster`]). The picker only ever emits a
+    /// current member: one of these ([`PoolConfig::expanded_endpoints`]), or one of the
+    /// cluster's members.
     #[serde(default)]
     pub endpoints: Vec<String>,
     /// The ports of every bare-IP endpoint (data parallelism: one rank per port).
@@ -87,6 +96,12 @@ impl PoolConfig {
     /// The Envoy cluster this pool picks for.
     pub fn cluster_name(&self) -> &str {
         self.cluster.as_deref().unwrap_or(&self.pool)
+    }
+
+    /// True if the pool has no static `endpoints` and picks among the members of its
+    /// cluster, as the snapshot carries them.
+    pub fn follows_cluster(&self) -> bool {
+        self.endpoints.is_empty()
     }
 
     /// The pool's endpoints with every bare IP expanded to one `ip:port` per target port,

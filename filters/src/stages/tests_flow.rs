@@ -249,6 +249,7 @@ fn snapshot_with_waiting(waiting: u32, at: u64) -> Vec<u8> {
     use scheduler_core::snapshot::{encode, EndpointSample, Snapshot};
     encode(&Snapshot {
         taken_at: Millis(at),
+        clusters: Vec::new(),
         endpoints: vec![EndpointSample {
             address: "10.0.0.1:8000".into(),
             scraped_at: Millis(at),

@@ -146,6 +146,7 @@ fn snapshots(pages: &[(String, Vec<u8>)]) -> Vec<(String, Vec<u8>)> {
         .map(|(i, (name, page))| {
             let s = Snapshot {
                 taken_at: Millis(1_700_000_000_500),
+                clusters: Vec::new(),
                 endpoints: vec![endpoint(i, page)],
             };
             (format!("snapshot-{name}"), snapshot::encode(&s))
@@ -153,6 +154,7 @@ fn snapshots(pages: &[(String, Vec<u8>)]) -> Vec<(String, Vec<u8>)> {
         .collect();
     let mut all = Snapshot {
         taken_at: Millis(1_700_000_001_000),
+        clusters: Vec::new(),
         endpoints: pages
             .iter()
             .enumerate()

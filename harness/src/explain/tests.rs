@@ -113,6 +113,7 @@ fn gateway_pick(
     .unwrap();
     let snapshot = Snapshot {
         taken_at: Millis(now),
+        clusters: Vec::new(),
         endpoints: pool
             .iter()
             .filter(|e| e.in_snapshot)

@@ -75,6 +75,56 @@ pub struct Snapshot {
     pub taken_at: Millis,
     /// One entry per endpoint, in the scraper's order.
     pub endpoints: Vec<EndpointSample>,
+    /// The members of every Envoy cluster the scraper follows, as it last learned them
+    /// (empty when it follows none). A pool that follows its cluster picks among exactly
+    /// these; one with a static list honours their health.
+    #[serde(default)]
+    pub clusters: Vec<ClusterMembers>,
+}
+
+/// How Envoy sees one member of a cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum Health {
+    /// Serving: a candidate.
+    #[default]
+    Healthy,
+    /// Serving but degraded (EDS `DEGRADED`, a failed degraded check): still a candidate.
+    Degraded,
+    /// Not serving: a failed active health check, outlier-ejected, or EDS
+    /// `UNHEALTHY` / `DRAINING` / `TIMEOUT`. Never a candidate.
+    Unhealthy,
+}
+
+impl Health {
+    /// True if an endpoint of this health may be picked.
+    pub fn is_candidate(self) -> bool {
+        !matches!(self, Health::Unhealthy)
+    }
+}
+
+/// One member of a cluster: its address and health.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct Member {
+    /// `ip:port` of the member.
+    pub address: String,
+    /// Its health as Envoy sees it.
+    pub health: Health,
+}
+
+/// The members of one Envoy cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ClusterMembers {
+    /// The cluster's name.
+    pub cluster: String,
+    /// Its members, in the order the scraper learned them.
+    pub members: Vec<Member>,
+}
+
+impl Snapshot {
+    /// The members of `cluster`, if this snapshot carries that cluster.
+    pub fn cluster(&self, cluster: &str) -> Option<&ClusterMembers> {
+        self.clusters.iter().find(|c| c.cluster == cluster)
+    }
 }
 
 /// What the scraper knows about one endpoint.

@@ -17,6 +17,7 @@ use wasm_bindgen_test::wasm_bindgen_test as test;
 fn sample_snapshot() -> Snapshot {
     Snapshot {
         taken_at: Millis(1_756_392_103_456),
+        clusters: Vec::new(),
         endpoints: vec![
             EndpointSample {
                 address: "10.0.0.1:8000".to_string(),
@@ -76,6 +77,7 @@ fn round_trip_and_header() {
 fn layout_is_little_endian_and_compact() {
     let snap = Snapshot {
         taken_at: Millis(0x0102_0304_0506_0708),
+        clusters: Vec::new(),
         endpoints: vec![EndpointSample {
             address: "a:1".to_string(),
             scraped_at: Millis(5),
@@ -234,6 +236,7 @@ fn encoder_cuts_overlong_strings_on_a_char_boundary() {
     let long: String = "é".repeat(40_000); // 80 000 bytes
     let snap = Snapshot {
         taken_at: Millis(1),
+        clusters: Vec::new(),
         endpoints: vec![EndpointSample {
             address: long,
             ..EndpointSample::default()
@@ -300,6 +303,7 @@ fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
     (any::<u64>(), prop::collection::vec(endpoint, 0..12)).prop_map(|(taken_at, endpoints)| {
         Snapshot {
             taken_at: Millis(taken_at),
+            clusters: Vec::new(),
             endpoints,
         }
     })

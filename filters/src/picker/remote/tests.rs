@@ -29,6 +29,7 @@ fn config() -> Vec<u8> {
 fn snapshot() -> Vec<u8> {
     encode(&Snapshot {
         taken_at: Millis(NOW),
+        clusters: Vec::new(),
         endpoints: ENDPOINTS
             .iter()
             .map(|a| EndpointSample {
@@ -507,6 +508,7 @@ fn the_owner_remembers_the_adapter_a_lease_holds_until_a_worker_releases_it() {
     use scheduler_core::metrics::LoraState;
     let lora = encode(&Snapshot {
         taken_at: Millis(NOW),
+        clusters: Vec::new(),
         endpoints: ENDPOINTS
             .iter()
             .map(|a| EndpointSample {

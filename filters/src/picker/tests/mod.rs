@@ -52,6 +52,7 @@ pub(super) fn metrics(waiting: u32, kv: f64) -> EndpointMetrics {
 pub(super) fn snapshot(at: u64, endpoints: &[(&str, EndpointMetrics)]) -> Vec<u8> {
     encode(&Snapshot {
         taken_at: Millis(at),
+        clusters: Vec::new(),
         endpoints: endpoints
             .iter()
             .map(|(address, m)| EndpointSample {

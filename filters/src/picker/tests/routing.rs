@@ -159,6 +159,7 @@ fn a_dead_endpoint_is_dropped_after_max_consecutive_failures() {
     let mut s = shared(pool(&[A, B], json!({"maxConsecutiveFailures": 2})));
     let bytes = encode(&Snapshot {
         taken_at: Millis(NOW),
+        clusters: Vec::new(),
         endpoints: vec![
             EndpointSample {
                 address: A.to_owned(),
