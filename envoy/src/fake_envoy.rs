@@ -863,3 +863,154 @@ unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_continue_decoding
 ) {
     with(|s| s.continued += 1);
 }
+
+// ----- load-balancer policy -----
+
+/// A fake `DynamicModuleLoadBalancer`: a cluster name and its hosts per priority, each
+/// `(address, in the healthy list, raw health value)`. Its [`FakeLb::ptr`] is what the
+/// LB callbacks below take as `lb_envoy_ptr`.
+pub struct FakeLb {
+    inner: Box<FakeLbState>,
+}
+
+struct FakeLbState {
+    cluster: Vec<u8>,
+    hosts: RefCell<Vec<Vec<(Vec<u8>, bool, u32)>>>,
+}
+
+impl FakeLb {
+    /// An instance of `cluster` over `hosts`.
+    pub fn new(cluster: &str, hosts: Vec<Vec<(&str, bool, u32)>>) -> FakeLb {
+        let lb = FakeLb {
+            inner: Box::new(FakeLbState {
+                cluster: cluster.as_bytes().to_vec(),
+                hosts: RefCell::new(Vec::new()),
+            }),
+        };
+        lb.set_hosts(hosts);
+        lb
+    }
+
+    /// Replaces the hosts (an EDS update or a health change).
+    pub fn set_hosts(&self, hosts: Vec<Vec<(&str, bool, u32)>>) {
+        *self.inner.hosts.borrow_mut() = hosts
+            .into_iter()
+            .map(|p| {
+                p.into_iter()
+                    .map(|(a, h, raw)| (a.as_bytes().to_vec(), h, raw))
+                    .collect()
+            })
+            .collect();
+    }
+
+    /// The pointer Envoy would hand the module.
+    pub fn ptr(&self) -> crate::abi::LbEnvoyPtr {
+        let state: &FakeLbState = &self.inner;
+        (state as *const FakeLbState).cast_mut().cast()
+    }
+}
+
+/// # Safety
+/// `lb` must be a [`FakeLb::ptr`] whose `FakeLb` is alive.
+unsafe fn fake_lb<'a>(lb: crate::abi::LbEnvoyPtr) -> &'a FakeLbState {
+    // SAFETY: per the contract.
+    unsafe { &*lb.cast::<FakeLbState>() }
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_lb_get_cluster_name(
+    lb: crate::abi::LbEnvoyPtr,
+    result: *mut EnvoyBuffer,
+) {
+    // SAFETY: the module passes a live fake and a writable out-parameter.
+    unsafe { *result = envoy_buf(&fake_lb(lb).cluster) };
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_lb_get_priority_set_size(
+    lb: crate::abi::LbEnvoyPtr,
+) -> usize {
+    // SAFETY: a live fake.
+    unsafe { fake_lb(lb) }.hosts.borrow().len()
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_lb_get_hosts_count(
+    lb: crate::abi::LbEnvoyPtr,
+    priority: u32,
+) -> usize {
+    // SAFETY: a live fake.
+    let hosts = unsafe { fake_lb(lb) }.hosts.borrow();
+    hosts.get(priority as usize).map_or(0, Vec::len)
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_lb_get_healthy_hosts_count(
+    lb: crate::abi::LbEnvoyPtr,
+    priority: u32,
+) -> usize {
+    // SAFETY: a live fake.
+    let hosts = unsafe { fake_lb(lb) }.hosts.borrow();
+    hosts
+        .get(priority as usize)
+        .map_or(0, |p| p.iter().filter(|h| h.1).count())
+}
+
+/// Points `result` at host `index` of `priority` (of the healthy ones when `healthy`).
+///
+/// # Safety
+/// A live fake; `result` writable.
+unsafe fn fake_host_address(
+    lb: crate::abi::LbEnvoyPtr,
+    priority: u32,
+    index: usize,
+    healthy: bool,
+    result: *mut EnvoyBuffer,
+) -> bool {
+    // SAFETY: per the contract.
+    let state = unsafe { fake_lb(lb) };
+    let hosts = state.hosts.borrow();
+    let found = hosts
+        .get(priority as usize)
+        .and_then(|p| p.iter().filter(|h| h.1 || !healthy).nth(index))
+        .map(|h| envoy_buf(&h.0));
+    // SAFETY: the bytes live in the fake (not moved by the borrow ending); `result` writable.
+    unsafe { *result = found.unwrap_or(EnvoyBuffer::EMPTY) };
+    found.is_some()
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_lb_get_host_address(
+    lb: crate::abi::LbEnvoyPtr,
+    priority: u32,
+    index: usize,
+    result: *mut EnvoyBuffer,
+) -> bool {
+    // SAFETY: forwarded contract.
+    unsafe { fake_host_address(lb, priority, index, false, result) }
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_lb_get_healthy_host_address(
+    lb: crate::abi::LbEnvoyPtr,
+    priority: u32,
+    index: usize,
+    result: *mut EnvoyBuffer,
+) -> bool {
+    // SAFETY: forwarded contract.
+    unsafe { fake_host_address(lb, priority, index, true, result) }
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_lb_get_host_health(
+    lb: crate::abi::LbEnvoyPtr,
+    priority: u32,
+    index: usize,
+) -> u32 {
+    // SAFETY: a live fake.
+    let hosts = unsafe { fake_lb(lb) }.hosts.borrow();
+    hosts
+        .get(priority as usize)
+        .and_then(|p| p.get(index))
+        .map_or(0, |h| h.2)
+}

@@ -18,6 +18,9 @@
 //!   `router` / `picker`), each a pipeline; [`probe`]: a measuring filter (`probe`) that only
 //!   buffers and reads the body.
 //! - [`scraper`]: the bootstrap extension (`extension_name` `scraper`).
+//! - [`membership`]: the load-balancer policy `infergate-membership` (the fallback of each
+//!   pool cluster's `override_host` policy) and the registry of the clusters' hosts and
+//!   health it keeps, which the scraper follows.
 //! - [`flow_timer`]: the thread that expires and dispatches flow control's queues.
 //! - [`shared`]: process-wide state shared by all workers.
 //! - `hooks`: the exported `envoy_dynamic_module_on_*` functions.
@@ -40,6 +43,8 @@ pub mod guard;
 pub mod host;
 #[cfg(not(target_family = "wasm"))]
 pub mod log;
+#[cfg(not(target_family = "wasm"))]
+pub mod membership;
 #[cfg(all(any(test, feature = "panic-injection"), not(target_family = "wasm")))]
 pub mod panic_injection;
 #[cfg(not(target_family = "wasm"))]

@@ -19,8 +19,8 @@
 use std::cell::{Cell, RefCell};
 
 use infergate_filters::host::{
-    CalloutOutcome, CalloutRequest, CalloutToken, Clock, HostError, HttpCallout, SnapshotSink,
-    Stats,
+    CalloutOutcome, CalloutRequest, CalloutToken, Clock, ClusterMembership, HostError, HttpCallout,
+    SnapshotSink, Stats,
 };
 use infergate_filters::scraper::Scraper;
 use infergate_filters::stats::{StatKey, StatKind};
@@ -336,5 +336,14 @@ impl SnapshotSink for ScraperHost<'_> {
     fn publish_snapshot(&mut self, bytes: &[u8]) -> Result<(), HostError> {
         crate::shared::SNAPSHOT.publish(bytes.to_vec());
         Ok(())
+    }
+}
+
+impl ClusterMembership for ScraperHost<'_> {
+    /// The pool cluster's hosts and health from the `infergate-membership` LB policy's
+    /// registry, read afresh from the main thread's instance (the scraper runs on the main
+    /// thread; see [`crate::membership`]).
+    fn cluster_members(&self, cluster: &str) -> Option<Vec<scheduler_core::snapshot::Member>> {
+        crate::membership::REGISTRY.members(cluster)
     }
 }

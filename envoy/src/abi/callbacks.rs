@@ -11,8 +11,9 @@
 
 use super::{
     BodyKind, BootstrapConfigEnvoyPtr, BootstrapTimerModulePtr, CalloutInitResult, EnvoyBuffer,
-    EnvoyHttpHeader, FilterResetReason, HeaderKind, HttpFilterConfigEnvoyPtr, HttpFilterEnvoyPtr,
-    HttpFilterSchedulerPtr, LogLevel, MetricsResult, ModuleBuffer, ModuleHttpHeader,
+    EnvoyHttpHeader, FilterResetReason, HeaderKind, HostHealthRaw, HttpFilterConfigEnvoyPtr,
+    HttpFilterEnvoyPtr, HttpFilterSchedulerPtr, LbEnvoyPtr, LogLevel, MetricsResult, ModuleBuffer,
+    ModuleHttpHeader,
 };
 
 unsafe extern "C" {
@@ -419,4 +420,54 @@ unsafe extern "C" {
         label_values_length: usize,
         value: u64,
     ) -> MetricsResult;
+
+    // ----- load-balancer policy (the instance's own thread; see `LbEnvoyPtr`) -----
+
+    /// The name of the cluster this LB instance balances; `result` gets an Envoy-owned view
+    /// valid while the instance lives.
+    pub fn envoy_dynamic_module_callback_lb_get_cluster_name(
+        lb_envoy_ptr: LbEnvoyPtr,
+        result: *mut EnvoyBuffer,
+    );
+
+    /// Number of priority levels of the cluster.
+    pub fn envoy_dynamic_module_callback_lb_get_priority_set_size(
+        lb_envoy_ptr: LbEnvoyPtr,
+    ) -> usize;
+
+    /// Number of hosts (every health) at `priority`.
+    pub fn envoy_dynamic_module_callback_lb_get_hosts_count(
+        lb_envoy_ptr: LbEnvoyPtr,
+        priority: u32,
+    ) -> usize;
+
+    /// Number of healthy hosts at `priority`.
+    pub fn envoy_dynamic_module_callback_lb_get_healthy_hosts_count(
+        lb_envoy_ptr: LbEnvoyPtr,
+        priority: u32,
+    ) -> usize;
+
+    /// Address (`ip:port`) of host `index` among all hosts at `priority`; false if none.
+    pub fn envoy_dynamic_module_callback_lb_get_host_address(
+        lb_envoy_ptr: LbEnvoyPtr,
+        priority: u32,
+        index: usize,
+        result: *mut EnvoyBuffer,
+    ) -> bool;
+
+    /// Address of host `index` among the healthy hosts at `priority`; false if none.
+    pub fn envoy_dynamic_module_callback_lb_get_healthy_host_address(
+        lb_envoy_ptr: LbEnvoyPtr,
+        priority: u32,
+        index: usize,
+        result: *mut EnvoyBuffer,
+    ) -> bool;
+
+    /// Coarse health of host `index` among all hosts at `priority` (raw, see
+    /// [`HostHealthRaw`]).
+    pub fn envoy_dynamic_module_callback_lb_get_host_health(
+        lb_envoy_ptr: LbEnvoyPtr,
+        priority: u32,
+        index: usize,
+    ) -> HostHealthRaw;
 }

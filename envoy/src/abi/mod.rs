@@ -66,6 +66,33 @@ pub type BootstrapTimerModulePtr = *mut c_void;
 /// with its context pointer. Envoy owns both; the context is opaque to the module.
 pub type EventCallback = Option<unsafe extern "C" fn(context: *mut c_void)>;
 
+/// Envoy's `DynamicModuleLbConfig`. Envoy-owned; valid from `on_lb_config_new` until
+/// `on_lb_config_destroy`. Main thread only (this module defines no LB metrics).
+pub type LbConfigEnvoyPtr = *mut c_void;
+/// Our LB-policy config (a leaked `Box`). Module-owned; Envoy hands it to every `on_lb_new`
+/// on any thread (so it must be `Sync`); dropped in `on_lb_config_destroy`.
+pub type LbConfigModulePtr = *const c_void;
+/// Envoy's `DynamicModuleLoadBalancer`: one per worker thread and one on the main thread, each
+/// over that thread's copy of the cluster's priority set. Envoy-owned; it lives from
+/// `on_lb_new` until `on_lb_destroy` (Envoy's destructor calls that hook), and is only ever
+/// used on the thread that created it. The header promises it for the duration of each hook
+/// only; this module also reads the main-thread instance from the main thread between hooks
+/// (see `crate::membership`).
+pub type LbEnvoyPtr = *mut c_void;
+/// Our per-instance LB object (a leaked `Box`). Module-owned; dropped in `on_lb_destroy`.
+pub type LbModulePtr = *const c_void;
+/// Envoy's `LoadBalancerContext` of one host choice. Envoy-owned; valid during
+/// `on_lb_choose_host` only, and may be NULL.
+pub type LbContextEnvoyPtr = *mut c_void;
+
+/// `envoy_dynamic_module_type_host_health` as Envoy returns it (raw). The stored copies of the
+/// header disagree on the order of `Healthy` and `Unhealthy` (0 and 2), but agree that
+/// `Degraded` is 1; this module therefore tells healthy hosts by the healthy-host list and
+/// reads only `Degraded` from this value (see `crate::membership`).
+pub type HostHealthRaw = u32;
+/// `Degraded`: serving, but healthy hosts are preferred.
+pub const HOST_HEALTH_DEGRADED: HostHealthRaw = 1;
+
 /// A byte range inside Envoy's memory. Envoy-owned; valid only as long as the hook or callback
 /// that produced it says (at most until the current hook returns, and never across a setter
 /// call on the same headers/body). `ptr` may be NULL when `length` is 0.

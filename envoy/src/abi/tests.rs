@@ -191,6 +191,26 @@ fn exported_hooks_are_real_1_40_hooks_and_cover_the_required_set() {
     }
 }
 
+/// The LB policy `infergate-membership`: Envoy 1.40 resolves all six `on_lb_*` hooks when
+/// it loads the policy's config (a missing one rejects it).
+#[test]
+fn every_lb_policy_hook_of_1_40_is_exported() {
+    let symbols = symbol_list();
+    let exported = names_with_prefix(&all_source(), "fn envoy_dynamic_module_on_lb_");
+    let lb_hooks: Vec<_> = symbols
+        .iter()
+        .filter_map(|s| s.strip_prefix("hickory_dns_static_"))
+        .filter(|s| s.starts_with("envoy_dynamic_module_on_lb_"))
+        .collect();
+    assert_eq!(lb_hooks.len(), 6, "Envoy 1.40 has 6 LB-policy hooks");
+    for hook in lb_hooks {
+        assert!(
+            exported.contains(&format!("fn {hook}")),
+            "required LB hook missing: {hook}"
+        );
+    }
+}
+
 #[test]
 fn prefix_scanner_ignores_longer_identifiers() {
     let text = "x hickory_dns_static_envoy_dynamic_module_on_a envoy_dynamic_module_on_b(";

@@ -3,3 +3,4 @@
 
 mod bootstrap;
 mod http;
+mod lb;

@@ -1,0 +1,360 @@
+//! Pool membership as Envoy's own cluster sees it: the load-balancer policy
+//! `infergate-membership` (hooks in `hooks::lb`) and the process-wide registry it fills.
+//!
+//! A pool cluster's LB is Envoy's `override_host` policy (the picker's ordered list) with
+//! this policy as its `fallback_policy`. Envoy creates one instance of it per worker thread
+//! plus one on the main thread, each over that thread's copy of the cluster's hosts. Every
+//! instance records the cluster's members (`ip:port` and health) here when it is created and
+//! whenever Envoy reports a membership change (`on_lb_on_host_membership_update`: hosts added
+//! or removed, e.g. an EDS update). Its `choose_host` is a round robin over the healthy hosts:
+//! it only runs for a request that reaches the cluster with no list, or a retry past it.
+//!
+//! Health changes alone (an active health check failing or passing, outlier ejection) do not
+//! fire the membership hook: Envoy registers it as a member-update callback, which runs only
+//! when hosts are added or removed. So the scraper (a bootstrap extension, on the main thread)
+//! asks [`Registry::members`] every tick, and when an instance of the cluster lives on the
+//! calling thread, the registry reads that instance's hosts afresh right then. The main
+//! thread's copy of the priority set is updated on the main thread, so the read needs no
+//! lock on Envoy's side and sees every health change as soon as Envoy applied it there.
+//!
+//! Health is told robustly against the header's two published orders of the health enum: a
+//! host is `Healthy` if it is among the healthy hosts Envoy lists, `Degraded` if Envoy says
+//! degraded (1 in both orders), `Unhealthy` otherwise.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Mutex, MutexGuard};
+use std::thread::ThreadId;
+
+use scheduler_core::snapshot::{Health, Member};
+
+use crate::abi::callbacks as cb;
+use crate::abi::{EnvoyBuffer, LbEnvoyPtr, HOST_HEALTH_DEGRADED};
+
+/// The `lb_name` this module answers to.
+pub const LB_POLICY_NAME: &str = "infergate-membership";
+
+/// One live LB instance.
+#[derive(Debug)]
+struct Instance {
+    id: u64,
+    cluster: String,
+    thread: ThreadId,
+    /// The instance's `LbEnvoyPtr`, as an address (it is only dereferenced on `thread`).
+    lb: usize,
+}
+
+#[derive(Debug)]
+struct Inner {
+    next_id: u64,
+    instances: Vec<Instance>,
+    /// Each cluster's members as last read by any instance.
+    clusters: BTreeMap<String, Vec<Member>>,
+}
+
+/// Which clusters have live LB instances, and their members.
+#[derive(Debug)]
+pub struct Registry {
+    inner: Mutex<Inner>,
+}
+
+/// The process's registry: filled by the LB instances, read by the scraper.
+pub static REGISTRY: Registry = Registry::new();
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry::new()
+    }
+}
+
+impl Registry {
+    /// An empty registry.
+    pub const fn new() -> Registry {
+        Registry {
+            inner: Mutex::new(Inner {
+                next_id: 1,
+                instances: Vec::new(),
+                clusters: BTreeMap::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves plain data behind: still usable.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records a new instance of `cluster` on the calling thread over `lb`, which sees
+    /// `members` now; returns its id.
+    pub fn add(&self, cluster: &str, lb: LbEnvoyPtr, members: Vec<Member>) -> u64 {
+        let mut inner = self.lock();
+        let id = inner.next_id;
+        inner.next_id += 1;
+        inner.instances.push(Instance {
+            id,
+            cluster: cluster.to_owned(),
+            thread: std::thread::current().id(),
+            lb: lb as usize,
+        });
+        inner.clusters.insert(cluster.to_owned(), members);
+        id
+    }
+
+    /// Instance `id` saw its cluster change to `members`.
+    pub fn update(&self, id: u64, members: Vec<Member>) {
+        let mut inner = self.lock();
+        let Some(cluster) = inner
+            .instances
+            .iter()
+            .find(|i| i.id == id)
+            .map(|i| i.cluster.clone())
+        else {
+            return;
+        };
+        inner.clusters.insert(cluster, members);
+    }
+
+    /// Instance `id` is gone; the last instance of a cluster takes its members with it.
+    pub fn remove(&self, id: u64) {
+        let mut inner = self.lock();
+        let Some(at) = inner.instances.iter().position(|i| i.id == id) else {
+            return;
+        };
+        let gone = inner.instances.remove(at);
+        if !inner.instances.iter().any(|i| i.cluster == gone.cluster) {
+            inner.clusters.remove(&gone.cluster);
+        }
+    }
+
+    /// The members of `cluster`: read afresh from an instance on the calling thread when
+    /// there is one (the main thread's, for the scraper), else as last recorded; `None` when
+    /// no instance of `cluster` exists.
+    pub fn members(&self, cluster: &str) -> Option<Vec<Member>> {
+        let here = std::thread::current().id();
+        let mut inner = self.lock();
+        let local = inner
+            .instances
+            .iter()
+            .find(|i| i.cluster == cluster && i.thread == here)
+            .map(|i| i.lb);
+        if let Some(lb) = local {
+            // SAFETY: `lb` belongs to a live instance (it is removed from the registry in
+            // `on_lb_destroy`, which Envoy runs on this same thread, so it cannot be
+            // destroyed during this call), and it is read on the thread that owns it.
+            let fresh = unsafe { read_members(lb as LbEnvoyPtr) };
+            inner.clusters.insert(cluster.to_owned(), fresh);
+        }
+        inner.clusters.get(cluster).cloned()
+    }
+
+    /// How many live instances `cluster` has (tests, diagnostics).
+    pub fn instances(&self, cluster: &str) -> usize {
+        self.lock()
+            .instances
+            .iter()
+            .filter(|i| i.cluster == cluster)
+            .count()
+    }
+}
+
+/// Copies an Envoy string view.
+///
+/// # Safety
+/// `buf` must be a view Envoy just produced and that is still valid.
+unsafe fn owned(buf: &EnvoyBuffer) -> String {
+    // SAFETY: per the contract; copied at once.
+    String::from_utf8_lossy(unsafe { buf.as_bytes() }).into_owned()
+}
+
+/// The name of the cluster `lb` balances.
+///
+/// # Safety
+/// `lb` must be a live `LbEnvoyPtr`, used on the thread that owns it.
+pub unsafe fn cluster_name(lb: LbEnvoyPtr) -> String {
+    let mut name = EnvoyBuffer::EMPTY;
+    // SAFETY: per the contract; `name` is writable.
+    unsafe { cb::envoy_dynamic_module_callback_lb_get_cluster_name(lb, &mut name) };
+    // SAFETY: Envoy just filled `name`.
+    unsafe { owned(&name) }
+}
+
+/// Every host of `lb`'s cluster, every priority, with its health (see the module doc).
+///
+/// # Safety
+/// `lb` must be a live `LbEnvoyPtr`, used on the thread that owns it.
+pub unsafe fn read_members(lb: LbEnvoyPtr) -> Vec<Member> {
+    let mut members = Vec::new();
+    // SAFETY (every call below): per the contract; each out-buffer is a writable local and
+    // is copied before the next call.
+    let priorities = unsafe { cb::envoy_dynamic_module_callback_lb_get_priority_set_size(lb) };
+    for p in 0..priorities {
+        let Ok(priority) = u32::try_from(p) else {
+            break;
+        };
+        let healthy_count =
+            unsafe { cb::envoy_dynamic_module_callback_lb_get_healthy_hosts_count(lb, priority) };
+        let mut healthy = HashSet::with_capacity(healthy_count);
+        for i in 0..healthy_count {
+            let mut addr = EnvoyBuffer::EMPTY;
+            if unsafe {
+                cb::envoy_dynamic_module_callback_lb_get_healthy_host_address(
+                    lb, priority, i, &mut addr,
+                )
+            } {
+                healthy.insert(unsafe { owned(&addr) });
+            }
+        }
+        let count = unsafe { cb::envoy_dynamic_module_callback_lb_get_hosts_count(lb, priority) };
+        for i in 0..count {
+            let mut addr = EnvoyBuffer::EMPTY;
+            if !unsafe {
+                cb::envoy_dynamic_module_callback_lb_get_host_address(lb, priority, i, &mut addr)
+            } {
+                continue;
+            }
+            let address = unsafe { owned(&addr) };
+            let health = if healthy.contains(&address) {
+                Health::Healthy
+            } else if unsafe {
+                cb::envoy_dynamic_module_callback_lb_get_host_health(lb, priority, i)
+            } == HOST_HEALTH_DEGRADED
+            {
+                Health::Degraded
+            } else {
+                Health::Unhealthy
+            };
+            if !members.iter().any(|m: &Member| m.address == address) {
+                members.push(Member { address, health });
+            }
+        }
+    }
+    members
+}
+
+/// The round robin of one instance's `choose_host`: the next healthy host of the first
+/// priority that has any, as (priority, index among its healthy hosts).
+///
+/// # Safety
+/// `lb` must be a live `LbEnvoyPtr`, used on the thread that owns it.
+pub unsafe fn next_healthy(lb: LbEnvoyPtr, cursor: &mut usize) -> Option<(u32, u32)> {
+    // SAFETY (both calls): per the contract.
+    let priorities = unsafe { cb::envoy_dynamic_module_callback_lb_get_priority_set_size(lb) };
+    for p in 0..priorities {
+        let priority = u32::try_from(p).ok()?;
+        let n =
+            unsafe { cb::envoy_dynamic_module_callback_lb_get_healthy_hosts_count(lb, priority) };
+        if n == 0 {
+            continue;
+        }
+        let index = *cursor % n;
+        *cursor = cursor.wrapping_add(1);
+        return Some((priority, u32::try_from(index).ok()?));
+    }
+    None
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::fake_envoy::FakeLb;
+
+    fn member(address: &str, health: Health) -> Member {
+        Member {
+            address: address.into(),
+            health,
+        }
+    }
+
+    #[test]
+    fn hosts_read_with_health_from_the_healthy_list_and_degraded_value() {
+        let lb = FakeLb::new(
+            "pool-0",
+            vec![vec![
+                ("10.0.0.1:80", true, 2),
+                ("10.0.0.2:80", false, 1),
+                ("10.0.0.3:80", false, 0),
+            ]],
+        );
+        // SAFETY: a fake instance, alive for the test.
+        let got = unsafe { read_members(lb.ptr()) };
+        assert_eq!(
+            got,
+            vec![
+                member("10.0.0.1:80", Health::Healthy),
+                member("10.0.0.2:80", Health::Degraded),
+                member("10.0.0.3:80", Health::Unhealthy),
+            ]
+        );
+        // SAFETY: as above.
+        assert_eq!(unsafe { cluster_name(lb.ptr()) }, "pool-0");
+    }
+
+    #[test]
+    fn round_robin_cycles_the_healthy_hosts_of_the_first_priority_with_any() {
+        let lb = FakeLb::new(
+            "p",
+            vec![
+                vec![("10.0.0.9:80", false, 0)],
+                vec![("10.0.0.1:80", true, 2), ("10.0.0.2:80", true, 2)],
+            ],
+        );
+        let mut cursor = 0;
+        // SAFETY: a fake instance, alive for the test.
+        let picks: Vec<_> = (0..3)
+            .map(|_| unsafe { next_healthy(lb.ptr(), &mut cursor) })
+            .collect();
+        assert_eq!(picks, vec![Some((1, 0)), Some((1, 1)), Some((1, 0))]);
+        let none = FakeLb::new("q", vec![vec![("10.0.0.9:80", false, 0)]]);
+        // SAFETY: as above.
+        assert_eq!(unsafe { next_healthy(none.ptr(), &mut cursor) }, None);
+    }
+
+    #[test]
+    fn the_local_instance_is_read_afresh_and_the_last_instance_takes_the_cluster() {
+        let registry = Registry::new();
+        let lb = FakeLb::new("pool-a", vec![vec![("10.0.0.1:80", true, 2)]]);
+        // SAFETY: a fake instance, alive for the test.
+        let id = registry.add("pool-a", lb.ptr(), unsafe { read_members(lb.ptr()) });
+        assert_eq!(
+            registry.members("pool-a"),
+            Some(vec![member("10.0.0.1:80", Health::Healthy)])
+        );
+        // A health change alone (no membership hook): the next read sees it.
+        lb.set_hosts(vec![vec![("10.0.0.1:80", false, 0)]]);
+        assert_eq!(
+            registry.members("pool-a"),
+            Some(vec![member("10.0.0.1:80", Health::Unhealthy)])
+        );
+        assert_eq!(registry.members("pool-b"), None);
+        registry.remove(id);
+        assert_eq!(registry.members("pool-a"), None);
+        assert_eq!(registry.instances("pool-a"), 0);
+    }
+
+    #[test]
+    fn another_threads_instance_is_never_read_only_its_updates_count() {
+        let registry = std::sync::Arc::new(Registry::new());
+        let r = registry.clone();
+        let id = std::thread::spawn(move || {
+            let lb = FakeLb::new("pool-w", vec![vec![("10.0.0.1:80", true, 2)]]);
+            // SAFETY: a fake instance, alive for the closure.
+            let id = r.add("pool-w", lb.ptr(), unsafe { read_members(lb.ptr()) });
+            lb.set_hosts(vec![]);
+            id
+            // `lb` is dropped here: reading it from the test thread would be a use after free.
+        })
+        .join()
+        .unwrap();
+        assert_eq!(
+            registry.members("pool-w"),
+            Some(vec![member("10.0.0.1:80", Health::Healthy)])
+        );
+        registry.update(id, vec![member("10.0.0.2:80", Health::Healthy)]);
+        assert_eq!(
+            registry.members("pool-w"),
+            Some(vec![member("10.0.0.2:80", Health::Healthy)])
+        );
+        registry.update(999, vec![]);
+        assert_eq!(registry.instances("pool-w"), 1);
+    }
+}
