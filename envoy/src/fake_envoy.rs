@@ -873,9 +873,13 @@ pub struct FakeLb {
     inner: Box<FakeLbState>,
 }
 
+/// One fake host: address, in the healthy list, raw health value.
+type FakeHost = (Vec<u8>, bool, u32);
+
 struct FakeLbState {
     cluster: Vec<u8>,
-    hosts: RefCell<Vec<Vec<(Vec<u8>, bool, u32)>>>,
+    /// Hosts per priority.
+    hosts: RefCell<Vec<Vec<FakeHost>>>,
 }
 
 impl FakeLb {
