@@ -4,7 +4,10 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::{EndpointSample, Snapshot, SnapshotError, SnapshotHeader, HEADER_LEN, MAGIC, VERSION};
+use super::{
+    ClusterMembers, EndpointSample, Health, Member, Snapshot, SnapshotError, SnapshotHeader,
+    HEADER_LEN, MAGIC, VERSION,
+};
 use crate::metrics::{CacheConfig, EndpointMetrics, LoraState};
 use crate::types::Millis;
 
@@ -21,6 +24,10 @@ const MIN_ENDPOINT_LEN: usize = 15;
 /// Smallest list entry: an empty string's length prefix.
 const MIN_STRING_LEN: usize = 2;
 const BODY_HASH_AT: usize = 25;
+/// Smallest cluster record: an empty name (2) and a member count (4).
+const MIN_CLUSTER_LEN: usize = 6;
+/// Smallest member record: an empty address (2) and a health byte (1).
+const MIN_MEMBER_LEN: usize = 3;
 
 /// Encodes with generation 0. Prefer [`encode_with_generation`] in a publisher.
 pub fn encode(snapshot: &Snapshot) -> Vec<u8> {
@@ -49,6 +56,11 @@ pub fn encode_into(snapshot: &Snapshot, generation: u64, out: &mut Vec<u8>) {
     out.extend_from_slice(&0u64.to_le_bytes()); // body hash, filled in below
     for endpoint in snapshot.endpoints.iter().take(count as usize) {
         encode_endpoint(endpoint, out);
+    }
+    let clusters = u32::try_from(snapshot.clusters.len()).unwrap_or(u32::MAX);
+    out.extend_from_slice(&clusters.to_le_bytes());
+    for cluster in snapshot.clusters.iter().take(clusters as usize) {
+        encode_cluster(cluster, out);
     }
     reseal(out);
 }
@@ -101,6 +113,33 @@ fn encode_endpoint(endpoint: &EndpointSample, out: &mut Vec<u8>) {
         out.extend_from_slice(&l.max.to_le_bytes());
         put_list(&l.running, out);
         put_list(&l.waiting, out);
+    }
+}
+
+fn encode_cluster(cluster: &ClusterMembers, out: &mut Vec<u8>) {
+    put_str(&cluster.cluster, out);
+    let count = u32::try_from(cluster.members.len()).unwrap_or(u32::MAX);
+    out.extend_from_slice(&count.to_le_bytes());
+    for member in cluster.members.iter().take(count as usize) {
+        put_str(&member.address, out);
+        out.push(health_byte(member.health));
+    }
+}
+
+fn health_byte(health: Health) -> u8 {
+    match health {
+        Health::Healthy => 0,
+        Health::Degraded => 1,
+        Health::Unhealthy => 2,
+    }
+}
+
+fn health_of(byte: u8) -> Result<Health, SnapshotError> {
+    match byte {
+        0 => Ok(Health::Healthy),
+        1 => Ok(Health::Degraded),
+        2 => Ok(Health::Unhealthy),
+        other => Err(SnapshotError::BadHealth(other)),
     }
 }
 
@@ -190,6 +229,19 @@ pub(super) fn decode_checked(
             }
         }
     }
+    let clusters = r.u32()? as usize;
+    let clusters = r.bounded_count(clusters, MIN_CLUSTER_LEN)?;
+    out.clusters.truncate(clusters);
+    for i in 0..clusters {
+        match out.clusters.get_mut(i) {
+            Some(cluster) => decode_cluster(&mut r, cluster)?,
+            None => {
+                let mut cluster = ClusterMembers::default();
+                decode_cluster(&mut r, &mut cluster)?;
+                out.clusters.push(cluster);
+            }
+        }
+    }
     let left = r.remaining();
     if left != 0 {
         return Err(SnapshotError::TrailingBytes(left));
@@ -214,6 +266,30 @@ fn decode_endpoint(r: &mut Reader<'_>, out: &mut EndpointSample) -> Result<(), S
         flags,
         out.metrics.get_or_insert_with(EndpointMetrics::default),
     )
+}
+
+fn decode_cluster(r: &mut Reader<'_>, out: &mut ClusterMembers) -> Result<(), SnapshotError> {
+    r.string_into(&mut out.cluster)?;
+    let count = r.u32()? as usize;
+    let count = r.bounded_count(count, MIN_MEMBER_LEN)?;
+    out.members.truncate(count);
+    for i in 0..count {
+        match out.members.get_mut(i) {
+            Some(member) => decode_member(r, member)?,
+            None => {
+                let mut member = Member::default();
+                decode_member(r, &mut member)?;
+                out.members.push(member);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn decode_member(r: &mut Reader<'_>, out: &mut Member) -> Result<(), SnapshotError> {
+    r.string_into(&mut out.address)?;
+    out.health = health_of(r.u8()?)?;
+    Ok(())
 }
 
 fn decode_metrics(

@@ -17,23 +17,29 @@
 //! unchanged-snapshot check ≈ 10 ns; re-decode into spare buffers ≈ 1.2 µs for 16
 //! endpoints, ≈ 6.6 µs for 100; fresh `decode` ≈ 3.3 µs / 22 µs (allocation-bound).
 //!
-//! Layout, version 1, all integers little-endian:
+//! Layout, version 2, all integers little-endian:
 //!
 //! | field | bytes | notes |
 //! |---|---|---|
 //! | magic | 4 | `IGSN` |
-//! | version | 1 | `1` |
+//! | version | 1 | `2` |
 //! | generation | 8 | writer's publish counter (0 if unused) |
 //! | taken_at | 8 | ms |
 //! | endpoint count | 4 | |
 //! | body hash | 8 | xxh3-64 of every byte after the header |
 //! | endpoints | … | repeated, see below |
+//! | cluster count | 4 | |
+//! | clusters | … | repeated, see below |
 //!
 //! Endpoint: address (`u16` length + UTF-8), `scraped_at` `u64`, `consecutive_failures`
 //! `u32`, one presence byte (bit 0 metrics, 1 waiting, 2 running, 3 KV usage, 4 cache,
 //! 5 LoRA; bits 6–7 must be zero), then only the present fields: waiting `u32`, running
 //! `u32`, KV usage `f64` bits, cache (`u32` block size, `u64` blocks), LoRA (`u32` max,
 //! then two lists: `u16` count, each adapter `u16` length + UTF-8).
+//!
+//! Cluster: name (`u16` length + UTF-8), `u32` member count, then per member its address
+//! (`u16` length + UTF-8) and one health byte (0 healthy, 1 degraded, 2 unhealthy; any
+//! other value is an error).
 //!
 //! Limits of the encoder: strings longer than 65 535 bytes are cut at the last char
 //! boundary below that, lists longer than 65 535 entries are cut; neither occurs with real
@@ -62,7 +68,7 @@ mod tests;
 /// The first bytes of every snapshot.
 pub const MAGIC: [u8; 4] = *b"IGSN";
 /// The format version this code writes and reads.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Bytes in the fixed header.
 pub const HEADER_LEN: usize = 33;
 /// A sample older than this counts as unknown unless configured otherwise.
@@ -187,8 +193,10 @@ pub enum SnapshotError {
     BadFlags(u8),
     /// The body does not match the hash in the header.
     BadChecksum,
-    /// Bytes left over after the last endpoint.
+    /// Bytes left over after the last cluster.
     TrailingBytes(usize),
+    /// A member's health byte is not one of the defined values.
+    BadHealth(u8),
 }
 
 impl fmt::Display for SnapshotError {
@@ -202,6 +210,7 @@ impl fmt::Display for SnapshotError {
             SnapshotError::BadFlags(b) => write!(f, "bad presence flags {b:#04x}"),
             SnapshotError::BadChecksum => f.write_str("snapshot body hash mismatch"),
             SnapshotError::TrailingBytes(n) => write!(f, "{n} trailing bytes after snapshot"),
+            SnapshotError::BadHealth(b) => write!(f, "bad member health {b:#04x}"),
         }
     }
 }

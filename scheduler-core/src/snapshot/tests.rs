@@ -99,6 +99,7 @@ fn layout_is_little_endian_and_compact() {
         &2u32.to_le_bytes(),
         &[0b0000_0011],
         &9u32.to_le_bytes(),
+        &0u32.to_le_bytes(), // no clusters
     ]
     .concat();
     assert_eq!(bytes.get(HEADER_LEN..), Some(&body[..]));
@@ -108,8 +109,116 @@ fn layout_is_little_endian_and_compact() {
 fn empty_snapshot() {
     let snap = Snapshot::default();
     let bytes = encode(&snap);
-    assert_eq!(bytes.len(), HEADER_LEN);
+    assert_eq!(bytes.len(), HEADER_LEN + 4);
     assert_eq!(decode(&bytes).unwrap(), snap);
+    // The version 1 layout (no cluster section) is not read as this one.
+    let mut v1 = bytes[..HEADER_LEN].to_vec();
+    v1[4] = 1;
+    reseal(&mut v1);
+    assert_eq!(decode(&v1), Err(SnapshotError::UnsupportedVersion(1)));
+}
+
+fn with_clusters() -> Snapshot {
+    let mut snap = sample_snapshot();
+    snap.clusters = vec![
+        ClusterMembers {
+            cluster: "pool-a".to_string(),
+            members: vec![
+                Member {
+                    address: "10.0.0.1:8000".to_string(),
+                    health: Health::Healthy,
+                },
+                Member {
+                    address: "10.0.0.2:8000".to_string(),
+                    health: Health::Unhealthy,
+                },
+                Member {
+                    address: "[fd00::1]:8000".to_string(),
+                    health: Health::Degraded,
+                },
+            ],
+        },
+        ClusterMembers {
+            cluster: "empty".to_string(),
+            members: Vec::new(),
+        },
+    ];
+    snap
+}
+
+#[test]
+fn clusters_round_trip_and_are_laid_out_after_the_endpoints() {
+    let snap = with_clusters();
+    let bytes = encode(&snap);
+    assert_eq!(decode(&bytes).unwrap(), snap);
+    assert_eq!(snap.cluster("pool-a").map(|c| c.members.len()), Some(3));
+    assert!(snap.cluster("other").is_none());
+    let tail: Vec<u8> = [
+        &2u32.to_le_bytes()[..],
+        &[6, 0],
+        b"pool-a",
+        &3u32.to_le_bytes(),
+        &[13, 0],
+        b"10.0.0.1:8000",
+        &[0],
+        &[13, 0],
+        b"10.0.0.2:8000",
+        &[2],
+        &[14, 0],
+        b"[fd00::1]:8000",
+        &[1],
+        &[5, 0],
+        b"empty",
+        &0u32.to_le_bytes(),
+    ]
+    .concat();
+    assert!(bytes.ends_with(&tail));
+    // Without the clusters, the endpoints' bytes are the same.
+    let plain = encode(&sample_snapshot());
+    assert_eq!(
+        bytes.get(HEADER_LEN..bytes.len() - tail.len()),
+        plain.get(HEADER_LEN..plain.len() - 4)
+    );
+    assert!(Health::Degraded.is_candidate() && !Health::Unhealthy.is_candidate());
+}
+
+#[test]
+fn cluster_section_errors() {
+    let bytes = encode(&with_clusters());
+    // The health byte of the first member (see the layout above), set out of range.
+    let at = bytes.len() - 45;
+    assert_eq!(bytes[at], 0);
+    let mut bad = bytes.clone();
+    bad[at] = 3;
+    assert_eq!(
+        decode_checked(&bad, false, &mut Snapshot::default()),
+        Err(SnapshotError::BadHealth(3))
+    );
+    // A cluster count of four billion over a few bytes.
+    let mut huge = encode(&Snapshot::default());
+    let n = huge.len();
+    huge[n - 4..].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert_eq!(
+        decode_checked(&huge, false, &mut Snapshot::default()),
+        Err(SnapshotError::CountTooLarge)
+    );
+    // A member count past the bytes left.
+    let mut members = encode(&Snapshot::default());
+    let n = members.len();
+    members[n - 4..].copy_from_slice(&1u32.to_le_bytes());
+    members.extend_from_slice(&[1, 0, b'c']);
+    members.extend_from_slice(&1_000u32.to_le_bytes());
+    members.extend_from_slice(&[0; 9]);
+    assert_eq!(
+        decode_checked(&members, false, &mut Snapshot::default()),
+        Err(SnapshotError::CountTooLarge)
+    );
+    // No cluster count at all.
+    let empty = encode(&Snapshot::default());
+    assert_eq!(
+        decode_checked(&empty[..HEADER_LEN], false, &mut Snapshot::default()),
+        Err(SnapshotError::Truncated)
+    );
 }
 
 #[test]
@@ -119,10 +228,10 @@ fn typed_errors() {
     assert_eq!(decode(b"IGS"), Err(SnapshotError::Truncated));
     assert_eq!(decode(b"NOPE and more bytes"), Err(SnapshotError::BadMagic));
 
-    let mut v2 = good.clone();
-    v2[4] = 2;
-    assert_eq!(decode(&v2), Err(SnapshotError::UnsupportedVersion(2)));
-    assert_eq!(read_header(&v2), Err(SnapshotError::UnsupportedVersion(2)));
+    let mut v3 = good.clone();
+    v3[4] = 3;
+    assert_eq!(decode(&v3), Err(SnapshotError::UnsupportedVersion(3)));
+    assert_eq!(read_header(&v3), Err(SnapshotError::UnsupportedVersion(3)));
 
     assert_eq!(
         decode(&good[..HEADER_LEN - 1]),
@@ -152,6 +261,7 @@ fn typed_errors() {
 
 fn one_endpoint_body(address: &[u8], flags: u8, tail: &[u8]) -> Vec<u8> {
     let mut bytes = encode(&Snapshot::default());
+    bytes.truncate(HEADER_LEN);
     bytes[21..25].copy_from_slice(&1u32.to_le_bytes());
     bytes.extend_from_slice(&(address.len() as u16).to_le_bytes());
     bytes.extend_from_slice(address);
@@ -300,13 +410,24 @@ fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
                 metrics,
             },
         );
-    (any::<u64>(), prop::collection::vec(endpoint, 0..12)).prop_map(|(taken_at, endpoints)| {
-        Snapshot {
+    let health = prop_oneof![
+        Just(Health::Healthy),
+        Just(Health::Degraded),
+        Just(Health::Unhealthy)
+    ];
+    let member = (arb_string(), health).prop_map(|(address, health)| Member { address, health });
+    let cluster = (arb_string(), prop::collection::vec(member, 0..6))
+        .prop_map(|(cluster, members)| ClusterMembers { cluster, members });
+    (
+        any::<u64>(),
+        prop::collection::vec(endpoint, 0..12),
+        prop::collection::vec(cluster, 0..4),
+    )
+        .prop_map(|(taken_at, endpoints, clusters)| Snapshot {
             taken_at: Millis(taken_at),
-            clusters: Vec::new(),
+            clusters,
             endpoints,
-        }
-    })
+        })
 }
 
 proptest! {
