@@ -3,12 +3,14 @@
 //!
 //! This crate only orchestrates processes: it installs what is missing ([`setup`]), runs
 //! cargo to build the artefacts ([`artefacts`]) and the test tiers ([`test`]), and drives
-//! `cargo fuzz` ([`fuzz`]). It depends on std and anyhow alone, so it starts without
-//! compiling the harness. The commands that run the gateway's stack in-process (`up`,
+//! `cargo fuzz` ([`fuzz`]), and packages the release ([`dist`]). It depends on std and
+//! anyhow, and for `dist` on sha2 and serde_json, so it starts without compiling the
+//! harness. The commands that run the gateway's stack in-process (`up`,
 //! `demo`, `bench`) live in the harness's `infergate-bench` binary, which [`stack`] builds
 //! in release and hands the command line to.
 
 mod artefacts;
+mod dist;
 mod fuzz;
 mod setup;
 mod stack;
@@ -21,6 +23,7 @@ const USAGE: &str = "usage: cargo xtask <command> [options]
 commands:
   setup   install what is missing: wasm32 targets, Envoy 1.40.0, Python clients, Node test runner
   build   build the release artefacts: the Wasm module, the native module, the simulator
+  dist    dist/: both modules with sha256, the Wasm OCI image, Envoy version, examples [--out DIR]
   test    every test tier, real-Envoy end-to-end and a 1-minute soak: [--workers N] [--skip-python]
   up      the stack on a simulated pool until Ctrl-C: flavour, tenants, flow control (up --help)
   demo    /rr vs the gateway: [--scenario calibration|hotspot|tenants|canary] (demo --help)
@@ -42,6 +45,7 @@ fn main() -> ExitCode {
             .and_then(|_| setup::ensure_wasm_bindgen_test())
             .map(|_| ()),
         "build" => setup::ensure(false).and_then(|_| artefacts::build_all().map(|_| ())),
+        "dist" => dist::run(rest),
         "test" => test::run(rest),
         "up" | "demo" | "bench" => stack::run(command, rest),
         "fuzz" => fuzz::run(rest),
@@ -77,7 +81,7 @@ mod tests {
             .collect();
         assert_eq!(
             commands,
-            ["setup", "build", "test", "up", "demo", "bench", "fuzz", "help"]
+            ["setup", "build", "dist", "test", "up", "demo", "bench", "fuzz", "help"]
         );
         // Each line fits a terminal of 100 columns.
         for line in USAGE.lines() {

@@ -1,0 +1,320 @@
+//! `cargo xtask dist`: what a user deploys, in `dist/` (git-ignored), from a release build
+//! made as `cargo xtask build` makes it:
+//!
+//! - `infergate_wasm.wasm` and `libinfergate_envoy.so`, each with a `<file>.sha256` in
+//!   `sha256sum`'s format (`sha256sum -c *.sha256` in `dist/` checks them);
+//! - `oci/`: the Wasm module as an OCI image layout for Istio's `WasmPlugin` (`oci://`),
+//!   tagged with the workspace version ([`oci`] says which layout and why);
+//! - `ENVOY_VERSION`: the one Envoy release the `.so` loads into (the dynamic-module ABI is
+//!   not stable across Envoy releases), [`crate::setup::ENVOY_VERSION`];
+//! - `examples/`: configuration to start from ([`examples`]);
+//! - `README.md`: what each file is, with the digests.
+//!
+//! The layout is read back and checked ([`oci::read_layout`]) and, when `skopeo` is
+//! installed, inspected with it ([`skopeo::check`]), before the command reports success.
+
+pub mod oci;
+pub mod skopeo;
+
+#[cfg(test)]
+mod tests;
+
+use crate::artefacts::{build_all, workspace_root};
+use crate::setup::ENVOY_VERSION;
+use anyhow::{bail, Context, Result};
+use oci::{Digest, RuntimeConfig, WasmImage};
+use std::path::{Path, PathBuf};
+
+/// File names of the two modules in `dist/` (the names cargo gives them).
+pub const WASM_FILE: &str = "infergate_wasm.wasm";
+pub const NATIVE_FILE: &str = "libinfergate_envoy.so";
+/// The OCI image layout's directory in `dist/`.
+pub const OCI_DIR: &str = "oci";
+/// The file that names the Envoy release the native module needs.
+pub const ENVOY_VERSION_FILE: &str = "ENVOY_VERSION";
+/// The image's tag and version annotation: the workspace version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The root contexts the Wasm module registers, one per role of its plugin configuration.
+pub const ROOT_IDS: [&str; 3] = ["router", "picker", "scraper"];
+
+/// What `cargo xtask dist` was asked for.
+#[derive(Debug, PartialEq)]
+struct DistArgs {
+    /// Where to write (`<workspace>/dist` unless `--out` says otherwise).
+    out: PathBuf,
+}
+
+impl DistArgs {
+    fn parse(args: &[String]) -> Result<DistArgs> {
+        let mut out = workspace_root().join("dist");
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            match arg.as_str() {
+                "--out" => {
+                    out = PathBuf::from(it.next().context("--out needs a directory")?);
+                }
+                other => bail!("unknown argument `{other}` (expected --out DIR)"),
+            }
+        }
+        Ok(DistArgs { out })
+    }
+}
+
+/// Builds the release artefacts and writes `dist/`.
+pub fn run(args: &[String]) -> Result<()> {
+    let DistArgs { out } = DistArgs::parse(args)?;
+    crate::setup::ensure(false)?;
+    let artefacts = build_all()?;
+    let written = write(&out, &artefacts.wasm_module, &artefacts.native_module)?;
+    match skopeo::program() {
+        Some(program) => {
+            skopeo::check(&program, &out.join(OCI_DIR), VERSION, &written.module)?;
+            eprintln!(
+                "xtask: skopeo reads oci:{}:{VERSION}; its Wasm layer is {}",
+                out.join(OCI_DIR).display(),
+                written.module
+            );
+        }
+        None => eprintln!(
+            "xtask: skopeo is not installed (`apt-get install skopeo`): the layout was checked \
+             by xtask alone"
+        ),
+    }
+    eprintln!(
+        "xtask: wrote {} (image {}, examples: {})",
+        out.display(),
+        written.manifest,
+        written.examples.describe()
+    );
+    Ok(())
+}
+
+/// What [`write`] produced.
+#[derive(Debug)]
+pub struct Written {
+    /// The image manifest's digest (what a registry reports; Istio's `sha256`).
+    pub manifest: Digest,
+    /// The Wasm module's sha256 (its layer's digest).
+    pub module: Digest,
+    /// The native module's sha256.
+    pub native: Digest,
+    /// Where the examples came from.
+    pub examples: examples::Source,
+}
+
+/// Writes `dist/` at `out` from the modules at `wasm` and `native`. An existing `out` is
+/// replaced only when it looks like an earlier `dist/` (it holds `ENVOY_VERSION`) or is
+/// empty, so a mistyped `--out` never deletes anything else.
+pub fn write(out: &Path, wasm: &Path, native: &Path) -> Result<Written> {
+    clear(out)?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let module = std::fs::read(wasm).with_context(|| format!("reading {}", wasm.display()))?;
+    let native_bytes =
+        std::fs::read(native).with_context(|| format!("reading {}", native.display()))?;
+    let module_digest = copy_with_sha256(out, WASM_FILE, &module)?;
+    let native_digest = copy_with_sha256(out, NATIVE_FILE, &native_bytes)?;
+
+    let image = wasm_image(&module)?;
+    let layout = out.join(OCI_DIR);
+    let written = oci::write_layout(&layout, &image)?;
+    let found = oci::read_layout(&layout, VERSION)?;
+    if found.module != module_digest || found.manifest != written.manifest {
+        bail!(
+            "{}: the layout read back names module {} and manifest {}, written were {} and {}",
+            layout.display(),
+            found.module,
+            found.manifest,
+            module_digest,
+            written.manifest
+        );
+    }
+
+    write_text(&out.join(ENVOY_VERSION_FILE), &format!("{ENVOY_VERSION}\n"))?;
+    let examples = examples::write(&out.join(examples::DIR))?;
+    let written = Written {
+        manifest: written.manifest,
+        module: module_digest,
+        native: native_digest,
+        examples,
+    };
+    write_text(&out.join("README.md"), &readme(&written))?;
+    Ok(written)
+}
+
+/// The image of the Wasm module: the ABI versions it exports, its roots, the version.
+pub fn wasm_image(module: &[u8]) -> Result<WasmImage<'_>> {
+    let abi_versions = oci::abi_versions(module).context("the Wasm module")?;
+    Ok(WasmImage {
+        module,
+        runtime: RuntimeConfig {
+            abi_versions,
+            root_ids: ROOT_IDS.iter().map(|r| r.to_string()).collect(),
+        },
+        tag: VERSION,
+        annotations: vec![
+            ("org.opencontainers.image.title".into(), "infergate".into()),
+            ("org.opencontainers.image.version".into(), VERSION.into()),
+            (
+                "org.opencontainers.image.description".into(),
+                "infergate's proxy-wasm module: body router, picker and scraper".into(),
+            ),
+            (
+                "org.opencontainers.image.licenses".into(),
+                env!("CARGO_PKG_LICENSE").into(),
+            ),
+        ],
+    })
+}
+
+/// Removes an earlier `dist/` at `out`; refuses a directory that is not one.
+fn clear(out: &Path) -> Result<()> {
+    if !out.exists() {
+        return Ok(());
+    }
+    let empty = std::fs::read_dir(out)
+        .with_context(|| format!("reading {}", out.display()))?
+        .next()
+        .is_none();
+    if !empty && !out.join(ENVOY_VERSION_FILE).is_file() {
+        bail!(
+            "{} exists and is not an earlier dist/ (no {ENVOY_VERSION_FILE} in it): not \
+             replacing it",
+            out.display()
+        );
+    }
+    std::fs::remove_dir_all(out).with_context(|| format!("removing {}", out.display()))
+}
+
+/// Writes `bytes` as `out/name` and `out/name.sha256` (`<hex>  <name>`, as `sha256sum`
+/// prints it); returns the digest.
+fn copy_with_sha256(out: &Path, name: &str, bytes: &[u8]) -> Result<Digest> {
+    let digest = Digest::of(bytes);
+    let path = out.join(name);
+    std::fs::write(&path, bytes).with_context(|| format!("writing {}", path.display()))?;
+    write_text(
+        &out.join(format!("{name}.sha256")),
+        &format!("{}  {name}\n", digest.hex()),
+    )?;
+    Ok(digest)
+}
+
+fn write_text(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// `dist/README.md`.
+fn readme(w: &Written) -> String {
+    let arch = std::env::consts::ARCH;
+    let os = std::env::consts::OS;
+    let root_ids = ROOT_IDS.join("`, `");
+    let examples = w.examples.readme();
+    format!(
+        "# infergate {VERSION}: release artefacts
+
+Written by `cargo xtask dist` (release build, `{arch}`-`{os}`). Check the files with
+`sha256sum -c *.sha256` in this directory.
+
+| file | what |
+|---|---|
+| `{WASM_FILE}` | the proxy-wasm module (`wasm32-wasip1`): body router, picker and scraper, one plugin configuration per role (`role` field; root ids `{root_ids}`); sha256 `{module}` |
+| `{NATIVE_FILE}` | the Envoy dynamic module (`{arch}` Linux): the same filters in-process; sha256 `{native}` |
+| `{OCI_DIR}/` | the Wasm module as an OCI image layout, tag `{VERSION}`, image digest `{manifest}` |
+| `{ENVOY_VERSION_FILE}` | `{ENVOY_VERSION}`: the Envoy release the native module requires |
+| `examples/` | {examples} |
+
+## Envoy version
+
+The native module loads only into Envoy **{ENVOY_VERSION}** exactly. Envoy's dynamic-module
+ABI is not stable across Envoy releases: a module built against one release is refused by,
+or misbehaves in, another. The Wasm module uses the proxy-wasm ABI and runs in any Envoy
+with a Wasm runtime (V8); it was tested in Envoy {ENVOY_VERSION}.
+
+## The Wasm module as an OCI image (Istio `WasmPlugin`)
+
+`{OCI_DIR}/` follows the Wasm image specification's *oci* variant, the one Istio's image
+fetcher reads besides the Docker-style tar variant: an image manifest whose config has
+media type `{config_type}`, and exactly two layers: that runtime config again and the
+module bytes, uncompressed, as `{wasm_type}` (its digest is the module's sha256,
+`{module}`). Istio refuses this variant with any other number of layers, and refuses a
+single `application/vnd.wasm.content.layer.v1+wasm` layer (the CNCF Wasm artifact).
+
+Copy it to a registry, then point a `WasmPlugin` at it:
+
+```sh
+skopeo copy oci:{OCI_DIR}:{VERSION} docker://REGISTRY/infergate-wasm:{VERSION}
+skopeo inspect --raw docker://REGISTRY/infergate-wasm:{VERSION}   # the manifest
+```
+
+```yaml
+spec:
+  url: oci://REGISTRY/infergate-wasm:{VERSION}
+  sha256: {manifest_hex}   # Istio checks the image (manifest) digest, not the module's
+```
+
+or pin the digest in the URL: `oci://REGISTRY/infergate-wasm@{manifest}`.
+Plain `skopeo inspect` (without `--raw`) refuses the image: it only summarises container
+images, and says this one is an artifact of type `{config_type}`; `skopeo inspect --raw`
+prints the manifest and `skopeo inspect --config --raw` the runtime config.
+",
+        module = w.module,
+        native = w.native,
+        manifest = w.manifest,
+        manifest_hex = w.manifest.hex(),
+        config_type = oci::CONFIG_MEDIA_TYPE,
+        wasm_type = oci::WASM_LAYER_MEDIA_TYPE,
+    )
+}
+
+/// The example configuration in `dist/examples/`.
+pub mod examples {
+    use super::write_text;
+    use crate::artefacts::workspace_root;
+    use anyhow::{Context, Result};
+    use std::path::Path;
+
+    /// The directory in `dist/`.
+    pub const DIR: &str = "examples";
+
+    /// The Envoy bootstrap templates copied, one per flavour, with their README.
+    const TEMPLATES: [&str; 3] = ["wasm.yaml", "native.yaml", "README.md"];
+
+    /// Where the examples came from.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Source {
+        /// The launcher's bootstrap templates (`envoy/config/`), placeholders unfilled.
+        Templates,
+    }
+
+    impl Source {
+        /// A few words for the command's last line.
+        pub fn describe(self) -> &'static str {
+            match self {
+                Source::Templates => "the Envoy bootstrap templates",
+            }
+        }
+
+        /// The `examples/` row of `dist/README.md`.
+        pub fn readme(self) -> &'static str {
+            match self {
+                Source::Templates => {
+                    "the Envoy bootstrap templates the launcher renders (`wasm.yaml`, \
+                     `native.yaml`; `README.md` explains their `{{placeholder}}` syntax and \
+                     prototypes): a starting point, not loadable as they are"
+                }
+            }
+        }
+    }
+
+    /// Writes the examples into `dir`.
+    pub fn write(dir: &Path) -> Result<Source> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let config = workspace_root().join("envoy").join("config");
+        for name in TEMPLATES {
+            let from = config.join(name);
+            let text = std::fs::read_to_string(&from)
+                .with_context(|| format!("reading {}", from.display()))?;
+            write_text(&dir.join(name), &text)?;
+        }
+        Ok(Source::Templates)
+    }
+}
