@@ -9,13 +9,14 @@
 //! or removed, e.g. an EDS update). Its `choose_host` is a round robin over the healthy hosts:
 //! it only runs for a request that reaches the cluster with no list, or a retry past it.
 //!
-//! Health changes alone (an active health check failing or passing, outlier ejection) do not
-//! fire the membership hook: Envoy registers it as a member-update callback, which runs only
-//! when hosts are added or removed. So the scraper (a bootstrap extension, on the main thread)
-//! asks [`Registry::members`] every tick, and when an instance of the cluster lives on the
-//! calling thread, the registry reads that instance's hosts afresh right then. The main
-//! thread's copy of the priority set is updated on the main thread, so the read needs no
-//! lock on Envoy's side and sees every health change as soon as Envoy applied it there.
+//! Health changes reach the registry the same way. Envoy registers the hook as the priority
+//! set's member-update callback, and in Envoy 1.40 a health transition also runs it, with no
+//! host added or removed (verified on 1.40.0 with an active HTTP health check flipping one
+//! host of an EDS cluster each way: every instance, main thread and workers, got
+//! `on_lb_on_host_membership_update(+0 -0)` within the check interval, and read the new
+//! health). So the scraper, which asks [`Registry::members`] every tick, sees a host Envoy
+//! marks unhealthy (a failed check, outlier ejection, EDS health) within one tick. The
+//! registry keeps copies only: no Envoy pointer is used outside the hook that handed it in.
 //!
 //! Health is told robustly against the header's two published orders of the health enum: a
 //! host is `Healthy` if it is among the healthy hosts Envoy lists, `Degraded` if Envoy says
@@ -23,7 +24,6 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
-use std::thread::ThreadId;
 
 use scheduler_core::snapshot::{Health, Member};
 
@@ -38,9 +38,6 @@ pub const LB_POLICY_NAME: &str = "infergate-membership";
 struct Instance {
     id: u64,
     cluster: String,
-    thread: ThreadId,
-    /// The instance's `LbEnvoyPtr`, as an address (it is only dereferenced on `thread`).
-    lb: usize,
 }
 
 #[derive(Debug)]
@@ -83,17 +80,14 @@ impl Registry {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Records a new instance of `cluster` on the calling thread over `lb`, which sees
-    /// `members` now; returns its id.
-    pub fn add(&self, cluster: &str, lb: LbEnvoyPtr, members: Vec<Member>) -> u64 {
+    /// Records a new instance of `cluster`, which sees `members` now; returns its id.
+    pub fn add(&self, cluster: &str, members: Vec<Member>) -> u64 {
         let mut inner = self.lock();
         let id = inner.next_id;
         inner.next_id += 1;
         inner.instances.push(Instance {
             id,
             cluster: cluster.to_owned(),
-            thread: std::thread::current().id(),
-            lb: lb as usize,
         });
         inner.clusters.insert(cluster.to_owned(), members);
         id
@@ -125,25 +119,10 @@ impl Registry {
         }
     }
 
-    /// The members of `cluster`: read afresh from an instance on the calling thread when
-    /// there is one (the main thread's, for the scraper), else as last recorded; `None` when
-    /// no instance of `cluster` exists.
+    /// The members of `cluster` as its instances last saw them; `None` when no instance of
+    /// `cluster` exists.
     pub fn members(&self, cluster: &str) -> Option<Vec<Member>> {
-        let here = std::thread::current().id();
-        let mut inner = self.lock();
-        let local = inner
-            .instances
-            .iter()
-            .find(|i| i.cluster == cluster && i.thread == here)
-            .map(|i| i.lb);
-        if let Some(lb) = local {
-            // SAFETY: `lb` belongs to a live instance (it is removed from the registry in
-            // `on_lb_destroy`, which Envoy runs on this same thread, so it cannot be
-            // destroyed during this call), and it is read on the thread that owns it.
-            let fresh = unsafe { read_members(lb as LbEnvoyPtr) };
-            inner.clusters.insert(cluster.to_owned(), fresh);
-        }
-        inner.clusters.get(cluster).cloned()
+        self.lock().clusters.get(cluster).cloned()
     }
 
     /// How many live instances `cluster` has (tests, diagnostics).
@@ -230,6 +209,15 @@ pub unsafe fn read_members(lb: LbEnvoyPtr) -> Vec<Member> {
     members
 }
 
+/// `ip:port health, ...` for a log line.
+pub fn describe(members: &[Member]) -> String {
+    let parts: Vec<String> = members
+        .iter()
+        .map(|m| format!("{} {:?}", m.address, m.health))
+        .collect();
+    format!("[{}]", parts.join(", "))
+}
+
 /// The round robin of one instance's `choose_host`: the next healthy host of the first
 /// priority that has any, as (priority, index among its healthy hosts).
 ///
@@ -310,51 +298,23 @@ mod tests {
     }
 
     #[test]
-    fn the_local_instance_is_read_afresh_and_the_last_instance_takes_the_cluster() {
+    fn instances_record_their_clusters_members_and_the_last_one_takes_them() {
         let registry = Registry::new();
-        let lb = FakeLb::new("pool-a", vec![vec![("10.0.0.1:80", true, 2)]]);
-        // SAFETY: a fake instance, alive for the test.
-        let id = registry.add("pool-a", lb.ptr(), unsafe { read_members(lb.ptr()) });
-        assert_eq!(
-            registry.members("pool-a"),
-            Some(vec![member("10.0.0.1:80", Health::Healthy)])
-        );
-        // A health change alone (no membership hook): the next read sees it.
-        lb.set_hosts(vec![vec![("10.0.0.1:80", false, 0)]]);
+        let a = registry.add("pool-a", vec![member("10.0.0.1:80", Health::Healthy)]);
+        let b = registry.add("pool-a", vec![member("10.0.0.1:80", Health::Healthy)]);
+        assert_eq!(registry.instances("pool-a"), 2);
+        // A health change (the hook with nothing added or removed) replaces the members.
+        registry.update(b, vec![member("10.0.0.1:80", Health::Unhealthy)]);
         assert_eq!(
             registry.members("pool-a"),
             Some(vec![member("10.0.0.1:80", Health::Unhealthy)])
         );
         assert_eq!(registry.members("pool-b"), None);
-        registry.remove(id);
+        registry.update(999, vec![]);
+        registry.remove(a);
+        assert!(registry.members("pool-a").is_some(), "one instance is left");
+        registry.remove(b);
         assert_eq!(registry.members("pool-a"), None);
         assert_eq!(registry.instances("pool-a"), 0);
-    }
-
-    #[test]
-    fn another_threads_instance_is_never_read_only_its_updates_count() {
-        let registry = std::sync::Arc::new(Registry::new());
-        let r = registry.clone();
-        let id = std::thread::spawn(move || {
-            let lb = FakeLb::new("pool-w", vec![vec![("10.0.0.1:80", true, 2)]]);
-            // SAFETY: a fake instance, alive for the closure.
-            let id = r.add("pool-w", lb.ptr(), unsafe { read_members(lb.ptr()) });
-            lb.set_hosts(vec![]);
-            id
-            // `lb` is dropped here: reading it from the test thread would be a use after free.
-        })
-        .join()
-        .unwrap();
-        assert_eq!(
-            registry.members("pool-w"),
-            Some(vec![member("10.0.0.1:80", Health::Healthy)])
-        );
-        registry.update(id, vec![member("10.0.0.2:80", Health::Healthy)]);
-        assert_eq!(
-            registry.members("pool-w"),
-            Some(vec![member("10.0.0.2:80", Health::Healthy)])
-        );
-        registry.update(999, vec![]);
-        assert_eq!(registry.instances("pool-w"), 1);
     }
 }

@@ -341,8 +341,7 @@ impl SnapshotSink for ScraperHost<'_> {
 
 impl ClusterMembership for ScraperHost<'_> {
     /// The pool cluster's hosts and health from the `infergate-membership` LB policy's
-    /// registry, read afresh from the main thread's instance (the scraper runs on the main
-    /// thread; see [`crate::membership`]).
+    /// registry, as its instances last saw them (see [`crate::membership`]).
     fn cluster_members(&self, cluster: &str) -> Option<Vec<scheduler_core::snapshot::Member>> {
         crate::membership::REGISTRY.members(cluster)
     }

@@ -74,10 +74,8 @@ pub type LbConfigEnvoyPtr = *mut c_void;
 pub type LbConfigModulePtr = *const c_void;
 /// Envoy's `DynamicModuleLoadBalancer`: one per worker thread and one on the main thread, each
 /// over that thread's copy of the cluster's priority set. Envoy-owned; it lives from
-/// `on_lb_new` until `on_lb_destroy` (Envoy's destructor calls that hook), and is only ever
-/// used on the thread that created it. The header promises it for the duration of each hook
-/// only; this module also reads the main-thread instance from the main thread between hooks
-/// (see `crate::membership`).
+/// `on_lb_new` until `on_lb_destroy`, but the header promises it only for the duration of
+/// each hook, so the module uses it inside the hook that handed it in, and nowhere else.
 pub type LbEnvoyPtr = *mut c_void;
 /// Our per-instance LB object (a leaked `Box`). Module-owned; dropped in `on_lb_destroy`.
 pub type LbModulePtr = *const c_void;

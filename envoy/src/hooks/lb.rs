@@ -94,7 +94,11 @@ extern "C" fn envoy_dynamic_module_on_lb_new(
                 membership::read_members(lb_envoy_ptr),
             )
         };
-        let id = REGISTRY.add(&cluster, lb_envoy_ptr, members);
+        crate::log::info(&format!(
+            "infergate: {LB_POLICY_NAME} instance for cluster {cluster}: {}",
+            membership::describe(&members)
+        ));
+        let id = REGISTRY.add(&cluster, members);
         let instance = LbInstance {
             id,
             cursor: Cell::new(0),
@@ -150,8 +154,8 @@ extern "C" fn envoy_dynamic_module_on_lb_choose_host(
 extern "C" fn envoy_dynamic_module_on_lb_on_host_membership_update(
     lb_envoy_ptr: LbEnvoyPtr,
     lb_module_ptr: LbModulePtr,
-    _num_hosts_added: usize,
-    _num_hosts_removed: usize,
+    num_hosts_added: usize,
+    num_hosts_removed: usize,
 ) {
     let _ = guard::catch("on_lb_on_host_membership_update", || {
         // SAFETY: our live instance, on its thread.
@@ -161,6 +165,10 @@ extern "C" fn envoy_dynamic_module_on_lb_on_host_membership_update(
         // SAFETY: Envoy's live instance, during the update hook (the new host set is in
         // place when the hook runs).
         let members = unsafe { membership::read_members(lb_envoy_ptr) };
+        crate::log::info(&format!(
+            "infergate: {LB_POLICY_NAME} membership update (+{num_hosts_added} -{num_hosts_removed}): {}",
+            membership::describe(&members)
+        ));
         REGISTRY.update(lb.id, members);
     });
 }
