@@ -6,6 +6,7 @@ pub mod artefacts;
 pub mod bench;
 pub mod explain;
 pub mod launch;
+pub mod render;
 
 // The simulator and the load generator are crates of their own (`harness/sim`,
 // `harness/load`), so a change to one rebuilds neither the other nor their binaries; the

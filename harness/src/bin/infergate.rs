@@ -7,13 +7,23 @@
 //! close), then the scheduler's record, or the rejection the gateway would answer with.
 //! With `--rewrites` the request is first rewritten as the router's model rewrites would
 //! (sticky on `K`, else drawn from the seed).
+//!
+//! `infergate render --objects DIR --flavor wasm|native --out DIR [--endpoints POOL=IP[:PORT],...]
+//! [--listen ADDR:PORT] [--admin ADDR:PORT] [--module PATH] [--image oci://…] [--no-tenants]
+//! [--jwks FILE] [--billing-log PATH] [--per-request-split]` renders the user's Kubernetes
+//! objects as a gateway: an Envoy bootstrap, the Istio manifests, the field report and a
+//! README into `--out` (see `infergate_harness::render`); the fields it does not support are
+//! printed, one per line.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use infergate_harness::explain;
+use infergate_harness::launch::Flavor;
+use infergate_harness::render::{self, GatewayInputs, RenderOptions};
 use scheduler_core::types::Millis;
+use std::net::SocketAddr;
 
 #[derive(Parser)]
 #[command(
@@ -60,6 +70,83 @@ enum Command {
         #[arg(long)]
         sticky_key: Option<String>,
     },
+    /// Render the user's Kubernetes objects (InferencePool, HTTPRoute, the ConfigMap
+    /// holding the EndpointPickerConfig, InferenceObjective, InferenceModelRewrite,
+    /// TenantQuota) as a gateway: `envoy.yaml`, `istio.yaml`, `fields.md`, `README.md`.
+    Render {
+        /// The objects' directory (every *.yaml, *.yml, *.json in it).
+        #[arg(long)]
+        objects: PathBuf,
+        /// `wasm` or `native`.
+        #[arg(long)]
+        flavor: Flavor,
+        /// The output directory (created if missing).
+        #[arg(long)]
+        out: PathBuf,
+        /// A pool's endpoints, `POOL=IP[:PORT],...` (a bare IP takes each of the pool's
+        /// targetPorts); repeat for each pool.
+        #[arg(long = "endpoints", value_name = "POOL=IP[:PORT],...")]
+        endpoints: Vec<String>,
+        /// The gateway listener's address.
+        #[arg(long, default_value = "0.0.0.0:8080")]
+        listen: SocketAddr,
+        /// Envoy's admin address.
+        #[arg(long, default_value = "127.0.0.1:9901")]
+        admin: SocketAddr,
+        /// The module's path on the Envoy host (default: the built artefact's path here).
+        #[arg(long)]
+        module: Option<PathBuf>,
+        /// The Wasm module's OCI image, the WasmPlugin's `url`.
+        #[arg(
+            long,
+            default_value = "oci://registry.example.internal/infergate/infergate-wasm:latest"
+        )]
+        image: String,
+        /// Leave the TenantQuota objects out (reported): no authentication, no quotas.
+        #[arg(long)]
+        no_tenants: bool,
+        /// The JWKS (JSON) of the issuer the tenants' `jwtClaims` name.
+        #[arg(long)]
+        jwks: Option<PathBuf>,
+        /// Where Envoy writes the billing log (one JSON line per request).
+        #[arg(long)]
+        billing_log: Option<PathBuf>,
+        /// Split a route's weights per request instead of sticky on `x-gateway-split-key`.
+        #[arg(long)]
+        per_request_split: bool,
+    },
+}
+
+/// `POOL=IP[:PORT],...` → (pool, endpoints).
+fn endpoints_flag(flag: &str) -> anyhow::Result<(String, Vec<String>)> {
+    let Some((pool, list)) = flag.split_once('=') else {
+        anyhow::bail!("--endpoints {flag}: expected POOL=IP[:PORT],...");
+    };
+    Ok((
+        pool.to_owned(),
+        list.split(',')
+            .filter(|e| !e.is_empty())
+            .map(str::to_owned)
+            .collect(),
+    ))
+}
+
+/// Runs `render` and prints what was written and what is not supported.
+fn run_render(opts: &RenderOptions) -> anyhow::Result<String> {
+    let out = render::render(opts)?;
+    let mut text = format!(
+        "wrote {}\nwrote {}\nwrote {}\nwrote {}",
+        out.bootstrap.display(),
+        out.istio.display(),
+        out.fields.display(),
+        out.readme.display()
+    );
+    text.push_str(&format!("\nnot supported ({}):", out.not_supported.len()));
+    for line in &out.not_supported {
+        text.push_str("\n  ");
+        text.push_str(line);
+    }
+    Ok(text)
 }
 
 fn main() -> ExitCode {
@@ -84,6 +171,48 @@ fn main() -> ExitCode {
             rewrites: rewrites.as_deref(),
             sticky_key: sticky_key.as_deref(),
         }),
+        Command::Render {
+            objects,
+            flavor,
+            out,
+            endpoints,
+            listen,
+            admin,
+            module,
+            image,
+            no_tenants,
+            jwks,
+            billing_log,
+            per_request_split,
+        } => (|| {
+            let endpoints = endpoints
+                .iter()
+                .map(|f| endpoints_flag(f))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let jwks = match jwks {
+                Some(path) => Some(
+                    std::fs::read_to_string(&path)
+                        .map_err(|e| anyhow::anyhow!("reading --jwks {}: {e}", path.display()))?,
+                ),
+                None => None,
+            };
+            run_render(&RenderOptions {
+                objects,
+                out,
+                listen,
+                admin,
+                image,
+                gateway: GatewayInputs {
+                    flavor,
+                    endpoints,
+                    module,
+                    no_tenants,
+                    jwks,
+                    billing_log,
+                    per_request_split,
+                },
+            })
+        })(),
     };
     match result {
         Ok(json) => {

@@ -37,6 +37,9 @@ pub struct RouteSpec {
     /// Split by the `x-gateway-split-key` header (one pool per conversation) instead of a
     /// draw per request.
     pub sticky: bool,
+    /// Only requests whose path starts with this (an `HTTPRoute`'s `PathPrefix` match);
+    /// `None`: every path (the prototypes' prefix `/`).
+    pub path_prefix: Option<String>,
 }
 
 impl RouteSpec {
@@ -47,6 +50,7 @@ impl RouteSpec {
             header: None,
             backends: vec![(pool, 1)],
             sticky: false,
+            path_prefix: None,
         }
     }
 
@@ -57,6 +61,7 @@ impl RouteSpec {
             header: None,
             backends: backends.to_vec(),
             sticky: false,
+            path_prefix: None,
         }
     }
 
@@ -72,6 +77,14 @@ impl RouteSpec {
     pub fn when_header(self, name: impl Into<String>, value: impl Into<String>) -> Self {
         RouteSpec {
             header: Some((name.into().to_ascii_lowercase(), value.into())),
+            ..self
+        }
+    }
+
+    /// Only requests whose path starts with `prefix`.
+    pub fn under_path(self, prefix: impl Into<String>) -> Self {
+        RouteSpec {
+            path_prefix: Some(prefix.into()),
             ..self
         }
     }
@@ -180,7 +193,7 @@ pub fn render(
         headers.push(t.prototype("header_match", &h)?);
     }
     vars.insert("header_matches".into(), Value::Sequence(headers));
-    match route.backends.as_slice() {
+    let mut rendered = match route.backends.as_slice() {
         [(i, _)] => {
             vars.insert("cluster".into(), cluster_of(*i));
             t.prototype("pool_route", &vars)
@@ -201,7 +214,16 @@ pub fn render(
             };
             t.prototype(proto, &vars)
         }
+    }?;
+    if let Some(prefix) = &route.path_prefix {
+        match rendered.get_mut("match").and_then(Value::as_mapping_mut) {
+            Some(m) => {
+                m.insert(Value::from("prefix"), Value::String(prefix.clone()));
+            }
+            None => bail!("route {}: the prototype has no `match`", route.name()),
+        }
     }
+    Ok(rendered)
 }
 
 #[cfg(test)]

@@ -1,0 +1,291 @@
+//! The gateway as Istio manifests, for a Gateway that Istio runs (`istio.yaml`).
+//!
+//! Istio builds the Envoy configuration itself, so the gateway's pieces are patched into it:
+//!
+//! - **Wasm flavour**: one `WasmPlugin` (`extensions.istio.io/v1alpha1`) per filter role:
+//!   `infergate-router` (phase `AUTHZ`) and `infergate-picker` (phase `STATS`), both from the
+//!   OCI image (`url: oci://…`), `pluginName` the module's root id, `pluginConfig` the
+//!   role's JSON configuration, `failStrategy: FAIL_RELOAD`. What a `WasmPlugin` cannot
+//!   express goes into one `EnvoyFilter`: the scraper, which is a singleton service
+//!   (`envoy.bootstrap.wasm`, a `BOOTSTRAP` patch: WasmPlugin only makes HTTP and network
+//!   filters), the route-resolving filter before the picker and the `header_to_metadata`
+//!   filter after it (`HTTP_FILTER` patches around the picker's filter), the scrape cluster
+//!   (`CLUSTER` add) and the pool clusters' `override_host` policy (`CLUSTER` merge).
+//! - **Native flavour**: one `EnvoyFilter` with the dynamic module's two HTTP filters in
+//!   front of Envoy's router, its scraper as a `BOOTSTRAP` patch, and the same clusters.
+//!
+//! Pool membership: Istio sends endpoints only for Services, so each `InferencePool`
+//! becomes a `Service` with the pool's selector and target port (Istio's cluster
+//! `outbound|PORT||NAME.NAMESPACE.svc.cluster.local`, fed by EDS from istiod), and each
+//! `HTTPRoute` is rendered again under its own name with those Services as backends, so
+//! applying it replaces the route to the `InferencePool` (which Istio would send through
+//! its own endpoint-picker integration).
+
+use super::gateway::{Gateway, GatewayInputs};
+use super::report::Report;
+use crate::launch::bootstrap::Flavor;
+use anyhow::{Context, Result};
+use serde_json::{json, Value as Json};
+
+/// The Service that carries a pool's membership in Istio: `<pool>-infergate`.
+pub fn service_name(pool: &str) -> String {
+    format!("{pool}-infergate")
+}
+
+/// Istio's outbound cluster for `service` in `namespace` on `port`.
+pub fn istio_cluster(service: &str, namespace: &str, port: u16) -> String {
+    format!("outbound|{port}||{service}.{namespace}.svc.cluster.local")
+}
+
+/// Where the proxy finds the module when Istio cannot fetch it (the scraper's Wasm service,
+/// the dynamic module): a file mounted into the gateway's pods.
+pub const MODULE_DIR: &str = "/var/lib/infergate";
+
+/// `istio.yaml`: every manifest, as YAML documents.
+pub fn manifests(
+    gw: &Gateway,
+    inputs: &GatewayInputs,
+    image: &str,
+    report: &mut Report,
+) -> Result<String> {
+    let (gw_ns, gw_name) = match gw.parents.first() {
+        Some((ns, name)) => (ns.clone().unwrap_or_else(|| "default".into()), name.clone()),
+        None => ("default".to_owned(), "inference-gateway".to_owned()),
+    };
+    let target_refs =
+        json!([{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": gw_name}]);
+    let mut docs: Vec<Json> = Vec::new();
+    let mut picker = gw.picker.clone();
+    let mut cluster_patches = Vec::new();
+    for (i, pool) in gw.pools.iter().enumerate() {
+        let ns = pool
+            .meta
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let svc = service_name(&pool.meta.name);
+        let port = pool.target_ports.first().copied().unwrap_or(8000);
+        if pool.target_ports.len() > 1 {
+            report.not_supported(
+                &pool.label,
+                "spec.targetPorts",
+                "Istio form: only the first port is a cluster (data-parallel ranks need the bootstrap)",
+            );
+        }
+        let selector = pool
+            .selector
+            .get("matchLabels")
+            .cloned()
+            .unwrap_or(Json::Null);
+        if pool.selector.get("matchExpressions").is_some() {
+            report.not_supported(
+                &pool.label,
+                "spec.selector.matchExpressions",
+                "Istio form: a Service selects by labels only",
+            );
+        }
+        docs.push(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": svc, "namespace": ns,
+                         "labels": {"app.kubernetes.io/managed-by": "infergate-render"}},
+            "spec": {"selector": selector,
+                     "ports": [{"name": format!("http-{port}"), "port": port, "targetPort": port,
+                                "appProtocol": "http"}]}
+        }));
+        let cluster = istio_cluster(&svc, &ns, port);
+        if let Some(p) = picker["pools"].get_mut(i) {
+            p["cluster"] = Json::String(cluster.clone());
+        }
+        cluster_patches.push(json!({
+            "applyTo": "CLUSTER",
+            "match": {"context": "GATEWAY", "cluster": {"name": cluster}},
+            "patch": {"operation": "MERGE", "value": {
+                "load_balancing_policy": {"policies": [{"typed_extension_config": {
+                    "name": "envoy.load_balancing_policies.override_host",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost",
+                        "override_host_sources": [
+                            {"metadata": {"key": "envoy.lb", "path": [{"key": "x-gateway-destination-endpoint"}]}},
+                            {"header": "x-gateway-destination-endpoint"}],
+                        "fallback_policy": {"policies": [{"typed_extension_config": {
+                            "name": "envoy.load_balancing_policies.round_robin",
+                            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin"}}}]}}}}]},
+                "circuit_breakers": {"thresholds": [{"max_connections": 16384, "max_pending_requests": 16384,
+                                                     "max_requests": 16384, "max_retries": 16384}]}}}
+        }));
+    }
+    for route in gw_routes(gw) {
+        docs.push(route);
+    }
+    cluster_patches.push(json!({
+        "applyTo": "CLUSTER",
+        "match": {"context": "GATEWAY"},
+        "patch": {"operation": "ADD", "value": {
+            "name": "infergate_scrape", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED",
+            "connect_timeout": "1s",
+            "original_dst_lb_config": {"use_http_header": true,
+                                       "http_header_name": "x-gateway-destination-endpoint"}}}
+    }));
+    let config_text = |v: &Json| v.to_string();
+    let scraper = gw.params.plugins.scraper.clone();
+    let mut patches = Vec::new();
+    match inputs.flavor {
+        Flavor::Wasm => {
+            let plugin = |name: &str, root: &str, phase: &str, config: &Json| {
+                json!({
+                    "apiVersion": "extensions.istio.io/v1alpha1", "kind": "WasmPlugin",
+                    "metadata": {"name": name, "namespace": gw_ns},
+                    "spec": {"targetRefs": target_refs, "url": image, "imagePullPolicy": "IfNotPresent",
+                             "pluginName": root, "phase": phase, "type": "HTTP",
+                             "failStrategy": "FAIL_RELOAD", "pluginConfig": config}
+                })
+            };
+            docs.push(plugin("infergate-router", "router", "AUTHZ", &gw.router));
+            docs.push(plugin("infergate-picker", "picker", "STATS", &picker));
+            let picker_filter = format!("{gw_ns}.infergate-picker");
+            patches.push(json!({
+                "applyTo": "BOOTSTRAP",
+                "patch": {"operation": "MERGE", "value": {"bootstrap_extensions": [{
+                    "name": "envoy.bootstrap.wasm",
+                    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.wasm.v3.WasmService",
+                        "singleton": true,
+                        "config": {"name": "infergate.scraper", "root_id": "scraper",
+                            "failure_policy": "FAIL_RELOAD",
+                            "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue",
+                                              "value": config_text(&scraper)},
+                            "vm_config": {"runtime": "envoy.wasm.runtime.v8",
+                                "code": {"local": {"filename": format!("{MODULE_DIR}/infergate_wasm.wasm")}}}}}}]}}
+            }));
+            patches.push(json!({
+                "applyTo": "HTTP_FILTER",
+                "match": {"context": "GATEWAY", "listener": {"filterChain": {"filter": {
+                    "name": "envoy.filters.network.http_connection_manager",
+                    "subFilter": {"name": picker_filter}}}}},
+                "patch": {"operation": "INSERT_BEFORE", "value": {
+                    "name": "infergate.route_refresh",
+                    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
+                                     "mutations": {}}}}
+            }));
+            patches.push(json!({
+                "applyTo": "HTTP_FILTER",
+                "match": {"context": "GATEWAY", "listener": {"filterChain": {"filter": {
+                    "name": "envoy.filters.network.http_connection_manager",
+                    "subFilter": {"name": picker_filter}}}}},
+                "patch": {"operation": "INSERT_AFTER", "value": {
+                    "name": "infergate.destination_metadata",
+                    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config",
+                        "request_rules": [{"header": "x-gateway-destination-endpoint",
+                            "on_header_present": {"metadata_namespace": "envoy.lb",
+                                "key": "x-gateway-destination-endpoint", "type": "STRING"},
+                            "remove": false}]}}}
+            }));
+        }
+        _ => {
+            let module = json!({"name": "infergate_envoy", "do_not_close": true,
+                                "module": {"local": {"filename": format!("{MODULE_DIR}/libinfergate_envoy.so")}}});
+            patches.push(json!({
+                "applyTo": "BOOTSTRAP",
+                "patch": {"operation": "MERGE", "value": {"bootstrap_extensions": [{
+                    "name": "envoy.bootstrap.dynamic_modules",
+                    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.bootstrap.dynamic_modules.v3.DynamicModuleBootstrapExtension",
+                        "dynamic_module_config": module, "extension_name": "scraper",
+                        "extension_config": {"@type": "type.googleapis.com/google.protobuf.StringValue",
+                                             "value": config_text(&scraper)}}}]}}
+            }));
+            for (name, filter, config) in [
+                ("infergate.router", "router", &gw.router),
+                ("infergate.picker", "picker", &picker),
+            ] {
+                patches.push(json!({
+                    "applyTo": "HTTP_FILTER",
+                    "match": {"context": "GATEWAY", "listener": {"filterChain": {"filter": {
+                        "name": "envoy.filters.network.http_connection_manager",
+                        "subFilter": {"name": "envoy.filters.http.router"}}}}},
+                    "patch": {"operation": "INSERT_BEFORE", "value": {
+                        "name": name,
+                        "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter",
+                            "dynamic_module_config": module, "filter_name": filter,
+                            "filter_config": {"@type": "type.googleapis.com/google.protobuf.StringValue",
+                                              "value": config_text(config)}}}}
+                }));
+            }
+        }
+    }
+    patches.extend(cluster_patches);
+    docs.push(json!({
+        "apiVersion": "networking.istio.io/v1alpha3", "kind": "EnvoyFilter",
+        "metadata": {"name": "infergate", "namespace": gw_ns},
+        "spec": {"targetRefs": target_refs, "configPatches": patches}
+    }));
+    let mut out = String::new();
+    for d in &docs {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml_ng::to_string(d).context("serialising a manifest")?);
+    }
+    Ok(out)
+}
+
+/// Each `HTTPRoute` again, its `InferencePool` backends replaced by the pools' Services.
+fn gw_routes(gw: &Gateway) -> Vec<Json> {
+    let backend = |name: &str| {
+        let port = gw
+            .pools
+            .iter()
+            .find(|p| p.meta.name == name)
+            .and_then(|p| p.target_ports.first().copied())
+            .unwrap_or(8000);
+        (service_name(name), port)
+    };
+    gw.routes
+        .iter()
+        .map(|route| {
+            let parents: Vec<Json> = route
+                .parents
+                .iter()
+                .map(|p| {
+                    let mut r = json!({"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": p.name});
+                    if let Some(ns) = &p.namespace {
+                        r["namespace"] = Json::String(ns.clone());
+                    }
+                    r
+                })
+                .collect();
+            let rules: Vec<Json> = route
+                .rules
+                .iter()
+                .map(|rule| {
+                    let matches: Vec<Json> = rule
+                        .matches
+                        .iter()
+                        .map(|m| {
+                            let mut headers = vec![json!({"type": "Exact", "name": "X-Gateway-Base-Model-Name", "value": m.model})];
+                            if let Some((h, v)) = &m.header {
+                                headers.push(json!({"type": "Exact", "name": h, "value": v}));
+                            }
+                            let mut out = json!({"headers": headers});
+                            if let Some(prefix) = &m.path_prefix {
+                                out["path"] = json!({"type": "PathPrefix", "value": prefix});
+                            }
+                            out
+                        })
+                        .collect();
+                    let backends: Vec<Json> = rule
+                        .backends
+                        .iter()
+                        .map(|b| {
+                            let (svc, port) = backend(&b.pool);
+                            json!({"kind": "Service", "name": svc, "port": port, "weight": b.weight})
+                        })
+                        .collect();
+                    json!({"matches": matches, "backendRefs": backends, "timeouts": {"request": "0s"}})
+                })
+                .collect();
+            let mut metadata = json!({"name": route.meta.name});
+            if let Some(ns) = &route.meta.namespace {
+                metadata["namespace"] = Json::String(ns.clone());
+            }
+            json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                   "metadata": metadata, "spec": {"parentRefs": parents, "rules": rules}})
+        })
+        .collect()
+}

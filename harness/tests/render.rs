@@ -1,0 +1,232 @@
+//! `infergate render` on the seed's objects (`testdata/objects/`, verbatim), through a real
+//! Envoy: the rendered bootstrap of each flavour passes `envoy --mode validate`, and Envoy
+//! started on it serves the basic routing check against simulated replicas (a chat request
+//! for the seed route's model answers 200 from a pool replica, with the picker's served
+//! header naming it; a model no route serves gets the gateway's 404; the seed's rewrite
+//! name reaches the pool as one of its adapters).
+//!
+//! A flavour whose module is not built is skipped with a note (as the e2e suite does).
+
+use infergate_harness::artefacts::workspace_root;
+use infergate_harness::launch::binary::envoy_binary;
+use infergate_harness::launch::client::post_json;
+use infergate_harness::launch::process::RunDir;
+use infergate_harness::launch::{Envoy, EnvoyOptions, Flavor};
+use infergate_harness::render::{render, GatewayInputs, RenderOptions};
+use infergate_harness::sim::{self, SimConfig};
+use serde_json::json;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const POOL: &str = "llama-70b-bf16";
+const MODEL: &str = "llama-70b";
+
+fn seed_objects() -> PathBuf {
+    workspace_root().join("testdata/objects")
+}
+
+fn unbuilt(flavor: Flavor) -> bool {
+    match flavor.artefact() {
+        Some(m) if m.is_file() => false,
+        other => {
+            eprintln!("skipping {flavor}: module {other:?} is not built (cargo xtask build)");
+            true
+        }
+    }
+}
+
+fn options(
+    flavor: Flavor,
+    out: &Path,
+    endpoints: &[SocketAddr],
+    no_tenants: bool,
+) -> RenderOptions {
+    RenderOptions {
+        objects: seed_objects(),
+        out: out.to_path_buf(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        admin: "127.0.0.1:0".parse().unwrap(),
+        image: "oci://registry.test/infergate-wasm:test".into(),
+        gateway: GatewayInputs {
+            flavor,
+            endpoints: vec![(
+                POOL.into(),
+                endpoints.iter().map(ToString::to_string).collect(),
+            )],
+            module: None,
+            no_tenants,
+            jwks: None,
+            billing_log: None,
+            per_request_split: false,
+        },
+    }
+}
+
+/// `envoy --mode validate -c <bootstrap>`; panics with Envoy's output unless it passes.
+fn validate(bootstrap: &Path) {
+    let out = std::process::Command::new(envoy_binary().unwrap())
+        .args(["--mode", "validate", "--log-level", "warn", "-c"])
+        .arg(bootstrap)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "envoy --mode validate -c {} failed:\n{}\n{}",
+        bootstrap.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The seed's quota files hold shortened placeholder key hashes: rendered as they are,
+/// the tenant stage refuses the first one, naming the object and the field.
+#[test]
+fn the_seed_quotas_placeholder_hashes_are_refused_by_path() {
+    let dir = RunDir::new("render-refused").unwrap();
+    let err = render(&options(Flavor::Native, dir.path(), &[], false)).unwrap_err();
+    let text = format!("{err:#}");
+    assert!(
+        text.contains("TenantQuota tenant-a") && text.contains("spec.identity.apiKeyHashes[0]"),
+        "{text}"
+    );
+}
+
+/// Both flavours: the bootstrap validates, the Istio manifests and the report are written,
+/// and the report names the fields the gateway does not honour.
+#[test]
+fn both_flavours_render_a_bootstrap_envoy_validates() {
+    for flavor in [Flavor::Wasm, Flavor::Native] {
+        let dir = RunDir::new("render-validate").unwrap();
+        let endpoints: Vec<SocketAddr> = vec!["10.0.0.1:8000".parse().unwrap()];
+        let out = render(&options(flavor, dir.path(), &endpoints, true)).unwrap();
+        let lines = out.not_supported.join("\n");
+        for expected in [
+            "InferencePool serving/llama-70b-bf16 spec.selector: pods are not watched",
+            "InferencePool serving/llama-70b-bf16 spec.endpointPickerRef.name:",
+            "HTTPRoute serving/llama-70b: the one in httproute-canary.yaml is replaced by the one in httproute.yaml",
+            "TenantQuota tenant-a: not rendered (--no-tenants)",
+        ] {
+            assert!(lines.contains(expected), "{flavor}: `{expected}` not in:\n{lines}");
+        }
+        let istio = std::fs::read_to_string(&out.istio).unwrap();
+        match flavor {
+            Flavor::Wasm => {
+                assert!(istio.contains("kind: WasmPlugin"), "{istio}");
+                assert!(istio.contains("url: oci://registry.test/infergate-wasm:test"));
+            }
+            _ => assert!(!istio.contains("kind: WasmPlugin"), "{istio}"),
+        }
+        assert!(istio.contains("kind: EnvoyFilter"));
+        let readme = std::fs::read_to_string(&out.readme).unwrap();
+        assert!(readme.contains("kubectl apply -f istio.yaml"), "{readme}");
+        if unbuilt(flavor) {
+            continue;
+        }
+        validate(&out.bootstrap);
+    }
+}
+
+/// The bootstrap of each flavour, started on simulated replicas, serves the basic routing
+/// check.
+#[test]
+fn the_rendered_bootstrap_serves_the_basic_routing_check() {
+    let rt = infergate_harness::launch::runtime().unwrap();
+    rt.block_on(async {
+        for flavor in [Flavor::Wasm, Flavor::Native] {
+            if unbuilt(flavor) {
+                continue;
+            }
+            serves(flavor).await;
+        }
+    });
+}
+
+async fn serves(flavor: Flavor) {
+    let sim = sim::start(SimConfig {
+        replicas: 2,
+        models: vec![MODEL.into()],
+        loras: vec!["support-assistant-v1".into(), "support-assistant-v2".into()],
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap();
+    let replicas = sim.addrs().to_vec();
+    let dir = RunDir::new("render-serve").unwrap();
+    let out = render(&options(flavor, dir.path(), &replicas, true)).unwrap();
+    validate(&out.bootstrap);
+    let text = std::fs::read_to_string(&out.bootstrap).unwrap();
+    let envoy = Envoy::start(&text, &EnvoyOptions::default()).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while envoy
+        .stats()
+        .await
+        .unwrap()
+        .sum_containing("infergate.scraper.publishes")
+        < 1
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{flavor}: no snapshot; {}",
+            envoy.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let url = format!("{}/v1/chat/completions", envoy.base_url());
+    let chat = |model: &str, text: &str| {
+        json!({"model": model, "max_tokens": 8,
+               "messages": [{"role": "user", "content": text}]})
+    };
+    let pool: Vec<String> = replicas.iter().map(ToString::to_string).collect();
+    for i in 0..6 {
+        let resp = post_json(&url, &chat(MODEL, &format!("question {i}")), &[])
+            .await
+            .unwrap();
+        assert_eq!(resp.status, 200, "{flavor}: {}", resp.text());
+        let served = resp
+            .header("x-gateway-destination-endpoint-served")
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            pool.contains(&served),
+            "{flavor}: served by `{served}`, pool {pool:?}"
+        );
+        assert_eq!(
+            resp.header("x-infergate-replica-addr"),
+            Some(served.as_str()),
+            "{flavor}"
+        );
+    }
+    // The rewrite's stable name reaches the pool as one of its adapters.
+    let resp = post_json(&url, &chat("support-assistant", "hello"), &[])
+        .await
+        .unwrap();
+    assert_eq!(resp.status, 200, "{flavor}: {}", resp.text());
+    let model = resp.json().unwrap()["model"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        model.starts_with("support-assistant-v"),
+        "{flavor}: served as `{model}`"
+    );
+    // A model no route serves: the gateway's 404.
+    let resp = post_json(&url, &chat("no-such-model", "hello"), &[])
+        .await
+        .unwrap();
+    assert_eq!(resp.status, 404, "{flavor}: {}", resp.text());
+    assert!(
+        resp.text().contains("model_not_found"),
+        "{flavor}: {}",
+        resp.text()
+    );
+    // Outside the route's path prefix (`/v1`) nothing is routed.
+    let resp = post_json(
+        &format!("{}/other", envoy.base_url()),
+        &chat(MODEL, "x"),
+        &[],
+    )
+    .await
+    .unwrap();
+    assert_ne!(resp.status, 200, "{flavor}: /other was routed");
+}
