@@ -14,11 +14,11 @@ use std::collections::BTreeMap;
 use scheduler_core::types::Millis;
 
 use crate::host::{
-    BodyBufferLimit, CalloutRequest, CalloutToken, Clock, DynamicMetadata, EditResponseHeaders,
-    HostError, HttpCallout, LocalReply, Random, ReadMetadata, RequestBody, RequestHeaders,
-    RequestWaker, ResponseChunk, ResponseHeaders, RouteRefresh, RoutedCluster, ServedUpstream,
-    SnapshotFetch, SnapshotSink, SnapshotSource, SnapshotVersion, Stats, StreamState,
-    UsageRecordSink, VerifiedJwt, WakeSignal, Waker,
+    BodyBufferLimit, CalloutRequest, CalloutToken, Clock, ClusterMembership, DynamicMetadata,
+    EditResponseHeaders, HostError, HttpCallout, LocalReply, Random, ReadMetadata, RequestBody,
+    RequestHeaders, RequestWaker, ResponseChunk, ResponseHeaders, RouteRefresh, RoutedCluster,
+    ServedUpstream, SnapshotFetch, SnapshotSink, SnapshotSource, SnapshotVersion, Stats,
+    StreamState, UsageRecordSink, VerifiedJwt, WakeSignal, Waker,
 };
 use crate::reply::Reply;
 use crate::stats::StatKey;
@@ -88,6 +88,9 @@ pub struct FakeHost {
     pub cluster_reads: u32,
     /// The upstream host that served (`None`: the host cannot tell).
     pub served_upstream: Option<String>,
+    /// The members of each cluster the host can tell ([`ClusterMembership`]); a cluster
+    /// absent here is one the host cannot tell.
+    pub cluster_members: BTreeMap<String, Vec<scheduler_core::snapshot::Member>>,
     next_token: u64,
 }
 
@@ -130,6 +133,7 @@ impl FakeHost {
             routed_cluster: None,
             cluster_reads: 0,
             served_upstream: None,
+            cluster_members: BTreeMap::new(),
             next_token: 1,
         }
     }
@@ -471,5 +475,11 @@ impl StreamState for FakeHost {
     }
     fn stream_state(&self, key: &str) -> Option<Vec<u8>> {
         self.stream_state.get(key).cloned()
+    }
+}
+
+impl ClusterMembership for FakeHost {
+    fn cluster_members(&self, cluster: &str) -> Option<Vec<scheduler_core::snapshot::Member>> {
+        self.cluster_members.get(cluster).cloned()
     }
 }

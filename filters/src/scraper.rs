@@ -19,6 +19,29 @@
 //! must be an `ip:port` (it is the address the callout is routed to), and the interval,
 //! the timeout and the page limit must be positive.
 //!
+//! **Membership.** Beside its static `endpoints`, the scraper follows the Envoy clusters
+//! named in `clusters`: their members are scraped too, and published in the snapshot
+//! (`Snapshot.clusters`, with each member's health) for the pickers to pick among. How the
+//! members are learned is `membership`:
+//!
+//! - `host` (the default): every tick asks the host
+//!   ([`crate::host::ClusterMembership`]); a cluster the host cannot tell keeps its last
+//!   membership (and is not published before it is first known).
+//! - `admin`: every `membershipIntervalMs` (default 100), one callout to Envoy's admin
+//!   `adminPath` (default `/clusters?format=json`) through the cluster `adminCluster`
+//!   (default `infergate_admin`, a STATIC cluster pointing at the admin listener), parsed by
+//!   [`crate::membership::parse_admin_clusters_where`]. A failed, non-2xx, oversized or
+//!   unreadable answer keeps the last membership and counts
+//!   `infergate.scraper.membership_updates{result=failed}` (logged once per failure
+//!   streak); a good one counts `result=ok`.
+//!
+//! The scrape targets are the static endpoints, then every member not among them (each
+//! address once). When a membership changes, a new member becomes a target at once (and
+//! is scraped at the next tick), a member gone stops being one (its outstanding callout is
+//! forgotten, its sample leaves the snapshot), and a snapshot is published without waiting
+//! for the round, so pickers stop picking a removed host within one publish. The gauge
+//! `infergate.scraper.cluster_members{cluster}` counts each followed cluster's members.
+//!
 //! How a callout reaches one endpoint through Envoy: it goes to cluster `cluster` (an
 //! `ORIGINAL_DST` cluster with `use_http_header: true` and `http_header_name:
 //! x-gateway-destination-endpoint`), carrying that header and `:authority` set to the
@@ -26,15 +49,21 @@
 
 use std::net::SocketAddr;
 
+use std::collections::{HashMap, HashSet};
+
 use scheduler_core::metrics::{extract, MetricNames};
-use scheduler_core::snapshot::{encode_with_generation, EndpointSample, Snapshot};
+use scheduler_core::snapshot::{
+    encode_with_generation, ClusterMembers, EndpointSample, Member, Snapshot,
+};
 use scheduler_core::types::Millis;
 use serde::Deserialize;
 
 use crate::headers::DESTINATION_ENDPOINT;
 use crate::host::{
-    CalloutOutcome, CalloutRequest, CalloutToken, Clock, HttpCallout, SnapshotSink, Stats,
+    CalloutOutcome, CalloutRequest, CalloutToken, Clock, ClusterMembership, HttpCallout,
+    SnapshotSink, Stats,
 };
+use crate::membership::{parse_admin_clusters_where, MAX_ADMIN_PAGE_BYTES};
 use crate::stats::{StatKey, StatKind};
 
 /// The scraper's configuration (JSON, camelCase; `role` is removed by the adapter).
@@ -152,20 +181,72 @@ struct Pending {
     sent_at: Millis,
 }
 
+/// Stat keys of one followed cluster.
+#[derive(Clone, Debug)]
+struct ClusterStats {
+    members: StatKey,
+}
+
+/// The admin callout of membership mode `admin`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct AdminCallout {
+    /// The callout outstanding, if any.
+    pending: Option<Pending>,
+    /// When the last one was sent.
+    last_sent: Option<Millis>,
+    /// Answers that failed in a row (the first of a streak is logged).
+    failures: u32,
+}
+
 /// The scraper's state (one per process: a singleton Wasm service or a bootstrap
 /// extension).
 #[derive(Debug)]
 pub struct Scraper {
     config: ScraperConfig,
     names: MetricNames,
+    /// Per scrape target (static endpoints, then members): its sample, its outstanding
+    /// callout and its stat keys, in the same order.
     samples: Vec<EndpointSample>,
     pending: Vec<Option<Pending>>,
     stats: Vec<EndpointStats>,
+    /// The last known members of each followed cluster that is known, in `clusters`
+    /// order.
+    clusters: Vec<ClusterMembers>,
+    cluster_stats: Vec<ClusterStats>,
+    admin: AdminCallout,
     publishes: StatKey,
     publish_errors: StatKey,
     tick_failures: StatKey,
+    membership_ok: StatKey,
+    membership_failed: StatKey,
     generation: u64,
     dirty: bool,
+}
+
+fn endpoint_stats(endpoint: &str) -> EndpointStats {
+    let key = |result| {
+        StatKey::new(
+            "infergate.scraper.scrapes",
+            &[("endpoint", endpoint), ("result", result)],
+        )
+    };
+    EndpointStats {
+        ok: key("ok"),
+        failed: key("failed"),
+        consecutive_failures: StatKey::new(
+            "infergate.scraper.consecutive_failures",
+            &[("endpoint", endpoint)],
+        ),
+    }
+}
+
+fn unscraped(address: &str) -> EndpointSample {
+    EndpointSample {
+        address: address.to_owned(),
+        scraped_at: Millis(0),
+        consecutive_failures: 0,
+        metrics: None,
+    }
 }
 
 impl Scraper {
@@ -177,6 +258,13 @@ impl Scraper {
             (StatKind::Counter, &self.publish_errors),
             (StatKind::Counter, &self.tick_failures),
         ];
+        if !self.config.clusters.is_empty() {
+            keys.push((StatKind::Counter, &self.membership_ok));
+            keys.push((StatKind::Counter, &self.membership_failed));
+        }
+        for c in &self.cluster_stats {
+            keys.push((StatKind::Gauge, &c.members));
+        }
         for e in &self.stats {
             keys.push((StatKind::Counter, &e.ok));
             keys.push((StatKind::Counter, &e.failed));
@@ -185,46 +273,43 @@ impl Scraper {
         keys
     }
 
-    /// A scraper for `config`; endpoints start unknown.
+    /// A scraper for `config`; endpoints start unknown, followed clusters without members
+    /// until their membership is first learned.
     pub fn new(config: ScraperConfig) -> Scraper {
-        let samples = config
-            .endpoints
-            .iter()
-            .map(|address| EndpointSample {
-                address: address.clone(),
-                scraped_at: Millis(0),
-                consecutive_failures: 0,
-                metrics: None,
-            })
-            .collect();
-        let stats = config
-            .endpoints
-            .iter()
-            .map(|e| {
-                let key = |result| {
-                    StatKey::new(
-                        "infergate.scraper.scrapes",
-                        &[("endpoint", e), ("result", result)],
-                    )
-                };
-                EndpointStats {
-                    ok: key("ok"),
-                    failed: key("failed"),
-                    consecutive_failures: StatKey::new(
-                        "infergate.scraper.consecutive_failures",
-                        &[("endpoint", e)],
-                    ),
-                }
-            })
-            .collect();
+        let mut targets: Vec<&String> = Vec::with_capacity(config.endpoints.len());
+        let mut seen = HashSet::new();
+        for e in &config.endpoints {
+            if seen.insert(e.as_str()) {
+                targets.push(e);
+            }
+        }
+        let samples = targets.iter().map(|a| unscraped(a)).collect();
+        let stats = targets.iter().map(|e| endpoint_stats(e)).collect();
+        let membership = |result| {
+            StatKey::new(
+                "infergate.scraper.membership_updates",
+                &[("result", result)],
+            )
+        };
         Scraper {
-            pending: vec![None; config.endpoints.len()],
+            pending: vec![None; targets.len()],
             names: MetricNames::default(),
             samples,
             stats,
+            clusters: Vec::new(),
+            cluster_stats: config
+                .clusters
+                .iter()
+                .map(|c| ClusterStats {
+                    members: StatKey::new("infergate.scraper.cluster_members", &[("cluster", c)]),
+                })
+                .collect(),
+            admin: AdminCallout::default(),
             publishes: StatKey::new("infergate.scraper.publishes", &[]),
             publish_errors: StatKey::new("infergate.scraper.publish_errors", &[]),
             tick_failures: StatKey::new("infergate.scraper.tick_failures", &[]),
+            membership_ok: membership("ok"),
+            membership_failed: membership("failed"),
             generation: 0,
             dirty: true,
             config,
@@ -240,14 +325,34 @@ impl Scraper {
         Ok(Scraper::new(config))
     }
 
-    /// The endpoints scraped, in configuration order.
+    /// The static endpoints scraped, in configuration order (the members of followed
+    /// clusters come and go: [`Scraper::samples`]).
     pub fn endpoints(&self) -> &[String] {
         &self.config.endpoints
     }
 
-    /// The largest `/metrics` body accepted, bytes (`maxMetricsPageBytes`).
+    /// The Envoy clusters whose members are followed, in configuration order.
+    pub fn followed_clusters(&self) -> &[String] {
+        &self.config.clusters
+    }
+
+    /// The last known members of every followed cluster known so far.
+    pub fn clusters(&self) -> &[ClusterMembers] {
+        &self.clusters
+    }
+
+    /// The largest body accepted in a callout answer, bytes: `maxMetricsPageBytes`, or in
+    /// membership mode `admin` the larger admin limit when that is larger.
     pub fn max_page_bytes(&self) -> usize {
-        self.config.max_metrics_page_bytes
+        if self.follows_by_admin() {
+            self.config.max_metrics_page_bytes.max(MAX_ADMIN_PAGE_BYTES)
+        } else {
+            self.config.max_metrics_page_bytes
+        }
+    }
+
+    fn follows_by_admin(&self) -> bool {
+        self.config.membership == MembershipMode::Admin && !self.config.clusters.is_empty()
     }
 
     /// The outcome to report for a callout answered with `status` and a body the host says
@@ -261,7 +366,7 @@ impl Scraper {
         body_bytes: usize,
         read_body: impl FnOnce() -> Vec<u8>,
     ) -> CalloutOutcome {
-        if body_bytes > self.config.max_metrics_page_bytes {
+        if body_bytes > self.max_page_bytes() {
             return CalloutOutcome::TooLarge { status, body_bytes };
         }
         CalloutOutcome::Response {
@@ -281,7 +386,7 @@ impl Scraper {
         self.config.interval_ms
     }
 
-    /// The current samples, in endpoint order.
+    /// The current samples, in target order (static endpoints, then members).
     pub fn samples(&self) -> &[EndpointSample] {
         &self.samples
     }
@@ -291,12 +396,29 @@ impl Scraper {
         self.pending.iter().filter(|p| p.is_some()).count()
     }
 
-    /// One tick: publish pending changes, expire lost callouts, start a new round.
+    /// One tick: learn the followed clusters' members (mode `host`: from the host; mode
+    /// `admin`: send the admin callout when it is due), publish pending changes, expire
+    /// lost callouts, start a new round.
     pub fn on_tick<H>(&mut self, host: &mut H)
     where
-        H: HttpCallout + Clock + Stats + SnapshotSink + ?Sized,
+        H: HttpCallout + Clock + Stats + SnapshotSink + ClusterMembership + ?Sized,
     {
         let now = host.now();
+        match self.config.membership {
+            MembershipMode::Host => {
+                let learned: Vec<(usize, Vec<Member>)> = self
+                    .config
+                    .clusters
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, c)| host.cluster_members(c).map(|m| (i, m)))
+                    .collect();
+                for (i, members) in learned {
+                    self.learn(host, i, members);
+                }
+            }
+            MembershipMode::Admin => self.poll_admin(host, now),
+        }
         // A callout the host never answered (twice its timeout) is a failure.
         let lost_after = self.config.timeout_ms.saturating_mul(2).max(1);
         for i in 0..self.pending.len() {
@@ -313,11 +435,11 @@ impl Scraper {
         if self.dirty {
             self.publish(host, now);
         }
-        for i in 0..self.config.endpoints.len() {
+        for i in 0..self.samples.len() {
             if self.pending.get(i).copied().flatten().is_some() {
                 continue;
             }
-            let Some(address) = self.config.endpoints.get(i) else {
+            let Some(address) = self.samples.get(i).map(|s| s.address.clone()) else {
                 continue;
             };
             let request = CalloutRequest {
@@ -326,7 +448,7 @@ impl Scraper {
                     (":method".to_owned(), "GET".to_owned()),
                     (":path".to_owned(), self.config.path.clone()),
                     (":authority".to_owned(), address.clone()),
-                    (DESTINATION_ENDPOINT.to_owned(), address.clone()),
+                    (DESTINATION_ENDPOINT.to_owned(), address),
                     ("accept".to_owned(), "text/plain".to_owned()),
                 ],
                 body: Vec::new(),
@@ -351,6 +473,11 @@ impl Scraper {
     where
         H: Clock + Stats + SnapshotSink + ?Sized,
     {
+        if self.admin.pending.is_some_and(|p| p.token == token) {
+            self.admin.pending = None;
+            self.admin_answer(host, outcome);
+            return;
+        }
         let Some(i) = self
             .pending
             .iter()
@@ -403,11 +530,11 @@ impl Scraper {
     /// Log an oversized page of endpoint `i`, once per failure streak (a scrape every 50 ms
     /// must not flood the log).
     fn log_too_large<H: Stats + ?Sized>(&self, host: &mut H, i: usize, bytes: usize) {
-        let first_failure = self
-            .samples
-            .get(i)
-            .is_some_and(|s| s.consecutive_failures == 0);
-        if let (true, Some(address)) = (first_failure, self.config.endpoints.get(i)) {
+        let Some(sample) = self.samples.get(i) else {
+            return;
+        };
+        if sample.consecutive_failures == 0 {
+            let address = &sample.address;
             host.log_error(&format!(
                 "infergate: scraper: the /metrics page of `{address}` is {bytes} bytes, \
                  above maxMetricsPageBytes ({}): counted as a failed scrape",
@@ -434,11 +561,188 @@ impl Scraper {
         self.dirty = true;
     }
 
+    /// The members of followed cluster `i` are `members` now: on a change, keep them (each
+    /// address once, the first entry kept), set the cluster's gauge, and retarget.
+    fn learn<H: Stats + ?Sized>(&mut self, host: &mut H, i: usize, members: Vec<Member>) -> bool {
+        let Some(name) = self.config.clusters.get(i) else {
+            return false;
+        };
+        let mut seen = HashSet::with_capacity(members.len());
+        let members: Vec<Member> = members
+            .into_iter()
+            .filter(|m| seen.insert(m.address.clone()))
+            .collect();
+        let known = self.clusters.iter().position(|c| &c.cluster == name);
+        if known.and_then(|k| self.clusters.get(k)).map(|c| &c.members) == Some(&members) {
+            return false;
+        }
+        if let Some(key) = self.cluster_stats.get(i) {
+            host.gauge_set(&key.members, members.len() as u64);
+        }
+        let entry = ClusterMembers {
+            cluster: name.clone(),
+            members,
+        };
+        match known.and_then(|k| self.clusters.get_mut(k)) {
+            Some(slot) => *slot = entry,
+            None => {
+                self.clusters.push(entry);
+                // Keep the configuration's order, whatever order the clusters became known.
+                let order = &self.config.clusters;
+                self.clusters
+                    .sort_by_key(|c| order.iter().position(|n| n == &c.cluster));
+            }
+        }
+        self.retarget();
+        true
+    }
+
+    /// Make the scrape targets the static endpoints, then every member not among them:
+    /// a target kept keeps its sample, callout and stat keys; a new one starts unknown.
+    fn retarget(&mut self) {
+        let mut wanted: Vec<&str> = Vec::new();
+        let mut seen = HashSet::new();
+        let members = self.clusters.iter().flat_map(|c| &c.members);
+        for address in self
+            .config
+            .endpoints
+            .iter()
+            .chain(members.map(|m| &m.address))
+        {
+            if seen.insert(address.as_str()) {
+                wanted.push(address.as_str());
+            }
+        }
+        let unchanged = wanted.len() == self.samples.len()
+            && wanted
+                .iter()
+                .zip(&self.samples)
+                .all(|(w, s)| *w == s.address);
+        if unchanged {
+            return;
+        }
+        let mut old: HashMap<String, (EndpointSample, Option<Pending>, EndpointStats)> = self
+            .samples
+            .drain(..)
+            .zip(self.pending.drain(..))
+            .zip(self.stats.drain(..))
+            .map(|((sample, pending), stats)| (sample.address.clone(), (sample, pending, stats)))
+            .collect();
+        for address in wanted {
+            let (sample, pending, stats) = old
+                .remove(address)
+                .unwrap_or_else(|| (unscraped(address), None, endpoint_stats(address)));
+            self.samples.push(sample);
+            self.pending.push(pending);
+            self.stats.push(stats);
+        }
+        self.dirty = true;
+    }
+
+    /// Mode `admin`: expire a lost admin callout, and send the next one when it is due.
+    fn poll_admin<H>(&mut self, host: &mut H, now: Millis)
+    where
+        H: HttpCallout + Stats + ?Sized,
+    {
+        if self.config.clusters.is_empty() {
+            return;
+        }
+        let lost_after = self.config.timeout_ms.saturating_mul(2).max(1);
+        if let Some(p) = self.admin.pending {
+            if now.since(p.sent_at) <= lost_after {
+                return;
+            }
+            self.admin.pending = None;
+            self.admin_failed(host, "no answer");
+        }
+        let due = self
+            .admin
+            .last_sent
+            .is_none_or(|t| now.since(t) >= self.config.membership_interval_ms);
+        if !due {
+            return;
+        }
+        self.admin.last_sent = Some(now);
+        let request = CalloutRequest {
+            cluster: self.config.admin_cluster.clone(),
+            headers: vec![
+                (":method".to_owned(), "GET".to_owned()),
+                (":path".to_owned(), self.config.admin_path.clone()),
+                (":authority".to_owned(), self.config.admin_cluster.clone()),
+                ("accept".to_owned(), "application/json".to_owned()),
+            ],
+            body: Vec::new(),
+            timeout_ms: self.config.timeout_ms,
+        };
+        match host.dispatch_callout(&request) {
+            Ok(token) => {
+                self.admin.pending = Some(Pending {
+                    token,
+                    sent_at: now,
+                })
+            }
+            Err(_) => self.admin_failed(host, "the callout was refused"),
+        }
+    }
+
+    /// Mode `admin`: the admin callout ended with `outcome`.
+    fn admin_answer<H>(&mut self, host: &mut H, outcome: CalloutOutcome)
+    where
+        H: Clock + Stats + SnapshotSink + ?Sized,
+    {
+        let body = match outcome {
+            CalloutOutcome::Response { status, body } if (200..300).contains(&status) => body,
+            CalloutOutcome::Response { status, .. } => {
+                return self.admin_failed(host, &format!("status {status}"));
+            }
+            CalloutOutcome::TooLarge { body_bytes, .. } => {
+                return self.admin_failed(host, &format!("{body_bytes} bytes, above the limit"));
+            }
+            CalloutOutcome::Failed => return self.admin_failed(host, "the callout failed"),
+        };
+        let followed = &self.config.clusters;
+        let parsed = parse_admin_clusters_where(&body, |name| followed.iter().any(|c| c == name));
+        let clusters = match parsed {
+            Ok(clusters) => clusters,
+            Err(e) => return self.admin_failed(host, &e.to_string()),
+        };
+        self.admin.failures = 0;
+        host.counter_add(&self.membership_ok, 1);
+        let mut changed = false;
+        for cluster in clusters {
+            if let Some(i) = self
+                .config
+                .clusters
+                .iter()
+                .position(|c| c == &cluster.cluster)
+            {
+                changed |= self.learn(host, i, cluster.members);
+            }
+        }
+        if changed {
+            // A removed host must stop getting picks now, not after the next round.
+            let now = host.now();
+            self.publish(host, now);
+        }
+    }
+
+    /// Mode `admin`: an admin answer did not give a membership (`why`); the last one stays.
+    fn admin_failed<H: Stats + ?Sized>(&mut self, host: &mut H, why: &str) {
+        host.counter_add(&self.membership_failed, 1);
+        if self.admin.failures == 0 {
+            host.log_error(&format!(
+                "infergate: scraper: membership from `{}` via cluster `{}` failed ({why});                  the last known members stay",
+                self.config.admin_path, self.config.admin_cluster
+            ));
+        }
+        self.admin.failures = self.admin.failures.saturating_add(1);
+    }
+
     fn publish<H: Stats + SnapshotSink + ?Sized>(&mut self, host: &mut H, now: Millis) {
         self.generation = self.generation.wrapping_add(1);
         let snapshot = Snapshot {
             taken_at: now,
-            clusters: Vec::new(),
+            clusters: self.clusters.clone(),
             endpoints: self.samples.clone(),
         };
         let bytes = encode_with_generation(&snapshot, self.generation);
@@ -463,6 +767,27 @@ impl ScraperConfig {
                 ));
             }
         }
+        let mut followed = HashSet::new();
+        for (i, cluster) in self.clusters.iter().enumerate() {
+            if cluster.is_empty() {
+                return Err(format!("scraper config: clusters[{i}]: empty cluster name"));
+            }
+            if !followed.insert(cluster.as_str()) {
+                let shown = crate::reply::truncate_for_message(cluster, 64);
+                return Err(format!(
+                    "scraper config: clusters[{i}]: `{shown}` is listed twice"
+                ));
+            }
+        }
+        if self.admin_cluster.is_empty() {
+            return Err("scraper config: adminCluster: empty cluster name".to_owned());
+        }
+        if !self.admin_path.starts_with('/') {
+            let shown = crate::reply::truncate_for_message(&self.admin_path, 64);
+            return Err(format!(
+                "scraper config: adminPath: `{shown}` does not start with `/`"
+            ));
+        }
         let positive = [
             ("intervalMs", self.interval_ms),
             ("timeoutMs", self.timeout_ms),
@@ -479,3 +804,7 @@ impl ScraperConfig {
 #[cfg(test)]
 #[path = "scraper_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "scraper_membership_tests.rs"]
+mod membership_tests;

@@ -77,6 +77,9 @@ pub const FAMILIES: &[StatFamily] = &[
     counter("infergate.scraper.publish_errors", &[]),
     counter("infergate.scraper.tick_failures", &[]),
     gauge("infergate.scraper.consecutive_failures", &["endpoint"]),
+    counter("infergate.scraper.membership_updates", &["result"]),
+    gauge("infergate.scraper.cluster_members", &["cluster"]),
+    gauge("infergate.picker.pool_members", &["pool"]),
     counter("infergate.auth.requests", &["outcome"]),
     counter("infergate.quota.rejects", &["tenant", "model", "reason"]),
     counter(

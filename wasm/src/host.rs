@@ -41,17 +41,26 @@
 //!   the upstream host that answered; `["metadata", "filter_metadata", ns, key]` walks into
 //!   the dynamic metadata and answers a string value as its bytes, a list of strings as a
 //!   pairs map of its elements (names; values empty).
+//! - **A cluster's hosts: not visible.** The ABI has no call that lists a cluster's members
+//!   or their health (a filter sees only the upstream that answered its own request), so
+//!   [`ClusterMembership`] answers `None`. The scraper follows its clusters with membership
+//!   mode `admin` instead: a periodic callout to Envoy's admin `GET /clusters?format=json`
+//!   through a cluster that points at the admin listener. Its limits: the membership is
+//!   as old as the last poll (`membershipIntervalMs`, 100 ms by default, plus the callout's
+//!   round trip), the admin listener must be reachable from Envoy itself (bound to
+//!   loopback, never exposed), and the page lists every cluster, so its size grows with
+//!   the whole configuration (the scraper reads at most 16 MiB of it).
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
 use infergate_filters::host::{
-    BodyBufferLimit, CalloutRequest, CalloutToken, Clock, DynamicMetadata, EditResponseHeaders,
-    HostError, HttpCallout, LocalReply, Random, ReadMetadata, RequestBody, RequestHeaders,
-    RequestWaker, ResponseChunk, ResponseHeaders, RouteRefresh, RoutedCluster, ServedUpstream,
-    SnapshotFetch, SnapshotSink, SnapshotSource, SnapshotVersion, Stats, StreamState,
-    UsageRecordSink, VerifiedJwt, WakeSignal, Waker,
+    BodyBufferLimit, CalloutRequest, CalloutToken, Clock, ClusterMembership, DynamicMetadata,
+    EditResponseHeaders, HostError, HttpCallout, LocalReply, Random, ReadMetadata, RequestBody,
+    RequestHeaders, RequestWaker, ResponseChunk, ResponseHeaders, RouteRefresh, RoutedCluster,
+    ServedUpstream, SnapshotFetch, SnapshotSink, SnapshotSource, SnapshotVersion, Stats,
+    StreamState, UsageRecordSink, VerifiedJwt, WakeSignal, Waker,
 };
 use infergate_filters::reply::Reply;
 use infergate_filters::stats::{StatKey, StatKind};
@@ -489,6 +498,13 @@ impl HttpCallout for WasmHost {
         hostcalls::http_call(&request.cluster, &headers, &request.body, timeout_ms)
             .map(|token| CalloutToken(u64::from(token)))
             .map_err(failed)
+    }
+}
+
+impl ClusterMembership for WasmHost {
+    /// Never known: see the module doc (membership mode `admin` is the Wasm way).
+    fn cluster_members(&self, _cluster: &str) -> Option<Vec<scheduler_core::snapshot::Member>> {
+        None
     }
 }
 

@@ -5,6 +5,10 @@
 //! timeouts and lease give-backs) and callout responses, and hands queue messages to the
 //! owner or the link.
 //!
+//! The scraper follows clusters by Envoy's admin (`membership: admin`, the default here
+//! when `clusters` is given; `host` is refused: see `crate::host`). Its admin callout is
+//! one more callout of this root, answered through the same callback as the scrapes.
+//!
 //! The scraper survives its own failures: Envoy re-arms the tick timer whatever a tick
 //! does, and nothing on the tick or callout path can panic (hostcall failures are values,
 //! the scraper state is owned here, not behind a `RefCell`). A callout the host refuses, fails,
@@ -182,7 +186,7 @@ impl Root {
                 }
             }
             RoleKind::Scraper => {
-                let scraper = Scraper::from_json(cfg.rest)?;
+                let scraper = Scraper::from_json(admin_membership_by_default(cfg.rest)?)?;
                 let period = u32::try_from(scraper.tick_period_ms()).unwrap_or(u32::MAX);
                 hostcalls::set_tick_period_ms(period)
                     .map_err(|s| format!("set_tick_period failed: {s:?}"))?;
@@ -297,6 +301,30 @@ impl Root {
             Some(Role::Probe) => Box::<ProbeContext>::default(),
             None => Box::new(FailClosedContext::new(vm)),
         }
+    }
+}
+
+/// The scraper's config with membership mode `admin` when it follows clusters and names
+/// no mode: proxy-wasm cannot see a cluster's hosts (see `crate::host`), so the admin
+/// callout is the only way here, and mode `host` is refused by name.
+fn admin_membership_by_default(mut rest: serde_json::Value) -> Result<serde_json::Value, String> {
+    let Some(object) = rest.as_object_mut() else {
+        return Ok(rest);
+    };
+    let follows = object
+        .get("clusters")
+        .and_then(serde_json::Value::as_array)
+        .is_some_and(|c| !c.is_empty());
+    match object.get("membership").and_then(serde_json::Value::as_str) {
+        Some("host") if follows => Err("scraper config: membership: `host` is not possible in \
+                                        proxy-wasm, which cannot see a cluster's hosts; use \
+                                        `admin` (the default here)"
+            .to_owned()),
+        None if follows => {
+            object.insert("membership".to_owned(), serde_json::Value::from("admin"));
+            Ok(rest)
+        }
+        _ => Ok(rest),
     }
 }
 
