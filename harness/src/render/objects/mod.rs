@@ -260,3 +260,7 @@ fn add(set: &mut ObjectSet, new: Sourced) {
     }
     set.objects.push(new);
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests;
