@@ -8,9 +8,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use infergate_harness::launch::binary::envoy_binary;
-use infergate_harness::launch::bootstrap::{render, BootstrapParams};
+use infergate_harness::launch::bootstrap::{render, write_eds_files, BootstrapParams};
 use infergate_harness::launch::process::RunDir;
-use infergate_harness::launch::{Flavor, GatewaySettings, PluginConfigs, Pool, RouteSpec};
+use infergate_harness::launch::{
+    EdsDir, Flavor, GatewaySettings, Membership, PluginConfigs, Pool, RouteSpec,
+};
 use std::net::SocketAddr;
 use std::process::Command;
 
@@ -33,6 +35,18 @@ fn validate(flavor: Flavor) {
             baseline,
             ..BootstrapParams::new(flavor, pools.clone())
         };
+        validate_rendered(flavor, &render(&params).unwrap());
+    }
+    // EDS membership (file-based EDS; the picker and the scraper follow the clusters; the
+    // Wasm flavour's admin cluster) with an active health check of every member.
+    if flavor != Flavor::Plain {
+        let dir = RunDir::new("validate-eds").unwrap();
+        let mut params = BootstrapParams::new(flavor, pools.clone());
+        params.membership = Membership::Eds;
+        params.eds = Some(EdsDir::create(dir.path().join("eds")).unwrap());
+        params.admin_port = 19999;
+        params.health_check = Some(std::time::Duration::from_millis(200));
+        write_eds_files(&params).unwrap();
         validate_rendered(flavor, &render(&params).unwrap());
     }
     // Two pools of one model: a header-targeted rule, then a sticky split (one weight 0:

@@ -4,6 +4,7 @@
 //! module only computes values: ports, endpoint lists, per-pool cluster names, artefact
 //! paths and the plugin configurations (JSON text handed to the Wasm or native module).
 
+use super::eds::{EdsDir, Membership};
 use super::epp::{apply_objectives, picker_objectives};
 use super::routes::{self, RouteSpec};
 use super::template::{Template, Vars};
@@ -300,6 +301,70 @@ impl PluginConfigs {
     }
 }
 
+impl PluginConfigs {
+    /// Turns configurations made for STATIC pool clusters into those of EDS ones: each
+    /// picker pool whose list is exactly its pool's endpoints drops the list and follows
+    /// its cluster's members (a data-parallel pool, or a list a caller edited, stays as
+    /// it is); the scraper follows those clusters (`clusters`, members from the host's LB
+    /// policy, or from Envoy's admin `/clusters` when `admin`) and keeps only the static
+    /// endpoints some pool still lists.
+    pub fn follow_clusters(&mut self, pools: &[Pool], admin: bool) {
+        let names = cluster_names(pools);
+        let mut following: Vec<&str> = Vec::new();
+        let mut followed_endpoints: Vec<String> = Vec::new();
+        let mut static_endpoints: Vec<String> = Vec::new();
+        for (pool, name) in pools.iter().zip(&names) {
+            let listed: Vec<String> = pool.endpoints.iter().map(ToString::to_string).collect();
+            let entry = self.picker["pools"].as_array_mut().and_then(|ps| {
+                ps.iter_mut()
+                    .find(|p| p["pool"].as_str() == Some(name.as_str()))
+            });
+            let follows = pool.pods().is_none()
+                && entry
+                    .as_ref()
+                    .is_some_and(|e| e["endpoints"] == json!(pool.picker_endpoints()));
+            if follows {
+                if let Some(obj) = entry.and_then(|e| e.as_object_mut()) {
+                    obj.remove("endpoints");
+                }
+                following.push(name);
+                followed_endpoints.extend(listed);
+            } else {
+                static_endpoints.extend(listed);
+            }
+        }
+        let Some(scraper) = self.scraper.as_object_mut() else {
+            return;
+        };
+        if let Some(list) = scraper.get_mut("endpoints").and_then(|v| v.as_array_mut()) {
+            list.retain(|e| {
+                let e = e.as_str().unwrap_or_default().to_owned();
+                !followed_endpoints.contains(&e) || static_endpoints.contains(&e)
+            });
+        }
+        scraper.insert("clusters".into(), json!(following));
+        scraper.insert(
+            "membership".into(),
+            json!(if admin { "admin" } else { "host" }),
+        );
+    }
+}
+
+/// Writes each pool's EDS file (its endpoints, every one healthy) into `params.eds`, as
+/// Envoy must find them when it starts (membership `Eds`; nothing otherwise).
+pub fn write_eds_files(params: &BootstrapParams) -> Result<()> {
+    if params.membership != Membership::Eds {
+        return Ok(());
+    }
+    let Some(eds) = &params.eds else {
+        bail!("membership Eds needs an EDS directory");
+    };
+    for (pool, name) in params.pools.iter().zip(cluster_names(&params.pools)) {
+        eds.write_healthy(&name, &pool.endpoints)?;
+    }
+    Ok(())
+}
+
 /// The connection manager's client-side timeouts (`HttpConnectionManager` fields).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClientTimeouts {
@@ -368,6 +433,16 @@ pub struct BootstrapParams {
     /// `InferenceObjective` objects (JSON) for the picker's `objectives`, with those of
     /// `tenancy` added (each once); none leaves the key out.
     pub objectives: Vec<serde_json::Value>,
+    /// Where the pool clusters take their members from: STATIC lists (the default), or
+    /// EDS files in `eds` (then the picker's pools and the scraper follow the clusters, see
+    /// [`PluginConfigs::follow_clusters`]; the Wasm flavour also needs a fixed
+    /// `admin_port`, which the scraper asks for the members).
+    pub membership: Membership,
+    /// The EDS files' directory (membership `Eds` only; [`write_eds_files`] fills it).
+    pub eds: Option<EdsDir>,
+    /// Envoy's active health check of every pool member (`GET /health` at this period);
+    /// `None`: no health check.
+    pub health_check: Option<Duration>,
 }
 
 impl BootstrapParams {
@@ -392,6 +467,9 @@ impl BootstrapParams {
             probe: None,
             tenancy: Tenancy::default(),
             objectives: Vec::new(),
+            membership: Membership::Static,
+            eds: None,
+            health_check: None,
         }
     }
 }
@@ -442,11 +520,77 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
         Value::Null
     };
     let names = cluster_names(&params.pools);
+    let module = params
+        .module
+        .as_deref()
+        .map(Path::to_string_lossy)
+        .unwrap_or_default();
+    // The pool clusters' policy (gateway templates; plain's clusters carry their own).
+    let lb_policy = if t.has_prototype("pool_lb_policy") {
+        let mut lvars = Vars::new();
+        lvars.insert("native_module".into(), text(module.clone()));
+        t.prototype("pool_lb_policy", &lvars)?
+    } else {
+        Value::Null
+    };
+    let mut health_checks = Vec::new();
+    if let Some(period) = params.health_check {
+        if !t.has_prototype("pool_health_check") {
+            bail!("an active health check needs the wasm or native flavour");
+        }
+        let mut hvars = Vars::new();
+        hvars.insert("interval".into(), envoy_duration(period));
+        health_checks.push(t.prototype("pool_health_check", &hvars)?);
+    }
+    let eds = match params.membership {
+        Membership::Static => None,
+        Membership::Eds => {
+            if !t.has_prototype("pool_cluster_eds") {
+                bail!("EDS membership needs the wasm or native flavour");
+            }
+            let Some(eds) = &params.eds else {
+                bail!("EDS membership needs an EDS directory (BootstrapParams::eds)");
+            };
+            Some(eds)
+        }
+    };
     for (pool, name) in params.pools.iter().zip(&names) {
         let mut vars = Vars::new();
         vars.insert("cluster".into(), text(name.clone()));
         vars.insert("lb_endpoints".into(), lb_endpoints(&pool.endpoints));
-        clusters.push(t.prototype("pool_cluster", &vars)?);
+        vars.insert("lb_policy".into(), lb_policy.clone());
+        vars.insert(
+            "health_checks".into(),
+            Value::Sequence(health_checks.clone()),
+        );
+        let proto = match eds {
+            None => "pool_cluster",
+            Some(eds) => {
+                vars.insert(
+                    "eds_path".into(),
+                    text(eds.path(name).to_string_lossy().into_owned()),
+                );
+                vars.insert(
+                    "eds_dir".into(),
+                    text(eds.dir().to_string_lossy().into_owned()),
+                );
+                "pool_cluster_eds"
+            }
+        };
+        clusters.push(t.prototype(proto, &vars)?);
+    }
+    // Wasm with EDS: the scraper reads the members from admin `/clusters` through this.
+    let mut admin_clusters = Vec::new();
+    if eds.is_some() && t.has_prototype("admin_cluster") {
+        if params.admin_port == 0 {
+            bail!(
+                "the wasm flavour with EDS membership needs a fixed admin port (its scraper \
+                 reads the members from admin /clusters)"
+            );
+        }
+        let mut avars = Vars::new();
+        avars.insert("admin_port".into(), Value::from(params.admin_port));
+        admin_clusters.push(t.prototype("admin_cluster", &avars)?);
     }
     for route in routes::resolve(&params.pools, &params.routes)? {
         routes.push(routes::render(&t, &route, &names, &retry_policy)?);
@@ -457,6 +601,7 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
     vars.insert("listener_port".into(), Value::from(params.listener_port));
     vars.insert("pool_routes".into(), Value::Sequence(routes));
     vars.insert("pool_clusters".into(), Value::Sequence(clusters));
+    vars.insert("admin_clusters".into(), Value::Sequence(admin_clusters));
     vars.insert(
         "stream_idle_timeout".into(),
         envoy_duration(params.timeouts.stream_idle),
@@ -504,18 +649,17 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
     let mut router = params.plugins.router.clone();
     params.tenancy.apply_to_router(&mut router)?;
     vars.insert("router_config".into(), json_text(&router));
-    let mut picker = params.plugins.picker.clone();
+    let mut plugins = params.plugins.clone();
+    if eds.is_some() {
+        plugins.follow_clusters(&params.pools, params.flavor == Flavor::Wasm);
+    }
+    let mut picker = plugins.picker.clone();
     apply_objectives(
         &mut picker,
         &picker_objectives(&params.objectives, &params.tenancy)?,
     )?;
     vars.insert("picker_config".into(), json_text(&picker));
-    vars.insert("scraper_config".into(), json_text(&params.plugins.scraper));
-    let module = params
-        .module
-        .as_deref()
-        .map(Path::to_string_lossy)
-        .unwrap_or_default();
+    vars.insert("scraper_config".into(), json_text(&plugins.scraper));
     let mut probes = Vec::new();
     if let Some(probe) = params.probe {
         if params.flavor != Flavor::Plain || probe == Flavor::Plain {
@@ -688,7 +832,8 @@ mod tests {
     #[test]
     fn gateway_pool_clusters_take_the_pickers_list_and_routes_retry_once() {
         for flavor in [Flavor::Wasm, Flavor::Native] {
-            let v: Value = serde_yaml_ng::from_str(&render(&with_baseline(flavor)).unwrap()).unwrap();
+            let v: Value =
+                serde_yaml_ng::from_str(&render(&with_baseline(flavor)).unwrap()).unwrap();
             let clusters = v["static_resources"]["clusters"].as_sequence().unwrap();
             let pool = clusters
                 .iter()
@@ -725,10 +870,31 @@ mod tests {
                 sources[1]["header"].as_str(),
                 Some("x-gateway-destination-endpoint")
             );
-            assert_eq!(
-                config["fallback_policy"]["policies"][0]["typed_extension_config"]["name"].as_str(),
-                Some("envoy.load_balancing_policies.round_robin"),
-                "{flavor}"
+            // Past the list: round robin (wasm), this module's round robin over the healthy
+            // members, which also reports the cluster's members to the scraper (native).
+            let fallback = &config["fallback_policy"]["policies"][0]["typed_extension_config"];
+            match flavor {
+                Flavor::Native => {
+                    assert_eq!(fallback["name"].as_str(), Some("infergate.membership"));
+                    let t = &fallback["typed_config"];
+                    assert_eq!(t["lb_policy_name"].as_str(), Some("infergate-membership"));
+                    assert_eq!(
+                        t["dynamic_module_config"]["module"]["local"]["filename"].as_str(),
+                        with_baseline(flavor)
+                            .module
+                            .as_deref()
+                            .and_then(Path::to_str),
+                    );
+                }
+                _ => assert_eq!(
+                    fallback["name"].as_str(),
+                    Some("envoy.load_balancing_policies.round_robin"),
+                    "{flavor}"
+                ),
+            }
+            assert!(
+                pool["health_checks"].as_sequence().unwrap().is_empty(),
+                "{flavor}: no health check unless asked"
             );
             let routes = hcm(&v)["route_config"]["virtual_hosts"][0]["routes"]
                 .as_sequence()
@@ -857,7 +1023,8 @@ mod tests {
     #[test]
     fn a_subset_hint_is_set_metadata_in_front_of_the_gateway_filters() {
         for flavor in [Flavor::Wasm, Flavor::Native] {
-            let v: Value = serde_yaml_ng::from_str(&render(&with_baseline(flavor)).unwrap()).unwrap();
+            let v: Value =
+                serde_yaml_ng::from_str(&render(&with_baseline(flavor)).unwrap()).unwrap();
             assert!(!filter_names(&v).contains(&"infergate.subset_hint".to_string()));
             let mut params = with_baseline(flavor);
             params.subset_hint = vec![addr(8001), addr(8003)];
@@ -1013,7 +1180,8 @@ mod tests {
     #[test]
     fn pool_clusters_hold_thousands_of_streams() {
         for flavor in Flavor::ALL {
-            let v: Value = serde_yaml_ng::from_str(&render(&with_baseline(flavor)).unwrap()).unwrap();
+            let v: Value =
+                serde_yaml_ng::from_str(&render(&with_baseline(flavor)).unwrap()).unwrap();
             for c in v["static_resources"]["clusters"].as_sequence().unwrap() {
                 let name = c["name"].as_str().unwrap();
                 if !(name.starts_with("pool-") || name == "rr") {
@@ -1287,6 +1455,153 @@ mod tests {
             let err = format!("{:#}", render(&clash).unwrap_err());
             assert!(err.contains("premium"), "{flavor}: {err}");
         }
+    }
+
+    fn eds_params(flavor: Flavor) -> BootstrapParams {
+        BootstrapParams {
+            membership: Membership::Eds,
+            eds: Some(EdsDir::create(std::env::temp_dir().join("infergate-eds-unit")).unwrap()),
+            admin_port: 19901,
+            ..with_baseline(flavor)
+        }
+    }
+
+    fn scraper_config(v: &Value) -> serde_json::Value {
+        let ext = &v["bootstrap_extensions"][0]["typed_config"];
+        let text = ext["config"]["configuration"]["value"]
+            .as_str()
+            .or(ext["extension_config"]["value"].as_str())
+            .unwrap();
+        serde_json::from_str(text).unwrap()
+    }
+
+    /// With EDS membership each pool cluster is `type: EDS` from its own file in the
+    /// watched directory, with the same policy as the STATIC form; the node has an id and a
+    /// cluster; the picker's pools drop their lists and follow their clusters, and so does
+    /// the scraper (from the host in native, from admin `/clusters` through the STATIC
+    /// `infergate_admin` cluster to Envoy's own admin port in wasm).
+    #[test]
+    fn eds_membership_makes_eds_pool_clusters_the_pickers_and_the_scrapers_follow() {
+        for flavor in [Flavor::Wasm, Flavor::Native] {
+            let params = eds_params(flavor);
+            let eds = params.eds.clone().unwrap();
+            let v: Value = serde_yaml_ng::from_str(&render(&params).unwrap()).unwrap();
+            assert_eq!(v["node"]["id"].as_str(), Some("infergate-gateway"));
+            assert!(v["node"]["cluster"].as_str().is_some());
+            let clusters = v["static_resources"]["clusters"].as_sequence().unwrap();
+            let static_form: Value =
+                serde_yaml_ng::from_str(&render(&with_baseline(flavor)).unwrap()).unwrap();
+            for name in ["pool-0-meta_llama-3", "pool-1-qwen"] {
+                let pool = clusters.iter().find(|c| c["name"] == name).unwrap();
+                assert_eq!(pool["type"].as_str(), Some("EDS"), "{flavor}");
+                assert!(pool.get("load_assignment").is_none(), "{flavor}");
+                let source = &pool["eds_cluster_config"]["eds_config"]["path_config_source"];
+                assert_eq!(
+                    source["path"].as_str().map(PathBuf::from),
+                    Some(eds.path(name))
+                );
+                assert_eq!(
+                    source["watched_directory"]["path"]
+                        .as_str()
+                        .map(PathBuf::from),
+                    Some(eds.dir().to_path_buf())
+                );
+                let same = static_form["static_resources"]["clusters"]
+                    .as_sequence()
+                    .unwrap()
+                    .iter()
+                    .find(|c| c["name"] == name)
+                    .unwrap();
+                for field in ["load_balancing_policy", "circuit_breakers"] {
+                    assert_eq!(pool[field], same[field], "{flavor}: {field}");
+                }
+            }
+            let picker = picker_config(&v);
+            for p in picker["pools"].as_array().unwrap() {
+                assert!(p.get("endpoints").is_none(), "{flavor}: {p}");
+            }
+            let scraper = scraper_config(&v);
+            assert_eq!(
+                scraper["clusters"],
+                json!(["pool-0-meta_llama-3", "pool-1-qwen"]),
+                "{flavor}"
+            );
+            assert_eq!(scraper["endpoints"], json!([]), "{flavor}");
+            let admin = clusters.iter().find(|c| c["name"] == "infergate_admin");
+            match flavor {
+                Flavor::Wasm => {
+                    assert_eq!(scraper["membership"], "admin");
+                    let a = admin.unwrap();
+                    assert_eq!(a["type"].as_str(), Some("STATIC"));
+                    let addr = &a["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+                        ["address"]["socket_address"];
+                    assert_eq!(addr["port_value"].as_u64(), Some(19901));
+                    assert_eq!(v["admin"]["address"]["socket_address"]["port_value"], 19901);
+                }
+                _ => {
+                    assert_eq!(scraper["membership"], "host");
+                    assert!(admin.is_none());
+                }
+            }
+            // What the launcher generates is what the filters parse.
+            let without_role = |mut v: serde_json::Value| {
+                v.as_object_mut().unwrap().remove("role");
+                v
+            };
+            infergate_filters::scraper::Scraper::from_json(without_role(scraper)).unwrap();
+            infergate_filters::picker::PickerConfig::from_json(without_role(picker))
+                .unwrap()
+                .validate()
+                .unwrap();
+        }
+        let mut wasm = eds_params(Flavor::Wasm);
+        wasm.admin_port = 0;
+        assert!(format!("{:#}", render(&wasm).unwrap_err()).contains("admin port"));
+        let mut no_dir = eds_params(Flavor::Native);
+        no_dir.eds = None;
+        assert!(render(&no_dir).is_err());
+        assert!(render(&eds_params(Flavor::Plain)).is_err());
+    }
+
+    /// A picker list a caller edited, or a data-parallel pool, stays static under EDS; the
+    /// scraper keeps scraping what some static list still holds.
+    #[test]
+    fn follow_clusters_leaves_edited_lists_static() {
+        let pools = two_pools();
+        let mut c = PluginConfigs::for_pools(&pools, &GatewaySettings::default());
+        c.picker["pools"][1]["endpoints"] = json!(["127.0.0.1:8003", "127.0.0.1:8009"]);
+        c.follow_clusters(&pools, false);
+        assert!(c.picker["pools"][0].get("endpoints").is_none());
+        assert_eq!(
+            c.picker["pools"][1]["endpoints"],
+            json!(["127.0.0.1:8003", "127.0.0.1:8009"])
+        );
+        assert_eq!(c.scraper["clusters"], json!(["pool-0-meta_llama-3"]));
+        assert_eq!(c.scraper["endpoints"], json!(["127.0.0.1:8003"]));
+    }
+
+    /// An active health check is spliced into every pool cluster only when asked for.
+    #[test]
+    fn a_health_check_reaches_every_pool_cluster_when_asked() {
+        for flavor in [Flavor::Wasm, Flavor::Native] {
+            for mut params in [with_baseline(flavor), eds_params(flavor)] {
+                params.health_check = Some(Duration::from_millis(200));
+                let v: Value = serde_yaml_ng::from_str(&render(&params).unwrap()).unwrap();
+                for c in v["static_resources"]["clusters"].as_sequence().unwrap() {
+                    if !c["name"].as_str().unwrap().starts_with("pool-") {
+                        continue;
+                    }
+                    let hc = c["health_checks"].as_sequence().unwrap();
+                    assert_eq!(hc.len(), 1, "{flavor}");
+                    assert_eq!(hc[0]["interval"].as_str(), Some("0.200s"));
+                    assert_eq!(hc[0]["no_traffic_interval"].as_str(), Some("0.200s"));
+                    assert_eq!(hc[0]["http_health_check"]["path"].as_str(), Some("/health"));
+                }
+            }
+        }
+        let mut plain = with_baseline(Flavor::Plain);
+        plain.health_check = Some(Duration::from_secs(1));
+        assert!(render(&plain).is_err());
     }
 
     #[test]

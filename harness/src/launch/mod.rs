@@ -14,15 +14,19 @@
 //!   loader of the platform's objects; [`jwt`]: a test JWT issuer;
 //! - [`epp`]: an operator's `EndpointPickerConfig` (or the `ConfigMap` holding it) and
 //!   `InferenceObjective` files, and the objectives in the picker's configuration;
+//! - [`eds`]: the pool clusters' members from Envoy's file-based EDS (membership `Eds`);
 //! - [`process`]: child processes stopped on drop, scratch directories;
 //! - [`envoy`]: one Envoy instance; [`sim`]: the simulator binary; [`stack`]: both;
+//!   [`fleet`]: several gateways (Envoy replicas) over one set of replicas;
 //! - [`client`]: an HTTP client for JSON and streamed (SSE) requests; [`stats`]: admin stats.
 
 pub mod binary;
 pub mod bootstrap;
 pub mod client;
+pub mod eds;
 pub mod envoy;
 pub mod epp;
+pub mod fleet;
 pub mod httproute;
 pub mod jwt;
 pub mod process;
@@ -38,7 +42,9 @@ pub mod up;
 pub use bootstrap::{
     BootstrapParams, ClientTimeouts, FailureMode, Flavor, GatewaySettings, PluginConfigs, Pool,
 };
+pub use eds::{EdsDir, EdsHealth, EdsHost, Membership};
 pub use envoy::{Envoy, EnvoyOptions};
+pub use fleet::Fleet;
 pub use routes::RouteSpec;
 pub use stack::{Backends, PoolSpec, Stack, StackOptions, DEFAULT_MODEL};
 pub use tenancy::{load_objects, read_billing_log, JwtProvider, Tenancy};

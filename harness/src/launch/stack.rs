@@ -1,11 +1,14 @@
 //! The whole stack for a test, a benchmark or a demo: the engine replicas (the simulator,
 //! or backends the caller already runs) and one Envoy of a chosen flavour in front of them.
 
+use super::bootstrap::write_eds_files;
 use super::bootstrap::{
     render, BootstrapParams, ClientTimeouts, FailureMode, Flavor, GatewaySettings, PluginConfigs,
     Pool,
 };
+use super::eds::{EdsDir, Membership};
 use super::envoy::{Envoy, EnvoyOptions};
+use super::process::RunDir;
 use super::routes::RouteSpec;
 use super::sim::SimProcess;
 use super::tenancy::{Tenancy, BILLING_LOG_FLUSH, FILE_FLUSH_FLAG};
@@ -179,6 +182,13 @@ pub struct StackOptions {
     /// How the router splits a rewrite rule's traffic over its targets; `None` leaves the
     /// router's default (sticky, no session header).
     pub split: Option<Split>,
+    /// Where the pool clusters take their members from: STATIC lists, or EDS files the
+    /// stack writes (and a test rewrites through [`Stack::eds`]), which the picker and the
+    /// scraper then follow.
+    pub membership: Membership,
+    /// Envoy's active health check of every pool member (`GET /health` at this period);
+    /// `None` (the default): none.
+    pub health_check: Option<Duration>,
 }
 
 /// How a rewrite rule's weights are applied.
@@ -257,6 +267,8 @@ impl StackOptions {
             objectives: Vec::new(),
             rewrites: Vec::new(),
             split: None,
+            membership: Membership::Static,
+            health_check: None,
         }
     }
 }
@@ -272,6 +284,9 @@ pub struct Stack {
     replicas: Vec<SocketAddr>,
     pools: Vec<Pool>,
     billing_log: Option<std::path::PathBuf>,
+    eds: Option<EdsDir>,
+    /// Holds the EDS files; removed after Envoy stopped.
+    _eds_dir: Option<RunDir>,
 }
 
 impl Stack {
@@ -339,6 +354,22 @@ impl Stack {
             &opts.rewrites,
             opts.split.as_ref(),
         )?;
+        params.health_check = opts.health_check;
+        params.membership = opts.membership;
+        let eds_dir = match opts.membership {
+            Membership::Static => None,
+            Membership::Eds => {
+                let run = RunDir::new("eds")?;
+                params.eds = Some(EdsDir::create(run.path().join("eds"))?);
+                if opts.flavor == Flavor::Wasm && params.admin_port == 0 {
+                    // Its scraper reaches admin /clusters through a STATIC cluster, so the
+                    // admin port must be known before Envoy starts.
+                    params.admin_port = free_port()?;
+                }
+                write_eds_files(&params)?;
+                Some(run)
+            }
+        };
         let bootstrap = render(&params)?;
         let mut envoy_opts = opts.envoy.clone();
         if opts.tenancy.billing_log.is_some() {
@@ -356,6 +387,8 @@ impl Stack {
             replicas,
             pools,
             billing_log: opts.tenancy.billing_log.clone(),
+            eds: params.eds.clone(),
+            _eds_dir: eds_dir,
         })
     }
 
@@ -396,6 +429,21 @@ impl Stack {
         self.billing_log.as_deref()
     }
 
+    /// The EDS files of the pool clusters (membership `Eds`): rewrite one to change its
+    /// cluster's members (the file of pool `i` is `eds.path(&pools()[i].cluster_name(i))`).
+    pub fn eds(&self) -> Option<&EdsDir> {
+        self.eds.as_ref()
+    }
+
+    /// Announces `members` (all healthy) as the members of pool `index`'s cluster through
+    /// its EDS file; an error without EDS membership.
+    pub fn set_members(&self, index: usize, members: &[SocketAddr]) -> Result<()> {
+        let (Some(eds), Some(pool)) = (&self.eds, self.pools.get(index)) else {
+            bail!("pool {index}: no such pool, or the stack has no EDS membership");
+        };
+        eds.write_healthy(&pool.cluster_name(index), members)
+    }
+
     /// Whether the replicas are a simulator this stack started.
     pub fn simulated(&self) -> bool {
         self.sim.is_some() || self.in_process.is_some()
@@ -405,6 +453,12 @@ impl Stack {
     pub fn sim(&self) -> Option<&SimHandle> {
         self.in_process.as_ref()
     }
+}
+
+/// A loopback port free right now (bound, read and released).
+fn free_port() -> Result<u16> {
+    let socket = std::net::TcpListener::bind(("127.0.0.1", 0)).context("finding a free port")?;
+    Ok(socket.local_addr()?.port())
 }
 
 /// Adds `--file-flush-interval-msec` ([`BILLING_LOG_FLUSH`]) to Envoy's arguments, unless
