@@ -12,7 +12,7 @@
 #![allow(clippy::expect_used)]
 
 use infergate_harness::bench::calibration;
-use infergate_harness::load::{self, Assign, LoadConfig, Summary, Target};
+use infergate_harness::load::{self, Assign, Connections, LoadConfig, Summary, Target};
 use infergate_harness::sim;
 
 async fn run(assign: Assign, time_scale: f64) -> (Summary, u64) {
@@ -26,6 +26,7 @@ async fn run(assign: Assign, time_scale: f64) -> (Summary, u64) {
             label: format!("{assign:?}"),
             urls: sim.base_urls(),
             assign,
+            connections: Connections::KeepAlive,
         }],
         concurrency: 16,
         ..LoadConfig::default()

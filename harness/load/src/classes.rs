@@ -18,7 +18,7 @@ use super::client::{ChatExtras, RequestRecord};
 use super::runner::{run_plan, Plan};
 use super::summary::Summary;
 use super::workload::Workload;
-use super::Assign;
+use super::{Assign, Connections};
 
 /// One tenant's traffic.
 #[derive(Debug, Clone, PartialEq)]
@@ -222,6 +222,7 @@ pub async fn run_classes(run: &ClassRun) -> anyhow::Result<Vec<ClassReport>> {
             workload: class.workload.clone(),
             urls: vec![run.url.clone()],
             assign: Assign::RoundRobin,
+            connections: Connections::KeepAlive,
             concurrency: class.concurrency,
             rate: class.rate,
             api_keys: Vec::new(),

@@ -12,7 +12,10 @@
 //! A run may have several targets (e.g. a gateway route and round-robin), run one after
 //! the other with distinct text so one cannot warm the other's cache. A target is one base
 //! URL, or a pool of base URLs with a client-side assignment (`random`, `sticky`,
-//! `round-robin`) — the latter is meant for calibrating the simulator without a gateway.
+//! `round-robin`): the simulator's replicas without a gateway (calibration), or several
+//! gateway replicas as an L4 load balancer in front of them spreads them
+//! ([`Target::balanced`]: every request on a new connection to a base URL drawn per
+//! request, so a conversation's turns land on whichever gateway the balancer gives them).
 
 pub mod classes;
 pub mod client;
@@ -53,6 +56,30 @@ impl std::str::FromStr for Assign {
     }
 }
 
+/// How a target's requests use TCP connections.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Connections {
+    /// Keep-alive: a request reuses an idle connection to its base URL when there is one.
+    #[default]
+    KeepAlive,
+    /// Every request opens a connection of its own and closes it at the end: what a client
+    /// behind an L4 load balancer looks like to the gateways, since the balancer chooses a
+    /// backend per connection (and what hands each request to any Envoy worker).
+    PerRequest,
+}
+
+impl std::str::FromStr for Connections {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        match s {
+            "keep-alive" => Ok(Self::KeepAlive),
+            "per-request" | "new" => Ok(Self::PerRequest),
+            _ => anyhow::bail!("connections must be keep-alive or per-request: {s}"),
+        }
+    }
+}
+
 /// One column of the report.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Target {
@@ -62,6 +89,8 @@ pub struct Target {
     pub urls: Vec<String>,
     /// Choice among `urls` when there are several.
     pub assign: Assign,
+    /// Connection reuse.
+    pub connections: Connections,
 }
 
 impl Target {
@@ -100,7 +129,25 @@ impl Target {
             label,
             urls,
             assign,
+            connections: Connections::KeepAlive,
         })
+    }
+
+    /// Several gateway replicas behind an L4 load balancer: each request (each turn of a
+    /// conversation) on a new connection to a base URL drawn at random, seeded by the
+    /// workload's seed. Random rather than round robin because that is what the common
+    /// balancers amount to per connection (kube-proxy picks a Service endpoint at random,
+    /// a cloud network balancer hashes the connection's ports, new for every connection),
+    /// and because a cycle would lock onto the workload's dispatch order: with two
+    /// gateways and an even number of requests between a conversation's turns, round
+    /// robin sends every turn of it to the same gateway.
+    pub fn balanced(label: impl Into<String>, urls: Vec<String>) -> Self {
+        Self {
+            label: label.into(),
+            urls,
+            assign: Assign::Random,
+            connections: Connections::PerRequest,
+        }
     }
 }
 

@@ -1,8 +1,11 @@
 //! `infergate-load`: multi-turn chat load against one or more base URLs, printed side by side.
 //!
 //! Each `--url` is one target, run one after the other: `[label=]URL[,URL…]`. A target with
-//! several URLs is a client-side pool (`--assign random|sticky|round-robin`), meant for
-//! calibrating the simulator. Requests go to `<URL>/v1/chat/completions`.
+//! several URLs is a client-side pool (`--assign random|sticky|round-robin`): the
+//! simulator's replicas, for calibrating it, or several gateway replicas, with
+//! `--connections per-request` as an L4 load balancer in front of them would spread the
+//! turns (`--assign random --connections per-request`; see `Target::balanced`). Requests
+//! go to `<URL>/v1/chat/completions`.
 //!
 //! With `--class SPEC` (repeatable; see `LoadClass::parse`) every class runs at once
 //! against the one `--url`, and the report has one column per class; `--tenant-demo KEY_A,KEY_B`
@@ -13,7 +16,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use infergate_load::{self as load, Assign, LoadConfig, Target, Workload};
+use infergate_load::{self as load, Assign, Connections, LoadConfig, Target, Workload};
 
 #[derive(Debug, Parser)]
 #[command(name = "infergate-load", about = "Multi-turn chat load generator")]
@@ -32,6 +35,10 @@ struct Args {
     /// Assignment within a multi-URL target; one for all targets or one per `--url`.
     #[arg(long = "assign", default_value = "random")]
     assign: Vec<Assign>,
+    /// `keep-alive`, or `per-request`: a new connection for every request (clients behind
+    /// an L4 balancer); one for all targets or one per `--url`.
+    #[arg(long = "connections", default_value = "keep-alive")]
+    connections: Vec<Connections>,
     /// Model name.
     #[arg(long, default_value = "sim-model")]
     model: String,
@@ -189,7 +196,14 @@ async fn main() -> anyhow::Result<()> {
             .or(a.assign.last())
             .copied()
             .unwrap_or(Assign::Random);
-        targets.push(Target::parse(spec, assign)?);
+        let mut target = Target::parse(spec, assign)?;
+        target.connections = a
+            .connections
+            .get(i)
+            .or(a.connections.last())
+            .copied()
+            .unwrap_or_default();
+        targets.push(target);
     }
     let cfg = LoadConfig {
         workload: Workload {

@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 use super::client::{self, BaseUrl, ChatExtras, RequestRecord};
 use super::summary::Summary;
 use super::workload::Workload;
-use super::{Assign, LoadConfig, Target, TargetReport};
+use super::{Assign, Connections, LoadConfig, Target, TargetReport};
 
 /// Everything one dispatch loop needs: a workload, where it goes and how hard.
 #[derive(Debug, Clone)]
@@ -26,6 +26,8 @@ pub struct Plan {
     pub urls: Vec<String>,
     /// Choice among `urls`.
     pub assign: Assign,
+    /// Connection reuse.
+    pub connections: Connections,
     /// Requests in flight at most.
     pub concurrency: u32,
     /// Requests started per second (Poisson, seeded); `None` = as fast as concurrency allows.
@@ -53,6 +55,7 @@ pub async fn run_target(
         workload: cfg.workload.clone(),
         urls: target.urls.clone(),
         assign: target.assign,
+        connections: target.connections,
         concurrency: cfg.concurrency,
         rate: cfg.rate,
         api_keys: cfg.api_keys.clone(),
@@ -134,7 +137,12 @@ pub async fn run_plan(plan: &Plan) -> anyhow::Result<TargetReport> {
                     .cloned()
             };
             let timeout = plan.timeout;
-            let pool = pool.clone();
+            let pool = match plan.connections {
+                Connections::KeepAlive => pool.clone(),
+                // A pool of its own, empty: the request connects anew, and the connection
+                // closes when the pool is dropped at the request's end.
+                Connections::PerRequest => client::ConnPool::default(),
+            };
             let extras = plan.extras.clone();
             inflight.spawn(async move {
                 let mut rec =

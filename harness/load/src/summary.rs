@@ -25,6 +25,9 @@ pub struct Summary {
     pub other_statuses: BTreeMap<String, u64>,
     /// Streams the client dropped on purpose mid-way (counted in `ok` as well).
     pub aborted: u64,
+    /// Requests sent to each base URL (several for a target of several gateways or
+    /// replicas).
+    pub by_url: BTreeMap<String, u64>,
     /// Completion tokens received: the usage each client saw, else its content chunks.
     pub tokens_received: u64,
     /// TTFT percentiles and mean over successful requests, seconds.
@@ -82,6 +85,7 @@ impl Summary {
             s.completion_tokens += r.completion_tokens;
             s.tokens_received += r.tokens_received();
             s.aborted += u64::from(r.aborted);
+            *s.by_url.entry(r.url.clone()).or_insert(0) += 1;
             match r.status {
                 200 => {}
                 429 => {
@@ -186,6 +190,10 @@ pub fn table(summaries: &[Summary]) -> String {
         row("duration", s, |s| format!("{:.1} s", s.duration_s)),
     ];
     rows.extend(keyed_rows(s, "errors", |s| &s.errors));
+    // The spread over base URLs, when a target had several to spread over.
+    if s.iter().any(|s| s.by_url.len() > 1) {
+        rows.extend(keyed_rows(s, "requests to", |s| &s.by_url));
+    }
     render(&rows, summaries.len())
 }
 
@@ -276,6 +284,22 @@ mod tests {
             },
         ]);
         assert!(t.contains("TTFT p50") && t.contains("errors 503") && t.contains("80.0%"));
+        assert!(!t.contains("requests to"), "one URL: no spread rows\n{t}");
+    }
+
+    #[test]
+    fn requests_are_counted_per_base_url() {
+        let mut rs = vec![rec(200, 0.01, 100, 0), rec(503, 0.0, 0, 0)];
+        rs.push(rec(200, 0.02, 100, 50));
+        rs[0].url = "http://a:1".into();
+        rs[1].url = "http://b:2".into();
+        rs[2].url = "http://a:1".into();
+        let s = Summary::from_records("two", &rs, 1.0);
+        assert_eq!(s.by_url.get("http://a:1"), Some(&2));
+        assert_eq!(s.by_url.get("http://b:2"), Some(&1));
+        let t = table(&[s]);
+        assert!(t.contains("requests to http://a:1"), "{t}");
+        assert!(t.contains("requests to http://b:2"), "{t}");
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub use super::columns::{
 };
 use crate::launch::{client, Backends, EnvoyOptions, Flavor, PoolSpec, Stack, StackOptions};
 use crate::load::runner::run_target;
-use crate::load::{Assign, LoadConfig, Target, Workload};
+use crate::load::{Assign, Connections, LoadConfig, Target, Workload};
 use crate::sim::{self, EngineConfig, SimConfig, SimHandle};
 
 /// Default simulated seconds per real second: the largest at which the fixed per-request
@@ -137,11 +137,13 @@ async fn run_on(sim: &SimHandle, quick: bool, specs: &[RunSpec]) -> Result<Colum
                 label: spec.label.clone(),
                 urls: vec![u],
                 assign: Assign::Random,
+                connections: Connections::KeepAlive,
             },
             None => Target {
                 label: spec.label.clone(),
                 urls: sim.base_urls(),
                 assign: Assign::Sticky,
+                connections: Connections::KeepAlive,
             },
         };
         // A distinct salt per column: distinct text, so no column warms another's cache.

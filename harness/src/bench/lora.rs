@@ -24,7 +24,7 @@ use super::report;
 use crate::launch::{Flavor, PoolSpec, Stack};
 use crate::load::runner::run_target;
 use crate::load::workload::numbered_adapters;
-use crate::load::{Assign, LoadConfig, Target, TargetReport, Workload};
+use crate::load::{Assign, Connections, LoadConfig, Target, TargetReport, Workload};
 use crate::sim::{self, EngineConfig, SimConfig, SimHandle};
 
 /// Replicas of the pool.
@@ -195,6 +195,7 @@ pub async fn run_arm(
         label: label.to_owned(),
         urls: vec![url],
         assign: Assign::Random,
+        connections: Connections::KeepAlive,
     };
     let before = lora_loads(sim).await?;
     let report = run_target(&cfg, &target, salt).await?;

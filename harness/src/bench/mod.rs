@@ -23,6 +23,9 @@
 //!   Envoy's memory per queued request, through each flavour.
 //! - [`lora`]: `bench lora`: adapter loads per 1,000 requests with more adapters than
 //!   slots per replica, through `/rr` and through the picker with the LoRA scorer.
+//! - [`replicas`]: `bench replicas`: the calibration workload through 1, 2 and 4 gateway
+//!   replicas (Envoy processes, each with its own picker state) with each turn on a new
+//!   connection to any of them, as behind an L4 balancer: hit ratio and TTFT against one.
 //! - [`pd`]: `bench pd`: prefill/decode disaggregation against aggregated serving on a
 //!   long-prompt workload: TTFT p50/p99 and throughput through the picker, PD vs no PD.
 //! - [`logic`]: the filters' parse and hash work per request, timed in-process, to split a
@@ -46,6 +49,7 @@ pub mod lora;
 pub mod overhead;
 pub mod overhead_table;
 pub mod pd;
+pub mod replicas;
 pub mod report;
 pub mod soak;
 pub mod tenants;

@@ -28,7 +28,7 @@ use super::cli::each_flag;
 use super::report;
 use crate::launch::{Flavor, GatewaySettings, PluginConfigs, PoolSpec, Stack};
 use crate::load::runner::run_target;
-use crate::load::{Assign, LoadConfig, Target, TargetReport, Workload};
+use crate::load::{Assign, Connections, LoadConfig, Target, TargetReport, Workload};
 use crate::sim::{self, SimConfig, SimHandle};
 
 /// Replicas of the pool (both arms use all of them).
@@ -187,6 +187,7 @@ async fn run_arm(
         label: label.clone(),
         urls: vec![stack.picker_url()],
         assign: Assign::Random,
+        connections: Connections::KeepAlive,
     };
     let prefill = pd.unwrap_or(0);
     let before = finished(sim, prefill).await?;

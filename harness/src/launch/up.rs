@@ -21,10 +21,16 @@
 //! named NAME has the cluster (and `poolRef` name) `pool-<index>-<NAME>`. `--routes FILE`
 //! reads Gateway API `HTTPRoute` objects verbatim (the seed's `httproute-canary.yaml`),
 //! their `backendRefs` naming `--pool`s ([`super::httproute`]).
+//!
+//! `--gateways N` starts N Envoy gateways of the flavour over the one simulated pool, each
+//! its own process with its own ports, admin and log ([`super::fleet`]), and prints
+//! `gateway K: URL` for each: put an L4 balancer (or the load generator's
+//! `--connections per-request`) in front of them. Each keeps its own picker state.
 
 use super::bootstrap::Flavor;
 use super::envoy::EnvoyOptions;
 use super::epp::{load_epp_config, load_objectives};
+use super::fleet::Fleet;
 use super::httproute;
 use super::route_flags::{
     self, parse_canary, parse_pool, parse_split, CanaryFlag, PoolFlag, SplitFlag,
@@ -70,6 +76,8 @@ pub struct UpOptions {
     pub canaries: Vec<CanaryFlag>,
     /// `--routes FILE`: `HTTPRoute` objects.
     pub routes: Option<PathBuf>,
+    /// `--gateways N`: Envoy gateways over the one simulated pool (at least 1).
+    pub gateways: usize,
 }
 
 /// What `up` accepts (`up --help`, and the error message of a bad argument).
@@ -77,7 +85,8 @@ pub const USAGE: &str = "usage: up [--flavor wasm|native|plain] [--replicas N] [
           [--sim-config FILE] [--tenants PATH] [--billing-log FILE]
           [--epp-config FILE] [--objectives FILE] [--rewrites FILE]
           [--pool NAME=MODEL[@I,J]]... [--split MODEL=POOL:W,POOL:W]... [--sticky-split]
-          [--canary-header NAME=VALUE:POOL]... [--routes FILE]";
+          [--canary-header NAME=VALUE:POOL]... [--routes FILE]
+          [--gateways N]";
 
 impl Default for UpOptions {
     fn default() -> Self {
@@ -96,6 +105,7 @@ impl Default for UpOptions {
             sticky_split: false,
             canaries: Vec::new(),
             routes: None,
+            gateways: 1,
         }
     }
 }
@@ -133,6 +143,7 @@ impl UpOptions {
                 "--canary-header" => opts
                     .canaries
                     .push(parse_canary(&value("--canary-header")?)?),
+                "--gateways" => opts.gateways = parse_gateways(&value("--gateways")?)?,
                 other => bail!("unknown argument `{other}`; {USAGE}"),
             }
         }
@@ -322,28 +333,80 @@ pub async fn up(mut opts: UpOptions) -> Result<()> {
     }
     let stack_opts = stack_options(&opts)?;
     let billing_log = stack_opts.tenancy.billing_log.clone();
-    let stack = Stack::start(stack_opts).await?;
-    for line in announcement(&stack) {
+    // Every gateway from the same options (`--gateways N`; one by default).
+    let fleet = Fleet::start(stack_opts, opts.gateways).await?;
+    for line in fleet_announcement(&fleet) {
         println!("{line}");
     }
-    if let Some(file) = billing_log.as_deref() {
-        println!("{}", billing_log_line(file));
+    if billing_log.is_some() {
+        for file in fleet.billing_logs() {
+            println!("{}", billing_log_line(file));
+        }
     }
-    eprintln!(
-        "flavour {}, {} replicas, Envoy admin http://{}, log {}; Ctrl-C stops",
-        stack.flavor(),
-        stack.replicas().len(),
-        stack.envoy().admin(),
-        stack.envoy().log_path().display()
-    );
+    for line in fleet_details(&fleet) {
+        eprintln!("{line}");
+    }
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
     eprintln!("stopping Envoy and the simulator");
-    drop(stack);
+    drop(fleet);
     Ok(())
 }
+
+// ---- Several gateways (`--gateways N`) ----
+
+/// `--gateways N`: a positive count.
+fn parse_gateways(value: &str) -> Result<usize> {
+    match value.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => bail!("--gateways {value}: expected a number of gateways, at least 1"),
+    }
+}
+
+/// What `up` prints on stdout for its gateways: one gateway, [`announcement`]'s two lines
+/// (`picker: URL`, `baseline: URL`); several, `gateway K: URL` for each, then gateway 0's
+/// `baseline: URL`.
+pub fn fleet_announcement(fleet: &Fleet) -> Vec<String> {
+    match fleet.gateways() {
+        [one] => announcement(one).to_vec(),
+        many => many
+            .iter()
+            .enumerate()
+            .map(|(k, g)| format!("gateway {k}: {}", g.picker_url()))
+            .chain(
+                many.first()
+                    .map(|g| format!("baseline: {}", g.baseline_url())),
+            )
+            .collect(),
+    }
+}
+
+/// What `up` prints on stderr: the flavour and replica count, then each gateway's admin
+/// address and log.
+fn fleet_details(fleet: &Fleet) -> Vec<String> {
+    let flavor = fleet
+        .gateways()
+        .first()
+        .map(|g| g.flavor().to_string())
+        .unwrap_or_default();
+    let mut lines = vec![format!(
+        "flavour {flavor}, {} replicas, {} gateway(s); Ctrl-C stops",
+        fleet.replicas().len(),
+        fleet.len()
+    )];
+    lines.extend(fleet.gateways().iter().enumerate().map(|(k, g)| {
+        format!(
+            "gateway {k}: Envoy admin http://{}, log {}",
+            g.envoy().admin(),
+            g.envoy().log_path().display()
+        )
+    }));
+    lines
+}
+
+// ---- end of several gateways ----
 
 /// Runs [`up`] on a fresh Tokio runtime (for the synchronous xtask entry point).
 pub fn up_blocking(args: &[String]) -> Result<()> {
@@ -575,6 +638,22 @@ mod tests {
     }
 
     /// `up --help` prints [`USAGE`]: every flag is in it, no line wider than 100 columns.
+    /// `--gateways N` takes a positive count (1 by default) and is named in the usage.
+    #[test]
+    fn gateways_parse() {
+        assert_eq!(UpOptions::parse(&[]).unwrap().gateways, 1);
+        let o = UpOptions::parse(&strings(&["--gateways", "4"])).unwrap();
+        assert_eq!(o.gateways, 4);
+        for bad in [
+            &["--gateways", "0"][..],
+            &["--gateways", "x"],
+            &["--gateways"],
+        ] {
+            assert!(UpOptions::parse(&strings(bad)).is_err(), "{bad:?}");
+        }
+        assert!(USAGE.contains("--gateways N"));
+    }
+
     #[test]
     fn usage_names_every_flag_within_100_columns() {
         for line in USAGE.lines() {

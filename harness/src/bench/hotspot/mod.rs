@@ -24,7 +24,7 @@ use crate::launch::{
     client, Backends, EnvoyOptions, Flavor, PoolSpec, Stack, StackOptions, DEFAULT_MODEL,
 };
 use crate::load::runner::run_target;
-use crate::load::{Assign, LoadConfig, Target};
+use crate::load::{Assign, Connections, LoadConfig, Target};
 use crate::sim::engine::SchedulingPolicy;
 use crate::sim::{self, EngineConfig, SimHandle};
 
@@ -225,6 +225,7 @@ async fn run_on(sim: &SimHandle, engine: &EngineConfig, opts: &HotspotOptions) -
             label: label.clone(),
             urls: vec![url.clone()],
             assign: Assign::Random,
+            connections: Connections::KeepAlive,
         };
         let report = run_target(&load, &target, i as u64 + 1).await;
         let to = watch.now();

@@ -1,8 +1,9 @@
-//! `cargo xtask bench overhead|affinity|ttft|soak|memory|flow|lora|pd`: the affinity, TTFT
-//! and overhead numbers, each measured as ratios in one run, the soak and per-request memory
-//! figures, flow control's dispatch rate and memory per queued request, LoRA adapter
-//! loads through the picker against round robin, and TTFT with and without prefill/decode
-//! disaggregation (see `infergate_harness::bench`).
+//! `cargo xtask bench overhead|affinity|ttft|soak|memory|flow|lora|pd|replicas`: the
+//! affinity, TTFT and overhead numbers, each measured as ratios in one run, the soak and
+//! per-request memory figures, flow control's dispatch rate and memory per queued request,
+//! LoRA adapter loads through the picker against round robin, TTFT with and without
+//! prefill/decode disaggregation, and the hit ratio through several gateway replicas (see
+//! `infergate_harness::bench`).
 
 use super::Mode;
 use anyhow::{bail, Context, Result};
@@ -11,12 +12,13 @@ use infergate_harness::bench::flow::{self, FlowOptions};
 use infergate_harness::bench::lora::{self, LoraOptions};
 use infergate_harness::bench::overhead::{self, OverheadOptions};
 use infergate_harness::bench::pd::{self, PdOptions};
+use infergate_harness::bench::replicas::{self, ReplicasOptions};
 use infergate_harness::bench::soak::request_memory::{self, MemoryOptions};
 use infergate_harness::bench::soak::{self, SoakOptions};
 use infergate_harness::launch::{runtime, Flavor};
 
 const USAGE: &str =
-    "usage: cargo xtask bench <overhead|affinity|ttft|soak|memory|flow|lora|pd> [options]
+    "usage: cargo xtask bench <overhead|affinity|ttft|soak|memory|flow|lora|pd|replicas> [options]
   overhead  requests/s and latency through Envoy: no filter vs Wasm vs native, each gateway
             also with tenancy; streamed windows time the first chunk
             [--connections N] [--concurrency C] [--rounds R] [--measure-s S]
@@ -66,7 +68,14 @@ const USAGE: &str =
             (nonCachedTokens 1024) and N prefill replicas; TTFT p50/p90/p99, end-to-end p50,
             output tokens/s, share of requests prefilled remotely
             [--prefill N (1)] [--clients N (8)] [--flavor wasm,native (wasm)] [--workers N (1)]
-            [--time-scale S] [--quick: 16 conversations instead of 64]";
+            [--time-scale S] [--quick: 16 conversations instead of 64]
+  replicas  the calibration workload through 1, 2 and 4 gateway replicas (Envoy processes
+            over one simulated pool, each with its own picker state), every turn on a new
+            connection to a gateway drawn at random as an L4 balancer would: cache-hit
+            ratio (all turns, turns 2+), TTFT p50/p95 and failed requests, each against the
+            flavour's 1-gateway figure; reports only
+            [--flavor wasm|native|both (both)] [--gateways 1,2,4] [--workers N (1)]
+            [--time-scale S] [--quick: 3 turns per conversation instead of 6]";
 
 /// Entry point of `cargo xtask bench …`.
 pub fn run(args: &[String], mode: Mode) -> Result<()> {
@@ -101,6 +110,9 @@ pub fn run(args: &[String], mode: Mode) -> Result<()> {
         "flow" => {
             FlowOptions::parse(rest)?;
         }
+        "replicas" => {
+            ReplicasOptions::parse(rest)?;
+        }
         other => bail!("unknown benchmark `{other}`\n{USAGE}"),
     }
     if mode == Mode::Check {
@@ -132,6 +144,7 @@ pub fn run(args: &[String], mode: Mode) -> Result<()> {
         }
         "memory" => runtime()?.block_on(request_memory::run(&MemoryOptions::parse(rest)?))?,
         "flow" => runtime()?.block_on(flow::run(&FlowOptions::parse(rest)?))?,
+        "replicas" => runtime()?.block_on(replicas::run(&ReplicasOptions::parse(rest)?))?,
         "lora" => {
             // The table is printed before a missed criterion becomes the error.
             let (text, ok) = runtime()?.block_on(lora::run(&LoraOptions::parse(rest)?))?;

@@ -2,9 +2,12 @@
 //! [--sim-config FILE] [--tenants PATH] [--billing-log FILE] [--epp-config FILE]
 //! [--objectives FILE] [--rewrites FILE] [--pool NAME=MODEL[@I,J]]...
 //! [--split MODEL=POOL:W,POOL:W]... [--sticky-split] [--canary-header NAME=VALUE:POOL]...
-//! [--routes FILE]`: the launcher's `up` (`infergate_harness::launch::up`) over the
-//! artefacts xtask built, which prints the picker and baseline URLs (and the billing log's
-//! path) and stays up until SIGINT/SIGTERM.
+//! [--routes FILE] [--gateways N]`: the launcher's `up` (`infergate_harness::launch::up`)
+//! over the artefacts xtask built, which prints the picker and baseline URLs (and the
+//! billing log's path) and stays up until SIGINT/SIGTERM.
+//!
+//! `--gateways N`: N Envoy gateways over the one simulated pool, each its own process with
+//! its own ports, printed as `gateway K: URL` (and gateway 0's `baseline: URL`).
 //!
 //! The pool and route flags:
 //! - `--rewrites FILE`: the router rewrites models with the file's `InferenceModelRewrite`
