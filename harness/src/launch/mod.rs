@@ -14,6 +14,7 @@
 //!   loader of the platform's objects; [`jwt`]: a test JWT issuer;
 //! - [`epp`]: an operator's `EndpointPickerConfig` (or the `ConfigMap` holding it) and
 //!   `InferenceObjective` files, and the objectives in the picker's configuration;
+//! - [`eds`]: the pool clusters' members from Envoy's file-based EDS (membership `Eds`);
 //! - [`process`]: child processes stopped on drop, scratch directories;
 //! - [`envoy`]: one Envoy instance; [`sim`]: the simulator binary; [`stack`]: both;
 //!   [`fleet`]: several gateways (Envoy replicas) over one set of replicas;
@@ -22,6 +23,7 @@
 pub mod binary;
 pub mod bootstrap;
 pub mod client;
+pub mod eds;
 pub mod envoy;
 pub mod epp;
 pub mod fleet;
@@ -40,6 +42,7 @@ pub mod up;
 pub use bootstrap::{
     BootstrapParams, ClientTimeouts, FailureMode, Flavor, GatewaySettings, PluginConfigs, Pool,
 };
+pub use eds::{EdsDir, EdsHealth, EdsHost, Membership};
 pub use envoy::{Envoy, EnvoyOptions};
 pub use fleet::Fleet;
 pub use routes::RouteSpec;
