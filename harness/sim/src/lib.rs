@@ -49,6 +49,7 @@ pub struct SimHandle {
     addrs: Vec<SocketAddr>,
     engines: Vec<EngineHandle>,
     ledgers: Vec<served::ServedLedger>,
+    health: Vec<Arc<std::sync::atomic::AtomicBool>>,
     arrivals: arrivals::ArrivalLog,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -77,6 +78,18 @@ impl SimHandle {
     pub fn served(&self, index: usize) -> anyhow::Result<Vec<(ServedKey, ServedTotals)>> {
         match self.ledgers.get(index) {
             Some(l) => Ok(l.snapshot()),
+            None => anyhow::bail!("no replica {index}"),
+        }
+    }
+
+    /// Makes replica `index` answer `GET /health` with 200 (`true`, the start) or 503
+    /// (`false`); it keeps serving everything else as before.
+    pub fn set_healthy(&self, index: usize, healthy: bool) -> anyhow::Result<()> {
+        match self.health.get(index) {
+            Some(h) => {
+                h.store(healthy, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
+            }
             None => anyhow::bail!("no replica {index}"),
         }
     }
@@ -121,6 +134,7 @@ pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
         addrs: Vec::new(),
         engines: Vec::new(),
         ledgers: Vec::new(),
+        health: Vec::new(),
         arrivals: arrivals::ArrivalLog::default(),
         shutdown,
         tasks: Vec::new(),
@@ -143,6 +157,7 @@ pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
         handle.addrs.push(addr);
         handle.engines.push(engine);
         handle.ledgers.push(replica.ledger.clone());
+        handle.health.push(replica.healthy.clone());
         handle
             .tasks
             .push(tokio::spawn(serve(listener, replica, shutdown_rx.clone())));

@@ -3,7 +3,7 @@
 //! client that goes away drops the body, which cancels the request and frees its blocks.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -47,6 +47,9 @@ pub struct Replica {
     pub ledger: ServedLedger,
     /// The pool's arrival log (shared with the other replicas).
     pub arrivals: ArrivalLog,
+    /// What `GET /health` answers: 200 while set, 503 once cleared (a test makes a replica
+    /// fail a load balancer's active health check with it; nothing else changes).
+    pub healthy: Arc<AtomicBool>,
     next_request: AtomicU64,
 }
 
@@ -60,6 +63,7 @@ impl Replica {
             cfg,
             ledger: ServedLedger::default(),
             arrivals: ArrivalLog::default(),
+            healthy: Arc::new(AtomicBool::new(true)),
             next_request: AtomicU64::new(1),
         }
     }
@@ -83,7 +87,14 @@ async fn route(replica: &Arc<Replica>, req: Request<Incoming>) -> Response<SimBo
         (&Method::POST, "/v1/completions") => completion(replica, ApiKind::Completions, req).await,
         (&Method::GET, "/v1/models") => json_response(StatusCode::OK, &models(&replica.cfg)),
         (&Method::GET, "/metrics") => metrics_page(replica).await,
-        (&Method::GET, "/health") => full(StatusCode::OK, "text/plain", Bytes::new()),
+        (&Method::GET, "/health") if replica.healthy.load(Ordering::Relaxed) => {
+            full(StatusCode::OK, "text/plain", Bytes::new())
+        }
+        (&Method::GET, "/health") => full(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            Bytes::from_static(b"unhealthy"),
+        ),
         (_, "/v1/chat/completions" | "/v1/completions" | "/v1/models" | "/metrics" | "/health") => {
             error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed", None)
         }
