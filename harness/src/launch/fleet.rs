@@ -6,9 +6,12 @@
 //! Every gateway is a [`Stack`] started from the same [`StackOptions`]: gateway 0 starts
 //! the replicas (the simulator, when the options ask for one), the others are started over
 //! gateway 0's replica addresses ([`Backends::External`]), so every gateway renders the
-//! same pools, routes and plugin configurations over the same members. Nothing is shared
-//! between the gateways at run time: each keeps its own picker state (prefix index,
-//! in-flight load, sessions) and its own scraper, exactly as separate Envoy replicas do.
+//! same pools, routes and plugin configurations over the same members. With membership
+//! `Eds`, every gateway's pool clusters read gateway 0's EDS files (as the replicas of a
+//! production gateway read one EDS source), so [`Fleet::set_members`] changes the members
+//! for all of them at once. Nothing else is shared between the gateways at run time: each
+//! keeps its own picker state (prefix index, in-flight load, sessions) and its own scraper,
+//! exactly as separate Envoy replicas do.
 //!
 //! With a billing log, gateway 0 writes the file the options name and gateway `i` writes
 //! a sibling of its own ([`gateway_file`]), so two processes never append to one file.
@@ -39,12 +42,14 @@ impl Fleet {
             .await
             .context("starting gateway 0")?;
         let replicas = first.replicas().to_vec();
+        let eds = first.eds().cloned();
         let mut fleet = Fleet {
             gateways: vec![first],
         };
         let mut starting = tokio::task::JoinSet::new();
         for i in 1..gateways {
-            let o = Fleet::gateway_options(&opts, i, &replicas);
+            let mut o = Fleet::gateway_options(&opts, i, &replicas);
+            o.eds_dir = eds.clone();
             starting.spawn(async move { (i, Stack::start(o).await) });
         }
         let mut started: Vec<(usize, Stack)> = Vec::with_capacity(gateways - 1);
@@ -109,6 +114,13 @@ impl Fleet {
     /// The in-process simulator, when gateway 0 started one.
     pub fn sim(&self) -> Option<&SimHandle> {
         self.gateways.first().and_then(Stack::sim)
+    }
+
+    /// Announces `members` (all healthy) as the members of pool `index`'s cluster, for
+    /// every gateway at once (they read one set of EDS files); an error without EDS
+    /// membership.
+    pub fn set_members(&self, index: usize, members: &[SocketAddr]) -> Result<()> {
+        self.first()?.set_members(index, members)
     }
 
     /// The billing log of each gateway that writes one, in gateway order.

@@ -186,6 +186,12 @@ pub struct StackOptions {
     /// stack writes (and a test rewrites through [`Stack::eds`]), which the picker and the
     /// scraper then follow.
     pub membership: Membership,
+    /// With membership `Eds`: the directory of EDS files to read, which the caller owns and
+    /// may share between gateways (every gateway of a [`super::fleet::Fleet`] reads gateway
+    /// 0's, as replicas of one gateway read one EDS source), already holding the members
+    /// its owner announces; `None` (the default): a directory of the stack's own, where the
+    /// stack writes the pools' endpoints before Envoy starts.
+    pub eds_dir: Option<EdsDir>,
     /// Envoy's active health check of every pool member (`GET /health` at this period);
     /// `None` (the default): none.
     pub health_check: Option<Duration>,
@@ -268,6 +274,7 @@ impl StackOptions {
             rewrites: Vec::new(),
             split: None,
             membership: Membership::Static,
+            eds_dir: None,
             health_check: None,
         }
     }
@@ -359,15 +366,27 @@ impl Stack {
         let eds_dir = match opts.membership {
             Membership::Static => None,
             Membership::Eds => {
-                let run = RunDir::new("eds")?;
-                params.eds = Some(EdsDir::create(run.path().join("eds"))?);
+                // A shared directory is its owner's to remove; a directory of our own
+                // lives in a run directory of ours.
+                let (run, eds) = match &opts.eds_dir {
+                    Some(shared) => (None, shared.clone()),
+                    None => {
+                        let run = RunDir::new("eds")?;
+                        let eds = EdsDir::create(run.path().join("eds"))?;
+                        (Some(run), eds)
+                    }
+                };
+                params.eds = Some(eds);
                 if opts.flavor == Flavor::Wasm && params.admin_port == 0 {
                     // Its scraper reaches admin /clusters through a STATIC cluster, so the
                     // admin port must be known before Envoy starts.
                     params.admin_port = free_port()?;
                 }
-                write_eds_files(&params)?;
-                Some(run)
+                // A shared directory already holds the members its owner announces.
+                if run.is_some() {
+                    write_eds_files(&params)?;
+                }
+                run
             }
         };
         let bootstrap = render(&params)?;
