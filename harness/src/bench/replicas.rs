@@ -22,7 +22,7 @@ use anyhow::{bail, Context, Result};
 use super::calibration::{self, stack_options, wait_for_picker, DEFAULT_TIME_SCALE};
 use super::cli::each_flag;
 use super::report::table;
-use crate::launch::{Flavor, Fleet, PoolSpec, DEFAULT_MODEL};
+use crate::launch::{Flavor, Fleet, Membership, PoolSpec, DEFAULT_MODEL};
 use crate::load::runner::run_target;
 use crate::load::summary::percentile;
 use crate::load::{LoadConfig, RequestRecord, Summary, Target, TargetReport, Workload};
@@ -47,6 +47,9 @@ pub struct ReplicasOptions {
     pub gateways: Vec<usize>,
     /// Envoy worker threads of every gateway.
     pub workers: u32,
+    /// Where the gateways' pool clusters take their members from: EDS (the default; every
+    /// gateway reads the same files, as in production) or STATIC lists.
+    pub membership: Membership,
 }
 
 impl Default for ReplicasOptions {
@@ -57,13 +60,14 @@ impl Default for ReplicasOptions {
             flavors: vec![Flavor::Wasm, Flavor::Native],
             gateways: DEFAULT_GATEWAYS.to_vec(),
             workers: 1,
+            membership: Membership::Eds,
         }
     }
 }
 
 /// What `bench replicas` accepts.
 pub const USAGE: &str = "--flavor wasm|native|both (both), --gateways 1,2,4, --workers N (1), \
-                         --time-scale S, --quick";
+                         --membership eds|static (eds), --time-scale S, --quick";
 
 impl ReplicasOptions {
     /// Parses `--flavor wasm|native|both` (or a list), `--gateways 1,2,4`, `--workers N`,
@@ -98,6 +102,13 @@ impl ReplicasOptions {
                     o.workers = value()?.parse().with_context(|| arg.to_owned())?;
                     if o.workers == 0 {
                         bail!("{arg}: Envoy needs at least one worker");
+                    }
+                }
+                "--membership" => {
+                    o.membership = match value()?.as_str() {
+                        "eds" => Membership::Eds,
+                        "static" => Membership::Static,
+                        m => bail!("--membership: `{m}` is neither eds nor static"),
                     }
                 }
                 other => bail!("unknown argument `{other}` (expected {USAGE})"),
@@ -263,17 +274,35 @@ async fn counters(fleet: &Fleet) -> Result<Vec<(i64, i64)>> {
     Ok(out)
 }
 
-/// Runs `workload` (text salted by `salt`) through `gateways` gateways of `flavor` over
+/// The gateways of one arm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArmSpec {
+    /// Their flavour.
+    pub flavor: Flavor,
+    /// How many.
+    pub gateways: usize,
+    /// Envoy worker threads of each.
+    pub workers: u32,
+    /// Where their pool clusters take their members from.
+    pub membership: Membership,
+}
+
+/// Runs `workload` (text salted by `salt`) through the gateways `spec` describes over
 /// `sim`'s replicas, each turn on a new connection to a gateway drawn at random.
 pub async fn run_arm(
     sim: &SimHandle,
-    flavor: Flavor,
-    gateways: usize,
-    workers: u32,
+    spec: ArmSpec,
     workload: &Workload,
     salt: u64,
 ) -> Result<Arm> {
+    let ArmSpec {
+        flavor,
+        gateways,
+        workers,
+        membership,
+    } = spec;
     let mut so = stack_options(sim, flavor, workers);
+    so.membership = membership;
     so.pools = vec![PoolSpec::all(DEFAULT_MODEL)];
     let fleet = Fleet::start(so, gateways)
         .await
@@ -321,7 +350,13 @@ pub async fn run_arms(opts: &ReplicasOptions) -> Result<Vec<Arm>> {
             let sim = sim::start(calibration::sim_config(opts.time_scale))
                 .await
                 .context("starting the simulator")?;
-            let arm = run_arm(&sim, flavor, n, opts.workers, &workload, salt).await;
+            let spec = ArmSpec {
+                flavor,
+                gateways: n,
+                workers: opts.workers,
+                membership: opts.membership,
+            };
+            let arm = run_arm(&sim, spec, &workload, salt).await;
             sim.shutdown().await;
             arms.push(arm?);
         }
@@ -343,12 +378,17 @@ pub fn report(opts: &ReplicasOptions, arms: &[Arm]) -> String {
          state)\nsimulated pool: 4 replicas x 160k tokens KV, 16k tokens/s prefill, time \
          scale {} (times below are wall-clock); workload: {} conversations x {} turns, \
          ~{}-token system prompts, concurrency {CONCURRENCY}; Envoy workers per gateway: {}; \
-         each turn on a new connection to a gateway drawn at random (an L4 balancer)\n\n{}",
+         pool membership: {}; each turn on a new connection to a gateway drawn at random \
+         (an L4 balancer)\n\n{}",
         opts.time_scale,
         w.conversations,
         w.turns,
         w.system_tokens,
         opts.workers,
+        match opts.membership {
+            Membership::Eds => "EDS, one set of files for every gateway",
+            Membership::Static => "STATIC lists",
+        },
         arms_table(arms)
     )
 }
@@ -475,8 +515,11 @@ mod tests {
             "--quick",
             "--time-scale",
             "4",
+            "--membership",
+            "static",
         ]))
         .unwrap();
+        assert_eq!(o.membership, Membership::Static);
         assert_eq!(o.flavors, [Flavor::Native]);
         assert_eq!(o.gateways, [1, 3]);
         assert_eq!((o.workers, o.quick, o.time_scale), (2, true, 4.0));
@@ -489,6 +532,7 @@ mod tests {
             &["--gateways", "x"],
             &["--workers", "0"],
             &["--time-scale", "-1"],
+            &["--membership", "dns"],
             &["--what"],
         ] {
             assert!(ReplicasOptions::parse(&strings(bad)).is_err(), "{bad:?}");

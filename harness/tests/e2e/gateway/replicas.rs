@@ -3,16 +3,17 @@
 //!
 //! The calibration workload's quick form (64 conversations × 3 turns over the calibration
 //! pool) goes through both, every turn on a new connection to a gateway drawn at random
-//! (`bench replicas`' arm, at the suite's worker count). Every request must succeed, both
-//! gateways must have picked for requests and accepted one connection per request (each
-//! Envoy's own stats), and turns 2+ must find some of their prompt cached: a turn that
-//! lands on the gateway of its conversation's previous turn goes where its prefix is. The
-//! hit ratios are printed, not held to a figure: nothing makes the two gateways agree on
-//! a placement yet.
+//! (`bench replicas`' arm, at the suite's worker count), and both gateways' pool clusters
+//! read one set of EDS files, as the replicas of a production gateway read one EDS source.
+//! Every request must succeed, both gateways must have picked for requests and accepted
+//! one connection per request (each Envoy's own stats), and turns 2+ must find some of
+//! their prompt cached: a turn that lands on the gateway of its conversation's previous
+//! turn goes where its prefix is. The hit ratios are printed, not held to a figure:
+//! nothing makes the two gateways agree on a placement yet.
 
 use super::tag;
 use infergate_harness::bench::{calibration, replicas};
-use infergate_harness::launch::Flavor;
+use infergate_harness::launch::{Flavor, Membership};
 use infergate_harness::sim;
 
 /// Simulated seconds per real second (the benches' default).
@@ -32,7 +33,13 @@ async fn two_gateways_over_one_pool_serve_every_turn(flavor: Flavor) {
     let sim = sim::start(calibration::sim_config(TIME_SCALE))
         .await
         .unwrap();
-    let arm = replicas::run_arm(&sim, flavor, GATEWAYS, workers, &workload, 1).await;
+    let spec = replicas::ArmSpec {
+        flavor,
+        gateways: GATEWAYS,
+        workers,
+        membership: Membership::Eds,
+    };
+    let arm = replicas::run_arm(&sim, spec, &workload, 1).await;
     sim.shutdown().await;
     let arm = arm.unwrap();
     let summary = &arm.report.summary;
