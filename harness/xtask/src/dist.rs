@@ -12,7 +12,9 @@
 //! - `README.md`: what each file is, with the digests.
 //!
 //! The layout is read back and checked ([`oci::read_layout`]) and, when `skopeo` is
-//! installed, inspected with it ([`skopeo::check`]), before the command reports success.
+//! installed, inspected with it ([`skopeo::check`]); each example bootstrap passes
+//! `envoy --mode validate` with this `dist/`'s modules ([`examples::validate`]); then the
+//! command reports success.
 
 pub mod oci;
 pub mod skopeo;
@@ -72,6 +74,7 @@ pub fn run(args: &[String]) -> Result<()> {
         &artefacts.native_module,
         examples::write,
     )?;
+    examples::validate(&out)?;
     match skopeo::program() {
         Some(program) => {
             skopeo::check(&program, &out.join(OCI_DIR), VERSION, &written.module)?;
@@ -323,7 +326,8 @@ pub mod examples {
     pub fn readme(manifest: &Digest) -> String {
         format!(
             "`wasm/` and `native/`: the seed objects of `testdata/objects/` rendered by \
-             `infergate render --flavor wasm|native --no-tenants`: bootstrap `envoy.yaml`, \
+             `infergate render --flavor wasm` / `--flavor native` (with `--no-tenants`): \
+             bootstrap `envoy.yaml`, \
              Istio manifests `istio.yaml`, `fields.md` (what became of every field) and a \
              `README.md` with the order to apply them. The bootstraps load the modules from \
              `{INSTALL_DIR}/`; the `WasmPlugin`s pull `{url}` (this build, tag `{VERSION}`). \
@@ -371,6 +375,45 @@ pub mod examples {
                     String::from_utf8_lossy(&run.stderr).trim()
                 );
             }
+        }
+        Ok(())
+    }
+
+    /// Checks each flavour's example bootstrap with `envoy --mode validate`, its module
+    /// paths pointed at the modules in `out` (a temporary copy; the examples keep
+    /// [`INSTALL_DIR`]): the modules of this `dist/` load into what its examples configure.
+    pub fn validate(out: &Path) -> Result<()> {
+        let modules = out
+            .to_str()
+            .context("the dist directory's path is not UTF-8")?;
+        for (flavour, _) in FLAVOURS {
+            let path = out.join(DIR).join(flavour).join("envoy.yaml");
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let copy = std::env::temp_dir().join(format!(
+                "xtask-dist-validate-{}-{flavour}.yaml",
+                std::process::id()
+            ));
+            std::fs::write(&copy, text.replace(INSTALL_DIR, modules))
+                .with_context(|| format!("writing {}", copy.display()))?;
+            let run = Command::new("envoy")
+                .args(["--mode", "validate", "--log-level", "warn", "-c"])
+                .arg(&copy)
+                .output();
+            let _ = std::fs::remove_file(&copy);
+            let run = run.context("running envoy (cargo xtask setup installs it)")?;
+            if !run.status.success() {
+                bail!(
+                    "envoy --mode validate of {} with the modules of {modules} failed: {}{}",
+                    path.display(),
+                    String::from_utf8_lossy(&run.stdout).trim(),
+                    String::from_utf8_lossy(&run.stderr).trim()
+                );
+            }
+            eprintln!(
+                "xtask: envoy --mode validate: {} loads with {modules}'s module",
+                path.display()
+            );
         }
         Ok(())
     }
