@@ -12,7 +12,7 @@ use infergate_harness::artefacts::workspace_root;
 use infergate_harness::launch::binary::envoy_binary;
 use infergate_harness::launch::client::post_json;
 use infergate_harness::launch::process::RunDir;
-use infergate_harness::launch::{Envoy, EnvoyOptions, Flavor};
+use infergate_harness::launch::{Envoy, EnvoyOptions, Flavor, Membership};
 use infergate_harness::render::{render, GatewayInputs, RenderOptions};
 use infergate_harness::sim::{self, SimConfig};
 use serde_json::json;
@@ -47,8 +47,12 @@ fn options(
         objects: seed_objects(),
         out: out.to_path_buf(),
         listen: "127.0.0.1:0".parse().unwrap(),
-        admin: "127.0.0.1:0".parse().unwrap(),
+        // The Wasm scraper reads the EDS members from admin /clusters through a STATIC
+        // cluster, so the admin port must be known before Envoy starts.
+        admin: SocketAddr::from(([127, 0, 0, 1], free_port())),
         image: "oci://registry.test/infergate-wasm:test".into(),
+        membership: Membership::Eds,
+        eds_dir: None,
         gateway: GatewayInputs {
             flavor,
             endpoints: vec![(
@@ -62,6 +66,15 @@ fn options(
             per_request_split: false,
         },
     }
+}
+
+/// A port the kernel just handed out (and took back).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// `envoy --mode validate -c <bootstrap>`; panics with Envoy's output unless it passes.
@@ -110,6 +123,24 @@ fn both_flavours_render_a_bootstrap_envoy_validates() {
         ] {
             assert!(lines.contains(expected), "{flavor}: `{expected}` not in:\n{lines}");
         }
+        // The pool cluster is fed by file-based EDS from the out dir, holding the endpoints.
+        let bootstrap: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(&std::fs::read_to_string(&out.bootstrap).unwrap()).unwrap();
+        let clusters = bootstrap["static_resources"]["clusters"]
+            .as_sequence()
+            .unwrap();
+        let pool = clusters
+            .iter()
+            .find(|c| c["name"] == "pool-0-llama-70b-bf16")
+            .unwrap();
+        assert_eq!(pool["type"].as_str(), Some("EDS"), "{flavor}: {pool:?}");
+        let eds_file = dir.path().join("eds/pool-0-llama-70b-bf16.json");
+        let eds = std::fs::read_to_string(&eds_file).unwrap();
+        assert!(eds.contains("10.0.0.1"), "{eds}");
+        assert!(dir
+            .path()
+            .join("eds/pool-0-llama-70b-bf16.example.json")
+            .is_file());
         let istio = std::fs::read_to_string(&out.istio).unwrap();
         match flavor {
             Flavor::Wasm => {
@@ -134,7 +165,7 @@ fn both_flavours_render_a_bootstrap_envoy_validates() {
 fn the_rendered_bootstrap_serves_the_basic_routing_check() {
     let rt = infergate_harness::launch::runtime().unwrap();
     rt.block_on(async {
-        for flavor in [Flavor::Wasm, Flavor::Native] {
+        for flavor in [Flavor::Native, Flavor::Wasm] {
             if unbuilt(flavor) {
                 continue;
             }
@@ -179,6 +210,23 @@ async fn serves(flavor: Flavor) {
                "messages": [{"role": "user", "content": text}]})
     };
     let pool: Vec<String> = replicas.iter().map(ToString::to_string).collect();
+    // The Wasm scraper learns the EDS members from admin /clusters after its first
+    // snapshots: until the pool's members are in one, the pool answers 503 (no endpoint).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let resp = post_json(&url, &chat(MODEL, "warm up"), &[]).await.unwrap();
+        if resp.status == 200 {
+            break;
+        }
+        assert!(
+            resp.status == 503 && tokio::time::Instant::now() < deadline,
+            "{flavor}: {} {}; {}",
+            resp.status,
+            resp.text(),
+            envoy.log_tail(20)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     for i in 0..6 {
         let resp = post_json(&url, &chat(MODEL, &format!("question {i}")), &[])
             .await

@@ -9,6 +9,7 @@
 //! (sticky on `K`, else drawn from the seed).
 //!
 //! `infergate render --objects DIR --flavor wasm|native --out DIR [--endpoints POOL=IP[:PORT],...]
+//! [--membership eds|static] [--eds-dir DIR]
 //! [--listen ADDR:PORT] [--admin ADDR:PORT] [--module PATH] [--image oci://…] [--no-tenants]
 //! [--jwks FILE] [--billing-log PATH] [--per-request-split]` renders the user's Kubernetes
 //! objects as a gateway: an Envoy bootstrap, the Istio manifests, the field report and a
@@ -20,7 +21,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use infergate_harness::explain;
-use infergate_harness::launch::Flavor;
+use infergate_harness::launch::{Flavor, Membership};
 use infergate_harness::render::{self, GatewayInputs, RenderOptions};
 use scheduler_core::types::Millis;
 use std::net::SocketAddr;
@@ -87,6 +88,14 @@ enum Command {
         /// targetPorts); repeat for each pool.
         #[arg(long = "endpoints", value_name = "POOL=IP[:PORT],...")]
         endpoints: Vec<String>,
+        /// Where the pool clusters take their members from: `eds` (files Envoy watches, in
+        /// `--eds-dir`) or `static` (the `--endpoints` lists).
+        #[arg(long, default_value = "eds")]
+        membership: String,
+        /// The directory of the pools' EDS files as Envoy will see it (default `<out>/eds`);
+        /// the files are written into `<out>/eds` either way.
+        #[arg(long)]
+        eds_dir: Option<PathBuf>,
         /// The gateway listener's address.
         #[arg(long, default_value = "0.0.0.0:8080")]
         listen: SocketAddr,
@@ -176,6 +185,8 @@ fn main() -> ExitCode {
             flavor,
             out,
             endpoints,
+            membership,
+            eds_dir,
             listen,
             admin,
             module,
@@ -196,9 +207,16 @@ fn main() -> ExitCode {
                 ),
                 None => None,
             };
+            let membership = match membership.as_str() {
+                "eds" => Membership::Eds,
+                "static" => Membership::Static,
+                other => anyhow::bail!("--membership {other}: expected eds or static"),
+            };
             run_render(&RenderOptions {
                 objects,
                 out,
+                membership,
+                eds_dir,
                 listen,
                 admin,
                 image,

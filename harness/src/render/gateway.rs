@@ -211,14 +211,6 @@ pub fn build(set: &mut ObjectSet, inputs: &GatewayInputs) -> Result<Gateway> {
             }
         };
         let endpoints = pool_endpoints(pool, inputs)?;
-        if endpoints.is_empty() {
-            set.report.not_supported(
-                &pool.label,
-                "",
-                "no endpoints given (--endpoints POOL=IP[:PORT],...): the pool cluster starts \
-                 empty",
-            );
-        }
         out_pools.push(Pool {
             name: Some(pool.meta.name.clone()),
             base_model: model,
@@ -418,7 +410,11 @@ fn pool_endpoints(pool: &InferencePool, inputs: &GatewayInputs) -> Result<Vec<So
 /// Parses the three configurations with the modules' own parsers (they deny unknown fields
 /// and compile tenants, rewrites and scheduling), so a configuration the modules would
 /// refuse when Envoy loads them is refused here, with the module's message.
-fn check_with_the_modules_parsers(router: &Json, picker: &Json, scraper: &Json) -> Result<()> {
+pub(crate) fn check_with_the_modules_parsers(
+    router: &Json,
+    picker: &Json,
+    scraper: &Json,
+) -> Result<()> {
     let without_role = |v: &Json| {
         let mut v = v.clone();
         if let Some(m) = v.as_object_mut() {

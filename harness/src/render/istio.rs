@@ -24,6 +24,7 @@
 use super::gateway::{Gateway, GatewayInputs};
 use super::report::Report;
 use crate::launch::bootstrap::Flavor;
+use crate::launch::template::{Template, Vars};
 use anyhow::{Context, Result};
 use serde_json::{json, Value as Json};
 
@@ -41,6 +42,42 @@ pub fn istio_cluster(service: &str, namespace: &str, port: u16) -> String {
 /// the dynamic module): a file mounted into the gateway's pods.
 pub const MODULE_DIR: &str = "/var/lib/infergate";
 
+/// The admin port of Istio's proxy, which the Wasm scraper asks for the pool clusters'
+/// members (proxy-wasm cannot see a cluster's hosts).
+pub const ISTIO_ADMIN_PORT: u16 = 15000;
+
+/// The module's path in the gateway's pods: `--module` when given, else the file in
+/// [`MODULE_DIR`].
+fn module_path(inputs: &GatewayInputs) -> String {
+    match &inputs.module {
+        Some(m) => m.to_string_lossy().into_owned(),
+        None => format!(
+            "{MODULE_DIR}/{}",
+            if inputs.flavor == Flavor::Wasm {
+                "infergate_wasm.wasm"
+            } else {
+                "libinfergate_envoy.so"
+            }
+        ),
+    }
+}
+
+/// The pool clusters' load-balancing policy, from the flavour's own template (its
+/// `pool_lb_policy` prototype), with the module at `module`.
+fn pool_lb_policy(flavor: Flavor, module: &str) -> Result<Json> {
+    let path = flavor.template_path();
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let t = Template::parse(&text)?;
+    let mut vars = Vars::new();
+    vars.insert(
+        "native_module".into(),
+        serde_yaml_ng::Value::String(module.to_owned()),
+    );
+    let policy = t.prototype("pool_lb_policy", &vars)?;
+    serde_json::to_value(policy).context("the pool clusters' policy as JSON")
+}
+
 /// `istio.yaml`: every manifest, as YAML documents.
 pub fn manifests(
     gw: &Gateway,
@@ -57,6 +94,9 @@ pub fn manifests(
     let mut docs: Vec<Json> = Vec::new();
     let mut picker = gw.picker.clone();
     let mut cluster_patches = Vec::new();
+    let module_path = module_path(inputs);
+    let lb_policy = pool_lb_policy(inputs.flavor, &module_path)?;
+    let mut followed = Vec::new();
     for (i, pool) in gw.pools.iter().enumerate() {
         let ns = pool
             .meta
@@ -93,23 +133,16 @@ pub fn manifests(
                                 "appProtocol": "http"}]}
         }));
         let cluster = istio_cluster(&svc, &ns, port);
-        if let Some(p) = picker["pools"].get_mut(i) {
-            p["cluster"] = Json::String(cluster.clone());
+        if let Some(p) = picker["pools"].get_mut(i).and_then(Json::as_object_mut) {
+            p.insert("cluster".into(), Json::String(cluster.clone()));
+            p.remove("endpoints");
         }
+        followed.push(cluster.clone());
         cluster_patches.push(json!({
             "applyTo": "CLUSTER",
             "match": {"context": "GATEWAY", "cluster": {"name": cluster}},
             "patch": {"operation": "MERGE", "value": {
-                "load_balancing_policy": {"policies": [{"typed_extension_config": {
-                    "name": "envoy.load_balancing_policies.override_host",
-                    "typed_config": {
-                        "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost",
-                        "override_host_sources": [
-                            {"metadata": {"key": "envoy.lb", "path": [{"key": "x-gateway-destination-endpoint"}]}},
-                            {"header": "x-gateway-destination-endpoint"}],
-                        "fallback_policy": {"policies": [{"typed_extension_config": {
-                            "name": "envoy.load_balancing_policies.round_robin",
-                            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin"}}}]}}}}]},
+                "load_balancing_policy": lb_policy,
                 "circuit_breakers": {"thresholds": [{"max_connections": 16384, "max_pending_requests": 16384,
                                                      "max_requests": 16384, "max_retries": 16384}]}}}
         }));
@@ -127,7 +160,24 @@ pub fn manifests(
                                        "http_header_name": "x-gateway-destination-endpoint"}}}
     }));
     let config_text = |v: &Json| v.to_string();
-    let scraper = gw.params.plugins.scraper.clone();
+    let wasm = inputs.flavor == Flavor::Wasm;
+    let mut scraper = gw.params.plugins.scraper.clone();
+    scraper["endpoints"] = json!([]);
+    scraper["clusters"] = json!(followed);
+    scraper["membership"] = json!(if wasm { "admin" } else { "host" });
+    if wasm {
+        cluster_patches.push(json!({
+            "applyTo": "CLUSTER",
+            "match": {"context": "GATEWAY"},
+            "patch": {"operation": "ADD", "value": {
+                "name": "infergate_admin", "type": "STATIC", "connect_timeout": "1s",
+                "load_assignment": {"cluster_name": "infergate_admin", "endpoints": [{"lb_endpoints": [
+                    {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1",
+                                                                  "port_value": ISTIO_ADMIN_PORT}}}}]}]}}}
+        }));
+    }
+    super::gateway::check_with_the_modules_parsers(&gw.router, &picker, &scraper)
+        .context("the Istio form's configurations")?;
     let mut patches = Vec::new();
     match inputs.flavor {
         Flavor::Wasm => {
@@ -154,7 +204,7 @@ pub fn manifests(
                             "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue",
                                               "value": config_text(&scraper)},
                             "vm_config": {"runtime": "envoy.wasm.runtime.v8",
-                                "code": {"local": {"filename": format!("{MODULE_DIR}/infergate_wasm.wasm")}}}}}}]}}
+                                "code": {"local": {"filename": module_path}}}}}}]}}
             }));
             patches.push(json!({
                 "applyTo": "HTTP_FILTER",
@@ -182,7 +232,7 @@ pub fn manifests(
         }
         _ => {
             let module = json!({"name": "infergate_envoy", "do_not_close": true,
-                                "module": {"local": {"filename": format!("{MODULE_DIR}/libinfergate_envoy.so")}}});
+                                "module": {"local": {"filename": module_path}}});
             patches.push(json!({
                 "applyTo": "BOOTSTRAP",
                 "patch": {"operation": "MERGE", "value": {"bootstrap_extensions": [{

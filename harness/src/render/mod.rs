@@ -20,7 +20,8 @@ pub mod objects;
 mod readme;
 pub mod report;
 
-use crate::launch::bootstrap::{self, Flavor};
+use crate::launch::bootstrap::{self, write_eds_files, Flavor};
+use crate::launch::eds::{load_assignment, EdsDir, EdsHost, Membership};
 use anyhow::{bail, Context, Result};
 use serde_yaml_ng::Value;
 use std::net::SocketAddr;
@@ -41,6 +42,13 @@ pub struct RenderOptions {
     pub admin: SocketAddr,
     /// The OCI image of the Wasm module, for the `WasmPlugin`'s `url`.
     pub image: String,
+    /// Where the pool clusters take their members from: EDS files (the default) or the
+    /// `--endpoints` lists as STATIC clusters.
+    pub membership: Membership,
+    /// The directory Envoy watches for the pools' EDS files, as Envoy will see it (default
+    /// `<out>/eds`). The files are always written into `<out>/eds`, holding each pool's
+    /// `--endpoints` (none: empty), for the operator's tooling to put there.
+    pub eds_dir: Option<PathBuf>,
     /// What the objects do not say.
     pub gateway: GatewayInputs,
 }
@@ -70,10 +78,68 @@ pub fn render(opts: &RenderOptions) -> Result<Rendered> {
     let mut params = gw.params.clone();
     params.listener_port = opts.listen.port();
     params.admin_port = opts.admin.port();
-    let text = bootstrap::render(&params)?;
-    let text = with_addresses(&text, opts.listen, opts.admin)?;
     std::fs::create_dir_all(&opts.out)
         .with_context(|| format!("creating {}", opts.out.display()))?;
+    let out_dir = std::fs::canonicalize(&opts.out)
+        .with_context(|| format!("resolving {}", opts.out.display()))?;
+    params.membership = opts.membership;
+    if opts.membership == Membership::Eds {
+        let dir = out_dir.join("eds");
+        let eds = EdsDir::create(&dir)?;
+        params.eds = Some(eds.clone());
+        write_eds_files(&params)?;
+        for (i, pool) in params.pools.iter().enumerate() {
+            let cluster = pool.cluster_name(i);
+            let example = example_hosts(&gw.pools[i].target_ports);
+            let text = serde_json::to_string_pretty(&load_assignment(&cluster, &example))?;
+            let path = dir.join(format!("{cluster}.example.json"));
+            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        }
+    }
+    for (i, pool) in params.pools.iter().enumerate() {
+        let label = &gw.pools[i].label;
+        let cluster = pool.cluster_name(i);
+        match (opts.membership, pool.endpoints.is_empty()) {
+            (Membership::Eds, empty) => {
+                let dir = params
+                    .eds
+                    .as_ref()
+                    .map(|e| e.path(&cluster).display().to_string());
+                set.report.used(
+                    label,
+                    "",
+                    format!(
+                        "cluster `{cluster}`: EDS from {} ({}); the picker and the scraper \
+                         follow its members",
+                        dir.unwrap_or_default(),
+                        if empty {
+                            "empty until your tooling writes it; see the .example.json beside it"
+                        } else {
+                            "written with the --endpoints given"
+                        }
+                    ),
+                );
+            }
+            (Membership::Static, true) => set.report.not_supported(
+                label,
+                "",
+                format!(
+                    "cluster `{cluster}` is STATIC and no --endpoints were given: it has no member"
+                ),
+            ),
+            (Membership::Static, false) => set.report.used(
+                label,
+                "",
+                format!("cluster `{cluster}`: STATIC, the --endpoints given"),
+            ),
+        }
+    }
+    let text = bootstrap::render(&params)?;
+    let text = with_addresses(&text, opts.listen, opts.admin)?;
+    let text = match (&params.eds, &opts.eds_dir) {
+        (Some(local), Some(remote)) => with_eds_dir(&text, local.dir(), remote)?,
+        _ => text,
+    };
     let write = |name: &str, body: &str| -> Result<PathBuf> {
         let path = opts.out.join(name);
         std::fs::write(&path, body).with_context(|| format!("writing {}", path.display()))?;
@@ -94,6 +160,47 @@ pub fn render(opts: &RenderOptions) -> Result<Rendered> {
         readme,
         not_supported: set.report.not_supported_lines(),
     })
+}
+
+/// The bootstrap with every path under `local` (where the EDS files were written) moved
+/// under `remote` (where Envoy will find them).
+fn with_eds_dir(text: &str, local: &std::path::Path, remote: &std::path::Path) -> Result<String> {
+    fn walk(v: &mut Value, local: &str, remote: &str) {
+        match v {
+            Value::String(s) => {
+                if let Some(rest) = s.strip_prefix(local) {
+                    *s = format!("{remote}{rest}");
+                }
+            }
+            Value::Sequence(items) => items.iter_mut().for_each(|i| walk(i, local, remote)),
+            Value::Mapping(m) => m.iter_mut().for_each(|(_, i)| walk(i, local, remote)),
+            Value::Tagged(t) => walk(&mut t.value, local, remote),
+            _ => {}
+        }
+    }
+    let mut v: Value = serde_yaml_ng::from_str(text).context("re-reading the bootstrap")?;
+    let remote = remote.to_string_lossy();
+    walk(
+        &mut v,
+        &local.to_string_lossy(),
+        remote.trim_end_matches('/'),
+    );
+    serde_yaml_ng::to_string(&v).context("serialising the bootstrap")
+}
+
+/// Two documentation addresses (192.0.2.0/24) on each target port: what an example EDS file
+/// holds.
+fn example_hosts(ports: &[u16]) -> Vec<EdsHost> {
+    let mut out = Vec::new();
+    for last in [10u8, 11] {
+        for &port in ports {
+            out.push(EdsHost::healthy(SocketAddr::from((
+                [192, 0, 2, last],
+                port,
+            ))));
+        }
+    }
+    out
 }
 
 /// The bootstrap with the listener and admin bound to the given addresses (the templates

@@ -79,7 +79,8 @@ pub mod v1 {
             &label,
             "spec.selector",
             "pods are not watched; the pool's endpoints come from the pool cluster's EDS \
-             (the Istio manifests give the selector to a Service, whose endpoints Istio sends)",
+             (or --endpoints with --membership static); the Istio manifests give the \
+             selector to a Service, whose endpoints Istio sends",
         );
 
         let mut target_ports = Vec::new();
