@@ -264,8 +264,9 @@ skopeo copy oci:{OCI_DIR}:{VERSION} docker://REGISTRY/infergate-wasm:{VERSION}
 skopeo inspect --raw docker://REGISTRY/infergate-wasm:{VERSION}   # the manifest
 ```
 
-skopeo copies the layers as they are (it does not compress the Wasm layer, even with
-`--dest-compress`), so the image digest stays `{manifest}`.
+skopeo leaves the layers and the manifest as they are (checked for a copy into another
+layout, even with `--dest-compress`), so the pushed image should keep the digest
+`{manifest}`: `skopeo inspect --raw docker://… | sha256sum` shows the registry's.
 
 ```yaml
 spec:
