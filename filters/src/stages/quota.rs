@@ -14,10 +14,15 @@
 //! Requests the router did not route (non-inference paths such as `/v1/files`; the
 //! router answers `/v1/models` itself) pass without a debit. Settlement is
 //! [`super::tenancy::Tenancy::finish`]'s.
+//!
+//! With global quotas (see [`super::tenancy`]) the RPM and TPM buckets are the global
+//! rate-limit service's: this stage checks only the local concurrency, then hands the
+//! bucket set and the pre-debit to Envoy's `ratelimit` filter in two request headers; the
+//! `x-ratelimit-*` headers come from the service.
 
 use std::sync::Arc;
 
-use scheduler_core::quota::{pre_debit, QuotaReason};
+use scheduler_core::quota::{pre_debit, Limits, QuotaReason};
 
 use crate::billing::REJECTED_MODEL_NOT_ALLOWED;
 use crate::host::{
@@ -26,7 +31,9 @@ use crate::host::{
 use crate::pipeline::{RequestContext, Stage, Step};
 use crate::reply::Reply;
 
-use super::tenancy::{tenant_request, Accounting, Admission, End, Tenancy};
+use super::tenancy::{
+    tenant_request, Accounting, Admission, End, Tenancy, QUOTA_BUCKET_HEADER, QUOTA_TOKENS_HEADER,
+};
 
 /// The quota stage; shares the [`Tenancy`].
 #[derive(Clone, Debug)]
@@ -90,23 +97,39 @@ where
             self.reject(cx, host, REJECTED_MODEL_NOT_ALLOWED, 403);
             return Step::Reply(Reply::model_not_allowed(&routed.model));
         };
-        let limits = limit.limits;
+        let global = tenants.global_quotas();
+        let limits = if global {
+            Limits {
+                rpm: None,
+                tpm: None,
+                ..limit.limits
+            }
+        } else {
+            limit.limits
+        };
         let debit = pre_debit(
             routed.prompt_tokens,
             routed.max_output_tokens,
             limit.max_completion_tokens_default.unwrap_or(0),
-            limits.tpm,
+            limit.limits.tpm,
         );
         let key = limit.bucket_key.clone();
         let now = host.now();
-        match self.tenancy.store().admit(&key, &limits, debit, now) {
+        // Globally, the local buckets hold only the concurrency: they are charged nothing.
+        let local_debit = if global { 0 } else { debit };
+        match self.tenancy.store().admit(&key, &limits, local_debit, now) {
             Ok(info) => {
+                if global {
+                    host.set_request_header(QUOTA_BUCKET_HEADER, &key);
+                    host.set_request_header(QUOTA_TOKENS_HEADER, &debit.to_string());
+                }
                 cx.insert(Admission {
                     bucket: (tenant, index),
                     key,
                     limits,
                     pre_debit: debit,
                     info,
+                    global,
                 });
                 Step::Next
             }

@@ -15,6 +15,17 @@
 //! when the response completes, when a stage rejects it, or at the stream's end, whichever
 //! comes first. Response-side callbacks run in reverse stage order, so when the auth stage
 //! (the first) ends a request, the usage stage has already seen the last chunk.
+//!
+//! **Global quotas** (router config `globalQuotas: true`, for several gateway replicas):
+//! the per-minute limits (RPM, TPM) are kept by a rate-limit service that every replica's
+//! Envoy asks through its `ratelimit` HTTP filter, placed after the router filter. The
+//! quota stage then only pre-computes: it names the bucket set in
+//! [`QUOTA_BUCKET_HEADER`] and the pre-debit in [`QUOTA_TOKENS_HEADER`], which the filter
+//! sends as the descriptor and its `hits_addend`; concurrency stays in this process. The
+//! service's refusal is its own 429 (the same reasons and body), which this pipeline sees
+//! on the response and records as a rejection without a debit. At the end, the tokens
+//! actually used go into the stream state [`QUOTA_ACTUAL_STATE`], which the filter's
+//! stream-done action (`apply_on_stream_done`) sends to settle the pre-debit.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,10 +48,43 @@ use crate::tenants::{SettleOn, TenantId, Tenants};
 /// The router config key holding the `TenantQuota` (and `InferenceObjective`) objects.
 pub const CONFIG_KEY: &str = "tenantQuotas";
 
+/// The router config key that moves the per-minute limits to the global rate-limit
+/// service (a boolean; default false: the in-process buckets).
+pub const GLOBAL_QUOTAS_KEY: &str = "globalQuotas";
+
+/// Request header naming a global-quota request's bucket set (`tenant/model`), the
+/// rate-limit descriptor's value. Client-sent `x-gateway-*` headers never reach it: the
+/// auth stage removes them first.
+pub const QUOTA_BUCKET_HEADER: &str = "x-gateway-quota-bucket";
+
+/// Request header holding a global-quota request's pre-debit (tokens), the rate-limit
+/// descriptor's `hits_addend`.
+pub const QUOTA_TOKENS_HEADER: &str = "x-gateway-quota-tokens";
+
+/// Stream state holding the tokens a global-quota request actually used (decimal), written
+/// when it ends: the settlement's `hits_addend` (Envoy filter state of this name; proxy-wasm
+/// prefixes it with `wasm.`).
+pub const QUOTA_ACTUAL_STATE: &str = "infergate.quota.actual";
+
 /// Take the tenancy objects out of a router config; `None` when none are configured (the
-/// gateway then runs without tenants, as before).
+/// gateway then runs without tenants, as before). [`GLOBAL_QUOTAS_KEY`] goes with them.
 pub fn take_tenants(config: &mut Value) -> Result<Option<Tenants>, String> {
+    let global = match config
+        .as_object_mut()
+        .and_then(|m| m.remove(GLOBAL_QUOTAS_KEY))
+    {
+        None => false,
+        Some(Value::Bool(b)) => b,
+        Some(other) => {
+            return Err(format!(
+                "`{GLOBAL_QUOTAS_KEY}` must be a boolean, not {other}"
+            ))
+        }
+    };
     let Some(value) = config.as_object_mut().and_then(|m| m.remove(CONFIG_KEY)) else {
+        if global {
+            return Err(format!("`{GLOBAL_QUOTAS_KEY}` needs `{CONFIG_KEY}`"));
+        }
         return Ok(None);
     };
     let Value::Array(objects) = value else {
@@ -48,7 +92,8 @@ pub fn take_tenants(config: &mut Value) -> Result<Option<Tenants>, String> {
             "`{CONFIG_KEY}` must be a list of TenantQuota / InferenceObjective objects"
         ));
     };
-    let tenants = Tenants::from_objects(&objects).map_err(|e| e.to_string())?;
+    let mut tenants = Tenants::from_objects(&objects).map_err(|e| e.to_string())?;
+    tenants.set_global_quotas(global);
     Ok((!tenants.is_empty()).then_some(tenants))
 }
 
@@ -207,6 +252,9 @@ pub struct Admission {
     pub pre_debit: u64,
     /// The rate-limit values at admission, for the response's `x-ratelimit-*` headers.
     pub info: RateLimitInfo,
+    /// The per-minute limits are the global rate-limit service's: `limits` holds only the
+    /// local concurrency, and the service may still refuse the request after this stage.
+    pub global: bool,
 }
 
 /// The usage stage's reading of the response (in the context).
@@ -375,6 +423,24 @@ impl Tenancy {
             ..BillingRecord::default()
         };
 
+        // The global rate-limit service refused a request this stage had admitted: nothing
+        // was debited there; only the local concurrency slot is given back.
+        let refused_globally = admission.as_ref().is_some_and(|a| a.global)
+            && acc
+                .dropped_reason
+                .as_deref()
+                .is_some_and(|r| GLOBAL_REJECTIONS.contains(&r));
+        if let (true, Some(admission)) = (refused_globally, &admission) {
+            self.store
+                .settle(&admission.key, &admission.limits, 0, 0, now);
+            if let Some(index) = GLOBAL_REJECTIONS
+                .iter()
+                .position(|r| acc.dropped_reason.as_deref() == Some(*r))
+            {
+                self.count_reject(host, admission.bucket, index);
+            }
+        }
+        let admission = admission.filter(|_| !refused_globally);
         if let (Some(admission), Some(tenant)) = (admission, tenant) {
             let estimate = routed.as_ref().map_or(0, |r| r.prompt_tokens);
             let billed = billed(
@@ -401,6 +467,10 @@ impl Tenancy {
                 .unwrap_or(i64::MAX)
                 .saturating_sub(i64::try_from(actual).unwrap_or(i64::MAX));
             record.tokens_source = billed.source;
+            if admission.global {
+                // The settlement the rate-limit filter sends when the stream is done.
+                let _ = host.set_stream_state(QUOTA_ACTUAL_STATE, actual.to_string().as_bytes());
+            }
             // For flow control's weighted policy, in the picker filter (best effort).
             let service = service_of(billed.prompt, billed.completion);
             let _ = host.set_stream_state(SERVICE_STATE, service.to_string().as_bytes());
@@ -417,6 +487,10 @@ impl Tenancy {
         }
     }
 }
+
+/// The dropped reasons of the global rate-limit service's refusals, in the order of
+/// [`Tenancy::count_reject`]'s reason index (rpm, tpm).
+const GLOBAL_REJECTIONS: [&str; 2] = ["rejected-quota-rpm", "rejected-quota-tpm"];
 
 /// How the request ended, from what the stages saw.
 fn outcome(acc: &Accounting, router_replied: Option<u16>, end: End) -> Outcome {

@@ -150,6 +150,7 @@ pub struct Tenants {
     jwt_rules: Vec<JwtRule>,
     objectives: Vec<Objective>,
     priority_of: HashMap<String, i32>,
+    global_quotas: bool,
 }
 
 impl Tenants {
@@ -259,6 +260,18 @@ impl Tenants {
             accounting: t.accounting,
         });
         Ok(())
+    }
+
+    /// Whether the requests-per-minute and tokens-per-minute limits are kept by a global
+    /// rate-limit service shared by every gateway replica (Envoy's `ratelimit` filter)
+    /// rather than in this process (see `stages::quota`). Concurrency is always local.
+    pub fn global_quotas(&self) -> bool {
+        self.global_quotas
+    }
+
+    /// Keep the per-minute limits in the global rate-limit service (or not).
+    pub fn set_global_quotas(&mut self, global: bool) {
+        self.global_quotas = global;
     }
 
     /// No tenants configured: the gateway runs without auth and quotas.

@@ -443,6 +443,9 @@ pub struct BootstrapParams {
     /// Envoy's active health check of every pool member (`GET /health` at this period);
     /// `None`: no health check.
     pub health_check: Option<Duration>,
+    /// Keep the tenants' RPM and TPM in this global rate-limit service (gateway flavours,
+    /// with tenants); `None`: in the gateway process ([`super::global_quotas`]).
+    pub global_quotas: Option<super::global_quotas::GlobalQuotas>,
 }
 
 impl BootstrapParams {
@@ -470,6 +473,7 @@ impl BootstrapParams {
             membership: Membership::Static,
             eds: None,
             health_check: None,
+            global_quotas: None,
         }
     }
 }
@@ -646,8 +650,21 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
     let splices = params.tenancy.splices(&t)?;
     vars.insert("jwt_filters".into(), Value::Sequence(splices.jwt_filters));
     vars.insert("billing_logs".into(), Value::Sequence(splices.billing_logs));
+    let global = super::global_quotas::GlobalQuotas::splices(params.global_quotas.as_ref(), &t)?;
+    vars.insert(
+        "global_quota_filters".into(),
+        Value::Sequence(global.filters),
+    );
+    vars.insert(
+        "global_quota_clusters".into(),
+        Value::Sequence(global.clusters),
+    );
     let mut router = params.plugins.router.clone();
     params.tenancy.apply_to_router(&mut router)?;
+    super::global_quotas::GlobalQuotas::apply_to_router(
+        params.global_quotas.as_ref(),
+        &mut router,
+    )?;
     vars.insert("router_config".into(), json_text(&router));
     let mut plugins = params.plugins.clone();
     if eds.is_some() {

@@ -26,6 +26,7 @@ pub mod client;
 pub mod eds;
 pub mod envoy;
 pub mod epp;
+pub mod global_quotas;
 pub mod fleet;
 pub mod httproute;
 pub mod jwt;

@@ -195,6 +195,9 @@ pub struct StackOptions {
     /// Envoy's active health check of every pool member (`GET /health` at this period);
     /// `None` (the default): none.
     pub health_check: Option<Duration>,
+    /// Keep the tenants' RPM and TPM in this global rate-limit service, shared with other
+    /// gateways ([`super::global_quotas`]); `None`: in this gateway's process.
+    pub global_quotas: Option<super::global_quotas::GlobalQuotas>,
 }
 
 /// How a rewrite rule's weights are applied.
@@ -276,6 +279,7 @@ impl StackOptions {
             membership: Membership::Static,
             eds_dir: None,
             health_check: None,
+            global_quotas: None,
         }
     }
 }
@@ -362,6 +366,7 @@ impl Stack {
             opts.split.as_ref(),
         )?;
         params.health_check = opts.health_check;
+        params.global_quotas = opts.global_quotas.clone();
         params.membership = opts.membership;
         let eds_dir = match opts.membership {
             Membership::Static => None,
