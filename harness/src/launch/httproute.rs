@@ -1,135 +1,68 @@
 //! Gateway API `HTTPRoute` objects as the launcher's routes (`up --routes FILE`), read
-//! verbatim: each rule's matches must name the model with the header the body router sets
-//! (`X-Gateway-Base-Model-Name`, exact); one more exact header match makes it a
-//! header-targeted rule; its `backendRefs` are `InferencePool`s named like the launcher's
+//! verbatim by the same typed reader `infergate render` uses
+//! ([`crate::render::objects::http_route::v1`]): each rule's matches must name the model
+//! with the header the body router sets (`X-Gateway-Base-Model-Name`, exact); one more
+//! exact header match makes it a header-targeted rule; a `PathPrefix` match limits the
+//! route to that prefix; its `backendRefs` are `InferencePool`s named like the launcher's
 //! pools (`--pool NAME=…`), with their weights. A rule with two backends or more is a
 //! weighted split, sticky on `x-gateway-split-key` when asked (the `HTTPRoute` has no word
-//! for that). Anything the gateway's routes cannot express (path or query matches other
-//! than the prefix `/`, methods, filters, other backend kinds) is an error naming it.
+//! for that). Anything the gateway's routes cannot express (other path match types,
+//! queries, methods, filters, host names, other backend kinds) is an error naming its path.
 
 use super::routes::RouteSpec;
 use super::stack::PoolSpec;
-use anyhow::{bail, Context, Result};
+use crate::render::objects::http_route::v1;
+use crate::render::report::Report;
+use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
-
-/// The request header every route matches on (set by the body router).
-const MODEL_HEADER: &str = "x-gateway-base-model-name";
 
 /// The routes of `objects` (HTTPRoute objects as JSON) over `pools`.
 pub fn routes(objects: &[Value], pools: &[PoolSpec], sticky: bool) -> Result<Vec<RouteSpec>> {
     let mut out = Vec::new();
     for object in objects {
         let name = object["metadata"]["name"].as_str().unwrap_or("?");
-        if object["kind"] != "HTTPRoute" {
+        if object["kind"] != v1::KIND {
             bail!(
                 "`{name}`: kind {} is not HTTPRoute",
                 object["kind"].as_str().unwrap_or("(none)")
             );
         }
-        let rules = object["spec"]["rules"].as_array().map_or(&[][..], |r| r);
-        for (i, rule) in rules.iter().enumerate() {
-            let rule_routes = rule_routes(rule, pools, sticky)
-                .with_context(|| format!("HTTPRoute `{name}`, rule {i}"))?;
-            out.extend(rule_routes);
+        let route = v1::read(object, &mut Report::default())?;
+        for rule in &route.rules {
+            let mut backends = Vec::new();
+            for b in &rule.backends {
+                let index = pools
+                    .iter()
+                    .position(|p| p.name.as_deref() == Some(b.pool.as_str()))
+                    .ok_or_else(|| {
+                        anyhow!(
+                            "{} {}: no pool named `{}` (give it with --pool)",
+                            route.label,
+                            b.path,
+                            b.pool
+                        )
+                    })?;
+                backends.push((index, b.weight));
+            }
+            for m in &rule.matches {
+                let mut spec = if backends.len() == 1 {
+                    RouteSpec::to(m.model.clone(), backends[0].0)
+                } else if sticky {
+                    RouteSpec::split(m.model.clone(), &backends).sticky()
+                } else {
+                    RouteSpec::split(m.model.clone(), &backends)
+                };
+                if let Some((h, v)) = &m.header {
+                    spec = spec.when_header(h.clone(), v.clone());
+                }
+                if let Some(prefix) = &m.path_prefix {
+                    spec = spec.under_path(prefix.clone());
+                }
+                out.push(spec);
+            }
         }
     }
     Ok(out)
-}
-
-fn rule_routes(rule: &Value, pools: &[PoolSpec], sticky: bool) -> Result<Vec<RouteSpec>> {
-    if rule.get("filters").is_some_and(|f| !f.is_null()) {
-        bail!("filters are not supported");
-    }
-    let backends = backends(rule, pools)?;
-    let matches = rule["matches"].as_array().map_or(&[][..], |m| m);
-    if matches.is_empty() {
-        bail!("no match naming the model with {MODEL_HEADER}");
-    }
-    let mut out = Vec::new();
-    for m in matches {
-        let (model, header) = read_match(m)?;
-        let mut route = if backends.len() == 1 {
-            RouteSpec::to(model, backends[0].0)
-        } else {
-            let route = RouteSpec::split(model, &backends);
-            if sticky {
-                route.sticky()
-            } else {
-                route
-            }
-        };
-        if let Some((name, value)) = header {
-            route = route.when_header(name, value);
-        }
-        out.push(route);
-    }
-    Ok(out)
-}
-
-/// The rule's `backendRefs` as (pool index, weight).
-fn backends(rule: &Value, pools: &[PoolSpec]) -> Result<Vec<(usize, u32)>> {
-    let refs = rule["backendRefs"].as_array().map_or(&[][..], |r| r);
-    if refs.is_empty() {
-        bail!("no backendRefs");
-    }
-    refs.iter()
-        .map(|r| {
-            let kind = r["kind"].as_str().unwrap_or("Service");
-            if kind != "InferencePool" {
-                bail!("backendRef kind {kind}: only InferencePool");
-            }
-            let name = r["name"].as_str().unwrap_or_default();
-            let index = pools
-                .iter()
-                .position(|p| p.name.as_deref() == Some(name))
-                .with_context(|| format!("no pool named `{name}` (give it with --pool)"))?;
-            let weight = match &r["weight"] {
-                Value::Null => 1,
-                w => w
-                    .as_u64()
-                    .and_then(|w| u32::try_from(w).ok())
-                    .with_context(|| format!("backendRef `{name}`: weight {w}"))?,
-            };
-            Ok((index, weight))
-        })
-        .collect()
-}
-
-/// One `HTTPRouteMatch`: the model (from the model header) and at most one other header.
-fn read_match(m: &Value) -> Result<(String, Option<(String, String)>)> {
-    if let Some(path) = m.get("path") {
-        let prefix_root = path["type"].as_str().unwrap_or("PathPrefix") == "PathPrefix"
-            && path["value"].as_str().unwrap_or("/") == "/";
-        if !prefix_root {
-            bail!("path match {path}: only the prefix /");
-        }
-    }
-    for unsupported in ["queryParams", "method"] {
-        if m.get(unsupported).is_some_and(|v| !v.is_null()) {
-            bail!("{unsupported} matches are not supported");
-        }
-    }
-    let mut model = None;
-    let mut other = Vec::new();
-    for h in m["headers"].as_array().map_or(&[][..], |h| h) {
-        if h["type"].as_str().unwrap_or("Exact") != "Exact" {
-            bail!("header match {h}: only Exact");
-        }
-        let name = h["name"].as_str().unwrap_or_default().to_ascii_lowercase();
-        let value = h["value"].as_str().unwrap_or_default().to_owned();
-        if name == MODEL_HEADER {
-            model = Some(value);
-        } else {
-            other.push((name, value));
-        }
-    }
-    let Some(model) = model else {
-        bail!("a match without {MODEL_HEADER} (every route matches the model)");
-    };
-    if other.len() > 1 {
-        bail!("more than one header beside the model: {other:?}");
-    }
-    Ok((model, other.pop()))
 }
 
 #[cfg(test)]
@@ -183,6 +116,12 @@ spec:
         );
         let r = routes(&[object(SEED)], &pools(), false).unwrap();
         assert!(!r[0].sticky);
+        let under_v1 = SEED.replace(
+            "        - headers:",
+            "        - path: {type: PathPrefix, value: /v1}\n          headers:",
+        );
+        let r = routes(&[object(&under_v1)], &pools(), false).unwrap();
+        assert_eq!(r[0].path_prefix.as_deref(), Some("/v1"));
     }
 
     #[test]

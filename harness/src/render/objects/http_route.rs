@@ -210,7 +210,8 @@ pub mod v1 {
                 "filters",
             ])?;
             let kind = n.opt_string("kind")?.unwrap_or("Service");
-            let group = n.opt_string("group")?.unwrap_or("");
+            // An InferencePool without its group is taken as the inference extension's.
+            let group = n.opt_string("group")?.unwrap_or(POOL_GROUP);
             if kind != "InferencePool" || group != POOL_GROUP {
                 return Err(n.error(format!(
                     "a {kind} backend (group `{group}`): only InferencePool \
