@@ -134,6 +134,22 @@ fn both_flavours_render_a_bootstrap_envoy_validates() {
             .find(|c| c["name"] == "pool-0-llama-70b-bf16")
             .unwrap();
         assert_eq!(pool["type"].as_str(), Some("EDS"), "{flavor}: {pool:?}");
+        // The seed route's `PathPrefix /v1` is the route's prefix.
+        let routes = bootstrap["static_resources"]["listeners"][0]["filter_chains"][0]["filters"]
+            [0]["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
+            .as_sequence()
+            .unwrap();
+        assert_eq!(routes.len(), 1, "{flavor}: {routes:?}");
+        assert_eq!(
+            routes[0]["match"]["prefix"].as_str(),
+            Some("/v1"),
+            "{flavor}"
+        );
+        assert_eq!(
+            routes[0]["route"]["cluster"].as_str(),
+            Some("pool-0-llama-70b-bf16"),
+            "{flavor}"
+        );
         let eds_file = dir.path().join("eds/pool-0-llama-70b-bf16.json");
         let eds = std::fs::read_to_string(&eds_file).unwrap();
         assert!(eds.contains("10.0.0.1"), "{eds}");
@@ -269,7 +285,7 @@ async fn serves(flavor: Flavor) {
         "{flavor}: {}",
         resp.text()
     );
-    // Outside the route's path prefix (`/v1`) nothing is routed.
+    // Outside the route's path prefix (`/v1`) nothing reaches the pool.
     let resp = post_json(
         &format!("{}/other", envoy.base_url()),
         &chat(MODEL, "x"),
