@@ -11,7 +11,9 @@
 use infergate_harness::artefacts::workspace_root;
 use infergate_harness::launch::binary::envoy_binary;
 use infergate_harness::launch::client::post_json;
+use infergate_harness::launch::jwt::TestIssuer;
 use infergate_harness::launch::process::RunDir;
+use infergate_harness::launch::read_billing_log;
 use infergate_harness::launch::{Envoy, EnvoyOptions, Flavor, Membership};
 use infergate_harness::render::{render, GatewayInputs, RenderOptions};
 use infergate_harness::sim::{self, SimConfig};
@@ -190,21 +192,19 @@ fn the_rendered_bootstrap_serves_the_basic_routing_check() {
     });
 }
 
-async fn serves(flavor: Flavor) {
-    let sim = sim::start(SimConfig {
-        replicas: 2,
-        models: vec![MODEL.into()],
-        loras: vec!["support-assistant-v1".into(), "support-assistant-v2".into()],
-        ..SimConfig::default()
-    })
-    .await
-    .unwrap();
-    let replicas = sim.addrs().to_vec();
-    let dir = RunDir::new("render-serve").unwrap();
-    let out = render(&options(flavor, dir.path(), &replicas, true)).unwrap();
-    validate(&out.bootstrap);
-    let text = std::fs::read_to_string(&out.bootstrap).unwrap();
-    let envoy = Envoy::start(&text, &EnvoyOptions::default()).await.unwrap();
+fn chat(model: &str, text: &str) -> serde_json::Value {
+    json!({"model": model, "max_tokens": 8,
+           "messages": [{"role": "user", "content": text}]})
+}
+
+/// Envoy on the rendered bootstrap, once its scraper has published a snapshot.
+async fn start_envoy(bootstrap: &Path, flavor: Flavor) -> Envoy {
+    let text = std::fs::read_to_string(bootstrap).unwrap();
+    let opts = EnvoyOptions {
+        extra_args: vec!["--file-flush-interval-msec".into(), "100".into()],
+        ..EnvoyOptions::default()
+    };
+    let envoy = Envoy::start(&text, &opts).await.unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     while envoy
         .stats()
@@ -220,19 +220,19 @@ async fn serves(flavor: Flavor) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let url = format!("{}/v1/chat/completions", envoy.base_url());
-    let chat = |model: &str, text: &str| {
-        json!({"model": model, "max_tokens": 8,
-               "messages": [{"role": "user", "content": text}]})
-    };
-    let pool: Vec<String> = replicas.iter().map(ToString::to_string).collect();
-    // The Wasm scraper learns the EDS members from admin /clusters after its first
-    // snapshots: until the pool's members are in one, the pool answers 503 (no endpoint).
+    envoy
+}
+
+/// The Wasm scraper learns the EDS members from admin /clusters after its first
+/// snapshots: until the pool's members are in one, the pool answers 503 (no endpoint).
+async fn warm_up(envoy: &Envoy, url: &str, headers: &[(&str, &str)], flavor: Flavor) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
-        let resp = post_json(&url, &chat(MODEL, "warm up"), &[]).await.unwrap();
+        let resp = post_json(url, &chat(MODEL, "warm up"), headers)
+            .await
+            .unwrap();
         if resp.status == 200 {
-            break;
+            return;
         }
         assert!(
             resp.status == 503 && tokio::time::Instant::now() < deadline,
@@ -243,6 +243,29 @@ async fn serves(flavor: Flavor) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+async fn simulated_pool() -> sim::SimHandle {
+    sim::start(SimConfig {
+        replicas: 2,
+        models: vec![MODEL.into()],
+        loras: vec!["support-assistant-v1".into(), "support-assistant-v2".into()],
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap()
+}
+
+async fn serves(flavor: Flavor) {
+    let sim = simulated_pool().await;
+    let replicas = sim.addrs().to_vec();
+    let dir = RunDir::new("render-serve").unwrap();
+    let out = render(&options(flavor, dir.path(), &replicas, true)).unwrap();
+    validate(&out.bootstrap);
+    let envoy = start_envoy(&out.bootstrap, flavor).await;
+    let url = format!("{}/v1/chat/completions", envoy.base_url());
+    let pool: Vec<String> = replicas.iter().map(ToString::to_string).collect();
+    warm_up(&envoy, &url, &[], flavor).await;
     for i in 0..6 {
         let resp = post_json(&url, &chat(MODEL, &format!("question {i}")), &[])
             .await
@@ -294,4 +317,90 @@ async fn serves(flavor: Flavor) {
     .await
     .unwrap();
     assert_ne!(resp.status, 200, "{flavor}: /other was routed");
+}
+
+/// The seed's objects with the quota files of `testdata/tenants/` (the same objects with
+/// the test keys' full digests), rendered with the test issuer's JWKS and a billing log:
+/// no credential is refused, tenant A's API key and a JWT for its claim are served, and
+/// each admitted request is billed to tenant A.
+#[test]
+fn tenants_with_real_digests_authenticate_and_bill() {
+    let rt = infergate_harness::launch::runtime().unwrap();
+    rt.block_on(async {
+        for flavor in [Flavor::Native, Flavor::Wasm] {
+            if unbuilt(flavor) {
+                continue;
+            }
+            tenants(flavor).await;
+        }
+    });
+}
+
+async fn tenants(flavor: Flavor) {
+    let dir = RunDir::new("render-tenants").unwrap();
+    let objects = dir.path().join("objects");
+    std::fs::create_dir_all(&objects).unwrap();
+    for entry in std::fs::read_dir(seed_objects()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with("quota-") {
+            std::fs::copy(&path, objects.join(&name)).unwrap();
+        }
+    }
+    for name in ["quota-a.yaml", "quota-b.yaml"] {
+        let from = workspace_root().join("testdata/tenants").join(name);
+        std::fs::copy(from, objects.join(name)).unwrap();
+    }
+    let sim = simulated_pool().await;
+    let issuer = TestIssuer::new();
+    let billing = dir.path().join("billing.log");
+    let mut opts = options(flavor, &dir.path().join("out"), sim.addrs(), false);
+    opts.objects = objects;
+    opts.gateway.jwks = Some(issuer.jwks());
+    opts.gateway.billing_log = Some(billing.clone());
+    let out = render(&opts).unwrap();
+    assert!(
+        !out.not_supported
+            .iter()
+            .any(|l| l.starts_with("TenantQuota")),
+        "{flavor}: {:?}",
+        out.not_supported
+    );
+    validate(&out.bootstrap);
+    let envoy = start_envoy(&out.bootstrap, flavor).await;
+    let url = format!("{}/v1/chat/completions", envoy.base_url());
+    let key = "Bearer sk-infergate-test-tenant-a";
+    warm_up(&envoy, &url, &[("authorization", key)], flavor).await;
+    let resp = post_json(&url, &chat(MODEL, "who am I"), &[])
+        .await
+        .unwrap();
+    assert_eq!(resp.status, 401, "{flavor}: {}", resp.text());
+    let resp = post_json(&url, &chat(MODEL, "tenant a"), &[("authorization", key)])
+        .await
+        .unwrap();
+    assert_eq!(resp.status, 200, "{flavor}: {}", resp.text());
+    let token = issuer.mint(&json!({"iss": issuer.issuer(), "org": "product-team"}));
+    let bearer = format!("Bearer {token}");
+    let resp = post_json(&url, &chat(MODEL, "by jwt"), &[("authorization", &bearer)])
+        .await
+        .unwrap();
+    assert_eq!(resp.status, 200, "{flavor}: {}", resp.text());
+    // The warm-up's admitted request, the key's and the JWT's: three records of tenant A
+    // (the refused one is billed to nobody).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let records = read_billing_log(&billing).unwrap();
+        let a = records
+            .iter()
+            .filter(|r| r["tenant"] == "tenant-a" && r["status"] == 200)
+            .count();
+        if a >= 3 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{flavor}: {records:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
