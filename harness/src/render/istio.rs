@@ -261,6 +261,47 @@ pub fn manifests(
             }
         }
     }
+    // Tenancy: Envoy's jwt_authn right before the router filter, the billing log on the
+    // connection manager (the flavour's own prototypes).
+    let template = Template::parse(
+        &std::fs::read_to_string(inputs.flavor.template_path()).context("reading the template")?,
+    )?;
+    let splices = gw.params.tenancy.splices(&template)?;
+    let router_filter = match inputs.flavor {
+        Flavor::Wasm => format!("{gw_ns}.infergate-router"),
+        _ => "infergate.router".to_owned(),
+    };
+    for jwt in splices.jwt_filters {
+        patches.push(json!({
+            "applyTo": "HTTP_FILTER",
+            "match": {"context": "GATEWAY", "listener": {"filterChain": {"filter": {
+                "name": "envoy.filters.network.http_connection_manager",
+                "subFilter": {"name": router_filter}}}}},
+            "patch": {"operation": "INSERT_BEFORE", "value": serde_json::to_value(jwt)?}
+        }));
+    }
+    for log in splices.billing_logs {
+        patches.push(json!({
+            "applyTo": "NETWORK_FILTER",
+            "match": {"context": "GATEWAY", "listener": {"filterChain": {"filter": {
+                "name": "envoy.filters.network.http_connection_manager"}}}},
+            "patch": {"operation": "MERGE", "value": {
+                "name": "envoy.filters.network.http_connection_manager",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                    "access_log": [serde_json::to_value(log)?]}}}
+        }));
+    }
+    for route in &gw.routes {
+        for rule in route.rules.iter().filter(|r| r.backends.len() > 1) {
+            report.not_supported(
+                &route.label,
+                &format!("{}.backendRefs", rule.path),
+                "Istio form: Istio draws a weighted split per request; the sticky split on \
+                 x-gateway-split-key exists only in the bootstrap",
+            );
+        }
+    }
     patches.extend(cluster_patches);
     docs.push(json!({
         "apiVersion": "networking.istio.io/v1alpha3", "kind": "EnvoyFilter",

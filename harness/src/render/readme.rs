@@ -75,8 +75,11 @@ pub fn text(gw: &Gateway, opts: &RenderOptions, not_supported: &[String]) -> Str
          filter, which Istio names `<namespace>.infergate-picker`); the Wasm filters and the \
          singleton must share one VM id, which a `WasmPlugin` does not let you set; and a \
          sticky split across pools needs `x-gateway-split-key` on Envoy's weighted \
-         clusters, which Istio's routes do not carry (Istio draws per request). None of \
-         this was run against an Istio here.\n"
+         clusters, which Istio's routes do not carry (Istio draws per request); the \
+         routes' retry policy is Istio's, not the gateway's one retry onto the picker's \
+         next endpoint; a `WasmPlugin`'s `pluginConfig` passes through a protobuf `Struct`, \
+         so its numbers reach the module as JSON numbers of a double (integral values \
+         print as integers). None of this was run against an Istio here.\n"
     );
     let _ = writeln!(s, "## Not supported ({})\n", not_supported.len());
     for line in not_supported {
