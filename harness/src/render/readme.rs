@@ -4,6 +4,7 @@
 use super::gateway::Gateway;
 use super::RenderOptions;
 use crate::launch::bootstrap::Flavor;
+use crate::launch::eds::Membership;
 use std::fmt::Write as _;
 
 /// The README's text.
@@ -41,8 +42,22 @@ pub fn text(gw: &Gateway, opts: &RenderOptions, not_supported: &[String]) -> Str
         "1. Put the module where the bootstrap names it (`{module}`): the `.so` must come \
          from a build for exactly this Envoy version.\n\
          2. Check it: `envoy --mode validate -c envoy.yaml`.\n\
-         3. Run it: `envoy -c envoy.yaml`. Each pool's cluster holds the endpoints given \
-         with `--endpoints` at render time.\n"
+         3. Run it: `envoy -c envoy.yaml`. {members}\n",
+        members = match opts.membership {
+            Membership::Eds => format!(
+                "Each pool's cluster takes its members from its EDS file in `{}` (one \
+                 `ClusterLoadAssignment` per file, `eds/<cluster>.json` here holds the \
+                 `--endpoints` given, `<cluster>.example.json` the shape): as pods come and \
+                 go, write the new file beside it and rename it over it; Envoy, the picker \
+                 and the scraper follow at once.",
+                opts.eds_dir
+                    .as_ref()
+                    .map_or_else(|| "eds/".to_owned(), |d| d.display().to_string())
+            ),
+            Membership::Static => "Each pool's cluster is STATIC: it holds the endpoints \
+                 given with `--endpoints` at render time."
+                .to_owned(),
+        }
     );
     let _ = writeln!(s, "## Istio\n");
     let _ = writeln!(

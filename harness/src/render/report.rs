@@ -50,6 +50,27 @@ impl Report {
         });
     }
 
+    /// How many entries there are (a mark for [`Report::forget`]).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there is no entry.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Drops the entries of `object` recorded before the mark `before` (an object replaced
+    /// by a later one of the same name: its fields are no longer in the configuration).
+    pub fn forget(&mut self, object: &str, before: usize) {
+        let mut i = 0;
+        self.entries.retain(|e| {
+            let keep = i >= before || e.object != object;
+            i += 1;
+            keep
+        });
+    }
+
     /// Every entry.
     pub fn entries(&self) -> &[Entry] {
         &self.entries

@@ -218,6 +218,7 @@ pub fn load_dir(dir: &Path) -> Result<ObjectSet> {
             } else {
                 name.clone()
             };
+            let mark = set.report.len();
             let objects = read_document(doc, &where_, &mut set.report)
                 .with_context(|| format!("in {}", file.display()))?;
             for object in objects {
@@ -227,6 +228,7 @@ pub fn load_dir(dir: &Path) -> Result<ObjectSet> {
                         object,
                         file: file.clone(),
                     },
+                    mark,
                 );
             }
         }
@@ -234,11 +236,13 @@ pub fn load_dir(dir: &Path) -> Result<ObjectSet> {
     Ok(set)
 }
 
-/// Adds `new`, replacing an earlier object of the same label (kind, namespace, name).
-fn add(set: &mut ObjectSet, new: Sourced) {
+/// Adds `new` (whose report entries start at `mark`), replacing an earlier object of the
+/// same label (kind, namespace, name), whose entries are dropped.
+fn add(set: &mut ObjectSet, new: Sourced, mark: usize) {
     let label = new.object.label().to_owned();
     if let Some(i) = set.objects.iter().position(|s| s.object.label() == label) {
         let old = set.objects.remove(i);
+        set.report.forget(&label, mark);
         let file = |p: &Path| {
             p.file_name()
                 .map_or_else(String::new, |n| n.to_string_lossy().into_owned())

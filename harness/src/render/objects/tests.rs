@@ -111,6 +111,19 @@ fn every_seed_object_parses_into_its_versions_type() {
         "httproute.yaml, not the canary"
     );
     assert_eq!(set.objects.len(), 1 + 1 + 1 + 3 + 1 + 2);
+    // The replaced route's fields are gone from the report; the replacement is said.
+    let route_names = set
+        .report
+        .entries()
+        .iter()
+        .filter(|e| e.object == "HTTPRoute serving/llama-70b" && e.path == "metadata.name")
+        .count();
+    assert_eq!(route_names, 1);
+    assert!(set
+        .report
+        .not_supported_lines()
+        .iter()
+        .any(|l| l.contains("httproute-canary.yaml is replaced by the one in httproute.yaml")));
 }
 
 /// A known kind in a version no module reads is an error naming the version; an unknown
