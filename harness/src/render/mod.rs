@@ -136,6 +136,7 @@ pub fn render(opts: &RenderOptions) -> Result<Rendered> {
     }
     let text = bootstrap::render(&params)?;
     let text = with_addresses(&text, opts.listen, opts.admin)?;
+    check_rendered(&text)?;
     let text = match (&params.eds, &opts.eds_dir) {
         (Some(local), Some(remote)) => with_eds_dir(&text, local.dir(), remote)?,
         _ => text,
@@ -160,6 +161,52 @@ pub fn render(opts: &RenderOptions) -> Result<Rendered> {
         readme,
         not_supported: set.report.not_supported_lines(),
     })
+}
+
+/// Checks the module configurations as the bootstrap carries them (after the EDS form
+/// dropped the pools' endpoint lists) with the modules' own parsers: each is a JSON
+/// `value` with a `role`.
+fn check_rendered(text: &str) -> Result<()> {
+    fn collect(v: &Value, out: &mut Vec<serde_json::Value>) {
+        match v {
+            Value::Mapping(m) => {
+                for (k, x) in m {
+                    if k.as_str() == Some("value") {
+                        if let Some(json) = x
+                            .as_str()
+                            .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+                            .filter(|j| j.get("role").is_some())
+                        {
+                            out.push(json);
+                        }
+                    }
+                    collect(x, out);
+                }
+            }
+            Value::Sequence(items) => items.iter().for_each(|x| collect(x, out)),
+            Value::Tagged(t) => collect(&t.value, out),
+            _ => {}
+        }
+    }
+    let v: Value = serde_yaml_ng::from_str(text).context("re-reading the bootstrap")?;
+    let mut configs = Vec::new();
+    collect(&v, &mut configs);
+    let by_role = |role: &str| {
+        let found: Vec<&serde_json::Value> = configs.iter().filter(|c| c["role"] == role).collect();
+        match found.as_slice() {
+            [one] => Ok((*one).clone()),
+            _ => Err(anyhow::anyhow!(
+                "the bootstrap holds {} {role} configurations, expected one",
+                found.len()
+            )),
+        }
+    };
+    gateway::check_with_the_modules_parsers(
+        &by_role("router")?,
+        &by_role("picker")?,
+        &by_role("scraper")?,
+    )
+    .context("the bootstrap's module configurations")
 }
 
 /// The bootstrap with every path under `local` (where the EDS files were written) moved
@@ -229,4 +276,37 @@ fn with_addresses(text: &str, listen: SocketAddr, admin: SocketAddr) -> Result<S
         set_ip(addr, admin.ip().to_string())?;
     }
     serde_yaml_ng::to_string(&v).context("serialising the bootstrap")
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn bootstrap(picker: &serde_json::Value) -> String {
+        let router = serde_json::json!({"role": "router", "pools": [
+            {"name": "p", "baseModel": "m", "adapters": []}]});
+        let scraper = serde_json::json!({"role": "scraper", "endpoints": ["10.0.0.1:8000"]});
+        let v = serde_json::json!({"a": [
+            {"config": {"configuration": {"value": router.to_string()}}},
+            {"filter_config": {"value": picker.to_string()}},
+            {"extension_config": {"value": scraper.to_string()}}]});
+        serde_yaml_ng::to_string(&v).unwrap()
+    }
+
+    /// The configurations inside a rendered bootstrap go through the modules' parsers: an
+    /// unknown picker field, or a missing role, is refused before anything is written.
+    #[test]
+    fn the_bootstraps_module_configurations_are_parsed_by_the_modules() {
+        let picker = serde_json::json!({"role": "picker", "pools": [
+            {"pool": "p", "baseModel": "m", "endpoints": ["10.0.0.1:8000"]}]});
+        check_rendered(&bootstrap(&picker)).unwrap();
+        let mut typo = picker.clone();
+        typo["pools"][0]["staleAfter"] = serde_json::json!(5);
+        let err = format!("{:#}", check_rendered(&bootstrap(&typo)).unwrap_err());
+        assert!(err.contains("staleAfter"), "{err}");
+        let mut no_role = picker;
+        no_role.as_object_mut().unwrap().remove("role");
+        assert!(check_rendered(&bootstrap(&no_role)).is_err());
+    }
 }
