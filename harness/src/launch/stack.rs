@@ -402,6 +402,13 @@ impl Stack {
         let envoy = Envoy::start(&bootstrap, &envoy_opts).await?;
         if opts.flavor != Flavor::Plain {
             wait_first_snapshot(&envoy).await?;
+            if opts.membership == Membership::Eds {
+                if opts.health_check.is_some() {
+                    wait_health_checked(&envoy, &pools).await?;
+                }
+                let members = pools.iter().map(|p| p.endpoints.len() as i64).sum();
+                wait_members(&envoy, members).await?;
+            }
         }
         Ok(Stack {
             flavor: opts.flavor,
@@ -491,6 +498,72 @@ pub fn with_file_flush(args: &mut Vec<String>) {
     if !args.iter().any(|a| a == FILE_FLUSH_FLAG) {
         args.push(FILE_FLUSH_FLAG.into());
         args.push(BILLING_LOG_FLUSH.as_millis().to_string());
+    }
+}
+
+/// With an active health check, Envoy flags every new host as failing it until its first
+/// check passes, and the Wasm scraper reads those flags (admin `/clusters`): waits until no
+/// pool cluster's host is flagged, at most 15 s.
+async fn wait_health_checked(envoy: &Envoy, pools: &[Pool]) -> Result<()> {
+    let names = super::bootstrap::cluster_names(pools);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let text = super::client::get(&format!("http://{}/clusters", envoy.admin()))
+            .await?
+            .text();
+        let failing = text
+            .lines()
+            .filter(|l| names.iter().any(|n| l.starts_with(&format!("{n}::"))))
+            .filter(|l| l.contains("::health_flags::") && l.contains("failed_active_hc"))
+            .count();
+        if failing == 0 {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("{failing} pool members still fail Envoy's health check after 15 s");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// With EDS membership the first snapshot may come before the scraper learned the pool
+/// clusters' members (Envoy hands the cluster its hosts as it initializes): waits until the
+/// scraper counts `members` of them in all (`infergate.scraper.cluster_members`), at most
+/// 15 s, so that a `FailClose` pool does not answer 503 to the first requests.
+async fn wait_members(envoy: &Envoy, members: i64) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let seen = envoy
+            .stats()
+            .await?
+            .sum_containing("infergate.scraper.cluster_members");
+        if seen >= members {
+            // One more round, so the snapshot the pickers read holds them with metrics.
+            let published = envoy
+                .stats()
+                .await?
+                .sum_containing("infergate.scraper.publishes");
+            while envoy
+                .stats()
+                .await?
+                .sum_containing("infergate.scraper.publishes")
+                < published + 4
+            {
+                if tokio::time::Instant::now() >= deadline {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!(
+                "the scraper knew {seen} of the pools' {members} EDS members after 15 s; \
+                 log tail:\n{}",
+                envoy.log_tail(30)
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
 
