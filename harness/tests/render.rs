@@ -14,7 +14,7 @@ use infergate_harness::launch::client::post_json;
 use infergate_harness::launch::jwt::TestIssuer;
 use infergate_harness::launch::process::RunDir;
 use infergate_harness::launch::read_billing_log;
-use infergate_harness::launch::{Envoy, EnvoyOptions, Flavor, Membership};
+use infergate_harness::launch::{EdsDir, Envoy, EnvoyOptions, Flavor, Membership};
 use infergate_harness::render::{render, GatewayInputs, RenderOptions};
 use infergate_harness::sim::{self, SimConfig};
 use serde_json::json;
@@ -247,7 +247,7 @@ async fn warm_up(envoy: &Envoy, url: &str, headers: &[(&str, &str)], flavor: Fla
 
 async fn simulated_pool() -> sim::SimHandle {
     sim::start(SimConfig {
-        replicas: 2,
+        replicas: 3,
         models: vec![MODEL.into()],
         loras: vec!["support-assistant-v1".into(), "support-assistant-v2".into()],
         ..SimConfig::default()
@@ -258,7 +258,7 @@ async fn simulated_pool() -> sim::SimHandle {
 
 async fn serves(flavor: Flavor) {
     let sim = simulated_pool().await;
-    let replicas = sim.addrs().to_vec();
+    let replicas = sim.addrs()[..2].to_vec();
     let dir = RunDir::new("render-serve").unwrap();
     let out = render(&options(flavor, dir.path(), &replicas, true)).unwrap();
     validate(&out.bootstrap);
@@ -317,6 +317,57 @@ async fn serves(flavor: Flavor) {
     .await
     .unwrap();
     assert_ne!(resp.status, 200, "{flavor}: /other was routed");
+}
+
+/// The rendered gateway of each flavour follows its pool's EDS file: rendered with two of
+/// three replicas, the third, added to the file the way the operator's tooling would (a new
+/// file renamed over the old), is scraped and picked within seconds.
+#[test]
+fn a_replica_added_to_the_rendered_eds_file_gets_requests() {
+    let rt = infergate_harness::launch::runtime().unwrap();
+    rt.block_on(async {
+        for flavor in [Flavor::Wasm, Flavor::Native] {
+            if unbuilt(flavor) {
+                continue;
+            }
+            scales_up(flavor).await;
+        }
+    });
+}
+
+async fn scales_up(flavor: Flavor) {
+    let sim = simulated_pool().await;
+    let all = sim.addrs().to_vec();
+    let dir = RunDir::new("render-scale").unwrap();
+    let out = render(&options(flavor, dir.path(), &all[..2], true)).unwrap();
+    let envoy = start_envoy(&out.bootstrap, flavor).await;
+    let url = format!("{}/v1/chat/completions", envoy.base_url());
+    warm_up(&envoy, &url, &[], flavor).await;
+    let eds = EdsDir::create(dir.path().join("eds")).unwrap();
+    let written = std::time::Instant::now();
+    eds.write_healthy("pool-0-llama-70b-bf16", &all).unwrap();
+    let newcomer = all[2].to_string();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let mut i = 0;
+    loop {
+        i += 1;
+        let resp = post_json(&url, &chat(MODEL, &format!("after scale-up {i}")), &[])
+            .await
+            .unwrap();
+        assert_eq!(resp.status, 200, "{flavor}: {}", resp.text());
+        if resp.header("x-gateway-destination-endpoint-served") == Some(newcomer.as_str()) {
+            eprintln!(
+                "{flavor}: {newcomer} served request {i} after the EDS write, {:?} later",
+                written.elapsed()
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{flavor}: {newcomer} got no request in 5 s ({i} requests)"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The seed's objects with the quota files of `testdata/tenants/` (the same objects with
