@@ -57,6 +57,7 @@ pub struct QuotaService {
     table: LimitTable,
     domain: Namespace,
     reservation_ttl: Duration,
+    debug: bool,
 }
 
 impl core::fmt::Debug for QuotaService {
@@ -164,6 +165,8 @@ impl QuotaService {
             table,
             domain: Namespace::from(domain),
             reservation_ttl,
+            // Every request and what it was read as, on stderr.
+            debug: std::env::var_os("INFERGATE_RATELIMIT_DEBUG").is_some(),
         })
     }
 
@@ -173,6 +176,9 @@ impl QuotaService {
             return Ok(ok(Vec::new(), None));
         }
         let hits = hits(request);
+        if self.debug {
+            eprintln!("infergate-ratelimit: {request:?} -> {hits:?}");
+        }
         let (settles, admits): (Vec<&Hit>, Vec<&Hit>) =
             hits.iter().partition(|h| h.reservation.is_some());
         for hit in settles {
@@ -220,7 +226,8 @@ impl QuotaService {
                 )
                 .await
                 .map_err(|e| format!("reserving on {}: {e}", hit.bucket))?;
-            seen.tokens = Window::of(&reserved.counters, hit.amount);
+            // The reservation's counters already count its hold.
+            seen.tokens = Window::of(&reserved.counters, 0);
             if reserved.limited {
                 return Ok(self.over_limit(hit, Counter::Tpm, &seen));
             }
@@ -235,6 +242,9 @@ impl QuotaService {
                 .update_counters(&self.domain, &context(hit), hit.amount)
                 .await
                 .map_err(|e| format!("counting on {}: {e}", hit.bucket))?;
+        }
+        if self.debug {
+            eprintln!("infergate-ratelimit: admitted, {seen:?}, reservation {reservation:?}");
         }
         Ok(ok(rate_limit_headers(&seen), reservation))
     }

@@ -26,6 +26,12 @@
 //! its own process with its own ports, admin and log ([`super::fleet`]), and prints
 //! `gateway K: URL` for each: put an L4 balancer (or the load generator's
 //! `--connections per-request`) in front of them. Each keeps its own picker state.
+//!
+//! `--global-quotas` (with `--tenants`) shares the tenants' requests and tokens per minute
+//! across the gateways: it starts a Redis of the run's own and the rate-limit service
+//! `infergate-ratelimit` over it, and every gateway asks that service through Envoy's
+//! `ratelimit` filter ([`super::global_quotas`]); without it each gateway keeps its own
+//! buckets.
 
 use super::bootstrap::Flavor;
 use super::envoy::EnvoyOptions;
@@ -78,6 +84,8 @@ pub struct UpOptions {
     pub routes: Option<PathBuf>,
     /// `--gateways N`: Envoy gateways over the one simulated pool (at least 1).
     pub gateways: usize,
+    /// `--global-quotas`: the tenants' RPM and TPM in the global rate-limit service.
+    pub global_quotas: bool,
 }
 
 /// What `up` accepts (`up --help`, and the error message of a bad argument).
@@ -86,7 +94,7 @@ pub const USAGE: &str = "usage: up [--flavor wasm|native|plain] [--replicas N] [
           [--epp-config FILE] [--objectives FILE] [--rewrites FILE]
           [--pool NAME=MODEL[@I,J]]... [--split MODEL=POOL:W,POOL:W]... [--sticky-split]
           [--canary-header NAME=VALUE:POOL]... [--routes FILE]
-          [--gateways N]";
+          [--gateways N] [--global-quotas]";
 
 impl Default for UpOptions {
     fn default() -> Self {
@@ -106,6 +114,7 @@ impl Default for UpOptions {
             canaries: Vec::new(),
             routes: None,
             gateways: 1,
+            global_quotas: false,
         }
     }
 }
@@ -144,6 +153,7 @@ impl UpOptions {
                     .canaries
                     .push(parse_canary(&value("--canary-header")?)?),
                 "--gateways" => opts.gateways = parse_gateways(&value("--gateways")?)?,
+                "--global-quotas" => opts.global_quotas = true,
                 other => bail!("unknown argument `{other}`; {USAGE}"),
             }
         }
@@ -159,6 +169,7 @@ impl UpOptions {
                 bail!("{flag} needs a gateway flavour (wasm or native), not plain");
             }
         }
+        check_global_quotas(&opts)?;
         Ok(opts)
     }
 }
@@ -331,7 +342,8 @@ pub async fn up(mut opts: UpOptions) -> Result<()> {
     if opts.tenants.is_some() && opts.billing_log.is_none() {
         opts.billing_log = Some(default_billing_log()?);
     }
-    let stack_opts = stack_options(&opts)?;
+    let mut stack_opts = stack_options(&opts)?;
+    let _global_quotas = start_global_quotas(&opts, &mut stack_opts)?;
     let billing_log = stack_opts.tenancy.billing_log.clone();
     // Every gateway from the same options (`--gateways N`; one by default).
     let fleet = Fleet::start(stack_opts, opts.gateways).await?;
@@ -407,6 +419,47 @@ fn fleet_details(fleet: &Fleet) -> Vec<String> {
 }
 
 // ---- end of several gateways ----
+
+// ---- Global quotas (`--global-quotas`) ----
+
+/// `--global-quotas` needs tenants (whose limits it shares) and a gateway flavour.
+fn check_global_quotas(opts: &UpOptions) -> Result<()> {
+    if !opts.global_quotas {
+        return Ok(());
+    }
+    if opts.flavor == Flavor::Plain {
+        bail!("--global-quotas needs a gateway flavour (wasm or native), not plain");
+    }
+    if opts.tenants.is_none() {
+        bail!("--global-quotas needs --tenants (the quotas it shares)");
+    }
+    Ok(())
+}
+
+/// With `--global-quotas`: starts Redis and the rate-limit service with the tenants'
+/// objects, points every gateway's options at it, and prints where they are; the backend
+/// runs as long as the value is kept.
+fn start_global_quotas(
+    opts: &UpOptions,
+    stack_opts: &mut StackOptions,
+) -> Result<Option<super::global_quotas::GlobalQuotaBackend>> {
+    if !opts.global_quotas {
+        return Ok(None);
+    }
+    let backend = super::global_quotas::GlobalQuotaBackend::start(&stack_opts.tenancy.objects)
+        .context("--global-quotas")?;
+    let quotas = backend.quotas();
+    eprintln!(
+        "global quotas: rate-limit service {} (domain {}), redis {}",
+        quotas.service,
+        quotas.domain,
+        backend.redis().url()
+    );
+    stack_opts.global_quotas = Some(quotas);
+    Ok(Some(backend))
+}
+
+// ---- end of global quotas ----
 
 /// Runs [`up`] on a fresh Tokio runtime (for the synchronous xtask entry point).
 pub fn up_blocking(args: &[String]) -> Result<()> {
@@ -831,5 +884,32 @@ mod tests {
             serde_json::json!({"mode": "perRequest", "sessionHeader": "x-session-id"})
         );
         assert!(UpOptions::parse(&strings(&["--rewrites"])).is_err());
+    }
+    #[test]
+    fn global_quotas_need_tenants_and_a_gateway_flavour() {
+        let o = UpOptions::parse(&strings(&[
+            "--flavor",
+            "native",
+            "--gateways",
+            "2",
+            "--tenants",
+            "t/",
+            "--global-quotas",
+        ]))
+        .unwrap();
+        assert!(o.global_quotas);
+        assert!(!UpOptions::parse(&[]).unwrap().global_quotas);
+        let err = UpOptions::parse(&strings(&["--global-quotas"]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--tenants"), "{err}");
+        let err = UpOptions::parse(&strings(&[
+            "--flavor",
+            "plain",
+            "--global-quotas",
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("plain"), "{err}");
     }
 }
