@@ -285,6 +285,25 @@ async fn serves(flavor: Flavor) {
             "{flavor}"
         );
     }
+    // A client's own gateway headers steer nothing: an address outside the pool, a base
+    // model of its choosing.
+    for (name, value) in [
+        ("x-gateway-destination-endpoint", "127.0.0.1:1"),
+        ("x-gateway-base-model-name", "no-such-model"),
+    ] {
+        let resp = post_json(&url, &chat(MODEL, "steer"), &[(name, value)])
+            .await
+            .unwrap();
+        assert_eq!(resp.status, 200, "{flavor}: {name}: {}", resp.text());
+        let served = resp
+            .header("x-gateway-destination-endpoint-served")
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            pool.contains(&served),
+            "{flavor}: {name}: served by `{served}`"
+        );
+    }
     // The rewrite's stable name reaches the pool as one of its adapters.
     let resp = post_json(&url, &chat("support-assistant", "hello"), &[])
         .await
