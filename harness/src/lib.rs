@@ -1,6 +1,7 @@
 //! Everything that runs the gateway for tests, benchmarks and demos: the real-Envoy
-//! launcher, the benchmarks and `explain`, over the engine simulator (`infergate-sim`) and
-//! the load generator (`infergate-load`). Its binaries: `infergate` (explain) and
+//! launcher, the benchmarks, `explain` and `render` (the user's Kubernetes objects as a
+//! gateway's configuration), over the engine simulator (`infergate-sim`) and the load
+//! generator (`infergate-load`). Its binaries: `infergate` (explain, render) and
 //! `infergate-bench` (what `cargo xtask up|demo|bench` runs).
 pub mod artefacts;
 pub mod bench;
