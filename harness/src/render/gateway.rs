@@ -55,17 +55,13 @@ pub struct Gateway {
     pub picker: Json,
 }
 
-fn pick<T>(f: fn(&Object) -> Option<&T>) -> fn(&Object) -> Option<&T> {
-    f
-}
-
 /// Builds the gateway of `set`, adding to its report.
 pub fn build(set: &mut ObjectSet, inputs: &GatewayInputs) -> Result<Gateway> {
     let pools: Vec<InferencePool> = set
-        .of(pick(|o| match o {
+        .of(|o| match o {
             Object::InferencePoolV1(p) => Some(p),
             _ => None,
-        }))
+        })
         .into_iter()
         .cloned()
         .collect();
@@ -73,10 +69,10 @@ pub fn build(set: &mut ObjectSet, inputs: &GatewayInputs) -> Result<Gateway> {
         bail!("no InferencePool among the objects: the gateway has nothing to route to");
     }
     let routes: Vec<HttpRoute> = set
-        .of(pick(|o| match o {
+        .of(|o| match o {
             Object::HttpRouteV1(r) => Some(r),
             _ => None,
-        }))
+        })
         .into_iter()
         .cloned()
         .collect();
@@ -142,19 +138,19 @@ pub fn build(set: &mut ObjectSet, inputs: &GatewayInputs) -> Result<Gateway> {
     }
     // The EndpointPickerConfig of each pool.
     let epps: Vec<_> = set
-        .of(pick(|o| match o {
+        .of(|o| match o {
             Object::EndpointPickerConfigV1alpha1(c) => Some(c),
             _ => None,
-        }))
+        })
         .into_iter()
         .cloned()
         .collect();
     // Adapters: the rewrite targets of each pool.
     let rewrites: Vec<_> = set
-        .of(pick(|o| match o {
+        .of(|o| match o {
             Object::InferenceModelRewriteV1alpha2(r) => Some(r),
             _ => None,
-        }))
+        })
         .into_iter()
         .cloned()
         .collect();
@@ -252,10 +248,10 @@ pub fn build(set: &mut ObjectSet, inputs: &GatewayInputs) -> Result<Gateway> {
 
     // Objectives (the picker's priorities; the tenants' too).
     let objectives: Vec<_> = set
-        .of(pick(|o| match o {
+        .of(|o| match o {
             Object::InferenceObjectiveV1alpha2(o) => Some(o),
             _ => None,
-        }))
+        })
         .into_iter()
         .cloned()
         .collect();
@@ -289,10 +285,10 @@ pub fn build(set: &mut ObjectSet, inputs: &GatewayInputs) -> Result<Gateway> {
 
     // Tenants.
     let tenants: Vec<_> = set
-        .of(pick(|o| match o {
+        .of(|o| match o {
             Object::TenantQuotaV1alpha1(t) => Some(t),
             _ => None,
-        }))
+        })
         .into_iter()
         .cloned()
         .collect();
