@@ -27,7 +27,7 @@ commands:
   test    every test tier, real-Envoy end-to-end and a 1-minute soak: [--workers N] [--skip-python]
   up      the stack on a simulated pool until Ctrl-C: flavour, tenants, flow control (up --help)
   demo    /rr vs the gateway: [--scenario calibration|hotspot|tenants|canary] (demo --help)
-  bench   overhead | affinity | ttft | soak | memory | flow | lora | pd, release (`bench help`)
+  bench   overhead|affinity|ttft|soak|memory|flow|lora|pd|replicas, in release (`bench help`)
   fuzz    each fuzz target (or one) for N seconds on nightly: [TARGET] [--seconds N] | --build
   help    this list";
 
