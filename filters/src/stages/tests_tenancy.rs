@@ -409,3 +409,117 @@ fn a_later_filters_rejection_is_recorded_with_its_reason_and_refunded() {
     assert_eq!(r["charged"], 0);
     assert_eq!(r["refund"], r["pre_debit"]);
 }
+
+/// Global quotas: the stage leaves RPM and TPM to the rate-limit filter (bucket and
+/// pre-debit in request headers, nothing debited here, concurrency still local), writes
+/// the tokens used for the settlement, and a refusal by the service debits nothing.
+#[test]
+fn global_quotas_hand_the_pre_debit_to_the_rate_limit_filter_and_settle_by_stream_state() {
+    use crate::stages::tenancy::{QUOTA_ACTUAL_STATE, QUOTA_BUCKET_HEADER, QUOTA_TOKENS_HEADER};
+    let header = |host: &FakeHost, name: &str| {
+        host.request_headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    // TPM 1: the in-process buckets would refuse every request; concurrency 1 stays local.
+    let mut t = tenants(1, 1);
+    t.set_global_quotas(true);
+    let p = pipeline(t);
+    let mut host = request(Some(KEY_A), STREAM_BODY);
+    // A client cannot name the bucket or the pre-debit itself.
+    host.request_headers
+        .push((QUOTA_TOKENS_HEADER.into(), "1".into()));
+    let mut run = Run::new();
+    assert_eq!(send(&p, &mut run, &mut host), FilterStatus::Continue);
+    assert_eq!(
+        header(&host, QUOTA_BUCKET_HEADER).as_deref(),
+        Some("tenant-a/llama")
+    );
+    let debit: u64 = header(&host, QUOTA_TOKENS_HEADER).unwrap().parse().unwrap();
+    // The prompt estimate plus the output part, capped at the entry's TPM (1): more than
+    // the in-process bucket holds, so only the global mode admits it.
+    assert!(debit > 1, "{debit}");
+    // Concurrency is still this process's: a second request at once is refused here.
+    let mut second = request(Some(KEY_A), STREAM_BODY);
+    assert_eq!(
+        send(&p, &mut Run::new(), &mut second),
+        FilterStatus::Replied
+    );
+    assert_eq!(
+        second.replies[0]
+            .headers
+            .iter()
+            .find(|(k, _)| k == DROPPED_REASON)
+            .map(|(_, v)| v.as_str()),
+        Some("rejected-quota-concurrency")
+    );
+    let client = respond(&p, &mut run, &mut host, &ENGINE);
+    assert_eq!(client, PLAIN);
+    assert!(
+        host.response_headers
+            .iter()
+            .all(|(k, _)| !k.starts_with("x-ratelimit-")),
+        "the service sets the x-ratelimit-* headers"
+    );
+    run.end(&p, &mut host);
+    assert_eq!(
+        host.stream_state
+            .get(QUOTA_ACTUAL_STATE)
+            .map(|v| v.as_slice()),
+        Some(&b"7"[..])
+    );
+    let r = record(&host);
+    assert_eq!(
+        (r["pre_debit"].as_u64(), r["charged"].as_u64()),
+        (Some(debit), Some(7))
+    );
+
+    // Refused by the service (its 429 on the response): no debit, no settlement, and the
+    // concurrency slot comes back.
+    let mut refused = request(Some(KEY_A), STREAM_BODY);
+    let mut run = Run::new();
+    assert_eq!(send(&p, &mut run, &mut refused), FilterStatus::Continue);
+    refused.response_headers = vec![
+        (":status".into(), "429".into()),
+        (DROPPED_REASON.into(), "rejected-quota-tpm".into()),
+        ("content-type".into(), "application/json".into()),
+    ];
+    run.response_headers(&p, &mut refused, false);
+    refused.response_chunk = br#"{"error":{}}"#.to_vec();
+    run.response_chunk(&p, &mut refused, true);
+    run.end(&p, &mut refused);
+    assert!(!refused.stream_state.contains_key(QUOTA_ACTUAL_STATE));
+    let r = record(&refused);
+    assert_eq!(r["outcome"], "rejected-quota-tpm");
+    assert_eq!(
+        (r["pre_debit"].as_u64(), r["charged"].as_u64()),
+        (Some(0), Some(0))
+    );
+    assert_eq!(
+        refused
+            .counters
+            .iter()
+            .filter(
+                |(k, _)| k.contains("infergate.quota.rejects") && k.contains("rejected-quota-tpm")
+            )
+            .map(|(_, v)| *v)
+            .sum::<u64>(),
+        1
+    );
+    let mut again = request(Some(KEY_A), STREAM_BODY);
+    assert_eq!(
+        send(&p, &mut Run::new(), &mut again),
+        FilterStatus::Continue
+    );
+}
+
+#[test]
+fn global_quotas_are_a_boolean_and_need_tenants() {
+    use crate::stages::tenancy::take_tenants;
+    assert!(take_tenants(&mut json!({"globalQuotas": true})).is_err());
+    assert!(take_tenants(&mut json!({"globalQuotas": "yes", "tenantQuotas": []})).is_err());
+    let mut config = json!({"globalQuotas": false});
+    assert!(take_tenants(&mut config).unwrap().is_none());
+    assert!(config.get("globalQuotas").is_none(), "the key is taken out");
+}

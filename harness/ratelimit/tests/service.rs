@@ -2,6 +2,7 @@
 //! none is installed): admission reserves the pre-debit, settlement commits the actual
 //! tokens, refusals carry the gateway's 429, and two services over one Redis (two
 //! replicas' views) share the counters.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 
