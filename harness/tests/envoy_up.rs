@@ -103,3 +103,68 @@ async fn up_runs_the_seed_epp_config_map_and_objectives() {
         let _ = std::fs::remove_file(&log);
     }
 }
+
+/// `up --gateways 2`: two Envoys over one simulator, each announced on a line of its own
+/// and serving there; dropping the fleet stops both Envoys, then the simulator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_with_two_gateways_serves_on_each_and_stops_everything_on_drop() {
+    use infergate_harness::launch::up::fleet_announcement;
+    use infergate_harness::launch::Fleet;
+    let opts = UpOptions::parse(&[
+        "--flavor".into(),
+        "plain".into(),
+        "--replicas".into(),
+        "2".into(),
+        "--concurrency".into(),
+        "1".into(),
+        "--gateways".into(),
+        "2".into(),
+    ])
+    .unwrap();
+    let fleet = Fleet::start(stack_options(&opts).unwrap(), opts.gateways)
+        .await
+        .unwrap();
+    let lines = fleet_announcement(&fleet);
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    let mut urls = Vec::new();
+    for (k, line) in lines.iter().take(2).enumerate() {
+        let url = line
+            .strip_prefix(&format!("gateway {k}: "))
+            .unwrap_or_else(|| panic!("{line}"));
+        assert_eq!(url, fleet.picker_urls()[k]);
+        urls.push(url.to_string());
+    }
+    assert_ne!(
+        urls[0], urls[1],
+        "each gateway listens on a port of its own"
+    );
+    assert_eq!(lines[2], format!("baseline: {}/rr", urls[0]));
+    assert_eq!(fleet.replicas().len(), 2);
+    let body = json!({"model": "sim-model", "max_tokens": 2,
+                      "messages": [{"role": "user", "content": "hi"}]});
+    for url in &urls {
+        let resp = post_json(&format!("{url}/rr/v1/chat/completions"), &body, &[])
+            .await
+            .unwrap();
+        assert_eq!(resp.status, 200, "{url}: {}", resp.text());
+    }
+    let pids: Vec<u32> = fleet
+        .gateways()
+        .iter()
+        .map(|g| g.envoy().pid().unwrap())
+        .collect();
+    assert_ne!(pids[0], pids[1]);
+    let replica = fleet.replicas()[0];
+    drop(fleet);
+    for pid in pids {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "Envoy {pid} still running"
+        );
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(
+        tokio::net::TcpStream::connect(replica).await.is_err(),
+        "simulator replica still listening"
+    );
+}
