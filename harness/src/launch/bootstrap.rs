@@ -307,8 +307,8 @@ impl PluginConfigs {
     /// its cluster's members (a data-parallel pool, or a list a caller edited, stays as
     /// it is); the scraper follows those clusters (`clusters`, members from the host's LB
     /// policy, or from Envoy's admin `/clusters` when `admin`) and keeps only the static
-    /// endpoints some pool still lists.
-    pub fn follow_clusters(&mut self, pools: &[Pool], admin: bool) {
+    /// endpoints some pool still lists. Returns the clusters followed.
+    pub fn follow_clusters(&mut self, pools: &[Pool], admin: bool) -> Vec<String> {
         let names = cluster_names(pools);
         let mut following: Vec<&str> = Vec::new();
         let mut followed_endpoints: Vec<String> = Vec::new();
@@ -333,8 +333,9 @@ impl PluginConfigs {
                 static_endpoints.extend(listed);
             }
         }
+        let followed: Vec<String> = following.iter().map(|n| (*n).to_owned()).collect();
         let Some(scraper) = self.scraper.as_object_mut() else {
-            return;
+            return followed;
         };
         if let Some(list) = scraper.get_mut("endpoints").and_then(|v| v.as_array_mut()) {
             list.retain(|e| {
@@ -347,6 +348,7 @@ impl PluginConfigs {
             "membership".into(),
             json!(if admin { "admin" } else { "host" }),
         );
+        followed
     }
 }
 
@@ -668,7 +670,7 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
     vars.insert("router_config".into(), json_text(&router));
     let mut plugins = params.plugins.clone();
     if eds.is_some() {
-        plugins.follow_clusters(&params.pools, params.flavor == Flavor::Wasm);
+        let _ = plugins.follow_clusters(&params.pools, params.flavor == Flavor::Wasm);
     }
     let mut picker = plugins.picker.clone();
     apply_objectives(

@@ -182,9 +182,10 @@ pub struct StackOptions {
     /// How the router splits a rewrite rule's traffic over its targets; `None` leaves the
     /// router's default (sticky, no session header).
     pub split: Option<Split>,
-    /// Where the pool clusters take their members from: STATIC lists, or EDS files the
-    /// stack writes (and a test rewrites through [`Stack::eds`]), which the picker and the
-    /// scraper then follow.
+    /// Where the pool clusters take their members from: EDS files the stack writes (the
+    /// default; a test rewrites them through [`Stack::set_members`] or [`Stack::eds`]),
+    /// which the picker and the scraper then follow, or STATIC lists. The plain flavour
+    /// always has STATIC clusters.
     pub membership: Membership,
     /// With membership `Eds`: the directory of EDS files to read, which the caller owns and
     /// may share between gateways (every gateway of a [`super::fleet::Fleet`] reads gateway
@@ -276,7 +277,7 @@ impl StackOptions {
             objectives: Vec::new(),
             rewrites: Vec::new(),
             split: None,
-            membership: Membership::Static,
+            membership: Membership::Eds,
             eds_dir: None,
             health_check: None,
             global_quotas: None,
@@ -367,8 +368,14 @@ impl Stack {
         )?;
         params.health_check = opts.health_check;
         params.global_quotas = opts.global_quotas.clone();
-        params.membership = opts.membership;
-        let eds_dir = match opts.membership {
+        // The plain flavour (no gateway filters) has STATIC clusters only.
+        let membership = if opts.flavor == Flavor::Plain {
+            Membership::Static
+        } else {
+            opts.membership
+        };
+        params.membership = membership;
+        let eds_dir = match membership {
             Membership::Static => None,
             Membership::Eds => {
                 // A shared directory is its owner's to remove; a directory of our own
@@ -402,11 +409,22 @@ impl Stack {
         let envoy = Envoy::start(&bootstrap, &envoy_opts).await?;
         if opts.flavor != Flavor::Plain {
             wait_first_snapshot(&envoy).await?;
-            if opts.membership == Membership::Eds {
+            if membership == Membership::Eds {
                 if opts.health_check.is_some() {
                     wait_health_checked(&envoy, &pools).await?;
                 }
-                let members = pools.iter().map(|p| p.endpoints.len() as i64).sum();
+                // The members of the clusters the scraper follows (a data-parallel pool, or
+                // a list a caller edited, keeps its static list).
+                let followed = params
+                    .plugins
+                    .clone()
+                    .follow_clusters(&pools, opts.flavor == Flavor::Wasm);
+                let members = pools
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, p)| followed.contains(&p.cluster_name(*i)))
+                    .map(|(_, p)| p.endpoints.len() as i64)
+                    .sum();
                 wait_members(&envoy, members).await?;
             }
         }
