@@ -7,11 +7,14 @@
 //! generator in front of them as an L4 balancer ([`Target::balanced`]: every turn on a new
 //! connection to a gateway drawn at random, seeded). A turn finds its prefix cached only
 //! if the gateway it lands on sends it where the conversation's earlier turns went: the
-//! gateway of the turn before knows where that was (its prefix index), another one does
-//! not, and places the turn by load and KV usage alone. The report is each arm's hit ratio
-//! (Σ cached ÷ Σ prompt, all turns and turns 2+), TTFT p50 / p95 and failed requests, each
-//! against the flavour's 1-gateway arm as a ratio, with the share of turns that landed on
-//! the previous turn's gateway and the hit ratio of those turns and of the others.
+//! gateway of the turn before knows where that was (its prefix index); a gateway that
+//! served an earlier turn knows where a shorter prefix went; one new to the conversation
+//! places the turn by load and KV usage alone, and finds the conversation's cache only by
+//! chance. The report is each arm's hit ratio (Σ cached ÷ Σ prompt, all turns and turns
+//! 2+), TTFT p50 / p95 and failed requests, each against the flavour's 1-gateway arm as a
+//! ratio, with the share of turns 2+ that landed on the previous turn's gateway, on
+//! another gateway that had served an earlier turn of the conversation, or on one new to
+//! it, and the hit ratio of each group.
 //!
 //! It only reports: nothing here makes the gateways agree on a placement.
 
@@ -180,20 +183,39 @@ impl Arm {
         self.report.summary.errors.values().sum()
     }
 
-    /// Turns 2+ split by whether they went to the same gateway as their conversation's
-    /// turn before: (same, another).
+    /// Turns 2+ split by the gateway they went to: their conversation's previous turn's, one
+    /// that served an earlier turn of it, or one that served none.
     pub fn by_previous_gateway(&self) -> Followed {
         followed(&self.report.records)
     }
 }
 
-/// Turns 2+ by where they went relative to the turn before them.
+/// Turns 2+ by where they went relative to the turns before them.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Followed {
     /// Turns sent to the gateway of the conversation's previous turn.
     pub same: Tally,
-    /// Turns sent to another gateway.
-    pub other: Tally,
+    /// Turns sent to another gateway that served an earlier turn of the conversation (its
+    /// prefix index knows where a shorter prefix of the conversation went).
+    pub earlier: Tally,
+    /// Turns sent to a gateway that served no earlier turn of the conversation.
+    pub unseen: Tally,
+}
+
+impl Followed {
+    /// Every turn not sent to the previous turn's gateway.
+    pub fn other(&self) -> Tally {
+        Tally {
+            requests: self.earlier.requests + self.unseen.requests,
+            prompt: self.earlier.prompt + self.unseen.prompt,
+            cached: self.earlier.cached + self.unseen.cached,
+        }
+    }
+
+    /// Every turn 2+.
+    pub fn requests(&self) -> u64 {
+        self.same.requests + self.earlier.requests + self.unseen.requests
+    }
 }
 
 /// Requests and their prompt and cached tokens.
@@ -225,7 +247,7 @@ impl Tally {
 }
 
 /// Splits turns 2+ of `records` by whether each went to the base URL its conversation's
-/// previous turn went to.
+/// previous turn went to, to one an earlier turn went to, or to neither.
 pub fn followed(records: &[RequestRecord]) -> Followed {
     let mut by_turn: BTreeMap<(u32, u32), &RequestRecord> = BTreeMap::new();
     for r in records {
@@ -239,10 +261,17 @@ pub fn followed(records: &[RequestRecord]) -> Followed {
         else {
             continue;
         };
+        let seen = (0..turn).any(|t| {
+            by_turn
+                .get(&(conversation, t))
+                .is_some_and(|e| e.url == r.url)
+        });
         if previous.url == r.url {
             out.same.add(r);
+        } else if seen {
+            out.earlier.add(r);
         } else {
-            out.other.add(r);
+            out.unseen.add(r);
         }
     }
     out
@@ -412,6 +441,9 @@ fn ms(s: f64) -> String {
 /// A figure of the table: its row label, how to read it from an arm, how to print it.
 type Figure = (&'static str, fn(&Arm) -> f64, fn(f64) -> String);
 
+/// A group of turns 2+ in the table: its row label, and how to take it from a [`Followed`].
+type Group = (&'static str, fn(&Followed) -> Tally);
+
 /// One column per arm; each ratio row divides by the same flavour's 1-gateway arm.
 pub fn arms_table(arms: &[Arm]) -> String {
     let mut header = vec!["gateways".to_string()];
@@ -444,26 +476,27 @@ pub fn arms_table(arms: &[Arm]) -> String {
         push(label, &|a| fmt(f(a)));
         push("  vs 1 gateway", &|a| ratio(f(a), base(a).map(f)));
     }
-    push("turns 2+ on the previous turn's gateway", &|a| {
-        let fol = a.by_previous_gateway();
-        let all = fol.same.requests + fol.other.requests;
-        if all == 0 {
-            "-".into()
-        } else {
-            pct(fol.same.requests as f64 / all as f64)
-        }
-    });
-    push("  their cache-hit ratio", &|a| {
-        pct(a.by_previous_gateway().same.hit_ratio())
-    });
-    push("turns 2+ on another gateway: hit ratio", &|a| {
-        let other = a.by_previous_gateway().other;
-        if other.requests == 0 {
-            "-".into()
-        } else {
-            pct(other.hit_ratio())
-        }
-    });
+    let groups: [Group; 3] = [
+        ("turns 2+ on the previous turn's gateway", |f| f.same),
+        ("turns 2+ on an earlier turn's gateway", |f| f.earlier),
+        ("turns 2+ on a gateway new to them", |f| f.unseen),
+    ];
+    for (label, group) in groups {
+        push(label, &|a| {
+            let f = a.by_previous_gateway();
+            match f.requests() {
+                0 => "-".into(),
+                all => pct(group(&f).requests as f64 / all as f64),
+            }
+        });
+        push("  their cache-hit ratio", &|a| {
+            let g = group(&a.by_previous_gateway());
+            match g.requests {
+                0 => "-".into(),
+                _ => pct(g.hit_ratio()),
+            }
+        });
+    }
     push("picks per gateway (Envoy stats)", &|a| {
         a.picks_per_gateway
             .iter()
@@ -563,8 +596,18 @@ mod tests {
             rec(0, 0, "a", 50, 0),
             rec(1, 1, "a", 100, 10),
             rec(0, 2, "b", 200, 20),
+            rec(0, 3, "a", 300, 150),
         ];
         let f = followed(&records);
+        assert_eq!(
+            f.earlier,
+            Tally {
+                requests: 1,
+                prompt: 300,
+                cached: 150
+            }
+        );
+        assert_eq!(f.requests(), 4);
         assert_eq!(
             f.same,
             Tally {
@@ -574,14 +617,15 @@ mod tests {
             }
         );
         assert_eq!(
-            f.other,
+            f.unseen,
             Tally {
                 requests: 2,
                 prompt: 300,
                 cached: 30
             }
         );
-        assert!((f.other.hit_ratio() - 0.1).abs() < 1e-12);
+        assert!((f.unseen.hit_ratio() - 0.1).abs() < 1e-12);
+        assert_eq!(f.other().requests, 3);
         assert_eq!(Tally::default().hit_ratio(), 0.0);
     }
 
@@ -635,6 +679,10 @@ mod tests {
         assert_eq!(
             row("turns 2+ on the previous turn's gateway"),
             ["100.0%", "0.0%", "100.0%"]
+        );
+        assert_eq!(
+            row("turns 2+ on a gateway new to them"),
+            ["0.0%", "100.0%", "0.0%"]
         );
         assert_eq!(row("picks per gateway (Envoy stats)"), ["3", "3/3", "3/3"]);
         assert!(t.starts_with("gateways"), "{t}");
