@@ -162,6 +162,8 @@ struct Run {
     refused_with_debit: u64,
     /// One 429's body and headers, to look at.
     sample_429: Option<(Value, Option<String>)>,
+    /// `x-ratelimit-limit-tokens` of the admitted responses (each distinct value once).
+    limit_headers: Vec<Option<String>>,
     /// The rate-limit filter's counters (`ratelimit.*` of the service's cluster), summed
     /// over the gateways.
     filter_stats: BTreeMap<String, i64>,
@@ -199,7 +201,8 @@ async fn drive(fleet: &Fleet, sim: &SimHandle, length: Duration) -> Run {
                         resp.header("retry-after").map(str::to_owned),
                     )
                 });
-                seen.push((gateway, resp.status, reason, sample));
+                let limit = resp.header("x-ratelimit-limit-tokens").map(str::to_owned);
+                seen.push((gateway, resp.status, reason, sample, limit));
                 if resp.status == 429 {
                     // A refused client waits a little, as a client honouring retry-after
                     // would (without waiting the whole minute).
@@ -214,9 +217,14 @@ async fn drive(fleet: &Fleet, sim: &SimHandle, length: Duration) -> Run {
         ..Run::default()
     };
     while let Some(done) = clients.join_next().await {
-        for (gateway, status, reason, sample) in done.unwrap() {
+        for (gateway, status, reason, sample, limit) in done.unwrap() {
             match status {
-                200 => run.admitted[gateway] += 1,
+                200 => {
+                    run.admitted[gateway] += 1;
+                    if !run.limit_headers.contains(&limit) {
+                        run.limit_headers.push(limit);
+                    }
+                }
                 429 => {
                     *run.refused.entry(reason.unwrap_or_default()).or_insert(0) += 1;
                     if run.sample_429.is_none() {
@@ -339,6 +347,11 @@ async fn two_gateways_share_one_tenants_tokens_per_minute(flavor: Flavor) {
     assert_eq!(
         global.refused_with_debit, 0,
         "a request the service refused debits nothing: {g}"
+    );
+    assert_eq!(
+        global.limit_headers,
+        [Some(tpm.to_string())],
+        "every admitted response carries the service's x-ratelimit-* headers: {g}"
     );
     assert_eq!(
         global.charged, global.served,
