@@ -86,6 +86,9 @@ pub struct UpOptions {
     pub gateways: usize,
     /// `--global-quotas`: the tenants' RPM and TPM in the global rate-limit service.
     pub global_quotas: bool,
+    /// `--static-membership`: STATIC pool clusters holding the replicas, instead of EDS
+    /// ones the gateway follows (the default).
+    pub static_membership: bool,
 }
 
 /// What `up` accepts (`up --help`, and the error message of a bad argument).
@@ -94,7 +97,7 @@ pub const USAGE: &str = "usage: up [--flavor wasm|native|plain] [--replicas N] [
           [--epp-config FILE] [--objectives FILE] [--rewrites FILE]
           [--pool NAME=MODEL[@I,J]]... [--split MODEL=POOL:W,POOL:W]... [--sticky-split]
           [--canary-header NAME=VALUE:POOL]... [--routes FILE]
-          [--gateways N] [--global-quotas]";
+          [--gateways N] [--global-quotas] [--static-membership]";
 
 impl Default for UpOptions {
     fn default() -> Self {
@@ -115,6 +118,7 @@ impl Default for UpOptions {
             routes: None,
             gateways: 1,
             global_quotas: false,
+            static_membership: false,
         }
     }
 }
@@ -154,6 +158,7 @@ impl UpOptions {
                     .push(parse_canary(&value("--canary-header")?)?),
                 "--gateways" => opts.gateways = parse_gateways(&value("--gateways")?)?,
                 "--global-quotas" => opts.global_quotas = true,
+                "--static-membership" => opts.static_membership = true,
                 other => bail!("unknown argument `{other}`; {USAGE}"),
             }
         }
@@ -258,6 +263,9 @@ pub fn stack_options(opts: &UpOptions) -> Result<StackOptions> {
     }
     let mut stack_opts = StackOptions::new(opts.flavor, Backends::InProcess(Box::new(sim)));
     stack_opts.pools = pools;
+    if opts.static_membership {
+        stack_opts.membership = super::eds::Membership::Static;
+    }
     stack_opts.routes = routes;
     stack_opts.envoy = EnvoyOptions {
         concurrency: opts.concurrency,
@@ -693,6 +701,17 @@ mod tests {
     /// `up --help` prints [`USAGE`]: every flag is in it, no line wider than 100 columns.
     /// `--gateways N` takes a positive count (1 by default) and is named in the usage.
     #[test]
+    fn membership_is_eds_unless_static_is_asked_for() {
+        let eds = stack_options(&UpOptions::default()).unwrap();
+        assert_eq!(eds.membership, crate::launch::eds::Membership::Eds);
+        let o = UpOptions::parse(&strings(&["--static-membership"])).unwrap();
+        assert!(o.static_membership);
+        let fixed = stack_options(&o).unwrap();
+        assert_eq!(fixed.membership, crate::launch::eds::Membership::Static);
+        assert!(USAGE.contains("--static-membership"));
+    }
+
+    #[test]
     fn gateways_parse() {
         assert_eq!(UpOptions::parse(&[]).unwrap().gateways, 1);
         let o = UpOptions::parse(&strings(&["--gateways", "4"])).unwrap();
@@ -903,13 +922,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("--tenants"), "{err}");
-        let err = UpOptions::parse(&strings(&[
-            "--flavor",
-            "plain",
-            "--global-quotas",
-        ]))
-        .unwrap_err()
-        .to_string();
+        let err = UpOptions::parse(&strings(&["--flavor", "plain", "--global-quotas"]))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("plain"), "{err}");
     }
 }
