@@ -50,6 +50,7 @@ pub struct SimHandle {
     engines: Vec<EngineHandle>,
     ledgers: Vec<served::ServedLedger>,
     health: Vec<Arc<std::sync::atomic::AtomicBool>>,
+    kills: Vec<watch::Sender<bool>>,
     arrivals: arrivals::ArrivalLog,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -88,6 +89,18 @@ impl SimHandle {
         match self.health.get(index) {
             Some(h) => {
                 h.store(healthy, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
+            }
+            None => anyhow::bail!("no replica {index}"),
+        }
+    }
+
+    /// Kills replica `index` as a crashed pod dies: it stops listening and every connection
+    /// it holds is closed at once, streams in flight included. The others keep serving.
+    pub fn kill(&self, index: usize) -> anyhow::Result<()> {
+        match self.kills.get(index) {
+            Some(k) => {
+                let _ = k.send(true);
                 Ok(())
             }
             None => anyhow::bail!("no replica {index}"),
@@ -135,6 +148,7 @@ pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
         engines: Vec::new(),
         ledgers: Vec::new(),
         health: Vec::new(),
+        kills: Vec::new(),
         arrivals: arrivals::ArrivalLog::default(),
         shutdown,
         tasks: Vec::new(),
@@ -158,9 +172,14 @@ pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
         handle.engines.push(engine);
         handle.ledgers.push(replica.ledger.clone());
         handle.health.push(replica.healthy.clone());
-        handle
-            .tasks
-            .push(tokio::spawn(serve(listener, replica, shutdown_rx.clone())));
+        let (kill, kill_rx) = watch::channel(false);
+        handle.kills.push(kill);
+        handle.tasks.push(tokio::spawn(serve(
+            listener,
+            replica,
+            shutdown_rx.clone(),
+            kill_rx,
+        )));
     }
     Ok(handle)
 }
@@ -169,16 +188,19 @@ async fn serve(
     listener: TcpListener,
     replica: Arc<server::Replica>,
     mut shutdown: watch::Receiver<bool>,
+    mut kill: watch::Receiver<bool>,
 ) {
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
             _ = shutdown.changed() => break,
+            _ = kill.changed() => break,
         };
         let Ok((stream, _)) = accepted else { continue };
         let _ = stream.set_nodelay(true);
         let replica = replica.clone();
         let mut stop = shutdown.clone();
+        let mut killed = kill.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req| {
                 let replica = replica.clone();
@@ -189,6 +211,7 @@ async fn serve(
             tokio::select! {
                 _ = conn => {}
                 _ = stop.changed() => {}
+                _ = killed.changed() => {}
             }
         });
     }
