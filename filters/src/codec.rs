@@ -23,6 +23,9 @@ impl<'a> Reader<'a> {
     pub(crate) fn u8(&mut self) -> Option<u8> {
         self.array::<1>().map(|[b]| b)
     }
+    pub(crate) fn u16(&mut self) -> Option<u16> {
+        self.array().map(u16::from_le_bytes)
+    }
     pub(crate) fn u32(&mut self) -> Option<u32> {
         self.array().map(u32::from_le_bytes)
     }

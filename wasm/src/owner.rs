@@ -566,7 +566,7 @@ impl RemotePicks for WasmPickerStore {
         let message = ToOwner::Served {
             state: link.state,
             lease: lease.lease,
-            index: u32::try_from(served.index).unwrap_or(u32::MAX),
+            endpoint: served.endpoint.clone(),
             block_hashes: served.block_hashes.iter().map(|h| h.0).collect(),
             session: served.session.clone(),
         };

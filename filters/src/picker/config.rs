@@ -363,7 +363,12 @@ impl PickerConfig {
                     });
                 }
             }
-            if let Err(problem) = pool.endpoint_roles.resolve(&pool.endpoints) {
+            let roles = if pool.follows_cluster() {
+                pool.endpoint_roles.check()
+            } else {
+                pool.endpoint_roles.resolve(&pool.endpoints).map(drop)
+            };
+            if let Err(problem) = roles {
                 return Err(PickerConfigError::Field {
                     field: format!("pools[{i}].endpointRoles"),
                     problem,

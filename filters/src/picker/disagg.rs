@@ -122,6 +122,41 @@ impl EndpointRoles {
         Ok(roles)
     }
 
+    /// The role of one `address` (`ip:port`) that joins the pool (a member of its
+    /// cluster): its own key's, else its IP's, else `both`. A key that does not parse
+    /// gives no role (the config's check refuses it).
+    pub fn role_of(&self, address: &str) -> Role {
+        let ip = address.parse::<SocketAddr>().ok().map(|a| a.ip());
+        let mut by_ip = None;
+        for (key, spec) in &self.0 {
+            let Ok(role) = spec.role() else {
+                continue;
+            };
+            if key == address {
+                return role;
+            }
+            let bare = key.trim_start_matches('[').trim_end_matches(']');
+            if bare.parse::<IpAddr>().ok().is_some_and(|k| Some(k) == ip) {
+                by_ip = by_ip.or(Some(role));
+            }
+        }
+        by_ip.unwrap_or(Role::Both)
+    }
+
+    /// Check every key and role without endpoints to match them against (a pool that
+    /// follows its cluster: its members are not known yet); the error names the key.
+    pub fn check(&self) -> Result<(), String> {
+        for (key, spec) in &self.0 {
+            let quoted = || truncate_for_message(key, 64).into_owned();
+            spec.role().map_err(|e| format!("`{}`: {e}", quoted()))?;
+            let bare = key.trim_start_matches('[').trim_end_matches(']');
+            if key.parse::<SocketAddr>().is_err() && bare.parse::<IpAddr>().is_err() {
+                return Err(format!("`{}` is neither ip:port nor an IP", quoted()));
+            }
+        }
+        Ok(())
+    }
+
     /// [`EndpointRoles::resolve`] for a validated config (every endpoint `both` should it
     /// fail anyway: no role is safer than a wrong one).
     pub fn resolve_validated(&self, endpoints: &[String]) -> Vec<Role> {

@@ -25,7 +25,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use scheduler_core::types::{InFlight, Tokens};
 
@@ -33,72 +33,107 @@ use super::state::lora::AdapterMark;
 use crate::host::Stats;
 use crate::stats::StatKey;
 
-/// One endpoint's counters.
+/// The stat keys of one endpoint slot: its picks counter and its in-flight gauge, named by
+/// the address the slot holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct SlotKeys {
+    /// The address the keys name.
+    pub(super) address: String,
+    pub(super) picks: StatKey,
+    pub(super) inflight: StatKey,
+}
+
+impl SlotKeys {
+    pub(super) fn new(pool: &str, address: &str) -> Arc<SlotKeys> {
+        let labels = [("pool", pool), ("endpoint", address)];
+        Arc::new(SlotKeys {
+            address: address.to_owned(),
+            picks: StatKey::new("infergate.picker.picks", &labels),
+            inflight: StatKey::new(INFLIGHT, &labels),
+        })
+    }
+}
+
+const INFLIGHT: &str = "infergate.picker.inflight_requests";
+
+/// The pool's in-flight gauge key.
+pub(super) fn pool_inflight_key(pool: &str) -> StatKey {
+    StatKey::new(INFLIGHT, &[("pool", pool)])
+}
+
+/// One endpoint slot's counters, and the keys of the address it holds.
 #[derive(Debug, Default)]
 struct EndpointLoad {
     requests: AtomicU32,
     tokens: AtomicU64,
     /// Gauge decrements owed by leases dropped without [`InFlightLease::end`].
     owed: AtomicU32,
+    /// The slot's stat keys (`None`: never assigned). A leaf lock: held only to clone or
+    /// replace the `Arc`, never across any other call, so no path can take it twice.
+    keys: Mutex<Option<Arc<SlotKeys>>>,
 }
 
-/// The in-flight gauges of one pool: the pool's, and each endpoint's (pool order).
-#[derive(Clone, Debug)]
-pub(super) struct InFlightGauges {
-    pub(super) pool: StatKey,
-    pub(super) endpoints: Vec<StatKey>,
-}
-
-impl InFlightGauges {
-    pub(super) fn new(pool: &str, endpoints: &[String]) -> Self {
-        const NAME: &str = "infergate.picker.inflight_requests";
-        InFlightGauges {
-            pool: StatKey::new(NAME, &[("pool", pool)]),
-            endpoints: endpoints
-                .iter()
-                .map(|e| StatKey::new(NAME, &[("pool", pool), ("endpoint", e)]))
-                .collect(),
-        }
-    }
-
-    /// Move one request's worth of endpoint gauge from `from` to `to` (the pool's gauge
-    /// stays: the request is still in flight in the pool).
-    pub(super) fn shift<S: Stats + ?Sized>(&self, from: usize, to: usize, stats: &mut S) {
-        if let (Some(from), Some(to)) = (self.endpoints.get(from), self.endpoints.get(to)) {
-            stats.gauge_add(from, -1);
-            stats.gauge_add(to, 1);
-        }
-    }
-
-    /// Move the pool's gauge and endpoint `endpoint`'s by `delta`.
-    pub(super) fn add<S: Stats + ?Sized>(&self, endpoint: usize, delta: i64, stats: &mut S) {
-        stats.gauge_add(&self.pool, delta);
-        if let Some(key) = self.endpoints.get(endpoint) {
-            stats.gauge_add(key, delta);
-        }
+impl EndpointLoad {
+    fn keys(&self) -> Option<Arc<SlotKeys>> {
+        self.keys
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }
 
-/// The in-flight load of one pool's endpoints (see the module doc).
+/// The in-flight load of one pool's endpoint slots (see the module doc). Its slots are
+/// fixed at build (the static endpoints, or room for a followed cluster's members); which
+/// address a slot holds is the pool's to say, under its lock ([`PoolLoad::assign`]).
 #[derive(Debug)]
 pub struct PoolLoad {
     endpoints: Vec<EndpointLoad>,
-    gauges: InFlightGauges,
+    pool_gauge: StatKey,
     /// Set when some endpoint has an owed decrement, so paying costs one load otherwise.
     owes: AtomicBool,
 }
 
 impl PoolLoad {
-    pub(super) fn new(gauges: InFlightGauges) -> Self {
+    /// `slots` slots, the first ones holding `initial`'s keys; in-flight gauges of the pool
+    /// under `pool_gauge`.
+    pub(super) fn new(pool_gauge: StatKey, slots: usize, initial: &[Arc<SlotKeys>]) -> Self {
+        let endpoints = (0..slots.max(initial.len()))
+            .map(|i| EndpointLoad {
+                keys: Mutex::new(initial.get(i).cloned()),
+                ..EndpointLoad::default()
+            })
+            .collect();
         PoolLoad {
-            endpoints: gauges
-                .endpoints
-                .iter()
-                .map(|_| EndpointLoad::default())
-                .collect(),
-            gauges,
+            endpoints,
+            pool_gauge,
             owes: AtomicBool::new(false),
         }
+    }
+
+    /// How many slots the pool has.
+    pub(super) fn slots(&self) -> usize {
+        self.endpoints.len()
+    }
+
+    /// Whether slot `slot` has nothing in flight and no decrement owed, so it may hold
+    /// another address.
+    pub(super) fn idle(&self, slot: usize) -> bool {
+        self.endpoints.get(slot).is_some_and(|e| {
+            e.requests.load(Ordering::SeqCst) == 0 && e.owed.load(Ordering::SeqCst) == 0
+        })
+    }
+
+    /// Give slot `slot` the keys of a new address; refused (`false`) unless it is
+    /// [`PoolLoad::idle`], so no lease or owed decrement still names the old one.
+    pub(super) fn assign(&self, slot: usize, keys: Arc<SlotKeys>) -> bool {
+        let Some(e) = self.endpoints.get(slot) else {
+            return false;
+        };
+        if !self.idle(slot) {
+            return false;
+        }
+        *e.keys.lock().unwrap_or_else(PoisonError::into_inner) = Some(keys);
+        true
     }
 
     /// The load of endpoint `endpoint` (its index in the pool).
@@ -109,16 +144,33 @@ impl PoolLoad {
         })
     }
 
+    /// The slot whose keys name `address` (a removed member's too, while it holds it),
+    /// without the pool's lock.
+    pub(super) fn slot_of(&self, address: &str) -> Option<usize> {
+        self.endpoints
+            .iter()
+            .position(|e| e.keys().is_some_and(|k| k.address == address))
+    }
+
+    /// Requests in flight over every slot (tests and diagnostics).
+    pub fn total_requests(&self) -> u64 {
+        self.endpoints
+            .iter()
+            .map(|e| u64::from(e.requests.load(Ordering::SeqCst)))
+            .sum()
+    }
+
     /// Count one request of `tokens` against endpoint `endpoint`; `None` for an index the
     /// pool does not have.
     pub(super) fn take(self: &Arc<Self>, endpoint: usize, tokens: Tokens) -> Option<InFlightLease> {
         let e = self.endpoints.get(endpoint)?;
-        e.requests.fetch_add(1, Ordering::Relaxed);
+        e.requests.fetch_add(1, Ordering::SeqCst);
         e.tokens.fetch_add(tokens.0, Ordering::Relaxed);
         Some(InFlightLease {
             load: Arc::clone(self),
             endpoint,
             tokens,
+            keys: e.keys(),
             gauged: false,
             adapter: None,
         })
@@ -130,14 +182,14 @@ impl PoolLoad {
         };
         // Saturating: every give-back matches one take, but a counter must never wrap.
         let _ = e
-            .requests
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                Some(n.saturating_sub(1))
-            });
-        let _ = e
             .tokens
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                 Some(n.saturating_sub(tokens.0))
+            });
+        let _ = e
+            .requests
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                Some(n.saturating_sub(1))
             });
     }
 
@@ -148,15 +200,25 @@ impl PoolLoad {
         }
     }
 
+    /// Move the pool's gauge and `keys`' endpoint gauge by `delta`.
+    fn add_gauges<S: Stats + ?Sized>(&self, keys: Option<&SlotKeys>, delta: i64, stats: &mut S) {
+        stats.gauge_add(&self.pool_gauge, delta);
+        if let Some(keys) = keys {
+            stats.gauge_add(&keys.inflight, delta);
+        }
+    }
+
     /// Lower the gauges by every decrement owed so far.
     fn pay_owed<S: Stats + ?Sized>(&self, stats: &mut S) {
         if !self.owes.swap(false, Ordering::SeqCst) {
             return;
         }
-        for (i, e) in self.endpoints.iter().enumerate() {
+        for e in &self.endpoints {
+            // The keys first: while a decrement is owed the slot keeps its address.
+            let keys = e.keys();
             let owed = e.owed.swap(0, Ordering::SeqCst);
             if owed > 0 {
-                self.gauges.add(i, -i64::from(owed), stats);
+                self.add_gauges(keys.as_deref(), -i64::from(owed), stats);
             }
         }
     }
@@ -179,6 +241,8 @@ pub struct InFlightLease {
     endpoint: usize,
     /// Tokens added with the request.
     tokens: Tokens,
+    /// The keys of the address the slot held when the lease was taken.
+    keys: Option<Arc<SlotKeys>>,
     /// Whether this lease raised the in-flight gauges and has not lowered them yet.
     gauged: bool,
     /// The request's LoRA adapter counted in flight at the picked endpoint (the picker's
@@ -192,6 +256,11 @@ impl InFlightLease {
         self.endpoint
     }
 
+    /// The stat keys of the endpoint this lease counts against.
+    pub(super) fn keys(&self) -> Option<&SlotKeys> {
+        self.keys.as_deref()
+    }
+
     /// Raise the pool's and the endpoint's in-flight gauges for this request (once; later
     /// calls do nothing), paying any decrement the pool owes first.
     pub fn raise_gauges<S: Stats + ?Sized>(&mut self, stats: &mut S) {
@@ -199,7 +268,7 @@ impl InFlightLease {
             return;
         }
         self.load.pay_owed(stats);
-        self.load.gauges.add(self.endpoint, 1, stats);
+        self.load.add_gauges(self.keys.as_deref(), 1, stats);
         self.gauged = true;
     }
 
@@ -207,7 +276,7 @@ impl InFlightLease {
     /// pool owes), then give the load back.
     pub fn end<S: Stats + ?Sized>(mut self, stats: &mut S) {
         if self.gauged {
-            self.load.gauges.add(self.endpoint, -1, stats);
+            self.load.add_gauges(self.keys.as_deref(), -1, stats);
             self.gauged = false;
         }
         self.load.pay_owed(stats);
@@ -223,12 +292,20 @@ impl InFlightLease {
         let Some(to) = self.load.endpoints.get(endpoint) else {
             return false;
         };
-        to.requests.fetch_add(1, Ordering::Relaxed);
+        to.requests.fetch_add(1, Ordering::SeqCst);
         to.tokens.fetch_add(self.tokens.0, Ordering::Relaxed);
+        let to_keys = to.keys();
         self.load.give_back(self.endpoint, self.tokens);
         if self.gauged {
-            self.load.gauges.shift(self.endpoint, endpoint, stats);
+            // The pool's gauge stays: the request is still in flight in the pool.
+            if let Some(from) = &self.keys {
+                stats.gauge_add(&from.inflight, -1);
+            }
+            if let Some(to) = &to_keys {
+                stats.gauge_add(&to.inflight, 1);
+            }
         }
+        self.keys = to_keys;
         // The mark counts the adapter at the endpoint that did not serve: let it go (the
         // serving endpoint's scrape shows the adapter soon enough).
         self.adapter = None;
@@ -249,10 +326,12 @@ impl InFlightLease {
 
 impl Drop for InFlightLease {
     fn drop(&mut self) {
-        self.load.give_back(self.endpoint, self.tokens);
+        // The debt first: a slot with a request in flight or a debt keeps its address, and
+        // this order leaves no moment with neither.
         if self.gauged {
             self.load.owe(self.endpoint);
         }
+        self.load.give_back(self.endpoint, self.tokens);
     }
 }
 

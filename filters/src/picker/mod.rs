@@ -147,10 +147,9 @@ struct PickMemo {
 /// Where the response says the request went, when it was not the pick.
 #[derive(Debug, PartialEq, Eq)]
 pub struct ServedElsewhere {
-    /// `ip:port` of the endpoint that served.
+    /// `ip:port` of the endpoint that served (the state that holds the lease checks that
+    /// it is a current member of the pool).
     pub endpoint: String,
-    /// Its index in the pool.
-    pub index: usize,
     /// The prompt's blocks, to record for it.
     pub block_hashes: Vec<BlockHash>,
     /// The request's session, to remember it there.
@@ -438,7 +437,7 @@ impl PickerRequest {
         plan: &Arc<PoolPlan>,
         prepared: PreparedPick,
     ) -> FilterStatus {
-        if prepared.subset().is_some_and(<[u32]>::is_empty) {
+        if prepared.subset().is_some_and(<[String]>::is_empty) {
             plan.count_decision(&Err(Rejection::NoEndpoints), host);
             host.send_local_reply(&Reply::rejected(
                 REJECTED_NO_ENDPOINTS,
@@ -568,22 +567,25 @@ impl PickerRequest {
             return None;
         }
         let memo = memo?;
-        let index = memo.plan.endpoint_index(&served)?;
-        memo.plan.count_served_elsewhere(host);
-        self.endpoint = Some(served.clone());
         let Some(lease) = self.lease.as_mut() else {
+            memo.plan.count_served_elsewhere(host);
+            self.endpoint = Some(served.clone());
             return Some(ServedElsewhere {
                 endpoint: served,
-                index,
                 block_hashes: memo.block_hashes,
                 session: memo.session,
             });
         };
-        lease.move_to(index, host);
+        // Only a current member of the pool takes the lease (a host outside it, or one
+        // removed meanwhile, leaves the lease where it was picked).
+        let slot = shared.with_shared(|state| state.member_slot(&memo.plan, &served))?;
+        memo.plan.count_served_elsewhere(host);
+        self.endpoint = Some(served.clone());
+        lease.move_to(slot, host);
         shared.with_shared(|state| {
             state.record_served(
                 &memo.plan,
-                index,
+                &served,
                 &memo.block_hashes,
                 memo.session.as_deref(),
             )

@@ -15,7 +15,7 @@ use scheduler_core::types::BlockHash;
 
 use super::admit::FlowPlan;
 use super::config::PoolConfig;
-use super::lease::InFlightGauges;
+use super::lease::{pool_inflight_key, SlotKeys};
 use super::state::{Picked, PoolId, Rejection};
 use crate::handoff::Handoff;
 use crate::host::Stats;
@@ -25,7 +25,9 @@ use crate::stats::{StatKey, StatKind};
 #[derive(Clone, Debug)]
 struct PoolStats {
     decisions: StatKey,
-    picks: Vec<StatKey>,
+    /// The picks counter and in-flight gauge of each static endpoint (a followed
+    /// cluster's members get theirs when they join).
+    slots: Vec<Arc<SlotKeys>>,
     reject_no_endpoints: StatKey,
     reject_stale: StatKey,
     prefix_matched_blocks: StatKey,
@@ -41,10 +43,12 @@ struct PoolStats {
     /// Requests matched to the pool by base model: the host could not tell the route's
     /// cluster, or no pool picks for it.
     by_base_model: StatKey,
-    /// Gauges: requests in flight in the pool, and per endpoint (pool order).
-    inflight: InFlightGauges,
+    /// Gauge: requests in flight in the pool.
+    inflight: StatKey,
     /// Gauge: pool endpoints absent from the scraper's snapshot.
     unscraped: StatKey,
+    /// Gauge: the pool's current members (its candidates before any rule).
+    members: StatKey,
 }
 
 impl PoolStats {
@@ -58,10 +62,7 @@ impl PoolStats {
         };
         PoolStats {
             decisions: StatKey::new("infergate.picker.decisions", &p),
-            picks: endpoints
-                .iter()
-                .map(|e| StatKey::new("infergate.picker.picks", &[("pool", pool), ("endpoint", e)]))
-                .collect(),
+            slots: endpoints.iter().map(|e| SlotKeys::new(pool, e)).collect(),
             reject_no_endpoints: reject(Rejection::NoEndpoints.label()),
             reject_stale: reject(Rejection::StaleMetrics.label()),
             prefix_matched_blocks: StatKey::new("infergate.picker.prefix_matched_blocks", &p),
@@ -73,8 +74,9 @@ impl PoolStats {
             disaggregated: StatKey::new("infergate.picker.disaggregated_picks", &p),
             by_base_model: StatKey::new("infergate.picker.pool_by_base_model", &p),
             reject_unscraped: reject(Rejection::Unscraped.label()),
-            inflight: InFlightGauges::new(pool, endpoints),
+            inflight: pool_inflight_key(pool),
             unscraped: StatKey::new("infergate.picker.unscraped_endpoints", &p),
+            members: StatKey::new("infergate.picker.pool_members", &p),
         }
     }
 
@@ -95,11 +97,11 @@ impl PoolStats {
             &self.by_base_model,
         ]
         .into_iter()
-        .chain(&self.picks)
+        .chain(self.slots.iter().map(|k| &k.picks))
         .map(|k| (StatKind::Counter, k));
-        let gauges = [&self.inflight.pool, &self.unscraped]
+        let gauges = [&self.inflight, &self.unscraped, &self.members]
             .into_iter()
-            .chain(&self.inflight.endpoints)
+            .chain(self.slots.iter().map(|k| &k.inflight))
             .map(|k| (StatKind::Gauge, k));
         counters.chain(gauges)
     }
@@ -115,7 +117,10 @@ pub struct PoolPlan {
     pub(super) base_model: String,
     /// The Envoy cluster this pool picks for.
     cluster: String,
+    /// The static endpoints (empty when the pool follows its cluster).
     endpoints: Vec<String>,
+    /// Whether the pool picks among its cluster's members, not a static list.
+    follows: bool,
     /// How many fallbacks follow the pick in the destination list.
     fallbacks: usize,
     session_header: Option<String>,
@@ -142,6 +147,7 @@ impl PoolPlan {
             base_model: cfg.base_model.clone(),
             cluster: cfg.cluster_name().to_owned(),
             endpoints: cfg.endpoints.clone(),
+            follows: cfg.follows_cluster(),
             fallbacks: cfg.fallbacks,
             session_header: cfg.session_header.as_ref().map(|h| h.to_ascii_lowercase()),
             hashing: scheduler
@@ -190,14 +196,16 @@ impl PoolPlan {
         self.fallbacks
     }
 
-    /// The index of `endpoint` in the pool, if it is one of the pool's.
-    pub fn endpoint_index(&self, endpoint: &str) -> Option<usize> {
-        self.endpoints.iter().position(|e| e == endpoint)
-    }
-
-    /// The pool's endpoints (`ip:port`), in configuration order.
+    /// The pool's static endpoints (`ip:port`), in configuration order; empty when the
+    /// pool follows its cluster ([`PoolPlan::follows_cluster`]), whose members come and go
+    /// in the state.
     pub fn endpoints(&self) -> &[String] {
         &self.endpoints
+    }
+
+    /// Whether the pool picks among its cluster's members as the snapshot carries them.
+    pub fn follows_cluster(&self) -> bool {
+        self.follows
     }
 
     /// The session header, lower-case, if configured.
@@ -265,8 +273,8 @@ impl PoolPlan {
         stats.counter_add(&s.decisions, 1);
         match outcome {
             Ok(picked) => {
-                if let Some(key) = s.picks.get(picked.lease.endpoint_index()) {
-                    stats.counter_add(key, 1);
+                if let Some(keys) = picked.lease.keys() {
+                    stats.counter_add(&keys.picks, 1);
                 }
                 if picked.degraded {
                     stats.counter_add(&s.degraded_picks, 1);
@@ -283,22 +291,34 @@ impl PoolPlan {
         }
     }
 
-    /// Move the in-flight gauges of the pool and of endpoint `endpoint` (its index in the
-    /// pool) by `delta`. Requests do not call this: their lease moves the gauges
-    /// ([`super::InFlightLease::raise_gauges`], [`super::InFlightLease::end`]).
-    pub fn count_in_flight<S: Stats + ?Sized>(&self, endpoint: usize, delta: i64, stats: &mut S) {
-        self.stats.inflight.add(endpoint, delta, stats);
+    /// The pool's in-flight gauge key, for the pool's [`super::lease::PoolLoad`].
+    pub(super) fn in_flight_gauge(&self) -> StatKey {
+        self.stats.inflight.clone()
     }
 
-    /// The pool's in-flight gauge keys, for the pool's [`super::lease::PoolLoad`].
-    pub(super) fn in_flight_gauges(&self) -> InFlightGauges {
-        self.stats.inflight.clone()
+    /// The stat keys of the static endpoints, in configuration order.
+    pub(super) fn static_slot_keys(&self) -> &[Arc<SlotKeys>] {
+        &self.stats.slots
+    }
+
+    /// Set the gauge of the pool's current members (`infergate.picker.pool_members`).
+    pub fn report_members<S: Stats + ?Sized>(&self, members: usize, stats: &mut S) {
+        stats.gauge_set(&self.stats.members, members as u64);
     }
 
     /// Report how many of the pool's endpoints the scraper's snapshot lacks (gauge
     /// `infergate.picker.unscraped_endpoints`) and log `message` when there is one.
     pub fn report_unscraped<S: Stats + ?Sized>(&self, report: &UnscrapedReport, stats: &mut S) {
         stats.gauge_set(&self.stats.unscraped, report.endpoints.len() as u64);
+        self.report_members(report.members, stats);
+        if report.cluster_missing {
+            stats.log_error(&format!(
+                "infergate: picker pool `{}` follows Envoy cluster `{}`, which the scraper's \
+                 snapshot does not carry (add it to the scraper's `clusters`): the pool has \
+                 no members and answers 503 rejected-no-endpoints",
+                self.name, self.cluster
+            ));
+        }
         if report.endpoints.is_empty() {
             return;
         }
@@ -329,6 +349,11 @@ pub struct UnscrapedReport {
     pub pool: PoolId,
     /// Its endpoints absent from the snapshot, in pool order.
     pub endpoints: Vec<String>,
+    /// Its current members (static endpoints, or the followed cluster's members).
+    pub members: usize,
+    /// The pool follows its cluster but the snapshot does not carry that cluster (the
+    /// scraper's `clusters` lack it): the pool has no members.
+    pub cluster_missing: bool,
 }
 
 /// Every pool's plan, in pool order.

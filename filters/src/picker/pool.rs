@@ -17,17 +17,41 @@ use scheduler_core::prefix::PrefixIndex;
 use scheduler_core::scheduling::candidates::CandidateRules;
 use scheduler_core::scheduling::config::{ConfigError, EndpointPickerConfig};
 use scheduler_core::scheduling::{Role, Scheduler};
-use scheduler_core::snapshot::Snapshot;
+use scheduler_core::snapshot::{Health, Snapshot};
 
 use super::config::{PickerConfigError, PoolConfig};
-use super::lease::{InFlightGauges, PoolLoad};
+use super::disagg::EndpointRoles;
+use super::lease::{PoolLoad, SlotKeys};
 use super::sessions::SessionTable;
 use super::state::lora::AdapterMemory;
+use crate::stats::StatKey;
+
+/// Endpoint slots a pool that follows its cluster has room for: the most members it
+/// tracks at once, counting removed ones whose requests are still in flight.
+pub const MAX_FOLLOWED_ENDPOINTS: usize = 1024;
 
 /// One pool's state under its lock.
+///
+/// Every per-endpoint vector is indexed by *slot*: a static pool's slots are its
+/// configured endpoints; a pool that follows its cluster gives each new member a slot
+/// (a removed member's, once nothing is in flight there, else a new one), and a slot
+/// keeps its index for as long as it holds its address, so a lease, a session or a
+/// snapshot record that names a slot never names another endpoint.
 #[derive(Debug)]
 pub(super) struct PoolState {
+    /// Per slot: the address it holds (or last held).
     pub(super) endpoints: Vec<String>,
+    /// Per slot: whether it holds a current member (a removed one is never a candidate).
+    pub(super) member: Vec<bool>,
+    /// Per slot: its health as the snapshot's cluster reports it (healthy when the pool's
+    /// cluster is not carried). An unhealthy member is never a candidate.
+    pub(super) health: Vec<Health>,
+    /// Whether the pool follows its cluster's members (no static `endpoints`).
+    pub(super) follows: bool,
+    /// The pool's name (the stat keys of members that join).
+    pub(super) name: String,
+    /// `endpointRoles`, for the roles of members that join.
+    pub(super) role_config: EndpointRoles,
     pub(super) rules: CandidateRules,
     pub(super) scheduler: Scheduler,
     pub(super) prefix: PrefixIndex,
@@ -44,8 +68,10 @@ pub(super) struct PoolState {
     pub(super) capacity: Vec<Option<u32>>,
     /// Per endpoint: the LoRA adapters the pool sent there (see [`super::state::lora`]).
     pub(super) adapters: Vec<AdapterMemory>,
-    /// The endpoints last reported missing from the snapshot (`None`: no report yet).
-    pub(super) reported_missing: Option<Vec<usize>>,
+    /// What was last reported (see `super::state::view`): the static endpoints missing
+    /// from the snapshot, the member count and whether the followed cluster is missing
+    /// (`None`: no report yet).
+    pub(super) reported_missing: Option<(Vec<usize>, usize, bool)>,
     pub(super) matched_blocks: u64,
     pub(super) total_blocks: u64,
 }
@@ -56,6 +82,11 @@ impl PoolState {
         let n = cfg.endpoints.len();
         PoolState {
             endpoints: cfg.endpoints.clone(),
+            member: vec![true; n],
+            health: vec![Health::Healthy; n],
+            follows: cfg.follows_cluster(),
+            name: cfg.pool.clone(),
+            role_config: cfg.endpoint_roles.clone(),
             rules: cfg.candidate_rules(),
             scheduler,
             prefix,
@@ -109,12 +140,22 @@ pub(super) fn compile(
 }
 
 impl Pool {
-    /// A pool of `cfg` scheduled by `scheduler`, its in-flight load reported under
-    /// `gauges` (the plan's keys).
-    pub(super) fn new(cfg: &PoolConfig, scheduler: Scheduler, gauges: InFlightGauges) -> Pool {
+    /// A pool of `cfg` scheduled by `scheduler`, its in-flight load reported under the
+    /// pool gauge `gauge` and the static endpoints' `slots` keys (the plan's).
+    pub(super) fn new(
+        cfg: &PoolConfig,
+        scheduler: Scheduler,
+        gauge: StatKey,
+        slots: &[Arc<SlotKeys>],
+    ) -> Pool {
+        let room = if cfg.follows_cluster() {
+            MAX_FOLLOWED_ENDPOINTS
+        } else {
+            slots.len()
+        };
         Pool {
             state: Mutex::new(PoolState::new(cfg, scheduler)),
-            load: Arc::new(PoolLoad::new(gauges)),
+            load: Arc::new(PoolLoad::new(gauge, room, slots)),
         }
     }
 

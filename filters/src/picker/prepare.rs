@@ -15,20 +15,26 @@ use crate::codec::{put_string, put_u64s, Reader};
 use crate::handoff::Handoff;
 use crate::headers::{DESTINATION_SUBSET, FAIRNESS_ID, OBJECTIVE, SUBSET_METADATA_NAMESPACE};
 
-/// The request's subset hint as pool endpoint indices (ascending, each once): from the
-/// dynamic metadata `envoy.lb.subset_hint` / `x-gateway-destination-endpoint-subset` (the
-/// gateway's own config) if present, else the header of that name (a trusted stage's: the
-/// router removes a client's copy). Each value is one `ip:port` or a comma-separated list;
-/// entries that are no endpoint of the pool are left out. `None`: no hint.
-fn subset_of<H: PickerHost + ?Sized>(plan: &PoolPlan, host: &H) -> Option<Vec<u32>> {
+/// The most entries a subset hint keeps (a pool has at most this many members anyway).
+const MAX_SUBSET: usize = super::pool::MAX_FOLLOWED_ENDPOINTS;
+
+/// The request's subset hint as `ip:port`s (sorted, each once): from the dynamic metadata
+/// `envoy.lb.subset_hint` / `x-gateway-destination-endpoint-subset` (the gateway's own
+/// config) if present, else the header of that name (a trusted stage's: the router removes
+/// a client's copy). Each value is one `ip:port` or a comma-separated list; entries that
+/// are no `ip:port` are left out here, and those that are no current member of the pool
+/// at the pick (the pool's membership may change meanwhile). `None`: no hint.
+fn subset_of<H: PickerHost + ?Sized>(host: &H) -> Option<Vec<String>> {
     let values = host
         .metadata_strings(SUBSET_METADATA_NAMESPACE, DESTINATION_SUBSET)
         .or_else(|| host.request_header(DESTINATION_SUBSET).map(|v| vec![v]))?;
-    let mut subset: Vec<u32> = values
+    let mut subset: Vec<String> = values
         .iter()
         .flat_map(|v| v.split(','))
-        .filter_map(|entry| plan.endpoint_index(entry.trim()))
-        .filter_map(|i| u32::try_from(i).ok())
+        .map(str::trim)
+        .filter(|entry| entry.parse::<std::net::SocketAddr>().is_ok())
+        .take(MAX_SUBSET)
+        .map(str::to_owned)
         .collect();
     subset.sort_unstable();
     subset.dedup();
@@ -57,8 +63,8 @@ pub struct PreparedPick {
     max_output_tokens: Option<u64>,
     session: Option<String>,
     flow: FlowFields,
-    /// The subset hint's pool endpoint indices (ascending); `None`: no hint.
-    subset: Option<Vec<u32>>,
+    /// The subset hint's `ip:port`s (sorted, each once); `None`: no hint.
+    subset: Option<Vec<String>>,
     /// The time of the decision.
     pub now: Millis,
     /// The decision's random draw (tie breaks, weighted picks).
@@ -89,7 +95,7 @@ impl PreparedPick {
             max_output_tokens: parsed.max_output_tokens,
             session,
             flow,
-            subset: subset_of(plan, host),
+            subset: subset_of(host),
             now: host.now(),
             random: host.random_u64(),
         })
@@ -122,7 +128,7 @@ impl PreparedPick {
             max_output_tokens: handoff.max_output_tokens,
             session,
             flow,
-            subset: subset_of(plan, host),
+            subset: subset_of(host),
             now: host.now(),
             random: host.random_u64(),
         })
@@ -132,7 +138,8 @@ impl PreparedPick {
     /// `u64` prompt tokens ‖ `u8` flags (bit 0: output cap, bit 1: session) ‖ `u64` output
     /// cap ‖ `u16` len ‖ target model ‖ `u16` len ‖ session ‖ `u32` count ‖ count × `u64`
     /// block hash ‖ `u32` priority (two's complement) ‖ `u16` len ‖ fairness id ‖ `u64`
-    /// body bytes. `None` if a name is longer than `u16::MAX` bytes.
+    /// body bytes ‖ `u16` count ‖ count × (`u16` len ‖ subset `ip:port`). `None` if a name
+    /// is longer than `u16::MAX` bytes or the subset has more than `u16::MAX` entries.
     pub(crate) fn encode_into(&self, out: &mut Vec<u8>) -> Option<()> {
         out.extend_from_slice(&self.now.0.to_le_bytes());
         out.extend_from_slice(&self.random.to_le_bytes());
@@ -149,7 +156,11 @@ impl PreparedPick {
         put_string(out, &self.flow.fairness_id)?;
         out.extend_from_slice(&self.flow.bytes.to_le_bytes());
         let subset = self.subset.as_deref().unwrap_or(&[]);
-        put_u64s(out, subset.iter().map(|&i| u64::from(i)))?;
+        let count = u16::try_from(subset.len()).ok()?;
+        out.extend_from_slice(&count.to_le_bytes());
+        for entry in subset {
+            put_string(out, entry)?;
+        }
         Some(())
     }
 
@@ -173,12 +184,14 @@ impl PreparedPick {
         let priority = i32::from_le_bytes(r.u32()?.to_le_bytes());
         let fairness_id = r.string()?;
         let bytes = r.u64()?;
-        let subset = r
-            .u64s()?
-            .into_iter()
-            .map(|i| u32::try_from(i).ok())
-            .collect::<Option<Vec<u32>>>()?;
-        // What the encoder writes: no indices without the flag, ascending ones with it.
+        let count = r.u16()?;
+        let mut subset: Vec<String> = Vec::new();
+        for _ in 0..count {
+            // Each entry takes at least its length prefix: a count past the bytes left
+            // fails at the first entry that is not there, before any more is kept.
+            subset.push(r.string()?);
+        }
+        // What the encoder writes: no entries without the flag, strictly sorted ones with it.
         if (flags & 4 == 0 && !subset.is_empty()) || subset.windows(2).any(|w| w[0] >= w[1]) {
             return None;
         }
@@ -214,9 +227,9 @@ impl PreparedPick {
         self.session.as_deref()
     }
 
-    /// The subset hint's pool endpoint indices; `None`: no hint. `Some` of an empty list:
-    /// the hint names no endpoint of the pool (the request is answered 503).
-    pub fn subset(&self) -> Option<&[u32]> {
+    /// The subset hint's `ip:port`s; `None`: no hint. `Some` of an empty list, or of none
+    /// that is a current member: the request is answered 503.
+    pub fn subset(&self) -> Option<&[String]> {
         self.subset.as_deref()
     }
 

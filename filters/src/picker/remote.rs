@@ -140,16 +140,17 @@ pub enum ToOwner {
         /// Lease ids of [`ToWorker::Picked`], with the service their requests received.
         leases: Vec<Released>,
     },
-    /// The request holding `lease` was served by endpoint `index` of its pool, not where it
-    /// was picked (a retry took a fallback): move the lease there and record the prompt's
-    /// blocks and session for it.
+    /// The request holding `lease` was served by `endpoint`, not where it was picked (a
+    /// retry took a fallback): if it is a current member of the lease's pool, move the lease
+    /// there and record the prompt's blocks and session for it.
     Served {
         /// The state that issued the lease.
         state: StateKey,
         /// The lease id of [`ToWorker::Picked`].
         lease: u64,
-        /// The serving endpoint's index in the lease's pool.
-        index: u32,
+        /// `ip:port` of the serving endpoint (the owner finds its slot: only the owner
+        /// knows the pool's current members and their slots).
+        endpoint: String,
         /// The prompt's chained block hashes.
         block_hashes: Vec<u64>,
         /// The request's session id, if its pool reads one.
@@ -277,19 +278,19 @@ impl ToOwner {
                 out.extend_from_slice(&reply_queue.to_le_bytes());
                 out.extend_from_slice(&ticket.to_le_bytes());
             }
-            // `u64` lease ‖ `u32` index ‖ `u8` flags (bit 0: session) ‖ `u16` len ‖ session ‖
-            // `u32` count ‖ count × `u64` block hash.
+            // `u64` lease ‖ `u16` len ‖ endpoint ‖ `u8` flags (bit 0: session) ‖ `u16` len ‖
+            // session ‖ `u32` count ‖ count × `u64` block hash.
             ToOwner::Served {
                 state,
                 lease,
-                index,
+                endpoint,
                 block_hashes,
                 session,
             } => {
                 out.push(SERVED);
                 out.extend_from_slice(&state.0.to_le_bytes());
                 out.extend_from_slice(&lease.to_le_bytes());
-                out.extend_from_slice(&index.to_le_bytes());
+                put_string(&mut out, endpoint)?;
                 out.push(u8::from(session.is_some()));
                 put_string(&mut out, session.as_deref().unwrap_or(""))?;
                 put_u64s(&mut out, block_hashes.iter().copied())?;
@@ -328,7 +329,7 @@ impl ToOwner {
             },
             SERVED => {
                 let lease = r.u64()?;
-                let index = r.u32()?;
+                let endpoint = r.string()?;
                 let flags = r.u8()?;
                 let session = r.string()?;
                 if flags > 1 || (flags == 0 && !session.is_empty()) {
@@ -337,7 +338,7 @@ impl ToOwner {
                 ToOwner::Served {
                     state,
                     lease,
-                    index,
+                    endpoint,
                     session: (flags == 1).then_some(session),
                     block_hashes: r.u64s()?,
                 }
@@ -576,10 +577,17 @@ impl Owner {
             ToOwner::Served {
                 state,
                 lease,
-                index,
+                endpoint,
                 block_hashes,
                 session,
-            } => self.served(host, state, lease, index, &block_hashes, session.as_deref()),
+            } => self.served(
+                host,
+                state,
+                lease,
+                &endpoint,
+                &block_hashes,
+                session.as_deref(),
+            ),
         }
         answers
     }
@@ -849,9 +857,7 @@ impl Owner {
             plan,
             ticket,
         } = state.leases.remove(&released.lease)?;
-        let endpoint = lease.endpoint_index();
-        state.shared.release(lease);
-        plan.count_in_flight(endpoint, -1, host);
+        lease.end(host);
         let admitted = ticket?;
         if let Some(flow) = plan.flow() {
             flow.settle(&admitted, released.service);
@@ -860,15 +866,16 @@ impl Owner {
         Some(plan)
     }
 
-    /// The request of `lease` was served by endpoint `index` of its pool: move the lease
-    /// (and its endpoint gauges) there, and record the prompt's blocks and session for it.
-    /// An unknown lease (released meanwhile) or index is ignored.
+    /// The request of `lease` was served by `endpoint`: if it is a current member of the
+    /// lease's pool, move the lease (and its endpoint gauges) there, and record the
+    /// prompt's blocks and session for it. An unknown lease (released meanwhile) or an
+    /// endpoint that is no member is ignored.
     fn served<H: Stats + ?Sized>(
         &mut self,
         host: &mut H,
         key: StateKey,
         lease: u64,
-        index: u32,
+        endpoint: &str,
         block_hashes: &[u64],
         session: Option<&str>,
     ) {
@@ -878,16 +885,16 @@ impl Owner {
         let Some(kept) = state.leases.get_mut(&lease) else {
             return;
         };
-        let Ok(index) = usize::try_from(index) else {
+        let Some(slot) = state.shared.member_slot(&kept.plan, endpoint) else {
             return;
         };
-        if !kept.lease.move_to(index, host) {
+        if !kept.lease.move_to(slot, host) {
             return;
         }
         let hashes: Vec<BlockHash> = block_hashes.iter().map(|&h| BlockHash(h)).collect();
         state
             .shared
-            .record_served(&kept.plan, index, &hashes, session);
+            .record_served(&kept.plan, endpoint, &hashes, session);
     }
 
     /// The in-flight load the owner's state `key` counts on `endpoint` of `pool` (tests and

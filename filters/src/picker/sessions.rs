@@ -74,6 +74,16 @@ impl SessionTable {
         self.order.push_back(key);
     }
 
+    /// Forget every session whose last endpoint is `endpoint` (it left the pool).
+    pub fn forget_endpoint(&mut self, endpoint: usize) {
+        let before = self.last.len();
+        self.last.retain(|_, e| *e != endpoint);
+        if self.last.len() != before {
+            let last = &self.last;
+            self.order.retain(|k| last.contains_key(k));
+        }
+    }
+
     /// Sessions remembered.
     pub fn len(&self) -> usize {
         self.last.len()

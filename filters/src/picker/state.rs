@@ -38,6 +38,7 @@
 //! pick). A lease is given back without any lock ([`super::lease`]).
 
 pub(super) mod lora;
+mod members;
 mod snapshot;
 mod view;
 
@@ -195,7 +196,12 @@ impl PickerShared {
             let (scheduler, flow) = compile(cfg)?;
             let flow = flow.map(|flow| FlowPlan::new(&cfg.pool, flow, Arc::clone(&priorities)));
             let plan = PoolPlan::new(issuer, PoolId(i), cfg, &scheduler, flow);
-            pools.push(Pool::new(cfg, scheduler, plan.in_flight_gauges()));
+            pools.push(Pool::new(
+                cfg,
+                scheduler,
+                plan.in_flight_gauge(),
+                plan.static_slot_keys(),
+            ));
             plans.push(Arc::new(plan));
         }
         Ok(PickerShared {
@@ -282,7 +288,15 @@ impl PickerShared {
         let Some(snapshot) = state.snapshot.clone() else {
             return;
         };
-        if let Some(report) = reindex(pool, state, &snapshot) {
+        let plan = self.inner.plans.get(pool);
+        let cluster = plan.and_then(|p| snapshot.cluster(p.cluster()));
+        if let Some(p) = self.inner.pools.get(pool.0) {
+            members::apply(state, &p.load, cluster);
+        }
+        // A followed cluster missing from a snapshot that carries others: the scraper does
+        // not follow it (at start, before any membership is known, nothing is carried).
+        let cluster_missing = state.follows && cluster.is_none() && !snapshot.clusters.is_empty();
+        if let Some(report) = reindex(pool, state, &snapshot, cluster_missing) {
             let mut queue = self
                 .inner
                 .reports
@@ -351,14 +365,14 @@ impl PickerShared {
         self.pick_within(plan, req, None, now, random)
     }
 
-    /// [`PickerShared::pick`] among the pool endpoints `subset` (indices, ascending: the
-    /// request's subset hint) only; `None`: the whole pool. A subset with no endpoint of
-    /// the pool is refused as `NoEndpoints`.
+    /// [`PickerShared::pick`] among the pool endpoints `subset` (`ip:port`s: the request's
+    /// subset hint) only; `None`: the whole pool. A subset with no current member of the
+    /// pool is refused as `NoEndpoints`.
     pub fn pick_within(
         &self,
         plan: &PoolPlan,
         req: &PickRequest<'_>,
-        subset: Option<&[u32]>,
+        subset: Option<&[String]>,
         now: Millis,
         random: u64,
     ) -> Result<Picked, Rejection> {
@@ -375,13 +389,21 @@ impl PickerShared {
         // The subset hint narrows the pool before any rule runs (its FailOpen "every
         // member" means every member of the subset): `members` maps a candidate's position
         // in the list handed to the rules back to its pool index.
+        // Only current members that are not unhealthy are ever candidates.
         let members: Vec<usize> = match subset {
-            None => (0..state.endpoints.len()).collect(),
-            Some(subset) => subset
-                .iter()
-                .filter_map(|&i| usize::try_from(i).ok())
-                .filter(|&i| i < state.endpoints.len())
+            None => (0..state.endpoints.len())
+                .filter(|&i| members::candidate(state, i))
                 .collect(),
+            Some(subset) => {
+                let mut slots: Vec<usize> = subset
+                    .iter()
+                    .filter_map(|a| members::member_slot(state, a))
+                    .filter(|&i| members::candidate(state, i))
+                    .collect();
+                slots.sort_unstable();
+                slots.dedup();
+                slots
+            }
         };
         if members.is_empty() {
             return Err(Rejection::NoEndpoints);
@@ -507,16 +529,46 @@ impl PickerShared {
         })
     }
 
-    /// A request of `plan`'s pool was served by its endpoint `served` (index), not where it
-    /// was picked (a retry took a fallback): record its prompt blocks and its session for
-    /// the endpoint that holds them now. The pick's own entries are left to age out of its
-    /// LRU: the prefix index has no removal of single blocks, and a later pick that finds
-    /// them there is wrong once at most. Locks only that pool; `false` for an index the pool
-    /// lacks or a plan of another state.
+    /// The slot of `address` in `plan`'s pool if it is a current member: what a lease
+    /// moves to when a retry's fallback served ([`InFlightLease::move_to`]). Locks only
+    /// that pool.
+    pub fn member_slot(&self, plan: &PoolPlan, address: &str) -> Option<usize> {
+        if plan.issuer != self.inner.issuer {
+            return None;
+        }
+        let pool = self.inner.pools.get(plan.id.0)?;
+        let mut guard = pool.lock();
+        self.sync(plan.id, &mut guard);
+        members::member_slot(&guard, address)
+    }
+
+    /// The current members of `pool`, in slot order (tests and diagnostics).
+    pub fn members(&self, pool: PoolId) -> Vec<String> {
+        let Some(p) = self.inner.pools.get(pool.0) else {
+            return Vec::new();
+        };
+        let mut guard = p.lock();
+        self.sync(pool, &mut guard);
+        let state = &*guard;
+        state
+            .endpoints
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| state.member.get(*i).copied().unwrap_or(false))
+            .map(|(_, a)| a.clone())
+            .collect()
+    }
+
+    /// A request of `plan`'s pool was served by its endpoint `served` (`ip:port`), not
+    /// where it was picked (a retry took a fallback): record its prompt blocks and its
+    /// session for the endpoint that holds them now. The pick's own entries are left to age
+    /// out of its LRU: the prefix index has no removal of single blocks, and a later pick
+    /// that finds them there is wrong once at most. Locks only that pool; `false` for an
+    /// endpoint that is no current member or a plan of another state.
     pub fn record_served(
         &self,
         plan: &PoolPlan,
-        served: usize,
+        served: &str,
         block_hashes: &[BlockHash],
         session: Option<&str>,
     ) -> bool {
@@ -527,9 +579,12 @@ impl PickerShared {
             return false;
         };
         let mut state = pool.lock();
-        let Some(address) = state.endpoints.get(served).cloned() else {
+        self.sync(plan.id, &mut state);
+        let Some(slot) = members::member_slot(&state, served) else {
             return false;
         };
+        let address = served.to_owned();
+        let served = slot;
         if !block_hashes.is_empty() {
             state.prefix.record(&address, block_hashes);
         }
@@ -539,23 +594,26 @@ impl PickerShared {
         true
     }
 
-    /// Give a lease back for a caller that lowers the in-flight gauges itself (with
-    /// [`PoolPlan::count_in_flight`]): the same as dropping it, except that no gauge
-    /// decrement is owed. Requests use [`InFlightLease::end`] or simply drop the lease.
+    /// Give a lease back for a caller that lowers the in-flight gauges itself: the same
+    /// as dropping it, except that no gauge decrement is owed. Requests use
+    /// [`InFlightLease::end`] or simply drop the lease.
     pub fn release(&self, lease: InFlightLease) {
         lease.gauges_lowered_by_caller();
     }
 
-    /// In-flight load of endpoint `address` in `pool` (read without any lock).
+    /// In-flight load of endpoint `address` in `pool` (a removed member's too, while its
+    /// slot holds it), read without the pool's lock.
     pub fn inflight(&self, pool: PoolId, address: &str) -> Option<InFlight> {
-        let i = self
-            .inner
-            .plans
-            .get(pool)?
-            .endpoints()
-            .iter()
-            .position(|e| e == address)?;
-        self.inner.pools.get(pool.0)?.load.get(i)
+        let p = self.inner.pools.get(pool.0)?;
+        p.load.get(p.load.slot_of(address)?)
+    }
+
+    /// Requests in flight in `pool`, over every slot (tests and diagnostics).
+    pub fn inflight_total(&self, pool: PoolId) -> u64 {
+        self.inner
+            .pools
+            .get(pool.0)
+            .map_or(0, |p| p.load.total_requests())
     }
 
     /// Gauge decrements `pool` owes for leases dropped without an end (see

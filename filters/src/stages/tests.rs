@@ -333,7 +333,7 @@ mod remote_store {
             let message = ToOwner::Served {
                 state: StateKey::of_config(CONFIG.as_bytes()),
                 lease: *lease,
-                index: u32::try_from(served.index).unwrap(),
+                endpoint: served.endpoint.clone(),
                 block_hashes: served.block_hashes.iter().map(|h| h.0).collect(),
                 session: served.session.clone(),
             };

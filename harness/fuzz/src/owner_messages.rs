@@ -93,7 +93,7 @@ fn owner_messages_from(data: &[u8], decoded: Option<ToOwner>) -> Vec<ToOwner> {
         ToOwner::Served {
             state,
             lease: word_at(data, 1),
-            index: word_at(data, 2) as u32,
+            endpoint: text_of(data, 40),
             block_hashes: data.chunks(8).map(word).collect(),
             session: (word_at(data, 3) & 1 == 1).then(|| text_of(data, 64)),
         },

@@ -637,7 +637,7 @@ fn owner_message_seeds() -> Vec<(String, Vec<u8>)> {
             ToOwner::Served {
                 state,
                 lease: 9,
-                index: 1,
+                endpoint: "10.0.0.2:8000".into(),
                 block_hashes: full.block_hashes().iter().map(|h| h.0).collect(),
                 session: Some("conversation-42".into()),
             },

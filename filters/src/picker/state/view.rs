@@ -23,22 +23,35 @@ pub(super) fn record_of<'a>(
     }
 }
 
-/// Map each endpoint of `state` to its record in `snapshot` and apply LRU capacities;
-/// the report to queue when the set of endpoints missing from it changed (or on the first
-/// snapshot the pool sees).
+/// Map each endpoint slot of `state` to its record in `snapshot` and apply LRU
+/// capacities; the report to queue when what it reports changed (or on the first snapshot
+/// the pool sees): the static endpoints missing from the snapshot (a followed cluster's
+/// new members are scraped within a round, so they are not reported), the member count,
+/// and `cluster_missing`.
 pub(super) fn reindex(
     pool: PoolId,
     state: &mut PoolState,
     snapshot: &Snapshot,
+    cluster_missing: bool,
 ) -> Option<UnscrapedReport> {
     let samples = &snapshot.endpoints;
+    let by_address: std::collections::HashMap<&str, usize> = samples
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, s)| (s.address.as_str(), i))
+        .collect();
     let mut missing = Vec::new();
     for (i, address) in state.endpoints.iter().enumerate() {
-        let found = samples.iter().position(|s| &s.address == address);
+        let member = state.member.get(i).copied().unwrap_or(false);
+        let found = by_address.get(address.as_str()).copied().filter(|_| member);
         if let Some(slot) = state.sample_of.get_mut(i) {
             *slot = found;
         }
-        if found.is_none() {
+        if !member {
+            continue;
+        }
+        if found.is_none() && !state.follows {
             missing.push(i);
         }
         let metrics = found
@@ -52,13 +65,21 @@ pub(super) fn reindex(
             }
         }
     }
-    if state.reported_missing.as_ref() == Some(&missing) {
+    let members = super::members::count(state);
+    let reported = (missing, members, cluster_missing);
+    if state.reported_missing.as_ref() == Some(&reported) {
         return None;
     }
-    let endpoints = missing
+    let endpoints = reported
+        .0
         .iter()
         .filter_map(|i| state.endpoints.get(*i).cloned())
         .collect();
-    state.reported_missing = Some(missing);
-    Some(UnscrapedReport { pool, endpoints })
+    state.reported_missing = Some(reported);
+    Some(UnscrapedReport {
+        pool,
+        endpoints,
+        members,
+        cluster_missing,
+    })
 }

@@ -61,7 +61,13 @@ fn pick(s: &PickerShared, model: &str, subset: Option<&[u32]>, seed: u64) -> Pic
     let Some(plan) = s.pool_plan("llama") else {
         unreachable!("the pool serves llama")
     };
-    match s.pick_within(&plan, &request(model), subset, Millis(NOW), seed) {
+    let subset: Option<Vec<String>> = subset.map(|slots| {
+        slots
+            .iter()
+            .filter_map(|&i| plan.endpoints().get(i as usize).cloned())
+            .collect()
+    });
+    match s.pick_within(&plan, &request(model), subset.as_deref(), Millis(NOW), seed) {
         Ok(picked) => picked,
         Err(e) => unreachable!("both endpoints are fresh: {e:?}"),
     }

@@ -5,7 +5,8 @@
 //! endpoints the scraper does not cover, [`pools`] per-pool locks and leases that give
 //! themselves back, [`endpoints`] the pool of the routed cluster, data-parallel ports,
 //! fallbacks, the subset hint and the served endpoint, [`lora`] the memory of the LoRA
-//! adapters sent to each endpoint.
+//! adapters sent to each endpoint, [`members`] pools that follow their cluster's
+//! membership.
 
 pub(super) use scheduler_core::metrics::EndpointMetrics;
 pub(super) use scheduler_core::snapshot::{encode, EndpointSample, Snapshot};
@@ -122,6 +123,7 @@ mod gauges;
 mod handoff;
 mod locking;
 mod lora;
+mod members;
 mod pools;
 mod routing;
 mod state;

@@ -260,8 +260,7 @@ fn release_leaves_the_gauges_to_its_caller() {
         unreachable!("A is fresh")
     };
     picked.lease.raise_gauges(&mut host);
-    s.release(picked.lease);
-    plan.count_in_flight(0, -1, &mut host);
+    picked.lease.end(&mut host);
     assert_eq!(requests_in_flight(&s, A), 0);
     assert_eq!(s.owed_gauge_decrements(PoolId(0)), 0);
     assert_eq!(host.gauges.get(INFLIGHT_P), Some(&0));
