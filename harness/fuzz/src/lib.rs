@@ -8,6 +8,7 @@
 //! that every later test run checks. [`TARGETS`] lists them by the names the cargo-fuzz
 //! binaries and corpus directories use.
 
+mod admin_clusters;
 mod flow_config;
 pub mod meter;
 mod model_rewrites;
@@ -16,6 +17,7 @@ mod targets;
 mod tenant_objects;
 mod usage_stream;
 
+pub use admin_clusters::admin_clusters;
 pub use flow_config::flow_config;
 pub use model_rewrites::model_rewrites;
 pub use owner_messages::owner_messages;
@@ -41,4 +43,5 @@ pub const TARGETS: &[Target] = &[
     ("flow_config", flow_config),
     ("owner_messages", owner_messages),
     ("model_rewrites", model_rewrites),
+    ("admin_clusters", admin_clusters),
 ];

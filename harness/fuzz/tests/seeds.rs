@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use infergate_filters::handoff::Handoff;
 use scheduler_core::metrics::{extract, MetricNames};
 use scheduler_core::request::{self, Api};
-use scheduler_core::snapshot::{self, EndpointSample, Snapshot};
+use scheduler_core::snapshot::{self, ClusterMembers, EndpointSample, Health, Member, Snapshot};
 use scheduler_core::types::Millis;
 
 fn testdata() -> PathBuf {
@@ -170,6 +170,28 @@ fn snapshots(pages: &[(String, Vec<u8>)]) -> Vec<(String, Vec<u8>)> {
     out.push((
         "snapshot-all-pages".into(),
         snapshot::encode_with_generation(&all, 42),
+    ));
+    // The members of two followed clusters, every health.
+    all.clusters = vec![
+        ClusterMembers {
+            cluster: "llama-pool".into(),
+            members: [Health::Healthy, Health::Degraded, Health::Unhealthy]
+                .into_iter()
+                .enumerate()
+                .map(|(i, health)| Member {
+                    address: format!("10.0.0.{i}:8000"),
+                    health,
+                })
+                .collect(),
+        },
+        ClusterMembers {
+            cluster: "empty-pool".into(),
+            members: Vec::new(),
+        },
+    ];
+    out.push((
+        "snapshot-with-clusters".into(),
+        snapshot::encode_with_generation(&all, 43),
     ));
     out.push((
         "snapshot-empty".into(),
@@ -766,6 +788,83 @@ fn write_flow_and_owner_seeds() {
     }
 }
 
+/// A snapshot with no endpoints whose cluster count claims four billion clusters.
+fn huge_cluster_count() -> Vec<u8> {
+    let mut bytes = snapshot::encode(&Snapshot::default());
+    let n = bytes.len();
+    bytes[n - 4..].copy_from_slice(&u32::MAX.to_le_bytes());
+    snapshot::reseal(&mut bytes);
+    bytes
+}
+
+/// The `admin_clusters` seeds: Envoy's real answer, and hand-written shapes around it.
+fn admin_cluster_seeds() -> Vec<(String, Vec<u8>)> {
+    let real = read("membership/admin-clusters-envoy-1.40.0.json");
+    let hosts = |n: usize| -> String {
+        (0..n)
+            .map(|i| {
+                format!(
+                    r#"{{"address":{{"socket_address":{{"address":"10.1.{}.{}","port_value":8000}}}},"health_status":{{"eds_health_status":"HEALTHY"}}}}"#,
+                    i / 250,
+                    i % 250
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    vec![
+        ("envoy-1.40.0-real.json".into(), real),
+        (
+            "every-flag.json".into(),
+            br#"{"cluster_statuses":[{"name":"p","host_statuses":[
+{"address":{"socket_address":{"address":"10.0.0.1","port_value":8000}},"health_status":{"failed_outlier_check":true}},
+{"address":{"socket_address":{"address":"10.0.0.2","port_value":8000}},"health_status":{"pending_dynamic_removal":true}},
+{"address":{"socket_address":{"address":"10.0.0.3","port_value":8000}},"health_status":{"failed_active_degraded_check":true}},
+{"address":{"socket_address":{"address":"10.0.0.4","port_value":8000}},"health_status":{"eds_health_status":"TIMEOUT","pending_active_hc":true}},
+{"address":{"socket_address":{"address":"fd00::5","port_value":8000}},"health_status":{"active_hc_timeout":true,"excluded_via_immediate_hc_fail":true}}]}]}"#
+                .to_vec(),
+        ),
+        (
+            "odd-hosts-and-duplicates.json".into(),
+            br#"{"cluster_statuses":[{"name":"p","host_statuses":[{"address":{"pipe":{"path":"/s"}}},{"address":{"socket_address":{"address":"h.example","port_value":1}}},{"address":{"socket_address":{"address":"10.0.0.1","port_value":99999}}},{},{"address":{"socket_address":{"address":"10.0.0.1","port_value":1}}},{"address":{"socket_address":{"address":"10.0.0.1","port_value":1}}}]},{"name":"p"},{"name":"q","extra":[1,{"x":null}]}],"more":true}"#
+                .to_vec(),
+        ),
+        (
+            "many-hosts.json".into(),
+            format!(r#"{{"cluster_statuses":[{{"name":"big","host_statuses":[{}]}}]}}"#, hosts(600))
+                .into_bytes(),
+        ),
+        (
+            "hostile-empty-objects".into(),
+            format!(r#"{{"cluster_statuses":[{{"host_statuses":[{}{{}}]}}]}}"#, "{},".repeat(2000))
+                .into_bytes(),
+        ),
+        ("hostile-wrong-types".into(), br#"{"cluster_statuses":[{"name":7,"host_statuses":"x"}]}"#.to_vec()),
+    ]
+}
+
+/// Writes only the `snapshot_codec` and `admin_clusters` seeds (the others are untouched).
+#[test]
+#[ignore = "writes testdata/fuzz/snapshot_codec and admin_clusters; run by hand"]
+fn write_snapshot_and_admin_seeds() {
+    let pages = files_in("metrics", "txt");
+    let snapshot_dir = testdata().join("fuzz/snapshot_codec");
+    std::fs::create_dir_all(&snapshot_dir).unwrap();
+    for (name, bytes) in snapshots(&pages) {
+        write(&snapshot_dir, &name, &bytes);
+    }
+    write(
+        &snapshot_dir,
+        "hostile-huge-cluster-count",
+        &huge_cluster_count(),
+    );
+    let admin_dir = testdata().join("fuzz/admin_clusters");
+    std::fs::create_dir_all(&admin_dir).unwrap();
+    for (name, data) in admin_cluster_seeds() {
+        write(&admin_dir, &name, &data);
+    }
+}
+
 /// Writes only the `usage_stream` seeds (the others are untouched).
 #[test]
 #[ignore = "writes testdata/fuzz/usage_stream; run by hand"]
@@ -856,8 +955,14 @@ fn write_seed_corpora() {
     write(
         &d,
         "hostile-huge-count",
-        b"IGSN\x01\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\xff\xff\xff\xff\0\0\0\0\0\0\0\0\x00\x00",
+        b"IGSN\x02\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\xff\xff\xff\xff\0\0\0\0\0\0\0\0\x00\x00",
     );
+    write(&d, "hostile-huge-cluster-count", &huge_cluster_count());
+
+    let d = dir("admin_clusters");
+    for (name, data) in admin_cluster_seeds() {
+        write(&d, &name, &data);
+    }
 
     let d = dir("handoff_codec");
     for (name, bytes) in handoffs(&bodies) {
