@@ -423,6 +423,13 @@ fn fleet_details(fleet: &Fleet) -> Vec<String> {
             g.envoy().log_path().display()
         )
     }));
+    // Every gateway reads gateway 0's EDS files: rewriting one changes its pool's members.
+    if let Some(eds) = fleet.gateways().first().and_then(Stack::eds) {
+        lines.push(format!(
+            "pool members (EDS, read by every gateway): {}",
+            eds.dir().display()
+        ));
+    }
     lines
 }
 
