@@ -15,6 +15,13 @@
 //! neither deadlock nor panic. Picks read and raise the counts under the pool's lock, so
 //! two picks of one pool never see the same load.
 //!
+//! **Slots.** The counters are per endpoint *slot*, fixed in number when the pool is built
+//! (its static endpoints, or room for a followed cluster's members). A slot holds one
+//! address at a time; the pool gives it another only when it is idle (nothing in flight,
+//! no gauge decrement owed: [`PoolLoad::assign`]), so a lease, which names its slot and
+//! carries the stat keys of the address it was taken for, always gives back to the address
+//! it counted against, even after that member left the pool.
+//!
 //! **Gauges.** The pool's and the endpoint's `infergate.picker.inflight_requests` gauges
 //! are host stats, reachable only through a request's host. The request raises them with
 //! [`InFlightLease::raise_gauges`] right after the pick and lowers them with

@@ -15,6 +15,15 @@
 //! runs. Only the pool's own endpoints are ever candidates, so no request can be steered
 //! outside the pool.
 //!
+//! **Membership.** A pool without static `endpoints` follows its Envoy cluster: when it
+//! first sees a new snapshot generation, it takes the cluster's members and their health
+//! from the snapshot (`members`): a new member gets an endpoint slot, a removed one stops
+//! being a candidate at once and its prefix-index entries, sessions and adapter memory are
+//! dropped while its leases end normally, and a slot is reused only once idle. A static
+//! pool takes only the health of its endpoints from its cluster, if the snapshot carries
+//! it. Unhealthy members are never candidates, so never a pick or a fallback; the gauge
+//! `infergate.picker.pool_members` counts the members.
+//!
 //! **Endpoints the scraper does not know.** The picker and the scraper are configured
 //! separately (in Wasm they even run in different VMs), so a pool may list an endpoint the
 //! scraper's `endpoints` lack: it would stay "unknown" forever. When a pool first sees a
