@@ -240,6 +240,21 @@ fn endpoint_stats(endpoint: &str) -> EndpointStats {
     }
 }
 
+fn outcome_within(
+    limit: usize,
+    status: u16,
+    body_bytes: usize,
+    read_body: impl FnOnce() -> Vec<u8>,
+) -> CalloutOutcome {
+    if body_bytes > limit {
+        return CalloutOutcome::TooLarge { status, body_bytes };
+    }
+    CalloutOutcome::Response {
+        status,
+        body: read_body(),
+    }
+}
+
 fn unscraped(address: &str) -> EndpointSample {
     EndpointSample {
         address: address.to_owned(),
@@ -358,21 +373,34 @@ impl Scraper {
     /// The outcome to report for a callout answered with `status` and a body the host says
     /// is `body_bytes` long. `read_body` copies the body out of the host and is called only
     /// when the length is within [`Scraper::max_page_bytes`]; a longer page becomes
-    /// [`CalloutOutcome::TooLarge`] without a copy. Adapters call this from their callout
-    /// callback before [`Scraper::on_callout_done`].
+    /// [`CalloutOutcome::TooLarge`] without a copy. Adapters call this (or, when they know
+    /// the callout's token, [`Scraper::callout_outcome_for`]) from their callout callback
+    /// before [`Scraper::on_callout_done`].
     pub fn callout_outcome(
         &self,
         status: u16,
         body_bytes: usize,
         read_body: impl FnOnce() -> Vec<u8>,
     ) -> CalloutOutcome {
-        if body_bytes > self.max_page_bytes() {
-            return CalloutOutcome::TooLarge { status, body_bytes };
-        }
-        CalloutOutcome::Response {
-            status,
-            body: read_body(),
-        }
+        outcome_within(self.max_page_bytes(), status, body_bytes, read_body)
+    }
+
+    /// [`Scraper::callout_outcome`] for the callout of `token`: the admin callout's limit
+    /// for the admin answer, `maxMetricsPageBytes` for every other one, so a metrics page
+    /// above its limit is never copied even while the admin limit is larger.
+    pub fn callout_outcome_for(
+        &self,
+        token: CalloutToken,
+        status: u16,
+        body_bytes: usize,
+        read_body: impl FnOnce() -> Vec<u8>,
+    ) -> CalloutOutcome {
+        let limit = if self.admin.pending.is_some_and(|p| p.token == token) {
+            MAX_ADMIN_PAGE_BYTES
+        } else {
+            self.config.max_metrics_page_bytes
+        };
+        outcome_within(limit, status, body_bytes, read_body)
     }
 
     /// Count one tick that failed inside the adapter (a contained panic): the stat

@@ -379,6 +379,34 @@ fn admin_mode_accepts_pages_above_the_metrics_limit() {
     assert_eq!(s.max_page_bytes(), crate::membership::MAX_ADMIN_PAGE_BYTES);
     let s = scraper(json!({"clusters": ["pool"], "maxMetricsPageBytes": 1000}));
     assert_eq!(s.max_page_bytes(), 1000);
+    // Per callout: the admin answer may be large, a metrics page may not.
+    let mut s = scraper(
+        json!({"endpoints": [A], "clusters": ["pool"], "membership": "admin",
+                               "maxMetricsPageBytes": 1000}),
+    );
+    let mut host = FakeHost::new().now(1_000);
+    s.on_tick(&mut host);
+    let admin = admin_token(&host).unwrap_or(CalloutToken(0));
+    let scrape = host
+        .callouts
+        .iter()
+        .find(|(_, r)| r.cluster == "infergate_scrape")
+        .map(|(t, _)| *t)
+        .unwrap_or(CalloutToken(0));
+    let copied = std::cell::Cell::new(0);
+    let read = || {
+        copied.set(copied.get() + 1);
+        Vec::new()
+    };
+    assert!(matches!(
+        s.callout_outcome_for(admin, 200, 5_000, read),
+        CalloutOutcome::Response { .. }
+    ));
+    assert!(matches!(
+        s.callout_outcome_for(scrape, 200, 5_000, read),
+        CalloutOutcome::TooLarge { .. }
+    ));
+    assert_eq!(copied.get(), 1);
 }
 
 #[test]

@@ -223,9 +223,10 @@ impl Root {
         let Some(Role::Scraper(scraper, _)) = &mut self.role else {
             return;
         };
-        let outcome = callout_outcome(scraper, num_headers, body_size);
+        let token = CalloutToken(u64::from(token_id));
+        let outcome = callout_outcome(scraper, token, num_headers, body_size);
         let mut host = WasmHost::new(&self.vm);
-        scraper.on_callout_done(&mut host, CalloutToken(u64::from(token_id)), outcome);
+        scraper.on_callout_done(&mut host, token, outcome);
     }
 
     /// `proxy_on_configure`: false refuses the configuration (logged at critical).
@@ -332,7 +333,12 @@ fn admin_membership_by_default(mut rest: serde_json::Value) -> Result<serde_json
 /// headers (Envoy then answers any read of the response map with `BadArgument`); a status
 /// or body the host cannot hand over makes the scrape a failure rather than a guess. A page
 /// longer than the scraper's limit is never copied into the VM (its memory never shrinks).
-fn callout_outcome(scraper: &Scraper, num_headers: usize, body_size: usize) -> CalloutOutcome {
+fn callout_outcome(
+    scraper: &Scraper,
+    token: CalloutToken,
+    num_headers: usize,
+    body_size: usize,
+) -> CalloutOutcome {
     if num_headers == 0 {
         return CalloutOutcome::Failed;
     }
@@ -344,7 +350,7 @@ fn callout_outcome(scraper: &Scraper, num_headers: usize, body_size: usize) -> C
         return CalloutOutcome::Failed;
     };
     let mut unreadable = false;
-    let outcome = scraper.callout_outcome(status, body_size, || {
+    let outcome = scraper.callout_outcome_for(token, status, body_size, || {
         match hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size) {
             Ok(body) => body.unwrap_or_default(),
             Err(_) => {
