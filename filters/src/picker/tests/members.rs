@@ -440,3 +440,45 @@ proptest! {
         prop_assert_eq!(endpoints, owed);
     }
 }
+
+#[test]
+fn joining_members_take_their_roles_and_a_removed_prefiller_is_never_named() {
+    let epp = json!({
+        "plugins": [
+            {"type": "approx-prefix-cache-producer"},
+            {"type": "prefix-based-pd-decider", "parameters": {"nonCachedTokens": 256}},
+            {"type": "disagg-profile-handler",
+             "parameters": {"deciders": {"prefill": "prefix-based-pd-decider"}}},
+            {"type": "prefix-cache-scorer"}, {"type": "inflight-load-scorer"}],
+        "schedulingProfiles": [
+            {"name": "decode", "plugins": [{"pluginRef": "prefix-cache-scorer", "weight": 3},
+                                           {"pluginRef": "inflight-load-scorer"}]},
+            {"name": "prefill", "plugins": [{"pluginRef": "inflight-load-scorer"}]}]
+    });
+    // A and D prefill (D by its IP), B decodes; the members are not known at load.
+    let mut s = following(json!({
+        "endpointRoles": {A: "prefill", "10.0.0.4": "prefill", B: "decode"},
+        "eppConfig": epp
+    }));
+    let prompt =
+        |i: usize| chat(&format!("{i} the quick brown fox jumps over the lazy dog. ").repeat(100));
+    let members = with_members(&[(A, Health::Healthy), (B, Health::Healthy)]);
+    let mut host = host_for(&prompt(0), Some(members));
+    let (status, req) = pick_one(&mut s, &mut host);
+    assert_eq!(status, FilterStatus::Continue);
+    assert_eq!(req.endpoint(), Some(B));
+    assert_eq!(host.header(disagg::PREFILLER_HEADER), Some(A));
+    drop(req);
+    // A leaves, D joins: D prefills, A is never named again.
+    let members = with_members(&[(B, Health::Healthy), (D, Health::Healthy)]);
+    for i in 1..6 {
+        let mut host = host_for(&prompt(i), Some(members.clone()));
+        host.snapshot = Some((SnapshotVersion(2), members.clone()));
+        let (status, req) = pick_one(&mut s, &mut host);
+        assert_eq!(status, FilterStatus::Continue);
+        assert_eq!(req.endpoint(), Some(B));
+        assert_eq!(host.header(disagg::PREFILLER_HEADER), Some(D));
+        let list = host.header(DESTINATION_ENDPOINT).unwrap_or_default();
+        assert!(!list.contains(A) && !list.contains(D), "{list}");
+    }
+}
