@@ -143,7 +143,7 @@ impl PoolLoad {
         true
     }
 
-    /// The load of endpoint `endpoint` (its index in the pool).
+    /// The load of endpoint slot `endpoint`.
     pub fn get(&self, endpoint: usize) -> Option<InFlight> {
         self.endpoints.get(endpoint).map(|e| InFlight {
             requests: e.requests.load(Ordering::Relaxed),
@@ -258,7 +258,7 @@ pub struct InFlightLease {
 }
 
 impl InFlightLease {
-    /// The endpoint index (in its pool's list) this lease counts against.
+    /// The endpoint slot (see the module doc) this lease counts against.
     pub fn endpoint_index(&self) -> usize {
         self.endpoint
     }

@@ -29,7 +29,7 @@ impl SessionKey {
     }
 }
 
-/// The bounded session table of one pool (endpoint indices into the pool's list).
+/// The bounded session table of one pool (endpoint slots of the pool).
 #[derive(Clone, Debug, Default)]
 pub struct SessionTable {
     last: HashMap<SessionKey, usize>,
