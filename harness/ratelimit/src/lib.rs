@@ -51,7 +51,8 @@ pub async fn connect(
 
 /// Serve `service` on `listener` until the process ends.
 pub async fn serve(service: QuotaService, listener: tokio::net::TcpListener) -> Result<()> {
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    // Without TCP_NODELAY a small answer can wait for the peer's delayed ACK (~40 ms).
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
         .add_service(RateLimitServiceServer::new(service))
         .serve_with_incoming(incoming)
