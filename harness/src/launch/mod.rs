@@ -11,7 +11,9 @@
 //!   `up` flags that describe them, [`httproute`] the `HTTPRoute` objects `up --routes`
 //!   reads;
 //! - [`tenancy`]: tenants, JWT verification and the billing log of a gateway, and the
-//!   loader of the platform's objects; [`jwt`]: a test JWT issuer;
+//!   loader of the platform's objects; [`jwt`]: a test JWT issuer; [`global_quotas`]: the
+//!   tenants' per-minute limits shared by several gateways (Redis, the rate-limit service,
+//!   Envoy's `ratelimit` filter);
 //! - [`epp`]: an operator's `EndpointPickerConfig` (or the `ConfigMap` holding it) and
 //!   `InferenceObjective` files, and the objectives in the picker's configuration;
 //! - [`eds`]: the pool clusters' members from Envoy's file-based EDS (membership `Eds`);
