@@ -312,6 +312,77 @@ mod tests {
         assert_eq!(router["globalQuotas"], true);
     }
 
+    /// Both gateway templates: the rate-limit filter right after the router filter, the
+    /// service's cluster, the router's flag; none of it without global quotas; the plain
+    /// template refuses them.
+    #[test]
+    fn the_templates_splice_the_filter_after_the_router_and_the_cluster() {
+        use crate::launch::bootstrap::{render, BootstrapParams, Flavor, Pool};
+        let pools = vec![Pool::new(
+            "m",
+            vec![SocketAddr::from(([127, 0, 0, 1], 8001))],
+        )];
+        let service = SocketAddr::from(([127, 0, 0, 1], 4321));
+        for flavor in [Flavor::Native, Flavor::Wasm] {
+            let mut params = BootstrapParams::new(flavor, pools.clone());
+            params.module = Some(PathBuf::from("/nonexistent/module"));
+            let hcm = |v: &Json| {
+                v["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+                    ["typed_config"]
+                    .clone()
+            };
+            let plain: Json = serde_yaml_ng::from_str(&render(&params).unwrap()).unwrap();
+            let filters = hcm(&plain)["http_filters"].clone();
+            assert!(
+                filters
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|f| f["name"] != "envoy.filters.http.ratelimit"),
+                "{flavor}: {filters}"
+            );
+            params.global_quotas = Some(GlobalQuotas::at(service));
+            let v: Json = serde_yaml_ng::from_str(&render(&params).unwrap()).unwrap();
+            let filters = hcm(&v)["http_filters"].as_array().unwrap().clone();
+            let router = filters
+                .iter()
+                .position(|f| f["name"] == "infergate.router")
+                .unwrap();
+            let rl = &filters[router + 1];
+            assert_eq!(rl["name"], "envoy.filters.http.ratelimit", "{flavor}");
+            let config = &rl["typed_config"];
+            assert_eq!(config["domain"], DOMAIN, "{flavor}");
+            assert_eq!(config["timeout"], "1s", "{flavor}");
+            let limits = config["rate_limits"].as_array().unwrap();
+            assert_eq!(limits.len(), 3, "{flavor}");
+            assert_eq!(limits[2]["apply_on_stream_done"], true, "{flavor}");
+            let state = if flavor == Flavor::Wasm {
+                "%FILTER_STATE(wasm.infergate.quota.actual:PLAIN)%"
+            } else {
+                "%FILTER_STATE(infergate.quota.actual:PLAIN)%"
+            };
+            assert_eq!(limits[2]["hits_addend"]["format"], state, "{flavor}");
+            let clusters = v["static_resources"]["clusters"].as_array().unwrap();
+            let rls = clusters
+                .iter()
+                .find(|c| c["name"] == "infergate_ratelimit")
+                .unwrap();
+            let addr = &rls["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+                ["address"]["socket_address"];
+            assert_eq!(addr["port_value"], 4321, "{flavor}");
+            let typed = &filters[router]["typed_config"];
+            let text = typed["filter_config"]["value"]
+                .as_str()
+                .or(typed["config"]["configuration"]["value"].as_str())
+                .unwrap();
+            let router_config: Json = serde_json::from_str(text).unwrap();
+            assert_eq!(router_config["globalQuotas"], true, "{flavor}");
+        }
+        let mut plain = BootstrapParams::new(Flavor::Plain, pools);
+        plain.global_quotas = Some(GlobalQuotas::at(service));
+        assert!(render(&plain).is_err());
+    }
+
     #[test]
     fn a_redis_server_starts_and_answers() {
         if Command::new("redis-server")
