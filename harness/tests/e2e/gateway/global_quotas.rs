@@ -17,6 +17,9 @@
 //! - in-process quotas: more than the TPM plus one pre-debit, since each replica admits
 //!   its own full budget.
 //!
+//! A stream the client leaves mid-way settles too (its hold is released, what was generated
+//! is charged).
+//!
 //! `global_quota_cost` (only with `INFERGATE_GLOBAL_QUOTAS_COST=1`) measures what the global
 //! path costs per request against the in-process stage: one gateway, a quota never
 //! reached, sequential requests; latency percentiles and Envoy CPU per request.
@@ -38,6 +41,7 @@ use infergate_harness::sim::{self, SimConfig, SimHandle};
 
 for_each_flavour!(
     two_gateways_share_one_tenants_tokens_per_minute,
+    a_stream_cut_off_settles_its_reservation,
     global_quota_cost
 );
 
@@ -441,4 +445,88 @@ async fn global_quota_cost(flavor: Flavor) {
         sim.shutdown().await;
     }
     println!("{}", lines.join("\n"));
+}
+
+/// A stream the client leaves mid-way still settles: while it runs, its pre-debit is held
+/// (a request that needs more than the rest is refused); once the client is gone, what was
+/// generated is charged and the rest of the hold released (the same request fits).
+async fn a_stream_cut_off_settles_its_reservation(flavor: Flavor) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if crate::support::unbuilt(flavor) || backend_missing() {
+        return;
+    }
+    let t = tag(flavor);
+    let tpm = 1000;
+    let sim = simulator().await;
+    let backend = GlobalQuotaBackend::start(&objects(tpm)).unwrap();
+    let mut opts = options(flavor, &sim, tpm, "cut");
+    opts.global_quotas = Some(backend.quotas());
+    let fleet = Fleet::start(opts, 2).await.unwrap();
+    let urls = fleet.picker_urls();
+    let auth = format!("Bearer {KEY}");
+    // Pre-debit ≈ 400 + the prompt, on gateway 0; read a little, then leave.
+    let long = json!({"model": MODEL, "stream": true, "max_tokens": 400, "ignore_eos": true,
+                      "messages": [{"role": "user", "content": "a long answer"}]})
+    .to_string();
+    let addr = urls[0].trim_start_matches("http://").to_owned();
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         authorization: {auth}\r\ncontent-length: {}\r\n\r\n",
+        long.len()
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    conn.write_all(long.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while got.windows(7).filter(|w| w == b"data: {").count() < 5 {
+        let n = tokio::time::timeout(Duration::from_secs(10), conn.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            n > 0,
+            "{t}: the stream ended early: {}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(
+        got.starts_with(b"HTTP/1.1 200"),
+        "{t}: {}",
+        String::from_utf8_lossy(&got)
+    );
+    // Pre-debit ≈ 700 on the other gateway: does not fit beside the hold.
+    let big = json!({"model": MODEL, "max_tokens": 700,
+                     "messages": [{"role": "user", "content": "short"}]});
+    let url = format!("{}/v1/chat/completions", urls[1]);
+    let resp = post_json(&url, &big, &[("authorization", &auth)])
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status,
+        429,
+        "{t}: the running stream's hold counts: {}",
+        resp.text()
+    );
+    drop(conn);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let resp = post_json(&url, &big, &[("authorization", &auth)])
+            .await
+            .unwrap();
+        if resp.status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{t}: the cut stream's hold was never released: {} {}",
+            resp.status,
+            resp.text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(fleet);
+    drop(backend);
+    sim.shutdown().await;
 }
