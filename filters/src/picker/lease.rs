@@ -18,7 +18,7 @@
 //! **Slots.** The counters are per endpoint *slot*, fixed in number when the pool is built
 //! (its static endpoints, or room for a followed cluster's members). A slot holds one
 //! address at a time; the pool gives it another only when it is idle (nothing in flight,
-//! no gauge decrement owed: [`PoolLoad::assign`]), so a lease, which names its slot and
+//! no gauge decrement owed: `PoolLoad::assign`), so a lease, which names its slot and
 //! carries the stat keys of the address it was taken for, always gives back to the address
 //! it counted against, even after that member left the pool.
 //!
@@ -91,7 +91,7 @@ impl EndpointLoad {
 
 /// The in-flight load of one pool's endpoint slots (see the module doc). Its slots are
 /// fixed at build (the static endpoints, or room for a followed cluster's members); which
-/// address a slot holds is the pool's to say, under its lock ([`PoolLoad::assign`]).
+/// address a slot holds is the pool's to say, under its lock (`PoolLoad::assign`).
 #[derive(Debug)]
 pub struct PoolLoad {
     endpoints: Vec<EndpointLoad>,
