@@ -263,8 +263,12 @@ impl QuotaService {
             Counter::Rpm => ("rejected-quota-rpm", "requests", "requests per minute"),
             Counter::Tpm => ("rejected-quota-tpm", "tokens", "tokens per minute"),
         };
-        let message =
-            format!("Rate limit reached for {model} on {what}: retry after {retry_after} s.");
+        // The bucket's model entry: a model's own, or `*` (every other model).
+        let message = if model == "*" {
+            format!("Rate limit reached on {what}: retry after {retry_after} s.")
+        } else {
+            format!("Rate limit reached for {model} on {what}: retry after {retry_after} s.")
+        };
         let mut headers = vec![("retry-after".to_owned(), retry_after.to_string())];
         headers.extend(rate_limit_headers(seen));
         let reply = Reply::rate_limited(reason, kind, &message, headers);
