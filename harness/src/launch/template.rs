@@ -34,7 +34,8 @@ pub struct Template {
 impl Template {
     /// Parses template text (YAML).
     pub fn parse(text: &str) -> Result<Self> {
-        let mut body: Value = serde_yaml_ng::from_str(text).context("template is not valid YAML")?;
+        let mut body: Value =
+            serde_yaml_ng::from_str(text).context("template is not valid YAML")?;
         let map = body
             .as_mapping_mut()
             .ok_or_else(|| anyhow!("template top level is not a mapping"))?;
