@@ -350,7 +350,10 @@ pub mod examples {
         for (flavour, module) in FLAVOURS {
             let out = dir.join(flavour);
             let module = format!("{INSTALL_DIR}/{module}");
-            let args: [&OsStr; 12] = [
+            // The EDS files as Envoy sees them once `dist/` is installed in INSTALL_DIR
+            // (not this machine's path; `validate` points them back at this copy).
+            let eds_dir = format!("{INSTALL_DIR}/{DIR}/{flavour}/eds");
+            let args: [&OsStr; 14] = [
                 "render".as_ref(),
                 "--objects".as_ref(),
                 objects.as_os_str(),
@@ -363,6 +366,8 @@ pub mod examples {
                 "--image".as_ref(),
                 image.as_ref(),
                 "--no-tenants".as_ref(),
+                "--eds-dir".as_ref(),
+                eds_dir.as_ref(),
             ];
             let run = Command::new(binary)
                 .args(args)
