@@ -2,7 +2,7 @@
 
 /// `gateway.networking.k8s.io/v1`.
 pub mod v1 {
-    use crate::render::objects::meta::{report_status, ObjectMeta};
+    use crate::render::objects::meta::{ObjectMeta, Opened};
     use crate::render::objects::reader::{Node, ObjectError};
     use crate::render::report::Report;
     use serde_json::Value as Json;
@@ -73,14 +73,9 @@ pub mod v1 {
 
     /// Reads an `HTTPRoute` document.
     pub fn read(doc: &Json, report: &mut Report) -> Result<HttpRoute, ObjectError> {
-        let unnamed = KIND.to_owned();
-        let (meta, label) = ObjectMeta::read(&Node::root(&unnamed, doc), KIND, report)?;
-        let root = Node::root(&label, doc);
-        root.only(&["apiVersion", "kind", "metadata", "spec", "status"])?;
-        report_status(&root, &label, report)?;
-        let spec_field = root.required("spec")?;
-        let spec = spec_field.node();
-        spec.only(&["parentRefs", "hostnames", "rules"])?;
+        let object = Opened::read(doc, KIND, report)?;
+        let label = object.label.as_str();
+        let spec = object.spec(&["parentRefs", "hostnames", "rules"])?;
         if spec.get("hostnames")?.is_some() {
             return Err(spec.error_at(
                 "hostnames",
@@ -104,7 +99,7 @@ pub mod v1 {
             for key in ["sectionName", "port"] {
                 if n.get(key)?.is_some() {
                     report.not_supported(
-                        &label,
+                        label,
                         &format!("{}.{key}", p.path),
                         "the rendered gateway has one listener; the route is on it",
                     );
@@ -113,7 +108,7 @@ pub mod v1 {
         }
         if !parents.is_empty() {
             report.used(
-                &label,
+                label,
                 "spec.parentRefs",
                 "the Istio manifests attach the gateway filters to this Gateway (the \
                  rendered bootstrap is the gateway itself)",
@@ -125,11 +120,11 @@ pub mod v1 {
             return Err(spec.error_at("rules", "no rule"));
         }
         for r in &list {
-            rules.push(rule(r.node(), &label, report)?);
+            rules.push(rule(r.node(), label, report)?);
         }
         Ok(HttpRoute {
-            meta,
-            label: label.clone(),
+            meta: object.meta,
+            label: object.label,
             parents,
             rules,
         })

@@ -2,8 +2,8 @@
 
 /// `llm-d.ai/v1alpha2` (and the inference extension's names for the same schema).
 pub mod v1alpha2 {
-    use crate::render::objects::meta::{report_status, ObjectMeta};
-    use crate::render::objects::reader::{Node, ObjectError};
+    use crate::render::objects::meta::{ObjectMeta, Opened};
+    use crate::render::objects::reader::ObjectError;
     use crate::render::report::Report;
     use serde_json::Value as Json;
 
@@ -29,19 +29,14 @@ pub mod v1alpha2 {
 
     /// Reads an `InferenceModelRewrite` document.
     pub fn read(doc: &Json, report: &mut Report) -> Result<InferenceModelRewrite, ObjectError> {
-        let unnamed = KIND.to_owned();
-        let (meta, label) = ObjectMeta::read(&Node::root(&unnamed, doc), KIND, report)?;
-        let root = Node::root(&label, doc);
-        root.only(&["apiVersion", "kind", "metadata", "spec", "status"])?;
-        report_status(&root, &label, report)?;
-        let spec_field = root.required("spec")?;
-        let spec = spec_field.node();
-        spec.only(&["poolRef", "rules"])?;
+        let object = Opened::read(doc, KIND, report)?;
+        let label = object.label.as_str();
+        let spec = object.spec(&["poolRef", "rules"])?;
         let pool_ref = spec.required("poolRef")?;
         pool_ref.node().only(&["group", "kind", "name"])?;
         let pool = pool_ref.node().req_string("name")?.to_owned();
         report.used(
-            &label,
+            label,
             "spec.poolRef",
             "the pool whose router entry the rules apply to",
         );
@@ -64,14 +59,14 @@ pub mod v1alpha2 {
             }
         }
         report.used(
-            &label,
+            label,
             "spec.rules",
             "the router's model rewrites (Exact matches, weighted targets; sticky on the \
              session or tenant); the targets are the pool's adapters",
         );
         Ok(InferenceModelRewrite {
-            meta,
-            label: label.clone(),
+            meta: object.meta,
+            label: object.label,
             pool,
             targets,
             document: doc.clone(),

@@ -3,8 +3,8 @@
 
 /// `llm-d.ai/v1alpha2`.
 pub mod v1alpha2 {
-    use crate::render::objects::meta::{report_status, ObjectMeta};
-    use crate::render::objects::reader::{Node, ObjectError};
+    use crate::render::objects::meta::{ObjectMeta, Opened};
+    use crate::render::objects::reader::ObjectError;
     use crate::render::report::Report;
     use serde_json::Value as Json;
 
@@ -30,14 +30,9 @@ pub mod v1alpha2 {
 
     /// Reads an `InferenceObjective` document.
     pub fn read(doc: &Json, report: &mut Report) -> Result<InferenceObjective, ObjectError> {
-        let unnamed = KIND.to_owned();
-        let (meta, label) = ObjectMeta::read(&Node::root(&unnamed, doc), KIND, report)?;
-        let root = Node::root(&label, doc);
-        root.only(&["apiVersion", "kind", "metadata", "spec", "status"])?;
-        report_status(&root, &label, report)?;
-        let spec_field = root.required("spec")?;
-        let spec = spec_field.node();
-        spec.only(&["priority", "poolRef"])?;
+        let object = Opened::read(doc, KIND, report)?;
+        let label = object.label.as_str();
+        let spec = object.spec(&["priority", "poolRef"])?;
         let priority = match spec.get("priority")? {
             None => 0,
             Some(p) => {
@@ -46,7 +41,7 @@ pub mod v1alpha2 {
             }
         };
         report.used(
-            &label,
+            label,
             "spec.priority",
             "the priority band of requests carrying this objective (picker `objectives`)",
         );
@@ -59,8 +54,8 @@ pub mod v1alpha2 {
             }
         };
         Ok(InferenceObjective {
-            meta,
-            label: label.clone(),
+            meta: object.meta,
+            label: object.label,
             priority,
             pool,
             document: doc.clone(),

@@ -4,7 +4,7 @@
 /// `inference.networking.k8s.io/v1`.
 pub mod v1 {
     use crate::launch::FailureMode;
-    use crate::render::objects::meta::{report_status, ObjectMeta};
+    use crate::render::objects::meta::{ObjectMeta, Opened};
     use crate::render::objects::reader::{Node, ObjectError};
     use crate::render::report::Report;
     use serde_json::Value as Json;
@@ -58,15 +58,9 @@ pub mod v1 {
 
     /// Reads an `InferencePool` document.
     pub fn read(doc: &Json, report: &mut Report) -> Result<InferencePool, ObjectError> {
-        let unnamed = KIND.to_owned();
-        let root = Node::root(&unnamed, doc);
-        let (meta, label) = ObjectMeta::read(&root, KIND, report)?;
-        let root = Node::root(&label, doc);
-        root.only(&["apiVersion", "kind", "metadata", "spec", "status"])?;
-        report_status(&root, &label, report)?;
-        let spec_field = root.required("spec")?;
-        let spec = spec_field.node();
-        spec.only(&[
+        let object = Opened::read(doc, KIND, report)?;
+        let label = object.label.as_str();
+        let spec = object.spec(&[
             "selector",
             "targetPorts",
             "appProtocol",
@@ -76,7 +70,7 @@ pub mod v1 {
         let selector = spec.required("selector")?;
         selector.node().only(&["matchLabels", "matchExpressions"])?;
         report.not_supported(
-            &label,
+            label,
             "spec.selector",
             "pods are not watched; the pool's endpoints come from the pool cluster's EDS \
              (or --endpoints with --membership static); the Istio manifests give the \
@@ -103,7 +97,7 @@ pub mod v1 {
             target_ports.push(n);
         }
         report.used(
-            &label,
+            label,
             "spec.targetPorts",
             "the port of each endpoint given as a bare IP, and of the example EDS file \
              (several ports: each pod is one endpoint per port, as data-parallel ranks)",
@@ -122,7 +116,7 @@ pub mod v1 {
         };
         if spec.get("appProtocol")?.is_some() {
             report.used(
-                &label,
+                label,
                 "spec.appProtocol",
                 "http: the pool cluster speaks HTTP/1.1",
             );
@@ -130,12 +124,13 @@ pub mod v1 {
 
         let endpoint_picker_ref = match spec.get("endpointPickerRef")? {
             None => None,
-            Some(r) => Some(endpoint_picker_ref(r.node(), &label, report)?),
+            Some(r) => Some(endpoint_picker_ref(r.node(), label, report)?),
         };
+        let selector = selector.value.clone();
         Ok(InferencePool {
-            meta,
-            label: label.clone(),
-            selector: selector.value.clone(),
+            meta: object.meta,
+            label: object.label,
+            selector,
             target_ports,
             app_protocol,
             endpoint_picker_ref,

@@ -3,6 +3,7 @@
 
 use super::reader::{Node, ObjectError};
 use crate::render::report::Report;
+use serde_json::Value as Json;
 
 /// `ObjectMeta` keys: `name` and `namespace` are read; `labels` and `annotations` are
 /// reported (nothing selects on them here); the rest are written by the API server and
@@ -88,8 +89,46 @@ impl ObjectMeta {
     }
 }
 
+/// The top-level keys of an object with a `spec` and a `status`.
+const TOP_KEYS: &[&str] = &["apiVersion", "kind", "metadata", "spec", "status"];
+
+/// The opening every reader of a `spec`-and-`status` kind shares: `metadata` read (and
+/// reported), any top-level key but `apiVersion`, `kind`, `metadata`, `spec` and `status`
+/// refused, a `status` reported as not used. [`Opened::spec`] then gives the `spec` node.
+///
+/// It keeps the label and the document rather than the `spec` node itself, because a
+/// [`Node`] borrows the label it names errors with.
+#[derive(Clone, Debug)]
+pub struct Opened<'d> {
+    /// The object's name and namespace.
+    pub meta: ObjectMeta,
+    /// `<kind> <namespace>/<name>`.
+    pub label: String,
+    /// The whole document.
+    doc: &'d Json,
+}
+
+impl<'d> Opened<'d> {
+    /// Opens the document `doc` of kind `kind` (errors before its name is known are
+    /// labelled by the kind alone).
+    pub fn read(doc: &'d Json, kind: &str, report: &mut Report) -> Result<Self, ObjectError> {
+        let (meta, label) = ObjectMeta::read(&Node::root(kind, doc), kind, report)?;
+        let root = Node::root(&label, doc);
+        root.only(TOP_KEYS)?;
+        report_status(&root, &label, report)?;
+        Ok(Opened { meta, label, doc })
+    }
+
+    /// `spec`, which must be present and hold no key but `keys`.
+    pub fn spec(&self, keys: &[&str]) -> Result<Node<'_>, ObjectError> {
+        let spec = Node::root(&self.label, self.doc).required("spec")?;
+        spec.only(keys)?;
+        Ok(spec)
+    }
+}
+
 /// Reports a `status` (written by controllers) as not used.
-pub fn report_status(root: &Node<'_>, label: &str, report: &mut Report) -> Result<(), ObjectError> {
+fn report_status(root: &Node<'_>, label: &str, report: &mut Report) -> Result<(), ObjectError> {
     if root.get("status")?.is_some() {
         report.not_supported(
             label,

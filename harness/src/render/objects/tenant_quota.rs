@@ -3,8 +3,8 @@
 
 /// `mini-platform.local/v1alpha1`.
 pub mod v1alpha1 {
-    use crate::render::objects::meta::{report_status, ObjectMeta};
-    use crate::render::objects::reader::{Node, ObjectError};
+    use crate::render::objects::meta::{ObjectMeta, Opened};
+    use crate::render::objects::reader::ObjectError;
     use crate::render::report::Report;
     use serde_json::Value as Json;
 
@@ -28,14 +28,9 @@ pub mod v1alpha1 {
 
     /// Reads a `TenantQuota` document.
     pub fn read(doc: &Json, report: &mut Report) -> Result<TenantQuota, ObjectError> {
-        let unnamed = KIND.to_owned();
-        let (meta, label) = ObjectMeta::read(&Node::root(&unnamed, doc), KIND, report)?;
-        let root = Node::root(&label, doc);
-        root.only(&["apiVersion", "kind", "metadata", "spec", "status"])?;
-        report_status(&root, &label, report)?;
-        let spec_field = root.required("spec")?;
-        let spec = spec_field.node();
-        spec.only(&["identity", "inject", "limits", "accounting"])?;
+        let object = Opened::read(doc, KIND, report)?;
+        let label = object.label.as_str();
+        let spec = object.spec(&["identity", "inject", "limits", "accounting"])?;
         let mut jwt_issuer = None;
         if let Some(identity) = spec.get("identity")? {
             let i = identity.node();
@@ -63,12 +58,12 @@ pub mod v1alpha1 {
             ),
         ] {
             if spec.get(key)?.is_some() {
-                report.used(&label, &format!("spec.{key}"), how);
+                report.used(label, &format!("spec.{key}"), how);
             }
         }
         Ok(TenantQuota {
-            meta,
-            label: label.clone(),
+            meta: object.meta,
+            label: object.label,
             jwt_issuer,
             document: doc.clone(),
         })

@@ -237,3 +237,63 @@ fn routes_it_cannot_express_are_refused_and_ignored_fields_reported() {
     h2c["spec"]["appProtocol"] = json!("kubernetes.io/h2c");
     assert_eq!(read_one(&h2c).unwrap_err().path, "spec.appProtocol");
 }
+
+/// The opening every `spec` kind shares: a missing name is labelled by the kind alone; an
+/// unknown top-level key and a missing `spec` by the object; a `status` is reported.
+#[test]
+fn every_spec_kind_opens_its_document_alike() {
+    for (file, label) in [
+        ("inferencepool.yaml", "InferencePool serving/llama-70b-bf16"),
+        ("httproute.yaml", "HTTPRoute serving/llama-70b"),
+        ("objectives.yaml", ""),
+        ("inferencemodelrewrite.yaml", ""),
+        ("quota-b.yaml", ""),
+    ] {
+        let d = seed(file)[0].clone();
+        let kind = d["kind"].as_str().unwrap().to_owned();
+        let label = if label.is_empty() {
+            let meta = &d["metadata"];
+            match meta["namespace"].as_str() {
+                Some(ns) => format!("{kind} {ns}/{}", meta["name"].as_str().unwrap()),
+                None => format!("{kind} {}", meta["name"].as_str().unwrap()),
+            }
+        } else {
+            label.to_owned()
+        };
+
+        let mut unnamed = d.clone();
+        unnamed["metadata"].as_object_mut().unwrap().remove("name");
+        let err = read_one(&unnamed).unwrap_err();
+        assert_eq!(
+            (err.object.as_str(), err.path.as_str()),
+            (kind.as_str(), "metadata.name")
+        );
+
+        let mut extra = d.clone();
+        extra["specs"] = json!({});
+        let err = read_one(&extra).unwrap_err();
+        assert_eq!(
+            (err.object.as_str(), err.path.as_str()),
+            (label.as_str(), "specs")
+        );
+        assert_eq!(
+            err.problem,
+            "unknown field (this version knows apiVersion, kind, metadata, spec, status)"
+        );
+
+        let mut bare = d.clone();
+        bare.as_object_mut().unwrap().remove("spec");
+        let err = read_one(&bare).unwrap_err();
+        assert_eq!(err.to_string(), format!("{label} spec: required"));
+
+        let mut status = d.clone();
+        status["status"] = json!({"conditions": []});
+        let mut report = Report::default();
+        read_document(&status, "s.yaml", &mut report).unwrap();
+        let lines = report.not_supported_lines().join("\n");
+        assert!(
+            lines.contains(&format!("{label} status: written by controllers")),
+            "{lines}"
+        );
+    }
+}
