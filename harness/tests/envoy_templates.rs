@@ -47,7 +47,14 @@ fn validate(flavor: Flavor) {
         params.admin_port = 19999;
         params.health_check = Some(std::time::Duration::from_millis(200));
         write_eds_files(&params).unwrap();
-        validate_rendered(flavor, &render(&params).unwrap());
+        let yaml = render(&params).unwrap();
+        // A host EDS removes must leave the cluster even while it passes its check.
+        assert_eq!(
+            yaml.matches("ignore_health_on_host_removal: true").count(),
+            pools.len(),
+            "every pool cluster drops removed hosts at once:\n{yaml}"
+        );
+        validate_rendered(flavor, &yaml);
     }
     // Two pools of one model: a header-targeted rule, then a sticky split (one weight 0:
     // a rollback) and a per-request one on another model.
