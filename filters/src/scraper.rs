@@ -143,6 +143,10 @@ pub enum MembershipMode {
     Admin,
 }
 
+/// A failing admin answer is logged again after this many more (a minute at the default
+/// 100 ms interval).
+const ADMIN_FAILURES_PER_LOG: u32 = 600;
+
 fn default_admin_cluster() -> String {
     "infergate_admin".to_owned()
 }
@@ -754,13 +758,19 @@ impl Scraper {
         }
     }
 
-    /// Mode `admin`: an admin answer did not give a membership (`why`); the last one stays.
+    /// Mode `admin`: an admin answer did not give a membership (`why`); the last one stays
+    /// (dropping every member would fail every request). It stays for as long as admin
+    /// fails, so a host removed meanwhile is still a candidate: logged at the first failure
+    /// of a streak and again every [`ADMIN_FAILURES_PER_LOG`] failures.
     fn admin_failed<H: Stats + ?Sized>(&mut self, host: &mut H, why: &str) {
         host.counter_add(&self.membership_failed, 1);
-        if self.admin.failures == 0 {
+        if self.admin.failures % ADMIN_FAILURES_PER_LOG == 0 {
             host.log_error(&format!(
-                "infergate: scraper: membership from `{}` via cluster `{}` failed ({why});                  the last known members stay",
-                self.config.admin_path, self.config.admin_cluster
+                "infergate: scraper: membership from `{}` via cluster `{}` failed ({why}; {} \
+                 failures in a row); the last known members stay until an answer arrives",
+                self.config.admin_path,
+                self.config.admin_cluster,
+                self.admin.failures.saturating_add(1)
             ));
         }
         self.admin.failures = self.admin.failures.saturating_add(1);

@@ -578,10 +578,11 @@ impl PickerRequest {
         };
         // Only a current member of the pool takes the lease (a host outside it, or one
         // removed meanwhile, leaves the lease where it was picked).
-        let slot = shared.with_shared(|state| state.member_slot(&memo.plan, &served))?;
+        if !shared.with_shared(|state| state.move_lease(&memo.plan, lease, &served, host)) {
+            return None;
+        }
         memo.plan.count_served_elsewhere(host);
         self.endpoint = Some(served.clone());
-        lease.move_to(slot, host);
         shared.with_shared(|state| {
             state.record_served(
                 &memo.plan,

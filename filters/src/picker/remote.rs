@@ -885,10 +885,10 @@ impl Owner {
         let Some(kept) = state.leases.get_mut(&lease) else {
             return;
         };
-        let Some(slot) = state.shared.member_slot(&kept.plan, endpoint) else {
-            return;
-        };
-        if !kept.lease.move_to(slot, host) {
+        if !state
+            .shared
+            .move_lease(&kept.plan, &mut kept.lease, endpoint, host)
+        {
             return;
         }
         let hashes: Vec<BlockHash> = block_hashes.iter().map(|&h| BlockHash(h)).collect();

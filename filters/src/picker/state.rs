@@ -551,6 +551,31 @@ impl PickerShared {
         members::member_slot(&guard, address)
     }
 
+    /// Moves `lease` to the slot of `address` when that is a current member of the
+    /// lease's pool, under the pool's lock: between a lookup and a move made apart, a
+    /// membership change could hand the slot to another address. `false`: not a member
+    /// (or not this state's plan); the lease stays where it was.
+    pub fn move_lease<S: crate::host::Stats + ?Sized>(
+        &self,
+        plan: &PoolPlan,
+        lease: &mut InFlightLease,
+        address: &str,
+        stats: &mut S,
+    ) -> bool {
+        if plan.issuer != self.inner.issuer {
+            return false;
+        }
+        let Some(pool) = self.inner.pools.get(plan.id.0) else {
+            return false;
+        };
+        let mut guard = pool.lock();
+        self.sync(plan.id, &mut guard);
+        match members::member_slot(&guard, address) {
+            Some(slot) => lease.move_to(slot, stats),
+            None => false,
+        }
+    }
+
     /// The current members of `pool`, in slot order (tests and diagnostics).
     pub fn members(&self, pool: PoolId) -> Vec<String> {
         let Some(p) = self.inner.pools.get(pool.0) else {
