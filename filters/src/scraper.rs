@@ -764,7 +764,7 @@ impl Scraper {
     /// of a streak and again every [`ADMIN_FAILURES_PER_LOG`] failures.
     fn admin_failed<H: Stats + ?Sized>(&mut self, host: &mut H, why: &str) {
         host.counter_add(&self.membership_failed, 1);
-        if self.admin.failures % ADMIN_FAILURES_PER_LOG == 0 {
+        if self.admin.failures.is_multiple_of(ADMIN_FAILURES_PER_LOG) {
             host.log_error(&format!(
                 "infergate: scraper: membership from `{}` via cluster `{}` failed ({why}; {} \
                  failures in a row); the last known members stay until an answer arrives",
