@@ -15,6 +15,10 @@
 //!   (`GET /health` every 200 ms); one is made to fail it. While Envoy holds it unhealthy the
 //!   picker never chooses it (its pick counter stands still) and it receives no request;
 //!   once it passes again it is picked again.
+//! - [`a_removed_member_passing_its_health_check_gets_no_picks`]: four members under the
+//!   same health check; one is removed from the EDS file while it still passes its check.
+//!   Once Envoy applied the file the picker never chooses it and it receives no request
+//!   (Envoy's default would keep it, flagged pending removal, among the healthy hosts).
 //!
 //! Both run at the suite's Envoy worker count.
 
@@ -36,6 +40,7 @@ use std::time::{Duration, Instant};
 for_each_flavour!(
     a_pool_scaled_4_6_3_by_eds_is_followed_within_a_second,
     an_unhealthy_member_gets_no_picks,
+    a_removed_member_passing_its_health_check_gets_no_picks,
 );
 
 /// Simulated seconds per real second (the calibration's default).
@@ -177,7 +182,12 @@ async fn a_pool_scaled_4_6_3_by_eds_is_followed_within_a_second(flavor: Flavor) 
     // Then they die, as pods do once they are out of the endpoints: what they still
     // stream is cut.
     tokio::time::sleep_until((shrunk + KILL_AFTER).into()).await;
+    // The streams they hold at the kill instant: arrived (no new one arrives any more, they
+    // left the pool 1.5 s ago) and not finished, read from each engine right before it dies.
+    let mut held_at_kill = 0;
     for i in 0..3 {
+        let s = sim.stats(i).await.unwrap();
+        held_at_kill += s.running + s.waiting;
         sim.kill(i).unwrap();
     }
     let killed = Instant::now();
@@ -244,12 +254,9 @@ async fn a_pool_scaled_4_6_3_by_eds_is_followed_within_a_second(flavor: Flavor) 
     // them, and one of those it still held then.
     let killed_addrs: Vec<String> = addrs[..3].iter().map(ToString::to_string).collect();
     let failed: Vec<_> = report.records.iter().filter(|r| !r.ok()).collect();
-    let held_at_kill = arrivals
-        .iter()
-        .filter(|a| a.replica < 3 && a.at < killed)
-        .count();
     lines.push(format!(
-        "killed 0-2 {:.0} ms after the removal: {} requests failed, served by {:?}",
+        "killed 0-2 {:.0} ms after the removal, holding {held_at_kill} streams: {} requests \
+         failed, served by {:?}",
         ms(killed - shrunk),
         failed.len(),
         failed
@@ -462,6 +469,75 @@ async fn an_unhealthy_member_gets_no_picks(flavor: Flavor) {
         "{t}: picked again {:?} after Envoy's check passed",
         passed.elapsed()
     );
+    eprintln!("{context}");
+    drop(stack);
+    sim.shutdown().await;
+}
+
+async fn a_removed_member_passing_its_health_check_gets_no_picks(flavor: Flavor) {
+    let t = format!("{} x{}", tag(flavor), workers());
+    let sim = sim::start(sim::SimConfig {
+        replicas: 4,
+        ..calibration::sim_config(TIME_SCALE)
+    })
+    .await
+    .unwrap();
+    let Some(stack) = start(
+        flavor,
+        &sim,
+        &[0, 1, 2, 3],
+        Some(Duration::from_millis(200)),
+    )
+    .await
+    else {
+        return;
+    };
+    let addrs = sim.addrs().to_vec();
+    let removed = addrs[1];
+    send(&stack, 16, "warm").await;
+    wait_hc(&stack, &removed, false).await;
+
+    // Out of the EDS file, still answering its health check.
+    stack
+        .set_members(0, &[addrs[0], addrs[2], addrs[3]])
+        .unwrap();
+    // Envoy applies the file, then the next membership snapshot (every scraper tick native,
+    // every membershipIntervalMs through admin wasm); several health-check rounds pass, so
+    // a host Envoy kept (pending removal) would have passed its check again by now.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let before = picks(&stack).await;
+    let since = Instant::now();
+    send(&stack, 48, "removed").await;
+    let after = picks(&stack).await;
+    let arrived: Vec<usize> = (0..4)
+        .map(|i| {
+            sim.arrivals()
+                .iter()
+                .filter(|a| a.replica == i && a.at >= since)
+                .count()
+        })
+        .collect();
+    let context = format!(
+        "{t}: picks before {before:?}, after {after:?}; requests per replica after {removed} \
+         left the EDS file: {arrived:?}\n--- envoy log:\n{}",
+        stack.envoy().log_tail(20)
+    );
+    assert!(
+        !failing_hc(&stack, &removed).await,
+        "the removed member must still pass its check for this to say anything\n{context}"
+    );
+    assert_eq!(
+        after.get(&removed),
+        before.get(&removed),
+        "the picker chose a member EDS removed\n{context}"
+    );
+    assert_eq!(arrived[1], 0, "{context}");
+    let member_picks: i64 = addrs
+        .iter()
+        .filter(|a| **a != removed)
+        .map(|a| after[a] - before[a])
+        .sum();
+    assert_eq!(member_picks, 48, "every request picked a member\n{context}");
     eprintln!("{context}");
     drop(stack);
     sim.shutdown().await;
