@@ -19,17 +19,27 @@ use anyhow::{Context as _, Result};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use limitador::reservation::ReservationLimits;
 use limitador::storage::redis::AsyncRedisStorage;
-use limitador::storage::AsyncStorage;
+use limitador::storage::{AsyncCounterStorage, AsyncStorage};
 use limitador::AsyncRateLimiterBuilder;
 
 pub use limits::LimitTable;
 pub use service::QuotaService;
 
-/// How long a reservation holds its pre-debit at most: longer than any stream the gateway
-/// serves within one window (a hold never outlives its counter's window anyway).
-pub const DEFAULT_RESERVATION_TTL: Duration = Duration::from_secs(600);
+/// How long a reservation holds its pre-debit at most: one window ([`WINDOW_SECONDS`]).
+///
+/// A hold stands for tokens the window it was admitted in will be charged, and limitador
+/// ends it at its counter's window end whatever it is asked for, so a longer value changes
+/// nothing but what the configuration claims. A shorter one would let a hold lapse while
+/// its stream still runs, admitting others against tokens that are about to be counted.
+/// A stream that outlives its hold loses nothing: the settlement counts the tokens used
+/// whether or not the hold is still live. And a hold nothing settles (a replica gone, a
+/// settlement lost) stops counting when its window ends.
+///
+/// [`WINDOW_SECONDS`]: limits::WINDOW_SECONDS
+pub const DEFAULT_RESERVATION_TTL: Duration = Duration::from_secs(limits::WINDOW_SECONDS);
 
-/// A service for `domain` with `table`'s limits, its counters in the Redis at `redis_url`.
+/// A service for `domain` with `table`'s limits, its counters in the Redis at `redis_url`;
+/// `reservation_ttl` is capped at one window (see [`DEFAULT_RESERVATION_TTL`]).
 pub async fn connect(
     redis_url: &str,
     table: LimitTable,
@@ -39,13 +49,24 @@ pub async fn connect(
     let storage = AsyncRedisStorage::new(redis_url)
         .await
         .with_context(|| format!("connecting to Redis at {redis_url}"))?;
-    let limiter =
-        AsyncRateLimiterBuilder::new(AsyncStorage::with_counter_storage(Box::new(storage)))
-            .reservation_limits(ReservationLimits {
-                max_fraction: 1.0,
-                max_ttl: reservation_ttl,
-            })
-            .build();
+    over_storage(Box::new(storage), table, domain, reservation_ttl).await
+}
+
+/// A service for `domain` with `table`'s limits over any limitador counter `storage` (a
+/// test's wrapper around Redis, say); `reservation_ttl` as in [`connect`].
+pub async fn over_storage(
+    storage: Box<dyn AsyncCounterStorage>,
+    table: LimitTable,
+    domain: &str,
+    reservation_ttl: Duration,
+) -> Result<QuotaService> {
+    let reservation_ttl = reservation_ttl.min(DEFAULT_RESERVATION_TTL);
+    let limiter = AsyncRateLimiterBuilder::new(AsyncStorage::with_counter_storage(storage))
+        .reservation_limits(ReservationLimits {
+            max_fraction: 1.0,
+            max_ttl: reservation_ttl,
+        })
+        .build();
     QuotaService::new(limiter, table, domain, reservation_ttl).await
 }
 

@@ -28,7 +28,7 @@ struct Args {
     /// The rate-limit domain the gateway's Envoy sends.
     #[arg(long, default_value = "infergate")]
     domain: String,
-    /// Longest hold of a pre-debit, in seconds.
+    /// Longest hold of a pre-debit, in seconds (at most one window: 60).
     #[arg(long, default_value_t = infergate_ratelimit::DEFAULT_RESERVATION_TTL.as_secs())]
     reservation_ttl_s: u64,
 }

@@ -24,7 +24,9 @@
 //! Descriptors of unknown buckets or without the entries above are not limited. Counters
 //! are fixed windows of one minute, each starting at its first hit (limitador's Redis
 //! semantics). A Redis failure is a gRPC error; Envoy's filter then applies its failure
-//! mode.
+//! mode (the gateway's configs: let the request through, uncounted). No reservation id
+//! reaches Envoy then, so an admission that fails after its pre-debit was held releases
+//! the hold before it answers.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -214,9 +216,12 @@ impl QuotaService {
                 return Ok(self.over_limit(hit, Counter::Rpm, &seen));
             }
         }
+        // The holds made so far: a failure (or refusal) after one gives it back, since no
+        // reservation id reaches Envoy then and nothing would ever settle it.
+        let mut held: Vec<(&Hit, ReservationId)> = Vec::new();
         let mut reservation = None;
         for hit in admits.iter().filter(|h| h.counter == Counter::Tpm) {
-            let reserved = self
+            let reserved = match self
                 .limiter
                 .reserve(
                     &self.domain,
@@ -225,11 +230,23 @@ impl QuotaService {
                     Some(self.reservation_ttl),
                 )
                 .await
-                .map_err(|e| format!("reserving on {}: {e}", hit.bucket))?;
+                .map_err(|e| format!("reserving on {}: {e}", hit.bucket))
+            {
+                Ok(reserved) => reserved,
+                Err(error) => return Err(self.release(&held, error).await),
+            };
             // The reservation's counters already count its hold.
             seen.tokens = Window::of(&reserved.counters, 0);
             if reserved.limited {
+                // Refused all the same; a hold that could not be given back lapses.
+                let failed = self.release(&held, String::new()).await;
+                if !failed.is_empty() {
+                    eprintln!("infergate-ratelimit: {failed}");
+                }
                 return Ok(self.over_limit(hit, Counter::Tpm, &seen));
+            }
+            if let Some(id) = &reserved.reservation_id {
+                held.push((hit, id.clone()));
             }
             reservation = Some(
                 reserved
@@ -238,15 +255,44 @@ impl QuotaService {
             );
         }
         for hit in &requests {
-            self.limiter
+            let counted = self
+                .limiter
                 .update_counters(&self.domain, &context(hit), hit.amount)
                 .await
-                .map_err(|e| format!("counting on {}: {e}", hit.bucket))?;
+                .map_err(|e| format!("counting on {}: {e}", hit.bucket));
+            if let Err(error) = counted {
+                return Err(self.release(&held, error).await);
+            }
         }
         if self.debug {
             eprintln!("infergate-ratelimit: admitted, {seen:?}, reservation {reservation:?}");
         }
         Ok(ok(rate_limit_headers(&seen), reservation))
+    }
+
+    /// Give back the holds of an admission that fails (Envoy then lets the request through
+    /// uncounted, without a reservation id to settle) or is refused after them: each is
+    /// committed with 0 tokens. `error` is what failed (empty for a refusal); the answer is
+    /// it with any release that failed too, empty when there is nothing to report.
+    async fn release(&self, held: &[(&Hit, ReservationId)], error: String) -> String {
+        let mut error = error;
+        for (hit, id) in held {
+            let released = self
+                .limiter
+                .commit_reservation(&self.domain, &context(hit), Some(id), 0)
+                .await
+                .map_err(|e| e.to_string());
+            if let Err(e) = released {
+                if !error.is_empty() {
+                    error.push_str("; then ");
+                }
+                error.push_str(&format!(
+                    "releasing the hold on {} failed (it lapses at its window's end): {e}",
+                    hit.bucket
+                ));
+            }
+        }
+        error
     }
 
     fn over_limit(&self, hit: &Hit, counter: Counter, seen: &Seen) -> RateLimitResponse {

@@ -1,9 +1,12 @@
 //! The service against a real Redis (a `redis-server` of the test's own; skipped when
 //! none is installed): admission reserves the pre-debit, settlement commits the actual
 //! tokens, refusals carry the gateway's 429, and two services over one Redis (two
-//! replicas' views) share the counters.
+//! replicas' views) share the counters. A storage wrapper makes Redis fail mid-admission.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
@@ -15,6 +18,11 @@ use infergate_harness::launch::global_quotas::RedisServer;
 use infergate_ratelimit::limits::{BUCKET_KEY, LIMIT_KEY, RESERVATION_KEY};
 use infergate_ratelimit::service::RESERVATION_METADATA;
 use infergate_ratelimit::{LimitTable, QuotaService};
+use limitador::counter::Counter;
+use limitador::limit::Limit;
+use limitador::reservation::ReservationId;
+use limitador::storage::redis::AsyncRedisStorage;
+use limitador::storage::{AsyncCounterStorage, Authorization, StorageErr};
 use serde_json::json;
 
 const BUCKET: &str = "tenant-a/*";
@@ -54,7 +62,7 @@ async fn service(redis: &RedisServer, rpm: u64, tpm: u64) -> QuotaService {
         &redis.url(),
         table(rpm, tpm),
         "infergate",
-        Duration::from_secs(600),
+        infergate_ratelimit::DEFAULT_RESERVATION_TTL,
     )
     .await
     .unwrap()
@@ -258,4 +266,106 @@ async fn concurrent_clients_stay_within_the_minute() {
     let used = used.load(std::sync::atomic::Ordering::Relaxed);
     assert!(used <= 3000 + 105, "used {used}");
     assert!(used >= 3000 - 7 * 105, "used {used}");
+}
+
+/// Redis whose RPM counting fails while `failing` is set: its `update_counter` on an RPM
+/// counter goes to a Redis that is gone (a real connection error); everything else to the
+/// live one.
+struct RpmCountFails {
+    live: AsyncRedisStorage,
+    gone: AsyncRedisStorage,
+    failing: Arc<AtomicBool>,
+}
+
+#[tonic::async_trait]
+impl AsyncCounterStorage for RpmCountFails {
+    async fn is_within_limits(&self, counter: &Counter, delta: u64) -> Result<bool, StorageErr> {
+        self.live.is_within_limits(counter, delta).await
+    }
+    async fn update_counter(&self, counter: &Counter, delta: u64) -> Result<(), StorageErr> {
+        let rpm = counter.limit().name().is_some_and(|n| n.ends_with(" rpm"));
+        if rpm && self.failing.load(Ordering::SeqCst) {
+            return self.gone.update_counter(counter, delta).await;
+        }
+        self.live.update_counter(counter, delta).await
+    }
+    async fn check<'a>(
+        &self,
+        counters: &mut Vec<Counter>,
+        delta: u64,
+    ) -> Result<Authorization, StorageErr> {
+        self.live.check(counters, delta).await
+    }
+    async fn check_and_update<'a>(
+        &self,
+        counters: &mut Vec<Counter>,
+        delta: u64,
+    ) -> Result<Authorization, StorageErr> {
+        self.live.check_and_update(counters, delta).await
+    }
+    async fn get_counters(
+        &self,
+        limits: &HashSet<Arc<Limit>>,
+    ) -> Result<HashSet<Counter>, StorageErr> {
+        self.live.get_counters(limits).await
+    }
+    async fn delete_counters(&self, limits: &HashSet<Arc<Limit>>) -> Result<(), StorageErr> {
+        self.live.delete_counters(limits).await
+    }
+    async fn clear(&self) -> Result<(), StorageErr> {
+        self.live.clear().await
+    }
+    async fn reserve(
+        &self,
+        counters: &mut Vec<Counter>,
+        reservation_id: &ReservationId,
+        check_amount: u64,
+        hold_amount: u64,
+        ttl: Duration,
+    ) -> Result<Authorization, StorageErr> {
+        self.live
+            .reserve(counters, reservation_id, check_amount, hold_amount, ttl)
+            .await
+    }
+    async fn release_reservation(
+        &self,
+        counters: &[Counter],
+        reservation_id: &ReservationId,
+    ) -> Result<bool, StorageErr> {
+        self.live
+            .release_reservation(counters, reservation_id)
+            .await
+    }
+}
+
+/// Redis fails after the pre-debit is held (counting the request): the admission is an
+/// error (Envoy lets the request through, with no reservation id to settle), and the hold
+/// is given back rather than counting against the tenant until its window ends.
+#[tokio::test]
+async fn an_admission_failing_after_its_hold_gives_the_hold_back() {
+    let Some(redis) = redis() else { return };
+    let Some(doomed) = self::redis() else { return };
+    let gone = AsyncRedisStorage::new(&doomed.url()).await.unwrap();
+    drop(doomed);
+    let failing = Arc::new(AtomicBool::new(true));
+    let storage = RpmCountFails {
+        live: AsyncRedisStorage::new(&redis.url()).await.unwrap(),
+        gone,
+        failing: Arc::clone(&failing),
+    };
+    let svc = infergate_ratelimit::over_storage(
+        Box::new(storage),
+        table(1000, 300),
+        "infergate",
+        infergate_ratelimit::DEFAULT_RESERVATION_TTL,
+    )
+    .await
+    .unwrap();
+    let error = svc.decide(&admission(200)).await.unwrap_err();
+    assert!(error.contains("counting on tenant-a/*"), "{error}");
+    failing.store(false, Ordering::SeqCst);
+    // The whole minute is still there: the failed admission holds nothing.
+    let full = svc.decide(&admission(300)).await.unwrap();
+    assert_eq!(full.overall_code, Code::Ok as i32, "{full:?}");
+    assert_eq!(header(&full, "x-ratelimit-remaining-tokens"), Some("0"));
 }
