@@ -18,6 +18,15 @@
 //! marks unhealthy (a failed check, outlier ejection, EDS health) within one tick. The
 //! registry keeps copies only: no Envoy pointer is used outside the hook that handed it in.
 //!
+//! The instances apply an update one thread after another, so for a moment they disagree: a
+//! worker may still hold (or only now report) the hosts of an older update after the main
+//! thread reported a newer one. The registry therefore keeps each instance's own view and
+//! publishes, per cluster, what every live instance agrees on: a host is a member once every
+//! instance has it and leaves as soon as any instance drops it, and its health is the worst
+//! any instance reports (unhealthy if one says so, else degraded if one says so). A host
+//! EDS removed never comes back through a late instance, and one EDS added is published
+//! once the last instance has it.
+//!
 //! Health is told robustly against the header's two published orders of the health enum: a
 //! host is `Healthy` if it is among the healthy hosts Envoy lists, `Degraded` if Envoy says
 //! degraded (1 in both orders), `Unhealthy` otherwise.
@@ -33,22 +42,31 @@ use crate::abi::{EnvoyBuffer, LbEnvoyPtr, HOST_HEALTH_DEGRADED};
 /// The `lb_name` this module answers to.
 pub const LB_POLICY_NAME: &str = "infergate-membership";
 
-/// One live LB instance.
+/// One live LB instance and the members it last read.
 #[derive(Debug)]
 struct Instance {
     id: u64,
     cluster: String,
+    members: Vec<Member>,
 }
 
 #[derive(Debug)]
 struct Inner {
     next_id: u64,
+    /// Live instances, oldest first.
     instances: Vec<Instance>,
-    /// Each cluster's members as last read by any instance.
-    clusters: BTreeMap<String, Vec<Member>>,
 }
 
-/// Which clusters have live LB instances, and their members.
+/// How bad a health is: the published health of a host is the worst any instance reports.
+fn severity(health: Health) -> u8 {
+    match health {
+        Health::Healthy => 0,
+        Health::Degraded => 1,
+        Health::Unhealthy => 2,
+    }
+}
+
+/// Which clusters have live LB instances, and each instance's members.
 #[derive(Debug)]
 pub struct Registry {
     inner: Mutex<Inner>,
@@ -70,7 +88,6 @@ impl Registry {
             inner: Mutex::new(Inner {
                 next_id: 1,
                 instances: Vec::new(),
-                clusters: BTreeMap::new(),
             }),
         }
     }
@@ -88,41 +105,64 @@ impl Registry {
         inner.instances.push(Instance {
             id,
             cluster: cluster.to_owned(),
+            members,
         });
-        inner.clusters.insert(cluster.to_owned(), members);
         id
     }
 
     /// Instance `id` saw its cluster change to `members`.
     pub fn update(&self, id: u64, members: Vec<Member>) {
         let mut inner = self.lock();
-        let Some(cluster) = inner
-            .instances
-            .iter()
-            .find(|i| i.id == id)
-            .map(|i| i.cluster.clone())
-        else {
-            return;
-        };
-        inner.clusters.insert(cluster, members);
-    }
-
-    /// Instance `id` is gone; the last instance of a cluster takes its members with it.
-    pub fn remove(&self, id: u64) {
-        let mut inner = self.lock();
-        let Some(at) = inner.instances.iter().position(|i| i.id == id) else {
-            return;
-        };
-        let gone = inner.instances.remove(at);
-        if !inner.instances.iter().any(|i| i.cluster == gone.cluster) {
-            inner.clusters.remove(&gone.cluster);
+        if let Some(instance) = inner.instances.iter_mut().find(|i| i.id == id) {
+            instance.members = members;
         }
     }
 
-    /// The members of `cluster` as its instances last saw them; `None` when no instance of
-    /// `cluster` exists.
+    /// Instance `id` is gone, and its view with it (the last instance of a cluster takes
+    /// the cluster's members with it).
+    pub fn remove(&self, id: u64) {
+        self.lock().instances.retain(|i| i.id != id);
+    }
+
+    /// The members of `cluster` every live instance of it agrees on (see the module doc), in
+    /// the order of its oldest instance; `None` when no instance of `cluster` exists.
     pub fn members(&self, cluster: &str) -> Option<Vec<Member>> {
-        self.lock().clusters.get(cluster).cloned()
+        let inner = self.lock();
+        let mut views = inner.instances.iter().filter(|i| i.cluster == cluster);
+        let first = views.next()?;
+        let mut agreed: BTreeMap<&str, Health> = first
+            .members
+            .iter()
+            .map(|m| (m.address.as_str(), m.health))
+            .collect();
+        for view in views {
+            let seen: BTreeMap<&str, Health> = view
+                .members
+                .iter()
+                .map(|m| (m.address.as_str(), m.health))
+                .collect();
+            agreed.retain(|address, health| match seen.get(address) {
+                Some(h) => {
+                    if severity(*h) > severity(*health) {
+                        *health = *h;
+                    }
+                    true
+                }
+                None => false,
+            });
+        }
+        Some(
+            first
+                .members
+                .iter()
+                .filter_map(|m| {
+                    agreed.get(m.address.as_str()).map(|h| Member {
+                        address: m.address.clone(),
+                        health: *h,
+                    })
+                })
+                .collect(),
+        )
     }
 
     /// How many live instances `cluster` has (tests, diagnostics).
@@ -295,6 +335,65 @@ mod tests {
         let none = FakeLb::new("q", vec![vec![("10.0.0.9:80", false, 0)]]);
         // SAFETY: as above.
         assert_eq!(unsafe { next_healthy(none.ptr(), &mut cursor) }, None);
+    }
+
+    #[test]
+    fn a_late_instance_never_brings_back_a_removed_host_and_a_new_one_waits_for_all() {
+        let (h1, h2, h3) = ("10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80");
+        let registry = Registry::new();
+        let both = vec![member(h1, Health::Healthy), member(h2, Health::Healthy)];
+        let main = registry.add("pool-a", both.clone());
+        let worker = registry.add("pool-a", both.clone());
+        let other = registry.add("pool-b", vec![member(h3, Health::Healthy)]);
+        // EDS drops h2 and adds h3: the main thread applies it first.
+        let newer = vec![member(h1, Health::Healthy), member(h3, Health::Healthy)];
+        registry.update(main, newer.clone());
+        assert_eq!(
+            registry.members("pool-a"),
+            Some(vec![member(h1, Health::Healthy)]),
+            "h2 left with the first instance that dropped it; h3 waits for the worker"
+        );
+        // The worker reports the older list again (a late hook): h2 stays out.
+        registry.update(worker, both.clone());
+        assert_eq!(
+            registry.members("pool-a"),
+            Some(vec![member(h1, Health::Healthy)])
+        );
+        registry.update(worker, newer.clone());
+        assert_eq!(registry.members("pool-a"), Some(newer.clone()));
+        // Health: the worst any instance reports.
+        registry.update(
+            worker,
+            vec![member(h1, Health::Degraded), member(h3, Health::Healthy)],
+        );
+        registry.update(
+            main,
+            vec![member(h1, Health::Healthy), member(h3, Health::Unhealthy)],
+        );
+        assert_eq!(
+            registry.members("pool-a"),
+            Some(vec![
+                member(h1, Health::Degraded),
+                member(h3, Health::Unhealthy)
+            ])
+        );
+        // A destroyed instance's view no longer counts.
+        registry.remove(main);
+        assert_eq!(
+            registry.members("pool-a"),
+            Some(vec![
+                member(h1, Health::Degraded),
+                member(h3, Health::Healthy)
+            ])
+        );
+        assert_eq!(
+            registry.members("pool-b"),
+            Some(vec![member(h3, Health::Healthy)]),
+            "another cluster's instances are not part of the agreement"
+        );
+        registry.remove(worker);
+        registry.remove(other);
+        assert_eq!(registry.members("pool-a"), None);
     }
 
     #[test]

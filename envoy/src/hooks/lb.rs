@@ -278,4 +278,38 @@ mod tests {
         assert_eq!(REGISTRY.members("hooks-pool"), None);
         envoy_dynamic_module_on_lb_config_destroy(config);
     }
+
+    #[test]
+    fn a_worker_reporting_an_older_update_does_not_bring_back_a_removed_host() {
+        let config = envoy_dynamic_module_on_lb_config_new(
+            fake_envoy::dummy_ptr(),
+            buf(LB_POLICY_NAME),
+            buf(""),
+        );
+        let both = vec![vec![("10.2.0.1:80", true, 2), ("10.2.0.2:80", true, 2)]];
+        let main = FakeLb::new("hooks-late-pool", both.clone());
+        let worker = FakeLb::new("hooks-late-pool", both.clone());
+        // The stale one is the older instance (its view is the published order).
+        let worker_instance = envoy_dynamic_module_on_lb_new(config, worker.ptr());
+        let main_instance = envoy_dynamic_module_on_lb_new(config, main.ptr());
+        // EDS drops 10.2.0.2: the main thread applies it first.
+        main.set_hosts(vec![vec![("10.2.0.1:80", true, 2)]]);
+        envoy_dynamic_module_on_lb_on_host_membership_update(main.ptr(), main_instance, 0, 1);
+        let addresses = || -> Vec<String> {
+            REGISTRY
+                .members("hooks-late-pool")
+                .unwrap()
+                .into_iter()
+                .map(|m| m.address)
+                .collect()
+        };
+        assert_eq!(addresses(), vec!["10.2.0.1:80"]);
+        // The worker runs its hook still over the older hosts.
+        envoy_dynamic_module_on_lb_on_host_membership_update(worker.ptr(), worker_instance, 0, 0);
+        assert_eq!(addresses(), vec!["10.2.0.1:80"]);
+        envoy_dynamic_module_on_lb_destroy(main_instance);
+        envoy_dynamic_module_on_lb_destroy(worker_instance);
+        assert_eq!(REGISTRY.members("hooks-late-pool"), None);
+        envoy_dynamic_module_on_lb_config_destroy(config);
+    }
 }
