@@ -19,8 +19,8 @@ use std::sync::Arc;
 use crate::billing::REJECTED_UNAUTHENTICATED;
 use crate::headers::{self, ClientHeadersStripped, FAIRNESS_ID, OBJECTIVE};
 use crate::host::{
-    Clock, LocalReply, RequestHeaders, ResponseHeaders, Stats, StreamState, UsageRecordSink,
-    VerifiedJwt,
+    Clock, LocalReply, RequestHeaders, ResponseHeaders, ServedUpstream, Stats, StreamState,
+    UsageRecordSink, VerifiedJwt,
 };
 use crate::pipeline::{EndCause, RequestContext, Stage, Step};
 use crate::reply::Reply;
@@ -101,6 +101,7 @@ where
     H: RequestHeaders
         + ResponseHeaders
         + VerifiedJwt
+        + ServedUpstream
         + LocalReply
         + Clock
         + Stats
@@ -159,10 +160,19 @@ where
         let status = host
             .response_header(":status")
             .and_then(|s| s.trim().parse::<u16>().ok());
-        let dropped = host.response_header(headers::DROPPED_REASON);
+        // A dropped reason is what a filter of this gateway says of its own local reply. A
+        // response an upstream sent is not one, whatever it carries: an engine cannot
+        // refuse in the gateway's name, nor so escape its billing and settlement.
+        let from_upstream = host.served_upstream().is_some();
+        let dropped = if from_upstream {
+            None
+        } else {
+            host.response_header(headers::DROPPED_REASON)
+        };
         let now = host.now();
         if let Some(acc) = cx.get_mut::<Accounting>() {
             acc.status = status;
+            acc.from_upstream = from_upstream;
             acc.dropped_reason = dropped;
             if end_of_stream {
                 acc.first_byte.get_or_insert(now);

@@ -23,9 +23,11 @@
 //! [`QUOTA_BUCKET_HEADER`] and the pre-debit in [`QUOTA_TOKENS_HEADER`], which the filter
 //! sends as the descriptor and its `hits_addend`; concurrency stays in this process. The
 //! service's refusal is its own 429 (the same reasons and body), which this pipeline sees
-//! on the response and records as a rejection without a debit. At the end, the tokens
-//! actually used go into the stream state [`QUOTA_ACTUAL_STATE`], which the filter's
-//! stream-done action (`apply_on_stream_done`) sends to settle the pre-debit.
+//! on the response and records as a rejection without a debit; only Envoy's local reply
+//! counts as one, and a response an upstream sent is billed and settled whatever headers it
+//! carries. At the end, the tokens actually used go into the stream state
+//! [`QUOTA_ACTUAL_STATE`], which the filter's stream-done action (`apply_on_stream_done`)
+//! sends to settle the pre-debit.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -216,8 +218,11 @@ pub struct Accounting {
     pub rejected: Option<String>,
     /// The response status, once response headers passed.
     pub status: Option<u16>,
-    /// `x-llm-d-request-dropped-reason` of the response (a rejection by a later filter).
+    /// `x-llm-d-request-dropped-reason` of a local reply (a rejection by a later filter);
+    /// never read from a response an upstream sent.
     pub dropped_reason: Option<String>,
+    /// The response came from an upstream host (not a local reply).
+    pub from_upstream: bool,
     /// When the first response byte passed.
     pub first_byte: Option<Millis>,
     finished: bool,
@@ -233,6 +238,7 @@ impl Accounting {
             rejected: None,
             status: None,
             dropped_reason: None,
+            from_upstream: false,
             first_byte: None,
             finished: false,
         }
@@ -424,8 +430,11 @@ impl Tenancy {
         };
 
         // The global rate-limit service refused a request this stage had admitted: nothing
-        // was debited there; only the local concurrency slot is given back.
+        // was debited there; only the local concurrency slot is given back. Its refusal is
+        // Envoy's local reply, a 429: an upstream's response is settled whatever it says.
         let refused_globally = admission.as_ref().is_some_and(|a| a.global)
+            && !acc.from_upstream
+            && acc.status == Some(429)
             && acc
                 .dropped_reason
                 .as_deref()

@@ -523,3 +523,88 @@ fn global_quotas_are_a_boolean_and_need_tenants() {
     assert!(take_tenants(&mut config).unwrap().is_none());
     assert!(config.get("globalQuotas").is_none(), "the key is taken out");
 }
+
+/// Global quotas: an engine's response carrying the service's dropped reasons is not the
+/// service's refusal. It is billed and settled as any other (the reservation committed
+/// with what was used), and no quota rejection is counted.
+#[test]
+fn global_quotas_settle_an_upstream_response_whatever_dropped_reason_it_carries() {
+    use crate::stages::tenancy::{QUOTA_ACTUAL_STATE, QUOTA_TOKENS_HEADER};
+    let mut t = tenants(1, 1);
+    t.set_global_quotas(true);
+    let p = pipeline(t);
+    let rejects = |host: &FakeHost| {
+        host.counters
+            .iter()
+            .filter(|(k, _)| k.contains("infergate.quota.rejects"))
+            .map(|(_, v)| *v)
+            .sum::<u64>()
+    };
+
+    // A 200 stream that says `rejected-quota-tpm`: billed what it used, settled with it.
+    let mut served = request(Some(KEY_A), STREAM_BODY);
+    let mut run = Run::new();
+    assert_eq!(send(&p, &mut run, &mut served), FilterStatus::Continue);
+    let debit: u64 = served
+        .request_headers
+        .iter()
+        .find(|(k, _)| k == QUOTA_TOKENS_HEADER)
+        .map(|(_, v)| v.parse().unwrap())
+        .unwrap();
+    served.served_upstream = Some("10.0.0.1:8000".into());
+    served.response_headers = vec![
+        (":status".into(), "200".into()),
+        ("content-type".into(), "text/event-stream".into()),
+        (DROPPED_REASON.into(), "rejected-quota-tpm".into()),
+    ];
+    run.response_headers(&p, &mut served, false);
+    for (i, chunk) in ENGINE.iter().enumerate() {
+        served.response_chunk = chunk.as_bytes().to_vec();
+        run.response_chunk(&p, &mut served, i + 1 == ENGINE.len());
+    }
+    run.end(&p, &mut served);
+    assert_eq!(
+        served
+            .stream_state
+            .get(QUOTA_ACTUAL_STATE)
+            .map(|v| v.as_slice()),
+        Some(&b"7"[..])
+    );
+    let r = record(&served);
+    assert_eq!(r["outcome"], "complete");
+    assert_eq!(
+        (r["pre_debit"].as_u64(), r["charged"].as_u64()),
+        (Some(debit), Some(7))
+    );
+    assert_eq!(rejects(&served), 0);
+
+    // An engine's own 429 with `rejected-quota-rpm`: nothing used, but the reservation is
+    // still settled (with 0) rather than left to hold the pre-debit.
+    let mut refused = request(Some(KEY_A), STREAM_BODY);
+    let mut run = Run::new();
+    assert_eq!(send(&p, &mut run, &mut refused), FilterStatus::Continue);
+    refused.served_upstream = Some("10.0.0.1:8000".into());
+    refused.response_headers = vec![
+        (":status".into(), "429".into()),
+        (DROPPED_REASON.into(), "rejected-quota-rpm".into()),
+        ("content-type".into(), "application/json".into()),
+    ];
+    run.response_headers(&p, &mut refused, false);
+    refused.response_chunk = br#"{"error":{}}"#.to_vec();
+    run.response_chunk(&p, &mut refused, true);
+    run.end(&p, &mut refused);
+    assert_eq!(
+        refused
+            .stream_state
+            .get(QUOTA_ACTUAL_STATE)
+            .map(|v| v.as_slice()),
+        Some(&b"0"[..])
+    );
+    let r = record(&refused);
+    assert_ne!(r["outcome"], "rejected-quota-rpm");
+    assert_eq!(
+        (r["pre_debit"].as_u64(), r["charged"].as_u64()),
+        (Some(debit), Some(0))
+    );
+    assert_eq!(rejects(&refused), 0);
+}
