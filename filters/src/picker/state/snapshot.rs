@@ -75,11 +75,17 @@ impl SnapshotSlot {
             return (SnapshotRefresh::Unchanged, false);
         }
         slot.version = Some(version);
-        self.known.store(encode_version(version), Ordering::Release);
+        // `known` is published only once this version's snapshot is in place (or known to
+        // add nothing): a thread that sees it skips the host and takes `current`, which must
+        // then be this version's. Published before the decode, a pick racing the very
+        // first snapshot found "unchanged" and no snapshot at all, and answered 503.
+        let known = encode_version(version);
         let Ok(header) = read_header(&bytes) else {
+            self.known.store(known, Ordering::Release);
             return (SnapshotRefresh::Undecodable, false);
         };
         if slot.header == Some(header) {
+            self.known.store(known, Ordering::Release);
             return (SnapshotRefresh::Updated, false);
         }
         let mut spare = slot
@@ -88,9 +94,10 @@ impl SnapshotSlot {
             .and_then(|mut s| Arc::get_mut(&mut s).is_some().then_some(s))
             .unwrap_or_default();
         let Some(target) = Arc::get_mut(&mut spare) else {
+            self.known.store(known, Ordering::Release);
             return (SnapshotRefresh::Undecodable, false);
         };
-        match decode_into(&bytes, target) {
+        let outcome = match decode_into(&bytes, target) {
             Ok(header) => {
                 slot.header = Some(header);
                 slot.spare = slot.current.replace(spare);
@@ -102,7 +109,9 @@ impl SnapshotSlot {
                 slot.spare = Some(spare);
                 (SnapshotRefresh::Undecodable, false)
             }
-        }
+        };
+        self.known.store(known, Ordering::Release);
+        outcome
     }
 
     /// Hold the slot's lock (tests: what proceeds without it).
