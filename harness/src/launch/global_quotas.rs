@@ -14,12 +14,11 @@
 //!
 //! [`GlobalQuotaBackend`] is both processes together, stopped on drop.
 
-use super::process::{ChildGuard, RunDir};
+use super::process::{spawn_announcing, ChildGuard, RunDir};
 use super::template::{Template, Vars};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value as Json;
 use serde_yaml_ng::Value;
-use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -215,31 +214,15 @@ impl RateLimitService {
             .collect::<Vec<_>>()
             .join("\n---\n");
         std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
-        let mut child = Command::new(&bin)
-            .arg("--objects")
-            .arg(&file)
-            .args(["--redis", redis_url, "--domain", DOMAIN])
-            .args(["--listen", "127.0.0.1:0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .with_context(|| format!("spawning {}", bin.display()))?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| anyhow!("rate-limit service stdout not captured"))?;
-        let guard = ChildGuard::new("infergate-ratelimit", child);
-        let (tx, rx) = std::sync::mpsc::channel();
-        // Reads every line for the service's whole life, so it never blocks on a full pipe.
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Some(addr) = parse_listening_line(&line) {
-                    let _ = tx.send(addr);
-                }
-            }
-        });
+        let (guard, rx) = spawn_announcing(
+            "infergate-ratelimit",
+            Command::new(&bin)
+                .arg("--objects")
+                .arg(&file)
+                .args(["--redis", redis_url, "--domain", DOMAIN])
+                .args(["--listen", "127.0.0.1:0"]),
+            parse_listening_line,
+        )?;
         let addr = rx
             .recv_timeout(START_TIMEOUT)
             .map_err(|_| anyhow!("infergate-ratelimit did not listen within {START_TIMEOUT:?}"))?;

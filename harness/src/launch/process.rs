@@ -1,17 +1,53 @@
-//! A child process that is stopped when its owner goes away, and a private scratch
-//! directory per launched instance.
+//! A child process that is stopped when its owner goes away, one that announces the
+//! addresses it listens on, and a private scratch directory per launched instance.
 //!
 //! Stopping sends SIGTERM (Envoy and the simulator both shut down cleanly on it), waits a
 //! grace period, then SIGKILLs: a test that fails half-way must not leave an Envoy holding
 //! ports and CPU on a 2-core machine.
 
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ExitStatus};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long a child gets between SIGTERM and SIGKILL.
 const GRACE: Duration = Duration::from_secs(5);
+
+/// Spawns `command` (stdin closed, stderr inherited) as `name` and reads its stdout for
+/// the child's whole life, so it never blocks on a full pipe: every line `parse` turns
+/// into an address is sent on the receiver, in order.
+pub fn spawn_announcing(
+    name: &'static str,
+    command: &mut Command,
+    parse: fn(&str) -> Option<SocketAddr>,
+) -> anyhow::Result<(ChildGuard, mpsc::Receiver<SocketAddr>)> {
+    use anyhow::Context;
+    let program = PathBuf::from(command.get_program());
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("spawning {}", program.display()))?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("{name}: stdout not captured"))?;
+    let guard = ChildGuard::new(name, child);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(addr) = parse(&line) {
+                let _ = tx.send(addr);
+            }
+        }
+    });
+    Ok((guard, rx))
+}
 
 /// A running child process, terminated on [`ChildGuard::stop`] or drop.
 #[derive(Debug)]

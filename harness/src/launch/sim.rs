@@ -2,13 +2,11 @@
 //! its replicas' addresses from the lines it prints:
 //! `replica K: http://127.0.0.1:PORT`, one per replica, once each replica listens.
 
-use super::process::ChildGuard;
-use anyhow::{anyhow, bail, Context, Result};
-use std::io::{BufRead, BufReader};
+use super::process::{spawn_announcing, ChildGuard};
+use anyhow::{anyhow, bail, Result};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::Duration;
 
 /// The simulator binary: `INFERGATE_SIM`, else the release build, else the debug build.
@@ -47,32 +45,16 @@ impl SimProcess {
     /// `timeout`) until it has printed every replica's address.
     pub async fn start(replicas: usize, extra_args: &[String], timeout: Duration) -> Result<Self> {
         let bin = sim_binary()?;
-        let mut child = Command::new(&bin)
-            .arg("--replicas")
-            .arg(replicas.to_string())
-            .arg("--port")
-            .arg("0")
-            .args(extra_args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .with_context(|| format!("spawning {}", bin.display()))?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| anyhow!("simulator stdout not captured"))?;
-        let guard = ChildGuard::new("infergate-sim", child);
-        let (tx, rx) = mpsc::channel();
-        // Reads every line for the simulator's whole life, so it never blocks on a full pipe.
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Some(addr) = parse_replica_line(&line) {
-                    let _ = tx.send(addr);
-                }
-            }
-        });
+        let (guard, rx) = spawn_announcing(
+            "infergate-sim",
+            Command::new(&bin)
+                .arg("--replicas")
+                .arg(replicas.to_string())
+                .arg("--port")
+                .arg("0")
+                .args(extra_args),
+            parse_replica_line,
+        )?;
         let found = tokio::task::spawn_blocking(move || {
             let mut found = Vec::with_capacity(replicas);
             let deadline = std::time::Instant::now() + timeout;
