@@ -16,6 +16,27 @@ pub(crate) use fields::Fields;
 
 use serde_json::{Map, Value};
 
+/// Every field of a Kubernetes `ObjectMeta`: what a `metadata` may hold. Readers take
+/// `name` (and `namespace`); the rest is either for selectors (`labels`, `annotations`) or
+/// written by the API server, and carries no configuration.
+pub const OBJECT_META_KEYS: &[&str] = &[
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+];
+
 /// Item `at` of a list of objects as a JSON object; `Ok(None)` for `null` (an empty YAML
 /// document, as a trailing `---` gives). `expected` names the kinds taken, for the error.
 pub(crate) fn list_item<'v>(

@@ -16,25 +16,6 @@ pub const TENANT_QUOTA_API_VERSION: &str = "mini-platform.local/v1alpha1";
 /// llm-d's `InferenceObjective`.
 pub const OBJECTIVE_API_VERSION: &str = "llm-d.ai/v1alpha2";
 
-/// Kubernetes `ObjectMeta` fields: accepted anywhere in `metadata`, only `name` is read.
-const OBJECT_META_KEYS: &[&str] = &[
-    "name",
-    "generateName",
-    "namespace",
-    "selfLink",
-    "uid",
-    "resourceVersion",
-    "generation",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "labels",
-    "annotations",
-    "ownerReferences",
-    "finalizers",
-    "managedFields",
-];
-
 /// What a nested object must be, in errors.
 const MAPPING: &str = "a mapping";
 
@@ -122,7 +103,7 @@ pub(super) fn parse_object(index: usize, value: &Value) -> Result<Option<Object>
 fn object_name(unnamed: &str, map: &Map<String, Value>) -> Result<String, TenantsError> {
     let fields = Fields::new(unnamed.into(), MAPPING);
     let metadata = fields.required_map(map, "", "metadata")?;
-    fields.only(metadata, "metadata", OBJECT_META_KEYS)?;
+    fields.only(metadata, "metadata", crate::objects::OBJECT_META_KEYS)?;
     let name = fields.required_string(metadata, "metadata", "name")?;
     // The name is the first half of every bucket key (`<tenant>/<model>`).
     if name.contains('/') {

@@ -8,23 +8,7 @@ use serde_json::Value as Json;
 /// `ObjectMeta` keys: `name` and `namespace` are read; `labels` and `annotations` are
 /// reported (nothing selects on them here); the rest are written by the API server and
 /// carry no configuration.
-const KEYS: &[&str] = &[
-    "name",
-    "generateName",
-    "namespace",
-    "selfLink",
-    "uid",
-    "resourceVersion",
-    "generation",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "labels",
-    "annotations",
-    "ownerReferences",
-    "finalizers",
-    "managedFields",
-];
+const KEYS: &[&str] = infergate_filters::objects::OBJECT_META_KEYS;
 
 /// An object's identity.
 #[derive(Clone, Debug, PartialEq, Eq)]
