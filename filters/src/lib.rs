@@ -71,6 +71,7 @@ pub mod stages;
 pub mod stats;
 pub mod status;
 pub mod tenants;
+pub mod tokenize;
 
 #[cfg(any(test, feature = "fake-host"))]
 pub mod fake;
