@@ -10,7 +10,7 @@ use super::*;
 /// 4 bytes at a time.
 fn reference(stream: &[u8]) -> Vec<u32> {
     let mut padded = stream.to_vec();
-    while padded.len() % 4 != 0 {
+    while !padded.len().is_multiple_of(4) {
         padded.push(0);
     }
     padded
