@@ -1,7 +1,11 @@
 //! A full scheduling decision (parse and hashing excluded): an 8k-token request (128 blocks)
-//! over 16 and 100 endpoints with a warm prefix index, default-like config (utilization
-//! filter, prefix + queue + KV scorers, max-score picker with 2 fallbacks).
+//! over 16, 100 and 1000 endpoints with a warm prefix index, default-like config (utilization
+//! filter, prefix + placement + queue + KV scorers, max-score picker with 2 fallbacks).
 //! Targets: ≤ 10 µs for 16 endpoints, ≤ 40 µs for 100.
+//!
+//! `placement_scorer`: the cost of `rendezvous-placement-scorer` per pick, as the difference
+//! between a profile with only that scorer and one with no scorer (both: picker, no prefix
+//! index), over 4, 100 and 1000 endpoints.
 //!
 //! Run: `cargo bench -p scheduler-core --bench pick`.
 
@@ -13,7 +17,7 @@ mod imp {
     use criterion::{black_box, criterion_group, Criterion};
     use scheduler_core::metrics::EndpointMetrics;
     use scheduler_core::prefix::{block_hashes, seed, PrefixIndex};
-    use scheduler_core::scheduling::{Candidate, RequestView, Scheduler};
+    use scheduler_core::scheduling::{Candidate, NoPrefixIndex, RequestView, Scheduler};
     use scheduler_core::types::{BlockHash, InFlight, Millis, Tokens};
 
     /// The JSON twin of `testdata/epp/default.yaml`.
@@ -23,10 +27,12 @@ mod imp {
         {"type": "inflight-load-producer"},
         {"type": "utilization-filter", "parameters": {"fallbackOnEmpty": true, "conditions": [
           {"metric": "kv-cache-utilization", "maxValue": 0.95}, {"metric": "waiting-queue", "maxValue": 64}]}},
-        {"type": "prefix-cache-scorer"}, {"type": "queue-scorer"}, {"type": "kv-cache-utilization-scorer"},
+        {"type": "prefix-cache-scorer"}, {"type": "rendezvous-placement-scorer"},
+        {"type": "queue-scorer"}, {"type": "kv-cache-utilization-scorer"},
         {"type": "max-score-picker", "parameters": {"maxFallbacks": 2}}],
       "schedulingProfiles": [{"name": "default", "plugins": [
         {"pluginRef": "utilization-filter"}, {"pluginRef": "prefix-cache-scorer", "weight": 3},
+        {"pluginRef": "rendezvous-placement-scorer", "weight": 5},
         {"pluginRef": "queue-scorer", "weight": 2}, {"pluginRef": "kv-cache-utilization-scorer", "weight": 2},
         {"pluginRef": "max-score-picker"}]}]}"#;
 
@@ -94,23 +100,9 @@ mod imp {
 
     fn bench_pick(c: &mut Criterion) {
         let mut group = c.benchmark_group("pick_8k_tokens");
-        for n in [16usize, 100] {
+        for n in [16usize, 100, 1000] {
             let p = pool(n);
-            let candidates: Vec<Candidate<'_>> = p
-                .addresses
-                .iter()
-                .zip(&p.metrics)
-                .enumerate()
-                .map(|(i, (a, m))| Candidate {
-                    address: a,
-                    metrics: Some(m),
-                    inflight: InFlight {
-                        requests: (i % 5) as u32,
-                        tokens: Tokens((i % 5) as u64 * 9000),
-                    },
-                    role: scheduler_core::scheduling::Role::Both,
-                })
-                .collect();
+            let candidates = candidates(&p.addresses, &p.metrics);
             let view = RequestView {
                 target_model: "meta-llama/Llama-3.1-8B-Instruct",
                 base_model: "meta-llama/Llama-3.1-8B-Instruct",
@@ -136,7 +128,77 @@ mod imp {
         group.finish();
     }
 
-    criterion_group!(benches, bench_pick);
+    fn candidates<'a>(
+        addresses: &'a [String],
+        metrics: &'a [EndpointMetrics],
+    ) -> Vec<Candidate<'a>> {
+        addresses
+            .iter()
+            .zip(metrics)
+            .enumerate()
+            .map(|(i, (a, m))| Candidate {
+                address: a,
+                metrics: Some(m),
+                inflight: InFlight {
+                    requests: (i % 5) as u32,
+                    tokens: Tokens((i % 5) as u64 * 9000),
+                },
+                role: scheduler_core::scheduling::Role::Both,
+            })
+            .collect()
+    }
+
+    fn bench_placement(c: &mut Criterion) {
+        let compile = |json: &str| match Scheduler::from_json_str(json) {
+            Ok(s) => s,
+            Err(e) => panic!("bench config: {e}"),
+        };
+        let with = compile(
+            r#"{"plugins": [{"type": "rendezvous-placement-scorer"}, {"type": "max-score-picker"}]}"#,
+        );
+        let without = compile(r#"{"plugins": [{"type": "max-score-picker"}]}"#);
+        let request: Vec<BlockHash> = (1..=128u64).map(|i| BlockHash(i * 0x9e37_79b9)).collect();
+        let mut group = c.benchmark_group("placement_scorer");
+        for n in [4usize, 100, 1000] {
+            let addresses: Vec<String> = (0..n)
+                .map(|i| format!("10.0.{}.{}:8000", i / 250, i % 250))
+                .collect();
+            let metrics: Vec<EndpointMetrics> = (0..n)
+                .map(|i| EndpointMetrics {
+                    waiting: Some((i % 7) as u32),
+                    running: Some((i % 13) as u32),
+                    ..EndpointMetrics::default()
+                })
+                .collect();
+            let candidates = candidates(&addresses, &metrics);
+            let view = RequestView {
+                target_model: "m",
+                base_model: "m",
+                block_hashes: &request,
+                prompt_tokens: Tokens(8192),
+                last_endpoint_for_session: None,
+            };
+            for (arm, s) in [("placement", &with), ("no_scorer", &without)] {
+                let mut random = 0u64;
+                group.bench_function(format!("{arm}/{n}_endpoints"), |b| {
+                    b.iter(|| {
+                        random = random.wrapping_add(1);
+                        let d = s.schedule(
+                            black_box(&view),
+                            &candidates,
+                            &NoPrefixIndex,
+                            random,
+                            Millis(0),
+                        );
+                        black_box(d.picked())
+                    })
+                });
+            }
+        }
+        group.finish();
+    }
+
+    criterion_group!(benches, bench_pick, bench_placement);
 }
 
 #[cfg(not(target_family = "wasm"))]

@@ -189,6 +189,9 @@ fn default_max_sessions() -> usize {
 /// any endpoint is below it: the scorers alone would still send a full replica the turns
 /// of conversations it holds (prefix weight 3) and new requests when this proxy has little
 /// in flight there (its load may come from elsewhere), where they queue or preempt.
+/// A prompt no endpoint is known to hold is placed by `rendezvous-placement-scorer`
+/// (weight 4, above the three load scorers together, whose balance it keeps with its own
+/// load bound), so every gateway replica sends a conversation's turns to the same endpoint.
 pub fn default_epp_config() -> Value {
     serde_json::json!({
         "plugins": [
@@ -198,6 +201,7 @@ pub fn default_epp_config() -> Value {
                 "conditions": [{"metric": "kv-cache-utilization", "maxValue": 0.9}],
                 "fallbackOnEmpty": true}},
             {"type": "prefix-cache-scorer"},
+            {"type": "rendezvous-placement-scorer"},
             {"type": "queue-scorer"},
             {"type": "kv-cache-utilization-scorer"},
             {"type": "inflight-load-scorer"},
@@ -208,6 +212,7 @@ pub fn default_epp_config() -> Value {
             "plugins": [
                 {"pluginRef": "utilization-filter"},
                 {"pluginRef": "prefix-cache-scorer", "weight": 3},
+                {"pluginRef": "rendezvous-placement-scorer", "weight": 4},
                 {"pluginRef": "queue-scorer", "weight": 1},
                 {"pluginRef": "kv-cache-utilization-scorer", "weight": 1},
                 {"pluginRef": "inflight-load-scorer", "weight": 1},

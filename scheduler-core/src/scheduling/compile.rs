@@ -146,7 +146,7 @@ impl Scheduler {
             || profiles.iter().any(|p| {
                 p.scorers
                     .iter()
-                    .any(|s| matches!(s.step.plugin, Scorer::PrefixCache(_)))
+                    .any(|s| matches!(s.step.plugin, Scorer::PrefixCache(_) | Scorer::Placement(_)))
                     || p.filters
                         .iter()
                         .any(|f| matches!(f.plugin, Filter::PrefixAffinity(_)))

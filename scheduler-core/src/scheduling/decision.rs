@@ -9,6 +9,7 @@ use alloc::vec::Vec;
 use super::compile::Profile;
 use super::disagg::DisaggOutcome;
 use super::filter::{FilterNote, ALIVE, ROLE_DROPPED};
+use super::placement::PlacementNote;
 use super::roles::Phase;
 use super::run::{Candidate, RequestView};
 
@@ -35,6 +36,8 @@ pub struct ProfileDecision<'a> {
     pub(crate) notes: Vec<FilterNote>,
     /// Scorer-major raw scores: scorer `s`, candidate `c` at `s * n + c`.
     pub(crate) raw: Vec<f64>,
+    /// What each `rendezvous-placement-scorer` (by scorer position) chose, and why.
+    pub(crate) placements: Vec<(usize, PlacementNote)>,
     /// Per candidate: Σ weight × raw (0 for dropped candidates).
     pub(crate) totals: Vec<f64>,
     /// The pick, then the fallbacks in order.
@@ -175,6 +178,14 @@ impl<'a> ProfileDecision<'a> {
         self.raw
             .get(s.checked_mul(self.dropped_by.len())?.checked_add(c)?)
             .copied()
+    }
+
+    /// What scorer `s` (profile order) chose, when it is a `rendezvous-placement-scorer`.
+    pub fn placement(&self, s: usize) -> Option<&PlacementNote> {
+        self.placements
+            .iter()
+            .find(|(si, _)| *si == s)
+            .map(|(_, note)| note)
     }
 
     /// Weighted score (weight × raw) of scorer `s` for candidate `c`.

@@ -18,7 +18,8 @@
 //! close) is decided before scheduling, by [`candidates`].
 //!
 //! Plugin semantics and parameters: [`plugins`] (catalogue), [`filter`] (filters, the TTFT
-//! estimate, missing metrics), [`score`] (scorers, missing metrics), [`pick`] (pickers, RNG),
+//! estimate, missing metrics), [`score`] (scorers, missing metrics), [`placement`] (where a
+//! prefix no index knows goes, the same on every replica), [`pick`] (pickers, RNG),
 //! [`disagg`] (prefill/decode disaggregation: the profile handler, the deciders) and
 //! [`roles`] (what each endpoint serves).
 
@@ -30,6 +31,7 @@ pub mod disagg;
 pub mod filter;
 mod params;
 pub mod pick;
+pub mod placement;
 pub mod plugins;
 mod record;
 pub mod roles;

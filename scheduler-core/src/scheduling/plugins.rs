@@ -7,6 +7,7 @@
 //! | `inflight-load-producer` | producer | none | — (the host's own counts) |
 //! | `utilization-filter` | filter | `conditions: [{metric, maxValue}]` (metric: `kv-cache-utilization` 0..1, `waiting-queue`, `running-requests`), `fallbackOnEmpty` (false) | kept (an unknown or NaN value never exceeds) |
 //! | `prefix-cache-affinity-filter` | filter | `threshold` (0.5), `maxTTFTPenaltyMs` (1000), `prefillTokensPerSecond` (10000), `queuedRequestMs` (250), `maxWaitingQueue` (16), `maxKVCacheUtilization` (0.95) | not overloaded; queue counts as 0 in the TTFT estimate |
+//! | `rendezvous-placement-scorer` | scorer | `keyBlocks` (8, an integer ≥ 1), `loadFactor` (1.25, ≥ 1) | load from in-flight requests alone (see [`super::placement`]) |
 //! | `prefix-cache-scorer` | scorer | `matchLengthWeight` (0, in [0, 1]), `matchLengthScaleTokens` (8192, an integer ≥ 1) | — (the index is the proxy's own) |
 //! | `queue-scorer`, `running-requests-scorer` | scorer | none | 0, and left out of the min/max |
 //! | `kv-cache-utilization-scorer` | scorer | none | 0 (also for NaN) |
@@ -37,6 +38,7 @@ use super::disagg::{
     DisaggHandlerSpec, PdDecider, DEFAULT_DECODE_PROFILE, DEFAULT_PREFILL_PROFILE,
 };
 use super::params::{bad, number_in, Params};
+use super::placement::{PlacementScorer, MAX_KEY_BLOCKS, MAX_LOAD_FACTOR};
 use super::roles::Phase;
 use crate::flow::config::{
     ConcurrencyMode, Detector, FairnessPolicy, FlowPlugin, OrderingPolicy, UtilizationThresholds,
@@ -54,6 +56,7 @@ pub const PLUGIN_TYPES: &[&str] = &[
     "utilization-filter",
     "prefix-cache-affinity-filter",
     "prefix-cache-scorer",
+    "rendezvous-placement-scorer",
     "queue-scorer",
     "kv-cache-utilization-scorer",
     "lora-affinity-scorer",
@@ -189,11 +192,14 @@ impl Default for PrefixCacheScorer {
     }
 }
 
-/// A scorer plugin (only `prefix-cache-scorer` takes parameters).
+/// A scorer plugin (only `prefix-cache-scorer` and `rendezvous-placement-scorer` take
+/// parameters).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Scorer {
     /// `prefix-cache-scorer`.
     PrefixCache(PrefixCacheScorer),
+    /// `rendezvous-placement-scorer`.
+    Placement(PlacementScorer),
     /// `queue-scorer`.
     Queue,
     /// `kv-cache-utilization-scorer`.
@@ -285,6 +291,7 @@ impl Plugin {
             "utilization-filter" => utilization_filter(&p),
             "prefix-cache-affinity-filter" => prefix_affinity_filter(&p),
             "prefix-cache-scorer" => prefix_cache_scorer(&p),
+            "rendezvous-placement-scorer" => placement_scorer(&p),
             "queue-scorer" => scorer(Scorer::Queue),
             "kv-cache-utilization-scorer" => scorer(Scorer::KvCacheUtilization),
             "lora-affinity-scorer" => scorer(Scorer::LoraAffinity),
@@ -405,6 +412,16 @@ fn prefix_cache_scorer(p: &Params<'_>) -> Result<Plugin, ConfigError> {
             1,
             u64::MAX,
         )?),
+    })))
+}
+
+fn placement_scorer(p: &Params<'_>) -> Result<Plugin, ConfigError> {
+    p.only(&["keyBlocks", "loadFactor"])?;
+    let d = PlacementScorer::default();
+    let k = p.u64_in("keyBlocks", d.key_blocks.into(), 1, MAX_KEY_BLOCKS.into())?;
+    Ok(Plugin::Scorer(Scorer::Placement(PlacementScorer {
+        key_blocks: u32::try_from(k).unwrap_or(d.key_blocks),
+        load_factor: p.f64_in("loadFactor", d.load_factor, 1.0, MAX_LOAD_FACTOR)?,
     })))
 }
 

@@ -9,7 +9,9 @@
 //!                  "totals": {addr: total}, "picker": {"plugin", "type"}, "picked", "fallbacks" }] }
 //! ```
 //!
-//! Only candidates still alive when scorers ran appear under `scores` and `totals`.
+//! Only candidates still alive when scorers ran appear under `scores` and `totals`. A
+//! `rendezvous-placement-scorer` also has `"placement": {"key_blocks", "bound", "choice",
+//! "outcome"}` (see [`super::placement`]).
 //!
 //! Under `disagg-profile-handler` the record also has `"prefiller"` (the prefill endpoint
 //! or null) and `"disaggregation": {"handler", "decode_profile", "prefill_profile",
@@ -23,6 +25,7 @@ use serde::Serialize;
 use super::decision::{Decision, ProfileDecision};
 use super::disagg::DisaggOutcome;
 use super::filter::FilterNote;
+use super::placement::PlacementNote;
 
 /// Serializes whatever sequence the closure yields (records are built lazily).
 struct Seq<F>(F);
@@ -159,6 +162,10 @@ impl Serialize for ProfileRecord<'_, '_> {
                         name: &step.step.name,
                         plugin_type: &step.step.plugin_type,
                         weight: step.weight,
+                        placement: p.placement(si).map(|note| PlacementRecord {
+                            note,
+                            choice: note.choice.and_then(|c| d.address(c)),
+                        }),
                         scores: Map(move || {
                             (0..n).filter(alive).map(move |c| {
                                 let raw = p.raw_score(si, c).unwrap_or(0.0);
@@ -246,15 +253,36 @@ struct ScorerRecord<'r, M> {
     plugin_type: &'r str,
     weight: f64,
     scores: M,
+    placement: Option<PlacementRecord<'r>>,
 }
 
 impl<M: Serialize> Serialize for ScorerRecord<'_, M> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_struct("Scorer", 4)?;
+        let mut m = s.serialize_struct("Scorer", 5)?;
         m.serialize_field("plugin", self.name)?;
         m.serialize_field("type", self.plugin_type)?;
         m.serialize_field("weight", &self.weight)?;
         m.serialize_field("scores", &self.scores)?;
+        if let Some(p) = &self.placement {
+            m.serialize_field("placement", p)?;
+        }
+        m.end()
+    }
+}
+
+/// `rendezvous-placement-scorer`'s outcome: `{"key_blocks", "bound", "choice", "outcome"}`.
+struct PlacementRecord<'r> {
+    note: &'r PlacementNote,
+    choice: Option<&'r str>,
+}
+
+impl Serialize for PlacementRecord<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_struct("Placement", 4)?;
+        m.serialize_field("key_blocks", &self.note.key_blocks)?;
+        m.serialize_field("bound", &self.note.bound)?;
+        m.serialize_field("choice", &self.choice)?;
+        m.serialize_field("outcome", &self.note.outcome)?;
         m.end()
     }
 }

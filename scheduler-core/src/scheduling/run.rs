@@ -215,9 +215,12 @@ fn run_profile<'a>(
     }
     let mut raw = vec![0.0; profile.scorers.len() * n];
     let mut totals = vec![0.0; n];
+    let mut placements = Vec::new();
     if n > 0 {
-        for (s, out) in profile.scorers.iter().zip(raw.chunks_mut(n)) {
-            score::score(s.step.plugin, ctx, &dropped_by, out);
+        for (si, (s, out)) in profile.scorers.iter().zip(raw.chunks_mut(n)).enumerate() {
+            if let Some(note) = score::score(s.step.plugin, ctx, &dropped_by, out) {
+                placements.push((si, note));
+            }
             for ((t, r), d) in totals.iter_mut().zip(out.iter()).zip(&dropped_by) {
                 if *d == ALIVE {
                     *t += s.weight * r;
@@ -232,6 +235,7 @@ fn run_profile<'a>(
         dropped_by,
         notes,
         raw,
+        placements,
         totals,
         ranked,
     }

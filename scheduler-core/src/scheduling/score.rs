@@ -30,6 +30,7 @@
 //! In-flight load is the proxy's own bookkeeping and is always known.
 
 use super::filter::ALIVE;
+use super::placement::{self, PlacementNote};
 use super::plugins::{PrefixCacheScorer, Scorer};
 use super::run::Ctx;
 
@@ -42,10 +43,17 @@ pub fn clamp_score(x: f64) -> f64 {
     }
 }
 
-/// Writes scorer `s`'s raw scores for the alive candidates into `out` (one slot per candidate).
-pub(crate) fn score(s: Scorer, ctx: &Ctx<'_, '_>, dropped_by: &[u16], out: &mut [f64]) {
+/// Writes scorer `s`'s raw scores for the alive candidates into `out` (one slot per
+/// candidate); `rendezvous-placement-scorer` also says what it chose and why.
+pub(crate) fn score(
+    s: Scorer,
+    ctx: &Ctx<'_, '_>,
+    dropped_by: &[u16],
+    out: &mut [f64],
+) -> Option<PlacementNote> {
     let metrics = |c: usize| ctx.cands.get(c).and_then(|cand| cand.metrics);
     match s {
+        Scorer::Placement(p) => return Some(placement::score(p, ctx, dropped_by, out)),
         Scorer::PrefixCache(p) => each(dropped_by, out, |c| {
             prefix_cache(p, ctx.matched(c), ctx.full_blocks, ctx.block_size_tokens)
         }),
@@ -82,6 +90,7 @@ pub(crate) fn score(s: Scorer, ctx: &Ctx<'_, '_>, dropped_by: &[u16], out: &mut 
         }),
         Scorer::LoraAffinity => lora(ctx, dropped_by, out),
     }
+    None
 }
 
 /// `prefix-cache-scorer`'s raw score for a candidate holding `matched_blocks` of the

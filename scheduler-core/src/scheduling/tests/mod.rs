@@ -6,6 +6,7 @@ mod config;
 mod disagg;
 mod filters;
 mod pickers;
+mod placement;
 mod prefix_scorer;
 mod props;
 mod real_index;

@@ -1,0 +1,234 @@
+//! `rendezvous-placement-scorer`: where a prefix nobody knows goes, chosen the same way by
+//! every gateway replica and every worker, without them talking to each other.
+//!
+//! The approximate prefix index only knows where *this* process sent a prefix. With several
+//! gateway replicas, the replica that receives a conversation's second turn has often never
+//! seen the first, and without a shared rule it places the turn by load alone, away from the
+//! cache. This scorer is that shared rule: a pure function of the prompt and of what every
+//! replica sees alike (the pool's members and their scraped load).
+//!
+//! # The rule
+//!
+//! With `k` = `keyBlocks` and `t` the request's full blocks considered for matching:
+//!
+//! 1. **Key.** `d = min(k, t)`; the key is the chained hash of the prompt's block `d − 1`,
+//!    which covers blocks `0..d` (see [`crate::prefix`]). `d = 0` (no full block): abstain.
+//! 2. **Rendezvous (highest random weight).** Each alive candidate `e` gets the weight
+//!    [`rendezvous_weight`]`(key, e.address)`, a fixed 64-bit hash (XXH3 with the key as
+//!    seed, the same on every target). Walking the candidates by descending weight, the
+//!    choice is the first whose load is under the bound.
+//! 3. **Bounded load** (consistent hashing with bounded loads, Mirrokni, Thorup and
+//!    Zadimoghaddam): with `n` alive candidates and `L` the sum of their loads, a candidate
+//!    is eligible when `load + 1 ≤ ⌈c · (L + 1) / n⌉`, `c` = `loadFactor` (≥ 1). Some
+//!    candidate is always eligible: the least loaded one is at most `⌊L / n⌋`, and the bound
+//!    is at least `⌊L / n⌋ + 1`. A candidate's load is the larger of its scraped
+//!    `running + waiting` (when its metrics are fresh) and this proxy's in-flight requests to
+//!    it; scraped load is what all replicas see alike, in-flight load covers the time between
+//!    scrapes.
+//! 4. **Known prefixes win.** When the prefix index already places the key's blocks on
+//!    another candidate (it holds all `d` of them and the choice holds fewer), the scorer
+//!    abstains and the prefix scorer decides: an earlier turn went there, and the cache
+//!    there is worth more than agreement.
+//!
+//! The choice scores 1, every other candidate 0; abstaining scores 0 everywhere. The
+//! decision record shows the key's depth, the bound, the choice and the outcome
+//! ([`PlacementNote`]).
+//!
+//! # Why the first `k` blocks
+//!
+//! Keyed on the first block alone, every conversation that opens with the same system
+//! prompt (a popular assistant's instructions, a shared tool list) has the same key and the
+//! same first choice: the bound keeps that endpoint from taking more than its share, but
+//! the spill goes to the same second choice, and so on. Keyed on the whole prompt, every
+//! turn of a conversation would have a new key and a new endpoint. The first `k` blocks
+//! (default 8: 512 tokens at the approximate index's 64-token blocks) sit between: long
+//! enough that conversations sharing a short preamble are told apart by what follows it,
+//! short enough that they stay fixed from a conversation's first turn on, so every turn maps
+//! to the same endpoint. Prompts shorter than `k` blocks are keyed on all their blocks;
+//! their key changes while they grow to `k` blocks (a short first turn may be placed
+//! elsewhere than its second), which costs little: a short prompt has little to cache.
+//! Conversations sharing more than `k` blocks share a key and one endpoint up to the
+//! bound, which is also where their shared prefix is cached.
+//!
+//! Cost: one hash per alive candidate and one pass; no allocation.
+
+use serde::Serialize;
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+use super::filter::ALIVE;
+use super::run::Ctx;
+use crate::types::BlockHash;
+
+/// Default `keyBlocks`: the first 8 blocks (512 tokens at 64-token blocks).
+pub const DEFAULT_KEY_BLOCKS: u32 = 8;
+
+/// Default `loadFactor`: an endpoint takes new prefixes until it carries 25% more than
+/// the pool's mean load.
+pub const DEFAULT_LOAD_FACTOR: f64 = 1.25;
+
+/// Largest `keyBlocks` accepted.
+pub const MAX_KEY_BLOCKS: u32 = 1 << 16;
+
+/// Largest `loadFactor` accepted (beyond it the bound never binds).
+pub const MAX_LOAD_FACTOR: f64 = 1_000.0;
+
+/// `rendezvous-placement-scorer` settings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PlacementScorer {
+    /// `keyBlocks`, ≥ 1: how many leading blocks the key covers.
+    pub key_blocks: u32,
+    /// `loadFactor`, ≥ 1: the bound on an endpoint's load, as a multiple of the mean.
+    pub load_factor: f64,
+}
+
+impl Default for PlacementScorer {
+    fn default() -> Self {
+        PlacementScorer {
+            key_blocks: DEFAULT_KEY_BLOCKS,
+            load_factor: DEFAULT_LOAD_FACTOR,
+        }
+    }
+}
+
+/// What the scorer did for one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PlacementOutcome {
+    /// The choice scored 1.
+    Placed,
+    /// The prompt has no full block: nothing to key on.
+    NoFullBlock,
+    /// The prefix index holds the key's blocks on another candidate.
+    KnownElsewhere,
+    /// No candidate was alive.
+    NoCandidate,
+}
+
+/// The decision record's view of one placement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlacementNote {
+    /// Blocks the key covers (`d`).
+    pub key_blocks: usize,
+    /// The load bound `⌈c · (L + 1) / n⌉`.
+    pub bound: u64,
+    /// The chosen candidate (its index), also when the scorer abstained because the prefix
+    /// is known elsewhere.
+    pub choice: Option<usize>,
+    /// What happened.
+    pub outcome: PlacementOutcome,
+}
+
+/// The rendezvous weight of `address` for `key`: XXH3-64 of the address bytes, seeded
+/// with the key. Fixed across versions and targets (every replica must agree).
+pub fn rendezvous_weight(key: BlockHash, address: &str) -> u64 {
+    xxh3_64_with_seed(address.as_bytes(), key.0)
+}
+
+/// `⌈c · (L + 1) / n⌉` for `n` ≥ 1 candidates carrying `total` load.
+pub fn load_bound(load_factor: f64, total: u64, n: usize) -> u64 {
+    let x = load_factor * (total as f64 + 1.0) / n.max(1) as f64;
+    if x.is_nan() || x <= 1.0 {
+        return 1;
+    }
+    if x >= u64::MAX as f64 {
+        return u64::MAX;
+    }
+    // Rounded up (no_std has no `f64::ceil`): truncate, then add the part cut off.
+    let t = x as u64;
+    if (t as f64) < x {
+        t + 1
+    } else {
+        t
+    }
+}
+
+/// Writes the scorer's raw scores for the alive candidates into `out` and says why.
+pub(crate) fn score(
+    p: PlacementScorer,
+    ctx: &Ctx<'_, '_>,
+    dropped_by: &[u16],
+    out: &mut [f64],
+) -> PlacementNote {
+    let alive = || {
+        dropped_by
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| **d == ALIVE)
+            .map(|(c, _)| c)
+    };
+    let depth = ctx
+        .full_blocks
+        .min(usize::try_from(p.key_blocks).unwrap_or(usize::MAX));
+    let mut note = PlacementNote {
+        key_blocks: depth,
+        bound: 0,
+        choice: None,
+        outcome: PlacementOutcome::NoFullBlock,
+    };
+    let Some(key) = depth
+        .checked_sub(1)
+        .and_then(|i| ctx.req.block_hashes.get(i))
+        .copied()
+    else {
+        return note;
+    };
+    let (mut total, mut n) = (0u64, 0usize);
+    for c in alive() {
+        total = total.saturating_add(load(ctx, c));
+        n += 1;
+    }
+    if n == 0 {
+        note.outcome = PlacementOutcome::NoCandidate;
+        return note;
+    }
+    let bound = load_bound(p.load_factor, total, n);
+    note.bound = bound;
+    // Descending weight, first under the bound = the heaviest eligible candidate. Address
+    // order breaks the (astronomically unlikely) tie, so every replica still agrees.
+    let mut best: Option<(u64, &str, usize)> = None;
+    for c in alive() {
+        if load(ctx, c).saturating_add(1) > bound {
+            continue;
+        }
+        let address = ctx.cands.get(c).map_or("", |cand| cand.address);
+        let w = rendezvous_weight(key, address);
+        if best.is_none_or(|(bw, ba, _)| (w, address) > (bw, ba)) {
+            best = Some((w, address, c));
+        }
+    }
+    let Some((_, _, choice)) = best else {
+        note.outcome = PlacementOutcome::NoCandidate;
+        return note;
+    };
+    note.choice = Some(choice);
+    let known_elsewhere =
+        ctx.matched(choice) < depth && alive().any(|q| q != choice && ctx.matched(q) >= depth);
+    if known_elsewhere {
+        note.outcome = PlacementOutcome::KnownElsewhere;
+        for c in alive() {
+            if let Some(o) = out.get_mut(c) {
+                *o = 0.0;
+            }
+        }
+        return note;
+    }
+    note.outcome = PlacementOutcome::Placed;
+    for c in alive() {
+        if let Some(o) = out.get_mut(c) {
+            *o = if c == choice { 1.0 } else { 0.0 };
+        }
+    }
+    note
+}
+
+/// A candidate's load: the larger of its scraped `running + waiting` and this proxy's
+/// in-flight requests to it.
+fn load(ctx: &Ctx<'_, '_>, c: usize) -> u64 {
+    let Some(cand) = ctx.cands.get(c) else {
+        return 0;
+    };
+    let scraped = cand.metrics.map_or(0, |m| {
+        u64::from(m.running.unwrap_or(0)) + u64::from(m.waiting.unwrap_or(0))
+    });
+    scraped.max(u64::from(cand.inflight.requests))
+}
