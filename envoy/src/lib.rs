@@ -42,6 +42,8 @@ pub mod guard;
 #[cfg(not(target_family = "wasm"))]
 pub mod host;
 #[cfg(not(target_family = "wasm"))]
+pub mod kv_events;
+#[cfg(not(target_family = "wasm"))]
 pub mod log;
 #[cfg(not(target_family = "wasm"))]
 pub mod membership;
