@@ -19,6 +19,7 @@ extern crate alloc;
 extern crate std;
 
 pub mod flow;
+pub mod kv_events;
 pub mod metrics;
 pub mod prefix;
 pub mod quota;
