@@ -46,3 +46,6 @@ pub trait KvSink: Send + Sync + 'static {
     /// what it was known to hold.
     fn stale(&self, target: &KvTarget);
 }
+
+#[cfg(test)]
+mod tests;

@@ -13,10 +13,12 @@
 //!   [`KvSink::stale`] before it is delivered.
 //! - Bounds: a message is at most [`Limits::max_message_bytes`] (the session refuses a larger
 //!   announcement before reading it), each connection reads at most
-//!   [`Config::read_budget`] bytes per loop turn (fairness), and a connection whose unread
-//!   kernel backlog exceeds [`Config::max_backlog_bytes`] after its turn (the sink is slower
-//!   than the publisher) is dropped and marked stale; it reconnects and starts afresh.
-//!   Memory per connection is thus at most one message plus one read.
+//!   [`Config::read_budget`] bytes per loop turn (fairness), and a connection that stays
+//!   behind (every turn used its whole budget with data still unread) for longer than
+//!   [`Config::max_lag`] (the sink is slower than the publisher) is dropped and marked stale;
+//!   it reconnects and starts afresh. The user-space buffer of a connection thus holds at
+//!   most one message plus one read; the kernel's receive queue is bounded by the socket
+//!   buffer, and what the publisher cannot send it drops at its high-water mark (a gap).
 //! - Liveness: TCP keepalive on every socket; a handshake not done within
 //!   [`Config::handshake_timeout`] fails the attempt.
 
@@ -25,7 +27,7 @@ use super::{KvSink, KvTarget};
 use socket2::{Domain, Protocol, Socket, TcpKeepalive, Type};
 use std::io::{self, Write};
 use std::net::TcpStream;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -52,8 +54,9 @@ pub struct Config {
     pub read_budget: usize,
     /// Size of one read.
     pub read_chunk: usize,
-    /// Unread bytes in the kernel's receive queue above which a connection is dropped.
-    pub max_backlog_bytes: usize,
+    /// How long a connection may stay behind (each turn ends with its read budget spent and
+    /// data still unread) before it is dropped and marked stale.
+    pub max_lag: Duration,
     /// Pending output (PONGs the peer does not read) above which a connection is dropped.
     pub max_output_bytes: usize,
     /// TCP keepalive idle time.
@@ -72,7 +75,7 @@ impl Default for Config {
             handshake_timeout: Duration::from_secs(5),
             read_budget: 1 << 20,
             read_chunk: 64 << 10,
-            max_backlog_bytes: 4 << 20,
+            max_lag: Duration::from_secs(2),
             max_output_bytes: 64 << 10,
             keepalive: Duration::from_secs(30),
         }
@@ -100,6 +103,8 @@ pub struct Stats {
     pub protocol_errors: AtomicU64,
     /// Messages skipped because they were not topic + 8-octet sequence + payload.
     pub malformed: AtomicU64,
+    /// Most bytes one connection's session held unparsed after a read (a high-water mark).
+    pub peak_buffered: AtomicU64,
 }
 
 /// A copy of [`Stats`] at one instant.
@@ -123,6 +128,8 @@ pub struct StatsSnapshot {
     pub protocol_errors: u64,
     /// See [`Stats::malformed`].
     pub malformed: u64,
+    /// See [`Stats::peak_buffered`].
+    pub peak_buffered: u64,
 }
 
 impl Stats {
@@ -139,6 +146,7 @@ impl Stats {
             dropped_behind: get(&self.dropped_behind),
             protocol_errors: get(&self.protocol_errors),
             malformed: get(&self.malformed),
+            peak_buffered: get(&self.peak_buffered),
         }
     }
 }
@@ -228,6 +236,8 @@ struct Conn {
     expected: Option<u64>,
     /// Whether a handshake ever completed for this target (later ones are reconnects).
     was_connected: bool,
+    /// Since when every turn has ended with unread data (the connection is behind).
+    behind_since: Option<Instant>,
 }
 
 /// Why a connection is closed.
@@ -335,6 +345,7 @@ impl Subscriber {
                     backoff: self.config.backoff_min,
                     expected: None,
                     was_connected: false,
+                    behind_since: None,
                 });
             }
         }
@@ -443,6 +454,7 @@ impl Subscriber {
         };
         flush(stream, session)?;
         let mut budget = self.config.read_budget;
+        let mut drained = false;
         while budget > 0 {
             let chunk = self.config.read_chunk.min(budget);
             match session.read_from(stream, chunk) {
@@ -450,8 +462,13 @@ impl Subscriber {
                 Ok(n) => {
                     budget = budget.saturating_sub(n);
                     bump(&self.stats.bytes, n as u64);
+                    let held = session.buffered_input() as u64;
+                    self.stats.peak_buffered.fetch_max(held, Ordering::Relaxed);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    drained = true;
+                    break;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => return Err(Close::Io),
             }
@@ -500,10 +517,16 @@ impl Subscriber {
         }
         // Answer what the events queued (PONGs) now rather than at the next turn.
         flush(stream, session)?;
-        if session.pending_output().len() > self.config.max_output_bytes
-            || unread_bytes(stream.as_raw_fd()) > self.config.max_backlog_bytes
-        {
+        if session.pending_output().len() > self.config.max_output_bytes {
             return Err(Close::Behind);
+        }
+        if drained {
+            conn.behind_since = None;
+        } else {
+            let now = Instant::now();
+            if now.duration_since(*conn.behind_since.get_or_insert(now)) > self.config.max_lag {
+                return Err(Close::Behind);
+            }
         }
         Ok(())
     }
@@ -528,6 +551,7 @@ impl Subscriber {
             conn.backoff = (conn.backoff * 2).min(self.config.backoff_max);
         }
         conn.expected = None;
+        conn.behind_since = None;
     }
 }
 
@@ -543,18 +567,6 @@ fn wait(fds: &mut [libc::pollfd], timeout_ms: i32) {
     // duration of the call; poll(2) only writes their `revents`.
     unsafe {
         libc::poll(fds.as_mut_ptr(), n, timeout_ms);
-    }
-}
-
-/// Bytes waiting in the kernel's receive queue of `fd` (0 when unknown).
-fn unread_bytes(fd: RawFd) -> usize {
-    let mut n: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one c_int through the pointer, which points to `n`.
-    let rc = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n as *mut libc::c_int) };
-    if rc == 0 {
-        usize::try_from(n).unwrap_or(0)
-    } else {
-        0
     }
 }
 
