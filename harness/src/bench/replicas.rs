@@ -16,7 +16,12 @@
 //! another gateway that had served an earlier turn of the conversation, or on one new to
 //! it, and the hit ratio of each group.
 //!
-//! It only reports: nothing here makes the gateways agree on a placement.
+//! What makes the gateways agree is the default config's `rendezvous-placement-scorer`: a
+//! conversation no gateway's index knows is placed by its first blocks, the same on every
+//! gateway, so a gateway new to a conversation sends its turn where the first turn went.
+//! The verdict ([`verdicts`]) holds every N-gateway arm to the flavour's 1-gateway figures:
+//! cache-hit ratio of turns 2+ at least [`MIN_HIT_RATIO`] of it, TTFT p50 at most
+//! [`MAX_TTFT_P50`] of it.
 
 use std::collections::BTreeMap;
 
@@ -33,6 +38,12 @@ use crate::sim::{self, SimHandle};
 
 /// The gateway counts compared by default.
 pub const DEFAULT_GATEWAYS: [usize; 3] = [1, 2, 4];
+
+/// An N-gateway arm's turns 2+ cache-hit ratio must reach this share of the 1-gateway arm's.
+pub const MIN_HIT_RATIO: f64 = 0.95;
+
+/// An N-gateway arm's TTFT p50 may reach at most this multiple of the 1-gateway arm's.
+pub const MAX_TTFT_P50: f64 = 1.15;
 
 /// Requests in flight: the calibration's.
 const CONCURRENCY: u32 = 16;
@@ -393,22 +404,83 @@ pub async fn run_arms(opts: &ReplicasOptions) -> Result<Vec<Arm>> {
     Ok(arms)
 }
 
-/// Runs every arm and renders the report.
-pub async fn run(opts: &ReplicasOptions) -> Result<String> {
+/// Runs every arm and renders the report; the flag says whether every verdict passed.
+pub async fn run(opts: &ReplicasOptions) -> Result<(String, bool)> {
     let arms = run_arms(opts).await?;
-    Ok(report(opts, &arms))
+    let ok = verdicts(&arms).iter().all(Verdict::passed);
+    Ok((report(opts, &arms), ok))
 }
 
-/// The report: a title block and [`arms_table`].
+/// One N-gateway arm against its flavour's 1-gateway arm.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verdict {
+    /// `wasm x2`, ...
+    pub arm: String,
+    /// Turns 2+ cache-hit ratio ÷ the 1-gateway arm's.
+    pub hit_ratio: f64,
+    /// TTFT p50 ÷ the 1-gateway arm's.
+    pub ttft_p50: f64,
+    /// No request failed.
+    pub no_failures: bool,
+}
+
+impl Verdict {
+    /// Whether the arm meets [`MIN_HIT_RATIO`], [`MAX_TTFT_P50`] and fails nothing.
+    pub fn passed(&self) -> bool {
+        self.hit_ratio >= MIN_HIT_RATIO && self.ttft_p50 <= MAX_TTFT_P50 && self.no_failures
+    }
+
+    /// One line: the two ratios against their bounds, and pass or fail.
+    pub fn line(&self) -> String {
+        format!(
+            "{}: turns 2+ hit ratio {:.3}x of 1 gateway (>= {MIN_HIT_RATIO}), TTFT p50 {:.3}x \
+             (<= {MAX_TTFT_P50}){} -> {}",
+            self.arm,
+            self.hit_ratio,
+            self.ttft_p50,
+            if self.no_failures {
+                ""
+            } else {
+                ", failed requests"
+            },
+            if self.passed() { "PASS" } else { "FAIL" }
+        )
+    }
+}
+
+/// Every N-gateway arm (N > 1) whose flavour has a 1-gateway arm, against it.
+pub fn verdicts(arms: &[Arm]) -> Vec<Verdict> {
+    let ratio = |v: f64, b: f64| if b > 0.0 { v / b } else { f64::INFINITY };
+    arms.iter()
+        .filter(|a| a.gateways > 1)
+        .filter_map(|a| {
+            let base = arms
+                .iter()
+                .find(|b| b.flavor == a.flavor && b.gateways == 1)?;
+            Some(Verdict {
+                arm: format!("{} x{}", a.flavor, a.gateways),
+                hit_ratio: ratio(a.later().cache_hit_ratio, base.later().cache_hit_ratio),
+                ttft_p50: ratio(a.report.summary.ttft_p50_s, base.report.summary.ttft_p50_s),
+                no_failures: a.failed() == 0,
+            })
+        })
+        .collect()
+}
+
+/// The report: a title block, [`arms_table`] and the [`verdicts`].
 pub fn report(opts: &ReplicasOptions, arms: &[Arm]) -> String {
     let w = calibration::workload(opts.quick);
+    let verdict: String = verdicts(arms)
+        .iter()
+        .map(|v| format!("{}\n", v.line()))
+        .collect();
     format!(
         "prefix affinity across gateway replicas (each its own Envoy process and picker \
          state)\nsimulated pool: 4 replicas x 160k tokens KV, 16k tokens/s prefill, time \
          scale {} (times below are wall-clock); workload: {} conversations x {} turns, \
          ~{}-token system prompts, concurrency {CONCURRENCY}; Envoy workers per gateway: {}; \
          pool membership: {}; each turn on a new connection to a gateway drawn at random \
-         (an L4 balancer)\n\n{}",
+         (an L4 balancer)\n\n{}\n{verdict}",
         opts.time_scale,
         w.conversations,
         w.turns,

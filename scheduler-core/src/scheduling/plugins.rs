@@ -7,7 +7,7 @@
 //! | `inflight-load-producer` | producer | none | — (the host's own counts) |
 //! | `utilization-filter` | filter | `conditions: [{metric, maxValue}]` (metric: `kv-cache-utilization` 0..1, `waiting-queue`, `running-requests`), `fallbackOnEmpty` (false) | kept (an unknown or NaN value never exceeds) |
 //! | `prefix-cache-affinity-filter` | filter | `threshold` (0.5), `maxTTFTPenaltyMs` (1000), `prefillTokensPerSecond` (10000), `queuedRequestMs` (250), `maxWaitingQueue` (16), `maxKVCacheUtilization` (0.95) | not overloaded; queue counts as 0 in the TTFT estimate |
-//! | `rendezvous-placement-scorer` | scorer | `keyBlocks` (8, an integer ≥ 1), `loadFactor` (1.25, ≥ 1) | load from in-flight requests alone (see [`super::placement`]) |
+//! | `rendezvous-placement-scorer` | scorer | `keyBlocks` (8, an integer ≥ 1), `loadFactor` (2, ≥ 1) | load from in-flight requests alone (see [`super::placement`]) |
 //! | `prefix-cache-scorer` | scorer | `matchLengthWeight` (0, in [0, 1]), `matchLengthScaleTokens` (8192, an integer ≥ 1) | — (the index is the proxy's own) |
 //! | `queue-scorer`, `running-requests-scorer` | scorer | none | 0, and left out of the min/max |
 //! | `kv-cache-utilization-scorer` | scorer | none | 0 (also for NaN) |

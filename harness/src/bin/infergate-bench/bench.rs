@@ -73,7 +73,8 @@ const USAGE: &str =
             over one simulated pool, each with its own picker state), every turn on a new
             connection to a gateway drawn at random as an L4 balancer would: cache-hit
             ratio (all turns, turns 2+), TTFT p50/p95 and failed requests, each against the
-            flavour's 1-gateway figure; reports only
+            flavour's 1-gateway figure; fails unless every N-gateway arm keeps 0.95x of the
+            turns 2+ hit ratio and TTFT p50 within 1.15x
             [--flavor wasm|native|both (both)] [--gateways 1,2,4] [--workers N (1)]
             [--time-scale S] [--quick: 3 turns per conversation instead of 6]";
 
@@ -144,7 +145,18 @@ pub fn run(args: &[String], mode: Mode) -> Result<()> {
         }
         "memory" => runtime()?.block_on(request_memory::run(&MemoryOptions::parse(rest)?))?,
         "flow" => runtime()?.block_on(flow::run(&FlowOptions::parse(rest)?))?,
-        "replicas" => runtime()?.block_on(replicas::run(&ReplicasOptions::parse(rest)?))?,
+        "replicas" => {
+            // The table is printed before a missed criterion becomes the error.
+            let opts = ReplicasOptions::parse(rest)?;
+            let (text, ok) = runtime()?.block_on(replicas::run(&opts))?;
+            println!("\n{text}");
+            if !ok {
+                bail!(
+                    "bench replicas: an arm missed its hit-ratio or TTFT bound against 1 gateway"
+                );
+            }
+            return Ok(());
+        }
         "lora" => {
             // The table is printed before a missed criterion becomes the error.
             let (text, ok) = runtime()?.block_on(lora::run(&LoraOptions::parse(rest)?))?;

@@ -1,15 +1,18 @@
 //! Both flavours: two gateway replicas (two Envoy processes, each with its own picker
-//! state) over one simulated pool, as a production gateway runs behind an L4 balancer.
+//! state) over one simulated pool, as a production gateway runs behind an L4 balancer,
+//! against one gateway over the same kind of pool.
 //!
 //! The calibration workload's quick form (64 conversations × 3 turns over the calibration
-//! pool) goes through both, every turn on a new connection to a gateway drawn at random
-//! (`bench replicas`' arm, at the suite's worker count), and both gateways' pool clusters
-//! read one set of EDS files, as the replicas of a production gateway read one EDS source.
-//! Every request must succeed, both gateways must have picked for requests and accepted
-//! one connection per request (each Envoy's own stats), and turns 2+ must find some of
-//! their prompt cached: a turn that lands on the gateway of its conversation's previous
-//! turn goes where its prefix is. The hit ratios are printed, not held to a figure:
-//! nothing makes the two gateways agree on a placement yet.
+//! pool) goes through one gateway, then (on a fresh pool) through two, every turn on a new
+//! connection to a gateway drawn at random (`bench replicas`' arms, at the suite's worker
+//! count); both gateways' pool clusters read one set of EDS files, as the replicas of a
+//! production gateway read one EDS source. Every request must succeed, both gateways must
+//! have picked for requests and accepted one connection per request (each Envoy's own
+//! stats), and the two gateways' turns 2+ must keep at least 0.95 of the one gateway's
+//! cache-hit ratio: a gateway new to a conversation places its turn where the
+//! conversation's first turn went (`rendezvous-placement-scorer`), so spreading the turns
+//! loses (almost) no affinity. TTFT p50 is printed beside it (`bench replicas` holds it to
+//! 1.15x; two Envoys on a loaded 2-core CI machine make it too noisy for a test).
 
 use super::tag;
 use infergate_harness::bench::{calibration, replicas};
@@ -30,18 +33,30 @@ async fn two_gateways_over_one_pool_serve_every_turn(flavor: Flavor) {
     }
     let workers = crate::support::workers();
     let workload = calibration::workload(true);
-    let sim = sim::start(calibration::sim_config(TIME_SCALE))
-        .await
-        .unwrap();
-    let spec = replicas::ArmSpec {
-        flavor,
-        gateways: GATEWAYS,
-        workers,
-        membership: Membership::Eds,
+    let run = |gateways: usize, salt: u64| {
+        let workload = workload.clone();
+        async move {
+            let sim = sim::start(calibration::sim_config(TIME_SCALE))
+                .await
+                .unwrap();
+            let spec = replicas::ArmSpec {
+                flavor,
+                gateways,
+                workers,
+                membership: Membership::Eds,
+            };
+            let arm = replicas::run_arm(&sim, spec, &workload, salt).await;
+            sim.shutdown().await;
+            arm.unwrap()
+        }
     };
-    let arm = replicas::run_arm(&sim, spec, &workload, 1).await;
-    sim.shutdown().await;
-    let arm = arm.unwrap();
+    // The same prompts (salt) through both, each on a fresh pool.
+    let arms = [run(1, 1).await, run(GATEWAYS, 1).await];
+    let verdicts = replicas::verdicts(&arms);
+    let [verdict] = &verdicts[..] else {
+        panic!("one verdict expected: {verdicts:?}");
+    };
+    let [one, arm] = &arms;
     let summary = &arm.report.summary;
     let later = arm.later();
     let followed = arm.by_previous_gateway();
@@ -49,7 +64,8 @@ async fn two_gateways_over_one_pool_serve_every_turn(flavor: Flavor) {
         "{} x{workers}, {GATEWAYS} gateways: {} requests, {} ok, errors {:?}; cache-hit \
          ratio {:.1}%, turns 2+ {:.1}% ({} cached of {} prompt tokens); turns 2+ on their \
          previous turn's gateway: {} at {:.1}%, on the other: {} at {:.1}%; picks per \
-         gateway {:?}, connections per gateway {:?}, requests per base URL {:?}",
+         gateway {:?}, connections per gateway {:?}, requests per base URL {:?}; \
+         1 gateway: turns 2+ {:.1}%, TTFT p50 {:.1} ms; {}",
         tag(flavor),
         summary.requests,
         summary.ok,
@@ -65,6 +81,9 @@ async fn two_gateways_over_one_pool_serve_every_turn(flavor: Flavor) {
         arm.picks_per_gateway,
         arm.connections_per_gateway,
         summary.by_url,
+        one.later().cache_hit_ratio * 100.0,
+        one.report.summary.ttft_p50_s * 1000.0,
+        verdict.line(),
     );
     println!("{context}");
     let expected = u64::from(workload.conversations * workload.turns);
@@ -97,8 +116,10 @@ async fn two_gateways_over_one_pool_serve_every_turn(flavor: Flavor) {
         connections >= i64::try_from(expected).unwrap(),
         "every turn must come on a connection of its own\n{context}"
     );
+    assert_eq!(one.failed(), 0, "{context}");
     assert!(
-        later.cached_tokens > 0,
-        "turns 2+ must find some of their prompt cached\n{context}"
+        verdict.hit_ratio >= replicas::MIN_HIT_RATIO,
+        "two gateways must keep {}x of one gateway's turns 2+ hit ratio\n{context}",
+        replicas::MIN_HIT_RATIO
     );
 }

@@ -47,6 +47,19 @@ fn chosen<'a>(
     (ones.first().map(|i| c[*i].address), note.outcome)
 }
 
+/// Candidates in `order`, the first with `busy` metrics, the others `idle`.
+fn c_busy<'a>(
+    order: &[&'a str],
+    busy: &'a EndpointMetrics,
+    idle: &'a EndpointMetrics,
+) -> Vec<Candidate<'a>> {
+    order
+        .iter()
+        .enumerate()
+        .map(|(i, a)| cand(a, Some(if i == 0 { busy } else { idle })))
+        .collect()
+}
+
 /// The heaviest address for `key`, the slow obvious way.
 fn heaviest<'a>(key: BlockHash, addrs: &[&'a str]) -> &'a str {
     let mut best = addrs[0];
@@ -117,7 +130,7 @@ fn order_seed_and_picker_randomness_do_not_matter() {
 
 #[test]
 fn the_bound_spills_to_the_next_heaviest() {
-    let s = placement("");
+    let s = placement(r#","parameters":{"loadFactor":1.25}"#);
     let h = hashes(8);
     let key = h[7];
     let mut order: Vec<&str> = ADDRS.to_vec();
@@ -127,12 +140,14 @@ fn the_bound_spills_to_the_next_heaviest() {
     assert_eq!(load_bound(1.25, 10, 4), 4);
     let busy = m(4, 6, 0.1);
     let idle = m(0, 0, 0.1);
-    let c: Vec<Candidate<'_>> = order
-        .iter()
-        .enumerate()
-        .map(|(i, a)| cand(a, Some(if i == 0 { &busy } else { &idle })))
-        .collect();
+    let c = c_busy(&order, &busy, &idle);
     assert_eq!(chosen(&s, &h, &c, &FakePrefix::default()).0, Some(order[1]));
+    // The default factor, 2: ⌈2 × 11 / 4⌉ = 6, still below 10 + 1.
+    assert_eq!(load_bound(2.0, 10, 4), 6);
+    assert_eq!(
+        chosen(&placement(""), &h, &c, &FakePrefix::default()).0,
+        Some(order[1])
+    );
     // In-flight load counts when it exceeds the scraped load (between scrapes).
     let mut c: Vec<Candidate<'_>> = order.iter().map(|a| cand(a, Some(&idle))).collect();
     c[0].inflight = InFlight {
