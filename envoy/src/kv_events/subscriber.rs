@@ -20,7 +20,10 @@
 //!   most one message plus one read; the kernel's receive queue is bounded by the socket
 //!   buffer, and what the publisher cannot send it drops at its high-water mark (a gap).
 //! - Liveness: TCP keepalive on every socket; a handshake not done within
-//!   [`Config::handshake_timeout`] fails the attempt.
+//!   [`Config::handshake_timeout`] fails the attempt. A ZMTP 3.1 peer (libzmq, hence vLLM)
+//!   silent for [`Config::heartbeat_interval`] gets a PING (it answers PONG); one silent for
+//!   [`Config::heartbeat_timeout`] is closed (stale, reconnect). A 3.0 peer has no heartbeat
+//!   commands and relies on keepalive.
 
 use super::zmtp::{Event, Limits, Phase, Session};
 use super::{KvSink, KvTarget};
@@ -61,6 +64,10 @@ pub struct Config {
     pub max_output_bytes: usize,
     /// TCP keepalive idle time.
     pub keepalive: Duration,
+    /// Silence after which a ZMTP 3.1 peer is sent a PING.
+    pub heartbeat_interval: Duration,
+    /// Silence after which a ZMTP 3.1 peer is considered dead.
+    pub heartbeat_timeout: Duration,
 }
 
 impl Default for Config {
@@ -78,6 +85,8 @@ impl Default for Config {
             max_lag: Duration::from_secs(2),
             max_output_bytes: 64 << 10,
             keepalive: Duration::from_secs(30),
+            heartbeat_interval: Duration::from_secs(5),
+            heartbeat_timeout: Duration::from_secs(15),
         }
     }
 }
@@ -224,6 +233,10 @@ enum Link {
         stream: TcpStream,
         session: Session,
         deadline: Option<Instant>,
+        /// Last time bytes arrived (or the connection opened).
+        last_rx: Instant,
+        /// Last PING we queued.
+        last_ping: Instant,
     },
 }
 
@@ -382,16 +395,41 @@ impl Subscriber {
         }
     }
 
-    /// Fails connections whose connect or handshake took too long.
+    /// Fails connections whose connect or handshake took too long or whose 3.1 peer fell
+    /// silent; pings 3.1 peers that have been quiet for a heartbeat interval.
     fn check_deadlines(&mut self, now: Instant) {
+        let (interval, timeout) = (
+            self.config.heartbeat_interval,
+            self.config.heartbeat_timeout,
+        );
         for i in 0..self.conns.len() {
-            let late = match &self.conns[i].link {
+            let late = match &mut self.conns[i].link {
+                Link::Idle { .. } => false,
                 Link::Connecting { deadline, .. } => *deadline <= now,
                 Link::Open {
                     deadline: Some(deadline),
                     ..
                 } => *deadline <= now,
-                _ => false,
+                Link::Open {
+                    stream,
+                    session,
+                    last_rx,
+                    last_ping,
+                    ..
+                } => {
+                    let quiet = now.saturating_duration_since(*last_rx);
+                    if session.peer_minor() >= 1 && quiet > timeout {
+                        true
+                    } else {
+                        if quiet >= interval
+                            && now.saturating_duration_since(*last_ping) >= interval
+                            && session.ping()
+                        {
+                            *last_ping = now;
+                        }
+                        flush(stream, session).is_err()
+                    }
+                }
             };
             if late {
                 self.close(i, Close::Io, now);
@@ -435,6 +473,8 @@ impl Subscriber {
             stream: socket.into(),
             session: Session::new(&subscriptions, self.config.limits),
             deadline: Some(deadline),
+            last_rx: now,
+            last_ping: now,
         };
         if let Err(close) = self.drive(i) {
             self.close(i, close, now);
@@ -448,6 +488,8 @@ impl Subscriber {
             stream,
             session,
             deadline,
+            last_rx,
+            ..
         } = &mut conn.link
         else {
             return Ok(());
@@ -460,6 +502,7 @@ impl Subscriber {
             match session.read_from(stream, chunk) {
                 Ok(0) => return Err(Close::Io),
                 Ok(n) => {
+                    *last_rx = Instant::now();
                     budget = budget.saturating_sub(n);
                     bump(&self.stats.bytes, n as u64);
                     let held = session.buffered_input() as u64;

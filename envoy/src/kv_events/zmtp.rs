@@ -17,7 +17,8 @@
 //!    `01` followed by the prefix. libzmq's XPUB/PUB accepts both from any 3.x peer.
 //! 4. Traffic: multipart messages (frames with the MORE flag, short or long size) become
 //!    [`Event::Message`], borrowing the session's input buffer (no copy); a PING command is
-//!    answered with a PONG echoing its context; other commands are ignored.
+//!    answered with a PONG echoing its context; other commands (PONG among them) are
+//!    ignored. [`Session::ping`] queues our own PING to a 3.1 peer.
 //!
 //! Bounds ([`Limits`]): a message's total body size and frame count, a command's size; a
 //! frame header that announces more than the bound is an error before its body arrives, so
@@ -344,6 +345,17 @@ impl Session {
     /// The peer's ZMTP minor version (0 until its greeting arrived).
     pub fn peer_minor(&self) -> u8 {
         self.peer_minor
+    }
+
+    /// Queues a PING (TTL 0, empty context) when the peer speaks ZMTP 3.1 or newer and the
+    /// handshake is done; returns whether it did. A 3.0 peer has no heartbeat commands (the
+    /// `zeromq` crate's 0.7 PUB, for one, fails a connection on an unknown command).
+    pub fn ping(&mut self) -> bool {
+        if self.phase != Phase::Traffic || self.peer_minor < 1 {
+            return false;
+        }
+        encode_command(b"PING", &[0, 0], &mut self.output);
+        true
     }
 
     /// Bytes waiting to be written to the peer.

@@ -5,9 +5,12 @@
 //! removed target, and a slow sink (the connection is dropped and marked stale; the buffer
 //! stays bounded).
 
+use super::zmtp::{encode_greeting, encode_message, encode_ready};
 use super::*;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use zeromq::{Endpoint, PubSocket, Socket, SocketSend, ZmqMessage};
@@ -80,6 +83,8 @@ fn fast_config() -> Config {
         targets_interval: Duration::from_millis(50),
         backoff_min: Duration::from_millis(20),
         backoff_max: Duration::from_millis(200),
+        // Quiet peers are pinged quickly: a 3.0 peer (the `zeromq` crate) must never get one.
+        heartbeat_interval: Duration::from_millis(100),
         ..Config::default()
     }
 }
@@ -330,5 +335,121 @@ fn libzmq_publisher_through_pyzmq() {
     drop(child.stdin.take());
     assert!(child.wait().unwrap().success());
     assert!(wait_until(5, || sink.stale() == 2));
+    handle.stop();
+}
+
+/// Our side of a handshake as a raw 3.1 PUB: sends greeting + READY(PUB), reads and checks
+/// the subscriber's greeting, READY(SUB) and SUBSCRIBE("").
+fn raw_pub_handshake(stream: &mut TcpStream) {
+    let mut hello = Vec::new();
+    encode_greeting(1, &mut hello);
+    encode_ready(b"PUB", &mut hello);
+    stream.write_all(&hello).unwrap();
+    let mut got = vec![0u8; 64 + 27 + 12];
+    stream.read_exact(&mut got).unwrap();
+    assert_eq!(&got[10..12], &[3, 1]);
+    assert_eq!(&got[64 + 24..64 + 27], b"SUB");
+    assert_eq!(&got[64 + 27..], b"\x04\x0a\x09SUBSCRIBE");
+}
+
+/// Counts deliveries only (a sink that costs nothing).
+struct CountSink {
+    targets: Vec<KvTarget>,
+    count: AtomicU64,
+    stale: AtomicU64,
+}
+
+impl KvSink for CountSink {
+    fn targets(&self) -> Vec<KvTarget> {
+        self.targets.clone()
+    }
+    fn deliver(&self, _: &KvTarget, _: &[u8], _: u64, _: &[u8]) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+    fn stale(&self, _: &KvTarget) {
+        self.stale.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Messages per second from a raw publisher writing pre-encoded vLLM-shaped messages as fast
+/// as loopback takes them, through the subscriber thread to a counting sink. Printed.
+#[test]
+fn subscriber_throughput_from_a_raw_publisher() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let count: u64 = 200_000;
+    let topic = b"kv@sim-0@meta-llama/Llama-3.1-8B-Instruct";
+    let payload = vec![0x93u8; 200];
+    let mut wire = Vec::with_capacity(count as usize * 270);
+    for seq in 0..count {
+        encode_message(&[topic, &seq.to_be_bytes(), &payload], &mut wire);
+    }
+    let sink = Arc::new(CountSink {
+        targets: vec![target(port)],
+        count: AtomicU64::new(0),
+        stale: AtomicU64::new(0),
+    });
+    let handle = spawn_with(sink.clone(), fast_config()).unwrap();
+    let (mut stream, _) = listener.accept().unwrap();
+    raw_pub_handshake(&mut stream);
+    let start = Instant::now();
+    let writer = std::thread::spawn(move || {
+        stream.write_all(&wire).unwrap();
+        stream
+    });
+    assert!(wait_until(30, || sink.count.load(Ordering::Relaxed) == count));
+    let secs = start.elapsed().as_secs_f64();
+    let s = handle.stats().snapshot();
+    assert_eq!((s.gaps, s.stale, s.messages), (0, 0, count), "{s:?}");
+    println!(
+        "subscriber: {count} messages ({} MiB) over loopback in {secs:.3} s = {:.0} messages/s",
+        s.bytes >> 20,
+        count as f64 / secs
+    );
+    handle.stop();
+    drop(writer.join().unwrap());
+}
+
+/// A 3.1 peer that stops answering is pinged after the heartbeat interval and closed (stale)
+/// after the timeout; the subscriber then connects again.
+#[test]
+fn a_silent_3_1_peer_is_pinged_then_dropped() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let sink = Arc::new(CountSink {
+        targets: vec![target(port)],
+        count: AtomicU64::new(0),
+        stale: AtomicU64::new(0),
+    });
+    let config = Config {
+        heartbeat_interval: Duration::from_millis(100),
+        heartbeat_timeout: Duration::from_millis(400),
+        ..fast_config()
+    };
+    let handle = spawn_with(sink.clone(), config).unwrap();
+    let (mut stream, _) = listener.accept().unwrap();
+    raw_pub_handshake(&mut stream);
+    let opened = Instant::now();
+    let mut ping = [0u8; 9];
+    stream.read_exact(&mut ping).unwrap();
+    assert_eq!(&ping, b"\x04\x07\x04PING\x00\x00");
+    assert!(
+        opened.elapsed() >= Duration::from_millis(90),
+        "{:?}",
+        opened.elapsed()
+    );
+    // No PONG: the connection is closed after the timeout, marked stale, and reconnected.
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+    let closed = opened.elapsed();
+    assert!(
+        closed >= Duration::from_millis(390),
+        "closed after {closed:?}"
+    );
+    assert!(wait_until(5, || sink.stale.load(Ordering::Relaxed) == 1));
+    listener.set_nonblocking(false).unwrap();
+    let (mut again, _) = listener.accept().unwrap();
+    raw_pub_handshake(&mut again);
+    assert!(wait_until(5, || handle.stats().snapshot().reconnects == 1));
     handle.stop();
 }

@@ -378,3 +378,16 @@ fn codec_throughput() {
         wire.len() as f64 / secs / f64::from(1 << 20)
     );
 }
+
+#[test]
+fn pings_go_only_to_3_1_peers_after_the_handshake() {
+    let mut s = Session::new(&[b""], Limits::default());
+    assert!(!s.ping(), "not before the handshake");
+    let mut old = ready_session(0, Limits::default());
+    assert!(!old.ping(), "a 3.0 peer has no PING");
+    assert!(old.pending_output().is_empty());
+    let mut new = ready_session(1, Limits::default());
+    assert!(new.ping());
+    assert_eq!(new.pending_output(), b"\x04\x07\x04PING\x00\x00");
+    s.consume_output(64);
+}
