@@ -28,9 +28,11 @@
 use super::zmtp::{Event, Limits, Phase, Session};
 use super::{KvSink, KvTarget};
 use socket2::{Domain, Protocol, Socket, TcpKeepalive, Type};
+use std::collections::HashSet;
 use std::io::{self, Write};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -114,6 +116,8 @@ pub struct Stats {
     pub malformed: AtomicU64,
     /// Most bytes one connection's session held unparsed after a read (a high-water mark).
     pub peak_buffered: AtomicU64,
+    /// Sink calls that panicked (caught; a panicking `deliver` is followed by `stale`).
+    pub sink_panics: AtomicU64,
 }
 
 /// A copy of [`Stats`] at one instant.
@@ -139,6 +143,8 @@ pub struct StatsSnapshot {
     pub malformed: u64,
     /// See [`Stats::peak_buffered`].
     pub peak_buffered: u64,
+    /// See [`Stats::sink_panics`].
+    pub sink_panics: u64,
 }
 
 impl Stats {
@@ -156,6 +162,7 @@ impl Stats {
             protocol_errors: get(&self.protocol_errors),
             malformed: get(&self.malformed),
             peak_buffered: get(&self.peak_buffered),
+            sink_panics: get(&self.sink_panics),
         }
     }
 }
@@ -344,14 +351,14 @@ impl Subscriber {
 
     /// Adds connections for new targets, closes those of removed ones.
     fn refresh_targets(&mut self, now: Instant) {
-        let mut wanted = self.sink.targets();
-        wanted.sort_by(|a, b| {
-            (&a.pool, &a.endpoint, a.events).cmp(&(&b.pool, &b.endpoint, b.events))
-        });
-        wanted.dedup();
+        let Some(listed) = contained(|| self.sink.targets(), &self.stats) else {
+            return;
+        };
+        let wanted: HashSet<KvTarget> = listed.into_iter().collect();
         self.conns.retain(|c| wanted.contains(&c.target));
+        let have: HashSet<KvTarget> = self.conns.iter().map(|c| c.target.clone()).collect();
         for target in wanted {
-            if !self.conns.iter().any(|c| c.target == target) {
+            if !have.contains(&target) {
                 self.conns.push(Conn {
                     target,
                     link: Link::Idle { retry_at: now },
@@ -545,10 +552,18 @@ impl Subscriber {
                         if conn.expected.is_some_and(|want| want != seq) {
                             bump(&self.stats.gaps, 1);
                             bump(&self.stats.stale, 1);
-                            self.sink.stale(&conn.target);
+                            let (sink, target) = (&self.sink, &conn.target);
+                            contained(|| sink.stale(target), &self.stats);
                         }
                         conn.expected = seq.checked_add(1);
-                        self.sink.deliver(&conn.target, topic, seq, payload);
+                        let (sink, target) = (&self.sink, &conn.target);
+                        if contained(|| sink.deliver(target, topic, seq, payload), &self.stats)
+                            .is_none()
+                        {
+                            // What the sink applied of this message is unknown: forget it all.
+                            bump(&self.stats.stale, 1);
+                            contained(|| sink.stale(target), &self.stats);
+                        }
                         bump(&self.stats.messages, 1);
                     }
                     Err(_) => {
@@ -589,12 +604,24 @@ impl Subscriber {
         if was_open {
             self.stats.connected.fetch_sub(1, Ordering::Relaxed);
             bump(&self.stats.stale, 1);
-            self.sink.stale(&conn.target);
+            let (sink, target) = (&self.sink, &conn.target);
+            contained(|| sink.stale(target), &self.stats);
         } else {
             conn.backoff = (conn.backoff * 2).min(self.config.backoff_max);
         }
         conn.expected = None;
         conn.behind_since = None;
+    }
+}
+
+/// Runs one sink call; a panic in it is caught and counted (`None`), so the thread lives on.
+fn contained<T>(call: impl FnOnce() -> T, stats: &Stats) -> Option<T> {
+    match std::panic::catch_unwind(AssertUnwindSafe(call)) {
+        Ok(value) => Some(value),
+        Err(_) => {
+            bump(&stats.sink_panics, 1);
+            None
+        }
     }
 }
 

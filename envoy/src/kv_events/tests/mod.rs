@@ -453,3 +453,52 @@ fn a_silent_3_1_peer_is_pinged_then_dropped() {
     assert!(wait_until(5, || handle.stats().snapshot().reconnects == 1));
     handle.stop();
 }
+
+/// Panics in `deliver` for sequence number 5.
+struct PanickySink {
+    targets: Vec<KvTarget>,
+    seqs: Mutex<Vec<u64>>,
+    stale: AtomicU64,
+}
+
+impl KvSink for PanickySink {
+    fn targets(&self) -> Vec<KvTarget> {
+        self.targets.clone()
+    }
+    fn deliver(&self, _: &KvTarget, _: &[u8], seq: u64, _: &[u8]) {
+        assert_ne!(seq, 5, "the sink fails on 5");
+        self.seqs.lock().unwrap().push(seq);
+    }
+    fn stale(&self, _: &KvTarget) {
+        self.stale.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn a_panicking_sink_call_is_contained_and_marks_the_target_stale() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let sink = Arc::new(PanickySink {
+        targets: vec![target(port)],
+        seqs: Mutex::new(Vec::new()),
+        stale: AtomicU64::new(0),
+    });
+    let handle = spawn_with(sink.clone(), fast_config()).unwrap();
+    let (mut stream, _) = listener.accept().unwrap();
+    raw_pub_handshake(&mut stream);
+    let mut wire = Vec::new();
+    for seq in 0..10u64 {
+        encode_message(&[b"t", &seq.to_be_bytes(), b"p"], &mut wire);
+    }
+    stream.write_all(&wire).unwrap();
+    assert!(wait_until(5, || sink.seqs.lock().unwrap().len() == 9));
+    assert_eq!(*sink.seqs.lock().unwrap(), vec![0, 1, 2, 3, 4, 6, 7, 8, 9]);
+    let s = handle.stats().snapshot();
+    assert_eq!(
+        (s.sink_panics, s.stale, s.gaps, s.connected),
+        (1, 1, 0, 1),
+        "{s:?}"
+    );
+    assert_eq!(sink.stale.load(Ordering::Relaxed), 1);
+    handle.stop();
+}
