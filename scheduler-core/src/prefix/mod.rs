@@ -29,6 +29,7 @@
 
 mod index;
 mod lru;
+pub mod precise;
 #[cfg(test)]
 mod tests;
 
