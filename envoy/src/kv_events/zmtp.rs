@@ -38,6 +38,8 @@ const FLAG_LONG: u8 = 0x02;
 const FLAG_COMMAND: u8 = 0x04;
 /// The mechanism field of our greeting and the only one we accept.
 const MECHANISM_NULL: &[u8] = b"NULL";
+/// Input buffer capacity kept between messages; more is released after a large message.
+const RETAINED_INPUT: usize = 1 << 20;
 /// The longest ping context a PONG echoes.
 const MAX_PING_CONTEXT: usize = 16;
 
@@ -378,7 +380,8 @@ impl Session {
         self.input.len() - self.consumed
     }
 
-    /// Drops the consumed prefix of the input buffer.
+    /// Drops the consumed prefix of the input buffer, and gives back the memory a large
+    /// message needed once the buffer is small again.
     fn compact(&mut self) {
         if self.consumed == 0 {
             return;
@@ -389,6 +392,9 @@ impl Session {
             self.input.drain(..self.consumed);
         }
         self.consumed = 0;
+        if self.input.capacity() > RETAINED_INPUT && self.input.len() <= RETAINED_INPUT / 4 {
+            self.input.shrink_to(RETAINED_INPUT);
+        }
     }
 
     /// Appends bytes received from the peer.

@@ -391,3 +391,21 @@ fn pings_go_only_to_3_1_peers_after_the_handshake() {
     assert_eq!(new.pending_output(), b"\x04\x07\x04PING\x00\x00");
     s.consume_output(64);
 }
+
+#[test]
+fn a_large_message_does_not_pin_its_buffer() {
+    let mut s = ready_session(1, Limits::default());
+    let big = vec![1u8; 8 << 20];
+    let mut wire = Vec::new();
+    encode_message(&[b"t", &big], &mut wire);
+    s.feed(&wire);
+    assert_eq!(drain(&mut s).map(|m| m.len()), Ok(1));
+    assert!(s.input.capacity() >= 8 << 20);
+    s.feed(b"\x00\x01x");
+    assert_eq!(drain(&mut s), Ok(vec![vec![b"x".to_vec()]]));
+    assert!(
+        s.input.capacity() <= RETAINED_INPUT,
+        "{}",
+        s.input.capacity()
+    );
+}
