@@ -10,6 +10,7 @@ use super::config::{ConfigError, EndpointPickerConfig, PluginRef, ProfileSpec};
 use super::disagg::{DisaggPlan, PrefillStage};
 use super::filter::ROLE_DROPPED;
 use super::plugins::{Filter, Picker, Plugin, PrefixSettings, Scorer};
+use crate::prefix::precise::PreciseSettings;
 use crate::prefix::{PrefixConfig, PrefixIndex};
 
 /// The largest scorer weight. Raw scores are in [0, 1], so a profile's total is at most its
@@ -58,6 +59,8 @@ pub struct Profile {
 pub struct Scheduler {
     pub(crate) profiles: Vec<Profile>,
     pub(crate) prefix: PrefixSettings,
+    /// `precise-prefix-cache-producer`'s settings, when the config declares it.
+    precise: Option<PreciseSettings>,
     pub(crate) needs_prefix: bool,
     /// `disagg-profile-handler`, when declared: which profiles run, and when.
     pub(crate) disagg: Option<DisaggPlan>,
@@ -75,6 +78,7 @@ impl Default for Scheduler {
                 picker: default_picker(),
             }],
             prefix: PrefixSettings::default(),
+            precise: None,
             needs_prefix: false,
             disagg: None,
             flow_control: None,
@@ -95,6 +99,7 @@ impl Scheduler {
     pub fn new(cfg: &EndpointPickerConfig) -> Result<Scheduler, ConfigError> {
         let mut declared: Vec<(&str, &str, Plugin)> = Vec::with_capacity(cfg.plugins.len());
         let mut prefix: Option<PrefixSettings> = None;
+        let mut precise: Option<PreciseSettings> = None;
         for spec in &cfg.plugins {
             let name = spec.effective_name();
             if declared.iter().any(|(n, _, _)| *n == name) {
@@ -103,12 +108,18 @@ impl Scheduler {
                 });
             }
             let plugin = Plugin::compile(spec)?;
-            if let Plugin::PrefixProducer(s) = plugin {
-                if prefix.replace(s).is_some() {
-                    return Err(ConfigError::MultiplePrefixProducers {
-                        plugin: name.into(),
-                    });
+            // One prefix index per pool: approximate or precise, declared once.
+            let second = match &plugin {
+                Plugin::PrefixProducer(s) => prefix.replace(*s).is_some() || precise.is_some(),
+                Plugin::PrecisePrefixProducer(s) => {
+                    precise.replace(s.clone()).is_some() || prefix.is_some()
                 }
+                _ => false,
+            };
+            if second {
+                return Err(ConfigError::MultiplePrefixProducers {
+                    plugin: name.into(),
+                });
             }
             declared.push((name, spec.plugin_type.as_str(), plugin));
         }
@@ -151,9 +162,20 @@ impl Scheduler {
                         .iter()
                         .any(|f| matches!(f.plugin, Filter::PrefixAffinity(_)))
             });
+        let mut prefix = prefix.unwrap_or_default();
+        if let Some(p) = &precise {
+            // The host hashes tokens into blocks of the engine's size and cuts them at
+            // `maxPrefixTokensToMatch` itself; these settings only bound the match and
+            // give the prefix scorer's length term its tokens per block.
+            prefix.config.block_size_tokens = p
+                .block_size_tokens
+                .unwrap_or(crate::prefix::precise::settings::DEFAULT_BLOCK_SIZE_TOKENS);
+            prefix.config.max_prefix_tokens_to_match = p.max_prefix_tokens_to_match;
+        }
         Ok(Scheduler {
             profiles,
-            prefix: prefix.unwrap_or_default(),
+            prefix,
+            precise,
             needs_prefix,
             disagg,
             flow_control: cfg.flow_control.clone(),
@@ -185,6 +207,14 @@ impl Scheduler {
     /// unless `disagg-profile-handler` names the decode profile.
     pub fn profiles(&self) -> &[Profile] {
         &self.profiles
+    }
+
+    /// `precise-prefix-cache-producer`'s settings, when declared: the host then keeps a
+    /// precise index fed by the engines' KV events and passes it to
+    /// [`Scheduler::schedule`] as the prefix index, with block keys of the request's tokens
+    /// ([`crate::prefix::precise::token_block_keys`]) as its block hashes.
+    pub fn precise_settings(&self) -> Option<&PreciseSettings> {
+        self.precise.as_ref()
     }
 
     /// Prefix index settings (`approx-prefix-cache-producer`, or defaults).
@@ -269,6 +299,7 @@ fn compile_profile(
             // flow-control plugins belong to the `flowControl` section; listing them in a
             // profile is allowed and inert.
             Plugin::PrefixProducer(_)
+            | Plugin::PrecisePrefixProducer(_)
             | Plugin::InflightProducer
             | Plugin::SingleProfileHandler
             | Plugin::DisaggProfileHandler(_)

@@ -148,7 +148,8 @@ pub enum ConfigError {
         /// The profile.
         profile: String,
     },
-    /// More than one `approx-prefix-cache-producer` is declared (one index per pool).
+    /// More than one prefix producer (`approx-prefix-cache-producer`,
+    /// `precise-prefix-cache-producer`) is declared (one index per pool).
     MultiplePrefixProducers {
         /// The second producer's name.
         plugin: String,
@@ -206,7 +207,7 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::MultiplePrefixProducers { plugin } => write!(
                 f,
-                "plugin `{plugin}`: only one approx-prefix-cache-producer may be declared"
+                "plugin `{plugin}`: only one prefix producer (approx-prefix-cache-producer or precise-prefix-cache-producer) may be declared"
             ),
             ConfigError::ProfileHandler { plugin, reason } => {
                 write!(f, "profile handler `{plugin}`: {reason}")

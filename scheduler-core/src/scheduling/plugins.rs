@@ -4,6 +4,7 @@
 //! | type | kind | parameters (default) | endpoint with unknown metrics |
 //! |---|---|---|---|
 //! | `approx-prefix-cache-producer` | producer | `blockSizeTokens` (64), `maxPrefixTokensToMatch` (131072), `lruCapacityPerServer` (31250, or the endpoint's KV capacity when known), `maxLruCapacityPerServer` (262144: no endpoint's LRU exceeds it, whatever its metrics claim; `lruCapacityPerServer` may not either) | — |
+//! | `precise-prefix-cache-producer` | producer | see [`crate::prefix::precise::settings`] (the engines' KV events; native flavour) | — |
 //! | `inflight-load-producer` | producer | none | — (the host's own counts) |
 //! | `utilization-filter` | filter | `conditions: [{metric, maxValue}]` (metric: `kv-cache-utilization` 0..1, `waiting-queue`, `running-requests`), `fallbackOnEmpty` (false) | kept (an unknown or NaN value never exceeds) |
 //! | `prefix-cache-affinity-filter` | filter | `threshold` (0.5), `maxTTFTPenaltyMs` (1000), `prefillTokensPerSecond` (10000), `queuedRequestMs` (250), `maxWaitingQueue` (16), `maxKVCacheUtilization` (0.95) | not overloaded; queue counts as 0 in the TTFT estimate |
@@ -46,12 +47,14 @@ use crate::flow::config::{
     DEFAULT_QUEUE_DEPTH_THRESHOLD,
 };
 use crate::flow::quantity::{parse_duration_ms, parse_quantity};
+use crate::prefix::precise::{parse_precise_producer, PreciseSettings};
 use crate::prefix::PrefixConfig;
 use crate::types::Tokens;
 
 /// Every plugin type this build knows, in the order of the README's plugin table.
 pub const PLUGIN_TYPES: &[&str] = &[
     "approx-prefix-cache-producer",
+    "precise-prefix-cache-producer",
     "inflight-load-producer",
     "utilization-filter",
     "prefix-cache-affinity-filter",
@@ -249,6 +252,9 @@ impl Picker {
 pub enum Plugin {
     /// `approx-prefix-cache-producer`.
     PrefixProducer(PrefixSettings),
+    /// `precise-prefix-cache-producer`: the index the engines' KV events feed, kept by the
+    /// host (see [`crate::prefix::precise`]).
+    PrecisePrefixProducer(PreciseSettings),
     /// `inflight-load-producer` (the host tracks in-flight load; nothing to compute here).
     InflightProducer,
     /// A filter.
@@ -284,6 +290,9 @@ impl Plugin {
         };
         match spec.plugin_type.as_str() {
             "approx-prefix-cache-producer" => prefix_producer(&p),
+            "precise-prefix-cache-producer" => Ok(Plugin::PrecisePrefixProducer(
+                parse_precise_producer(name, spec.parameters.as_ref())?,
+            )),
             "inflight-load-producer" => {
                 p.only(&[])?;
                 Ok(Plugin::InflightProducer)

@@ -268,11 +268,13 @@ fn lru_capacity_prefers_configured_then_kv_capacity() {
 fn the_all_plugins_reference_declares_every_plugin_type() {
     // `testdata/epp/all-plugins.yaml` claims to list every plugin type (the harness's explain
     // CLI test compiles and runs it); a type added to the catalogue must be added there too.
-    // The disaggregation plugins are in `disagg.yaml` (a config has one profile handler).
+    // The disaggregation plugins are in `disagg.yaml` (a config has one profile handler),
+    // the precise producer in `precise.yaml` (a config has one prefix producer).
     let yaml = alloc::format!(
-        "{}\n{}",
+        "{}\n{}\n{}",
         include_str!("../../../../testdata/epp/all-plugins.yaml"),
-        include_str!("../../../../testdata/epp/disagg.yaml")
+        include_str!("../../../../testdata/epp/disagg.yaml"),
+        include_str!("../../../../testdata/epp/precise.yaml")
     );
     let declared: alloc::vec::Vec<&str> = yaml
         .lines()
@@ -285,7 +287,7 @@ fn the_all_plugins_reference_declares_every_plugin_type() {
     {
         assert!(
             declared.contains(ty),
-            "all-plugins.yaml / disagg.yaml lack `{ty}`"
+            "all-plugins.yaml / disagg.yaml / precise.yaml lack `{ty}`"
         );
     }
     for ty in &declared {
@@ -294,4 +296,41 @@ fn the_all_plugins_reference_declares_every_plugin_type() {
             "all-plugins.yaml declares `{ty}`, which is no plugin type"
         );
     }
+}
+
+#[test]
+fn one_prefix_producer_approximate_or_precise() {
+    let s = sched(
+        r#"{"plugins": [{"type": "precise-prefix-cache-producer", "parameters": {"kvEventsPortOffset": 1000, "speculativeTtlMs": 500}},
+        {"type": "prefix-cache-scorer"}]}"#,
+    );
+    let p = s.precise_settings().expect("precise settings");
+    assert_eq!(p.speculative_ttl_ms, 500);
+    assert_eq!(
+        p.events_port,
+        crate::prefix::precise::EventsPort::Offset(1000)
+    );
+    // Blocks of the engine's default size until the host learns the engine's.
+    assert_eq!(s.prefix_config().block_size_tokens, 16);
+    assert!(s.uses_prefix_index());
+    assert!(sched(r#"{"plugins": [{"type": "prefix-cache-scorer"}]}"#)
+        .precise_settings()
+        .is_none());
+    for both in [
+        r#"{"plugins": [{"type": "approx-prefix-cache-producer"}, {"type": "precise-prefix-cache-producer"}]}"#,
+        r#"{"plugins": [{"type": "precise-prefix-cache-producer"}, {"type": "approx-prefix-cache-producer"}]}"#,
+        r#"{"plugins": [{"type": "precise-prefix-cache-producer"}, {"type": "precise-prefix-cache-producer", "name": "again"}]}"#,
+    ] {
+        assert!(
+            matches!(
+                Scheduler::from_json_str(both),
+                Err(ConfigError::MultiplePrefixProducers { .. })
+            ),
+            "{both}"
+        );
+    }
+    let err = Scheduler::from_json_str(
+        r#"{"plugins": [{"type": "precise-prefix-cache-producer", "parameters": {"kvEventsPort": 1, "kvEventsPortOffset": 2}}]}"#,
+    );
+    assert!(err.is_err());
 }
