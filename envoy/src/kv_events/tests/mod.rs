@@ -502,3 +502,35 @@ fn a_panicking_sink_call_is_contained_and_marks_the_target_stale() {
     assert_eq!(sink.stale.load(Ordering::Relaxed), 1);
     handle.stop();
 }
+
+/// A peer that accepts and hangs up at once is retried after 20, 40, 80, 160, 200, 200, ...
+/// ms (the fast config's backoff), not at every poll turn.
+#[test]
+fn failed_handshakes_back_off_exponentially() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let sink = TestSink::new(vec![target(port)], Duration::ZERO);
+    let handle = spawn_with(sink.clone(), fast_config()).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let start = Instant::now();
+    let mut accepted = Vec::new();
+    while start.elapsed() < Duration::from_millis(1000) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                accepted.push(start.elapsed());
+                drop(stream);
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+    handle.stop();
+    // 0, 20, 60, 140, 300, 500, 700, 900 ms: about 8 attempts.
+    assert!((5..=10).contains(&accepted.len()), "{accepted:?}");
+    let gaps: Vec<Duration> = accepted.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps.windows(2)
+            .all(|w| w[1] + Duration::from_millis(15) >= w[0]),
+        "{gaps:?}"
+    );
+    assert_eq!(sink.stale(), 0, "no handshake completed, nothing to forget");
+}
