@@ -62,6 +62,7 @@ pub mod membership;
 pub mod objects;
 pub mod picker;
 pub mod pipeline;
+pub mod precise;
 pub mod quotas;
 pub mod reply;
 pub mod rewrite;

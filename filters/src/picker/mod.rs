@@ -74,7 +74,9 @@ pub use config::{FailureMode, PickerConfig, PickerConfigError, PoolConfig};
 pub use lease::InFlightLease;
 pub use plan::{PickerPlans, PoolPlan, UnscrapedReport};
 pub use prepare::PreparedPick;
-pub use state::{PickRequest, Picked, PickerShared, PoolId, Rejection, SnapshotRefresh};
+pub use state::{
+    PickRequest, Picked, PickerShared, PoolId, PreciseTarget, Rejection, SnapshotRefresh,
+};
 
 /// Everything the picker's body callback needs from the host.
 pub trait PickerHost:

@@ -19,6 +19,7 @@ use super::lease::{pool_inflight_key, SlotKeys};
 use super::state::{Picked, PoolId, Rejection};
 use crate::handoff::Handoff;
 use crate::host::Stats;
+use crate::precise::PreciseShared;
 use crate::stats::{StatKey, StatKind};
 
 /// Stat keys of one pool.
@@ -130,6 +131,9 @@ pub struct PoolPlan {
     /// Flow control, when the pool's config enables it (the gate is process-wide state
     /// of its own; the plan only hands it out).
     flow: Option<FlowPlan>,
+    /// The precise index, when the config declares `precise-prefix-cache-producer`: the
+    /// request is then keyed by its tokens ([`PreciseShared::keys`]), not its bytes.
+    precise: Option<Arc<PreciseShared>>,
 }
 
 impl PoolPlan {
@@ -139,6 +143,7 @@ impl PoolPlan {
         cfg: &PoolConfig,
         scheduler: &Scheduler,
         flow: Option<FlowPlan>,
+        precise: Option<Arc<PreciseShared>>,
     ) -> Self {
         PoolPlan {
             issuer,
@@ -155,7 +160,13 @@ impl PoolPlan {
                 .then(|| scheduler.prefix_config()),
             stats: PoolStats::new(&cfg.pool, &cfg.endpoints),
             flow,
+            precise,
         }
+    }
+
+    /// The pool's precise index, when it has one.
+    pub fn precise(&self) -> Option<&Arc<PreciseShared>> {
+        self.precise.as_ref()
     }
 
     /// The pool's flow control, if enabled.
@@ -166,6 +177,10 @@ impl PoolPlan {
     /// How many prompt bytes this pool hashes at most: what a parse for it must keep (0
     /// when no profile reads the prefix index).
     pub fn max_prompt_bytes(&self) -> usize {
+        if self.precise.is_some() {
+            // Keyed from the body's tokens instead (`PreciseShared::keys`).
+            return 0;
+        }
         self.hashing
             .as_ref()
             .map_or(0, PrefixConfig::max_prompt_bytes)
@@ -232,7 +247,8 @@ impl PoolPlan {
     /// handoff does not fit this pool (another base model, another block size, or cut
     /// shorter than this pool hashes). A pool that reads no prefix index keeps none.
     pub fn handoff_blocks(&self, handoff: &Handoff) -> Option<usize> {
-        if handoff.base_model != self.base_model {
+        // A precise pool keys tokens, which the router's byte hashes are not.
+        if handoff.base_model != self.base_model || self.precise.is_some() {
             return None;
         }
         match &self.hashing {

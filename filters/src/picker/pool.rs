@@ -14,6 +14,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
 use scheduler_core::flow::FlowControlConfig;
 use scheduler_core::prefix::PrefixIndex;
+
+use crate::precise::PreciseShared;
 use scheduler_core::scheduling::candidates::CandidateRules;
 use scheduler_core::scheduling::config::{ConfigError, EndpointPickerConfig};
 use scheduler_core::scheduling::{Role, Scheduler};
@@ -55,6 +57,9 @@ pub(super) struct PoolState {
     pub(super) rules: CandidateRules,
     pub(super) scheduler: Scheduler,
     pub(super) prefix: PrefixIndex,
+    /// The precise index, when the pool's config declares `precise-prefix-cache-producer`
+    /// (then `prefix` is unused); shared with the plan and the KV-event thread.
+    pub(super) precise: Option<Arc<PreciseShared>>,
     pub(super) sessions: SessionTable,
     /// Per endpoint: its prefill/decode role (`endpointRoles`).
     pub(super) roles: Vec<Role>,
@@ -77,7 +82,11 @@ pub(super) struct PoolState {
 }
 
 impl PoolState {
-    fn new(cfg: &PoolConfig, scheduler: Scheduler) -> PoolState {
+    fn new(
+        cfg: &PoolConfig,
+        scheduler: Scheduler,
+        precise: Option<Arc<PreciseShared>>,
+    ) -> PoolState {
         let prefix = scheduler.new_prefix_index();
         let n = cfg.endpoints.len();
         PoolState {
@@ -90,6 +99,7 @@ impl PoolState {
             rules: cfg.candidate_rules(),
             scheduler,
             prefix,
+            precise,
             sessions: SessionTable::new(cfg.max_sessions),
             roles: cfg.endpoint_roles.resolve_validated(&cfg.endpoints),
             generation: 0,
@@ -109,6 +119,23 @@ impl PoolState {
 pub(super) struct Pool {
     state: Mutex<PoolState>,
     pub(super) load: Arc<PoolLoad>,
+}
+
+/// The pool's precise index, when its config declares `precise-prefix-cache-producer`
+/// (its tokenizer is loaded now: a missing file is a config error).
+pub(super) fn precise_of(
+    cfg: &PoolConfig,
+    scheduler: &Scheduler,
+) -> Result<Option<Arc<PreciseShared>>, PickerConfigError> {
+    let Some(settings) = scheduler.precise_settings() else {
+        return Ok(None);
+    };
+    PreciseShared::new(settings)
+        .map(|p| Some(Arc::new(p)))
+        .map_err(|e| PickerConfigError::Scheduler {
+            pool: cfg.pool.clone(),
+            error: format!("precise-prefix-cache-producer: {e}"),
+        })
 }
 
 /// Compile a pool's scheduling config (its own, or the default), and its flow control
@@ -147,6 +174,7 @@ impl Pool {
         scheduler: Scheduler,
         gauge: StatKey,
         slots: &[Arc<SlotKeys>],
+        precise: Option<Arc<PreciseShared>>,
     ) -> Pool {
         let room = if cfg.follows_cluster() {
             MAX_FOLLOWED_ENDPOINTS
@@ -154,7 +182,7 @@ impl Pool {
             slots.len()
         };
         Pool {
-            state: Mutex::new(PoolState::new(cfg, scheduler)),
+            state: Mutex::new(PoolState::new(cfg, scheduler, precise)),
             load: Arc::new(PoolLoad::new(gauge, room, slots)),
         }
     }

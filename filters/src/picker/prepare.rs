@@ -82,8 +82,10 @@ impl PreparedPick {
         host: &mut H,
     ) -> Result<PreparedPick, RequestError> {
         let parsed = request::parse_with_limit(api, body, plan.max_prompt_bytes())?;
-        let block_hashes =
-            plan.block_hashes(&parsed.model, parsed.cache_salt.as_deref(), &parsed.prompt);
+        let block_hashes = match plan.precise() {
+            Some(p) => p.keys(api, &parsed.model, body),
+            None => plan.block_hashes(&parsed.model, parsed.cache_salt.as_deref(), &parsed.prompt),
+        };
         let session = plan
             .session_header()
             .and_then(|name| host.request_header(name));

@@ -57,6 +57,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use scheduler_core::flow::saturation::all_saturated;
 use scheduler_core::flow::Detector;
 use scheduler_core::metrics::EndpointMetrics;
+
+use crate::precise::PreciseShared;
 use scheduler_core::scheduling::candidates::{
     pool_candidates, NoCandidates, PoolEndpoint, Selection,
 };
@@ -173,6 +175,19 @@ impl From<NoCandidates> for Rejection {
     }
 }
 
+/// One endpoint a precise index follows the KV events of ([`PickerShared::precise_targets`]).
+#[derive(Clone, Debug)]
+pub struct PreciseTarget {
+    /// The pool's name.
+    pub pool: String,
+    /// The endpoint (`ip:port`), as the picker names it.
+    pub endpoint: String,
+    /// Where its engine publishes KV events (ZMQ PUB over TCP).
+    pub events: std::net::SocketAddr,
+    /// The index its events feed.
+    pub index: Arc<PreciseShared>,
+}
+
 /// The picker's shared state (see the module doc). A handle: clones share one state, so
 /// an accessor can hand out `&mut PickerShared` without exclusive access to the state.
 #[derive(Clone, Debug)]
@@ -203,13 +218,15 @@ impl PickerShared {
         let priorities = Arc::new(Priorities::from_objectives(&config.objectives)?);
         for (i, cfg) in config.pools.iter().enumerate() {
             let (scheduler, flow) = compile(cfg)?;
+            let precise = super::pool::precise_of(cfg, &scheduler)?;
             let flow = flow.map(|flow| FlowPlan::new(&cfg.pool, flow, Arc::clone(&priorities)));
-            let plan = PoolPlan::new(issuer, PoolId(i), cfg, &scheduler, flow);
+            let plan = PoolPlan::new(issuer, PoolId(i), cfg, &scheduler, flow, precise.clone());
             pools.push(Pool::new(
                 cfg,
                 scheduler,
                 plan.in_flight_gauge(),
                 plan.static_slot_keys(),
+                precise,
             ));
             plans.push(Arc::new(plan));
         }
@@ -465,9 +482,26 @@ impl PickerShared {
             prompt_tokens: req.prompt_tokens,
             last_endpoint_for_session: session_endpoint,
         };
-        let decision = state
-            .scheduler
-            .schedule(&view, &set.candidates, &state.prefix, random, now);
+        // The precise index, when the pool has one: its lock is held for the schedule only
+        // (the KV-event thread takes no other lock, so the order pool → index is safe).
+        let precise = state.precise.clone();
+        let precise_guard = precise.as_deref().map(PreciseShared::lock_for_pick);
+        if let Some(p) = &precise {
+            // The engines' block size as scraped keys the next requests.
+            if let Some(cache) = set.candidates.iter().find_map(|c| c.metrics?.cache) {
+                p.learn_block_size(cache.block_size);
+            }
+        }
+        let decision = match &precise_guard {
+            Some(index) => {
+                state
+                    .scheduler
+                    .schedule(&view, &set.candidates, &index.at(now), random, now)
+            }
+            None => state
+                .scheduler
+                .schedule(&view, &set.candidates, &state.prefix, random, now),
+        };
         let outcome = decision.picked().and_then(|c| {
             let endpoint = pool_index_of(c)?;
             Some((endpoint, decision.prefix_matched(c), decision.full_blocks()))
@@ -490,6 +524,7 @@ impl PickerShared {
         let prefiller = super::disagg::prefiller(&decision, pool_index_of);
         let degraded = set.selection != Selection::Fresh;
         drop(decision);
+        drop(precise_guard);
         drop(set);
         let Some((endpoint, matched, total)) = outcome else {
             return Err(Rejection::NoEndpoints);
@@ -509,14 +544,17 @@ impl PickerShared {
             lease.hold_adapter(memory.record(req.target_model, slots));
         }
 
-        // Record: prefix blocks, session, hit ratio (the load is the lease).
-        if !hashes.is_empty() {
-            state.prefix.record(&address, hashes);
-        }
-        // The prefiller computed the prompt, so its cache holds it too (see `super::disagg`).
+        // Record: prefix blocks (speculative ones in a precise index, until the engine's
+        // events confirm them), session, hit ratio (the load is the lease).
         let prefiller = prefiller.and_then(|i| state.endpoints.get(i).cloned());
-        if let (Some(prefiller), false) = (&prefiller, hashes.is_empty()) {
-            state.prefix.record(prefiller, hashes);
+        if !hashes.is_empty() {
+            // The prefiller computed the prompt, so its cache holds it too (see `super::disagg`).
+            for at in std::iter::once(&address).chain(prefiller.as_ref()) {
+                match &precise {
+                    Some(p) => p.record_speculative(at, hashes, now),
+                    None => state.prefix.record(at, hashes),
+                }
+            }
         }
         if let Some(session) = req.session {
             state.sessions.record(session, endpoint);
@@ -576,6 +614,45 @@ impl PickerShared {
         }
     }
 
+    /// Every endpoint whose KV events a pool with a precise index follows: the current
+    /// members of each such pool, with where their engine publishes (`kvEventsPort`, or
+    /// the endpoint's port + `kvEventsPortOffset`) and the index their events feed.
+    /// Changes with membership; the KV-event thread polls it.
+    pub fn precise_targets(&self) -> Vec<PreciseTarget> {
+        let mut out = Vec::new();
+        for plan in self.inner.plans.pools() {
+            let Some(index) = plan.precise() else {
+                continue;
+            };
+            let port = index.settings().events_port;
+            for endpoint in self.members(plan.id) {
+                let Ok(addr) = endpoint.parse::<std::net::SocketAddr>() else {
+                    continue;
+                };
+                let Some(events_port) = port.for_endpoint(addr.port()) else {
+                    continue;
+                };
+                out.push(PreciseTarget {
+                    pool: plan.name.clone(),
+                    events: std::net::SocketAddr::new(addr.ip(), events_port),
+                    endpoint,
+                    index: Arc::clone(index),
+                });
+            }
+        }
+        out
+    }
+
+    /// Whether some pool keeps a precise index (its config declares
+    /// `precise-prefix-cache-producer`).
+    pub fn has_precise(&self) -> bool {
+        self.inner
+            .plans
+            .pools()
+            .iter()
+            .any(|p| p.precise().is_some())
+    }
+
     /// The current members of `pool`, in slot order (tests and diagnostics).
     pub fn members(&self, pool: PoolId) -> Vec<String> {
         let Some(p) = self.inner.pools.get(pool.0) else {
@@ -620,7 +697,11 @@ impl PickerShared {
         let address = served.to_owned();
         let served = slot;
         if !block_hashes.is_empty() {
-            state.prefix.record(&address, block_hashes);
+            // A precise index learns where the blocks went from the serving engine's own
+            // events; only the approximate one is told here.
+            if state.precise.is_none() {
+                state.prefix.record(&address, block_hashes);
+            }
         }
         if let Some(session) = session {
             state.sessions.record(session, served);

@@ -123,6 +123,9 @@ fn remove(state: &mut PoolState, slot: usize) {
     }
     if let Some(address) = state.endpoints.get(slot) {
         state.prefix.remove_endpoint(address);
+        if let Some(p) = &state.precise {
+            p.remove_endpoint(address);
+        }
     }
     state.sessions.forget_endpoint(slot);
     if let Some(memory) = state.adapters.get_mut(slot) {

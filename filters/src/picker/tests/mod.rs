@@ -125,5 +125,6 @@ mod locking;
 mod lora;
 mod members;
 mod pools;
+mod precise;
 mod routing;
 mod state;
