@@ -108,7 +108,8 @@ pub struct Stats {
     pub reconnects: AtomicU64,
     /// [`KvSink::stale`] calls.
     pub stale: AtomicU64,
-    /// Connections dropped for exceeding the backlog or output bound.
+    /// Connections dropped for staying behind longer than `max_lag`, or for unsent output
+    /// past `max_output_bytes`.
     pub dropped_behind: AtomicU64,
     /// Connections failed by a protocol error.
     pub protocol_errors: AtomicU64,
