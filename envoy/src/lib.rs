@@ -22,6 +22,8 @@
 //!   pool cluster's `override_host` policy) and the registry of the clusters' hosts and
 //!   health it keeps, which the scraper follows.
 //! - [`flow_timer`]: the thread that expires and dispatches flow control's queues.
+//! - [`kv_events`]: the engines' KV-event streams (our own ZMQ SUB client, one thread).
+//! - [`precise`]: that thread's feed of the picker's precise prefix indexes.
 //! - [`shared`]: process-wide state shared by all workers.
 //! - `hooks`: the exported `envoy_dynamic_module_on_*` functions.
 //!
@@ -53,6 +55,8 @@ pub mod panic_injection;
 pub mod picker;
 #[cfg(not(target_family = "wasm"))]
 pub mod pipeline;
+#[cfg(not(target_family = "wasm"))]
+pub mod precise;
 #[cfg(not(target_family = "wasm"))]
 pub mod probe;
 #[cfg(not(target_family = "wasm"))]

@@ -63,6 +63,7 @@ fn process_state(
     let shared = PickerShared::from_json(value).map_err(|e| e.to_string())?;
     let shared = Arc::new(SharedPicker::new(shared));
     crate::flow_timer::start(&shared);
+    crate::precise::start(&shared);
     map.insert(config_text, Arc::downgrade(&shared));
     Ok(shared)
 }

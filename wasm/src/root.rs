@@ -171,6 +171,14 @@ impl Root {
                 // every worker of the plugin.
                 let config_bytes = serde_json::to_vec(&rest).unwrap_or_default();
                 let shared = PickerShared::from_json(rest).map_err(|e| e.to_string())?;
+                if shared.has_precise() {
+                    // Its index is fed by a thread following every engine's KV events, which
+                    // a Wasm VM cannot run: refused rather than silently never matching.
+                    return Err("picker config: precise-prefix-cache-producer needs the \
+                                native flavour (the Envoy dynamic module); the Wasm flavour \
+                                keeps approx-prefix-cache-producer"
+                        .into());
+                }
                 self._registration = Some(Registration::picker(&shared)?);
                 let link = WorkerLink::new(&self.vm, config_bytes);
                 // Test stages tick faster already, which serves the link's timeouts too.

@@ -180,6 +180,8 @@ impl From<NoCandidates> for Rejection {
 pub struct PreciseTarget {
     /// The pool's name.
     pub pool: String,
+    /// The pool's base model: the model of events whose topic names none.
+    pub base_model: String,
     /// The endpoint (`ip:port`), as the picker names it.
     pub endpoint: String,
     /// Where its engine publishes KV events (ZMQ PUB over TCP).
@@ -634,6 +636,7 @@ impl PickerShared {
                 };
                 out.push(PreciseTarget {
                     pool: plan.name.clone(),
+                    base_model: plan.base_model.clone(),
                     events: std::net::SocketAddr::new(addr.ip(), events_port),
                     endpoint,
                     index: Arc::clone(index),
