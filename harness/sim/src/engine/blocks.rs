@@ -7,8 +7,13 @@
 //! is "touched": it leaves the free queue and is shared, so prefix caching costs no extra
 //! memory. Sequences free their blocks tail first, so the end of a prompt is evicted before
 //! its beginning, as in vLLM.
+//!
+//! When its [`CacheLog`] is enabled the pool records evictions and resets for the engine's
+//! KV events (see [`super::cache_events`]).
 
 use std::collections::{BTreeMap, HashMap};
+
+use super::cache_events::{CacheEvent, CacheLog};
 
 /// A chained hash of one full block of prompt tokens (and every block before it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -34,6 +39,7 @@ pub struct BlockPool {
     free_queue: BTreeMap<u64, BlockId>,
     next_stamp: u64,
     evictions: u64,
+    log: CacheLog,
 }
 
 impl BlockPool {
@@ -45,6 +51,7 @@ impl BlockPool {
             free_queue: BTreeMap::new(),
             next_stamp: 0,
             evictions: 0,
+            log: CacheLog::default(),
         };
         for i in 0..num_blocks {
             pool.push_free(BlockId(i));
@@ -131,6 +138,7 @@ impl BlockPool {
                 if self.cached.get(&h) == Some(&id) {
                     self.cached.remove(&h);
                     self.evictions += 1;
+                    self.log.removed(h);
                 }
             }
             out.push(id);
@@ -139,17 +147,57 @@ impl BlockPool {
     }
 
     /// Records that `id` now holds the block with hash `hash`. A hash already held by another
-    /// block keeps its first holder (the duplicate stays anonymous).
-    pub fn register(&mut self, id: BlockId, hash: BlockHash) {
+    /// block keeps its first holder (the duplicate stays anonymous). Returns whether the
+    /// hash entered the cache (the caller then logs the store with the block's tokens).
+    pub fn register(&mut self, id: BlockId, hash: BlockHash) -> bool {
         if self.cached.contains_key(&hash) {
-            return;
+            return false;
         }
         if let Some(b) = self.block_mut(id) {
             if b.hash.is_none() {
                 b.hash = Some(hash);
                 self.cached.insert(hash, id);
+                return true;
             }
         }
+        false
+    }
+
+    /// Forgets every cached hash at once (vLLM's prefix-cache reset; a restarted engine).
+    /// Referenced blocks stay with their sequences, anonymous; nothing counts as an
+    /// eviction. Logs one `Cleared`.
+    pub fn clear_prefix_cache(&mut self) {
+        self.cached.clear();
+        for b in &mut self.blocks {
+            b.hash = None;
+        }
+        self.log.cleared();
+    }
+
+    /// Turns the change log on or off (off drops what it held).
+    pub fn set_event_log(&mut self, enabled: bool) {
+        self.log.set_enabled(enabled);
+    }
+
+    /// Whether the change log is on.
+    pub fn event_log_enabled(&self) -> bool {
+        self.log.is_enabled()
+    }
+
+    /// Logs that `hash` (after `parent`) entered the cache with `tokens`.
+    pub(crate) fn log_stored(
+        &mut self,
+        hash: BlockHash,
+        parent: Option<BlockHash>,
+        tokens: impl Iterator<Item = u32>,
+        lora: Option<&str>,
+    ) {
+        self.log.stored(hash, parent, tokens, lora);
+    }
+
+    /// Moves the logged changes, oldest first, to `out`.
+    pub fn drain_events(&mut self, out: &mut Vec<CacheEvent>) {
+        self.log.drain_into(out);
     }
 
     /// Drops one reference on each block, tail first; unreferenced blocks join the free queue.

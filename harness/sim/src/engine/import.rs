@@ -9,7 +9,9 @@
 //! its last, partial block. Imported blocks are ordinary cached blocks: a later request with
 //! the same prefix hits them too, and pressure evicts them least recently freed first.
 
+use super::cache_events::token_ids;
 use super::{BlockHash, Engine};
+use crate::prompt::BYTES_PER_TOKEN;
 
 impl Engine {
     /// Imports the full blocks of `hashes` (a prompt's chained block hashes, in order) into
@@ -18,11 +20,23 @@ impl Engine {
     /// referenced blocks), since a chain with a hole cannot be hit past it. Returns the
     /// blocks imported. Does nothing when prefix caching is off.
     pub fn import_prefix(&mut self, hashes: &[BlockHash]) -> usize {
+        self.import_prefix_bytes(hashes, None, None)
+    }
+
+    /// [`Engine::import_prefix`] with the prompt's bytes (and adapter), so the KV events'
+    /// stores of the imported blocks carry their token ids.
+    pub fn import_prefix_bytes(
+        &mut self,
+        hashes: &[BlockHash],
+        content: Option<&[u8]>,
+        lora: Option<&str>,
+    ) -> usize {
         if !self.cfg.enable_prefix_caching {
             return 0;
         }
+        let block_bytes = self.cfg.block_size.max(1) as usize * BYTES_PER_TOKEN;
         let mut imported = 0;
-        for hash in hashes {
+        for (b, hash) in hashes.iter().enumerate() {
             if !self
                 .pool
                 .lookup_prefix(core::slice::from_ref(hash))
@@ -34,7 +48,13 @@ impl Engine {
                 break;
             };
             for id in &ids {
-                self.pool.register(*id, *hash);
+                let bytes = content.and_then(|c| c.get(b * block_bytes..(b + 1) * block_bytes));
+                if self.pool.register(*id, *hash) {
+                    if let Some(bytes) = bytes {
+                        let parent = b.checked_sub(1).and_then(|p| hashes.get(p)).copied();
+                        self.pool.log_stored(*hash, parent, token_ids(bytes), lora);
+                    }
+                }
             }
             self.pool.release(&ids);
             imported += 1;

@@ -14,10 +14,15 @@
 //!   `decode_base + decode_per_seq × decoding sequences`, plus any adapter load delay. A
 //!   sequence whose computed tokens reach its length samples one token at the end of the step.
 //!
+//! - **KV events** ([`cache_events`]): with the log enabled, blocks entering the cache (with
+//!   their token ids, when the request was submitted with its bytes), evictions and resets
+//!   are recorded for the caller to publish.
+//!
 //! The caller owns time: [`Engine::advance`] completes every step that ends by `now` and
 //! starts the next one back to back, so late wake-ups never change the simulated timeline.
 
 mod blocks;
+pub mod cache_events;
 mod config;
 mod import;
 mod stats;
@@ -27,8 +32,10 @@ mod step;
 mod tests;
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 pub use blocks::{BlockHash, BlockId, BlockPool};
+pub use cache_events::CacheEvent;
 pub use config::{EngineConfig, SchedulingPolicy};
 pub use stats::{EngineCounters, EngineStats, Histogram, TTFT_BUCKETS_S};
 
@@ -142,6 +149,9 @@ struct Seq {
     generated: u32,
     cached_tokens: Option<u32>,
     hashed_blocks: usize,
+    /// The sequence's bytes (prompt, then completion) whose 4-byte chunks are its tokens,
+    /// if the submitter gave them: the token ids of the KV events' stores.
+    content: Option<Arc<[u8]>>,
 }
 
 impl Seq {
@@ -199,6 +209,20 @@ impl Engine {
         id: RequestId,
         req: EngineRequest,
     ) -> Result<(), SubmitError> {
+        self.submit_with_bytes(now, id, req, None)
+    }
+
+    /// [`Engine::submit`] with the sequence's bytes (prompt then completion, the bytes its
+    /// `block_hashes` were cut from): the KV events' stores then carry the blocks' token ids
+    /// (4-byte little-endian chunks). Blocks of a request without bytes are cached as usual
+    /// but logged as no store.
+    pub fn submit_with_bytes(
+        &mut self,
+        now: SimTime,
+        id: RequestId,
+        req: EngineRequest,
+        content: Option<Arc<[u8]>>,
+    ) -> Result<(), SubmitError> {
         if req.prompt_tokens == 0 || req.output_tokens == 0 {
             return Err(SubmitError::Empty);
         }
@@ -226,6 +250,7 @@ impl Engine {
                 generated: 0,
                 cached_tokens: None,
                 hashed_blocks: 0,
+                content,
             },
         );
         self.enqueue(id, false);
@@ -271,6 +296,22 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Starts (or stops) logging cache changes for [`Engine::drain_cache_events`].
+    pub fn set_cache_events(&mut self, enabled: bool) {
+        self.pool.set_event_log(enabled);
+    }
+
+    /// Moves the cache changes logged since the last call, oldest first, to `out`.
+    pub fn drain_cache_events(&mut self, out: &mut Vec<CacheEvent>) {
+        self.pool.drain_events(out);
+    }
+
+    /// Forgets every cached block (vLLM's `reset_prefix_cache`, or a restarted engine's
+    /// empty cache); running sequences keep their blocks. Logs `Cleared`.
+    pub fn reset_prefix_cache(&mut self) {
+        self.pool.clear_prefix_cache();
     }
 
     /// A snapshot of queues, KV usage, adapters and counters.

@@ -2,7 +2,9 @@
 //! blocks, `max_num_seqs` and adapter slots (with preemption when blocks run out), and
 //! applying the step's results when it ends.
 
+use super::cache_events::token_ids;
 use super::{Engine, EngineEvent, RequestId, SimTime, Step, Usage};
+use crate::prompt::BYTES_PER_TOKEN;
 
 impl Engine {
     /// Builds the next step at time `at` from running and waiting requests.
@@ -208,6 +210,7 @@ impl Engine {
         let Some(step) = self.step.take() else { return };
         let at = step.end;
         let bs = self.cfg.block_size.max(1);
+        let block_bytes = bs as usize * BYTES_PER_TOKEN;
         for (id, n) in step.work {
             let Some(seq) = self.seqs.get_mut(&id) else {
                 continue;
@@ -219,7 +222,24 @@ impl Engine {
                     if let (Some(block), Some(hash)) =
                         (seq.blocks.get(b), seq.req.block_hashes.get(b))
                     {
-                        self.pool.register(*block, *hash);
+                        if self.pool.register(*block, *hash) && self.pool.event_log_enabled() {
+                            let bytes = seq
+                                .content
+                                .as_deref()
+                                .and_then(|c| c.get(b * block_bytes..(b + 1) * block_bytes));
+                            if let Some(bytes) = bytes {
+                                let parent = b
+                                    .checked_sub(1)
+                                    .and_then(|p| seq.req.block_hashes.get(p))
+                                    .copied();
+                                self.pool.log_stored(
+                                    *hash,
+                                    parent,
+                                    token_ids(bytes),
+                                    seq.req.lora.as_deref(),
+                                );
+                            }
+                        }
                     }
                 }
                 seq.hashed_blocks = seq.hashed_blocks.max(full);

@@ -460,3 +460,95 @@ fn priority_policy_admits_by_priority_and_preempts_the_last_in_that_order() {
     let events = drain(&mut f);
     assert!(first_token_at(&events, RequestId(2)) < first_token_at(&events, RequestId(3)));
 }
+
+/// The KV event log: stores with token ids as blocks are computed, removals on eviction,
+/// one clear on reset, and nothing while disabled.
+#[test]
+fn cache_events_follow_the_cache() {
+    use crate::prompt::{block_hashes, model_seed};
+    let seed = model_seed("m", None);
+    let bytes = |fill: u8, tokens: usize| -> Arc<[u8]> {
+        (0..tokens * 4)
+            .map(|i| fill.wrapping_add(i as u8))
+            .collect::<Vec<u8>>()
+            .into()
+    };
+    let request = |content: &[u8], prompt_tokens: u32| EngineRequest {
+        prompt_tokens,
+        block_hashes: block_hashes(seed, content, 16),
+        output_tokens: 1,
+        lora: None,
+        priority: 0,
+    };
+    let mut e = Engine::new(cfg(6));
+    let mut log = Vec::new();
+    let a = bytes(1, 33);
+    e.submit_with_bytes(SimTime(0), RequestId(1), request(&a, 32), Some(a.clone()))
+        .unwrap();
+    drain(&mut e);
+    e.drain_cache_events(&mut log);
+    assert!(log.is_empty(), "disabled by default");
+
+    e.reset_prefix_cache();
+    e.set_cache_events(true);
+    e.submit_with_bytes(SimTime(0), RequestId(2), request(&a, 32), Some(a.clone()))
+        .unwrap();
+    drain(&mut e);
+    e.drain_cache_events(&mut log);
+    let ha = block_hashes(seed, &a, 16);
+    assert_eq!(ha.len(), 2);
+    let a_tokens: Vec<u32> = cache_events::token_ids(&a[..128]).collect();
+    assert_eq!(
+        log,
+        vec![CacheEvent::Stored {
+            hashes: ha.clone(),
+            parent: None,
+            token_ids: a_tokens,
+            lora: None
+        }]
+    );
+
+    // 92 prompt tokens need all 6 blocks: A's two cached blocks are evicted.
+    log.clear();
+    let b = bytes(7, 93);
+    e.submit_with_bytes(SimTime(0), RequestId(3), request(&b, 92), Some(b.clone()))
+        .unwrap();
+    drain(&mut e);
+    e.drain_cache_events(&mut log);
+    let hb = block_hashes(seed, &b, 16);
+    assert_eq!(hb.len(), 5);
+    let CacheEvent::Removed { hashes: removed } = &log[0] else {
+        panic!("eviction first: {log:?}");
+    };
+    let mut removed = removed.clone();
+    removed.sort();
+    let mut want = ha.clone();
+    want.sort();
+    assert_eq!(removed, want);
+    let CacheEvent::Stored {
+        hashes,
+        parent,
+        token_ids,
+        ..
+    } = &log[1]
+    else {
+        panic!("then the stores: {log:?}");
+    };
+    assert_eq!(hashes, &hb);
+    assert_eq!(*parent, None);
+    assert_eq!(token_ids.len(), 80);
+    assert_eq!(log.len(), 2);
+
+    log.clear();
+    e.reset_prefix_cache();
+    e.drain_cache_events(&mut log);
+    assert_eq!(log, vec![CacheEvent::Cleared]);
+    assert_eq!(e.stats().cached_blocks, 0);
+    // A request without bytes is cached but logs no store.
+    log.clear();
+    e.submit(SimTime(0), RequestId(4), request(&a, 32)).unwrap();
+    drain(&mut e);
+    e.drain_cache_events(&mut log);
+    assert!(log.is_empty(), "{log:?}");
+    assert_eq!(e.stats().cached_blocks, 2);
+}
