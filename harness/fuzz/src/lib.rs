@@ -10,6 +10,7 @@
 
 mod admin_clusters;
 mod flow_config;
+mod kv_events;
 pub mod meter;
 mod model_rewrites;
 mod owner_messages;
@@ -19,6 +20,7 @@ mod usage_stream;
 
 pub use admin_clusters::admin_clusters;
 pub use flow_config::flow_config;
+pub use kv_events::kv_events;
 pub use model_rewrites::model_rewrites;
 pub use owner_messages::owner_messages;
 pub use targets::{
@@ -44,4 +46,5 @@ pub const TARGETS: &[Target] = &[
     ("owner_messages", owner_messages),
     ("model_rewrites", model_rewrites),
     ("admin_clusters", admin_clusters),
+    ("kv_events", kv_events),
 ];

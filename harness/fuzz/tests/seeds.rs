@@ -865,6 +865,37 @@ fn write_snapshot_and_admin_seeds() {
     }
 }
 
+/// `kv_events` seeds: the golden payloads of testdata/kv_events plus hostile ones (deep
+/// nesting in an unknown field, huge declared counts, a topic frame).
+fn kv_event_seeds() -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<(String, Vec<u8>)> = files_in("kv_events", "msgpack")
+        .into_iter()
+        .map(|(n, b)| (format!("{n}.msgpack"), b))
+        .collect();
+    let mut deep = vec![0x92, 0x00, 0x91, 0x92, 0xa1, b'X'];
+    deep.extend(std::iter::repeat_n(0x91, 30));
+    deep.push(0xc0);
+    out.push(("hostile-deep-unknown-field".into(), deep));
+    out.push((
+        "hostile-huge-counts".into(),
+        b"\x93\xcb\x00\x00\x00\x00\x00\x00\x00\x00\x91\x93\xacBlockRemoved\xdd\xff\xff\xff\xff\xc0\x00"
+            .to_vec(),
+    ));
+    out.push(("topic".into(), b"kv@pod-1@meta-llama/Llama-3.1-8B".to_vec()));
+    out
+}
+
+/// Writes only the `kv_events` seeds (the others are untouched).
+#[test]
+#[ignore = "writes testdata/fuzz/kv_events; run by hand"]
+fn write_kv_events_seeds() {
+    let d = testdata().join("fuzz/kv_events");
+    std::fs::create_dir_all(&d).unwrap();
+    for (name, data) in kv_event_seeds() {
+        write(&d, &name, &data);
+    }
+}
+
 /// Writes only the `usage_stream` seeds (the others are untouched).
 #[test]
 #[ignore = "writes testdata/fuzz/usage_stream; run by hand"]
@@ -991,6 +1022,11 @@ fn write_seed_corpora() {
 
     let d = dir("owner_messages");
     for (name, data) in owner_message_seeds() {
+        write(&d, &name, &data);
+    }
+
+    let d = dir("kv_events");
+    for (name, data) in kv_event_seeds() {
         write(&d, &name, &data);
     }
 }
