@@ -46,6 +46,10 @@ pub struct SimConfig {
     pub kv_transfer_ms_per_1k_tokens: f64,
     /// Disaggregated prefill: the fixed part of each KV transfer, simulated ms (default 1).
     pub kv_transfer_base_ms: f64,
+    /// Publish vLLM's KV events over ZMQ PUB: replica K serving HTTP on `IP:P` binds
+    /// `tcp://IP:(P + offset)` (see [`crate::kv_events`]; default none: no events). At
+    /// least 1.
+    pub kv_events_port_offset: Option<u16>,
 }
 
 /// The `created` stamp of every response in deterministic mode (2025-01-01T00:00:00Z).
@@ -67,6 +71,7 @@ impl Default for SimConfig {
             engine: EngineConfig::default(),
             kv_transfer_ms_per_1k_tokens: 5.0,
             kv_transfer_base_ms: 1.0,
+            kv_events_port_offset: None,
         }
     }
 }
@@ -119,5 +124,8 @@ mod tests {
         assert_eq!(json.port, 9000);
         let ranks: SimConfig = serde_yaml_ng::from_str("listen: ['127.0.0.2:8000']\n").unwrap();
         assert_eq!(ranks.listen, ["127.0.0.2:8000".parse().unwrap()]);
+        assert_eq!(c.kv_events_port_offset, None);
+        let kv: SimConfig = serde_yaml_ng::from_str("kv_events_port_offset: 1000\n").unwrap();
+        assert_eq!(kv.kv_events_port_offset, Some(1000));
     }
 }

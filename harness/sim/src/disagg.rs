@@ -94,15 +94,26 @@ pub fn transfer_ms(cfg: &SimConfig, prompt_tokens: u32) -> f64 {
         .max(0.0)
 }
 
+/// What the decode replica imports once the prefill is done.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Import {
+    /// The prompt's full blocks' hashes.
+    pub blocks: Vec<BlockHash>,
+    /// The sequence's bytes (the KV events' token ids), when events are published.
+    pub content: Option<std::sync::Arc<[u8]>>,
+    /// The adapter, if the request targets one.
+    pub lora: Option<String>,
+}
+
 /// Has `prefiller` compute the prompt of `body` (a request of `kind`), waits the transfer,
-/// and imports `prompt_blocks` into this replica's cache (see the module doc).
+/// and imports the prompt's blocks into this replica's cache (see the module doc).
 pub async fn prefill_remotely(
     replica: &Replica,
     prefiller: &str,
     kind: ApiKind,
     body: &Bytes,
     prompt_tokens: u32,
-    prompt_blocks: Vec<BlockHash>,
+    import: Import,
 ) -> Prefill {
     let started = Instant::now();
     let failed = |reason: String| Prefill::Failed {
@@ -123,7 +134,11 @@ pub async fn prefill_remotely(
     let transfer = transfer_ms(&replica.cfg, prompt_tokens);
     let scale = replica.cfg.time_scale.max(1e-9);
     tokio::time::sleep(Duration::from_secs_f64(transfer / 1e3 / scale)).await;
-    if let Err(e) = replica.engine.import_prefix(prompt_blocks).await {
+    let imported = replica
+        .engine
+        .import_prefix_bytes(import.blocks, import.content, import.lora)
+        .await;
+    if let Err(e) = imported {
         return failed(format!("import: {e}"));
     }
     Prefill::Remote {

@@ -5,16 +5,21 @@
 //! Simulated time runs `time_scale` times faster than the wall clock from the driver's
 //! start. Steps are chained in simulated time by the engine, so a late wake-up delivers
 //! tokens late but never stretches the simulated timeline.
+//!
+//! With a KV event sink ([`EngineHandle::spawn_with_events`]) the task enables the engine's
+//! cache change log and, after each batch of work (the steps completed at one wake-up, or
+//! one command), sends what was logged as one batch.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::engine::{
-    BlockHash, Engine, EngineConfig, EngineEvent, EngineRequest, EngineStats, RequestId, SimTime,
-    SubmitError, Usage,
+    BlockHash, CacheEvent, Engine, EngineConfig, EngineEvent, EngineRequest, EngineStats,
+    RequestId, SimTime, SubmitError, Usage,
 };
 
 /// What a request's consumer receives.
@@ -34,6 +39,7 @@ pub enum RequestEvent {
 enum Command {
     Submit {
         req: EngineRequest,
+        content: Option<Arc<[u8]>>,
         events: mpsc::UnboundedSender<RequestEvent>,
         reply: oneshot::Sender<Result<RequestId, SubmitError>>,
     },
@@ -42,8 +48,12 @@ enum Command {
     /// KV blocks received from a prefill replica (see `Engine::import_prefix`).
     Import {
         hashes: Vec<BlockHash>,
+        content: Option<Arc<[u8]>>,
+        lora: Option<String>,
         reply: oneshot::Sender<usize>,
     },
+    /// Forget every cached block (see `Engine::reset_prefix_cache`).
+    ResetPrefixCache(oneshot::Sender<()>),
 }
 
 /// Maps simulated time to the wall clock.
@@ -92,8 +102,19 @@ impl std::fmt::Debug for Command {
 impl EngineHandle {
     /// Starts the engine task; it ends when every handle is dropped.
     pub fn spawn(cfg: EngineConfig, clock: SimClock) -> Self {
+        Self::spawn_with_events(cfg, clock, None)
+    }
+
+    /// [`EngineHandle::spawn`], sending the cache's changes to `kv_events` when given.
+    pub fn spawn_with_events(
+        cfg: EngineConfig,
+        clock: SimClock,
+        kv_events: Option<mpsc::UnboundedSender<Vec<CacheEvent>>>,
+    ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(Engine::new(cfg), clock, rx));
+        let mut engine = Engine::new(cfg);
+        engine.set_cache_events(kv_events.is_some());
+        tokio::spawn(run(engine, clock, rx, kv_events));
         Self { tx }
     }
 
@@ -102,10 +123,25 @@ impl EngineHandle {
         &self,
         req: EngineRequest,
     ) -> anyhow::Result<(RequestId, mpsc::UnboundedReceiver<RequestEvent>)> {
+        self.submit_with_bytes(req, None).await
+    }
+
+    /// [`EngineHandle::submit`] with the sequence's bytes, the token ids of its KV events
+    /// (see [`Engine::submit_with_bytes`]).
+    pub async fn submit_with_bytes(
+        &self,
+        req: EngineRequest,
+        content: Option<Arc<[u8]>>,
+    ) -> anyhow::Result<(RequestId, mpsc::UnboundedReceiver<RequestEvent>)> {
         let (events, rx) = mpsc::unbounded_channel();
         let (reply, answer) = oneshot::channel();
         self.tx
-            .send(Command::Submit { req, events, reply })
+            .send(Command::Submit {
+                req,
+                content,
+                events,
+                reply,
+            })
             .map_err(|_| anyhow::anyhow!("engine stopped"))?;
         match answer.await? {
             Ok(id) => Ok((id, rx)),
@@ -121,9 +157,35 @@ impl EngineHandle {
     /// Puts a prompt's KV blocks, computed by another replica, into the prefix cache;
     /// returns the blocks imported (see [`Engine::import_prefix`]).
     pub async fn import_prefix(&self, hashes: Vec<BlockHash>) -> anyhow::Result<usize> {
+        self.import_prefix_bytes(hashes, None, None).await
+    }
+
+    /// [`EngineHandle::import_prefix`] with the prompt's bytes and adapter, for the KV
+    /// events (see [`Engine::import_prefix_bytes`]).
+    pub async fn import_prefix_bytes(
+        &self,
+        hashes: Vec<BlockHash>,
+        content: Option<Arc<[u8]>>,
+        lora: Option<String>,
+    ) -> anyhow::Result<usize> {
         let (reply, answer) = oneshot::channel();
         self.tx
-            .send(Command::Import { hashes, reply })
+            .send(Command::Import {
+                hashes,
+                content,
+                lora,
+                reply,
+            })
+            .map_err(|_| anyhow::anyhow!("engine stopped"))?;
+        Ok(answer.await?)
+    }
+
+    /// Forgets every cached block (vLLM's `reset_prefix_cache`); with KV events on, an
+    /// `AllBlocksCleared` is published.
+    pub async fn reset_prefix_cache(&self) -> anyhow::Result<()> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Command::ResetPrefixCache(reply))
             .map_err(|_| anyhow::anyhow!("engine stopped"))?;
         Ok(answer.await?)
     }
@@ -150,13 +212,19 @@ impl std::fmt::Display for SubmitFailed {
 
 impl std::error::Error for SubmitFailed {}
 
-async fn run(mut engine: Engine, clock: SimClock, mut rx: mpsc::UnboundedReceiver<Command>) {
+async fn run(
+    mut engine: Engine,
+    clock: SimClock,
+    mut rx: mpsc::UnboundedReceiver<Command>,
+    kv_events: Option<mpsc::UnboundedSender<Vec<CacheEvent>>>,
+) {
     let mut next_id: u64 = 0;
     let mut sinks: HashMap<RequestId, mpsc::UnboundedSender<RequestEvent>> = HashMap::new();
     let mut events = Vec::new();
     loop {
         engine.advance(clock.now(), &mut events);
         deliver(&mut engine, &mut sinks, &mut events);
+        publish(&mut engine, kv_events.as_ref());
         let wake = engine.next_wakeup().map(|t| clock.instant_of(t));
         let cmd = match wake {
             Some(at) => tokio::select! {
@@ -172,12 +240,15 @@ async fn run(mut engine: Engine, clock: SimClock, mut rx: mpsc::UnboundedReceive
         match cmd {
             Command::Submit {
                 req,
+                content,
                 events: sink,
                 reply,
             } => {
                 next_id += 1;
                 let id = RequestId(next_id);
-                let result = engine.submit(clock.now(), id, req).map(|()| id);
+                let result = engine
+                    .submit_with_bytes(clock.now(), id, req, content)
+                    .map(|()| id);
                 if result.is_ok() {
                     sinks.insert(id, sink);
                 }
@@ -190,10 +261,30 @@ async fn run(mut engine: Engine, clock: SimClock, mut rx: mpsc::UnboundedReceive
             Command::Stats(reply) => {
                 let _ = reply.send(engine.stats());
             }
-            Command::Import { hashes, reply } => {
-                let _ = reply.send(engine.import_prefix(&hashes));
+            Command::Import {
+                hashes,
+                content,
+                lora,
+                reply,
+            } => {
+                let n = engine.import_prefix_bytes(&hashes, content.as_deref(), lora.as_deref());
+                let _ = reply.send(n);
+            }
+            Command::ResetPrefixCache(reply) => {
+                engine.reset_prefix_cache();
+                let _ = reply.send(());
             }
         }
+    }
+}
+
+/// Sends the cache changes logged since the last call as one batch.
+fn publish(engine: &mut Engine, sink: Option<&mpsc::UnboundedSender<Vec<CacheEvent>>>) {
+    let Some(sink) = sink else { return };
+    let mut batch = Vec::new();
+    engine.drain_cache_events(&mut batch);
+    if !batch.is_empty() {
+        let _ = sink.send(batch);
     }
 }
 

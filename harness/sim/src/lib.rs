@@ -10,14 +10,19 @@
 //!   [`arrivals`] logs the order in which requests reached the pool; [`disagg`] is the
 //!   decode replica's sidecar for disaggregated prefill (`x-prefiller-host-port`).
 //!
+//! [`kv_events`] publishes each replica's KV cache changes as vLLM's KV events over ZMQ
+//! PUB, when `SimConfig::kv_events_port_offset` is set.
+//!
 //! [`start`] runs a pool in-process and returns a [`SimHandle`]; the `infergate-sim`
 //! binary wraps it.
 
 pub mod arrivals;
 pub mod config;
+pub mod control;
 pub mod disagg;
 pub mod driver;
 pub mod engine;
+pub mod kv_events;
 pub mod metrics;
 pub mod prompt;
 pub mod responses;
@@ -32,13 +37,14 @@ use std::sync::Arc;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 pub use arrivals::Arrival;
 pub use config::SimConfig;
 pub use driver::{EngineHandle, SimClock};
 pub use engine::{EngineConfig, EngineStats};
+pub use kv_events::{KvEventsControl, KvEventsStats};
 pub use responses::PromptTokensDetails;
 pub use served::{ServedKey, ServedTotals};
 pub use server::{REPLICA_ADDR_HEADER, REPLICA_HEADER};
@@ -51,6 +57,7 @@ pub struct SimHandle {
     ledgers: Vec<served::ServedLedger>,
     health: Vec<Arc<std::sync::atomic::AtomicBool>>,
     kills: Vec<watch::Sender<bool>>,
+    kv_events: Vec<Option<Arc<KvEventsControl>>>,
     arrivals: arrivals::ArrivalLog,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -107,6 +114,32 @@ impl SimHandle {
         }
     }
 
+    /// Each replica's KV event endpoint (`tcp://IP:PORT`), `None` with events off.
+    pub fn kv_events_endpoints(&self) -> Vec<Option<String>> {
+        self.kv_events
+            .iter()
+            .map(|c| c.as_ref().map(|c| c.endpoint().to_string()))
+            .collect()
+    }
+
+    /// The fault controls and counters of replica `index`'s KV event publisher (`None`
+    /// with events off).
+    pub fn kv_events(&self, index: usize) -> anyhow::Result<Option<Arc<KvEventsControl>>> {
+        match self.kv_events.get(index) {
+            Some(c) => Ok(c.clone()),
+            None => anyhow::bail!("no replica {index}"),
+        }
+    }
+
+    /// Forgets every block replica `index` caches (as vLLM's `/reset_prefix_cache`, or a
+    /// restarted engine); with KV events on it publishes `AllBlocksCleared`.
+    pub async fn reset_prefix_cache(&self, index: usize) -> anyhow::Result<()> {
+        match self.engines.get(index) {
+            Some(e) => e.reset_prefix_cache().await,
+            None => anyhow::bail!("no replica {index}"),
+        }
+    }
+
     /// Every completion request the pool received so far, in arrival order across its
     /// replicas (see [`arrivals`]).
     pub fn arrivals(&self) -> Vec<Arrival> {
@@ -140,6 +173,9 @@ pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
     if cfg.models.is_empty() {
         anyhow::bail!("at least one served model name is needed");
     }
+    if cfg.kv_events_port_offset == Some(0) {
+        anyhow::bail!("kv_events_port_offset must be at least 1 (0 is the HTTP port)");
+    }
     let cfg = Arc::new(cfg);
     let (shutdown, shutdown_rx) = watch::channel(false);
     let clock = SimClock::new(cfg.time_scale);
@@ -149,6 +185,7 @@ pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
         ledgers: Vec::new(),
         health: Vec::new(),
         kills: Vec::new(),
+        kv_events: Vec::new(),
         arrivals: arrivals::ArrivalLog::default(),
         shutdown,
         tasks: Vec::new(),
@@ -164,15 +201,35 @@ pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
             None => TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await?,
         };
         let addr = listener.local_addr()?;
-        let engine = EngineHandle::spawn(cfg.engine.clone(), clock);
+        let (kill, kill_rx) = watch::channel(false);
+        let (engine, kv_control) = match cfg.kv_events_port_offset {
+            Some(offset) => {
+                let port = u16::try_from(u32::from(addr.port()) + u32::from(offset))?;
+                let (tx, rx) = mpsc::unbounded_channel();
+                let shape = kv_events::BatchShape {
+                    block_size: cfg.engine.block_size,
+                    loras: cfg.loras.clone(),
+                    dp_rank: Some(0),
+                };
+                let topic = kv_events::topic(&addr.to_string(), cfg.base_model());
+                let stops = [shutdown_rx.clone(), kill_rx.clone()];
+                let (control, task) =
+                    kv_events::publisher::spawn(addr.ip(), port, topic, shape, rx, stops).await?;
+                handle.tasks.push(task);
+                let engine = EngineHandle::spawn_with_events(cfg.engine.clone(), clock, Some(tx));
+                (engine, Some(control))
+            }
+            None => (EngineHandle::spawn(cfg.engine.clone(), clock), None),
+        };
         let mut replica = server::Replica::new(k as usize, addr, engine.clone(), cfg.clone());
         replica.arrivals = handle.arrivals.clone();
+        replica.kv_events = kv_control.clone();
+        handle.kv_events.push(kv_control);
         let replica = Arc::new(replica);
         handle.addrs.push(addr);
         handle.engines.push(engine);
         handle.ledgers.push(replica.ledger.clone());
         handle.health.push(replica.healthy.clone());
-        let (kill, kill_rx) = watch::channel(false);
         handle.kills.push(kill);
         handle.tasks.push(tokio::spawn(serve(
             listener,

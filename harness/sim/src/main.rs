@@ -79,6 +79,10 @@ struct Args {
     /// `created` (timing and usage unchanged).
     #[arg(long)]
     deterministic: bool,
+    /// Publish vLLM's KV events over ZMQ PUB at tcp://IP:(replica port + N), topic
+    /// kv@IP:PORT@<model> [default: off].
+    #[arg(long)]
+    kv_events_port_offset: Option<u16>,
 }
 
 impl Args {
@@ -116,6 +120,9 @@ impl Args {
         if self.no_usage {
             c.no_usage = true;
         }
+        if self.kv_events_port_offset.is_some() {
+            c.kv_events_port_offset = self.kv_events_port_offset;
+        }
         if self.deterministic {
             c.deterministic = true;
         }
@@ -137,6 +144,11 @@ async fn main() -> anyhow::Result<()> {
         let mut out = std::io::stdout().lock();
         for (k, addr) in handle.addrs().iter().enumerate() {
             writeln!(out, "replica {k}: http://{addr}")?;
+        }
+        for (k, ep) in handle.kv_events_endpoints().iter().enumerate() {
+            if let Some(ep) = ep {
+                writeln!(out, "replica {k} kv-events: {ep}")?;
+            }
         }
         out.flush()?;
     }

@@ -17,9 +17,11 @@ use tokio::sync::mpsc;
 
 use super::arrivals::ArrivalLog;
 use super::config::{SimConfig, DETERMINISTIC_CREATED};
+use super::control;
 use super::disagg::{self, Prefill};
 use super::driver::{EngineHandle, RequestEvent, SubmitFailed};
 use super::engine::{EngineRequest, SubmitError};
+use super::kv_events::KvEventsControl;
 use super::metrics;
 use super::prompt::{self, ApiKind, ParsedRequest};
 use super::responses::{error_body, ResponseMeta};
@@ -50,6 +52,8 @@ pub struct Replica {
     /// What `GET /health` answers: 200 while set, 503 once cleared (a test makes a replica
     /// fail a load balancer's active health check with it; nothing else changes).
     pub healthy: Arc<AtomicBool>,
+    /// The KV event publisher's controls, when events are on.
+    pub kv_events: Option<Arc<KvEventsControl>>,
     next_request: AtomicU64,
 }
 
@@ -64,6 +68,7 @@ impl Replica {
             ledger: ServedLedger::default(),
             arrivals: ArrivalLog::default(),
             healthy: Arc::new(AtomicBool::new(true)),
+            kv_events: None,
             next_request: AtomicU64::new(1),
         }
     }
@@ -87,6 +92,15 @@ async fn route(replica: &Arc<Replica>, req: Request<Incoming>) -> Response<SimBo
         (&Method::POST, "/v1/completions") => completion(replica, ApiKind::Completions, req).await,
         (&Method::GET, "/v1/models") => json_response(StatusCode::OK, &models(&replica.cfg)),
         (&Method::GET, "/metrics") => metrics_page(replica).await,
+        (&Method::POST, "/tokenize") => control::tokenize(replica, req).await,
+        (&Method::POST, "/reset_prefix_cache") => control::reset_prefix_cache(replica).await,
+        (&Method::GET, "/sim/kv_events") => {
+            control::kv_events(replica, "", req.uri().query().unwrap_or("")).await
+        }
+        (&Method::POST, p) if p.starts_with("/sim/kv_events/") => {
+            let action = p.trim_start_matches("/sim/kv_events/");
+            control::kv_events(replica, action, req.uri().query().unwrap_or("")).await
+        }
         (&Method::GET, "/health") if replica.healthy.load(Ordering::Relaxed) => {
             full(StatusCode::OK, "text/plain", Bytes::new())
         }
@@ -174,23 +188,27 @@ async fn completion(
             .effective_max_model_len()
             .saturating_sub(parsed.prompt_tokens),
     );
+    let mut sequence = parsed.prompt.clone();
+    sequence.extend_from_slice(text::completion(output_seed, hashed_output).as_bytes());
     let engine_req = EngineRequest {
         prompt_tokens: parsed.prompt_tokens,
-        block_hashes: prompt::sequence_block_hashes(
-            seed,
-            &parsed.prompt,
-            text::completion(output_seed, hashed_output).as_bytes(),
-            cfg.engine.block_size,
-        ),
+        block_hashes: prompt::block_hashes(seed, &sequence, cfg.engine.block_size),
         output_tokens,
         lora,
         priority: parsed.priority,
     };
+    // The bytes are the KV events' token ids: kept only when events are published.
+    let content: Option<Arc<[u8]>> = replica.kv_events.is_some().then(|| sequence.into());
     let prefill = match &prefiller {
         None => Prefill::Local,
         Some(by) => {
             let blocks = prompt::block_hashes(seed, &parsed.prompt, cfg.engine.block_size);
-            disagg::prefill_remotely(replica, by, kind, &body, parsed.prompt_tokens, blocks).await
+            let import = disagg::Import {
+                blocks,
+                content: content.clone(),
+                lora: engine_req.lora.clone(),
+            };
+            disagg::prefill_remotely(replica, by, kind, &body, parsed.prompt_tokens, import).await
         }
     };
     let mut resp = submit(
@@ -199,6 +217,7 @@ async fn completion(
         cfg,
         parsed,
         engine_req,
+        content,
         seed,
         output_seed,
         finish_reason,
@@ -218,13 +237,14 @@ async fn submit(
     cfg: &SimConfig,
     parsed: ParsedRequest,
     engine_req: EngineRequest,
+    content: Option<Arc<[u8]>>,
     seed: u64,
     output_seed: u64,
     finish_reason: &'static str,
     output_tokens: u32,
     fairness_id: String,
 ) -> Response<SimBody> {
-    let (engine_id, rx) = match replica.engine.submit(engine_req).await {
+    let (engine_id, rx) = match replica.engine.submit_with_bytes(engine_req, content).await {
         Ok(x) => x,
         Err(e) => {
             let msg = match e.downcast_ref::<SubmitFailed>() {
@@ -364,10 +384,10 @@ fn full(status: StatusCode, content_type: &'static str, body: Bytes) -> Response
     resp
 }
 
-fn json_response(status: StatusCode, v: &Value) -> Response<SimBody> {
+pub(crate) fn json_response(status: StatusCode, v: &Value) -> Response<SimBody> {
     full(status, "application/json", Bytes::from(v.to_string()))
 }
 
-fn error(status: StatusCode, message: &str, param: Option<&str>) -> Response<SimBody> {
+pub(crate) fn error(status: StatusCode, message: &str, param: Option<&str>) -> Response<SimBody> {
     json_response(status, &error_body(status.as_u16(), message, param))
 }
