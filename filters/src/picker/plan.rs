@@ -50,10 +50,73 @@ struct PoolStats {
     unscraped: StatKey,
     /// Gauge: the pool's current members (its candidates before any rule).
     members: StatKey,
+    /// Gauges of the precise index, when the pool has one (`infergate.precise.*`).
+    precise: Option<PreciseStats>,
+}
+
+/// Gauges of a pool's precise index, set at each decision from its counters (the thread
+/// that applies the events cannot write Envoy stats).
+#[derive(Clone, Debug)]
+struct PreciseStats {
+    blocks: StatKey,
+    batches: StatKey,
+    stored: StatKey,
+    removed: StatKey,
+    cleared: StatKey,
+    stale: StatKey,
+    decode_errors: StatKey,
+    tokenize_errors: StatKey,
+}
+
+impl PreciseStats {
+    fn new(pool: &str) -> Self {
+        let p = [("pool", pool)];
+        let event = |kind| {
+            StatKey::new(
+                "infergate.precise.events",
+                &[("pool", pool), ("kind", kind)],
+            )
+        };
+        PreciseStats {
+            blocks: StatKey::new("infergate.precise.blocks", &p),
+            batches: StatKey::new("infergate.precise.messages", &p),
+            stored: event("block_stored"),
+            removed: event("block_removed"),
+            cleared: event("all_blocks_cleared"),
+            stale: StatKey::new("infergate.precise.stale", &p),
+            decode_errors: StatKey::new("infergate.precise.decode_errors", &p),
+            tokenize_errors: StatKey::new("infergate.precise.tokenize_errors", &p),
+        }
+    }
+
+    fn keys(&self) -> [&StatKey; 8] {
+        [
+            &self.blocks,
+            &self.batches,
+            &self.stored,
+            &self.removed,
+            &self.cleared,
+            &self.stale,
+            &self.decode_errors,
+            &self.tokenize_errors,
+        ]
+    }
+
+    fn report<S: Stats + ?Sized>(&self, index: &PreciseShared, stats: &mut S) {
+        let c = index.counters();
+        stats.gauge_set(&self.blocks, index.total_blocks() as u64);
+        stats.gauge_set(&self.batches, c.batches);
+        stats.gauge_set(&self.stored, c.stored_events);
+        stats.gauge_set(&self.removed, c.removed_events);
+        stats.gauge_set(&self.cleared, c.cleared_events);
+        stats.gauge_set(&self.stale, c.stale);
+        stats.gauge_set(&self.decode_errors, c.decode_errors);
+        stats.gauge_set(&self.tokenize_errors, c.tokenize_errors);
+    }
 }
 
 impl PoolStats {
-    fn new(pool: &str, endpoints: &[String]) -> Self {
+    fn new(pool: &str, endpoints: &[String], precise: bool) -> Self {
         let p = [("pool", pool)];
         let reject = |reason| {
             StatKey::new(
@@ -78,6 +141,7 @@ impl PoolStats {
             inflight: pool_inflight_key(pool),
             unscraped: StatKey::new("infergate.picker.unscraped_endpoints", &p),
             members: StatKey::new("infergate.picker.pool_members", &p),
+            precise: precise.then(|| PreciseStats::new(pool)),
         }
     }
 
@@ -103,6 +167,7 @@ impl PoolStats {
         let gauges = [&self.inflight, &self.unscraped, &self.members]
             .into_iter()
             .chain(self.slots.iter().map(|k| &k.inflight))
+            .chain(self.precise.iter().flat_map(PreciseStats::keys))
             .map(|k| (StatKind::Gauge, k));
         counters.chain(gauges)
     }
@@ -158,7 +223,7 @@ impl PoolPlan {
             hashing: scheduler
                 .uses_prefix_index()
                 .then(|| scheduler.prefix_config()),
-            stats: PoolStats::new(&cfg.pool, &cfg.endpoints),
+            stats: PoolStats::new(&cfg.pool, &cfg.endpoints, precise.is_some()),
             flow,
             precise,
         }
@@ -287,6 +352,9 @@ impl PoolPlan {
     ) {
         let s = &self.stats;
         stats.counter_add(&s.decisions, 1);
+        if let (Some(keys), Some(index)) = (&s.precise, &self.precise) {
+            keys.report(index, stats);
+        }
         match outcome {
             Ok(picked) => {
                 if let Some(keys) = picked.lease.keys() {
