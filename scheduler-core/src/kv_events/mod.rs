@@ -456,11 +456,9 @@ fn read_tokens(r: &mut Reader<'_>) -> Result<Vec<u32>, KvDecodeError> {
     };
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
-        match r.head()? {
-            Head::Uint(u) => {
-                out.push(u32::try_from(u).map_err(|_| KvDecodeError::WrongType("token_ids"))?)
-            }
-            _ => return Err(KvDecodeError::WrongType("token_ids")),
+        match r.u32_value()? {
+            Some(t) => out.push(t),
+            None => return Err(KvDecodeError::WrongType("token_ids")),
         }
     }
     Ok(out)

@@ -150,6 +150,26 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// The next value if it is an unsigned integer that fits `u32` (`None`: another value,
+    /// consumed). A fast path for token ids, which are most of a payload.
+    pub(crate) fn u32_value(&mut self) -> Result<Option<u32>, KvDecodeError> {
+        let rest = self.buf.get(self.pos..).unwrap_or(&[]);
+        let (v, n) = match *rest {
+            [m @ 0x00..=0x7f, ..] => (u32::from(m), 1),
+            [0xcc, b, ..] => (u32::from(b), 2),
+            [0xcd, a, b, ..] => (u32::from(u16::from_be_bytes([a, b])), 3),
+            [0xce, a, b, c, d, ..] => (u32::from_be_bytes([a, b, c, d]), 5),
+            _ => {
+                return Ok(match self.head()? {
+                    Head::Uint(u) => u32::try_from(u).ok(),
+                    _ => None,
+                })
+            }
+        };
+        self.pos += n;
+        Ok(Some(v))
+    }
+
     fn fixext(&mut self, n: usize) -> Result<Head, KvDecodeError> {
         self.take(1)?;
         Ok(Head::Ext(n))

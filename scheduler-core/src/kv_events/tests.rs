@@ -128,6 +128,15 @@ fn wrong_shapes_are_errors_not_panics() {
             b"\x92\x00\x91\x91\xacBlockRemoved",
             KvDecodeError::MissingField("block_hashes"),
         ),
+        // Token ids that are not u32: -1, and 2^32.
+        (
+            b"\x92\x00\x91\x95\xabBlockStored\x91\x01\xc0\x91\xff\x01",
+            KvDecodeError::WrongType("token_ids"),
+        ),
+        (
+            b"\x92\x00\x91\x95\xabBlockStored\x91\x01\xc0\x91\xcf\x00\x00\x00\x01\x00\x00\x00\x00\x01",
+            KvDecodeError::WrongType("token_ids"),
+        ),
         // An array claiming 2^32-1 elements in a few bytes.
         (b"\x92\x00\xdd\xff\xff\xff\xff", KvDecodeError::Truncated),
         // 70000 events declared (over MAX_EVENTS) in 3 bytes of header.
