@@ -2,6 +2,7 @@
 //! OpenAI surface, with a KV cache, prefix caching, continuous batching, queueing and LoRA
 //! slots modelled closely enough that routing decisions matter as they do on GPUs.
 //!
+//! - [`control`]: `/tokenize`, `/reset_prefix_cache` and the KV event fault controls.
 //! - [`engine`]: the pure engine model (no sockets, no clock), unit-tested step by step.
 //! - [`driver`]: runs one engine on tokio against a (scalable) wall clock.
 //! - [`server`]: the hyper HTTP surface of a replica; [`stream`], [`responses`] and

@@ -38,10 +38,7 @@ async fn post(sim: &SimHandle, path: &str, body: Option<&Value>) -> Value {
 }
 
 fn is_cleared(m: &Msg) -> bool {
-    m.batch
-        .events
-        .iter()
-        .any(|e| *e == KvEvent::AllBlocksCleared)
+    m.batch.events.contains(&KvEvent::AllBlocksCleared)
 }
 
 /// A subscriber connected and known to the publisher: resets until one's clear arrives

@@ -86,6 +86,21 @@ impl SimProcess {
     }
 }
 
+/// The extra arguments that turn on the simulator's KV events: replica `IP:P` publishes
+/// vLLM's KV events at `tcp://IP:(P + offset)` (the simulator also prints
+/// `replica K kv-events: tcp://…`, which [`parse_replica_line`] ignores). Default launches
+/// pass nothing and publish nothing.
+pub fn kv_events_args(offset: u16) -> Vec<String> {
+    vec!["--kv-events-port-offset".into(), offset.to_string()]
+}
+
+/// Where a replica at `replica` publishes its KV events when started with
+/// [`kv_events_args`]`(offset)`.
+pub fn kv_events_endpoint(replica: SocketAddr, offset: u16) -> Option<SocketAddr> {
+    let port = replica.port().checked_add(offset)?;
+    Some(SocketAddr::new(replica.ip(), port))
+}
+
 /// `replica K: http://IP:PORT` → the address.
 pub fn parse_replica_line(line: &str) -> Option<SocketAddr> {
     let rest = line.trim().strip_prefix("replica ")?;
@@ -109,5 +124,18 @@ mod tests {
         );
         assert_eq!(parse_replica_line("listening on 127.0.0.1:1"), None);
         assert_eq!(parse_replica_line("replica 0: https://127.0.0.1:1"), None);
+        assert_eq!(
+            parse_replica_line("replica 0 kv-events: tcp://127.0.0.1:9000"),
+            None
+        );
+        assert_eq!(kv_events_args(1000), ["--kv-events-port-offset", "1000"]);
+        assert_eq!(
+            kv_events_endpoint(SocketAddr::from(([127, 0, 0, 1], 8000)), 1000),
+            Some(SocketAddr::from(([127, 0, 0, 1], 9000)))
+        );
+        assert_eq!(
+            kv_events_endpoint(SocketAddr::from(([127, 0, 0, 1], 65000)), 1000),
+            None
+        );
     }
 }
