@@ -92,6 +92,7 @@ mod lora;
 mod membership;
 mod panics;
 mod pools;
+mod precise;
 mod replicas;
 mod rewrite;
 mod routing;

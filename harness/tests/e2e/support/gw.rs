@@ -82,12 +82,23 @@ pub async fn start_over(flavor: Flavor, addrs: Vec<SocketAddr>, plan: Plan) -> O
     if super::unbuilt(flavor) {
         return None;
     }
+    let stack = try_start_over(flavor, addrs, plan).await.unwrap();
+    wait_for_publish(&stack, 1).await;
+    Some(stack)
+}
+
+/// Starts `flavor` over `addrs` as `plan` says, or the reason it did not start (a config
+/// the gateway refuses); does not wait for a snapshot.
+pub async fn try_start_over(
+    flavor: Flavor,
+    addrs: Vec<SocketAddr>,
+    plan: Plan,
+) -> anyhow::Result<Stack> {
     let pools = plan
         .pools
         .iter()
         .map(|p| p.resolve(&addrs))
-        .collect::<anyhow::Result<Vec<_>>>()
-        .unwrap();
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let mut plugins = PluginConfigs::for_pools(&pools, &plan.settings);
     if let Some(tweak) = plan.tweak {
         tweak(&mut plugins);
@@ -106,9 +117,7 @@ pub async fn start_over(flavor: Flavor, addrs: Vec<SocketAddr>, plan: Plan) -> O
         extra_args: vec!["--file-flush-interval-msec".into(), "100".into()],
         ..EnvoyOptions::default()
     };
-    let stack = Stack::start(opts).await.unwrap();
-    wait_for_publish(&stack, 1).await;
-    Some(stack)
+    Stack::start(opts).await
 }
 
 /// The picker configuration's entry for `base_model` (to edit in a [`Tweak`]).
