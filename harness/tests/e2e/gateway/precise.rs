@@ -261,12 +261,10 @@ async fn the_wasm_flavour_refuses_the_precise_producer(flavor: Flavor) {
     .await;
     sim.shutdown().await;
     let outcome = started.unwrap().unwrap();
-    let err = format!(
-        "{:#}",
-        outcome
-            .err()
-            .expect("the Wasm gateway must refuse the config")
-    );
+    let Err(err) = outcome else {
+        panic!("the Wasm gateway must refuse the config");
+    };
+    let err = format!("{err:#}");
     assert!(
         err.contains("precise-prefix-cache-producer needs the native flavour"),
         "the refusal must say why: {err}"
