@@ -49,6 +49,7 @@ pub mod lora;
 pub mod overhead;
 pub mod overhead_table;
 pub mod pd;
+pub mod pressure;
 pub mod replicas;
 pub mod report;
 pub mod soak;

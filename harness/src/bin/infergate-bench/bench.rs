@@ -1,4 +1,4 @@
-//! `cargo xtask bench overhead|affinity|ttft|soak|memory|flow|lora|pd|replicas`: the
+//! `cargo xtask bench overhead|affinity|ttft|soak|memory|flow|lora|pd|replicas|pressure`: the
 //! affinity, TTFT and overhead numbers, each measured as ratios in one run, the soak and
 //! per-request memory figures, flow control's dispatch rate and memory per queued request,
 //! LoRA adapter loads through the picker against round robin, TTFT with and without
@@ -12,13 +12,14 @@ use infergate_harness::bench::flow::{self, FlowOptions};
 use infergate_harness::bench::lora::{self, LoraOptions};
 use infergate_harness::bench::overhead::{self, OverheadOptions};
 use infergate_harness::bench::pd::{self, PdOptions};
+use infergate_harness::bench::pressure::{self, PressureOptions};
 use infergate_harness::bench::replicas::{self, ReplicasOptions};
 use infergate_harness::bench::soak::request_memory::{self, MemoryOptions};
 use infergate_harness::bench::soak::{self, SoakOptions};
 use infergate_harness::launch::{runtime, Flavor};
 
 const USAGE: &str =
-    "usage: cargo xtask bench <overhead|affinity|ttft|soak|memory|flow|lora|pd|replicas> [options]
+    "usage: cargo xtask bench <overhead|affinity|ttft|soak|memory|flow|lora|pd|replicas|pressure> [options]
   overhead  requests/s and latency through Envoy: no filter vs Wasm vs native, each gateway
             also with tenancy; streamed windows time the first chunk
             [--connections N] [--concurrency C] [--rounds R] [--measure-s S]
@@ -75,6 +76,10 @@ const USAGE: &str =
             ratio (all turns, turns 2+), TTFT p50/p95 and failed requests, each against the
             flavour's 1-gateway figure; fails unless every N-gateway arm keeps 0.95x of the
             turns 2+ hit ratio and TTFT p50 within 1.15x
+  pressure  the approximate vs the precise prefix index (native) with a working set twice
+            the pool's KV: client-seen and engine-side cache-hit ratios, evictions, TTFT
+            p50/p95; fails unless precise beats approx on the engine's hit ratio and TTFT p50
+            [--workers N (1)] [--time-scale S] [--quick: 3 turns per conversation]
             [--flavor wasm|native|both (both)] [--gateways 1,2,4] [--workers N (1)]
             [--time-scale S] [--quick: 3 turns per conversation instead of 6]";
 
@@ -114,6 +119,9 @@ pub fn run(args: &[String], mode: Mode) -> Result<()> {
         "replicas" => {
             ReplicasOptions::parse(rest)?;
         }
+        "pressure" => {
+            PressureOptions::parse(rest)?;
+        }
         other => bail!("unknown benchmark `{other}`\n{USAGE}"),
     }
     if mode == Mode::Check {
@@ -145,6 +153,16 @@ pub fn run(args: &[String], mode: Mode) -> Result<()> {
         }
         "memory" => runtime()?.block_on(request_memory::run(&MemoryOptions::parse(rest)?))?,
         "flow" => runtime()?.block_on(flow::run(&FlowOptions::parse(rest)?))?,
+        "pressure" => {
+            // The table is printed before a missed criterion becomes the error.
+            let opts = PressureOptions::parse(rest)?;
+            let (text, ok) = runtime()?.block_on(pressure::run(&opts))?;
+            println!("\n{text}");
+            if !ok {
+                bail!("bench pressure: the precise index did not beat the approximate one");
+            }
+            return Ok(());
+        }
         "replicas" => {
             // The table is printed before a missed criterion becomes the error.
             let opts = ReplicasOptions::parse(rest)?;
