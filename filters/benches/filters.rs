@@ -4,8 +4,10 @@
 //! handoff (the picker takes the parse and hashes from stream state) and without it (the
 //! picker buffers and parses again). The `tenancy` group ([`tenancy`]) is one request
 //! through the router filter's pipeline with tenants and without. Run: `cargo bench -p
-//! infergate-filters --features fake-host`.
+//! infergate-filters --features fake-host`. The `precise_keys` group ([`precise`]) is the
+//! precise index's tokenizing and keying against the approximate parse and hashing.
 
+mod precise;
 mod tenancy;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -126,5 +128,5 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench, tenancy::bench);
+criterion_group!(benches, bench, tenancy::bench, precise::bench);
 criterion_main!(benches);
