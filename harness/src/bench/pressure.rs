@@ -26,7 +26,6 @@ use super::cli::each_flag;
 use super::report::table;
 use crate::launch::{Flavor, PoolSpec, Stack, DEFAULT_MODEL};
 use crate::load::runner::run_target;
-use crate::load::summary::percentile;
 use crate::load::{LoadConfig, Target, TargetReport};
 use crate::sim::{self, SimConfig, SimHandle};
 
@@ -182,20 +181,6 @@ pub struct Arm {
     pub engine: EngineTruth,
 }
 
-impl Arm {
-    fn ttft_p95_s(&self) -> f64 {
-        let mut ttft: Vec<f64> = self
-            .report
-            .records
-            .iter()
-            .filter(|r| r.ok())
-            .filter_map(|r| r.ttft_s)
-            .collect();
-        ttft.sort_by(f64::total_cmp);
-        percentile(&ttft, 95.0)
-    }
-}
-
 /// Runs one arm on a fresh pool.
 pub async fn run_arm(opts: &PressureOptions, index: Index) -> Result<Arm> {
     let sim = sim::start(sim_config(opts.time_scale))
@@ -290,7 +275,9 @@ pub fn report(opts: &PressureOptions, arms: &[Arm], ok: bool) -> String {
             a.engine.evictions.to_string()
         }),
         row("TTFT p50", &|a| ms(a.report.summary.ttft_p50_s)),
-        row("TTFT p95", &|a| ms(a.ttft_p95_s())),
+        row("TTFT p95", &|a| {
+            ms(super::replicas::ttft_p95_s(&a.report.records))
+        }),
     ];
     format!(
         "approximate vs precise prefix index under cache pressure (native gateway, {} Envoy \

@@ -178,15 +178,7 @@ impl Arm {
 
     /// TTFT p95 of the successful requests, seconds.
     pub fn ttft_p95_s(&self) -> f64 {
-        let mut ttft: Vec<f64> = self
-            .report
-            .records
-            .iter()
-            .filter(|r| r.ok())
-            .filter_map(|r| r.ttft_s)
-            .collect();
-        ttft.sort_by(f64::total_cmp);
-        percentile(&ttft, 95.0)
+        ttft_p95_s(&self.report.records)
     }
 
     /// Failed requests.
@@ -199,6 +191,17 @@ impl Arm {
     pub fn by_previous_gateway(&self) -> Followed {
         followed(&self.report.records)
     }
+}
+
+/// TTFT p95 of the successful requests of `records`, seconds.
+pub fn ttft_p95_s(records: &[RequestRecord]) -> f64 {
+    let mut ttft: Vec<f64> = records
+        .iter()
+        .filter(|r| r.ok())
+        .filter_map(|r| r.ttft_s)
+        .collect();
+    ttft.sort_by(f64::total_cmp);
+    percentile(&ttft, 95.0)
 }
 
 /// Turns 2+ by where they went relative to the turns before them.
