@@ -20,7 +20,7 @@ mod imp {
     use scheduler_core::scheduling::{Candidate, NoPrefixIndex, RequestView, Scheduler};
     use scheduler_core::types::{BlockHash, InFlight, Millis, Tokens};
 
-    /// The JSON twin of `testdata/epp/default.yaml`.
+    /// The JSON twin of `testdata/epp/default.yaml`, plus `rendezvous-placement-scorer`.
     const CONFIG: &str = r#"{
       "plugins": [
         {"type": "approx-prefix-cache-producer", "parameters": {"blockSizeTokens": 64, "maxPrefixTokensToMatch": 131072}},

@@ -193,6 +193,21 @@ fn endpoint_label(addr: &std::net::SocketAddr) -> String {
 }
 
 /// Which flavour a message is about (keeps assertion texts short).
+/// The gateway's default scheduling config without `rendezvous-placement-scorer`: for
+/// tests about something else (membership, fallbacks) whose scripted load and scores would
+/// otherwise be outvoted by where placement sends a prompt.
+fn epp_config_without_placement() -> serde_json::Value {
+    const PLACEMENT: &str = "rendezvous-placement-scorer";
+    let mut cfg = infergate_filters::picker::config::default_epp_config();
+    if let Some(plugins) = cfg["plugins"].as_array_mut() {
+        plugins.retain(|p| p["type"] != PLACEMENT);
+    }
+    if let Some(refs) = cfg["schedulingProfiles"][0]["plugins"].as_array_mut() {
+        refs.retain(|r| r["pluginRef"] != PLACEMENT);
+    }
+    cfg
+}
+
 fn tag(flavor: Flavor) -> &'static str {
     flavor.name()
 }

@@ -76,7 +76,11 @@ async fn start(
         return None;
     }
     let mut opts = StackOptions::new(flavor, Backends::External(sim.addrs().to_vec()));
-    opts.pools = vec![PoolSpec::on(DEFAULT_MODEL, initial)];
+    // Placement gives a new member only its rendezvous share of new prompts; this suite is
+    // about following the membership, so it schedules on load and prefix alone.
+    let mut pool = PoolSpec::on(DEFAULT_MODEL, initial);
+    pool.picker_config = super::epp_config_without_placement();
+    opts.pools = vec![pool];
     opts.membership = Membership::Eds;
     opts.health_check = health_check;
     opts.envoy = EnvoyOptions {

@@ -465,7 +465,10 @@ async fn gateway_destination_endpoint_served(flavor: Flavor) {
     good[0].set_kv(0.3);
     let resetting = ResettingBackend::start(0.05).await;
     let addrs = vec![good[0].addr, resetting.addr];
-    let layout = Layout::pools(vec![PoolSpec::all(MODEL)]);
+    // The scripted load decides the pick here, not placement.
+    let mut pool = PoolSpec::all(MODEL);
+    pool.picker_config = super::epp_config_without_placement();
+    let layout = Layout::pools(vec![pool]);
     let Some(stack) = start(flavor, Backends::External(addrs), layout).await else {
         return;
     };
