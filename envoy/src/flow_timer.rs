@@ -19,8 +19,9 @@ use crate::adapter::wall_clock;
 /// How often the queues are looked at: a TTL ends at most this late.
 pub const TICK: Duration = Duration::from_millis(10);
 
-/// The process's published snapshot, read outside any stream.
-struct ProcessSnapshot;
+/// The process's published snapshot, read outside any stream (this timer, the KV-event
+/// thread's targets).
+pub(crate) struct ProcessSnapshot;
 
 impl SnapshotSource for ProcessSnapshot {
     fn snapshot_if_changed(&self, known: Option<SnapshotVersion>) -> SnapshotFetch {

@@ -14,21 +14,12 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use infergate_filters::host::{SnapshotFetch, SnapshotSource, SnapshotVersion};
 use infergate_filters::picker::SharedPicker;
 use infergate_filters::precise::PreciseShared;
 use scheduler_core::kv_events::parse_topic;
 
+use crate::flow_timer::ProcessSnapshot;
 use crate::kv_events::{self, Handle, KvSink, KvTarget};
-
-/// The process's published snapshot, read outside any stream.
-struct ProcessSnapshot;
-
-impl SnapshotSource for ProcessSnapshot {
-    fn snapshot_if_changed(&self, known: Option<SnapshotVersion>) -> SnapshotFetch {
-        crate::shared::SNAPSHOT.fetch_if_changed(known)
-    }
-}
 
 /// One followed endpoint: its index and its pool's base model.
 struct Feed {
