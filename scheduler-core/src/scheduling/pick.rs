@@ -52,6 +52,13 @@ const TIE_EPSILON: f64 = 1e-9;
 
 /// Runs picker `p` over the alive candidates: the pick first, then up to `maxFallbacks`
 /// fallbacks in order (empty when no candidate is alive).
+///
+/// Cost: one pass to gather the contenders, then per round one to three passes over the
+/// contenders only. For `max-score-picker` the contenders are the alive candidates whose
+/// total reaches the tie floor of the `rounds`-th best total: no round's tie set can
+/// reach below it (the floor only rises with the best total, and round `r`'s best is at
+/// least the `r + 1`-th best overall), so the choices, and the random draws behind them,
+/// are exactly those of a scan over every candidate in every round.
 pub(crate) fn pick(
     p: Picker,
     totals: &[f64],
@@ -61,89 +68,146 @@ pub(crate) fn pick(
     let alive = dropped_by.iter().filter(|d| **d == ALIVE).count();
     let rounds = alive.min(1 + p.max_fallbacks as usize);
     let mut chosen: Vec<usize> = Vec::with_capacity(rounds);
+    if rounds == 0 {
+        return chosen;
+    }
+    // Contenders in candidate order, so every draw sees them in the order a full scan would.
+    let mut pool: Vec<(usize, f64)> = match p.kind {
+        PickerKind::MaxScore => {
+            let floor = tie_floor(kth_best(totals, dropped_by, rounds));
+            alive_totals(totals, dropped_by)
+                .map(|(c, t)| (c, rank_total(t)))
+                .filter(|&(_, t)| t >= floor)
+                .collect()
+        }
+        PickerKind::WeightedRandom => alive_totals(totals, dropped_by).collect(),
+        PickerKind::Random => dropped_by
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| **d == ALIVE)
+            .map(|(c, _)| (c, 0.0))
+            .collect(),
+    };
     while chosen.len() < rounds {
-        let eligible = |c: usize| dropped_by.get(c) == Some(&ALIVE) && !chosen.contains(&c);
         let next = match p.kind {
-            PickerKind::MaxScore => max_score(totals, &eligible, rng),
-            PickerKind::WeightedRandom => weighted(totals, &eligible, rng),
-            PickerKind::Random => nth_eligible(dropped_by.len(), &eligible, rng),
+            PickerKind::MaxScore => max_score(&pool, rng),
+            PickerKind::WeightedRandom => weighted(&pool, rng),
+            PickerKind::Random => uniform(pool.len(), rng),
         };
         match next {
-            Some(c) => chosen.push(c),
-            None => break,
+            Some(i) if i < pool.len() => chosen.push(pool.remove(i).0),
+            _ => break,
         }
     }
     chosen
 }
 
-fn max_score(
-    totals: &[f64],
-    eligible: &impl Fn(usize) -> bool,
-    rng: &mut SplitMix64,
-) -> Option<usize> {
-    // A NaN total ranks below every number, so it can neither win nor poison the threshold.
-    let total = |c: usize| match totals.get(c) {
-        Some(t) if !t.is_nan() => *t,
-        _ => f64::NEG_INFINITY,
-    };
-    let mut best = f64::NEG_INFINITY;
-    let mut any = false;
-    for c in 0..totals.len() {
-        if eligible(c) {
-            any = true;
-            best = best.max(total(c));
-        }
-    }
-    if !any {
-        return None;
-    }
-    // An infinite best gives ∞ − ∞ = NaN, which nothing is ≥; then only a tie with the best counts.
-    let floor = match best - TIE_EPSILON * best.abs().max(1.0) {
-        f if f.is_nan() => best,
-        f => f,
-    };
-    let is_top = |c: usize| eligible(c) && total(c) >= floor;
-    nth_eligible(totals.len(), &is_top, rng)
+/// The alive candidates with their totals, in candidate order.
+fn alive_totals<'t>(
+    totals: &'t [f64],
+    dropped_by: &'t [u16],
+) -> impl Iterator<Item = (usize, f64)> + 't {
+    totals
+        .iter()
+        .zip(dropped_by)
+        .enumerate()
+        .filter(|(_, (_, d))| **d == ALIVE)
+        .map(|(c, (t, _))| (c, *t))
 }
 
-fn weighted(
-    totals: &[f64],
-    eligible: &impl Fn(usize) -> bool,
-    rng: &mut SplitMix64,
-) -> Option<usize> {
-    let weight = |t: f64| if t.is_nan() || t < 0.0 { 0.0 } else { t };
-    let sum: f64 = totals
-        .iter()
+/// A total as `max-score-picker` ranks it: NaN ranks below every number, so it can neither
+/// win nor poison the threshold.
+fn rank_total(t: f64) -> f64 {
+    if t.is_nan() {
+        f64::NEG_INFINITY
+    } else {
+        t
+    }
+}
+
+/// The lowest total that ties with `best`. Non-decreasing in `best`, and never above it.
+fn tie_floor(best: f64) -> f64 {
+    // An infinite best gives ∞ − ∞ = NaN, which nothing is ≥; then only a tie with the best counts.
+    match best - TIE_EPSILON * best.abs().max(1.0) {
+        f if f.is_nan() => best,
+        f => f,
+    }
+}
+
+/// The `k`-th best ranked total among the alive candidates (`k` ≥ 1, at most the alive
+/// count; −∞ otherwise), keeping only the best `k` seen so far.
+fn kth_best(totals: &[f64], dropped_by: &[u16], k: usize) -> f64 {
+    let mut best: Vec<f64> = Vec::with_capacity(k);
+    for (_, t) in alive_totals(totals, dropped_by) {
+        let t = rank_total(t);
+        if best.len() == k {
+            match best.last() {
+                Some(&low) if t > low => {
+                    best.pop();
+                }
+                _ => continue,
+            }
+        }
+        let at = best.iter().position(|&b| t > b).unwrap_or(best.len());
+        best.insert(at, t);
+    }
+    match best.get(k.wrapping_sub(1)) {
+        Some(&t) if best.len() == k => t,
+        _ => f64::NEG_INFINITY,
+    }
+}
+
+/// Position (in `pool`) of a uniformly random contender among those tying with the best.
+fn max_score(pool: &[(usize, f64)], rng: &mut SplitMix64) -> Option<usize> {
+    if pool.is_empty() {
+        return None;
+    }
+    let best = pool.iter().fold(f64::NEG_INFINITY, |b, &(_, t)| b.max(t));
+    let floor = tie_floor(best);
+    let count = pool.iter().filter(|(_, t)| *t >= floor).count();
+    if count == 0 {
+        return None;
+    }
+    let k = rng.below(count);
+    pool.iter()
         .enumerate()
-        .filter(|(c, _)| eligible(*c))
-        .map(|(_, t)| weight(*t))
-        .sum();
+        .filter(|(_, (_, t))| *t >= floor)
+        .nth(k)
+        .map(|(i, _)| i)
+}
+
+/// Position (in `pool`) of a draw with probability ∝ total (uniform when no total is
+/// positive, or their sum is not finite).
+fn weighted(pool: &[(usize, f64)], rng: &mut SplitMix64) -> Option<usize> {
+    let weight = |t: f64| if t.is_nan() || t < 0.0 { 0.0 } else { t };
+    let sum: f64 = pool.iter().map(|&(_, t)| weight(t)).sum();
     if sum <= 0.0 || !sum.is_finite() {
-        return nth_eligible(totals.len(), eligible, rng);
+        return uniform(pool.len(), rng);
     }
     let target = rng.unit() * sum;
     let mut acc = 0.0;
     let mut last = None;
-    for (c, t) in totals.iter().enumerate() {
-        if !eligible(c) || weight(*t) <= 0.0 {
+    for (i, &(_, t)) in pool.iter().enumerate() {
+        if weight(t) <= 0.0 {
             continue;
         }
-        acc += weight(*t);
-        last = Some(c);
+        acc += weight(t);
+        last = Some(i);
         if target < acc {
-            return Some(c);
+            return Some(i);
         }
     }
     // Rounding can leave `target` a hair above the accumulated sum.
     last
 }
 
-/// A uniformly random index among `0..n` satisfying `ok`.
-fn nth_eligible(n: usize, ok: &impl Fn(usize) -> bool, rng: &mut SplitMix64) -> Option<usize> {
-    let count = (0..n).filter(|c| ok(*c)).count();
-    if count == 0 {
+/// A uniformly random position among `0..n` (`None` when `n` is 0).
+fn uniform(n: usize, rng: &mut SplitMix64) -> Option<usize> {
+    if n == 0 {
         return None;
     }
-    let k = rng.below(count);
-    (0..n).filter(|c| ok(*c)).nth(k)
+    Some(rng.below(n))
 }
+
+#[cfg(test)]
+pub(crate) mod reference;
