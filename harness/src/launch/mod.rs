@@ -28,6 +28,7 @@ pub mod client;
 pub mod eds;
 pub mod envoy;
 pub mod epp;
+pub mod extproc;
 pub mod fleet;
 pub mod global_quotas;
 pub mod httproute;
