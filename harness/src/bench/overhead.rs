@@ -8,8 +8,8 @@
 //! holds each request until its body is complete and reads the body, the least any
 //! body-based filter on that host costs (a target above the floor's ratio is out of reach
 //! for any filter that must read the body). A
-//! closed-loop client with a fixed number of keep-alive connections sends ~8k-token (32 KB)
-//! chat bodies. Each round runs every arm once (warm-up, then a measured window), the order
+//! closed-loop client with a fixed number of keep-alive connections sends chat bodies of
+//! the run's size (32 KB: ~8k tokens). Each round runs every arm once (warm-up, then a measured window), the order
 //! rotating from round to round, so slow drifts of a shared machine hit every arm alike.
 //!
 //! Reported per arm: requests/s, latency p50/p99, the latency added over `plain`, and the
@@ -31,7 +31,24 @@
 //! the difference to the arm without it is the admission's cost when the pool is not
 //! saturated, reported per flavour as Envoy CPU and p50 latency per request.
 //!
-//! Streamed windows: after its measured window, each arm but the floors also runs a
+//! The architecture the gateway replaces: `extproc-null`, `extproc-parse` and
+//! `extproc-parse-buffered` are `plain` plus Envoy's `ext_proc` filter calling an
+//! `infergate-extproc` process over gRPC ([`crate::launch::extproc`]), one process per
+//! arm, which sets the routing headers once the body is complete: `null` answers at once,
+//! `parse` first parses the body and hashes its prompt as the core does (the least a real
+//! endpoint picker does). The first two stream the body `FULL_DUPLEX_STREAMED` (what
+//! llm-d's EPP requires), the last `BUFFERED`. Their client sets no routing header. The
+//! report gives the processor's CPU per request (from `/proc`, like Envoy's) beside
+//! Envoy's, and their sum.
+//!
+//! Body sizes and workers: a run is one Envoy `--concurrency` and one body size
+//! (`--concurrency 1,4`, `--body-kb 32,128,512`: every combination by default); every arm
+//! of a run is in its interleaved rounds, and each run prints its own report. Envoys are
+//! started once per concurrency and kept over its body sizes. The run ends with a summary
+//! of every arm's CPU and latency in every run.
+//!
+//! Streamed windows: after its measured window, each arm but the floors and the ext_proc
+//! arms also runs a
 //! streamed window ([`first_chunk`]): the same bodies with `"stream": true`, answered by
 //! [`backend`] with 20 SSE chunks a few ms apart, timing the first chunk and the whole
 //! stream.
@@ -48,8 +65,11 @@ use bytes::Bytes;
 use serde_json::json;
 
 use super::closed_loop::{ClosedLoop, LoopResult, RequestTemplate};
-use super::overhead_table::{render, Arm, StreamArm};
+use super::overhead_table::{render, summary, Arm, Proxy, RunSummary, StreamArm};
 use super::report::process_cpu;
+use crate::launch::extproc::{
+    processor_binary, BodyMode, ExtProcOptions, ExtProcStack, ProcessorMode,
+};
 use crate::launch::{Backends, EnvoyOptions, Flavor, Stack, StackOptions, DEFAULT_MODEL};
 use crate::load::workload::filler;
 use backend::{BenchBackend, STREAM_CHUNKS, STREAM_HEADER};
@@ -59,21 +79,61 @@ pub mod backend;
 pub mod first_chunk;
 pub mod tenants;
 
+/// One run: Envoy's worker count and the bodies' size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunShape {
+    /// Envoy `--concurrency` of every arm.
+    pub concurrency: u32,
+    /// Prompt tokens of each body (about 4 bytes each).
+    pub body_tokens: u32,
+}
+
+impl RunShape {
+    /// The bodies' size in KB, as the report names it.
+    pub fn body_kb(&self) -> u32 {
+        self.body_tokens / TOKENS_PER_KB
+    }
+}
+
+/// Prompt tokens per KB of body (the bodies' filler text is about 4 bytes a token).
+pub const TOKENS_PER_KB: u32 = 256;
+
+/// Body sizes of a full run, KB.
+pub const DEFAULT_BODY_KB: [u32; 3] = [32, 128, 512];
+
+/// Envoy worker counts of a full run.
+pub const DEFAULT_CONCURRENCY: [u32; 2] = [1, 4];
+
+/// The runs of `--quick` (unless `--body-kb`, `--body-tokens` or `--concurrency` says
+/// otherwise): 32 KB bodies at 1 worker, 128 KB at 4.
+pub const QUICK_RUNS: [RunShape; 2] = [
+    RunShape {
+        concurrency: 1,
+        body_tokens: 32 * TOKENS_PER_KB,
+    },
+    RunShape {
+        concurrency: 4,
+        body_tokens: 128 * TOKENS_PER_KB,
+    },
+];
+
+/// Tokio workers of each external processor (one per core of the bench machine).
+const PROCESSOR_THREADS: usize = 2;
+
 /// Options of `bench overhead`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OverheadOptions {
     /// Closed-loop connections (requests in flight).
     pub connections: usize,
-    /// Envoy `--concurrency` of every arm.
-    pub envoy_concurrency: u32,
+    /// The runs, each an Envoy `--concurrency` and a body size, in order; runs of one
+    /// concurrency share their Envoys (started once, in front of the same backend).
+    pub runs: Vec<RunShape>,
     /// Rounds; every arm is measured once per round.
     pub rounds: u32,
     /// Unmeasured traffic before each measured window.
     pub warmup: Duration,
     /// Measured window per arm and round.
     pub measure: Duration,
-    /// Prompt size of each body in tokens (4 bytes each).
-    pub body_tokens: u32,
     /// Distinct bodies cycled through.
     pub bodies: usize,
     /// Backend listeners (endpoints of the pool).
@@ -89,11 +149,10 @@ impl Default for OverheadOptions {
     fn default() -> Self {
         OverheadOptions {
             connections: 8,
-            envoy_concurrency: 1,
+            runs: product(&DEFAULT_CONCURRENCY, &kb_tokens(&DEFAULT_BODY_KB)),
             rounds: 5,
             warmup: Duration::from_millis(1000),
             measure: Duration::from_secs(4),
-            body_tokens: 8000,
             bodies: 32,
             endpoints: 4,
             arms: arm_labels().map(str::to_string).collect(),
@@ -102,56 +161,102 @@ impl Default for OverheadOptions {
     }
 }
 
+fn kb_tokens(kb: &[u32]) -> Vec<u32> {
+    kb.iter().map(|k| k.saturating_mul(TOKENS_PER_KB)).collect()
+}
+
+/// Every concurrency with every body size, concurrency-major.
+fn product(concurrency: &[u32], body_tokens: &[u32]) -> Vec<RunShape> {
+    concurrency
+        .iter()
+        .flat_map(|&c| {
+            body_tokens.iter().map(move |&t| RunShape {
+                concurrency: c,
+                body_tokens: t,
+            })
+        })
+        .collect()
+}
+
+/// What an Envoy arm puts in front of the router.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Gateway {
+    /// The template of this flavour (`plain`: none).
+    Flavor(Flavor),
+    /// The `plain` template plus that module's `probe` filter, which only holds the
+    /// request for its body and reads it: the least any body-based filter of that host
+    /// costs.
+    Probe(Flavor),
+    /// The `plain` template plus Envoy's `ext_proc` filter calling an external processor.
+    ExtProc(ProcessorMode, BodyMode),
+}
+
 /// One Envoy arm.
 #[derive(Clone, Copy, Debug)]
 struct EnvoyArm {
     label: &'static str,
-    /// The template flavour.
-    flavor: Flavor,
-    /// The module whose `probe` filter the `plain` template gets (the floors: a filter that
-    /// only holds the request for its body and reads it, the least any body-based filter of
-    /// that host costs).
-    probe: Option<Flavor>,
+    gateway: Gateway,
     /// The tenant objects in the router config.
     tenancy: bool,
     /// Flow control on in the pool's `eppConfig` (never saturated).
     flow: bool,
 }
 
-const fn envoy_arm(label: &'static str, flavor: Flavor, probe: Option<Flavor>) -> EnvoyArm {
+const fn envoy_arm(label: &'static str, gateway: Gateway) -> EnvoyArm {
     EnvoyArm {
         label,
-        flavor,
-        probe,
+        gateway,
         tenancy: false,
         flow: false,
     }
 }
 
+impl EnvoyArm {
+    /// Whether the client sets the routing headers itself (`plain` and the floors).
+    fn client_routes(&self) -> bool {
+        matches!(
+            self.gateway,
+            Gateway::Flavor(Flavor::Plain) | Gateway::Probe(_)
+        )
+    }
+}
+
 /// The Envoy arms, in report order; each tenancy arm right after its flavour's arm, so the
 /// rotation measures the two back to back in most rounds.
-const ENVOY_ARMS: [EnvoyArm; 9] = [
-    envoy_arm("plain", Flavor::Plain, None),
-    envoy_arm("wasm-floor", Flavor::Plain, Some(Flavor::Wasm)),
-    envoy_arm("wasm", Flavor::Wasm, None),
+const ENVOY_ARMS: [EnvoyArm; 12] = [
+    envoy_arm("plain", Gateway::Flavor(Flavor::Plain)),
+    envoy_arm("wasm-floor", Gateway::Probe(Flavor::Wasm)),
+    envoy_arm("wasm", Gateway::Flavor(Flavor::Wasm)),
     EnvoyArm {
         tenancy: true,
-        ..envoy_arm("wasm-tenancy", Flavor::Wasm, None)
+        ..envoy_arm("wasm-tenancy", Gateway::Flavor(Flavor::Wasm))
     },
     EnvoyArm {
         flow: true,
-        ..envoy_arm("wasm-flow", Flavor::Wasm, None)
+        ..envoy_arm("wasm-flow", Gateway::Flavor(Flavor::Wasm))
     },
-    envoy_arm("native-floor", Flavor::Plain, Some(Flavor::Native)),
-    envoy_arm("native", Flavor::Native, None),
+    envoy_arm("native-floor", Gateway::Probe(Flavor::Native)),
+    envoy_arm("native", Gateway::Flavor(Flavor::Native)),
     EnvoyArm {
         tenancy: true,
-        ..envoy_arm("native-tenancy", Flavor::Native, None)
+        ..envoy_arm("native-tenancy", Gateway::Flavor(Flavor::Native))
     },
     EnvoyArm {
         flow: true,
-        ..envoy_arm("native-flow", Flavor::Native, None)
+        ..envoy_arm("native-flow", Gateway::Flavor(Flavor::Native))
     },
+    envoy_arm(
+        "extproc-null",
+        Gateway::ExtProc(ProcessorMode::Null, BodyMode::FullDuplex),
+    ),
+    envoy_arm(
+        "extproc-parse",
+        Gateway::ExtProc(ProcessorMode::Parse, BodyMode::FullDuplex),
+    ),
+    envoy_arm(
+        "extproc-parse-buffered",
+        Gateway::ExtProc(ProcessorMode::Parse, BodyMode::Buffered),
+    ),
 ];
 
 /// The tenancy arm of each flavour and the arm it is compared with.
@@ -186,23 +291,47 @@ fn arm_labels() -> impl Iterator<Item = &'static str> {
 }
 
 /// Whether the arm runs streamed windows: all but the floors, whose probe filter only
-/// reads requests.
+/// reads requests, and the ext_proc arms, whose processor never sees the response.
 fn streams(label: &str) -> bool {
-    !label.ends_with("-floor")
+    !label.ends_with("-floor") && !label.starts_with("extproc-")
 }
 
 /// Unmeasured streams before each streamed window.
 const STREAM_WARMUP: Duration = Duration::from_millis(300);
 
-const USAGE: &str = "usage: bench overhead [--connections N] [--concurrency C] [--rounds R] \
+const USAGE: &str = "usage: bench overhead [--connections N] [--concurrency C,C (1,4)] \
+                     [--body-kb KB,KB (32,128,512) | --body-tokens T,T] [--rounds R] \
                      [--warmup-ms MS] [--measure-s S] [--stream-measure-s S (0: none)] \
-                     [--body-tokens T] [--quick] [--arms direct,plain,wasm-floor,wasm,\
-                     wasm-tenancy,wasm-flow,native-floor,native,native-tenancy,native-flow]";
+                     [--quick: 2 short rounds; 32 KB at 1 worker and 128 KB at 4 unless sizes \
+                     or workers are given] [--arms direct,plain,wasm-floor,wasm,wasm-tenancy,\
+                     wasm-flow,native-floor,native,native-tenancy,native-flow,extproc-null,\
+                     extproc-parse,extproc-parse-buffered]";
+
+/// A comma-separated list of positive numbers.
+fn list(name: &str, text: &str) -> Result<Vec<u32>> {
+    let v = text
+        .split(',')
+        .map(|x| {
+            x.trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n > 0)
+                .with_context(|| format!("{name}: `{x}` is not a positive number; {USAGE}"))
+        })
+        .collect::<Result<Vec<u32>>>()?;
+    if v.is_empty() {
+        bail!("{name} needs at least one value");
+    }
+    Ok(v)
+}
 
 impl OverheadOptions {
     /// Parses the command-line flags (see [`USAGE`]).
     pub fn parse(args: &[String]) -> Result<Self> {
         let mut o = OverheadOptions::default();
+        let mut concurrency: Option<Vec<u32>> = None;
+        let mut body_tokens: Option<Vec<u32>> = None;
+        let mut quick = false;
         let mut it = args.iter();
         while let Some(arg) = it.next() {
             let mut value = |name: &str| {
@@ -212,9 +341,7 @@ impl OverheadOptions {
             };
             match arg.as_str() {
                 "--connections" => o.connections = value(arg)?.parse().context("--connections")?,
-                "--concurrency" => {
-                    o.envoy_concurrency = value(arg)?.parse().context("--concurrency")?
-                }
+                "--concurrency" => concurrency = Some(list(arg, &value(arg)?)?),
                 "--rounds" => o.rounds = value(arg)?.parse().context("--rounds")?,
                 "--warmup-ms" => {
                     o.warmup = Duration::from_millis(value(arg)?.parse().context("--warmup-ms")?)
@@ -222,7 +349,8 @@ impl OverheadOptions {
                 "--measure-s" => {
                     o.measure = Duration::from_secs_f64(value(arg)?.parse().context("--measure-s")?)
                 }
-                "--body-tokens" => o.body_tokens = value(arg)?.parse().context("--body-tokens")?,
+                "--body-tokens" => body_tokens = Some(list(arg, &value(arg)?)?),
+                "--body-kb" => body_tokens = Some(kb_tokens(&list(arg, &value(arg)?)?)),
                 "--arms" => {
                     let list = value(arg)?;
                     o.arms = list.split(',').map(|a| a.trim().to_string()).collect();
@@ -244,17 +372,37 @@ impl OverheadOptions {
                         Duration::from_secs_f64(value(arg)?.parse().context("--stream-measure-s")?)
                 }
                 "--quick" => {
+                    quick = true;
                     o.rounds = 2;
-                    o.measure = Duration::from_secs(2);
-                    o.stream_measure = Duration::from_secs(1);
+                    o.warmup = Duration::from_millis(500);
+                    o.measure = Duration::from_millis(1500);
+                    o.stream_measure = Duration::from_millis(600);
                 }
                 other => bail!("unknown argument `{other}`; {USAGE}"),
             }
         }
+        o.runs = match (quick, &concurrency, &body_tokens) {
+            (true, None, None) => QUICK_RUNS.to_vec(),
+            _ => product(
+                concurrency.as_deref().unwrap_or(&DEFAULT_CONCURRENCY),
+                &body_tokens.unwrap_or_else(|| kb_tokens(&DEFAULT_BODY_KB)),
+            ),
+        };
         if o.rounds == 0 || o.connections == 0 || o.bodies == 0 {
             bail!("--rounds and --connections must be at least 1");
         }
         Ok(o)
+    }
+
+    /// The Envoy worker counts of the runs, each once, in run order.
+    fn concurrencies(&self) -> Vec<u32> {
+        let mut out: Vec<u32> = Vec::new();
+        for r in &self.runs {
+            if !out.contains(&r.concurrency) {
+                out.push(r.concurrency);
+            }
+        }
+        out
     }
 }
 
@@ -291,77 +439,194 @@ fn chat_body(i: u64, tokens: u32, stream: bool) -> Bytes {
     Bytes::from(body.to_string())
 }
 
-/// Runs the benchmark and returns the printed report.
-pub async fn run(opts: &OverheadOptions) -> Result<String> {
-    let backend = BenchBackend::start(opts.endpoints).await?;
-    let addrs = backend.addrs().to_vec();
-    let bodies = bodies(opts.bodies, opts.body_tokens);
-    let streamed = stream_bodies(opts.bodies, opts.body_tokens);
+/// An arm started for one concurrency, kept over its runs' body sizes.
+struct Started {
+    label: &'static str,
+    /// `None`: `direct`.
+    spec: Option<EnvoyArm>,
+    proxy: Option<Proxy>,
+    target: SocketAddr,
+}
+
+/// Starts every wanted arm at `concurrency`.
+async fn start_arms(
+    opts: &OverheadOptions,
+    concurrency: u32,
+    addrs: &[SocketAddr],
+    processor: Option<&std::path::Path>,
+) -> Result<Vec<Started>> {
     let tenancy = tenants::bench_tenancy()?;
     let wanted = |label: &str| opts.arms.iter().any(|a| a == label);
-    let mut arms = Vec::new();
+    let mut out = Vec::new();
     if wanted("direct") {
-        let templates = Templates {
-            plain: direct_templates(&bodies, &[]),
-            streamed: direct_templates(&streamed, &[stream_header()]),
-        };
-        arms.push(arm("direct", None, templates, addrs.first(), opts)?);
+        out.push(Started {
+            label: "direct",
+            spec: None,
+            proxy: None,
+            target: *addrs.first().context("no backend address")?,
+        });
     }
+    let envoy = EnvoyOptions {
+        concurrency,
+        ..EnvoyOptions::default()
+    };
     for spec in &ENVOY_ARMS {
         let label = spec.label;
         if !wanted(label) {
             continue;
         }
-        let mut so = StackOptions::new(spec.flavor, Backends::External(addrs.clone()));
-        so.probe = spec.probe;
-        so.envoy = EnvoyOptions {
-            concurrency: opts.envoy_concurrency,
-            ..EnvoyOptions::default()
-        };
-        if spec.tenancy {
-            so.tenancy = tenancy.clone();
-        }
-        if spec.flow {
-            let mut pool = crate::launch::PoolSpec::all(DEFAULT_MODEL);
-            pool.picker_config = never_saturated_flow_config();
-            so.pools = vec![pool];
-        }
-        let stack = Stack::start(so)
-            .await
-            .with_context(|| format!("starting the {label} stack"))?;
-        // `plain` and the floors route on client-set headers; the gateway sets its own, and
-        // every gateway arm carries the API key (used only where tenants are configured).
-        let templates = match spec.flavor {
-            Flavor::Plain => Templates {
-                plain: plain_templates(&bodies, &addrs, &[]),
-                streamed: plain_templates(&streamed, &addrs, &[stream_header()]),
-            },
-            _ => {
-                let key = tenants::authorization();
-                Templates {
-                    plain: direct_templates(&bodies, std::slice::from_ref(&key)),
-                    streamed: direct_templates(&streamed, &[key, stream_header()]),
+        let proxy = match spec.gateway {
+            Gateway::ExtProc(mode, body) => {
+                let binary = processor
+                    .context("the processor binary was not built")?
+                    .to_path_buf();
+                let stack = ExtProcStack::start(&ExtProcOptions {
+                    binary,
+                    mode,
+                    body,
+                    endpoints: addrs.to_vec(),
+                    threads: PROCESSOR_THREADS,
+                    envoy: envoy.clone(),
+                })
+                .await
+                .with_context(|| format!("starting the {label} stack"))?;
+                Proxy::ExtProc(Box::new(stack))
+            }
+            Gateway::Flavor(flavor) | Gateway::Probe(flavor) => {
+                let probe = matches!(spec.gateway, Gateway::Probe(_));
+                let base = if probe { Flavor::Plain } else { flavor };
+                let mut so = StackOptions::new(base, Backends::External(addrs.to_vec()));
+                so.probe = probe.then_some(flavor);
+                so.envoy = envoy.clone();
+                if spec.tenancy {
+                    so.tenancy = tenancy.clone();
                 }
+                if spec.flow {
+                    let mut pool = crate::launch::PoolSpec::all(DEFAULT_MODEL);
+                    pool.picker_config = never_saturated_flow_config();
+                    so.pools = vec![pool];
+                }
+                let stack = Stack::start(so)
+                    .await
+                    .with_context(|| format!("starting the {label} stack"))?;
+                Proxy::Gateway(Box::new(stack))
             }
         };
-        let listener = stack.envoy().listener();
+        let listener = proxy.envoy().listener();
         eprintln!(
-            "{label} Envoy: pid {}, listener {listener}, admin {}",
-            stack.envoy().pid().unwrap_or(0),
-            stack.envoy().admin()
+            "{label} Envoy: pid {}, listener {listener}, admin {}{}",
+            proxy.envoy().pid().unwrap_or(0),
+            proxy.envoy().admin(),
+            proxy
+                .processor_pid()
+                .map(|p| format!(", processor pid {p}"))
+                .unwrap_or_default()
         );
-        arms.push(arm(label, Some(stack), templates, Some(&listener), opts)?);
+        out.push(Started {
+            label,
+            spec: Some(*spec),
+            proxy: Some(proxy),
+            target: listener,
+        });
+    }
+    Ok(out)
+}
+
+/// The arm's requests for these bodies.
+fn templates_for(
+    s: &Started,
+    addrs: &[SocketAddr],
+    bodies: &[Bytes],
+    streamed: &[Bytes],
+) -> Templates {
+    match s.spec {
+        None => Templates {
+            plain: direct_templates(bodies, &[]),
+            streamed: direct_templates(streamed, &[stream_header()]),
+        },
+        // `plain` and the floors route on client-set headers.
+        Some(spec) if spec.client_routes() => Templates {
+            plain: plain_templates(bodies, addrs, &[]),
+            streamed: plain_templates(streamed, addrs, &[stream_header()]),
+        },
+        // The processor sets the routing headers; it reads no API key.
+        Some(EnvoyArm {
+            gateway: Gateway::ExtProc(..),
+            ..
+        }) => Templates {
+            plain: direct_templates(bodies, &[]),
+            streamed: direct_templates(streamed, &[stream_header()]),
+        },
+        // The gateway sets its own; every gateway arm carries the API key (used only where
+        // tenants are configured).
+        Some(_) => {
+            let key = tenants::authorization();
+            Templates {
+                plain: direct_templates(bodies, std::slice::from_ref(&key)),
+                streamed: direct_templates(streamed, &[key, stream_header()]),
+            }
+        }
+    }
+}
+
+/// Runs the benchmark: each run's report is printed as it ends; returns the summary over
+/// the runs.
+pub async fn run(opts: &OverheadOptions) -> Result<String> {
+    let backend = BenchBackend::start(opts.endpoints).await?;
+    let addrs = backend.addrs().to_vec();
+    let processor = if opts.arms.iter().any(|a| a.starts_with("extproc-")) {
+        Some(processor_binary()?)
+    } else {
+        None
+    };
+    let mut done: Vec<RunSummary> = Vec::new();
+    for concurrency in opts.concurrencies() {
+        let mut started = start_arms(opts, concurrency, &addrs, processor.as_deref()).await?;
+        for shape in opts.runs.iter().filter(|r| r.concurrency == concurrency) {
+            let (arms, text) = run_one(opts, *shape, started, &backend, &addrs).await?;
+            println!("{text}");
+            done.push(RunSummary::of(*shape, &arms));
+            started = arms
+                .into_iter()
+                .map(|a| Started {
+                    label: a.label,
+                    spec: ENVOY_ARMS.iter().find(|s| s.label == a.label).copied(),
+                    target: a.client.target,
+                    proxy: a.proxy,
+                })
+                .collect();
+        }
+    }
+    Ok(summary(&done))
+}
+
+/// One run: every arm of `started` on bodies of `shape`, rounds interleaved; the arms back
+/// (their proxies still running) and the report.
+async fn run_one(
+    opts: &OverheadOptions,
+    shape: RunShape,
+    started: Vec<Started>,
+    backend: &BenchBackend,
+    addrs: &[SocketAddr],
+) -> Result<(Vec<Arm>, String)> {
+    let bodies = bodies(opts.bodies, shape.body_tokens);
+    let streamed = stream_bodies(opts.bodies, shape.body_tokens);
+    let mut arms = Vec::with_capacity(started.len());
+    for s in started {
+        let templates = templates_for(&s, addrs, &bodies, &streamed);
+        arms.push(arm(s.label, s.proxy, templates, &s.target, opts));
     }
     for a in &arms {
         wait_until_served(&a.client, a.label).await?;
     }
     eprintln!(
         "bench overhead: {} rounds × {} arms, {} connections, Envoy --concurrency {}, \
-         {} ms warm-up + {:.1} s measured each, then {:.1} s streamed",
+         bodies of {} tokens, {} ms warm-up + {:.1} s measured each, then {:.1} s streamed",
         opts.rounds,
         arms.len(),
         opts.connections,
-        opts.envoy_concurrency,
+        shape.concurrency,
+        shape.body_tokens,
         opts.warmup.as_millis(),
         opts.measure.as_secs_f64(),
         opts.stream_measure.as_secs_f64()
@@ -374,6 +639,7 @@ pub async fn run(opts: &OverheadOptions) -> Result<String> {
             };
             let _ = a.client.run(opts.warmup).await;
             let cpu0 = a.envoy_pid().and_then(process_cpu);
+            let proc0 = a.processor_pid().and_then(process_cpu);
             let posts0 = backend.counters().posts.load(Ordering::Relaxed);
             let bytes0 = backend.counters().body_bytes.load(Ordering::Relaxed);
             let r = a.client.run(opts.measure).await;
@@ -382,11 +648,16 @@ pub async fn run(opts: &OverheadOptions) -> Result<String> {
                 a.envoy_cpu += cpu;
                 a.round_cpu_us.push(per_request_us(cpu, r.ok));
             }
+            if let (Some(c0), Some(c1)) = (proc0, a.processor_pid().and_then(process_cpu)) {
+                let cpu = c1.saturating_sub(c0);
+                a.processor_cpu += cpu;
+                a.round_processor_cpu_us.push(per_request_us(cpu, r.ok));
+            }
             a.backend_posts += backend.counters().posts.load(Ordering::Relaxed) - posts0;
             a.backend_bytes += backend.counters().body_bytes.load(Ordering::Relaxed) - bytes0;
             a.round_rps.push(r.rps());
             eprintln!(
-                "  round {}/{} {:>14}: {:>7.0} req/s, {} errors",
+                "  round {}/{} {:>22}: {:>7.0} req/s, {} errors",
                 round + 1,
                 opts.rounds,
                 a.label,
@@ -394,11 +665,12 @@ pub async fn run(opts: &OverheadOptions) -> Result<String> {
                 r.errors
             );
             a.total.merge(r);
-            stream_window(a, &backend, opts, round).await;
+            stream_window(a, backend, opts, round).await;
         }
     }
     let logic = super::logic::measure(&bodies, Duration::from_millis(300));
-    Ok(render(&arms, opts, &logic))
+    let text = render(&arms, opts, shape, &logic);
+    Ok((arms, text))
 }
 
 /// The arm's streamed window of this round, if it has one.
@@ -456,12 +728,12 @@ fn stream_header() -> (String, String) {
 
 fn arm(
     label: &'static str,
-    stack: Option<Stack>,
+    proxy: Option<Proxy>,
     templates: Templates,
-    target: Option<&SocketAddr>,
+    target: &SocketAddr,
     opts: &OverheadOptions,
-) -> Result<Arm> {
-    let target = *target.context("no address to send to")?;
+) -> Arm {
+    let target = *target;
     let path = "/v1/chat/completions".to_string();
     let stream = (streams(label) && !opts.stream_measure.is_zero()).then(|| StreamArm {
         client: StreamLoop {
@@ -477,9 +749,9 @@ fn arm(
         backend_streams: 0,
         usage_forced: 0,
     });
-    Ok(Arm {
+    Arm {
         label,
-        stack,
+        proxy,
         client: ClosedLoop {
             target,
             path,
@@ -490,10 +762,12 @@ fn arm(
         round_rps: Vec::new(),
         envoy_cpu: Duration::ZERO,
         round_cpu_us: Vec::new(),
+        processor_cpu: Duration::ZERO,
+        round_processor_cpu_us: Vec::new(),
         backend_posts: 0,
         backend_bytes: 0,
         stream,
-    })
+    }
 }
 
 fn direct_templates(bodies: &[Bytes], extra: &[(String, String)]) -> Vec<RequestTemplate> {
@@ -571,12 +845,43 @@ mod tests {
     #[test]
     fn options_parse() {
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let shape = |c, t| RunShape {
+            concurrency: c,
+            body_tokens: t,
+        };
         let o = OverheadOptions::parse(&s(&["--connections", "4", "--concurrency", "2"])).unwrap();
-        assert_eq!((o.connections, o.envoy_concurrency), (4, 2));
+        assert_eq!(o.connections, 4);
         assert_eq!(
-            OverheadOptions::parse(&[]).unwrap(),
-            OverheadOptions::default()
+            o.runs,
+            [shape(2, 8192), shape(2, 32768), shape(2, 131_072)],
+            "one worker count, every default body size"
         );
+        let d = OverheadOptions::parse(&[]).unwrap();
+        assert_eq!(d, OverheadOptions::default());
+        assert_eq!(d.runs.len(), 6, "1 and 4 workers × 32, 128 and 512 KB");
+        assert_eq!(d.concurrencies(), [1, 4]);
+        let o =
+            OverheadOptions::parse(&s(&["--body-kb", "32,512", "--concurrency", "4,1"])).unwrap();
+        assert_eq!(
+            o.runs,
+            [
+                shape(4, 8192),
+                shape(4, 131_072),
+                shape(1, 8192),
+                shape(1, 131_072)
+            ]
+        );
+        assert_eq!(o.concurrencies(), [4, 1]);
+        let o =
+            OverheadOptions::parse(&s(&["--body-tokens", "8000", "--concurrency", "1"])).unwrap();
+        assert_eq!(
+            o.runs,
+            [shape(1, 8000)],
+            "--body-tokens still sizes the bodies"
+        );
+        assert!(OverheadOptions::parse(&s(&["--body-kb", "32,x"])).is_err());
+        assert!(OverheadOptions::parse(&s(&["--body-kb", "0"])).is_err());
+        assert!(OverheadOptions::parse(&s(&["--concurrency", ""])).is_err());
         assert!(OverheadOptions::parse(&s(&["--rounds", "0"])).is_err());
         assert!(OverheadOptions::parse(&s(&["--bogus"])).is_err());
         let o = OverheadOptions::parse(&s(&["--arms", "native"])).unwrap();
@@ -588,11 +893,30 @@ mod tests {
             ["wasm-tenancy", "wasm", "plain"],
             "a tenancy arm is compared with its flavour's arm"
         );
+        let o =
+            OverheadOptions::parse(&s(&["--arms", "extproc-parse-buffered,extproc-null"])).unwrap();
+        assert_eq!(o.arms, ["extproc-parse-buffered", "extproc-null", "plain"]);
         let o = OverheadOptions::parse(&s(&["--quick", "--stream-measure-s", "0"])).unwrap();
         assert!(o.stream_measure.is_zero());
-        assert!(OverheadOptions::default()
-            .arms
-            .contains(&"native-tenancy".to_string()));
+        assert_eq!(o.runs, QUICK_RUNS, "quick: 32 KB at 1 worker, 128 KB at 4");
+        assert_eq!(o.runs, [shape(1, 8192), shape(4, 32768)]);
+        let o = OverheadOptions::parse(&s(&["--quick", "--body-kb", "512"])).unwrap();
+        assert_eq!(
+            o.runs,
+            [shape(1, 131_072), shape(4, 131_072)],
+            "sizes given: the product"
+        );
+        for arm in [
+            "native-tenancy",
+            "extproc-null",
+            "extproc-parse",
+            "extproc-parse-buffered",
+        ] {
+            assert!(
+                OverheadOptions::default().arms.contains(&arm.to_string()),
+                "{arm}"
+            );
+        }
     }
 
     #[test]
@@ -615,14 +939,29 @@ mod tests {
 
     #[test]
     fn every_tenancy_arm_has_its_pair_and_streams() {
+        let find = |l: &str| ENVOY_ARMS.iter().find(|a| a.label == l).unwrap();
         for (base, tenancy) in TENANCY_PAIRS {
-            let find = |l: &str| ENVOY_ARMS.iter().find(|a| a.label == l).unwrap();
             let (b, t) = (find(base), find(tenancy));
-            assert_eq!((b.flavor, b.probe, b.tenancy), (t.flavor, None, false));
+            assert_eq!((b.gateway, b.tenancy), (t.gateway, false));
             assert!(t.tenancy);
             assert!(streams(base) && streams(tenancy));
         }
         assert!(!streams("native-floor"));
+        assert!(
+            !streams("extproc-parse"),
+            "the processor never sees a response"
+        );
+        assert_eq!(
+            find("extproc-parse").gateway,
+            Gateway::ExtProc(ProcessorMode::Parse, BodyMode::FullDuplex),
+            "the mode llm-d requires"
+        );
+        assert_eq!(
+            find("extproc-parse-buffered").gateway,
+            Gateway::ExtProc(ProcessorMode::Parse, BodyMode::Buffered)
+        );
+        assert!(find("plain").client_routes() && find("wasm-floor").client_routes());
+        assert!(!find("extproc-null").client_routes() && !find("native").client_routes());
     }
 
     #[test]

@@ -1,24 +1,54 @@
 //! The report of `bench overhead`: one column per arm, ratios against `plain`, the
 //! verdicts against the targets (Wasm ≥ 0.70, native ≥ 0.90 of plain's requests/s), what
 //! tenancy adds to each flavour (Envoy CPU per request: native auth + quota ≤ 3 µs; the
-//! first chunk of a stream: ≤ 0.1 ms at p50) and the filter logic's own cost for
-//! comparison.
+//! first chunk of a stream: ≤ 0.1 ms at p50), the gateways against the ext_proc arms
+//! (Envoy plus processor CPU per request and added p50: native ≤ 1/3 of `extproc-parse`,
+//! Wasm below it) and the filter logic's own cost for comparison; and the summary of
+//! every arm over the runs (worker counts × body sizes).
 
 use std::time::Duration;
 
 use super::closed_loop::{ClosedLoop, LoopResult};
 use super::logic::LogicCost;
 use super::overhead::first_chunk::{StreamLoop, StreamResult};
-use super::overhead::{OverheadOptions, FLOW_PAIRS, TENANCY_PAIRS};
+use super::overhead::{OverheadOptions, RunShape, FLOW_PAIRS, TENANCY_PAIRS};
 use super::report::{median, ms, percentile_us, table};
-use crate::launch::Stack;
+use crate::launch::extproc::ExtProcStack;
+use crate::launch::{Envoy, Stack};
+
+/// What an arm's client talks to.
+#[derive(Debug)]
+pub(super) enum Proxy {
+    /// Envoy with its gateway filters (or none, or a floor's probe).
+    Gateway(Box<Stack>),
+    /// Envoy with the `ext_proc` filter and its processor.
+    ExtProc(Box<ExtProcStack>),
+}
+
+impl Proxy {
+    /// The Envoy.
+    pub(super) fn envoy(&self) -> &Envoy {
+        match self {
+            Proxy::Gateway(s) => s.envoy(),
+            Proxy::ExtProc(s) => s.envoy(),
+        }
+    }
+
+    /// The external processor's process id, on an ext_proc arm.
+    pub(super) fn processor_pid(&self) -> Option<u32> {
+        match self {
+            Proxy::Gateway(_) => None,
+            Proxy::ExtProc(s) => s.processor().pid(),
+        }
+    }
+}
 
 /// One column of the report.
 pub(super) struct Arm {
     /// Column label: `direct`, `plain`, `wasm-floor`, `wasm`, `native-floor` or `native`.
     pub(super) label: &'static str,
     /// The Envoy in front of the backend (`None` for `direct`).
-    pub(super) stack: Option<Stack>,
+    pub(super) proxy: Option<Proxy>,
     /// The closed-loop client aimed at it.
     pub(super) client: ClosedLoop,
     /// Every measured window, merged.
@@ -29,6 +59,10 @@ pub(super) struct Arm {
     pub(super) envoy_cpu: Duration,
     /// Envoy CPU per request of each round's measured window, µs.
     pub(super) round_cpu_us: Vec<f64>,
+    /// The external processor's CPU time over the measured windows (ext_proc arms).
+    pub(super) processor_cpu: Duration,
+    /// Its CPU per request of each round's measured window, µs.
+    pub(super) round_processor_cpu_us: Vec<f64>,
     /// `POST`s the backend saw during the measured windows.
     pub(super) backend_posts: u64,
     /// Their body bytes.
@@ -57,12 +91,21 @@ pub(super) struct StreamArm {
 
 impl Arm {
     pub(super) fn envoy_pid(&self) -> Option<u32> {
-        self.stack.as_ref().and_then(|s| s.envoy().pid())
+        self.proxy.as_ref().and_then(|p| p.envoy().pid())
+    }
+
+    pub(super) fn processor_pid(&self) -> Option<u32> {
+        self.proxy.as_ref().and_then(Proxy::processor_pid)
     }
 }
 
 /// The report: the side-by-side table, the ratio verdicts and the filter-logic cost.
-pub(super) fn render(arms: &[Arm], opts: &OverheadOptions, logic: &LogicCost) -> String {
+pub(super) fn render(
+    arms: &[Arm],
+    opts: &OverheadOptions,
+    shape: RunShape,
+    logic: &LogicCost,
+) -> String {
     let mut lat: Vec<Vec<u32>> = arms.iter().map(|a| a.total.latencies_us.clone()).collect();
     for l in &mut lat {
         l.sort_unstable();
@@ -122,7 +165,7 @@ pub(super) fn render(arms: &[Arm], opts: &OverheadOptions, logic: &LogicCost) ->
         (
             "Envoy CPU per request (median of rounds)".into(),
             cells(&|_, a| {
-                if a.stack.is_none() || a.round_cpu_us.is_empty() {
+                if a.proxy.is_none() || a.round_cpu_us.is_empty() {
                     "-".into()
                 } else {
                     format!("{:.1} µs", median(&a.round_cpu_us))
@@ -149,6 +192,44 @@ pub(super) fn render(arms: &[Arm], opts: &OverheadOptions, logic: &LogicCost) ->
         ),
     ];
     let mut rows = rows;
+    if arms.iter().any(|a| processor_us(a).is_some()) {
+        // After the Envoy CPU rows: the processor's, and the sum.
+        let at = rows
+            .iter()
+            .position(|r| r.0 == "Envoy CPU busy (cores)")
+            .unwrap_or(rows.len());
+        let plain_total = arms.get(plain).and_then(total_us);
+        let extra = vec![
+            (
+                "processor CPU per request".to_string(),
+                cells(&|_, a| {
+                    processor_us(a).map_or_else(|| "-".into(), |us| format!("{us:.1} µs"))
+                }),
+            ),
+            (
+                "processor CPU per request (median of rounds)".to_string(),
+                cells(&|_, a| {
+                    if a.round_processor_cpu_us.is_empty() {
+                        "-".into()
+                    } else {
+                        format!("{:.1} µs", median(&a.round_processor_cpu_us))
+                    }
+                }),
+            ),
+            (
+                "Envoy + processor CPU per request".to_string(),
+                cells(&|_, a| total_us(a).map_or_else(|| "-".into(), |us| format!("{us:.1} µs"))),
+            ),
+            (
+                "total CPU added vs plain".to_string(),
+                cells(&|_, a| match (total_us(a), plain_total) {
+                    (Some(t), Some(p)) => format!("{:+.1} µs", t - p),
+                    _ => "-".into(),
+                }),
+            ),
+        ];
+        rows.splice(at..at, extra);
+    }
     if arms.iter().any(|a| a.stream.is_some()) {
         rows.extend(stream_rows(arms));
     }
@@ -158,11 +239,11 @@ pub(super) fn render(arms: &[Arm], opts: &OverheadOptions, logic: &LogicCost) ->
         "proxy overhead: {} connections closed loop, Envoy --concurrency {}, {} rounds × {:.1} s \
          per arm (order rotated), bodies of {} tokens (~{} KB)\n\n",
         opts.connections,
-        opts.envoy_concurrency,
+        shape.concurrency,
         opts.rounds,
         opts.measure.as_secs_f64(),
-        opts.body_tokens,
-        opts.body_tokens * 4 / 1024
+        shape.body_tokens,
+        shape.body_tokens * 4 / 1024
     );
     out.push_str(&table(&header, &rows));
     out.push('\n');
@@ -210,6 +291,7 @@ pub(super) fn render(arms: &[Arm], opts: &OverheadOptions, logic: &LogicCost) ->
         };
         out.push_str(&flow_text(b, f));
     }
+    out.push_str(&extproc_text(arms));
     out.push_str(&format!(
         "filter logic per request, native, in-process: body parse {:.1} µs (router), parse + \
          prefix hashes {:.1} µs (picker; hashes alone {:.1} µs), flow admission when not \
@@ -464,6 +546,167 @@ fn budget_text(left_us: f64) -> String {
     }
 }
 
+/// The external-processor arm every gateway is set against, and its floor.
+const EXTPROC_REFERENCE: &str = "extproc-parse";
+const EXTPROC_FLOOR: &str = "extproc-null";
+
+/// A gateway arm's share of the reference allowed by the targets: native ≤ 1/3 of
+/// `extproc-parse`'s Envoy + processor CPU and of its added p50; Wasm below it (≤ 1).
+const EXTPROC_SHARES: [(&str, f64); 2] = [("native", 1.0 / 3.0), ("wasm", 1.0)];
+
+/// p50 latency in µs over every measured window.
+fn p50_us(a: &Arm) -> f64 {
+    let mut l = a.total.latencies_us.clone();
+    l.sort_unstable();
+    f64::from(percentile_us(&l, 50.0))
+}
+
+/// The gateways against the ext_proc arms: Envoy + processor CPU per request and the p50
+/// added over `plain`, with the verdicts; nothing without `extproc-parse`.
+fn extproc_text(arms: &[Arm]) -> String {
+    let find = |l: &str| arms.iter().find(|a| a.label == l);
+    let (Some(reference), Some(plain)) = (find(EXTPROC_REFERENCE), find("plain")) else {
+        return String::new();
+    };
+    let added = |a: &Arm| p50_us(a) - p50_us(plain);
+    let describe = |a: &Arm| {
+        format!(
+            "{} {} CPU per request (Envoy {} + processor {}), p50 {:+.0} µs over plain",
+            a.label,
+            total_us(a).map_or_else(|| "-".into(), |t| format!("{t:.1} µs")),
+            cpu_us(a).map_or_else(|| "-".into(), |t| format!("{t:.1} µs")),
+            processor_us(a).map_or_else(|| "-".into(), |t| format!("{t:.1} µs")),
+            added(a)
+        )
+    };
+    let mut out = format!("ext_proc reference: {}", describe(reference));
+    if let Some(floor) = find(EXTPROC_FLOOR) {
+        out.push_str(&format!("; its floor: {}", describe(floor)));
+    }
+    if let Some(b) = find("extproc-parse-buffered") {
+        out.push_str(&format!("; buffered: {}", describe(b)));
+    }
+    out.push('\n');
+    let Some(ref_total) = total_us(reference) else {
+        return out;
+    };
+    let ref_added = added(reference);
+    for (label, share) in EXTPROC_SHARES {
+        let Some(a) = find(label) else { continue };
+        let Some(total) = total_us(a) else { continue };
+        let bound = if share < 1.0 { "≤ 1/3 of" } else { "below" };
+        let cpu_ok = if share < 1.0 {
+            total <= ref_total * share
+        } else {
+            total < ref_total
+        };
+        let lat_ok = if share < 1.0 {
+            added(a) <= ref_added * share
+        } else {
+            added(a) < ref_added
+        };
+        let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
+        out.push_str(&format!(
+            "{label} vs {EXTPROC_REFERENCE}: total CPU per request {total:.1} µs = {:.3} of \
+             {ref_total:.1} µs (target {bound} it: {}); added p50 {:+.0} µs vs \
+             {ref_added:+.0} µs (target {bound} it: {})\n",
+            total / ref_total,
+            verdict(cpu_ok),
+            added(a),
+            verdict(lat_ok)
+        ));
+    }
+    out
+}
+
+/// An arm's CPU per request in one run, for the summary.
+struct SummaryCell {
+    label: &'static str,
+    total_us: Option<f64>,
+    added_p50_us: f64,
+}
+
+/// One run's line of the summary.
+pub(super) struct RunSummary {
+    shape: RunShape,
+    cells: Vec<SummaryCell>,
+}
+
+impl RunSummary {
+    /// What the summary keeps of a run's arms.
+    pub(super) fn of(shape: RunShape, arms: &[Arm]) -> RunSummary {
+        let plain = arms.iter().find(|a| a.label == "plain").map_or(0.0, p50_us);
+        RunSummary {
+            shape,
+            cells: arms
+                .iter()
+                .map(|a| SummaryCell {
+                    label: a.label,
+                    total_us: total_us(a),
+                    added_p50_us: p50_us(a) - plain,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Every arm over every run: Envoy + processor CPU per request, and the p50 added over
+/// `plain`.
+pub(super) fn summary(runs: &[RunSummary]) -> String {
+    let mut labels: Vec<&'static str> = Vec::new();
+    for r in runs {
+        for c in &r.cells {
+            if !labels.contains(&c.label) {
+                labels.push(c.label);
+            }
+        }
+    }
+    let mut header = vec!["arm".to_string()];
+    header.extend(runs.iter().map(|r| {
+        format!(
+            "{} worker{}, {} KB",
+            r.shape.concurrency,
+            if r.shape.concurrency == 1 { "" } else { "s" },
+            r.shape.body_kb()
+        )
+    }));
+    let rows: Vec<(String, Vec<String>)> = labels
+        .iter()
+        .map(|l| {
+            let cells = runs
+                .iter()
+                .map(|r| match r.cells.iter().find(|c| c.label == *l) {
+                    Some(c) => format!(
+                        "{} / {:+.2} ms",
+                        c.total_us
+                            .map_or_else(|| "-".into(), |t| format!("{t:.1} µs")),
+                        c.added_p50_us / 1000.0
+                    ),
+                    None => "not run".into(),
+                })
+                .collect();
+            (l.to_string(), cells)
+        })
+        .collect();
+    format!(
+        "bench overhead summary: per arm and run, Envoy + processor CPU per request / p50 \
+         latency added over plain\n\n{}",
+        table(&header, &rows)
+    )
+}
+
+/// The external processor's CPU time per request in µs (`None` on an arm without one).
+fn processor_us(a: &Arm) -> Option<f64> {
+    (!a.round_processor_cpu_us.is_empty() && a.total.ok > 0)
+        .then(|| a.processor_cpu.as_secs_f64() * 1e6 / a.total.ok as f64)
+}
+
+/// Envoy's and the processor's CPU per request together (Envoy's alone without a
+/// processor); `None` without an Envoy CPU reading.
+fn total_us(a: &Arm) -> Option<f64> {
+    Some(cpu_us(a)? + processor_us(a).unwrap_or(0.0))
+}
+
 /// Envoy CPU time per request in µs (`None` without an Envoy, a CPU reading or requests).
 fn cpu_us(a: &Arm) -> Option<f64> {
     (!a.envoy_cpu.is_zero() && a.total.ok > 0)
@@ -478,7 +721,7 @@ fn cpu_per_request(a: &Arm) -> String {
 /// had a core to itself and were the only bottleneck.
 fn cpu_ratio(plain: Option<&Arm>, a: &Arm) -> Option<f64> {
     let per = |x: &Arm| {
-        (x.stack.is_some() && x.total.ok > 0).then(|| x.envoy_cpu.as_secs_f64() / x.total.ok as f64)
+        (x.proxy.is_some() && x.total.ok > 0).then(|| x.envoy_cpu.as_secs_f64() / x.total.ok as f64)
     };
     let (p, x) = (per(plain?)?, per(a)?);
     (x > 0.0).then(|| p / x)
@@ -486,7 +729,7 @@ fn cpu_ratio(plain: Option<&Arm>, a: &Arm) -> Option<f64> {
 
 fn cpu_busy(a: &Arm) -> String {
     let s = a.total.elapsed.as_secs_f64();
-    if a.stack.is_none() || s <= 0.0 {
+    if a.proxy.is_none() || s <= 0.0 {
         return "-".into();
     }
     format!("{:.2}", a.envoy_cpu.as_secs_f64() / s)
@@ -513,11 +756,16 @@ mod tests {
     use std::net::SocketAddr;
     use std::sync::Arc;
 
+    const SHAPE: RunShape = RunShape {
+        concurrency: 1,
+        body_tokens: 8192,
+    };
+
     fn arm(label: &'static str, ok: u64, secs: u64) -> Arm {
         let target: SocketAddr = "127.0.0.1:1".parse().unwrap();
         Arm {
             label,
-            stack: None,
+            proxy: None,
             client: ClosedLoop {
                 target,
                 path: "/".into(),
@@ -533,6 +781,8 @@ mod tests {
             round_rps: vec![ok as f64 / secs as f64],
             envoy_cpu: Duration::ZERO,
             round_cpu_us: Vec::new(),
+            processor_cpu: Duration::ZERO,
+            round_processor_cpu_us: Vec::new(),
             backend_posts: ok,
             backend_bytes: ok * 100,
             stream: None,
@@ -546,7 +796,12 @@ mod tests {
             arm("wasm", 800, 1),
             arm("native", 850, 1),
         ];
-        let out = render(&arms, &OverheadOptions::default(), &LogicCost::default());
+        let out = render(
+            &arms,
+            &OverheadOptions::default(),
+            SHAPE,
+            &LogicCost::default(),
+        );
         assert!(out.contains("wasm/plain requests/s = 0.800"), "{out}");
         assert!(out.contains("target ≥ 0.70: met"), "{out}");
         assert!(out.contains("native/plain requests/s = 0.850"), "{out}");
@@ -557,7 +812,12 @@ mod tests {
     #[test]
     fn a_floor_arm_reports_its_ratio_and_the_cpu_left_by_the_target() {
         let arms = [arm("plain", 1000, 1), arm("native-floor", 950, 1)];
-        let out = render(&arms, &OverheadOptions::default(), &LogicCost::default());
+        let out = render(
+            &arms,
+            &OverheadOptions::default(),
+            SHAPE,
+            &LogicCost::default(),
+        );
         assert!(
             out.contains("native-floor/plain requests/s = 0.950"),
             "{out}"
@@ -626,7 +886,12 @@ mod tests {
                 10,
             ),
         ];
-        let out = render(&arms, &OverheadOptions::default(), &LogicCost::default());
+        let out = render(
+            &arms,
+            &OverheadOptions::default(),
+            SHAPE,
+            &LogicCost::default(),
+        );
         assert!(out.contains("native tenancy"), "{out}");
         assert!(out.contains("141.0 → 143.0 µs = +2.0 µs"), "{out}");
         assert!(out.contains("target ≤ 3 µs: met"), "{out}");
@@ -651,11 +916,122 @@ mod tests {
             with_cpu(arm("native", 1000, 1), &[140.0]),
             with_cpu(arm("native-tenancy", 1000, 1), &[145.0]),
         ];
-        let out = render(&slow, &OverheadOptions::default(), &LogicCost::default());
+        let out = render(
+            &slow,
+            &OverheadOptions::default(),
+            SHAPE,
+            &LogicCost::default(),
+        );
         assert!(out.contains("target ≤ 3 µs: MISSED"), "{out}");
         assert!(
             !out.contains("streamed"),
             "no streamed windows, no streamed rows: {out}"
         );
+    }
+
+    fn with_latency(mut a: Arm, p50_us: u32) -> Arm {
+        a.total.latencies_us = vec![p50_us; 10];
+        a
+    }
+
+    fn with_processor(mut a: Arm, rounds_us: &[f64]) -> Arm {
+        a.round_processor_cpu_us = rounds_us.to_vec();
+        let total_us: f64 =
+            rounds_us.iter().sum::<f64>() * a.total.ok as f64 / rounds_us.len() as f64;
+        a.processor_cpu = Duration::from_secs_f64(total_us / 1e6);
+        a
+    }
+
+    #[test]
+    fn the_gateways_are_set_against_the_extproc_arm_envoy_plus_processor() {
+        let arms = [
+            with_latency(with_cpu(arm("plain", 1000, 1), &[90.0]), 1000),
+            with_latency(with_cpu(arm("native", 1000, 1), &[140.0]), 1100),
+            with_latency(with_cpu(arm("wasm", 1000, 1), &[250.0]), 1500),
+            with_latency(
+                with_processor(with_cpu(arm("extproc-null", 1000, 1), &[200.0]), &[100.0]),
+                1400,
+            ),
+            with_latency(
+                with_processor(with_cpu(arm("extproc-parse", 1000, 1), &[210.0]), &[240.0]),
+                1600,
+            ),
+        ];
+        let out = render(
+            &arms,
+            &OverheadOptions::default(),
+            SHAPE,
+            &LogicCost::default(),
+        );
+        // Rows: the processor's CPU, the sum, and what it adds over plain.
+        assert!(out.contains("processor CPU per request"), "{out}");
+        assert!(out.contains("450.0 µs"), "Envoy 210 + processor 240: {out}");
+        assert!(out.contains("+360.0 µs"), "450 - plain's 90: {out}");
+        // native: 140 of 450 = 0.311 ≤ 1/3, p50 +100 µs ≤ 600/3.
+        assert!(
+            out.contains("native vs extproc-parse: total CPU per request 140.0 µs = 0.311 of 450.0 µs (target ≤ 1/3 of it: met); added p50 +100 µs vs +600 µs (target ≤ 1/3 of it: met)"),
+            "{out}"
+        );
+        // wasm: 250 < 450, but +500 µs is not ≤ 1/3; the Wasm target is "below": met.
+        assert!(
+            out.contains("wasm vs extproc-parse: total CPU per request 250.0 µs = 0.556"),
+            "{out}"
+        );
+        assert!(
+            out.contains("+500 µs vs +600 µs (target below it: met)"),
+            "{out}"
+        );
+        assert!(out.contains("its floor: extproc-null 300.0 µs CPU per request (Envoy 200.0 µs + processor 100.0 µs)"), "{out}");
+        let slow = [
+            with_latency(with_cpu(arm("plain", 1000, 1), &[90.0]), 1000),
+            with_latency(with_cpu(arm("native", 1000, 1), &[200.0]), 1300),
+            with_latency(
+                with_processor(with_cpu(arm("extproc-parse", 1000, 1), &[210.0]), &[240.0]),
+                1600,
+            ),
+        ];
+        let out = render(
+            &slow,
+            &OverheadOptions::default(),
+            SHAPE,
+            &LogicCost::default(),
+        );
+        assert!(out.contains("(target ≤ 1/3 of it: MISSED); added p50 +300 µs vs +600 µs (target ≤ 1/3 of it: MISSED)"), "{out}");
+        // No ext_proc arm: no processor rows and no comparison.
+        let none = [arm("plain", 1000, 1), arm("native", 900, 1)];
+        let out = render(
+            &none,
+            &OverheadOptions::default(),
+            SHAPE,
+            &LogicCost::default(),
+        );
+        assert!(
+            !out.contains("processor") && !out.contains("extproc"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn the_summary_has_a_column_per_run_and_a_row_per_arm() {
+        let run = |c, kb: u32, native_cpu: f64| {
+            let arms = [
+                with_latency(with_cpu(arm("plain", 1000, 1), &[90.0]), 1000),
+                with_latency(with_cpu(arm("native", 1000, 1), &[native_cpu]), 1250),
+            ];
+            RunSummary::of(
+                RunShape {
+                    concurrency: c,
+                    body_tokens: kb * 256,
+                },
+                &arms,
+            )
+        };
+        let mut second = run(4, 128, 300.0);
+        second.cells.retain(|c| c.label == "plain");
+        let out = summary(&[run(1, 32, 140.0), second]);
+        assert!(out.contains("1 worker, 32 KB"), "{out}");
+        assert!(out.contains("4 workers, 128 KB"), "{out}");
+        assert!(out.contains("140.0 µs / +0.25 ms"), "{out}");
+        assert!(out.contains("not run"), "{out}");
     }
 }
