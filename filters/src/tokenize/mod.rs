@@ -22,8 +22,12 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+#[cfg(feature = "hf-tokenizer")]
+pub mod hf;
 pub mod sim;
 
+#[cfg(feature = "hf-tokenizer")]
+pub use hf::HfTokenizer;
 pub use sim::SimTokenizer;
 
 /// One message of a chat conversation, as the engine's chat template sees it.
@@ -142,6 +146,12 @@ pub fn from_config(config: &Value) -> Result<Arc<dyn Tokenizer>, TokenizeError> 
     load_huggingface(path)
 }
 
+#[cfg(feature = "hf-tokenizer")]
+fn load_huggingface(path: &str) -> Result<Arc<dyn Tokenizer>, TokenizeError> {
+    Ok(Arc::new(HfTokenizer::load(std::path::Path::new(path))?))
+}
+
+#[cfg(not(feature = "hf-tokenizer"))]
 fn load_huggingface(path: &str) -> Result<Arc<dyn Tokenizer>, TokenizeError> {
     Err(TokenizeError::Config(format!(
         "tokenizer type \"huggingface\" (path {path:?}) is not available in this build: \
@@ -152,3 +162,7 @@ fn load_huggingface(path: &str) -> Result<Arc<dyn Tokenizer>, TokenizeError> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests;
+
+#[cfg(all(test, feature = "hf-tokenizer"))]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod hf_tests;

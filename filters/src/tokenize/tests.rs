@@ -99,6 +99,7 @@ fn config_kinds() {
     }
 }
 
+#[cfg(not(feature = "hf-tokenizer"))]
 #[test]
 fn huggingface_refused_without_the_feature() {
     let err = from_config(&json!({"type": "huggingface", "path": "/models/x"}))

@@ -8,6 +8,11 @@
 //! `AllBlocksCleared` and the index forgets it; a replica whose events are lost (the
 //! simulator drops a message, so the next one skips a sequence number) is marked stale and
 //! forgotten; every request is still answered. The Wasm flavour refuses the producer.
+//!
+//! The Hugging Face tokenizer loads inside Envoy (the tiny model of `testdata/tokenizer`):
+//! requests are keyed by its tokens (a second turn finds the first turn's speculative
+//! entry, written under those keys), none fails to tokenize, and a directory without a
+//! `tokenizer.json` is refused at config time.
 
 use super::tag;
 use crate::support::gw::{self, Plan};
@@ -32,7 +37,7 @@ const SETTLE: Duration = Duration::from_millis(400);
 
 for_each_flavour!(
     the_wasm_flavour_refuses_the_precise_producer;
-    native_only: picks_follow_the_engines_kv_events;
+    native_only: picks_follow_the_engines_kv_events, the_hugging_face_tokenizer_keys_requests;
     wasm_ignored:
 );
 
@@ -72,6 +77,18 @@ async fn simulator() -> SimHandle {
 fn pool() -> PoolSpec {
     let mut pool = PoolSpec::all(MODEL);
     pool.picker_config = epp_config();
+    pool
+}
+
+/// The pool with the precise producer on the Hugging Face tokenizer in `dir`, and its
+/// speculative entries on.
+fn hf_pool(dir: &str) -> PoolSpec {
+    let mut pool = pool();
+    pool.picker_config["plugins"][0]["parameters"] = json!({
+        "kvEventsPortOffset": EVENTS_OFFSET,
+        "speculativeTtlMs": 60_000,
+        "tokenizer": {"type": "huggingface", "path": dir},
+    });
     pool
 }
 
@@ -269,4 +286,62 @@ async fn the_wasm_flavour_refuses_the_precise_producer(flavor: Flavor) {
         err.contains("precise-prefix-cache-producer needs the native flavour"),
         "the refusal must say why: {err}"
     );
+}
+
+async fn the_hugging_face_tokenizer_keys_requests(flavor: Flavor) {
+    let tiny = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/tokenizer/tiny");
+    let sim = simulator().await;
+    let Some(stack) =
+        gw::start_over(flavor, sim.addrs().to_vec(), Plan::new(vec![hf_pool(tiny)])).await
+    else {
+        return;
+    };
+    let t = format!("{} x{}", tag(flavor), crate::support::workers());
+    let first = send(&stack, &conversation(7, 1)).await;
+    let second = send(&stack, &conversation(7, 2)).await;
+    let s = stats(&stack).await;
+    assert_eq!(
+        second.replica,
+        first.replica,
+        "{t}: turn 2 must find turn 1's speculative entry; {}",
+        precise_stats(&s)
+    );
+    // ~6,000 bytes of system prompt: the tiny BPE gives a few thousand tokens, well over
+    // ten 16-token blocks.
+    assert!(
+        second.matched_blocks >= 10,
+        "{t}: {} blocks matched; {}",
+        second.matched_blocks,
+        precise_stats(&s)
+    );
+    assert_eq!(
+        s.sum_containing("infergate.precise.tokenize_errors"),
+        0,
+        "{t}: {}",
+        precise_stats(&s)
+    );
+    // A user role the tiny template refuses: answered, scheduled without precise keys,
+    // counted.
+    let mut refused = conversation(8, 1);
+    refused["messages"][1]["role"] = json!("robot");
+    let url = format!("{}/v1/chat/completions", stack.picker_url());
+    let resp = post_json(&url, &refused, &[]).await.unwrap();
+    assert_eq!(resp.status, 200, "{t}: {}", resp.text());
+    let s = stats(&stack).await;
+    assert_eq!(
+        s.sum_containing("infergate.precise.tokenize_errors"),
+        1,
+        "{t}: {}",
+        precise_stats(&s)
+    );
+    drop(stack);
+
+    let addrs = sim.addrs().to_vec();
+    let outcome = gw::try_start_over(flavor, addrs, Plan::new(vec![hf_pool("/nonexistent")])).await;
+    sim.shutdown().await;
+    let Err(err) = outcome else {
+        panic!("{t}: a tokenizer directory without tokenizer.json must be refused");
+    };
+    let err = format!("{err:#}");
+    assert!(err.contains("/nonexistent/tokenizer.json"), "{t}: {err}");
 }
