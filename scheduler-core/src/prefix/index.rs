@@ -12,22 +12,34 @@
 //! # Matching
 //!
 //! [`PrefixIndex::match_endpoints`] reports, per endpoint, how many leading blocks of the
-//! request are stored. Because stored sets are prefix-closed it checks block 0 (a miss: 0),
-//! then the last block (a hit: all), then binary-searches the boundary: 2 lookups for the
-//! common cases, ⌈log₂ n⌉ + 2 at worst, instead of walking every matched block. Cost is
-//! O(endpoints × log blocks) hash probes; nothing is allocated. Matching does not touch the LRU.
+//! request are stored. Because stored sets are prefix-closed, an endpoint holds some of the
+//! request exactly when it holds block 0 as the first block of a recorded request (a *head*,
+//! see `heads.rs`), so one probe of the head table yields the endpoints holding anything;
+//! every other endpoint matches 0 without a probe of its own. For each holder, a likely
+//! answer is confirmed with two probes (block `m - 1` stored, block `m` not): the length
+//! of the last request recorded there with this head, then the previous holder's answer
+//! (endpoints tend to share a boundary, e.g. a system prompt cached everywhere); failing
+//! both, the last block (a hit: all), then a binary search of the boundary,
+//! ⌈log₂ n⌉ + 5 probes at worst. [`PrefixIndex::holders`] costs O(holders × log blocks)
+//! whatever the number of endpoints; [`PrefixIndex::match_endpoints`] adds one name lookup
+//! per endpoint asked about, only when some endpoint holds the head. Matching does not
+//! touch the LRU.
 //!
 //! # Memory
 //!
-//! See `lru.rs`: about 22–28 bytes per stored block per endpoint (bound tested: ≤ 48),
-//! plus a small fixed cost per endpoint. [`PrefixIndex::memory_bytes`] measures it.
+//! See `lru.rs`: about 22–28 bytes per stored block per endpoint (bound tested: ≤ 32 with
+//! 128-block requests), plus about 50 bytes per head per endpoint (`heads.rs` and the
+//! endpoint's own head table: a fraction of a byte per block for long requests, more for
+//! requests of a few blocks) and a small fixed cost per endpoint.
+//! [`PrefixIndex::memory_bytes`] measures it.
 
+use super::heads::Heads;
 use super::lru::EndpointLru;
 use super::PrefixConfig;
 use crate::types::BlockHash;
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-use hashbrown::HashMap;
+use hashbrown::{HashMap, HashTable};
 
 /// Fixed ahash keys for the endpoint-name map: deterministic across processes, never random.
 const KEYS: [u64; 4] = [
@@ -41,11 +53,37 @@ fn fixed_state() -> ahash::RandomState {
     ahash::RandomState::with_seeds(KEYS[0], KEYS[1], KEYS[2], KEYS[3])
 }
 
+/// One endpoint: its LRU and the heads it holds (head hash, holder index in [`Heads`]).
+#[derive(Debug)]
+struct Endpoint {
+    name: Box<str>,
+    lru: EndpointLru,
+    heads: HashTable<(u64, u32)>,
+}
+
+impl Endpoint {
+    /// The holder index of `head` on this endpoint, if it holds it as a head.
+    fn holder(&self, head: BlockHash) -> Option<u32> {
+        self.heads
+            .find(head.0, |e| e.0 == head.0)
+            .map(|&(_, holder)| holder)
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.name.len() + self.lru.memory_bytes() + self.heads.allocation_size()
+    }
+}
+
 /// Per-endpoint LRU sets of block hashes, keyed by endpoint address (`ip:port`).
 #[derive(Debug)]
 pub struct PrefixIndex {
     cfg: PrefixConfig,
-    endpoints: HashMap<Box<str>, EndpointLru, ahash::RandomState>,
+    /// Endpoint name → slot in `slots`.
+    names: HashMap<Box<str>, u32, ahash::RandomState>,
+    slots: Vec<Option<Endpoint>>,
+    /// Slots freed by [`PrefixIndex::remove_endpoint`], reused first.
+    free_slots: Vec<u32>,
+    heads: Heads,
 }
 
 impl PrefixIndex {
@@ -53,7 +91,10 @@ impl PrefixIndex {
     pub fn new(cfg: PrefixConfig) -> Self {
         PrefixIndex {
             cfg,
-            endpoints: HashMap::with_hasher(fixed_state()),
+            names: HashMap::with_hasher(fixed_state()),
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            heads: Heads::new(),
         }
     }
 
@@ -65,107 +106,271 @@ impl PrefixIndex {
     /// Leading blocks of `hashes` recorded for each endpoint, in `endpoints` order (`out` is
     /// cleared first). Unknown endpoints match 0.
     pub fn match_endpoints(&self, endpoints: &[&str], hashes: &[BlockHash], out: &mut Vec<usize>) {
+        self.match_names(endpoints.iter().copied(), hashes, out);
+    }
+
+    /// Like [`PrefixIndex::match_endpoints`], for any sequence of names (walked at most once,
+    /// and not at all when no endpoint holds the request's first block).
+    pub fn match_names<'n>(
+        &self,
+        endpoints: impl ExactSizeIterator<Item = &'n str>,
+        hashes: &[BlockHash],
+        out: &mut Vec<usize>,
+    ) {
         out.clear();
-        out.reserve(endpoints.len());
-        // Endpoints tend to share a boundary (e.g. a system prompt cached everywhere): the
-        // previous endpoint's answer is checked first as a hint.
-        let mut hint = 0;
-        for ep in endpoints {
-            let m = match self.endpoints.get(*ep) {
-                Some(lru) => leading_matches(lru, hashes, hint),
-                None => 0,
+        out.resize(endpoints.len(), 0);
+        let mut by_slot = Vec::new();
+        self.for_each_holder(hashes, |slot, m| by_slot.push((slot, m)));
+        if by_slot.is_empty() {
+            return;
+        }
+        // Holder slot → matched blocks, for the name lookups below.
+        let mut matched = alloc::vec![0usize; self.slots.len()];
+        for (slot, m) in by_slot {
+            if let Some(x) = matched.get_mut(slot as usize) {
+                *x = m;
+            }
+        }
+        for (o, ep) in out.iter_mut().zip(endpoints) {
+            if let Some(&slot) = self.names.get(ep) {
+                *o = matched.get(slot as usize).copied().unwrap_or(0);
+            }
+        }
+    }
+
+    /// Every endpoint holding some of `hashes`, with its leading blocks recorded (`out` is
+    /// cleared first; most recently added holder first). Endpoints holding nothing of the
+    /// request are not visited: the cost is O(holders × log blocks).
+    pub fn holders<'s>(&'s self, hashes: &[BlockHash], out: &mut Vec<(&'s str, usize)>) {
+        out.clear();
+        let slots = &self.slots;
+        self.for_each_holder(hashes, |slot, m| {
+            if let Some(Some(ep)) = slots.get(slot as usize) {
+                out.push((&ep.name, m));
+            }
+        });
+    }
+
+    /// Calls `f(slot, matched)` for every endpoint holding `hashes[0]` as a head.
+    fn for_each_holder(&self, hashes: &[BlockHash], mut f: impl FnMut(u32, usize)) {
+        let Some(&first) = hashes.first() else {
+            return;
+        };
+        let mut previous = 0;
+        for holder in self.heads.holders_of(first) {
+            let Some(Some(ep)) = self.slots.get(holder.endpoint as usize) else {
+                continue;
             };
-            out.push(m);
-            hint = m;
+            let m = leading_matches(&ep.lru, hashes, [holder.depth as usize, previous]);
+            f(holder.endpoint, m);
+            previous = m;
         }
     }
 
     /// Leading blocks of `hashes` recorded for one endpoint.
     pub fn match_endpoint(&self, endpoint: &str, hashes: &[BlockHash]) -> usize {
-        match self.endpoints.get(endpoint) {
-            Some(lru) => leading_matches(lru, hashes, 0),
+        let (Some(ep), Some(&first)) = (self.endpoint(endpoint), hashes.first()) else {
+            return 0;
+        };
+        match ep.holder(first) {
+            Some(holder) => {
+                let depth = self.heads.depth(holder) as usize;
+                leading_matches(&ep.lru, hashes, [depth, 0])
+            }
             None => 0,
         }
     }
 
     /// Records that a request with these block hashes was routed to `endpoint`.
     pub fn record(&mut self, endpoint: &str, hashes: &[BlockHash]) {
-        let lru = self.entry(endpoint);
+        let slot = self.slot_for(endpoint);
+        let Some(Some(ep)) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
         // Blocks past the bound would be evicted by the earlier blocks anyway.
-        let keep = hashes.len().min(lru.capacity() as usize);
+        let keep = hashes.len().min(ep.lru.capacity() as usize);
         for &h in hashes.iter().take(keep).rev() {
-            lru.touch(h);
+            if let Some(evicted) = ep.lru.touch(h) {
+                drop_head(ep, &mut self.heads, evicted);
+            }
+        }
+        let Some(&first) = hashes.first().filter(|_| keep > 0) else {
+            return;
+        };
+        let depth = u32::try_from(keep).unwrap_or(u32::MAX);
+        match ep.holder(first) {
+            Some(holder) => self.heads.set_depth(holder, depth),
+            None => {
+                let holder = self.heads.add(first, slot, depth);
+                ep.heads.insert_unique(first.0, (first.0, holder), |e| e.0);
+            }
         }
     }
 
     /// Sets the LRU bound of `endpoint` in blocks (e.g. from its `num_gpu_blocks`),
     /// evicting the least recent blocks if it shrinks.
     pub fn set_capacity(&mut self, endpoint: &str, blocks: u32) {
-        self.entry(endpoint).set_capacity(blocks);
+        let slot = self.slot_for(endpoint);
+        let Some(Some(ep)) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        ep.lru.set_capacity(blocks);
+        let (lru, heads) = (&ep.lru, &mut self.heads);
+        ep.heads.retain(|&mut (h, holder)| {
+            let kept = lru.contains(BlockHash(h));
+            if !kept {
+                heads.remove(BlockHash(h), holder);
+            }
+            kept
+        });
     }
 
     /// The LRU bound of `endpoint`, if it is known to the index.
     pub fn capacity(&self, endpoint: &str) -> Option<u32> {
-        self.endpoints.get(endpoint).map(EndpointLru::capacity)
+        self.endpoint(endpoint).map(|ep| ep.lru.capacity())
     }
 
     /// Forgets `endpoint` entirely.
     pub fn remove_endpoint(&mut self, endpoint: &str) {
-        self.endpoints.remove(endpoint);
+        let Some(slot) = self.names.remove(endpoint) else {
+            return;
+        };
+        if let Some(Some(ep)) = self.slots.get_mut(slot as usize).map(Option::take) {
+            for &(h, holder) in ep.heads.iter() {
+                self.heads.remove(BlockHash(h), holder);
+            }
+            self.free_slots.push(slot);
+        }
     }
 
     /// Blocks stored for `endpoint`.
     pub fn stored_blocks(&self, endpoint: &str) -> usize {
-        self.endpoints.get(endpoint).map_or(0, EndpointLru::len)
+        self.endpoint(endpoint).map_or(0, |ep| ep.lru.len())
     }
 
     /// Blocks stored over all endpoints.
     pub fn total_blocks(&self) -> usize {
-        self.endpoints.values().map(EndpointLru::len).sum()
+        self.endpoints().map(|ep| ep.lru.len()).sum()
     }
 
     /// Endpoints known to the index.
     pub fn endpoint_count(&self) -> usize {
-        self.endpoints.len()
+        self.names.len()
     }
 
-    /// Bytes used by the index: tables, nodes, names and the endpoint map itself.
+    /// Heads stored over all endpoints (one per endpoint per distinct first block).
+    pub fn total_heads(&self) -> usize {
+        self.heads.len()
+    }
+
+    /// Bytes used by the index: tables, nodes, names, heads and the endpoint map itself.
     pub fn memory_bytes(&self) -> usize {
-        let per_endpoint: usize = self
-            .endpoints
-            .iter()
-            .map(|(name, lru)| name.len() + lru.memory_bytes())
-            .sum();
-        core::mem::size_of::<Self>() + self.endpoints.allocation_size() + per_endpoint
+        let names: usize = self.names.keys().map(|n| n.len()).sum();
+        let per_endpoint: usize = self.endpoints().map(Endpoint::memory_bytes).sum();
+        core::mem::size_of::<Self>()
+            + self.names.allocation_size()
+            + names
+            + self.slots.capacity() * core::mem::size_of::<Option<Endpoint>>()
+            + self.free_slots.capacity() * core::mem::size_of::<u32>()
+            + per_endpoint
+            + self.heads.memory_bytes()
     }
 
-    fn entry(&mut self, endpoint: &str) -> &mut EndpointLru {
-        let cap = self.cfg.lru_capacity_per_server;
-        self.endpoints
-            .entry_ref(endpoint)
-            .or_insert_with(|| EndpointLru::new(cap))
+    /// Panics unless the head lists and every endpoint's head table agree, and every head
+    /// is stored in its endpoint's LRU.
+    #[cfg(test)]
+    #[allow(clippy::panic)]
+    pub(crate) fn check_heads(&self) {
+        let mut count = 0;
+        for (slot, ep) in self.slots.iter().enumerate() {
+            let Some(ep) = ep else { continue };
+            for &(h, holder) in ep.heads.iter() {
+                count += 1;
+                assert!(ep.lru.contains(BlockHash(h)), "head not stored");
+                let listed = self
+                    .heads
+                    .holders_of(BlockHash(h))
+                    .filter(|x| x.endpoint as usize == slot)
+                    .count();
+                assert_eq!(listed, 1, "holder {holder} listed {listed} times");
+            }
+        }
+        assert_eq!(count, self.heads.len());
+    }
+
+    fn endpoints(&self) -> impl Iterator<Item = &Endpoint> {
+        self.slots.iter().flatten()
+    }
+
+    fn endpoint(&self, endpoint: &str) -> Option<&Endpoint> {
+        let slot = *self.names.get(endpoint)?;
+        self.slots.get(slot as usize)?.as_ref()
+    }
+
+    /// The slot of `endpoint`, created with the default bound if it is new.
+    fn slot_for(&mut self, endpoint: &str) -> u32 {
+        if let Some(&slot) = self.names.get(endpoint) {
+            return slot;
+        }
+        let ep = Endpoint {
+            name: endpoint.into(),
+            lru: EndpointLru::new(self.cfg.lru_capacity_per_server),
+            heads: HashTable::new(),
+        };
+        let slot = match self.free_slots.pop() {
+            Some(slot) => {
+                if let Some(s) = self.slots.get_mut(slot as usize) {
+                    *s = Some(ep);
+                }
+                slot
+            }
+            None => {
+                self.slots.push(Some(ep));
+                u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX)
+            }
+        };
+        self.names.insert(endpoint.into(), slot);
+        slot
     }
 }
 
-/// Leading stored blocks, relying on the prefix-closed invariant (module doc). `hint` is a
-/// likely answer, confirmed with two probes (block `hint - 1` stored, block `hint` not).
-fn leading_matches(lru: &EndpointLru, hashes: &[BlockHash], hint: usize) -> usize {
-    let (Some(&first), Some(&last)) = (hashes.first(), hashes.last()) else {
+/// Forgets `evicted` as a head of `ep`, if it was one.
+fn drop_head(ep: &mut Endpoint, heads: &mut Heads, evicted: BlockHash) {
+    if ep.heads.is_empty() {
+        return;
+    }
+    if let Ok(entry) = ep.heads.find_entry(evicted.0, |e| e.0 == evicted.0) {
+        let ((_, holder), _) = entry.remove();
+        heads.remove(evicted, holder);
+    }
+}
+
+/// Leading stored blocks of an endpoint known to hold `hashes[0]`, relying on the
+/// prefix-closed invariant (module doc). Each of `hints` is a likely answer, confirmed with
+/// two probes (block `hint - 1` stored, block `hint` not).
+fn leading_matches(lru: &EndpointLru, hashes: &[BlockHash], hints: [usize; 2]) -> usize {
+    let Some(&last) = hashes.last() else {
         return 0;
     };
-    if !lru.contains(first) {
-        return 0;
-    }
-    if let (Some(&below), Some(&at)) = (hashes.get(hint.wrapping_sub(1)), hashes.get(hint)) {
-        if lru.contains(below) && !lru.contains(at) {
-            return hint;
+    let n = hashes.len();
+    for hint in hints {
+        if hint == n {
+            if lru.contains(last) {
+                return n;
+            }
+            continue;
+        }
+        if let (Some(&below), Some(&at)) = (hashes.get(hint.wrapping_sub(1)), hashes.get(hint)) {
+            if lru.contains(below) && !lru.contains(at) {
+                return hint;
+            }
         }
     }
     if lru.contains(last) {
-        return hashes.len();
+        return n;
     }
     // Invariant: block `present` is stored, block `absent` is not.
-    let (mut present, mut absent) = (0usize, hashes.len() - 1);
+    let (mut present, mut absent) = (0usize, n - 1);
     while absent - present > 1 {
         let mid = present + (absent - present) / 2;
         match hashes.get(mid) {

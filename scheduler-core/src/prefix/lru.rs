@@ -76,23 +76,24 @@ impl EndpointLru {
     }
 
     /// Marks `hash` most recently used, inserting it (and evicting the least recent block
-    /// if full) when absent.
-    pub fn touch(&mut self, hash: BlockHash) {
+    /// if full) when absent. Returns the evicted block, if one was.
+    pub fn touch(&mut self, hash: BlockHash) -> Option<BlockHash> {
         let h = hash.0;
         let nodes = &self.nodes;
         if let Some(&slot) = self.table.find(h, |&s| node_hash(nodes, s) == h) {
             self.unlink(slot);
             self.push_front(slot);
-            return;
+            return None;
         }
         if self.capacity == 0 {
-            return;
+            return None;
         }
+        let mut evicted = None;
         let slot = if self.nodes.len() >= self.capacity as usize {
-            match self.evict_tail() {
-                Some(slot) => slot,
-                None => return,
-            }
+            let old = self.nodes.get(self.tail as usize)?.hash;
+            let slot = self.evict_tail()?;
+            evicted = Some(BlockHash(old));
+            slot
         } else {
             self.grow_nodes();
             let slot = self.nodes.len() as u32;
@@ -109,6 +110,7 @@ impl EndpointLru {
         self.push_front(slot);
         let nodes = &self.nodes;
         self.table.insert_unique(h, slot, |&s| node_hash(nodes, s));
+        evicted
     }
 
     /// Changes the bound; when shrinking, keeps the most recent blocks and releases memory.
@@ -133,7 +135,8 @@ impl EndpointLru {
         *self = EndpointLru::new(capacity);
         self.nodes.reserve_exact(keep.len());
         for &h in keep.iter().rev() {
-            self.touch(BlockHash(h));
+            // Below the bound: nothing is evicted.
+            let _ = self.touch(BlockHash(h));
         }
     }
 

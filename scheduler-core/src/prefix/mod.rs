@@ -27,6 +27,7 @@
 //! [`PrefixIndex`] remembers, per endpoint, the block hashes of requests routed there, in an
 //! LRU bounded in blocks. See `index.rs` for the structure and its cost.
 
+mod heads;
 mod index;
 mod lru;
 pub mod precise;

@@ -424,10 +424,10 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// A multi-turn conversation prompt: conversations share a system prompt; later turns
-/// extend earlier ones.
+/// A multi-turn conversation prompt: conversations share one of three system prompts
+/// (so heads are shared, and evicted too); later turns extend earlier ones.
 fn conversation(conv: usize, turns: usize) -> Vec<u8> {
-    let mut p = b"SYSTEMPROMPT....".to_vec();
+    let mut p = format!("{}SYSTEMPROMPT...", conv % 3).into_bytes();
     for t in 0..turns {
         p.extend_from_slice(format!("c{conv}t{t}:").as_bytes());
         p.extend(core::iter::repeat_n(b'a' + (conv as u8), 4 + (t * 3) % 9));
@@ -466,13 +466,24 @@ proptest! {
                 prop_assert!(index.stored_blocks(name) <= bound);
                 prop_assert_eq!(index.stored_blocks(name), model.eps.get(name).map_or(0, |e| e.1.len()));
             }
+            index.check_heads();
             let mut out = Vec::new();
+            let mut holders = Vec::new();
             for conv in 0..5 {
                 for turns in [1, 3, 11] {
                     let h = block_hashes(seed("m", None), &conversation(conv, turns), &c);
                     index.match_endpoints(&names, &h, &mut out);
                     let want: Vec<usize> = names.iter().map(|n| model.leading(n, &h)).collect();
                     prop_assert_eq!(&out, &want);
+                    let one: Vec<usize> = names.iter().map(|n| index.match_endpoint(n, &h)).collect();
+                    prop_assert_eq!(&one, &want);
+                    // The sparse answer lists exactly the endpoints holding something.
+                    index.holders(&h, &mut holders);
+                    let mut sparse: Vec<(&str, usize)> = holders.clone();
+                    sparse.sort_unstable();
+                    let mut dense: Vec<(&str, usize)> = names.iter().copied().zip(want.iter().copied()).filter(|x| x.1 > 0).collect();
+                    dense.sort_unstable();
+                    prop_assert_eq!(sparse, dense);
                 }
             }
         }
@@ -483,10 +494,12 @@ proptest! {
         let mut lru = EndpointLru::new(cap);
         let mut model: Vec<u64> = Vec::new();
         for t in touches {
-            lru.touch(BlockHash(t));
+            let evicted = lru.touch(BlockHash(t));
             model.retain(|&x| x != t);
             model.insert(0, t);
+            let dropped = model.get(cap as usize).copied().filter(|&x| x != t);
             model.truncate(cap as usize);
+            prop_assert_eq!(evicted.map(|h| h.0), dropped);
             prop_assert!(lru.len() <= cap as usize);
         }
         prop_assert_eq!(lru.recency_order(), model);
@@ -569,6 +582,40 @@ fn memory_per_block_is_bounded() {
             per_block <= 48.0,
             "cap {cap} fill {fill}: {per_block:.1} bytes per block"
         );
+        // A full LRU (the steady state) stays within 32 bytes, heads included.
+        if fill == cap as usize {
+            assert!(
+                per_block <= 32.0,
+                "full LRU of {cap}: {per_block:.1} bytes per block"
+            );
+        }
         std::eprintln!("cap {cap} fill {fill}: {per_block:.1} bytes/block");
     }
+}
+
+#[test]
+fn an_evicted_head_leaves_its_holder_list() {
+    let c = PrefixConfig {
+        block_size_tokens: 1,
+        max_prefix_tokens_to_match: 1000,
+        lru_capacity_per_server: 8,
+    };
+    let mut index = PrefixIndex::new(c);
+    let a = block_hashes(seed("m", None), &[b'a'; 24], &c); // 6 blocks
+    let b = block_hashes(seed("m", None), &[b'b'; 32], &c); // 8 blocks: evicts all of a
+    index.record("e", &a);
+    index.record("f", &a);
+    index.record("e", &b);
+    index.check_heads();
+    assert_eq!(index.total_heads(), 2);
+    let mut out = Vec::new();
+    index.holders(&a, &mut out);
+    assert_eq!(out, [("f", 6)]);
+    assert_eq!(index.match_endpoint("e", &a), 0);
+    index.remove_endpoint("f");
+    index.check_heads();
+    let mut out = Vec::new();
+    index.holders(&a, &mut out);
+    assert!(out.is_empty());
+    assert_eq!(index.total_heads(), 1);
 }

@@ -1,7 +1,9 @@
 //! The per-request path: [`Scheduler::schedule`], a pure function of the request view, the
 //! candidates, the prefix index, one random `u64` and `now`.
 //!
-//! Cost: one prefix-index lookup for the request (only if some profile reads it), then per
+//! Cost: one prefix-index lookup for the request (only if some profile reads it; with
+//! [`PrefixIndex`], one probe for the endpoints holding its first block, then a few per
+//! holder and one name lookup per candidate when there is any holder), then per
 //! profile O(filters × n + scorers × n + (1 + maxFallbacks) × n) with no allocation beyond
 //! the decision record itself.
 
@@ -53,6 +55,23 @@ pub struct Candidate<'a> {
 pub trait PrefixMatch {
     /// Leading blocks of `hashes` recorded for `endpoint` (0 for an unknown endpoint).
     fn matched_blocks(&self, endpoint: &str, hashes: &[BlockHash]) -> usize;
+
+    /// [`PrefixMatch::matched_blocks`] for every candidate, in order (`out` is cleared
+    /// first). An index that can skip the endpoints holding nothing of the request in one
+    /// step overrides it ([`PrefixIndex`] does).
+    fn match_candidates(
+        &self,
+        candidates: &[Candidate<'_>],
+        hashes: &[BlockHash],
+        out: &mut Vec<usize>,
+    ) {
+        out.clear();
+        out.extend(
+            candidates
+                .iter()
+                .map(|c| self.matched_blocks(c.address, hashes)),
+        );
+    }
 }
 
 /// A prefix index that holds nothing (for configs without prefix plugins, and tests).
@@ -68,6 +87,15 @@ impl PrefixMatch for NoPrefixIndex {
 impl PrefixMatch for PrefixIndex {
     fn matched_blocks(&self, endpoint: &str, hashes: &[BlockHash]) -> usize {
         self.match_endpoint(endpoint, hashes)
+    }
+
+    fn match_candidates(
+        &self,
+        candidates: &[Candidate<'_>],
+        hashes: &[BlockHash],
+        out: &mut Vec<usize>,
+    ) {
+        self.match_names(candidates.iter().map(|c| c.address), hashes, out);
     }
 }
 
@@ -107,14 +135,13 @@ impl Scheduler {
             .unwrap_or(usize::MAX);
         let full_blocks = request.block_hashes.len().min(max_blocks);
         let hashes = request.block_hashes.get(..full_blocks).unwrap_or(&[]);
-        let matched: Vec<usize> = if self.needs_prefix && full_blocks > 0 {
-            candidates
-                .iter()
-                .map(|c| prefix.matched_blocks(c.address, hashes).min(full_blocks))
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let mut matched: Vec<usize> = Vec::new();
+        if self.needs_prefix && full_blocks > 0 {
+            prefix.match_candidates(candidates, hashes, &mut matched);
+            for m in &mut matched {
+                *m = (*m).min(full_blocks);
+            }
+        }
         let ctx = Ctx {
             req: request,
             cands: candidates,

@@ -1,0 +1,195 @@
+//! Which endpoints hold a prompt's first block: the index's way to skip, in one probe, every
+//! endpoint that holds nothing of a prompt.
+//!
+//! Every endpoint's stored set is prefix-closed (see `index.rs`), so an endpoint holds some
+//! of a prompt exactly when it holds its first block, and that block was the first of a
+//! request recorded there (a chained hash at position 0 covers the seed, so it never occurs
+//! at another position). [`Heads`] maps each such first block (a *head*) to the list of
+//! endpoints holding it; matching a prompt walks that list only.
+//!
+//! Each list entry ([`Holder`]) also keeps the length of the last request recorded with that
+//! head on that endpoint: a likely answer for the next match, confirmed with two probes.
+//!
+//! Structure: a `hashbrown::HashTable` of heads (hash, first holder), probed with the head
+//! hash itself (an XXH3 output), and one `Vec` of holders doubly linked by index, with a
+//! free list. Cost: 16 bytes per holder plus 16 bytes per table bucket per distinct head;
+//! with 128-block requests, a fraction of a byte per stored block.
+
+use crate::types::BlockHash;
+use alloc::vec::Vec;
+use hashbrown::HashTable;
+
+/// End-of-list marker for holder links.
+const NIL: u32 = u32::MAX;
+
+/// One head: its hash and the first endpoint of its holder list.
+#[derive(Clone, Copy, Debug)]
+struct Head {
+    hash: u64,
+    first: u32,
+}
+
+/// One endpoint holding one head.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Holder {
+    /// The endpoint's slot in the index.
+    pub endpoint: u32,
+    /// Blocks of the last request recorded with this head on this endpoint (a hint).
+    pub depth: u32,
+    prev: u32,
+    next: u32,
+}
+
+/// Heads and their holder lists.
+#[derive(Debug, Default)]
+pub(crate) struct Heads {
+    table: HashTable<Head>,
+    holders: Vec<Holder>,
+    /// First free holder (linked through `next`), or `NIL`.
+    free: u32,
+    /// Holders in use.
+    live: usize,
+}
+
+impl Heads {
+    /// No heads.
+    pub fn new() -> Self {
+        Heads {
+            table: HashTable::new(),
+            holders: Vec::new(),
+            free: NIL,
+            live: 0,
+        }
+    }
+
+    /// Adds `endpoint` as a holder of `head` (the caller knows it is not one yet) and
+    /// returns the holder's index.
+    pub fn add(&mut self, head: BlockHash, endpoint: u32, depth: u32) -> u32 {
+        let idx = match self.holders.get(self.free as usize).copied() {
+            Some(free) => {
+                let idx = self.free;
+                self.free = free.next;
+                idx
+            }
+            None => {
+                self.holders.push(Holder {
+                    endpoint,
+                    depth,
+                    prev: NIL,
+                    next: NIL,
+                });
+                (self.holders.len() - 1) as u32
+            }
+        };
+        self.live += 1;
+        let h = head.0;
+        let old_first = match self.table.find_mut(h, |e| e.hash == h) {
+            Some(e) => core::mem::replace(&mut e.first, idx),
+            None => {
+                self.table.insert_unique(
+                    h,
+                    Head {
+                        hash: h,
+                        first: idx,
+                    },
+                    |e| e.hash,
+                );
+                NIL
+            }
+        };
+        if let Some(holder) = self.holders.get_mut(idx as usize) {
+            *holder = Holder {
+                endpoint,
+                depth,
+                prev: NIL,
+                next: old_first,
+            };
+        }
+        if let Some(next) = self.holders.get_mut(old_first as usize) {
+            next.prev = idx;
+        }
+        idx
+    }
+
+    /// Removes holder `idx` from the list of `head`, forgetting the head with its last holder.
+    pub fn remove(&mut self, head: BlockHash, idx: u32) {
+        let Some(&Holder { prev, next, .. }) = self.holders.get(idx as usize) else {
+            return;
+        };
+        match self.holders.get_mut(prev as usize) {
+            Some(p) => p.next = next,
+            None => {
+                if let Ok(entry) = self.table.find_entry(head.0, |e| e.hash == head.0) {
+                    if next == NIL {
+                        entry.remove();
+                    } else {
+                        entry.into_mut().first = next;
+                    }
+                }
+            }
+        }
+        if let Some(n) = self.holders.get_mut(next as usize) {
+            n.prev = prev;
+        }
+        if let Some(h) = self.holders.get_mut(idx as usize) {
+            *h = Holder {
+                endpoint: NIL,
+                depth: 0,
+                prev: NIL,
+                next: self.free,
+            };
+            self.free = idx;
+        }
+        self.live -= 1;
+    }
+
+    /// Sets the depth hint of holder `idx`.
+    pub fn set_depth(&mut self, idx: u32, depth: u32) {
+        if let Some(h) = self.holders.get_mut(idx as usize) {
+            h.depth = depth;
+        }
+    }
+
+    /// The depth hint of holder `idx`.
+    pub fn depth(&self, idx: u32) -> u32 {
+        self.holders.get(idx as usize).map_or(0, |h| h.depth)
+    }
+
+    /// The holders of `head`, most recently added first.
+    pub fn holders_of(&self, head: BlockHash) -> HolderIter<'_> {
+        let first = self
+            .table
+            .find(head.0, |e| e.hash == head.0)
+            .map_or(NIL, |e| e.first);
+        HolderIter {
+            holders: &self.holders,
+            next: first,
+        }
+    }
+
+    /// Holders in use (one per endpoint per head).
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    /// Heap bytes used.
+    pub fn memory_bytes(&self) -> usize {
+        self.table.allocation_size() + self.holders.capacity() * core::mem::size_of::<Holder>()
+    }
+}
+
+/// Walks one head's holder list.
+pub(crate) struct HolderIter<'h> {
+    holders: &'h [Holder],
+    next: u32,
+}
+
+impl<'h> Iterator for HolderIter<'h> {
+    type Item = &'h Holder;
+
+    fn next(&mut self) -> Option<&'h Holder> {
+        let h = self.holders.get(self.next as usize)?;
+        self.next = h.next;
+        Some(h)
+    }
+}
