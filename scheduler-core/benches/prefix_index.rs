@@ -6,6 +6,12 @@
 //! this conversation on 2 endpoints; `all_full` — every endpoint holds the whole request
 //! (worst case for matching); `miss` — no endpoint holds any of it.
 //!
+//! `prefix_few_holders`: the same request over 10 and 1000 endpoints, each holding 4096
+//! blocks of other traffic, of which only 3 hold the request (120 of its 128 blocks): the
+//! index's sparse answer (`holders`) must cost the same at both sizes; `match_endpoints`
+//! (one answer per endpoint, as the scheduler needs) adds one name lookup per endpoint.
+//! Also prints the index's memory per million stored blocks.
+//!
 //! Run: `cargo bench -p scheduler-core --bench prefix_index`.
 
 #[cfg(not(target_family = "wasm"))]
@@ -109,7 +115,70 @@ mod imp {
         });
     }
 
-    criterion_group!(benches, prefix_match, prefix_record);
+    /// `n` endpoints with 32 other 128-block requests each; endpoints 1, 3 and `n / 2` also
+    /// hold the request's first 120 blocks.
+    fn few_holders_index(n: usize, request: &[BlockHash]) -> (PrefixIndex, Vec<String>) {
+        let mut index = PrefixIndex::new(PrefixConfig::default());
+        let names: Vec<String> = (0..n)
+            .map(|i| format!("10.0.{}.{}:8000", i / 250, i % 250 + 1))
+            .collect();
+        for (e, name) in names.iter().enumerate() {
+            for r in 0..32 {
+                index.record(name, &chain(&[], 0, 128, (e * 1_000_003 + r) as u64 + 7));
+            }
+            if e == 1 || e == 3 || e == n / 2 {
+                index.record(name, &request[..120]);
+            }
+        }
+        (index, names)
+    }
+
+    fn prefix_few_holders(c: &mut Criterion) {
+        let request = chain(&[], 0, 128, u64::MAX);
+        let mut g = c.benchmark_group("prefix_few_holders");
+        for n in [10usize, 1000] {
+            let (index, names) = few_holders_index(n, &request);
+            let mib = index.memory_bytes() as f64 / (1024.0 * 1024.0);
+            eprintln!(
+                "{n} endpoints: {} blocks, {} heads, {:.1} bytes per block, {:.1} MiB per million blocks",
+                index.total_blocks(),
+                index.total_heads(),
+                index.memory_bytes() as f64 / index.total_blocks() as f64,
+                mib * 1e6 / index.total_blocks() as f64
+            );
+            let eps: Vec<&str> = names.iter().map(String::as_str).collect();
+            let mut out = Vec::with_capacity(n);
+            index.match_endpoints(&eps, &request, &mut out);
+            assert_eq!(out.iter().filter(|m| **m == 120).count(), 3);
+            g.bench_with_input(BenchmarkId::new("match_endpoints", n), &n, |b, _| {
+                b.iter(|| {
+                    index.match_endpoints(black_box(&eps), black_box(&request), &mut out);
+                    out.len()
+                })
+            });
+            holders_arm(&mut g, &index, &request, n);
+        }
+        g.finish();
+    }
+
+    fn holders_arm(
+        g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+        index: &PrefixIndex,
+        request: &[BlockHash],
+        n: usize,
+    ) {
+        let mut found = Vec::new();
+        index.holders(request, &mut found);
+        assert_eq!(found.len(), 3);
+        g.bench_with_input(BenchmarkId::new("holders", n), &n, |b, _| {
+            b.iter(|| {
+                index.holders(black_box(request), &mut found);
+                found.len()
+            })
+        });
+    }
+
+    criterion_group!(benches, prefix_match, prefix_record, prefix_few_holders);
 }
 
 #[cfg(not(target_family = "wasm"))]
