@@ -50,6 +50,7 @@ pub mod overhead;
 pub mod overhead_table;
 pub mod pd;
 pub mod pressure;
+pub mod profile;
 pub mod replicas;
 pub mod report;
 pub mod soak;
