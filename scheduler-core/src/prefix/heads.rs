@@ -12,7 +12,7 @@
 //!
 //! Structure: a `hashbrown::HashTable` of heads (hash, first holder), probed with the head
 //! hash itself (an XXH3 output), and one `Vec` of holders doubly linked by index, with a
-//! free list. Cost: 16 bytes per holder plus 16 bytes per table bucket per distinct head;
+//! free list. Cost: 16 bytes per holder plus 17 bytes per table bucket per distinct head;
 //! with 128-block requests, a fraction of a byte per stored block.
 
 use crate::types::BlockHash;
@@ -22,11 +22,12 @@ use hashbrown::HashTable;
 /// End-of-list marker for holder links.
 const NIL: u32 = u32::MAX;
 
-/// One head: its hash and the first endpoint of its holder list.
+/// One head: its hash, the first endpoint of its holder list and the list's length.
 #[derive(Clone, Copy, Debug)]
 struct Head {
     hash: u64,
     first: u32,
+    count: u32,
 }
 
 /// One endpoint holding one head.
@@ -84,16 +85,17 @@ impl Heads {
         self.live += 1;
         let h = head.0;
         let old_first = match self.table.find_mut(h, |e| e.hash == h) {
-            Some(e) => core::mem::replace(&mut e.first, idx),
+            Some(e) => {
+                e.count = e.count.saturating_add(1);
+                core::mem::replace(&mut e.first, idx)
+            }
             None => {
-                self.table.insert_unique(
-                    h,
-                    Head {
-                        hash: h,
-                        first: idx,
-                    },
-                    |e| e.hash,
-                );
+                let head = Head {
+                    hash: h,
+                    first: idx,
+                    count: 1,
+                };
+                self.table.insert_unique(h, head, |e| e.hash);
                 NIL
             }
         };
@@ -116,15 +118,17 @@ impl Heads {
         let Some(&Holder { prev, next, .. }) = self.holders.get(idx as usize) else {
             return;
         };
-        match self.holders.get_mut(prev as usize) {
-            Some(p) => p.next = next,
-            None => {
-                if let Ok(entry) = self.table.find_entry(head.0, |e| e.hash == head.0) {
-                    if next == NIL {
-                        entry.remove();
-                    } else {
-                        entry.into_mut().first = next;
-                    }
+        if let Some(p) = self.holders.get_mut(prev as usize) {
+            p.next = next;
+        }
+        if let Ok(entry) = self.table.find_entry(head.0, |e| e.hash == head.0) {
+            if entry.get().count <= 1 {
+                entry.remove();
+            } else {
+                let e = entry.into_mut();
+                e.count -= 1;
+                if prev == NIL {
+                    e.first = next;
                 }
             }
         }
@@ -165,6 +169,13 @@ impl Heads {
             holders: &self.holders,
             next: first,
         }
+    }
+
+    /// Endpoints holding `head`.
+    pub fn holder_count(&self, head: BlockHash) -> usize {
+        self.table
+            .find(head.0, |e| e.hash == head.0)
+            .map_or(0, |e| e.count as usize)
     }
 
     /// Holders in use (one per endpoint per head).

@@ -110,7 +110,9 @@ impl PrefixIndex {
     }
 
     /// Like [`PrefixIndex::match_endpoints`], for any sequence of names (walked at most once,
-    /// and not at all when no endpoint holds the request's first block).
+    /// and not at all when no endpoint holds the request's first block). When few of them
+    /// hold it (fewer than a quarter), the holders are walked and the names looked up once
+    /// each; otherwise each endpoint is asked directly (its head table, then its LRU).
     pub fn match_names<'n>(
         &self,
         endpoints: impl ExactSizeIterator<Item = &'n str>,
@@ -119,7 +121,29 @@ impl PrefixIndex {
     ) {
         out.clear();
         out.resize(endpoints.len(), 0);
-        let mut by_slot = Vec::new();
+        let Some(&first) = hashes.first() else {
+            return;
+        };
+        let holding = self.heads.holder_count(first);
+        if holding == 0 {
+            return;
+        }
+        if holding.saturating_mul(4) >= out.len() {
+            // Most endpoints asked about hold the head: ask each one directly.
+            let mut previous = 0;
+            for (o, ep) in out.iter_mut().zip(endpoints) {
+                let Some(ep) = self.endpoint(ep) else {
+                    continue;
+                };
+                if let Some(holder) = ep.holder(first) {
+                    let depth = self.heads.depth(holder) as usize;
+                    *o = leading_matches(&ep.lru, hashes, [depth, previous]);
+                    previous = *o;
+                }
+            }
+            return;
+        }
+        let mut by_slot = Vec::with_capacity(holding);
         self.for_each_holder(hashes, |slot, m| by_slot.push((slot, m)));
         if by_slot.is_empty() {
             return;
@@ -293,6 +317,8 @@ impl PrefixIndex {
                     .filter(|x| x.endpoint as usize == slot)
                     .count();
                 assert_eq!(listed, 1, "holder {holder} listed {listed} times");
+                let all = self.heads.holders_of(BlockHash(h)).count();
+                assert_eq!(all, self.heads.holder_count(BlockHash(h)), "head count");
             }
         }
         assert_eq!(count, self.heads.len());

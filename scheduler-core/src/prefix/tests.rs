@@ -467,6 +467,8 @@ proptest! {
                 prop_assert_eq!(index.stored_blocks(name), model.eps.get(name).map_or(0, |e| e.1.len()));
             }
             index.check_heads();
+            let unknown: Vec<String> = (0..20).map(|i| format!("10.9.9.{i}:8000")).collect();
+            let wide: Vec<&str> = names.iter().copied().chain(unknown.iter().map(String::as_str)).collect();
             let mut out = Vec::new();
             let mut holders = Vec::new();
             for conv in 0..5 {
@@ -475,6 +477,10 @@ proptest! {
                     index.match_endpoints(&names, &h, &mut out);
                     let want: Vec<usize> = names.iter().map(|n| model.leading(n, &h)).collect();
                     prop_assert_eq!(&out, &want);
+                    // Among many endpoints that hold nothing, the holders are walked instead.
+                    index.match_endpoints(&wide, &h, &mut out);
+                    prop_assert_eq!(&out[..names.len()], &want[..]);
+                    prop_assert!(out[names.len()..].iter().all(|m| *m == 0));
                     let one: Vec<usize> = names.iter().map(|n| index.match_endpoint(n, &h)).collect();
                     prop_assert_eq!(&one, &want);
                     // The sparse answer lists exactly the endpoints holding something.
