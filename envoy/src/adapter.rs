@@ -314,6 +314,10 @@ impl LocalReply for StreamHost {
 
 impl Stats for StreamHost {
     fn counter_add(&mut self, key: &StatKey, delta: u64) {
+        // Adding nothing is a no-op, not worth a call into Envoy.
+        if delta == 0 {
+            return;
+        }
         if let Some((id, labels)) = self.config.stats.resolve(StatKind::Counter, key) {
             self.envoy.increment_counter(id, &labels, delta);
         }

@@ -42,17 +42,22 @@ impl StatsRegistry {
     /// Defines every family, and every key of `keys` as a label-less metric of its kind, on
     /// the config being created.
     pub fn define(envoy: &mut dyn DefineMetric, keys: &[(StatKind, &StatKey)]) -> StatsRegistry {
-        let ids = FAMILIES
+        let ids: Vec<(usize, usize)> = FAMILIES
             .iter()
             .enumerate()
             .filter_map(|(i, f)| envoy.define(f.kind, f.name, f.labels).map(|id| (i, id)))
             .collect();
         let scalars = keys
             .iter()
-            // A key without labels is its family, already defined as a plain metric above.
-            .filter(|(_, key)| !key.label_values().is_empty())
             .filter_map(|&(kind, key)| {
-                let id = envoy.define(kind, key.as_str(), &[])?;
+                let id = if key.label_values().is_empty() {
+                    // A key without labels is its family, already defined as a plain
+                    // metric above: mapped here too, so it resolves in one lookup.
+                    let family = FAMILIES.iter().position(|f| f.name == key.as_str())?;
+                    ids.iter().find(|(f, _)| *f == family)?.1
+                } else {
+                    envoy.define(kind, key.as_str(), &[])?
+                };
                 Some((key.as_str().to_owned(), (kind, id)))
             })
             .collect();
@@ -199,5 +204,23 @@ mod tests {
             Some("infergate.scraper.publishes")
         );
         assert!(values.is_empty());
+    }
+
+    #[test]
+    fn label_less_keys_known_at_config_time_are_their_family() {
+        let mut envoy = Recorder::default();
+        let key = StatKey::new("infergate.scraper.publishes", &[]);
+        let registry = StatsRegistry::define(&mut envoy, &[(StatKind::Counter, &key)]);
+        assert_eq!(envoy.defined.len(), FAMILIES.len(), "nothing defined twice");
+        let family = envoy
+            .defined
+            .iter()
+            .position(|(_, n, _)| n == "infergate.scraper.publishes");
+        assert!(registry.scalars.contains_key(key.as_str()));
+        assert_eq!(
+            registry.resolve(StatKind::Counter, &key),
+            family.map(|id| (id, Vec::new()))
+        );
+        assert!(registry.resolve(StatKind::Gauge, &key).is_none());
     }
 }
