@@ -47,6 +47,10 @@
 //! started once per concurrency and kept over its body sizes. The run ends with a summary
 //! of every arm's CPU and latency in every run.
 //!
+//! Profiles: with `--profile [DIR]`, each run ends with one more window per arm under
+//! `perf` ([`super::profile`]), not counted in the figures, drawn as an SVG flame graph of
+//! its Envoy (and of its external processor).
+//!
 //! Streamed windows: after its measured window, each arm but the floors and the ext_proc
 //! arms also runs a
 //! streamed window ([`first_chunk`]): the same bodies with `"stream": true`, answered by
@@ -56,6 +60,7 @@
 //! and strips it from every chunk; the client checks that it never sees usage.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -143,6 +148,10 @@ pub struct OverheadOptions {
     pub arms: Vec<String>,
     /// Streamed window per arm and round (zero: no streamed windows).
     pub stream_measure: Duration,
+    /// `--profile`: after each run's rounds, one more measured window per arm under
+    /// `perf`, drawn as a flame graph per process in this directory (not counted in the
+    /// figures).
+    pub profile: Option<PathBuf>,
 }
 
 impl Default for OverheadOptions {
@@ -157,6 +166,7 @@ impl Default for OverheadOptions {
             endpoints: 4,
             arms: arm_labels().map(str::to_string).collect(),
             stream_measure: Duration::from_secs(2),
+            profile: None,
         }
     }
 }
@@ -302,6 +312,7 @@ const STREAM_WARMUP: Duration = Duration::from_millis(300);
 const USAGE: &str = "usage: bench overhead [--connections N] [--concurrency C,C (1,4)] \
                      [--body-kb KB,KB (32,128,512) | --body-tokens T,T] [--rounds R] \
                      [--warmup-ms MS] [--measure-s S] [--stream-measure-s S (0: none)] \
+                     [--profile [DIR (target/flamegraphs)]: a flame graph per arm and run] \
                      [--quick: 2 short rounds; 32 KB at 1 worker and 128 KB at 4 unless sizes \
                      or workers are given] [--arms direct,plain,wasm-floor,wasm,wasm-tenancy,\
                      wasm-flow,native-floor,native,native-tenancy,native-flow,extproc-null,\
@@ -370,6 +381,16 @@ impl OverheadOptions {
                 "--stream-measure-s" => {
                     o.stream_measure =
                         Duration::from_secs_f64(value(arg)?.parse().context("--stream-measure-s")?)
+                }
+                "--profile" => {
+                    let dir = match it.as_slice().first() {
+                        Some(next) if !next.starts_with("--") => {
+                            it.next();
+                            PathBuf::from(next)
+                        }
+                        _ => PathBuf::from(DEFAULT_PROFILE_DIR),
+                    };
+                    o.profile = Some(dir);
                 }
                 "--quick" => {
                     quick = true;
@@ -668,9 +689,63 @@ async fn run_one(
             stream_window(a, backend, opts, round).await;
         }
     }
+    if let Some(dir) = &opts.profile {
+        for a in &mut arms {
+            profile_window(a, opts, shape, dir).await?;
+        }
+    }
     let logic = super::logic::measure(&bodies, Duration::from_millis(300));
     let text = render(&arms, opts, shape, &logic);
     Ok((arms, text))
+}
+
+/// Where `--profile` writes without a directory.
+const DEFAULT_PROFILE_DIR: &str = "target/flamegraphs";
+
+/// One more measured window of arm `a` with `perf` on its Envoy (and its external
+/// processor), not counted in the figures: `DIR/overhead-<workers>w-<KB>KB-<arm>.svg` (and
+/// `...-processor.svg`).
+async fn profile_window(
+    a: &mut Arm,
+    opts: &OverheadOptions,
+    shape: RunShape,
+    dir: &Path,
+) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let name = format!(
+        "overhead-{}w-{}KB-{}",
+        shape.concurrency,
+        shape.body_tokens / TOKENS_PER_KB,
+        a.label
+    );
+    let title = format!(
+        "{}: Envoy --concurrency {}, {} KB bodies",
+        a.label,
+        shape.concurrency,
+        shape.body_tokens / TOKENS_PER_KB
+    );
+    let mut recordings = Vec::new();
+    for (pid, suffix, what) in [
+        (a.envoy_pid(), "", "Envoy"),
+        (a.processor_pid(), "-processor", "external processor"),
+    ] {
+        let Some(pid) = pid else { continue };
+        let data = dir.join(format!("{name}{suffix}.perf.data"));
+        let svg = dir.join(format!("{name}{suffix}.svg"));
+        let rec = super::profile::Recording::start(pid, &data, &format!("{title} ({what})"))?;
+        recordings.push((rec, data, svg));
+    }
+    if recordings.is_empty() {
+        return Ok(());
+    }
+    let _ = a.client.run(opts.warmup).await;
+    let _ = a.client.run(opts.measure).await;
+    for (rec, data, svg) in recordings {
+        rec.finish(&svg).await?;
+        let _ = std::fs::remove_file(&data);
+        eprintln!("  flame graph: {}", svg.display());
+    }
+    Ok(())
 }
 
 /// The arm's streamed window of this round, if it has one.
@@ -896,6 +971,12 @@ mod tests {
         let o =
             OverheadOptions::parse(&s(&["--arms", "extproc-parse-buffered,extproc-null"])).unwrap();
         assert_eq!(o.arms, ["extproc-parse-buffered", "extproc-null", "plain"]);
+        let o = OverheadOptions::parse(&s(&["--profile"])).unwrap();
+        assert_eq!(o.profile, Some(PathBuf::from(DEFAULT_PROFILE_DIR)));
+        let o = OverheadOptions::parse(&s(&["--profile", "/tmp/f", "--quick"])).unwrap();
+        assert_eq!(o.profile, Some(PathBuf::from("/tmp/f")));
+        assert_eq!(o.runs, QUICK_RUNS);
+        assert_eq!(OverheadOptions::parse(&s(&[])).unwrap().profile, None);
         let o = OverheadOptions::parse(&s(&["--quick", "--stream-measure-s", "0"])).unwrap();
         assert!(o.stream_measure.is_zero());
         assert_eq!(o.runs, QUICK_RUNS, "quick: 32 KB at 1 worker, 128 KB at 4");
