@@ -606,6 +606,7 @@ pub async fn run(opts: &OverheadOptions) -> Result<String> {
         for shape in opts.runs.iter().filter(|r| r.concurrency == concurrency) {
             let (arms, text) = run_one(opts, *shape, started, &backend, &addrs).await?;
             println!("{text}");
+            check_served(&arms)?;
             done.push(RunSummary::of(*shape, &arms));
             started = arms
                 .into_iter()
@@ -697,6 +698,26 @@ async fn run_one(
     let logic = super::logic::measure(&bodies, Duration::from_millis(300));
     let text = render(&arms, opts, shape, &logic);
     Ok((arms, text))
+}
+
+/// Largest share of failed requests an arm may have for its figures to stand.
+const MAX_ERROR_SHARE: f64 = 0.01;
+
+/// Fails the bench when an arm served nothing or failed more than [`MAX_ERROR_SHARE`] of
+/// its requests: its figures would describe a broken proxy, not its cost.
+fn check_served(arms: &[Arm]) -> Result<()> {
+    for a in arms {
+        let all = a.total.ok + a.total.errors;
+        if a.total.ok == 0 || a.total.errors as f64 > MAX_ERROR_SHARE * all as f64 {
+            bail!(
+                "arm {}: {} of {all} requests failed (first: {})",
+                a.label,
+                a.total.errors,
+                a.total.first_error.as_deref().unwrap_or("none answered")
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Where `--profile` writes without a directory.
