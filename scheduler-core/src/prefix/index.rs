@@ -53,6 +53,11 @@ fn fixed_state() -> ahash::RandomState {
     ahash::RandomState::with_seeds(KEYS[0], KEYS[1], KEYS[2], KEYS[3])
 }
 
+/// Largest endpoint list [`PrefixIndex::match_names`] may ask endpoint by endpoint (beyond
+/// it, walking the holders and filling a scratch table by slot is cheaper even when most
+/// endpoints hold the head: the holder list is walked in memory order).
+const DIRECT_MAX: usize = 128;
+
 /// One endpoint: its LRU and the heads it holds (head hash, holder index in [`Heads`]).
 #[derive(Debug)]
 struct Endpoint {
@@ -110,9 +115,10 @@ impl PrefixIndex {
     }
 
     /// Like [`PrefixIndex::match_endpoints`], for any sequence of names (walked at most once,
-    /// and not at all when no endpoint holds the request's first block). When few of them
-    /// hold it (fewer than a quarter), the holders are walked and the names looked up once
-    /// each; otherwise each endpoint is asked directly (its head table, then its LRU).
+    /// and not at all when no endpoint holds the request's first block). The holders are
+    /// walked and the names looked up once each, except for a short list (at most 128) of
+    /// which a quarter or more hold the head: then each endpoint is asked directly (its head
+    /// table, then its LRU).
     pub fn match_names<'n>(
         &self,
         endpoints: impl ExactSizeIterator<Item = &'n str>,
@@ -128,8 +134,8 @@ impl PrefixIndex {
         if holding == 0 {
             return;
         }
-        if holding.saturating_mul(4) >= out.len() {
-            // Most endpoints asked about hold the head: ask each one directly.
+        if out.len() <= DIRECT_MAX && holding.saturating_mul(4) >= out.len() {
+            // A few endpoints, most holding the head: ask each one directly (no scratch).
             let mut previous = 0;
             for (o, ep) in out.iter_mut().zip(endpoints) {
                 let Some(ep) = self.endpoint(ep) else {
