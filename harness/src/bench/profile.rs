@@ -110,7 +110,9 @@ pub fn render(perf_script: &[u8], title: &str, svg: &Path) -> Result<()> {
     }
     let mut options = GraphOptions::default();
     options.title = title.to_string();
-    options.count_name = "samples".into();
+    // perf weighs each sample by its event count: nanoseconds for cpu-clock, cycles for a
+    // hardware counter.
+    options.count_name = "perf event count".into();
     let file = std::fs::File::create(svg).with_context(|| format!("creating {}", svg.display()))?;
     flamegraph::from_reader(
         &mut options,
@@ -168,7 +170,7 @@ envoy 100/101 [000] 1.000002: 1 cpu-clock:ppp: \n\
         rec.finish(&svg).await.unwrap();
         busy.kill().await.unwrap();
         let text = std::fs::read_to_string(&svg).unwrap();
-        assert!(text.contains("busy sh") && text.contains("samples"));
+        assert!(text.contains("busy sh") && text.contains("perf event count"));
         let _ = std::fs::remove_file(data);
     }
 }
