@@ -169,4 +169,22 @@ mod tests {
         let last = format!("{:08}{}", 999, "x".repeat(60 * 1024));
         assert_eq!(long.get(&last), Some(3));
     }
+
+    /// What 100,000 active sessions cost: about 60 bytes each (a 32-byte map entry at the
+    /// map's load factor, a 16-byte queue slot), whatever their ids.
+    #[test]
+    fn a_hundred_thousand_sessions_fit_in_about_six_mib() {
+        let mut t = SessionTable::new(100_000);
+        for i in 0..100_000u32 {
+            t.record(&format!("conversation-{i}"), (i % 100) as usize);
+        }
+        assert_eq!(t.len(), 100_000);
+        let per_session = t.entry_bytes() as f64 / 100_000.0;
+        eprintln!(
+            "100,000 sessions: {} bytes ({per_session:.1} per session)",
+            t.entry_bytes()
+        );
+        assert!(per_session <= 64.0, "{per_session}");
+        assert!(t.entry_bytes() <= 6_400_000, "{}", t.entry_bytes());
+    }
 }
