@@ -8,6 +8,9 @@ use super::super::filter::ALIVE;
 use super::super::plugins::{Picker, PickerKind};
 use super::{SplitMix64, TIE_EPSILON};
 
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 /// Runs picker `p` over the alive candidates: the pick first, then up to `maxFallbacks`
 /// fallbacks in order (empty when no candidate is alive).
 fn reference_pick(
