@@ -109,14 +109,18 @@ pub struct Splices {
 }
 
 /// The billing records written to `file` so far, one JSON value per line (a missing file:
-/// none yet). A line that is not JSON is an error naming its line number.
+/// none yet). Only complete lines count: a last line without its newline is one Envoy's
+/// access logger is still writing. A complete line that is not JSON is an error naming its
+/// line number.
 pub fn read_billing_log(file: &Path) -> Result<Vec<Json>> {
     let text = match std::fs::read_to_string(file) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e).with_context(|| format!("reading {}", file.display())),
     };
-    text.lines()
+    let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+    complete
+        .lines()
         .enumerate()
         .map(|(i, line)| {
             serde_json::from_str(line)
@@ -304,6 +308,9 @@ mod tests {
         let records = read_billing_log(&file).unwrap();
         assert_eq!(records.len(), 2);
         assert_eq!(records[0]["charged"], 3);
+        // A last line still being written (no newline yet) is not read.
+        std::fs::write(&file, "{\"tenant\":\"a\"}\n{\"tenant\":\"b\",\"obj").unwrap();
+        assert_eq!(read_billing_log(&file).unwrap().len(), 1);
         std::fs::write(&file, "{\"tenant\":\"a\"}\n-\n").unwrap();
         let err = format!("{:#}", read_billing_log(&file).unwrap_err());
         assert!(err.contains("line 2"), "{err}");
