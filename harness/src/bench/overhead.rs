@@ -736,14 +736,14 @@ async fn profile_window(
     let name = format!(
         "overhead-{}w-{}KB-{}",
         shape.concurrency,
-        shape.body_tokens / TOKENS_PER_KB,
+        shape.body_kb(),
         a.label
     );
     let title = format!(
         "{}: Envoy --concurrency {}, {} KB bodies",
         a.label,
         shape.concurrency,
-        shape.body_tokens / TOKENS_PER_KB
+        shape.body_kb()
     );
     let mut recordings = Vec::new();
     for (pid, suffix, what) in [
