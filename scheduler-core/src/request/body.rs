@@ -167,9 +167,9 @@ impl<'de> Visitor<'de> for BodySeed<'_> {
 }
 
 /// `tools`: null, or an array written as `GS "tools" US <canonical JSON> RS` unless empty.
-struct ToolsSeed<'a> {
-    out: &'a mut Stream,
-    err: &'a mut Option<RequestError>,
+pub(crate) struct ToolsSeed<'a> {
+    pub out: &'a mut Stream,
+    pub err: &'a mut Option<RequestError>,
 }
 
 impl<'de> DeserializeSeed<'de> for ToolsSeed<'_> {
@@ -221,15 +221,15 @@ impl<'de> Visitor<'de> for ToolsSeed<'_> {
 
 /// The two flags of `stream_options` the gateway reads.
 #[derive(Clone, Copy, Default)]
-struct StreamOptions {
-    include_usage: bool,
-    continuous_usage: bool,
+pub(crate) struct StreamOptions {
+    pub include_usage: bool,
+    pub continuous_usage: bool,
 }
 
 /// `stream_options`: an object (or null) whose `include_usage` and
 /// `continuous_usage_stats` are read.
-struct StreamOptionsSeed<'a> {
-    err: &'a mut Option<RequestError>,
+pub(crate) struct StreamOptionsSeed<'a> {
+    pub err: &'a mut Option<RequestError>,
 }
 
 impl<'de> DeserializeSeed<'de> for StreamOptionsSeed<'_> {

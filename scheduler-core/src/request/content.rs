@@ -84,8 +84,8 @@ impl<'de> Visitor<'de> for MessagesSeed<'_> {
 }
 
 /// One message object: content first, then the role trailer.
-struct MessageSeed<'a> {
-    sink: Sink<'a>,
+pub(crate) struct MessageSeed<'a> {
+    pub sink: Sink<'a>,
 }
 
 impl<'de> DeserializeSeed<'de> for MessageSeed<'_> {

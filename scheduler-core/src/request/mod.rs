@@ -80,14 +80,18 @@ mod body;
 mod canonical;
 mod content;
 mod error;
+mod fast;
 mod part;
 mod prompt;
 mod scalar;
+mod scan;
 mod stream;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_bounds;
+#[cfg(test)]
+mod tests_fast;
 mod utf8;
 
 pub use error::RequestError;
@@ -190,6 +194,19 @@ pub fn parse_with_limit(
     body: &[u8],
     max_prompt_bytes: usize,
 ) -> Result<ParsedRequest, RequestError> {
+    match fast::parse(api, body, max_prompt_bytes) {
+        Some(parts) => finish(api, parts, max_prompt_bytes),
+        None => parse_serde(api, body, max_prompt_bytes),
+    }
+}
+
+/// The `serde_json` path: every body the fast path ([`fast`]) leaves, and every error. It is
+/// also the reference the fast path is tested against.
+fn parse_serde(
+    api: Api,
+    body: &[u8],
+    max_prompt_bytes: usize,
+) -> Result<ParsedRequest, RequestError> {
     // The canonical stream is never much longer than the JSON it comes from.
     let mut prompt = stream::Stream::with_limit(max_prompt_bytes, body.len());
     let mut tools = stream::Stream::with_limit(max_prompt_bytes, 0);
@@ -218,6 +235,27 @@ pub fn parse_with_limit(
     if seed.deserialize(&mut de).and_then(|()| de.end()).is_err() {
         return Err(err.unwrap_or(RequestError::NotJson));
     }
+    let parts = fast::Parts {
+        prompt,
+        tools,
+        system,
+        fields,
+    };
+    finish(api, parts, max_prompt_bytes)
+}
+
+/// The request from the parsed parts: the prompt sections joined in their order.
+fn finish(
+    api: Api,
+    parts: fast::Parts,
+    max_prompt_bytes: usize,
+) -> Result<ParsedRequest, RequestError> {
+    let fast::Parts {
+        mut prompt,
+        tools,
+        system,
+        fields,
+    } = parts;
     let model = fields.model.ok_or(RequestError::MissingModel)?;
     if !tools.is_empty() || !system.is_empty() {
         // Tools, then the system prompt, then the messages, whatever their order in the body.
@@ -244,4 +282,14 @@ pub fn parse_with_limit(
         continuous_usage: fields.continuous_usage,
         cache_salt: fields.cache_salt,
     })
+}
+
+/// The `serde_json` path alone: the reference the fast path is tested against.
+#[cfg(test)]
+pub(crate) fn parse_reference(
+    api: Api,
+    body: &[u8],
+    max_prompt_bytes: usize,
+) -> Result<ParsedRequest, RequestError> {
+    parse_serde(api, body, max_prompt_bytes)
 }

@@ -91,6 +91,24 @@ impl Stream {
         self.len = self.len.saturating_add(b.len());
     }
 
+    /// Runs `write` on the stored bytes themselves, when the stream is complete and could
+    /// store `bound` more bytes: the fast path's string decoder appends there without a
+    /// limit check per run. Should `write` append more than `bound` after all, the stored
+    /// bytes are cut back to the limit (they stay a prefix); `None` if the stream cannot.
+    pub fn write_direct<R>(
+        &mut self,
+        bound: usize,
+        write: impl FnOnce(&mut Vec<u8>) -> R,
+    ) -> Option<R> {
+        if !self.is_complete() || self.limit.saturating_sub(self.bytes.len()) < bound {
+            return None;
+        }
+        let r = write(&mut self.bytes);
+        self.len = self.bytes.len();
+        self.bytes.truncate(self.limit);
+        Some(r)
+    }
+
     /// Appends one byte.
     pub fn push(&mut self, b: u8) {
         self.extend_from_slice(&[b]);

@@ -41,28 +41,35 @@ pub(crate) fn is_valid(b: &[u8]) -> bool {
             i += 1;
             continue;
         }
-        let width = match lead {
-            0xc2..=0xdf => 2,
-            0xe0..=0xef => 3,
-            0xf0..=0xf4 => 4,
-            _ => return false,
-        };
-        let Some(&[_, second, ref tail @ ..]) = b.get(i..i + width) else {
-            return false;
-        };
-        let second_ok = match lead {
-            0xe0 => (0xa0..=0xbf).contains(&second), // no overlong 3-byte forms
-            0xed => (0x80..=0x9f).contains(&second), // no surrogates
-            0xf0 => (0x90..=0xbf).contains(&second), // no overlong 4-byte forms
-            0xf4 => (0x80..=0x8f).contains(&second), // nothing above U+10FFFF
-            _ => (0x80..=0xbf).contains(&second),
-        };
-        if !second_ok || tail.iter().any(|&c| c & 0xc0 != 0x80) {
-            return false;
+        match char_width(b, i) {
+            Some(width) => i += width,
+            None => return false,
         }
-        i += width;
     }
     true
+}
+
+/// The width of the well-formed multi-byte UTF-8 character at `i` (whose lead byte is not
+/// ASCII), or `None` if the bytes there are not one.
+pub(crate) fn char_width(b: &[u8], i: usize) -> Option<usize> {
+    let lead = *b.get(i)?;
+    let width = match lead {
+        0xc2..=0xdf => 2,
+        0xe0..=0xef => 3,
+        0xf0..=0xf4 => 4,
+        _ => return None,
+    };
+    let Some(&[_, second, ref tail @ ..]) = b.get(i..i + width) else {
+        return None;
+    };
+    let second_ok = match lead {
+        0xe0 => (0xa0..=0xbf).contains(&second), // no overlong 3-byte forms
+        0xed => (0x80..=0x9f).contains(&second), // no surrogates
+        0xf0 => (0x90..=0xbf).contains(&second), // no overlong 4-byte forms
+        0xf4 => (0x80..=0x8f).contains(&second), // nothing above U+10FFFF
+        _ => (0x80..=0xbf).contains(&second),
+    };
+    (second_ok && tail.iter().all(|&c| c & 0xc0 == 0x80)).then_some(width)
 }
 
 #[cfg(test)]
