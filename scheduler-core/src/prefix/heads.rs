@@ -8,11 +8,14 @@
 //! endpoints holding it; matching a prompt walks that list only.
 //!
 //! Each list entry ([`Holder`]) also keeps the length of the last request recorded with that
-//! head on that endpoint: a likely answer for the next match, confirmed with two probes.
+//! head on that endpoint: a likely answer for the next match, confirmed with two probes. With
+//! it, the hash of that request's last block and the endpoint's eviction count at the time:
+//! when the count has not moved and the prompt has that hash at that depth, the block is
+//! known to be stored without a probe (see `index.rs`).
 //!
 //! Structure: a `hashbrown::HashTable` of heads (hash, first holder), probed with the head
 //! hash itself (an XXH3 output), and one `Vec` of holders doubly linked by index, with a
-//! free list. Cost: 16 bytes per holder plus 17 bytes per table bucket per distinct head;
+//! free list. Cost: 32 bytes per holder plus 17 bytes per table bucket per distinct head;
 //! with 128-block requests, a fraction of a byte per stored block.
 
 use crate::types::BlockHash;
@@ -39,6 +42,32 @@ pub(crate) struct Holder {
     pub depth: u32,
     prev: u32,
     next: u32,
+    /// The hash of that request's block `depth - 1`.
+    pub last: u64,
+    /// The endpoint's eviction count just after that request was recorded.
+    pub epoch: u32,
+}
+
+/// What a holder remembers of the last request recorded with its head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Hint {
+    /// Blocks of that request (as stored).
+    pub depth: u32,
+    /// The hash of its block `depth - 1`.
+    pub last: u64,
+    /// The endpoint's eviction count just after it was recorded.
+    pub epoch: u32,
+}
+
+impl Holder {
+    /// What this holder remembers of its last request.
+    pub fn hint(&self) -> Hint {
+        Hint {
+            depth: self.depth,
+            last: self.last,
+            epoch: self.epoch,
+        }
+    }
 }
 
 /// Heads and their holder lists.
@@ -65,7 +94,8 @@ impl Heads {
 
     /// Adds `endpoint` as a holder of `head` (the caller knows it is not one yet) and
     /// returns the holder's index.
-    pub fn add(&mut self, head: BlockHash, endpoint: u32, depth: u32) -> u32 {
+    pub fn add(&mut self, head: BlockHash, endpoint: u32, hint: Hint) -> u32 {
+        let Hint { depth, last, epoch } = hint;
         let idx = match self.holders.get(self.free as usize).copied() {
             Some(free) => {
                 let idx = self.free;
@@ -78,6 +108,8 @@ impl Heads {
                     depth,
                     prev: NIL,
                     next: NIL,
+                    last,
+                    epoch,
                 });
                 (self.holders.len() - 1) as u32
             }
@@ -105,6 +137,8 @@ impl Heads {
                 depth,
                 prev: NIL,
                 next: old_first,
+                last,
+                epoch,
             };
         }
         if let Some(next) = self.holders.get_mut(old_first as usize) {
@@ -141,22 +175,33 @@ impl Heads {
                 depth: 0,
                 prev: NIL,
                 next: self.free,
+                last: 0,
+                epoch: 0,
             };
             self.free = idx;
         }
         self.live -= 1;
     }
 
-    /// Sets the depth hint of holder `idx`.
-    pub fn set_depth(&mut self, idx: u32, depth: u32) {
+    /// Sets the hint of holder `idx`.
+    pub fn set_hint(&mut self, idx: u32, hint: Hint) {
         if let Some(h) = self.holders.get_mut(idx as usize) {
-            h.depth = depth;
+            h.depth = hint.depth;
+            h.last = hint.last;
+            h.epoch = hint.epoch;
         }
     }
 
-    /// The depth hint of holder `idx`.
-    pub fn depth(&self, idx: u32) -> u32 {
-        self.holders.get(idx as usize).map_or(0, |h| h.depth)
+    /// The hint of holder `idx`.
+    pub fn hint(&self, idx: u32) -> Hint {
+        self.holders.get(idx as usize).map_or(
+            Hint {
+                depth: 0,
+                last: 0,
+                epoch: 0,
+            },
+            Holder::hint,
+        )
     }
 
     /// The holders of `head`, most recently added first.

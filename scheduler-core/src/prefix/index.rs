@@ -33,7 +33,7 @@
 //! requests of a few blocks) and a small fixed cost per endpoint.
 //! [`PrefixIndex::memory_bytes`] measures it.
 
-use super::heads::Heads;
+use super::heads::{Heads, Hint};
 use super::lru::EndpointLru;
 use super::PrefixConfig;
 use crate::types::BlockHash;
@@ -64,6 +64,9 @@ struct Endpoint {
     name: Box<str>,
     lru: EndpointLru,
     heads: HashTable<(u64, u32)>,
+    /// Blocks evicted from `lru` so far (saturating; `u32::MAX` means "too many to tell"):
+    /// while it has not moved since a request was recorded, all of its blocks are stored.
+    evictions: u32,
 }
 
 impl Endpoint {
@@ -72,6 +75,15 @@ impl Endpoint {
         self.heads
             .find(head.0, |e| e.0 == head.0)
             .map(|&(_, holder)| holder)
+    }
+
+    /// The matched blocks of `hashes` on this endpoint, which holds `hashes[0]` as a head
+    /// with `hint`; `previous` is another likely answer.
+    fn leading(&self, hint: Hint, hashes: &[BlockHash], previous: usize) -> usize {
+        let depth = hint.depth as usize;
+        let unmoved = hint.epoch == self.evictions && self.evictions != u32::MAX;
+        let known = unmoved && depth > 0 && hashes.get(depth - 1).is_some_and(|h| h.0 == hint.last);
+        leading_matches(&self.lru, hashes, [depth, previous], known)
     }
 
     fn memory_bytes(&self) -> usize {
@@ -142,25 +154,19 @@ impl PrefixIndex {
                     continue;
                 };
                 if let Some(holder) = ep.holder(first) {
-                    let depth = self.heads.depth(holder) as usize;
-                    *o = leading_matches(&ep.lru, hashes, [depth, previous]);
+                    *o = ep.leading(self.heads.hint(holder), hashes, previous);
                     previous = *o;
                 }
             }
             return;
         }
-        let mut by_slot = Vec::with_capacity(holding);
-        self.for_each_holder(hashes, |slot, m| by_slot.push((slot, m)));
-        if by_slot.is_empty() {
-            return;
-        }
         // Holder slot → matched blocks, for the name lookups below.
         let mut matched = alloc::vec![0usize; self.slots.len()];
-        for (slot, m) in by_slot {
+        self.for_each_holder(hashes, |slot, m| {
             if let Some(x) = matched.get_mut(slot as usize) {
                 *x = m;
             }
-        }
+        });
         for (o, ep) in out.iter_mut().zip(endpoints) {
             if let Some(&slot) = self.names.get(ep) {
                 *o = matched.get(slot as usize).copied().unwrap_or(0);
@@ -191,7 +197,7 @@ impl PrefixIndex {
             let Some(Some(ep)) = self.slots.get(holder.endpoint as usize) else {
                 continue;
             };
-            let m = leading_matches(&ep.lru, hashes, [holder.depth as usize, previous]);
+            let m = ep.leading(holder.hint(), hashes, previous);
             f(holder.endpoint, m);
             previous = m;
         }
@@ -203,10 +209,7 @@ impl PrefixIndex {
             return 0;
         };
         match ep.holder(first) {
-            Some(holder) => {
-                let depth = self.heads.depth(holder) as usize;
-                leading_matches(&ep.lru, hashes, [depth, 0])
-            }
+            Some(holder) => ep.leading(self.heads.hint(holder), hashes, 0),
             None => 0,
         }
     }
@@ -221,17 +224,25 @@ impl PrefixIndex {
         let keep = hashes.len().min(ep.lru.capacity() as usize);
         for &h in hashes.iter().take(keep).rev() {
             if let Some(evicted) = ep.lru.touch(h) {
+                ep.evictions = ep.evictions.saturating_add(1);
                 drop_head(ep, &mut self.heads, evicted);
             }
         }
-        let Some(&first) = hashes.first().filter(|_| keep > 0) else {
+        let (Some(&first), Some(&last)) = (
+            hashes.first().filter(|_| keep > 0),
+            hashes.get(keep.wrapping_sub(1)),
+        ) else {
             return;
         };
-        let depth = u32::try_from(keep).unwrap_or(u32::MAX);
+        let hint = Hint {
+            depth: u32::try_from(keep).unwrap_or(u32::MAX),
+            last: last.0,
+            epoch: ep.evictions,
+        };
         match ep.holder(first) {
-            Some(holder) => self.heads.set_depth(holder, depth),
+            Some(holder) => self.heads.set_hint(holder, hint),
             None => {
-                let holder = self.heads.add(first, slot, depth);
+                let holder = self.heads.add(first, slot, hint);
                 ep.heads.insert_unique(first.0, (first.0, holder), |e| e.0);
             }
         }
@@ -244,6 +255,9 @@ impl PrefixIndex {
         let Some(Some(ep)) = self.slots.get_mut(slot as usize) else {
             return;
         };
+        if blocks < ep.lru.capacity() {
+            ep.evictions = ep.evictions.saturating_add(1);
+        }
         ep.lru.set_capacity(blocks);
         let (lru, heads) = (&ep.lru, &mut self.heads);
         ep.heads.retain(|&mut (h, holder)| {
@@ -348,6 +362,7 @@ impl PrefixIndex {
             name: endpoint.into(),
             lru: EndpointLru::new(self.cfg.lru_capacity_per_server),
             heads: HashTable::new(),
+            evictions: 0,
         };
         let slot = match self.free_slots.pop() {
             Some(slot) => {
@@ -379,12 +394,27 @@ fn drop_head(ep: &mut Endpoint, heads: &mut Heads, evicted: BlockHash) {
 
 /// Leading stored blocks of an endpoint known to hold `hashes[0]`, relying on the
 /// prefix-closed invariant (module doc). Each of `hints` is a likely answer, confirmed with
-/// two probes (block `hint - 1` stored, block `hint` not).
-fn leading_matches(lru: &EndpointLru, hashes: &[BlockHash], hints: [usize; 2]) -> usize {
+/// two probes (block `hint - 1` stored, block `hint` not). `known`: block `hints[0] - 1` is
+/// known to be stored (nothing was evicted since a request ending with it was recorded), so
+/// the first hint needs one probe (none when it covers all of `hashes`).
+fn leading_matches(
+    lru: &EndpointLru,
+    hashes: &[BlockHash],
+    hints: [usize; 2],
+    known: bool,
+) -> usize {
     let Some(&last) = hashes.last() else {
         return 0;
     };
     let n = hashes.len();
+    if known {
+        let [hint, _] = hints;
+        match hashes.get(hint) {
+            None if hint == n => return n,
+            Some(&at) if !lru.contains(at) => return hint,
+            _ => {}
+        }
+    }
     for hint in hints {
         if hint == n {
             if lru.contains(last) {
