@@ -148,9 +148,13 @@ impl PrefixIndex {
         }
         if out.len() <= DIRECT_MAX && holding.saturating_mul(4) >= out.len() {
             // A few endpoints, most holding the head: ask each one directly (no scratch).
-            let mut previous = 0;
-            for (o, ep) in out.iter_mut().zip(endpoints) {
-                let Some(ep) = self.endpoint(ep) else {
+            let (mut previous, mut guess) = (0, 0);
+            for (o, name) in out.iter_mut().zip(endpoints) {
+                let Some(slot) = self.slot_of(name, guess) else {
+                    continue;
+                };
+                guess = slot.wrapping_add(1);
+                let Some(Some(ep)) = self.slots.get(slot as usize) else {
                     continue;
                 };
                 if let Some(holder) = ep.holder(first) {
@@ -167,9 +171,11 @@ impl PrefixIndex {
                 *x = m;
             }
         });
-        for (o, ep) in out.iter_mut().zip(endpoints) {
-            if let Some(&slot) = self.names.get(ep) {
+        let mut guess = 0;
+        for (o, name) in out.iter_mut().zip(endpoints) {
+            if let Some(slot) = self.slot_of(name, guess) {
                 *o = matched.get(slot as usize).copied().unwrap_or(0);
+                guess = slot.wrapping_add(1);
             }
         }
     }
@@ -346,6 +352,16 @@ impl PrefixIndex {
 
     fn endpoints(&self) -> impl Iterator<Item = &Endpoint> {
         self.slots.iter().flatten()
+    }
+
+    /// The slot of `name`, trying slot `guess` first (names are unique among live slots, so
+    /// a live slot of that name is its slot): callers asking in the order endpoints were
+    /// added find each one without hashing its name.
+    fn slot_of(&self, name: &str, guess: u32) -> Option<u32> {
+        match self.slots.get(guess as usize) {
+            Some(Some(ep)) if *ep.name == *name => Some(guess),
+            _ => self.names.get(name).copied(),
+        }
     }
 
     fn endpoint(&self, endpoint: &str) -> Option<&Endpoint> {
