@@ -203,6 +203,30 @@ fn unusual_bodies_are_left_to_serde_json() {
 }
 
 #[test]
+fn invalid_utf8_and_control_bytes_in_content_agree() {
+    for bad in [
+        &b"\xff"[..],
+        b"\xc3",
+        b"\xc3(",
+        b"\xed\xa0\x80",
+        b"\xe2\x80",
+        b"\xf4\x90\x80\x80",
+        b"\x01",
+        b"\x1f",
+        b"\n",
+    ] {
+        for pad in [0, 1, 7, 8, 15, 16, 17, 40] {
+            let mut b = b"{\"model\":\"m\",\"messages\":[{\"role\":\"u\",\"content\":\"".to_vec();
+            b.extend(core::iter::repeat_n(b'a', pad));
+            b.extend_from_slice(bad);
+            b.extend_from_slice(b"caf\xc3\xa9 and more text\"}]}");
+            assert!(parse(Api::ChatCompletions, &b).is_err(), "{b:?}");
+            agree(&b, 9).unwrap();
+        }
+    }
+}
+
+#[test]
 fn deep_nesting_agrees() {
     for depth in [10, 60, 63, 64, 65, 66, 127, 128, 129, 200, 1000] {
         let mut b = b"{\"model\":\"m\",\"x\":".to_vec();
