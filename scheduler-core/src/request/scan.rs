@@ -75,6 +75,23 @@ fn hex4(b: &[u8], i: usize) -> Option<u32> {
     d.iter().try_fold(0, |n, &c| Some(n * 16 + hex(c)?))
 }
 
+/// The byte a one-letter escape (`\n`, `\"`, ...) stands for, given the letter; `None`
+/// for `u` and for anything that is not an escape (see [`escape`]).
+#[inline]
+fn simple_escape(letter: u8) -> Option<u8> {
+    Some(match letter {
+        b'"' => b'"',
+        b'\\' => b'\\',
+        b'/' => b'/',
+        b'b' => 8,
+        b'f' => 0xc,
+        b'n' => b'\n',
+        b'r' => b'\r',
+        b't' => b'\t',
+        _ => return None,
+    })
+}
+
 /// Decodes the escape whose `\` is at `i`: the character and the index after it. A `\u`
 /// surrogate (paired or not) gives up, as does anything that is not a JSON escape.
 fn escape(b: &[u8], i: usize) -> Option<(char, usize)> {
@@ -179,12 +196,17 @@ pub(crate) fn decode_vec(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> Option<us
         match c {
             b'"' => return Some(i + 1),
             b'\\' => {
-                let (ch, next) = escape(b, i)?;
-                match u8::try_from(ch) {
-                    Ok(byte) if byte.is_ascii() => out.push(byte),
-                    _ => out.extend_from_slice(ch.encode_utf8(&mut [0; 4]).as_bytes()),
+                match simple_escape(*b.get(i + 1)?) {
+                    Some(byte) => {
+                        out.push(byte);
+                        i += 2;
+                    }
+                    None => {
+                        let (ch, next) = escape(b, i)?;
+                        out.extend_from_slice(ch.encode_utf8(&mut [0; 4]).as_bytes());
+                        i = next;
+                    }
                 }
-                i = next;
                 run = i;
             }
             _ => return None,
