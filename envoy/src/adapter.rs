@@ -54,6 +54,17 @@ pub struct StreamHost {
     body_complete: bool,
     /// Made on the first pause, shared with every waker handed out.
     scheduler: Option<Arc<Scheduler>>,
+    /// The local reply this stream's stages sent, if one did. Envoy never runs a module's
+    /// response hooks for that module's own local reply, so the pipeline delivers its
+    /// headers to the stages itself (`crate::pipeline`), answered from here.
+    sent_reply: Option<SentReply>,
+}
+
+/// A local reply as sent: its status and headers.
+#[derive(Clone, Debug)]
+struct SentReply {
+    status: u16,
+    headers: Vec<(String, String)>,
 }
 
 impl StreamHost {
@@ -66,7 +77,13 @@ impl StreamHost {
             hook: HookKind::Other,
             body_complete: false,
             scheduler: None,
+            sent_reply: None,
         }
+    }
+
+    /// Whether a stage of this stream sent a local reply.
+    pub fn sent_local_reply(&self) -> bool {
+        self.sent_reply.is_some()
     }
 
     /// Points the host at the stream of the hook now running (`hook`: which kind).
@@ -158,6 +175,16 @@ impl RequestHeaders for StreamHost {
 
 impl ResponseHeaders for StreamHost {
     fn response_header(&self, name: &str) -> Option<String> {
+        if let Some(reply) = &self.sent_reply {
+            if name == ":status" {
+                return Some(reply.status.to_string());
+            }
+            return reply
+                .headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.clone());
+        }
         self.envoy
             .header(HeaderKind::ResponseHeaders, name)
             .map(text)
@@ -298,6 +325,10 @@ impl BodyBufferLimit for StreamHost {
 
 impl LocalReply for StreamHost {
     fn send_local_reply(&mut self, reply: &Reply) {
+        self.sent_reply = Some(SentReply {
+            status: reply.status,
+            headers: reply.headers.clone(),
+        });
         let headers: Vec<(&str, &[u8])> = reply
             .headers
             .iter()

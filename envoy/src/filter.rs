@@ -1,10 +1,10 @@
 //! The module-side objects behind Envoy's HTTP filter pointers: one [`HttpConfig`] per filter
 //! config (shared by every worker, so `Sync`), one [`StreamState`] per HTTP stream.
 //!
-//! `filter_name` in Envoy's `DynamicModuleFilter` selects the logic: `router` and `picker`
-//! are each a pipeline of the filters crate's stages (configured in `router.rs` and
-//! `picker.rs`, run by the one generic adapter in `pipeline.rs`); `probe` is a measuring
-//! tool (`probe.rs`). This file only dispatches.
+//! `filter_name` in Envoy's `DynamicModuleFilter` selects the logic: `router`, `picker` and
+//! `gateway` (both in one filter) are each a pipeline of the filters crate's stages
+//! (configured in `router.rs`, `picker.rs` and `gateway.rs`, run by the one generic adapter
+//! in `pipeline.rs`); `probe` is a measuring tool (`probe.rs`). This file only dispatches.
 
 use infergate_filters::stats::StatKind;
 
@@ -122,10 +122,11 @@ impl HttpConfig {
         let factory: Box<dyn StreamFactory> = match filter_name {
             "router" => Box::new(crate::router::factory(config, envoy)?),
             "picker" => Box::new(crate::picker::factory(config, envoy)?),
+            "gateway" => Box::new(crate::gateway::factory(config, envoy)?),
             "probe" => Box::new(crate::probe::ProbeFactory::new(config)?),
             other => {
                 return Err(format!(
-                    "unknown filter_name `{other}` (expected router, picker or probe)"
+                    "unknown filter_name `{other}` (expected router, picker, gateway or probe)"
                 ))
             }
         };

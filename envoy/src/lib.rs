@@ -15,8 +15,8 @@
 //! - [`filter`]: the config/stream objects behind Envoy's HTTP filter pointers;
 //!   [`pipeline`]: the one generic adapter that runs a pipeline of the filters crate's
 //!   stages; [`router`] and [`picker`]: the configs of the two HTTP filters (`filter_name`
-//!   `router` / `picker`), each a pipeline; [`probe`]: a measuring filter (`probe`) that only
-//!   buffers and reads the body.
+//!   `router` / `picker`), each a pipeline; [`gateway`]: both in one filter (`gateway`);
+//!   [`probe`]: a measuring filter (`probe`) that only buffers and reads the body.
 //! - [`scraper`]: the bootstrap extension (`extension_name` `scraper`).
 //! - [`membership`]: the load-balancer policy `infergate-membership` (the fallback of each
 //!   pool cluster's `override_host` policy) and the registry of the clusters' hosts and
@@ -39,6 +39,8 @@ pub mod adapter;
 pub mod filter;
 #[cfg(not(target_family = "wasm"))]
 pub mod flow_timer;
+#[cfg(not(target_family = "wasm"))]
+pub mod gateway;
 #[cfg(not(target_family = "wasm"))]
 pub mod guard;
 #[cfg(not(target_family = "wasm"))]

@@ -45,6 +45,7 @@ use crate::filter::FilterConfigHandle;
 use crate::pipeline::{take_test_stages, NativeStage, PipelineFactory};
 use crate::router::config_json;
 use crate::stats::StatsRegistry;
+use infergate_filters::stats::{StatKey, StatKind};
 
 /// Process-wide picker states by config text; weak so a state dies with its last config.
 static REGISTRY: Mutex<Option<HashMap<String, Weak<SharedPicker>>>> = Mutex::new(None);
@@ -85,18 +86,52 @@ fn refuse_removed_keys(value: &serde_json::Value) -> Result<(), String> {
     Ok(())
 }
 
-/// Parses the config, attaches to (or creates) the process-wide state, defines stats.
+/// A picker config compiled: its stages over the process's state for this config, and the
+/// registration that lives as long as the config. The `picker` filter runs these alone; the
+/// `gateway` filter (`crate::gateway`) runs them after the router's.
+pub struct PickerParts {
+    state: Arc<SharedPicker>,
+    test_stages: Vec<NativeStage>,
+    registration: crate::shared::Registration,
+}
+
+impl PickerParts {
+    /// Compiles a picker config (the JSON `value`, its `role` already removed), finding or
+    /// making the process's state for it.
+    pub fn from_json(mut value: serde_json::Value) -> Result<PickerParts, String> {
+        refuse_removed_keys(&value)?;
+        let test_stages = take_test_stages(&mut value)?;
+        let state = process_state(value.to_string(), value)?;
+        let declaration = PickerDeclaration::of(state.plans());
+        let registration = crate::shared::config_registry().register_picker(declaration)?;
+        Ok(PickerParts {
+            state,
+            test_stages,
+            registration,
+        })
+    }
+
+    /// Every stat key the stages use.
+    pub fn stat_keys(&self) -> Vec<(StatKind, &StatKey)> {
+        self.state.plans().stat_keys()
+    }
+
+    /// The stages in order (the test stages, `pick`) and what must live as long as the
+    /// config.
+    pub fn into_stages(self) -> (Vec<NativeStage>, crate::shared::Registration) {
+        let mut stages = self.test_stages;
+        stages.push(Box::new(PickStage::new(self.state)) as NativeStage);
+        (stages, self.registration)
+    }
+}
+
+/// The `picker` filter's config from its JSON bytes.
 pub fn factory(config: &[u8], envoy: &mut FilterConfigHandle) -> Result<PipelineFactory, String> {
-    let mut value = config_json(config)?;
-    refuse_removed_keys(&value)?;
-    let mut stages = take_test_stages(&mut value)?;
-    let state = process_state(value.to_string(), value)?;
-    let declaration = PickerDeclaration::of(state.plans());
-    let registration = crate::shared::config_registry().register_picker(declaration)?;
+    let parts = PickerParts::from_json(config_json(config)?)?;
     let host = HostConfig {
-        stats: StatsRegistry::define(envoy, &state.plans().stat_keys()),
+        stats: StatsRegistry::define(envoy, &parts.stat_keys()),
     };
-    stages.push(Box::new(PickStage::new(state)) as NativeStage);
+    let (stages, registration) = parts.into_stages();
     Ok(PipelineFactory::new(
         stages,
         host,
@@ -104,7 +139,6 @@ pub fn factory(config: &[u8], envoy: &mut FilterConfigHandle) -> Result<Pipeline
     ))
 }
 
-/// Test access to the process-wide registry.
 #[cfg(test)]
 pub(crate) mod tests_support {
     use super::*;

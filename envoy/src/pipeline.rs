@@ -67,6 +67,7 @@ impl StreamFactory for PipelineFactory {
             pipeline: Arc::clone(&self.pipeline),
             host: StreamHost::new(Arc::clone(&self.host)),
             run: Run::new(),
+            reply_seen: false,
         })
     }
 }
@@ -76,6 +77,8 @@ pub struct PipelineStream {
     pipeline: Arc<NativePipeline>,
     host: StreamHost,
     run: Run,
+    /// Whether the stages were given the headers of a local reply a stage sent.
+    reply_seen: bool,
 }
 
 impl PipelineStream {
@@ -86,8 +89,24 @@ impl PipelineStream {
             self.host.mark_body_complete();
         }
         let len = envoy.request_body_len();
-        self.run
-            .request_body(&self.pipeline, &mut self.host, len, end_of_stream)
+        let status = self
+            .run
+            .request_body(&self.pipeline, &mut self.host, len, end_of_stream);
+        self.after_request_event(status)
+    }
+
+    /// Envoy never runs a module's response hooks for a local reply the module itself sent
+    /// (its `sent_local_reply_` guard), so when a stage of this pipeline answered, the
+    /// stages get the reply's headers here instead, once, as they would in a filter later
+    /// in the chain (the two-filter form, where the router's tenancy stages see the
+    /// picker's refusals).
+    fn after_request_event(&mut self, status: FilterStatus) -> FilterStatus {
+        if status == FilterStatus::Replied && self.host.sent_local_reply() && !self.reply_seen {
+            self.reply_seen = true;
+            self.run
+                .response_headers(&self.pipeline, &mut self.host, false);
+        }
+        status
     }
 }
 
@@ -101,9 +120,10 @@ impl StreamLogic for PipelineStream {
         if end_of_stream {
             self.host.mark_body_complete();
         }
-        self.run
-            .request_headers(&self.pipeline, &mut self.host, end_of_stream)
-            .into()
+        let status = self
+            .run
+            .request_headers(&self.pipeline, &mut self.host, end_of_stream);
+        self.after_request_event(status).into()
     }
 
     fn on_request_body(&mut self, envoy: &mut EnvoyStream, end_of_stream: bool) -> BodyStatus {
@@ -119,8 +139,12 @@ impl StreamLogic for PipelineStream {
         self.host.bind(envoy, HookKind::Other);
         // Only a run that held the stream and is now done with the request side restarts
         // it; a late wake (nothing paused) leaves the stream alone.
-        if self.run.wake(&self.pipeline, &mut self.host) == Some(FilterStatus::Continue) {
-            envoy.continue_decoding();
+        match self.run.wake(&self.pipeline, &mut self.host) {
+            Some(FilterStatus::Continue) => envoy.continue_decoding(),
+            Some(status) => {
+                self.after_request_event(status);
+            }
+            None => {}
         }
     }
 

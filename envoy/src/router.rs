@@ -18,6 +18,7 @@ use crate::adapter::HostConfig;
 use crate::filter::FilterConfigHandle;
 use crate::pipeline::{take_test_stages, NativeStage, PipelineFactory};
 use crate::stats::StatsRegistry;
+use infergate_filters::stats::{StatKey, StatKind};
 
 /// Parses a filter config, dropping the Wasm-only `role` field.
 pub fn config_json(config: &[u8]) -> Result<serde_json::Value, String> {
@@ -34,37 +35,71 @@ pub fn config_json(config: &[u8]) -> Result<serde_json::Value, String> {
     Ok(value)
 }
 
-/// Compiles the router config, defines its stats and registers its base models.
+/// A router config compiled: its stages and their stat keys, and the registration that
+/// lives as long as the config. The `router` filter runs these alone; the `gateway` filter
+/// (`crate::gateway`) runs them before the picker's.
+pub struct RouterParts {
+    router: Arc<Router>,
+    tenancy: Option<Arc<Tenancy>>,
+    test_stages: Vec<NativeStage>,
+    registration: crate::shared::Registration,
+}
+
+impl RouterParts {
+    /// Compiles a router config (the JSON `value`, its `role` already removed).
+    pub fn from_json(mut value: serde_json::Value) -> Result<RouterParts, String> {
+        let tenancy = take_tenants(&mut value)?.map(|t| Tenancy::new(t, MemoryQuotas::process()));
+        let test_stages = take_test_stages(&mut value)?;
+        let router = Router::from_json(value)
+            .map_err(|e| e.to_string())?
+            .with_block_sizes(Arc::new(crate::shared::ProcessBlockSizes));
+        let bases = router
+            .base_models()
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        let registration = crate::shared::config_registry().register_router(bases);
+        Ok(RouterParts {
+            router: Arc::new(router),
+            tenancy,
+            test_stages,
+            registration,
+        })
+    }
+
+    /// Every stat key the stages use.
+    pub fn stat_keys(&self) -> Vec<(StatKind, &StatKey)> {
+        let mut keys = self.router.stat_keys();
+        if let Some(tenancy) = &self.tenancy {
+            keys.extend(tenancy.stat_keys());
+        }
+        keys
+    }
+
+    /// The stages in order (`auth`, the test stages, `route`, `quota`, `usage`) and what
+    /// must live as long as the config.
+    pub fn into_stages(self) -> (Vec<NativeStage>, crate::shared::Registration) {
+        let mut stages: Vec<NativeStage> = Vec::new();
+        if let Some(tenancy) = &self.tenancy {
+            stages.push(Box::new(AuthStage::new(Arc::clone(tenancy))));
+        }
+        stages.extend(self.test_stages);
+        stages.push(Box::new(RouteStage::new(self.router)));
+        if let Some(tenancy) = self.tenancy {
+            stages.push(Box::new(QuotaStage::new(Arc::clone(&tenancy))));
+            stages.push(Box::new(UsageStage));
+        }
+        (stages, self.registration)
+    }
+}
+
+/// The `router` filter's config from its JSON bytes.
 pub fn factory(config: &[u8], envoy: &mut FilterConfigHandle) -> Result<PipelineFactory, String> {
-    let mut value = config_json(config)?;
-    let tenancy = take_tenants(&mut value)?.map(|t| Tenancy::new(t, MemoryQuotas::process()));
-    let test_stages = take_test_stages(&mut value)?;
-    let router = Router::from_json(value)
-        .map_err(|e| e.to_string())?
-        .with_block_sizes(Arc::new(crate::shared::ProcessBlockSizes));
-    let mut keys = router.stat_keys();
-    if let Some(tenancy) = &tenancy {
-        keys.extend(tenancy.stat_keys());
-    }
+    let parts = RouterParts::from_json(config_json(config)?)?;
     let host = HostConfig {
-        stats: StatsRegistry::define(envoy, &keys),
+        stats: StatsRegistry::define(envoy, &parts.stat_keys()),
     };
-    let bases = router
-        .base_models()
-        .into_iter()
-        .map(str::to_owned)
-        .collect();
-    let registration = crate::shared::config_registry().register_router(bases);
-    let mut stages: Vec<NativeStage> = Vec::new();
-    if let Some(tenancy) = &tenancy {
-        stages.push(Box::new(AuthStage::new(Arc::clone(tenancy))));
-    }
-    stages.extend(test_stages);
-    stages.push(Box::new(RouteStage::new(Arc::new(router))));
-    if let Some(tenancy) = tenancy {
-        stages.push(Box::new(QuotaStage::new(Arc::clone(&tenancy))));
-        stages.push(Box::new(UsageStage));
-    }
+    let (stages, registration) = parts.into_stages();
     Ok(PipelineFactory::new(
         stages,
         host,

@@ -679,3 +679,92 @@ fn a_picker_config_that_leaves_a_routed_base_model_without_a_pool_is_refused() {
     assert!(!picker.is_null(), "{:?}", fake_envoy::logs());
     envoy_dynamic_module_on_http_filter_config_destroy(picker);
 }
+
+fn gateway_config(pool: &str, endpoint: &str) -> String {
+    format!(
+        r#"{{"router": {ROUTER_CONFIG}, "picker": {}}}"#,
+        picker_config(pool, &[endpoint], "")
+    )
+}
+
+/// The `gateway` filter routes and picks in one stream: the body is read once, the route
+/// is cleared for the pick stage, the pick comes from the route stage's handoff, and the
+/// lease is given back when the stream goes.
+#[test]
+fn the_gateway_filter_routes_and_picks_in_one_stream() {
+    fake_envoy::reset();
+    let json = gateway_config("one", "127.0.0.1:9501");
+    let config = new_config("gateway", &json);
+    assert!(!config.is_null(), "{:?}", fake_envoy::logs());
+    chat_request(CHAT);
+    set_request_header("x-gateway-destination-endpoint", "6.6.6.6:80");
+    let (h, b, filter) = run_request(config);
+    assert_eq!((h, b), (HeadersStatus::StopIteration, BodyStatus::Continue));
+    assert_eq!(
+        request_header("x-gateway-base-model-name").as_deref(),
+        Some("llama")
+    );
+    assert_eq!(
+        request_header("x-gateway-destination-endpoint").as_deref(),
+        Some("127.0.0.1:9501"),
+        "the client's destination is replaced by the pick"
+    );
+    fake_envoy::with(|s| {
+        assert!(s.route_cache_clears >= 1);
+        assert!(s.replies.is_empty(), "{:?}", s.replies);
+        assert!(s.metadata.contains(&(
+            "envoy.lb".into(),
+            "x-gateway-destination-endpoint".into(),
+            "127.0.0.1:9501".into()
+        )));
+        // Both parts' stats are defined on the one config, and the pick came from the
+        // route stage's handoff.
+        for name in [
+            "infergate.router.requests.outcome.routed",
+            "infergate.picker.handoff.pool.one",
+        ] {
+            let id = s.counters.iter().position(|c| c == name);
+            assert!(
+                s.increments
+                    .iter()
+                    .any(|(i, _, v)| Some(*i) == id && *v == 1),
+                "{name}: {:?}",
+                s.counters
+            );
+        }
+    });
+    let picker_json = crate::router::config_json(json.as_bytes())
+        .ok()
+        .and_then(|v| v.get("picker").cloned())
+        .map(|v| v.to_string())
+        .unwrap_or_default();
+    assert_eq!(inflight(&picker_json, "127.0.0.1:9501"), 1);
+    envoy_dynamic_module_on_http_filter_destroy(filter);
+    assert_eq!(inflight(&picker_json, "127.0.0.1:9501"), 0);
+    envoy_dynamic_module_on_http_filter_config_destroy(config);
+}
+
+#[test]
+fn a_gateway_config_needs_both_parts_and_nothing_else() {
+    for (json, needle) in [
+        (r#"{"router": {}}"#.to_owned(), "`picker` is missing"),
+        (r#"[1]"#.to_owned(), "expected an object"),
+        (
+            format!(r#"{{"router": {ROUTER_CONFIG}, "picker": 3}}"#),
+            "`picker` must be an object",
+        ),
+        (
+            gateway_config("extra", "127.0.0.1:9502").replacen('{', r#"{"pickr": {}, "#, 1),
+            "unknown key `pickr`",
+        ),
+        (
+            format!(r#"{{"router": {ROUTER_CONFIG}, "picker": {{"pools": []}}}}"#),
+            "gateway picker:",
+        ),
+    ] {
+        fake_envoy::reset();
+        assert!(new_config("gateway", &json).is_null(), "{json}");
+        let logs = fake_envoy::logs();
+        assert!(logs.iter().any(|l| l.contains(needle)), "{json}: {logs:?}");
+    }
+}

@@ -18,6 +18,11 @@
 //! as a noise check, as the median of the per-round ratios. A `direct` arm (client straight
 //! to the backend) shows what the client and backend alone can do.
 //!
+//! `native` runs the router and the picker as one `gateway` filter (the launcher's default
+//! when nothing must run between them); `native-two` is the same gateway as the two filters
+//! `router` and `picker`, the form the global rate-limit filter needs: the difference is
+//! what a second filter costs Envoy and the module.
+//!
 //! Tenancy: `wasm-tenancy` and `native-tenancy` are the same gateways with the platform's
 //! tenant objects in the router config ([`tenants`]: limits that never refuse), so their
 //! router filter runs auth → route → quota → usage. Every gateway arm sends tenant A's API
@@ -210,6 +215,9 @@ struct EnvoyArm {
     tenancy: bool,
     /// Flow control on in the pool's `eppConfig` (never saturated).
     flow: bool,
+    /// Native: the router and the picker as two filters (the form the global rate-limit
+    /// filter needs) instead of the one `gateway` filter.
+    two_filters: bool,
 }
 
 const fn envoy_arm(label: &'static str, gateway: Gateway) -> EnvoyArm {
@@ -218,6 +226,7 @@ const fn envoy_arm(label: &'static str, gateway: Gateway) -> EnvoyArm {
         gateway,
         tenancy: false,
         flow: false,
+        two_filters: false,
     }
 }
 
@@ -233,7 +242,7 @@ impl EnvoyArm {
 
 /// The Envoy arms, in report order; each tenancy arm right after its flavour's arm, so the
 /// rotation measures the two back to back in most rounds.
-const ENVOY_ARMS: [EnvoyArm; 12] = [
+const ENVOY_ARMS: [EnvoyArm; 13] = [
     envoy_arm("plain", Gateway::Flavor(Flavor::Plain)),
     envoy_arm("wasm-floor", Gateway::Probe(Flavor::Wasm)),
     envoy_arm("wasm", Gateway::Flavor(Flavor::Wasm)),
@@ -247,6 +256,10 @@ const ENVOY_ARMS: [EnvoyArm; 12] = [
     },
     envoy_arm("native-floor", Gateway::Probe(Flavor::Native)),
     envoy_arm("native", Gateway::Flavor(Flavor::Native)),
+    EnvoyArm {
+        two_filters: true,
+        ..envoy_arm("native-two", Gateway::Flavor(Flavor::Native))
+    },
     EnvoyArm {
         tenancy: true,
         ..envoy_arm("native-tenancy", Gateway::Flavor(Flavor::Native))
@@ -315,7 +328,7 @@ const USAGE: &str = "usage: bench overhead [--connections N] [--concurrency C,C 
                      [--profile [DIR (target/flamegraphs)]: a flame graph per arm and run] \
                      [--quick: 2 short rounds; 32 KB at 1 worker and 128 KB at 4 unless sizes \
                      or workers are given] [--arms direct,plain,wasm-floor,wasm,wasm-tenancy,\
-                     wasm-flow,native-floor,native,native-tenancy,native-flow,extproc-null,\
+                     wasm-flow,native-floor,native,native-two,native-tenancy,native-flow,extproc-null,\
                      extproc-parse,extproc-parse-buffered]";
 
 /// A comma-separated list of positive numbers.
@@ -522,6 +535,7 @@ async fn start_arms(
                 if spec.tenancy {
                     so.tenancy = tenancy.clone();
                 }
+                so.two_filters = spec.two_filters;
                 if spec.flow {
                     let mut pool = crate::launch::PoolSpec::all(DEFAULT_MODEL);
                     pool.picker_config = never_saturated_flow_config();

@@ -448,6 +448,9 @@ pub struct BootstrapParams {
     /// Keep the tenants' RPM and TPM in this global rate-limit service (gateway flavours,
     /// with tenants); `None`: in the gateway process ([`super::global_quotas`]).
     pub global_quotas: Option<super::global_quotas::GlobalQuotas>,
+    /// Native only: the router and the picker as two filters even with nothing between
+    /// them; `false`: one `gateway` filter unless the global rate-limit filter sits between.
+    pub two_filters: bool,
 }
 
 impl BootstrapParams {
@@ -476,6 +479,7 @@ impl BootstrapParams {
             eds: None,
             health_check: None,
             global_quotas: None,
+            two_filters: false,
         }
     }
 }
@@ -655,7 +659,7 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
     let global = super::global_quotas::GlobalQuotas::splices(params.global_quotas.as_ref(), &t)?;
     vars.insert(
         "global_quota_filters".into(),
-        Value::Sequence(global.filters),
+        Value::Sequence(global.filters.clone()),
     );
     vars.insert(
         "global_quota_clusters".into(),
@@ -678,6 +682,26 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
         &picker_objectives(&params.objectives, &params.tenancy)?,
     )?;
     vars.insert("picker_config".into(), json_text(&picker));
+    // Native: the gateway's filters (see the template's `gateway_filter`).
+    let mut gateway_filters = Vec::new();
+    if t.has_prototype("gateway_filter") {
+        let mut gvars = Vars::new();
+        gvars.insert("native_module".into(), text(module.clone()));
+        gvars.insert("router_config".into(), json_text(&router));
+        gvars.insert("picker_config".into(), json_text(&picker));
+        gvars.insert(
+            "gateway_config".into(),
+            json_text(&serde_json::json!({"router": router, "picker": picker})),
+        );
+        if global.filters.is_empty() && !params.two_filters {
+            gateway_filters.push(t.prototype("gateway_filter", &gvars)?);
+        } else {
+            gateway_filters.push(t.prototype("router_filter", &gvars)?);
+            gateway_filters.extend(global.filters.iter().cloned());
+            gateway_filters.push(t.prototype("picker_filter", &gvars)?);
+        }
+    }
+    vars.insert("gateway_filters".into(), Value::Sequence(gateway_filters));
     vars.insert("scraper_config".into(), json_text(&plugins.scraper));
     let mut probes = Vec::new();
     if let Some(probe) = params.probe {
@@ -1215,6 +1239,57 @@ mod tests {
         }
     }
 
+    /// Native: the router and the picker are one `gateway` filter holding both configs,
+    /// unless the global rate-limit filter must run between them; the baseline route turns
+    /// every form off.
+    #[test]
+    fn native_runs_one_gateway_filter_unless_the_rate_limit_filter_sits_between() {
+        let params = with_baseline(Flavor::Native);
+        let v: Value = serde_yaml_ng::from_str(&render(&params).unwrap()).unwrap();
+        let names = filter_names(&v);
+        let ours: Vec<&String> = names
+            .iter()
+            .filter(|n| n.starts_with("infergate."))
+            .collect();
+        assert_eq!(ours, ["infergate.gateway"], "{names:?}");
+        let gateway = filter_config(&v, "infergate.gateway");
+        assert_eq!(gateway["router"]["role"], "router");
+        assert_eq!(gateway["picker"]["role"], "picker");
+        let rr = serde_json::to_value(&hcm(&v)["route_config"]["virtual_hosts"][0]["routes"][0])
+            .unwrap();
+        for filter in ["infergate.gateway", "infergate.router", "infergate.picker"] {
+            assert_eq!(
+                rr["typed_per_filter_config"][filter]["disabled"], true,
+                "{filter}"
+            );
+        }
+
+        let mut params = with_baseline(Flavor::Native);
+        params.global_quotas = Some(super::super::global_quotas::GlobalQuotas::at(addr(9)));
+        let v: Value = serde_yaml_ng::from_str(&render(&params).unwrap()).unwrap();
+        let names = filter_names(&v);
+        let at = |n: &str| names.iter().position(|x| x == n);
+        assert_eq!(at("infergate.gateway"), None, "{names:?}");
+        let router = at("infergate.router").unwrap();
+        assert_eq!(
+            at("envoy.filters.http.ratelimit"),
+            Some(router + 1),
+            "{names:?}"
+        );
+        assert_eq!(at("infergate.picker"), Some(router + 2), "{names:?}");
+
+        let mut params = with_baseline(Flavor::Native);
+        params.two_filters = true;
+        let v: Value = serde_yaml_ng::from_str(&render(&params).unwrap()).unwrap();
+        let names = filter_names(&v);
+        let at = |n: &str| names.iter().position(|x| x == n);
+        assert_eq!(at("infergate.gateway"), None, "{names:?}");
+        assert_eq!(
+            at("infergate.picker"),
+            at("infergate.router").map(|r| r + 1)
+        );
+    }
+
     /// The deployment form (no baseline asked for) has no `/rr` route and no `rr`
     /// cluster in any template; asking for it adds exactly those.
     #[test]
@@ -1319,8 +1394,20 @@ mod tests {
         serde_json::from_str(&text).unwrap()
     }
 
+    /// The router's config: its own filter's, or the `router` part of the native
+    /// `gateway` filter's.
     fn router_config(v: &Value) -> serde_json::Value {
-        filter_config(v, "infergate.router")
+        gateway_part(v, "router")
+    }
+
+    /// The config of the gateway's `part` (`router` or `picker`), from its own filter or
+    /// from the one `gateway` filter holding both.
+    fn gateway_part(v: &Value, part: &str) -> serde_json::Value {
+        if filter_names(v).iter().any(|n| n == "infergate.gateway") {
+            filter_config(v, "infergate.gateway")[part].clone()
+        } else {
+            filter_config(v, &format!("infergate.{part}"))
+        }
     }
 
     fn tenancy() -> Tenancy {
@@ -1361,9 +1448,13 @@ mod tests {
             let v: Value = serde_yaml_ng::from_str(&render(&params).unwrap()).unwrap();
             let names = filter_names(&v);
             let at = |n: &str| names.iter().position(|x| x == n).unwrap();
+            let first = match flavor {
+                Flavor::Native => "infergate.gateway",
+                _ => "infergate.router",
+            };
             assert_eq!(
                 at("envoy.filters.http.jwt_authn") + 1,
-                at("infergate.router"),
+                at(first),
                 "{flavor}: {names:?}"
             );
             let jwt = &hcm(&v)["http_filters"][at("envoy.filters.http.jwt_authn")]["typed_config"];
@@ -1426,7 +1517,7 @@ mod tests {
     }
 
     fn picker_config(v: &Value) -> serde_json::Value {
-        filter_config(v, "infergate.picker")
+        gateway_part(v, "picker")
     }
 
     /// The picker's `objectives`: left out when there are none; otherwise the explicit ones

@@ -199,6 +199,10 @@ pub struct StackOptions {
     /// Keep the tenants' RPM and TPM in this global rate-limit service, shared with other
     /// gateways ([`super::global_quotas`]); `None`: in this gateway's process.
     pub global_quotas: Option<super::global_quotas::GlobalQuotas>,
+    /// Native only: the router and the picker as two filters even with nothing between
+    /// them (`bench overhead`'s `native-two` arm); `false` (the default): one `gateway`
+    /// filter unless the global rate-limit filter sits between them.
+    pub two_filters: bool,
 }
 
 /// How a rewrite rule's weights are applied.
@@ -281,6 +285,7 @@ impl StackOptions {
             eds_dir: None,
             health_check: None,
             global_quotas: None,
+            two_filters: false,
         }
     }
 }
@@ -368,6 +373,7 @@ impl Stack {
         )?;
         params.health_check = opts.health_check;
         params.global_quotas = opts.global_quotas.clone();
+        params.two_filters = opts.two_filters;
         // The plain flavour (no gateway filters) has STATIC clusters only.
         let membership = if opts.flavor == Flavor::Plain {
             Membership::Static

@@ -109,66 +109,94 @@ pub fn build_all() -> Result<Artefacts> {
     Ok(artefacts)
 }
 
-/// The cargo profile of test-only builds (`[profile.test-artefact]` in the root
-/// `Cargo.toml`: release settings, its own output directory `<target>/test-artefact/`).
-pub const TEST_PROFILE: &str = "test-artefact";
+/// Where the test-only builds of the modules are kept: `<target>/test-artefact/` (and
+/// `<target>/wasm32-wasip1/test-artefact/`), beside, never over, the release modules.
+pub const TEST_ARTEFACT_DIR: &str = "test-artefact";
 
-/// Builds the native module with the `panic-injection` test feature under the
-/// [`TEST_PROFILE`] profile, so it lands in `<target>/test-artefact/` and never replaces the
-/// production module in `<target>/release/` (which the demo, the benchmarks and a user's
-/// packaging load). Returns its path.
-pub fn build_panic_injection_module() -> Result<PathBuf> {
-    cargo(
-        &[
-            "build",
-            "--profile",
-            TEST_PROFILE,
-            "-p",
-            "infergate-envoy",
-            "--features",
-            "panic-injection",
-        ],
-        &[],
-    )?;
-    let built = target_dir()
-        .join(TEST_PROFILE)
-        .join("libinfergate_envoy.so");
-    if !built.exists() {
-        bail!(
-            "the panic-injection module is missing after the build: {}",
-            built.display()
-        );
-    }
-    Ok(built)
+/// One module built with a test-only feature.
+struct TestBuild<'a> {
+    package: &'a str,
+    /// `--target`, if not the host.
+    target: Option<&'a str>,
+    feature: &'a str,
+    /// The file cargo writes under `<target>[/<triple>]/release/`.
+    file: &'a str,
 }
 
-/// Builds the Wasm module with its `test-stages` feature under the [`TEST_PROFILE`] profile
-/// (`<target>/wasm32-wasip1/test-artefact/`, beside, never over, the release module).
-/// Returns its path.
-pub fn build_test_stages_wasm() -> Result<PathBuf> {
-    cargo(
-        &[
-            "build",
-            "--profile",
-            TEST_PROFILE,
-            "-p",
-            "infergate-wasm",
-            "--target",
-            "wasm32-wasip1",
-            "--features",
-            "test-stages",
-        ],
-        &[],
-    )?;
-    let built = target_dir()
-        .join("wasm32-wasip1")
-        .join(TEST_PROFILE)
-        .join("infergate_wasm.wasm");
-    if !built.exists() {
-        bail!(
-            "the test-stages Wasm module is missing after the build: {}",
-            built.display()
-        );
+impl TestBuild<'_> {
+    /// `<target>[/<triple>]/<dir>/<file>`.
+    fn path_in(&self, dir: &str) -> PathBuf {
+        let mut path = target_dir();
+        if let Some(triple) = self.target {
+            path.push(triple);
+        }
+        path.join(dir).join(self.file)
     }
-    Ok(built)
+
+    fn cargo_build(&self, with_feature: bool) -> Result<()> {
+        let mut args = vec!["build", "--release", "-p", self.package];
+        if let Some(triple) = self.target {
+            args.extend(["--target", triple]);
+        }
+        if with_feature {
+            args.extend(["--features", self.feature]);
+        }
+        cargo(&args, &[])
+    }
+
+    /// Builds the module with its test feature under the release profile (only the module's
+    /// own crate is compiled again: its dependencies are the release build's), copies it to
+    /// [`TEST_ARTEFACT_DIR`], then builds the production module again, which cargo still has
+    /// (it only puts it back in place), so `release/` keeps handing out the product. Checks
+    /// that the two files differ. Returns the test build's path.
+    fn build(&self) -> Result<PathBuf> {
+        self.cargo_build(true)?;
+        let released = self.path_in("release");
+        let test = self.path_in(TEST_ARTEFACT_DIR);
+        if let Some(dir) = test.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        // A copy, not a link: cargo's `release/` file is a hard link it replaces.
+        std::fs::copy(&released, &test)
+            .with_context(|| format!("copying {} to {}", released.display(), test.display()))?;
+        self.cargo_build(false)?;
+        let product =
+            std::fs::read(&released).with_context(|| format!("reading {}", released.display()))?;
+        let tested = std::fs::read(&test).with_context(|| format!("reading {}", test.display()))?;
+        if product == tested {
+            bail!(
+                "{} with `{}` is byte for byte the production module: the test feature did \
+                 not build, or the product was not put back",
+                self.package,
+                self.feature
+            );
+        }
+        Ok(test)
+    }
+}
+
+/// Builds the native module with the `panic-injection` test feature into
+/// [`TEST_ARTEFACT_DIR`]; the production module in `<target>/release/` (which the demo, the
+/// benchmarks and a user's packaging load) stays the product. Returns its path.
+pub fn build_panic_injection_module() -> Result<PathBuf> {
+    TestBuild {
+        package: "infergate-envoy",
+        target: None,
+        feature: "panic-injection",
+        file: "libinfergate_envoy.so",
+    }
+    .build()
+}
+
+/// Builds the Wasm module with its `test-stages` feature into
+/// `<target>/wasm32-wasip1/test-artefact/`, beside, never over, the release module. Returns
+/// its path.
+pub fn build_test_stages_wasm() -> Result<PathBuf> {
+    TestBuild {
+        package: "infergate-wasm",
+        target: Some("wasm32-wasip1"),
+        feature: "test-stages",
+        file: "infergate_wasm.wasm",
+    }
+    .build()
 }

@@ -3,7 +3,9 @@
 //! 1. the release artefacts (Wasm module, native module with the `panic-injection` test
 //!    feature, simulator), which the end-to-end tests load into a real Envoy;
 //! 2. `cargo test --workspace`: unit, property, fake-host, wasmtime-host and real-Envoy tests,
-//!    the end-to-end stacks at `--workers N` Envoy workers (2 unless told);
+//!    the end-to-end stacks at `--workers N` Envoy workers (2 unless told), except the suites
+//!    whose properties rest on state kept once per Envoy process ([`STATE_SUITES`]), which
+//!    run next, once with Envoy at each of [`STATE_WORKERS`] workers;
 //! 3. the scheduling core's tests compiled to `wasm32-wasip1`, run by our wasmtime runner, so
 //!    hashing and parsing are proven identical on the Wasm target;
 //! 4. the same tests under `wasm-bindgen-test` on `wasm32-unknown-unknown`, with Node as the
@@ -32,6 +34,25 @@ const E2E_WORKERS_ENV: &str = "INFERGATE_E2E_WORKERS";
 /// Envoy workers of the end-to-end stacks unless `--workers` says otherwise: more than one,
 /// so state that a worker keeps to itself shows, and no more than this 2-core machine runs.
 const DEFAULT_E2E_WORKERS: u32 = 2;
+
+/// The end-to-end suites whose properties rest on state kept once per Envoy process: flow
+/// control's queues; each pool's own picker state behind a split; adapter packing; the
+/// prefix state that decides disaggregation; each pool's membership; several gateways over
+/// one pool; one tenant's tokens shared by two gateways; the precise prefix index fed by the
+/// engines' KV events. Each must hold at one worker and at several.
+const STATE_SUITES: &[&str] = &[
+    "gateway::flow::",
+    "gateway::pools::",
+    "gateway::lora::",
+    "gateway::disagg::",
+    "gateway::membership::",
+    "gateway::replicas::",
+    "gateway::global_quotas::",
+    "gateway::precise::",
+];
+
+/// The Envoy worker counts the [`STATE_SUITES`] run at.
+const STATE_WORKERS: [u32; 2] = [1, 4];
 
 /// What `cargo xtask test` was asked for.
 #[derive(Debug, PartialEq)]
@@ -84,10 +105,33 @@ pub fn run(args: &[String]) -> Result<()> {
     artefacts.native_module = build_panic_injection_module()?;
     artefacts.wasm_module = build_test_stages_wasm()?;
     let env = artefacts.env();
-    let mut test_env = env.clone();
-    test_env.push((E2E_WORKERS_ENV, PathBuf::from(e2e_workers.to_string())));
-    eprintln!("xtask: end-to-end stacks at {e2e_workers} Envoy worker(s)");
-    cargo(&["test", "--workspace", "--no-fail-fast"], &test_env)?;
+    let with_workers = |workers: u32| {
+        let mut test_env = env.clone();
+        test_env.push((E2E_WORKERS_ENV, PathBuf::from(workers.to_string())));
+        test_env
+    };
+    eprintln!(
+        "xtask: end-to-end stacks at {e2e_workers} Envoy worker(s), the state suites at {STATE_WORKERS:?}"
+    );
+    let mut everything = vec!["test", "--workspace", "--no-fail-fast", "--"];
+    for suite in STATE_SUITES {
+        everything.extend(["--skip", suite]);
+    }
+    cargo(&everything, &with_workers(e2e_workers))?;
+    // The same workspace selection, so the test build is the one just made.
+    let mut state = vec![
+        "test",
+        "--workspace",
+        "--no-fail-fast",
+        "--test",
+        "e2e",
+        "--",
+    ];
+    state.extend(STATE_SUITES);
+    for workers in STATE_WORKERS {
+        eprintln!("xtask: the state suites with Envoy at {workers} worker(s)");
+        cargo(&state, &with_workers(workers))?;
+    }
 
     cargo(
         &["build", "-p", "infergate-wasm-host", "--bin", "wasi-run"],

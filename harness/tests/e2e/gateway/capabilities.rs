@@ -169,7 +169,7 @@ async fn pause_resume_chunk_rewrite_and_body_replacement_work_through_envoy(flav
     if flavor.artefact().is_some_and(|p| p.is_file()) && !has_test_stages(flavor) {
         eprintln!(
             "SKIPPED: the {flavor} module was built without its test stages \
-             (cargo build -p infergate-envoy --profile test-artefact --features panic-injection)"
+             (cargo xtask test builds them into target/test-artefact/)"
         );
         return;
     }

@@ -1,0 +1,71 @@
+//! The `gateway` filter's config: the body router's stages and the picker's in one Envoy
+//! HTTP filter, one pipeline (`auth → route → quota → usage → pick` with tenants, `route →
+//! pick` without).
+//!
+//! The two-filter form (`router`, then `picker`) exists so that another filter can run
+//! between them (the global rate-limit filter, which must see the router's quota headers
+//! before any endpoint is picked). Without one, a single filter does the same work with one
+//! set of hooks per stream instead of two: Envoy creates, iterates and destroys one filter,
+//! and passes the buffered body through one. The route is matched again between the stages
+//! exactly as between the two filters: the route stage clears Envoy's route cache once the
+//! model headers are set, and the pick stage's first read of the routed cluster makes Envoy
+//! match the route on those headers.
+//!
+//! Config: `{"router": <the router filter's config>, "picker": <the picker filter's
+//! config>}`; each part is read exactly as its own filter reads it (a `role` field in either
+//! is accepted and ignored), and shares the process's state with filters of the same config.
+
+use crate::adapter::HostConfig;
+use crate::filter::FilterConfigHandle;
+use crate::picker::PickerParts;
+use crate::pipeline::PipelineFactory;
+use crate::router::{config_json, RouterParts};
+use crate::stats::StatsRegistry;
+
+/// The config's two parts, in pipeline order.
+const PARTS: [&str; 2] = ["router", "picker"];
+
+/// The `gateway` filter's config from its JSON bytes.
+pub fn factory(config: &[u8], envoy: &mut FilterConfigHandle) -> Result<PipelineFactory, String> {
+    let serde_json::Value::Object(mut map) = config_json(config)? else {
+        return Err("gateway config: expected an object {\"router\": ..., \"picker\": ...}".into());
+    };
+    let mut part = |name: &str| {
+        map.remove(name)
+            .ok_or_else(|| format!("gateway config: `{name}` is missing"))
+            .and_then(|text| part_json(name, text))
+    };
+    let (router, picker) = (part(PARTS[0])?, part(PARTS[1])?);
+    if let Some(other) = map.keys().next() {
+        return Err(format!(
+            "gateway config: unknown key `{other}` (expected {})",
+            PARTS.join(", ")
+        ));
+    }
+    let router = RouterParts::from_json(router).map_err(|e| format!("gateway router: {e}"))?;
+    let picker = PickerParts::from_json(picker).map_err(|e| format!("gateway picker: {e}"))?;
+    let mut keys = router.stat_keys();
+    keys.extend(picker.stat_keys());
+    let host = HostConfig {
+        stats: StatsRegistry::define(envoy, &keys),
+    };
+    let (mut stages, router_registration) = router.into_stages();
+    let (pick_stages, picker_registration) = picker.into_stages();
+    stages.extend(pick_stages);
+    Ok(PipelineFactory::new(
+        stages,
+        host,
+        vec![Box::new(router_registration), Box::new(picker_registration)],
+    ))
+}
+
+/// One part of the config: an object, or the JSON text of one (a part copied from a
+/// filter's `StringValue`), without its `role`.
+fn part_json(name: &str, value: serde_json::Value) -> Result<serde_json::Value, String> {
+    let text = match value {
+        serde_json::Value::String(text) => text.into_bytes(),
+        value @ serde_json::Value::Object(_) => value.to_string().into_bytes(),
+        _ => return Err(format!("gateway config: `{name}` must be an object")),
+    };
+    config_json(&text).map_err(|e| format!("gateway config: `{name}`: {e}"))
+}
