@@ -625,3 +625,26 @@ fn an_evicted_head_leaves_its_holder_list() {
     assert!(out.is_empty());
     assert_eq!(index.total_heads(), 1);
 }
+
+#[test]
+fn a_remembered_depth_is_not_trusted_after_evictions() {
+    // The holder remembers "10 blocks, ending with h9"; evictions (a shrink, then an
+    // overflow) must make the index probe again instead of answering 10.
+    let hashes: Vec<BlockHash> = (1..=10u64).map(|i| BlockHash(i * 0x9e37_79b9)).collect();
+    let mut index = PrefixIndex::new(PrefixConfig {
+        lru_capacity_per_server: 100,
+        ..PrefixConfig::default()
+    });
+    index.record("a", &hashes);
+    assert_eq!(index.match_endpoint("a", &hashes), 10);
+    index.set_capacity("a", 6);
+    assert_eq!(index.match_endpoint("a", &hashes), 6);
+    index.record("b", &hashes);
+    index.set_capacity("b", 12);
+    let other: Vec<BlockHash> = (1..=4u64).map(|i| BlockHash(i * 0x51_7cc1)).collect();
+    index.record("b", &other);
+    assert_eq!(index.match_endpoint("b", &hashes), 8);
+    let mut out = Vec::new();
+    index.match_endpoints(&["b", "a"], &hashes, &mut out);
+    assert_eq!(out, [8, 6]);
+}
