@@ -17,7 +17,10 @@
 //! see `heads.rs`), so one probe of the head table yields the endpoints holding anything;
 //! every other endpoint matches 0 without a probe of its own. For each holder, a likely
 //! answer is confirmed with two probes (block `m - 1` stored, block `m` not): the length
-//! of the last request recorded there with this head, then the previous holder's answer
+//! of the last request recorded there with this head (one probe when the endpoint has
+//! evicted nothing since and the prompt has that request's last block at that depth: the
+//! block is then known to be stored; none when that is the whole prompt), then the previous
+//! holder's answer
 //! (endpoints tend to share a boundary, e.g. a system prompt cached everywhere); failing
 //! both, the last block (a hit: all), then a binary search of the boundary,
 //! ⌈log₂ n⌉ + 5 probes at worst. [`PrefixIndex::holders`] costs O(holders × log blocks)
