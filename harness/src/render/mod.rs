@@ -172,13 +172,21 @@ fn check_rendered(text: &str) -> Result<()> {
             Value::Mapping(m) => {
                 for (k, x) in m {
                     if k.as_str() == Some("value") {
-                        if let Some(json) = x
+                        let json = x
                             .as_str()
-                            .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
-                            .filter(|j| j.get("role").is_some())
-                        {
-                            out.push(json);
-                        }
+                            .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok());
+                        // The native `gateway` filter holds the router's and the picker's
+                        // configurations as its two parts.
+                        let parts = match json {
+                            Some(j) if j.get("role").is_some() => vec![j],
+                            Some(j) => ["router", "picker"]
+                                .iter()
+                                .filter_map(|part| j.get(part).cloned())
+                                .filter(|p| p.get("role").is_some())
+                                .collect(),
+                            None => Vec::new(),
+                        };
+                        out.extend(parts);
                     }
                     collect(x, out);
                 }
