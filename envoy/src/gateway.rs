@@ -15,12 +15,10 @@
 //! config>}`; each part is read exactly as its own filter reads it (a `role` field in either
 //! is accepted and ignored), and shares the process's state with filters of the same config.
 
-use crate::adapter::HostConfig;
 use crate::filter::FilterConfigHandle;
 use crate::picker::PickerParts;
-use crate::pipeline::PipelineFactory;
+use crate::pipeline::{compose, PipelineFactory};
 use crate::router::{config_json, RouterParts};
-use crate::stats::StatsRegistry;
 
 /// The config's two parts, in pipeline order.
 const PARTS: [&str; 2] = ["router", "picker"];
@@ -44,19 +42,7 @@ pub fn factory(config: &[u8], envoy: &mut FilterConfigHandle) -> Result<Pipeline
     }
     let router = RouterParts::from_json(router).map_err(|e| format!("gateway router: {e}"))?;
     let picker = PickerParts::from_json(picker).map_err(|e| format!("gateway picker: {e}"))?;
-    let mut keys = router.stat_keys();
-    keys.extend(picker.stat_keys());
-    let host = HostConfig {
-        stats: StatsRegistry::define(envoy, &keys),
-    };
-    let (mut stages, router_registration) = router.into_stages();
-    let (pick_stages, picker_registration) = picker.into_stages();
-    stages.extend(pick_stages);
-    Ok(PipelineFactory::new(
-        stages,
-        host,
-        vec![Box::new(router_registration), Box::new(picker_registration)],
-    ))
+    Ok(compose(envoy, vec![Box::new(router), Box::new(picker)]))
 }
 
 /// One part of the config: an object, or the JSON text of one (a part copied from a

@@ -40,11 +40,9 @@ use infergate_filters::consistency::PickerDeclaration;
 use infergate_filters::picker::{PickerShared, SharedPicker};
 use infergate_filters::stages::PickStage;
 
-use crate::adapter::HostConfig;
 use crate::filter::FilterConfigHandle;
-use crate::pipeline::{take_test_stages, NativeStage, PipelineFactory};
+use crate::pipeline::{compose, take_test_stages, ConfigPart, NativeStage, PipelineFactory};
 use crate::router::config_json;
-use crate::stats::StatsRegistry;
 use infergate_filters::stats::{StatKey, StatKind};
 
 /// Process-wide picker states by config text; weak so a state dies with its last config.
@@ -110,15 +108,14 @@ impl PickerParts {
             registration,
         })
     }
+}
 
-    /// Every stat key the stages use.
-    pub fn stat_keys(&self) -> Vec<(StatKind, &StatKey)> {
+impl ConfigPart for PickerParts {
+    fn stat_keys(&self) -> Vec<(StatKind, &StatKey)> {
         self.state.plans().stat_keys()
     }
 
-    /// The stages in order (the test stages, `pick`) and what must live as long as the
-    /// config.
-    pub fn into_stages(self) -> (Vec<NativeStage>, crate::shared::Registration) {
+    fn into_stages(self: Box<Self>) -> (Vec<NativeStage>, crate::shared::Registration) {
         let mut stages = self.test_stages;
         stages.push(Box::new(PickStage::new(self.state)) as NativeStage);
         (stages, self.registration)
@@ -127,16 +124,8 @@ impl PickerParts {
 
 /// The `picker` filter's config from its JSON bytes.
 pub fn factory(config: &[u8], envoy: &mut FilterConfigHandle) -> Result<PipelineFactory, String> {
-    let parts = PickerParts::from_json(config_json(config)?)?;
-    let host = HostConfig {
-        stats: StatsRegistry::define(envoy, &parts.stat_keys()),
-    };
-    let (stages, registration) = parts.into_stages();
-    Ok(PipelineFactory::new(
-        stages,
-        host,
-        vec![Box::new(registration)],
-    ))
+    let part = PickerParts::from_json(config_json(config)?)?;
+    Ok(compose(envoy, vec![Box::new(part)]))
 }
 
 #[cfg(test)]

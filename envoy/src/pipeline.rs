@@ -24,8 +24,10 @@ use infergate_filters::FilterStatus;
 
 use crate::abi::{BodyStatus, HeadersStatus, TrailersStatus};
 use crate::adapter::{HookKind, HostConfig, StreamHost};
-use crate::filter::{StreamFactory, StreamLogic};
+use crate::filter::{FilterConfigHandle, StreamFactory, StreamLogic};
 use crate::host::EnvoyStream;
+use crate::stats::StatsRegistry;
+use infergate_filters::stats::{StatKey, StatKind};
 
 /// A stage the native adapter can run.
 pub type NativeStage = Box<dyn Stage<StreamHost> + Send + Sync>;
@@ -59,6 +61,32 @@ impl PipelineFactory {
     pub fn stage_names(&self) -> Vec<&'static str> {
         self.pipeline.names()
     }
+}
+
+/// A filter config's compiled part: its stages and their stat keys, and the registration
+/// that lives as long as the config (`router::RouterParts`, `picker::PickerParts`).
+pub trait ConfigPart {
+    /// Every stat key the part's stages use.
+    fn stat_keys(&self) -> Vec<(StatKind, &StatKey)>;
+    /// The part's stages in order, and its registration.
+    fn into_stages(self: Box<Self>) -> (Vec<NativeStage>, crate::shared::Registration);
+}
+
+/// One filter config running `parts`' stages, part after part, with every part's stats
+/// defined on it and every registration kept as long as it lives.
+pub fn compose(envoy: &mut FilterConfigHandle, parts: Vec<Box<dyn ConfigPart>>) -> PipelineFactory {
+    let keys: Vec<(StatKind, &StatKey)> = parts.iter().flat_map(|p| p.stat_keys()).collect();
+    let host = HostConfig {
+        stats: StatsRegistry::define(envoy, &keys),
+    };
+    let mut stages = Vec::new();
+    let mut keep: Vec<Box<dyn Send + Sync>> = Vec::new();
+    for part in parts {
+        let (part_stages, registration) = part.into_stages();
+        stages.extend(part_stages);
+        keep.push(Box::new(registration));
+    }
+    PipelineFactory::new(stages, host, keep)
 }
 
 impl StreamFactory for PipelineFactory {

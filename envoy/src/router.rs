@@ -14,10 +14,8 @@ use infergate_filters::router::Router;
 use infergate_filters::stages::tenancy::take_tenants;
 use infergate_filters::stages::{AuthStage, QuotaStage, RouteStage, Tenancy, UsageStage};
 
-use crate::adapter::HostConfig;
 use crate::filter::FilterConfigHandle;
-use crate::pipeline::{take_test_stages, NativeStage, PipelineFactory};
-use crate::stats::StatsRegistry;
+use crate::pipeline::{compose, take_test_stages, ConfigPart, NativeStage, PipelineFactory};
 use infergate_filters::stats::{StatKey, StatKind};
 
 /// Parses a filter config, dropping the Wasm-only `role` field.
@@ -66,9 +64,10 @@ impl RouterParts {
             registration,
         })
     }
+}
 
-    /// Every stat key the stages use.
-    pub fn stat_keys(&self) -> Vec<(StatKind, &StatKey)> {
+impl ConfigPart for RouterParts {
+    fn stat_keys(&self) -> Vec<(StatKind, &StatKey)> {
         let mut keys = self.router.stat_keys();
         if let Some(tenancy) = &self.tenancy {
             keys.extend(tenancy.stat_keys());
@@ -76,9 +75,8 @@ impl RouterParts {
         keys
     }
 
-    /// The stages in order (`auth`, the test stages, `route`, `quota`, `usage`) and what
-    /// must live as long as the config.
-    pub fn into_stages(self) -> (Vec<NativeStage>, crate::shared::Registration) {
+    /// `auth`, the test stages, `route`, `quota`, `usage` (tenancy's only with tenants).
+    fn into_stages(self: Box<Self>) -> (Vec<NativeStage>, crate::shared::Registration) {
         let mut stages: Vec<NativeStage> = Vec::new();
         if let Some(tenancy) = &self.tenancy {
             stages.push(Box::new(AuthStage::new(Arc::clone(tenancy))));
@@ -95,14 +93,6 @@ impl RouterParts {
 
 /// The `router` filter's config from its JSON bytes.
 pub fn factory(config: &[u8], envoy: &mut FilterConfigHandle) -> Result<PipelineFactory, String> {
-    let parts = RouterParts::from_json(config_json(config)?)?;
-    let host = HostConfig {
-        stats: StatsRegistry::define(envoy, &parts.stat_keys()),
-    };
-    let (stages, registration) = parts.into_stages();
-    Ok(PipelineFactory::new(
-        stages,
-        host,
-        vec![Box::new(registration)],
-    ))
+    let part = RouterParts::from_json(config_json(config)?)?;
+    Ok(compose(envoy, vec![Box::new(part)]))
 }
