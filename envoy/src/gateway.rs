@@ -9,7 +9,8 @@
 //! and passes the buffered body through one. The route is matched again between the stages
 //! exactly as between the two filters: the route stage clears Envoy's route cache once the
 //! model headers are set, and the pick stage's first read of the routed cluster makes Envoy
-//! match the route on those headers.
+//! match the route on those headers. The router's handoff to the picker stays in the
+//! request's context: it is neither encoded into Envoy's filter state nor copied back out.
 //!
 //! Config: `{"router": <the router filter's config>, "picker": <the picker filter's
 //! config>}`; each part is read exactly as its own filter reads it (a `role` field in either
@@ -40,7 +41,9 @@ pub fn factory(config: &[u8], envoy: &mut FilterConfigHandle) -> Result<Pipeline
             PARTS.join(", ")
         ));
     }
-    let router = RouterParts::from_json(router).map_err(|e| format!("gateway router: {e}"))?;
+    let router = RouterParts::from_json(router)
+        .map_err(|e| format!("gateway router: {e}"))?
+        .before_picker();
     let picker = PickerParts::from_json(picker).map_err(|e| format!("gateway picker: {e}"))?;
     Ok(compose(envoy, vec![Box::new(router), Box::new(picker)]))
 }

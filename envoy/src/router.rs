@@ -41,6 +41,8 @@ pub struct RouterParts {
     tenancy: Option<Arc<Tenancy>>,
     test_stages: Vec<NativeStage>,
     registration: crate::shared::Registration,
+    /// Whether the picker's stages follow in the same pipeline (the `gateway` filter).
+    picker_follows: bool,
 }
 
 impl RouterParts {
@@ -62,7 +64,17 @@ impl RouterParts {
             tenancy,
             test_stages,
             registration,
+            picker_follows: false,
         })
+    }
+
+    /// The same parts for a pipeline whose picker stages follow them: the route stage
+    /// passes its handoff in the request's context instead of Envoy's filter state.
+    pub fn before_picker(self) -> RouterParts {
+        RouterParts {
+            picker_follows: true,
+            ..self
+        }
     }
 }
 
@@ -82,7 +94,12 @@ impl ConfigPart for RouterParts {
             stages.push(Box::new(AuthStage::new(Arc::clone(tenancy))));
         }
         stages.extend(self.test_stages);
-        stages.push(Box::new(RouteStage::new(self.router)));
+        let route = RouteStage::new(self.router);
+        stages.push(Box::new(if self.picker_follows {
+            route.before_pick_stage()
+        } else {
+            route
+        }));
         if let Some(tenancy) = self.tenancy {
             stages.push(Box::new(QuotaStage::new(Arc::clone(&tenancy))));
             stages.push(Box::new(UsageStage));

@@ -712,6 +712,12 @@ fn the_gateway_filter_routes_and_picks_in_one_stream() {
     fake_envoy::with(|s| {
         assert!(s.route_cache_clears >= 1);
         assert!(s.replies.is_empty(), "{:?}", s.replies);
+        // The handoff stayed in the request's context: none went through Envoy.
+        assert!(
+            !s.filter_state.iter().any(|(k, _)| k == "infergate_handoff"),
+            "{:?}",
+            s.filter_state.iter().map(|(k, _)| k).collect::<Vec<_>>()
+        );
         assert!(s.metadata.contains(&(
             "envoy.lb".into(),
             "x-gateway-destination-endpoint".into(),

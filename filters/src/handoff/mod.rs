@@ -9,7 +9,9 @@
 //! the pool's `blockSizeTokens`). The picker, in its headers callback (which Envoy runs only
 //! after the router let the complete body through), takes the handoff if it is present,
 //! decodes, and fits its own pool (same base model, same block size); otherwise it falls
-//! back to pausing for and parsing the body itself.
+//! back to pausing for and parsing the body itself. When the pick stage runs in the same
+//! pipeline as the route stage (`crate::stages::RouteStage::before_pick_stage`), the
+//! handoff passes in the request's context as a value instead, with no encoding.
 //!
 //! **Trust.** Filter state is written only by filters of this stream, never by a client: a
 //! client can send headers and a body, not filter state, and the router strips client

@@ -171,6 +171,8 @@ pub struct PickerRequest {
     endpoint: Option<String>,
     /// Whether the pick is made by a state elsewhere ([`PickerRequest::deferred`]).
     deferred: bool,
+    /// A handoff passed in by a stage of the same pipeline ([`PickerRequest::offered`]).
+    offered: Option<Handoff>,
 }
 
 impl Default for PickerRequest {
@@ -189,7 +191,17 @@ impl PickerRequest {
             ticket: None,
             endpoint: None,
             deferred: false,
+            offered: None,
         }
+    }
+
+    /// Gives the request the router's handoff directly (a route stage of the same
+    /// pipeline); without one, the headers callback reads the stream's filter state.
+    pub fn offered(&mut self, handoff: Option<Handoff>) -> &mut Self {
+        if handoff.is_some() {
+            self.offered = handoff;
+        }
+        self
     }
 
     /// A request whose pick a state elsewhere makes (the Wasm flavour's state owner, see
@@ -356,9 +368,10 @@ impl PickerRequest {
         };
         // The router already held the request until its body was complete and parsed it:
         // if it left a handoff that fits this pool, pick now without touching the body.
-        let handoff = host
-            .stream_state(HANDOFF_KEY)
-            .and_then(|bytes| Handoff::decode(&bytes));
+        let handoff = self.offered.take().or_else(|| {
+            host.stream_state(HANDOFF_KEY)
+                .and_then(|bytes| Handoff::decode(&bytes))
+        });
         if let Some(prepared) = handoff.and_then(|h| PreparedPick::from_handoff(&plan, h, host)) {
             plan.count_handoff(host);
             self.stage = Stage::Done;

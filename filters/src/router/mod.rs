@@ -335,6 +335,17 @@ pub struct RouterRequest {
     keep_headers: bool,
     routed: Option<RoutedRequest>,
     replied: Option<u16>,
+    handoff: HandoffSink,
+}
+
+/// Where a routed request's [`Handoff`] goes.
+#[derive(Clone, Debug)]
+enum HandoffSink {
+    /// The stream's filter state, for a picker in a later filter.
+    StreamState,
+    /// Kept in the request for a pick stage of the same pipeline
+    /// ([`RouterRequest::take_handoff`]).
+    Kept(Option<Handoff>),
 }
 
 impl Default for RouterRequest {
@@ -351,6 +362,25 @@ impl RouterRequest {
             keep_headers: false,
             routed: None,
             replied: None,
+            handoff: HandoffSink::StreamState,
+        }
+    }
+
+    /// This request keeps its handoff for [`RouterRequest::take_handoff`] instead of
+    /// writing it to the stream's filter state: the picker runs in the same pipeline.
+    pub fn keeping_handoff(self) -> Self {
+        RouterRequest {
+            handoff: HandoffSink::Kept(None),
+            ..self
+        }
+    }
+
+    /// The handoff kept by a [`RouterRequest::keeping_handoff`] request once it routed;
+    /// taken (a second call answers `None`).
+    pub fn take_handoff(&mut self) -> Option<Handoff> {
+        match &mut self.handoff {
+            HandoffSink::Kept(kept) => kept.take(),
+            HandoffSink::StreamState => None,
         }
     }
 
@@ -482,9 +512,14 @@ impl RouterRequest {
         host.set_request_header(SPLIT_KEY, &choice.split_key.to_string());
         // Seeded with the target model: the engine caches the prompt under the name it serves.
         let handoff = Handoff::from_parsed(&parsed, base, router.block_size_tokens(base));
-        if let Some(bytes) = handoff.encode() {
-            // Best effort: without it the picker buffers and parses the body itself.
-            let _ = host.set_stream_state(HANDOFF_KEY, &bytes);
+        match &mut self.handoff {
+            HandoffSink::Kept(kept) => *kept = Some(handoff),
+            HandoffSink::StreamState => {
+                if let Some(bytes) = handoff.encode() {
+                    // Best effort: without it the picker buffers and parses the body itself.
+                    let _ = host.set_stream_state(HANDOFF_KEY, &bytes);
+                }
+            }
         }
         host.counter_add(&router.stats.routed, 1);
         self.routed = Some(RoutedRequest {

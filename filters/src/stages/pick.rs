@@ -17,6 +17,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use crate::flow::{read_state_number, record_queued_ms, DropReason, SERVICE_STATE};
+use crate::handoff::Handoff;
 use crate::host::{RequestWaker, Waker};
 use crate::picker::{
     PickerAccess, PickerHost, PickerRequest, PoolId, PreparedPick, Rejection, ServedElsewhere,
@@ -274,9 +275,13 @@ impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickSta
         let Some(access) = self.store.access() else {
             return busy();
         };
-        let status = self
-            .request(cx)
-            .on_request_headers(access, host, end_of_stream);
+        // Left by a route stage earlier in this pipeline (else the picker looks for one in
+        // the stream's filter state).
+        let handoff = cx.remove::<Handoff>();
+        let status =
+            self.request(cx)
+                .offered(handoff)
+                .on_request_headers(access, host, end_of_stream);
         self.submit_pending(cx, host, status, true)
     }
 

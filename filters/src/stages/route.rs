@@ -5,6 +5,11 @@
 //! do: buffer a body as large as the router's limit (else Envoy would answer its own
 //! plain-text 413 first), and match the route again once the model headers are set (the
 //! route on the router's headers is the one used).
+//!
+//! The router's [`crate::handoff::Handoff`] goes to the stream's filter state, for a picker
+//! in a later filter; in a pipeline whose pick stage follows
+//! ([`RouteStage::before_pick_stage`]) it stays in the request's context instead, where the
+//! pick stage takes it.
 
 use std::sync::Arc;
 
@@ -21,12 +26,27 @@ use crate::FilterStatus;
 #[derive(Clone, Debug)]
 pub struct RouteStage {
     router: Arc<Router>,
+    /// Whether the pick stage runs later in this pipeline: the [`crate::handoff::Handoff`] then passes in
+    /// the request's context, not through the stream's filter state.
+    picker_follows: bool,
 }
 
 impl RouteStage {
-    /// A stage routing with `router`.
+    /// A stage routing with `router`, handing off to a picker in a later filter.
     pub fn new(router: Arc<Router>) -> RouteStage {
-        RouteStage { router }
+        RouteStage {
+            router,
+            picker_follows: false,
+        }
+    }
+
+    /// The same stage in a pipeline whose pick stage follows it: the handoff is left in
+    /// the request's context, so it is neither encoded nor copied through Envoy.
+    pub fn before_pick_stage(self) -> RouteStage {
+        RouteStage {
+            picker_follows: true,
+            ..self
+        }
     }
 
     /// The compiled router.
@@ -34,7 +54,22 @@ impl RouteStage {
         &self.router
     }
 
-    /// The step for the router's `status`; `Continue` re-matches the route.
+    /// A new request's router state.
+    fn new_request(&self, stripped: bool) -> RouterRequest {
+        let request = if stripped {
+            RouterRequest::after_trust_boundary()
+        } else {
+            RouterRequest::new()
+        };
+        if self.picker_follows {
+            request.keeping_handoff()
+        } else {
+            request
+        }
+    }
+
+    /// The step for the router's `status`; `Continue` re-matches the route and leaves a
+    /// kept handoff in the context.
     fn step<H: RouteRefresh + ?Sized>(
         cx: &mut RequestContext,
         host: &mut H,
@@ -43,6 +78,12 @@ impl RouteStage {
     ) -> Step {
         match status {
             FilterStatus::Continue => {
+                if let Some(handoff) = cx
+                    .get_mut::<RouterRequest>()
+                    .and_then(RouterRequest::take_handoff)
+                {
+                    cx.insert(handoff);
+                }
                 host.refresh_route();
                 Step::Next
             }
@@ -84,24 +125,15 @@ where
         host.ensure_body_buffer(limit.saturating_add(1));
         let stripped = cx.get::<ClientHeadersStripped>().is_some();
         let status = cx
-            .get_or_insert_with(|| {
-                if stripped {
-                    RouterRequest::after_trust_boundary()
-                } else {
-                    RouterRequest::new()
-                }
-            })
+            .get_or_insert_with(|| self.new_request(stripped))
             .on_request_headers(&self.router, host, end_of_stream);
         RouteStage::step(cx, host, status, true)
     }
 
     fn on_request_body(&self, cx: &mut RequestContext, host: &mut H, body: BodyProgress) -> Step {
-        let status = cx.get_or_insert_with(RouterRequest::new).on_request_body(
-            &self.router,
-            host,
-            body.buffered_len,
-            body.end_of_stream,
-        );
+        let status = cx
+            .get_or_insert_with(|| self.new_request(false))
+            .on_request_body(&self.router, host, body.buffered_len, body.end_of_stream);
         RouteStage::step(cx, host, status, false)
     }
 }

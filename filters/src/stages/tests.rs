@@ -27,14 +27,18 @@ fn router_pipeline() -> Pipeline<FakeHost> {
     Pipeline::new(vec![Box::new(RouteStage::new(Arc::new(router)))])
 }
 
-fn picker_pipeline() -> (Pipeline<FakeHost>, Arc<SharedPicker>) {
+fn pick_stage() -> (Box<dyn Stage<FakeHost>>, Arc<SharedPicker>) {
     let state = PickerShared::from_json(serde_json::json!({
         "pool": "p", "baseModel": "llama", "endpoints": ["10.0.0.1:8000"],
         "failureMode": "FailOpen"
     }))
     .unwrap();
     let shared = Arc::new(SharedPicker::new(state));
-    let stage: Box<dyn Stage<FakeHost>> = Box::new(PickStage::new(Arc::clone(&shared)));
+    (Box::new(PickStage::new(Arc::clone(&shared))), shared)
+}
+
+fn picker_pipeline() -> (Pipeline<FakeHost>, Arc<SharedPicker>) {
+    let (stage, shared) = pick_stage();
     (Pipeline::new(vec![stage]), shared)
 }
 
@@ -91,6 +95,47 @@ fn the_router_pipeline_hands_off_to_the_picker_pipeline_which_releases_at_the_en
     run.end(&picker, &mut host);
     assert_eq!(in_flight(&host), 0, "the end gives the lease back");
     assert_eq!(host.gauge_underflows, 0);
+}
+
+/// Route and pick in one pipeline: the handoff passes in the request's context, so nothing
+/// is written to the stream's filter state, and the pick still comes from it (no second
+/// body read, counted as a handoff).
+#[test]
+fn in_one_pipeline_the_handoff_passes_in_the_context_not_the_stream_state() {
+    let mut host = FakeHost::new().post("/v1/chat/completions", BODY);
+    let router = Router::from_json(serde_json::json!({
+        "bodyLimitBytes": 1024,
+        "pools": [{"name": "p", "baseModel": "llama"}]
+    }))
+    .unwrap();
+    let (pick, _shared) = pick_stage();
+    let both: Pipeline<FakeHost> = Pipeline::new(vec![
+        Box::new(RouteStage::new(Arc::new(router)).before_pick_stage()),
+        pick,
+    ]);
+    let mut run = Run::new();
+    assert_eq!(
+        run.request_headers(&both, &mut host, false),
+        FilterStatus::Pause
+    );
+    let len = host.body.len();
+    assert_eq!(
+        run.request_body(&both, &mut host, len, true),
+        FilterStatus::Continue
+    );
+    assert_eq!(host.header(DESTINATION_ENDPOINT), Some("10.0.0.1:8000"));
+    assert!(host.stream_state.is_empty(), "{:?}", host.stream_state);
+    assert_eq!(
+        host.body_reads.get(),
+        1,
+        "the body is read once, by the router"
+    );
+    assert_eq!(
+        host.counters.get("infergate.picker.handoff.pool.p"),
+        Some(&1)
+    );
+    run.end(&both, &mut host);
+    assert_eq!(in_flight(&host), 0);
 }
 
 #[test]
