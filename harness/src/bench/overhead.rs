@@ -6,8 +6,8 @@
 //! ORIGINAL_DST pool cluster), `wasm` and `native` (body router + picker + scraper), and the
 //! floors `wasm-floor` / `native-floor`: `plain` plus that module's `probe` filter, which only
 //! holds each request until its body is complete and reads the body, the least any
-//! body-based filter on that host costs (a target above the floor's ratio is out of reach
-//! for any filter that must read the body). A
+//! body-based filter on that host costs. The cost targets are set against them: the Envoy
+//! CPU per request each gateway spends beyond its floor ([`targets`]). A
 //! closed-loop client with a fixed number of keep-alive connections sends chat bodies of
 //! the run's size (32 KB: ~8k tokens). Each round runs every arm once (warm-up, then a measured window), the order
 //! rotating from round to round, so slow drifts of a shared machine hit every arm alike.
@@ -87,6 +87,7 @@ use first_chunk::{StreamLoop, StreamResult};
 
 pub mod backend;
 pub mod first_chunk;
+pub mod targets;
 pub mod tenants;
 
 /// One run: Envoy's worker count and the bodies' size.

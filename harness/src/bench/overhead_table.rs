@@ -1,5 +1,5 @@
-//! The report of `bench overhead`: one column per arm, ratios against `plain`, the
-//! verdicts against the targets (Wasm ≥ 0.70, native ≥ 0.90 of plain's requests/s), what
+//! The report of `bench overhead`: one column per arm, ratios against `plain`, each
+//! gateway's Envoy CPU beyond its floor with the verdicts ([`super::overhead::targets`]), what
 //! tenancy adds to each flavour (Envoy CPU per request: native auth + quota ≤ 3 µs; the
 //! first chunk of a stream: ≤ 0.1 ms at p50), the gateways against the ext_proc arms
 //! (Envoy plus processor CPU per request and added p50: native ≤ 1/3 of `extproc-parse`,
@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::closed_loop::{ClosedLoop, LoopResult};
 use super::logic::LogicCost;
 use super::overhead::first_chunk::{StreamLoop, StreamResult};
+use super::overhead::targets::{self, run_name, BeyondFloor};
 use super::overhead::{OverheadOptions, RunShape, FLOW_PAIRS, TENANCY_PAIRS};
 use super::report::{median, ms, percentile_us, table};
 use crate::launch::extproc::ExtProcStack;
@@ -247,32 +248,18 @@ pub(super) fn render(
     );
     out.push_str(&table(&header, &rows));
     out.push('\n');
-    for (label, target) in [("wasm", 0.70), ("native", 0.90)] {
+    for label in ["wasm", "native"] {
         if let Some(a) = arms.iter().find(|a| a.label == label) {
-            let r = ratio(a);
-            let verdict = if r >= target { "met" } else { "MISSED" };
             let cpu = cpu_ratio(arms.get(plain), a).unwrap_or(0.0);
             out.push_str(&format!(
-                "{label}/plain requests/s = {r:.3} (median of rounds {:.3}; target ≥ {target:.2}: \
-                 {verdict}); CPU-bound ratio (plain ÷ {label} Envoy CPU per request) {cpu:.3}\n",
-                round_ratio(a)
-            ));
-        }
-        let floor = format!("{label}-floor");
-        if let Some(a) = arms.iter().find(|a| a.label == floor) {
-            // Envoy CPU per request the target allows, minus what the floor already spends.
-            let budget = match (arms.get(plain).and_then(cpu_us), cpu_us(a)) {
-                (Some(p), Some(f)) => budget_text(p / target - f),
-                _ => "no CPU reading".into(),
-            };
-            out.push_str(&format!(
-                "{floor}/plain requests/s = {:.3} (median of rounds {:.3}): a {label} filter \
-                 that only buffers and reads the body; {budget}\n",
+                "{label}/plain requests/s = {:.3} (median of rounds {:.3}); plain ÷ {label} \
+                 Envoy CPU per request {cpu:.3}\n",
                 ratio(a),
                 round_ratio(a)
             ));
         }
     }
+    out.push_str(&targets::render(arms, shape));
     for (base, tenancy) in TENANCY_PAIRS {
         let (Some(b), Some(t)) = (
             arms.iter().find(|a| a.label == base),
@@ -529,23 +516,6 @@ fn flow_text(b: &Arm, f: &Arm) -> String {
     )
 }
 
-/// What a target leaves beyond a floor: `left_us` of Envoy CPU per request (the target's
-/// CPU ratio applied to `plain`, minus the floor's own CPU).
-fn budget_text(left_us: f64) -> String {
-    if left_us > 0.0 {
-        format!(
-            "at the target's CPU ratio, {left_us:.1} µs of Envoy CPU per request are left for \
-             everything beyond reading the body"
-        )
-    } else {
-        format!(
-            "the target is below this floor ({:.1} µs of Envoy CPU per request over the \
-             target's budget): out of reach for any filter that reads the body",
-            -left_us
-        )
-    }
-}
-
 /// The external-processor arm every gateway is set against, and its floor.
 const EXTPROC_REFERENCE: &str = "extproc-parse";
 const EXTPROC_FLOOR: &str = "extproc-null";
@@ -630,6 +600,8 @@ struct SummaryCell {
 pub(super) struct RunSummary {
     shape: RunShape,
     cells: Vec<SummaryCell>,
+    /// Each gateway arm beyond its floor.
+    beyond_floor: Vec<BeyondFloor>,
 }
 
 impl RunSummary {
@@ -646,6 +618,7 @@ impl RunSummary {
                     added_p50_us: p50_us(a) - plain,
                 })
                 .collect(),
+            beyond_floor: BeyondFloor::of(arms, shape),
         }
     }
 }
@@ -662,14 +635,7 @@ pub(super) fn summary(runs: &[RunSummary]) -> String {
         }
     }
     let mut header = vec!["arm".to_string()];
-    header.extend(runs.iter().map(|r| {
-        format!(
-            "{} worker{}, {} KB",
-            r.shape.concurrency,
-            if r.shape.concurrency == 1 { "" } else { "s" },
-            r.shape.body_kb()
-        )
-    }));
+    header.extend(runs.iter().map(|r| run_name(r.shape)));
     let rows: Vec<(String, Vec<String>)> = labels
         .iter()
         .map(|l| {
@@ -688,10 +654,15 @@ pub(super) fn summary(runs: &[RunSummary]) -> String {
             (l.to_string(), cells)
         })
         .collect();
+    let floors: Vec<(RunShape, Vec<BeyondFloor>)> = runs
+        .iter()
+        .map(|r| (r.shape, r.beyond_floor.clone()))
+        .collect();
     format!(
         "bench overhead summary: per arm and run, Envoy + processor CPU per request / p50 \
-         latency added over plain\n\n{}",
-        table(&header, &rows)
+         latency added over plain\n\n{}\n{}",
+        table(&header, &rows),
+        targets::summary(&floors)
     )
 }
 
@@ -708,7 +679,7 @@ fn total_us(a: &Arm) -> Option<f64> {
 }
 
 /// Envoy CPU time per request in µs (`None` without an Envoy, a CPU reading or requests).
-fn cpu_us(a: &Arm) -> Option<f64> {
+pub(super) fn cpu_us(a: &Arm) -> Option<f64> {
     (!a.envoy_cpu.is_zero() && a.total.ok > 0)
         .then(|| a.envoy_cpu.as_secs_f64() * 1e6 / a.total.ok as f64)
 }
@@ -790,7 +761,7 @@ mod tests {
     }
 
     #[test]
-    fn ratios_and_verdicts_are_against_plain() {
+    fn ratios_are_against_plain() {
         let arms = [
             arm("plain", 1000, 1),
             arm("wasm", 800, 1),
@@ -803,15 +774,20 @@ mod tests {
             &LogicCost::default(),
         );
         assert!(out.contains("wasm/plain requests/s = 0.800"), "{out}");
-        assert!(out.contains("target ≥ 0.70: met"), "{out}");
         assert!(out.contains("native/plain requests/s = 0.850"), "{out}");
-        assert!(out.contains("target ≥ 0.90: MISSED"), "{out}");
         assert!(!out.contains("floor"), "no floor arm, no floor line: {out}");
     }
 
     #[test]
-    fn a_floor_arm_reports_its_ratio_and_the_cpu_left_by_the_target() {
-        let arms = [arm("plain", 1000, 1), arm("native-floor", 950, 1)];
+    fn each_gateway_is_judged_beyond_its_floor() {
+        let arms = [
+            with_cpu(arm("plain", 1000, 1), &[90.0, 92.0]),
+            with_cpu(arm("native-floor", 1000, 1), &[100.0, 100.0]),
+            with_cpu(arm("native", 1000, 1), &[110.0, 114.0]),
+            with_cpu(arm("native-tenancy", 1000, 1), &[140.0, 140.0]),
+            with_cpu(arm("wasm-floor", 1000, 1), &[120.0, 120.0]),
+            with_cpu(arm("wasm", 1000, 1), &[200.0, 180.0]),
+        ];
         let out = render(
             &arms,
             &OverheadOptions::default(),
@@ -819,21 +795,54 @@ mod tests {
             &LogicCost::default(),
         );
         assert!(
-            out.contains("native-floor/plain requests/s = 0.950"),
+            out.contains("native beyond native-floor: Envoy CPU per request +12.0 µs (median of per-round differences +12.0 µs); target ≤ 15 µs: met, 3.0 µs of budget left"),
             "{out}"
         );
-        // Without an Envoy there is no CPU reading to budget from.
-        assert!(out.contains("no CPU reading"), "{out}");
-    }
-
-    #[test]
-    fn the_budget_says_when_the_target_is_below_the_floor() {
-        // plain 85 µs at a 0.90 target allows 94.4 µs: a 90 µs floor leaves 4.4 µs, a 97 µs
-        // floor is 2.6 µs over.
-        assert!(budget_text(85.0 / 0.9 - 90.0).contains("4.4 µs of Envoy CPU per request are left"));
-        let over = budget_text(85.0 / 0.9 - 97.0);
-        assert!(over.contains("below this floor (2.6 µs"), "{over}");
-        assert!(over.contains("out of reach"), "{over}");
+        assert!(
+            out.contains("native-tenancy beyond native-floor: Envoy CPU per request +40.0 µs"),
+            "{out}"
+        );
+        assert!(out.contains("the fuller pipeline, reported"), "{out}");
+        assert!(
+            out.contains("wasm beyond wasm-floor: Envoy CPU per request +70.0 µs (median of per-round differences +70.0 µs); target ≤ 50 µs: MISSED by 20.0 µs"),
+            "{out}"
+        );
+        let four = RunShape {
+            concurrency: 4,
+            body_tokens: 512 * 256,
+        };
+        let out = render(
+            &arms,
+            &OverheadOptions::default(),
+            four,
+            &LogicCost::default(),
+        );
+        assert!(out.contains("no target at 512 KB"), "{out}");
+        let four = RunShape {
+            concurrency: 4,
+            body_tokens: 128 * 256,
+        };
+        let out = render(
+            &arms,
+            &OverheadOptions::default(),
+            four,
+            &LogicCost::default(),
+        );
+        assert!(
+            out.contains("target (set at 1 worker) ≤ 30 µs: met, 18.0 µs of budget left"),
+            "{out}"
+        );
+        let s = summary(&[RunSummary::of(SHAPE, &arms), RunSummary::of(four, &arms)]);
+        assert!(s.contains("beyond the floor"), "{s}");
+        assert!(
+            s.contains("+12.0 µs (≤ 15 µs: met, 3.0 µs of budget left)"),
+            "{s}"
+        );
+        assert!(
+            s.contains("+12.0 µs (≤ 30 µs: met, 18.0 µs of budget left)"),
+            "{s}"
+        );
+        assert!(s.contains("+70.0 µs (≤ 50 µs: MISSED by 20.0 µs)"), "{s}");
     }
 
     fn with_cpu(mut a: Arm, rounds_us: &[f64]) -> Arm {
