@@ -195,7 +195,7 @@ pub fn parse_with_limit(
     max_prompt_bytes: usize,
 ) -> Result<ParsedRequest, RequestError> {
     match fast::parse(api, body, max_prompt_bytes) {
-        Some(parts) => finish(api, parts, max_prompt_bytes),
+        Some(parts) => finish(api, parts),
         None => parse_serde(api, body, max_prompt_bytes),
     }
 }
@@ -241,15 +241,11 @@ fn parse_serde(
         system,
         fields,
     };
-    finish(api, parts, max_prompt_bytes)
+    finish(api, parts)
 }
 
 /// The request from the parsed parts: the prompt sections joined in their order.
-fn finish(
-    api: Api,
-    parts: fast::Parts,
-    max_prompt_bytes: usize,
-) -> Result<ParsedRequest, RequestError> {
+fn finish(api: Api, parts: fast::Parts) -> Result<ParsedRequest, RequestError> {
     let fast::Parts {
         mut prompt,
         tools,
@@ -259,15 +255,7 @@ fn finish(
     let model = fields.model.ok_or(RequestError::MissingModel)?;
     if !tools.is_empty() || !system.is_empty() {
         // Tools, then the system prompt, then the messages, whatever their order in the body.
-        let total = tools
-            .len()
-            .saturating_add(system.len())
-            .saturating_add(prompt.len());
-        let mut all = stream::Stream::with_limit(max_prompt_bytes, total);
-        all.append(&tools);
-        all.append(&system);
-        all.append(&prompt);
-        prompt = all;
+        prompt = prompt.prepend(&[&tools, &system]);
     }
     let prompt_len = prompt.len();
     Ok(ParsedRequest {

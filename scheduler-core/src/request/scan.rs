@@ -1,6 +1,7 @@
 //! Byte-level JSON scanning for the fast path ([`super::fast`]): finding the next byte of a
-//! string that is not plain ASCII 8 bytes at a time, decoding a string straight into a
-//! [`Stream`], and skipping a value while checking its syntax.
+//! string that is not plain ASCII 16 bytes at a time (SSE2 on x86_64, SWAR words elsewhere:
+//! `lanes`), decoding a string straight into a [`Stream`] or the prompt's own buffer, and
+//! skipping a value while checking its syntax.
 //!
 //! Everything here is strict where `serde_json` is strict and gives up (`None`) wherever the
 //! two might disagree or the input is unusual (a `\u` surrogate, an exponent, nesting deeper
@@ -15,21 +16,143 @@ use alloc::vec::Vec;
 /// to it from the fast path starts at most a few levels down.
 pub(crate) const MAX_DEPTH: usize = 64;
 
-const ONES: u64 = 0x0101_0101_0101_0101;
-const HIGH: u64 = 0x8080_8080_8080_8080;
+/// The 16-byte step of [`find_special`] and [`decode_vec`]: SSE2 on x86_64, where it is part
+/// of the baseline (no runtime detection; one load, three compares and a `movemask`), two
+/// 8-byte SWAR words elsewhere (wasm32 included). Both answer in the same terms, so the
+/// callers have one shape; `tests` checks each against a byte loop.
+#[cfg(target_arch = "x86_64")]
+mod lanes {
+    use core::arch::x86_64::{
+        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8, _mm_or_si128,
+        _mm_set1_epi8,
+    };
 
-/// High bit set in each byte of `x` that is zero; the lowest flagged byte is always a real
-/// zero (a borrow only flags bytes above one).
-fn zero_bytes(x: u64) -> u64 {
-    x.wrapping_sub(ONES) & !x & HIGH
+    /// The 16 bytes of `w` in one register.
+    #[target_feature(enable = "sse2")]
+    #[inline]
+    fn load(w: &[u8; 16]) -> __m128i {
+        // SAFETY: `w` is 16 readable bytes and `_mm_loadu_si128` takes any alignment.
+        unsafe { _mm_loadu_si128(w.as_ptr().cast()) }
+    }
+
+    /// All ones in each byte of `v` that is `"`, `\` or a control byte (< 0x20).
+    #[target_feature(enable = "sse2")]
+    #[inline]
+    fn stops(v: __m128i) -> __m128i {
+        let quote = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
+        let backslash = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8));
+        // Unsigned `v <= 0x1f`: the minimum with 0x1f is `v` itself.
+        let control = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1f)), v);
+        _mm_or_si128(_mm_or_si128(quote, backslash), control)
+    }
+
+    /// One bit per byte of `v`, from its high bit; bit 16 set, so that `trailing_zeros` of
+    /// an empty mask is 16.
+    #[target_feature(enable = "sse2")]
+    #[inline]
+    fn mask(v: __m128i) -> u32 {
+        (_mm_movemask_epi8(v) as u32) | 1 << 16
+    }
+
+    /// [`plain`], with the intrinsics allowed.
+    #[target_feature(enable = "sse2")]
+    #[inline]
+    fn plain_sse2(w: &[u8; 16]) -> (Option<usize>, bool) {
+        let v = load(w);
+        let stop = _mm_movemask_epi8(stops(v)) as u32;
+        // Only the bytes before the first stop (all 16 when none).
+        let kept = stop.wrapping_sub(1) & !stop;
+        let wide = _mm_movemask_epi8(v) as u32 & kept != 0;
+        if stop == 0 {
+            (None, wide)
+        } else {
+            (Some(stop.trailing_zeros() as usize), wide)
+        }
+    }
+
+    /// [`first_special`], with the intrinsics allowed.
+    #[target_feature(enable = "sse2")]
+    #[inline]
+    fn first_special_sse2(w: &[u8; 16]) -> usize {
+        let v = load(w);
+        mask(_mm_or_si128(stops(v), v)).trailing_zeros() as usize
+    }
+
+    /// The index of the first byte of `w` that is `"`, `\` or a control byte (`None`: all
+    /// 16 are plain), and whether a byte before it is not ASCII (here exactly; a `true` for
+    /// a byte after it would only cost a needless UTF-8 check).
+    #[inline(always)]
+    pub(super) fn plain(w: &[u8; 16]) -> (Option<usize>, bool) {
+        // SAFETY: SSE2 is enabled on every x86_64 target.
+        unsafe { plain_sse2(w) }
+    }
+
+    /// The index of the first byte of `w` that is `"`, `\`, a control byte or not ASCII (16:
+    /// none).
+    #[inline(always)]
+    pub(super) fn first_special(w: &[u8; 16]) -> usize {
+        // SAFETY: SSE2 is enabled on every x86_64 target.
+        unsafe { first_special_sse2(w) }
+    }
 }
 
-/// Flags the bytes of `x` that are `"`, `\`, a control byte (< 0x20) or not ASCII.
-fn special_bytes(x: u64) -> u64 {
-    zero_bytes(x ^ (ONES * u64::from(b'"')))
-        | zero_bytes(x ^ (ONES * u64::from(b'\\')))
-        | (x.wrapping_sub(ONES * 0x20) & !x & HIGH)
-        | (x & HIGH)
+/// See the x86_64 variant.
+#[cfg(not(target_arch = "x86_64"))]
+mod lanes {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+
+    /// High bit set in each byte of `x` that is zero; the lowest flagged byte is always a
+    /// real zero (a borrow only flags bytes above one).
+    #[inline(always)]
+    fn zero_bytes(x: u64) -> u64 {
+        x.wrapping_sub(ONES) & !x & HIGH
+    }
+
+    /// Flags the bytes of `x` that are `"`, `\` or a control byte (< 0x20); as with
+    /// [`zero_bytes`], the lowest flag is always right.
+    #[inline(always)]
+    fn stops(x: u64) -> u64 {
+        zero_bytes(x ^ (ONES * u64::from(b'"')))
+            | zero_bytes(x ^ (ONES * u64::from(b'\\')))
+            | (x.wrapping_sub(ONES * 0x20) & !x & HIGH)
+    }
+
+    /// The two little-endian words of `w`.
+    #[inline(always)]
+    fn words(w: &[u8; 16]) -> (u64, u64) {
+        let mut lo = [0; 8];
+        let mut hi = [0; 8];
+        let (a, b) = w.split_at(8);
+        lo.copy_from_slice(a);
+        hi.copy_from_slice(b);
+        (u64::from_le_bytes(lo), u64::from_le_bytes(hi))
+    }
+
+    /// The index of the first flagged byte of the 16 whose halves are flagged `mx`, `my`.
+    #[inline(always)]
+    fn first(mx: u64, my: u64) -> usize {
+        match (mx, my) {
+            (0, 0) => 16,
+            (0, _) => 8 + (my.trailing_zeros() / 8) as usize,
+            _ => (mx.trailing_zeros() / 8) as usize,
+        }
+    }
+
+    /// See the x86_64 variant; here the second answer covers all 16 bytes.
+    #[inline(always)]
+    pub(super) fn plain(w: &[u8; 16]) -> (Option<usize>, bool) {
+        let (x, y) = words(w);
+        let n = first(stops(x), stops(y));
+        ((n < 16).then_some(n), (x | y) & HIGH != 0)
+    }
+
+    /// See the x86_64 variant.
+    #[inline(always)]
+    pub(super) fn first_special(w: &[u8; 16]) -> usize {
+        let (x, y) = words(w);
+        first(stops(x) | (x & HIGH), stops(y) | (y & HIGH))
+    }
 }
 
 /// Whether `c` needs a look inside a string (`"`, `\`, control or non-ASCII).
@@ -40,12 +163,12 @@ fn is_special(c: u8) -> bool {
 /// The index of the first byte at or after `i` that is `"`, `\`, a control byte or not
 /// ASCII, or `b.len()`.
 pub(crate) fn find_special(b: &[u8], mut i: usize) -> usize {
-    while let Some(w) = b.get(i..).and_then(|r| r.first_chunk::<8>()) {
-        let m = special_bytes(u64::from_le_bytes(*w));
-        if m != 0 {
-            return i + (m.trailing_zeros() / 8) as usize;
+    while let Some(w) = b.get(i..).and_then(|r| r.first_chunk::<16>()) {
+        let n = lanes::first_special(w);
+        if n < 16 {
+            return i + n;
         }
-        i += 8;
+        i += 16;
     }
     while let Some(&c) = b.get(i) {
         if is_special(c) {
@@ -135,64 +258,74 @@ pub(crate) fn decode_into(b: &[u8], mut i: usize, out: &mut Stream) -> Option<us
     }
 }
 
-/// Flags the bytes of `x` that end a run of a string: `"`, `\` or a control byte (< 0x20).
-/// Non-ASCII bytes do not: a run is checked as UTF-8 as a whole, once it ends.
-fn stop_bytes(x: u64) -> u64 {
-    zero_bytes(x ^ (ONES * u64::from(b'"')))
-        | zero_bytes(x ^ (ONES * u64::from(b'\\')))
-        | (x.wrapping_sub(ONES * 0x20) & !x & HIGH)
-}
-
 /// Like [`decode_into`], appending to `out` directly and copying 16 bytes at a time: the
 /// decoded string is never longer than its JSON (an escape or a `\u` takes at least as many
 /// bytes as it decodes to), so `out` is given room for the rest of the body once, and each
-/// 16 bytes are stored whole while only their leading plain bytes are kept. A run between
-/// escapes is checked as UTF-8 once it ends, and only if it has a non-ASCII byte: `"`, `\`
-/// and control bytes are ASCII, so they never split a character, and the string is
-/// well-formed exactly when each run is.
+/// 16 bytes are stored whole into the spare capacity while only their leading plain bytes
+/// are kept. A one-letter escape (the common kind) is decoded in place without leaving that
+/// loop; anything else (`"`, `\u`, a control byte, the last bytes of the body) is taken
+/// below it. A run between escapes is checked as UTF-8 once it ends, and only if it has a
+/// non-ASCII byte: `"`, `\` and control bytes are ASCII, so they never split a character,
+/// and the string is well-formed exactly when each run is.
 pub(crate) fn decode_vec(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> Option<usize> {
     out.reserve(b.len().saturating_sub(i).saturating_add(16));
     let mut run = i;
-    let mut high = 0;
+    let mut high = false;
     loop {
-        while let Some(w) = b.get(i..).and_then(|r| r.first_chunk::<16>()) {
-            let Some(dst) = out.spare_capacity_mut().get_mut(..16) else {
-                break;
-            };
+        let spare = out.spare_capacity_mut();
+        // Bytes of `spare` initialized and kept.
+        let mut k = 0;
+        while let (Some(w), Some(dst)) = (
+            b.get(i..).and_then(|r| r.first_chunk::<16>()),
+            spare.get_mut(k..).and_then(|r| r.first_chunk_mut::<16>()),
+        ) {
             for (d, s) in dst.iter_mut().zip(w) {
                 d.write(*s);
             }
-            let (lo, hi) = w.split_at(8);
-            let x = u64::from_le_bytes(lo.try_into().ok()?);
-            let y = u64::from_le_bytes(hi.try_into().ok()?);
-            // Bytes past a stop count too: they only make the check below run.
-            high |= (x | y) & HIGH;
-            let (mx, my) = (stop_bytes(x), stop_bytes(y));
-            let plain = match (mx, my) {
-                (0, 0) => 16,
-                (0, _) => 8 + (my.trailing_zeros() / 8) as usize,
-                _ => (mx.trailing_zeros() / 8) as usize,
+            let (stop, wide) = lanes::plain(w);
+            high |= wide;
+            // All 16 plain: a constant step, so the next load need not wait for this one.
+            let Some(n) = stop else {
+                i += 16;
+                k += 16;
+                continue;
             };
-            // SAFETY: `plain` <= 16, and the first 16 bytes of the spare capacity were just
-            // initialized by the loop above, so the new length covers initialized bytes only.
-            unsafe { out.set_len(out.len() + plain) };
-            i += plain;
-            if plain < 16 {
-                break;
+            i += n;
+            k += n;
+            if b.get(i) == Some(&b'\\') {
+                // `spare[k]` is within the 16 bytes just written (n < 16).
+                if let (Some(byte), Some(d)) = (
+                    b.get(i + 1).copied().and_then(simple_escape),
+                    spare.get_mut(k),
+                ) {
+                    if high && !utf8::is_valid(b.get(run..i)?) {
+                        return None;
+                    }
+                    high = false;
+                    d.write(byte);
+                    k += 1;
+                    i += 2;
+                    run = i;
+                    continue;
+                }
             }
+            break;
         }
+        // SAFETY: the first `k` bytes of the spare capacity were initialized above (each
+        // kept byte is one of the 16 written with it, or an escape's byte written in place).
+        unsafe { out.set_len(out.len() + k) };
         let c = *b.get(i)?;
         if c >= 0x20 && c != b'"' && c != b'\\' {
             // One of the last few bytes of the body, taken one at a time.
-            high |= u64::from(c & 0x80);
+            high |= c >= 0x80;
             out.push(c);
             i += 1;
             continue;
         }
-        if high != 0 && !utf8::is_valid(b.get(run..i)?) {
+        if high && !utf8::is_valid(b.get(run..i)?) {
             return None;
         }
-        high = 0;
+        high = false;
         match c {
             b'"' => return Some(i + 1),
             b'\\' => {
@@ -335,10 +468,126 @@ fn skip_object(b: &[u8], mut i: usize, depth: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may fail loudly
-    use super::{find_special, is_special};
+    use super::{decode_into, decode_vec, find_special, is_special, lanes};
+    use crate::request::stream::Stream;
+    use alloc::vec;
+    use alloc::vec::Vec;
     use proptest::prelude::*;
     #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
     use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    /// `decode_vec` (16 bytes a step, escapes in place) and `decode_into` (a byte search,
+    /// each escape and character decoded alone) agree on the string at `i` of `b`: the same
+    /// end and, when it is decoded, the same bytes.
+    fn decoders_agree(b: &[u8], i: usize) {
+        let mut fast = b"prefix".to_vec();
+        let end = decode_vec(b, i, &mut fast);
+        let mut slow = Stream::unbounded();
+        slow.extend_from_slice(b"prefix");
+        let expected = decode_into(b, i, &mut slow);
+        assert_eq!(end, expected, "{b:?} from {i}");
+        if end.is_some() {
+            assert_eq!(fast, slow.bytes(), "{b:?} from {i}");
+        }
+    }
+
+    /// Stops, escapes and characters (well-formed or not) a string may hold.
+    const PIECES: &[&[u8]] = &[
+        b"\"",
+        b"\\n",
+        b"\\\"",
+        b"\\\\",
+        b"\\/",
+        b"\\t",
+        b"\\u0041",
+        b"\\u00e9",
+        b"\\u2014",
+        b"\\ud83d\\ude00",
+        b"\\ud83d",
+        b"\\x",
+        b"\\",
+        b"\x00",
+        b"\x01",
+        b"\x1f",
+        b"\x7f",
+        b"\xc3\xa9",
+        b"\xe2\x80\x94",
+        b"\xf0\x9f\x98\x80",
+        b"\xff",
+        b"\x80",
+        b"\xc3",
+        b"\xe2\x80",
+        b"\xed\xa0\x80",
+        b"\xc0\x80",
+    ];
+
+    #[test]
+    fn lanes_agree_with_a_byte_loop_at_each_position() {
+        for special in 0..=255u8 {
+            for pos in 0..16 {
+                for other in [b'a', 0xc3, b'"'] {
+                    let mut w = [b'a'; 16];
+                    w[(pos + 5) % 16] = other;
+                    w[pos] = special;
+                    let stop = w.iter().position(|&c| c == b'"' || c == b'\\' || c < 0x20);
+                    let (found, wide) = lanes::plain(&w);
+                    assert_eq!(found, stop, "{w:?}");
+                    let before = &w[..stop.unwrap_or(16)];
+                    if before.iter().any(|&c| c >= 0x80) {
+                        assert!(wide, "{w:?}");
+                    }
+                    #[cfg(target_arch = "x86_64")]
+                    assert_eq!(wide, before.iter().any(|&c| c >= 0x80), "{w:?}");
+                    let special_at = w.iter().position(|&c| is_special(c)).unwrap_or(16);
+                    assert_eq!(lanes::first_special(&w), special_at, "{w:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn decoders_agree_on_each_piece_at_each_offset() {
+        // Every offset within and across two 16-byte steps, with the string ending at, just
+        // before and just after a step's end, and the body ending right after it or not.
+        for piece in PIECES {
+            for pad in 0..40 {
+                for tail in [0, 1, 2, 14, 15, 16, 17, 33] {
+                    for after in [&b""[..], b"}", b"\"}]} more"] {
+                        let mut b = b"\"".to_vec();
+                        b.extend(core::iter::repeat_n(b'a', pad));
+                        b.extend_from_slice(piece);
+                        b.extend(core::iter::repeat_n(b'b', tail));
+                        b.push(b'"');
+                        b.extend_from_slice(after);
+                        decoders_agree(&b, 1);
+                        // Cut short, so no closing quote, or one within the last bytes.
+                        for cut in b.len().saturating_sub(20)..b.len() {
+                            decoders_agree(&b[..cut], 1);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn decoders_agree_on_two_pieces_at_each_pair_of_offsets() {
+        for first in PIECES {
+            for second in [&b"\\n"[..], b"\xc3\xa9", b"\xff", b"\"", b"\x01"] {
+                for gap in 0..34 {
+                    for pad in [0, 3, 15, 16] {
+                        let mut b = vec![b'"'];
+                        b.extend(core::iter::repeat_n(b'a', pad));
+                        b.extend_from_slice(first);
+                        b.extend(core::iter::repeat_n(b'c', gap));
+                        b.extend_from_slice(second);
+                        b.extend_from_slice(b"end\"");
+                        decoders_agree(&b, 1);
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn finds_each_kind_of_special_byte_at_each_position() {
@@ -354,6 +603,28 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn decoders_agree_on_generated_strings(
+            pieces in proptest::collection::vec(
+                prop_oneof![
+                    3 => "[a-z ]{0,40}".prop_map(alloc::string::String::into_bytes),
+                    1 => "[\u{e9}\u{2014}\u{30c7}\u{1f600}]{1,3}".prop_map(alloc::string::String::into_bytes),
+                    2 => prop::sample::select(PIECES).prop_map(<[u8]>::to_vec),
+                    1 => any::<u8>().prop_map(|c| vec![c]),
+                ],
+                0..12,
+            ),
+            closed in any::<bool>(),
+            start in 0usize..20,
+        ) {
+            let mut b: Vec<u8> = core::iter::repeat_n(b'x', start).collect();
+            b.extend(pieces.concat());
+            if closed {
+                b.push(b'"');
+            }
+            decoders_agree(&b, start);
+        }
+
         #[test]
         fn agrees_with_a_byte_loop(b in proptest::collection::vec(any::<u8>(), 0..64), from in 0usize..64) {
             let from = from.min(b.len());

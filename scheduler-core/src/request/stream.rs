@@ -109,6 +109,44 @@ impl Stream {
         Some(r)
     }
 
+    /// This stream with `head` (each in order) put before it: the stream appending all of
+    /// them to an empty stream of this one's limit would give. When every part is complete,
+    /// the head is inserted into this stream's own buffer, so the (long) prompt is moved
+    /// once rather than copied into a second buffer of its size.
+    pub fn prepend(self, head: &[&Stream]) -> Stream {
+        if !self.is_complete() || head.iter().any(|h| !h.is_complete()) {
+            let total = head.iter().fold(self.len, |n, h| n.saturating_add(h.len));
+            let mut all = Stream::with_limit(self.limit, total);
+            for h in head {
+                all.append(h);
+            }
+            all.append(&self);
+            return all;
+        }
+        let Stream {
+            mut bytes,
+            len,
+            limit,
+        } = self;
+        let front: usize = head.iter().map(|h| h.bytes.len()).sum();
+        // Only what will stay below the limit is moved.
+        bytes.truncate(limit.saturating_sub(front));
+        let tail = bytes.len();
+        bytes.resize(tail.saturating_add(front), 0);
+        bytes.copy_within(..tail, front);
+        let mut at = 0;
+        for h in head {
+            let n = h.bytes.len();
+            if let Some(dst) = bytes.get_mut(at..at + n) {
+                dst.copy_from_slice(&h.bytes);
+            }
+            at += n;
+        }
+        let len = head.iter().fold(len, |n, h| n.saturating_add(h.len));
+        bytes.truncate(limit);
+        Stream { bytes, len, limit }
+    }
+
     /// Appends one byte.
     pub fn push(&mut self, b: u8) {
         self.extend_from_slice(&[b]);
@@ -182,6 +220,32 @@ mod tests {
         // "34" were never stored, so "z" may not follow "12" in the prefix.
         assert_eq!((outer.bytes(), outer.len()), (&b"12"[..], 5));
         assert_eq!(outer.room_from(outer.len()), 0);
+    }
+
+    #[test]
+    fn prepending_gives_what_appending_in_order_gives() {
+        let text = |n: usize, limit: usize| {
+            let mut s = Stream::with_limit(limit, 0);
+            s.extend_from_slice(&b"0123456789abcdefghij"[..n]);
+            s
+        };
+        for limit in [0, 1, 3, 5, 8, 12, 20, 40, usize::MAX] {
+            for (a, b, c) in [(0, 0, 0), (3, 0, 7), (0, 4, 7), (3, 4, 0), (5, 6, 20)] {
+                for inner in [usize::MAX, 4] {
+                    let (tools, system) = (text(a, inner), text(b, inner));
+                    let prompt = text(c, limit);
+                    let mut all = Stream::with_limit(limit, 0);
+                    all.append(&tools);
+                    all.append(&system);
+                    all.append(&prompt);
+                    assert_eq!(
+                        prompt.prepend(&[&tools, &system]),
+                        all,
+                        "limit {limit} parts {a} {b} {c} inner {inner}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -227,6 +227,44 @@ fn invalid_utf8_and_control_bytes_in_content_agree() {
 }
 
 #[test]
+fn every_kind_of_stop_at_every_offset_of_the_16_byte_steps_agrees() {
+    // Escapes, quotes, control bytes, non-ASCII and invalid UTF-8 at each offset within and
+    // across the decoder's 16-byte steps, with tools after the messages (so they are put
+    // before them in the prompt) and the body cut short at each of its last bytes.
+    for piece in [
+        &b"\\n"[..],
+        b"\\\"",
+        b"\\u0041",
+        b"\\u00e9",
+        b"\\ud83d\\ude00",
+        b"\\q",
+        b"\x01",
+        b"\xc3\xa9",
+        b"\xf0\x9f\x98\x80",
+        b"\xff",
+        b"\xe2\x80",
+        b"\\n\xc3\xa9\\t",
+        b"\xff\\n",
+        b"\xc3\\n\xc3\xa9",
+    ] {
+        for pad in 0..40 {
+            let mut b = b"{\"model\":\"m\",\"messages\":[{\"role\":\"u\",\"content\":\"".to_vec();
+            b.extend(core::iter::repeat_n(b'a', pad));
+            b.extend_from_slice(piece);
+            b.extend(core::iter::repeat_n(b'b', 40 - pad));
+            b.extend_from_slice(b"\"},{\"role\":\"v\",\"content\":\"");
+            b.extend(core::iter::repeat_n(b'c', pad % 17));
+            b.extend_from_slice(b"\"}],\"tools\":[{\"type\":\"function\"}]}");
+            agree(&b, 9).unwrap();
+            agree(&b, 50).unwrap();
+            for cut in b.len() - 70..b.len() {
+                agree(&b[..cut], 30).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
 fn deep_nesting_agrees() {
     for depth in [10, 60, 63, 64, 65, 66, 127, 128, 129, 200, 1000] {
         let mut b = b"{\"model\":\"m\",\"x\":".to_vec();
