@@ -52,9 +52,24 @@ fn check_parsed(p: &ParsedRequest, body_len: usize, limit: usize) {
     assert_eq!(p.prompt_tokens, request::estimate_tokens(p.prompt_len));
 }
 
-/// The request parser on the raw bytes, as each API: never panics, stores at most the
-/// default limit, counts a whole prompt within [`EXPANSION`] × the body, and stays within
-/// [`memory_bound`].
+/// The parser's answer (its fast path first) is the `serde_json` path's, to the byte and to
+/// the error.
+fn check_against_reference(
+    api: Api,
+    body: &[u8],
+    limit: usize,
+    parsed: &Result<ParsedRequest, request::RequestError>,
+) {
+    let reference = request::parse_reference(api, body, limit);
+    assert_eq!(
+        parsed, &reference,
+        "the fast path and the serde_json path disagree ({api:?}, limit {limit})"
+    );
+}
+
+/// The request parser on the raw bytes, as each API: never panics, answers what the
+/// `serde_json` path answers, stores at most the default limit, counts a whole prompt
+/// within [`EXPANSION`] × the body, and stays within [`memory_bound`].
 pub fn request_parser(data: &[u8]) {
     for api in APIS {
         let (parsed, peak) = peak_during(|| request::parse(api, data));
@@ -62,6 +77,7 @@ pub fn request_parser(data: &[u8]) {
             check_parsed(p, data.len(), DEFAULT_MAX_PROMPT_BYTES);
         }
         assert_memory("request_parser", data.len(), peak);
+        check_against_reference(api, data, DEFAULT_MAX_PROMPT_BYTES, &parsed);
     }
 }
 
@@ -86,7 +102,8 @@ fn embed(mode: u8, rest: &[u8]) -> Vec<u8> {
 /// The canonical prompt cut at an arbitrary limit: the first byte picks where the rest goes
 /// ([`embed`]) and the API, the next two the limit. Asserts that the cut prompt is exactly
 /// the leading bytes of the whole one (so every block hash it covers is unchanged), that
-/// both count the same length and agree on errors, and the bounds of [`request_parser`].
+/// both count the same length and agree on errors, that the cut one is the `serde_json`
+/// path's, and the bounds of [`request_parser`].
 pub fn canonical_prompt(data: &[u8]) {
     let [mode, lo, hi, rest @ ..] = data else {
         return;
@@ -124,6 +141,7 @@ pub fn canonical_prompt(data: &[u8]) {
         _ => {}
     }
     assert_memory("canonical_prompt", body.len(), peak);
+    check_against_reference(api, &body, limit, &cut);
 }
 
 /// The Prometheus text parser and extractor with the default names: never panics, every

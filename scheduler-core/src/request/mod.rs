@@ -272,9 +272,12 @@ fn finish(api: Api, parts: fast::Parts) -> Result<ParsedRequest, RequestError> {
     })
 }
 
-/// The `serde_json` path alone: the reference the fast path is tested against.
-#[cfg(test)]
-pub(crate) fn parse_reference(
+/// The `serde_json` path alone: the reference the fast path is tested against (by the
+/// proptests here, and by the request parser's fuzz target through the `reference-parser`
+/// feature).
+#[cfg(any(test, feature = "reference-parser"))]
+#[doc(hidden)]
+pub fn parse_reference(
     api: Api,
     body: &[u8],
     max_prompt_bytes: usize,
