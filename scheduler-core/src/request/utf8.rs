@@ -1,4 +1,6 @@
-//! UTF-8 validation of the whole body, once, before parsing.
+//! UTF-8 validation: of the whole body, once, before the `serde_json` path parses it, and of
+//! each run of a string between escapes that holds a non-ASCII byte, on the fast path
+//! (`scan::decode_vec`).
 //!
 //! `serde_json` validates every string it reads with `core::str::from_utf8`, which falls back
 //! to a byte loop around every non-ASCII character; on chat text with the occasional "é" or
