@@ -16,11 +16,11 @@ use alloc::vec::Vec;
 /// to it from the fast path starts at most a few levels down.
 pub(crate) const MAX_DEPTH: usize = 64;
 
-/// The 16-byte step of [`find_special`] and [`decode_vec`]: SSE2 on x86_64, where it is part
-/// of the baseline (no runtime detection; one load, three compares and a `movemask`), two
+/// The 16-byte step of [`find_special`] and [`decode_vec`]: SSE2 on x86_64 (where it is part
+/// of the baseline, so no runtime detection; one load, three compares and a `movemask`), two
 /// 8-byte SWAR words elsewhere (wasm32 included). Both answer in the same terms, so the
 /// callers have one shape; `tests` checks each against a byte loop.
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 mod lanes {
     use core::arch::x86_64::{
         __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8, _mm_or_si128,
@@ -83,7 +83,7 @@ mod lanes {
     /// a byte after it would only cost a needless UTF-8 check).
     #[inline(always)]
     pub(super) fn plain(w: &[u8; 16]) -> (Option<usize>, bool) {
-        // SAFETY: SSE2 is enabled on every x86_64 target.
+        // SAFETY: this module is built only where SSE2 is enabled at compile time.
         unsafe { plain_sse2(w) }
     }
 
@@ -91,13 +91,13 @@ mod lanes {
     /// none).
     #[inline(always)]
     pub(super) fn first_special(w: &[u8; 16]) -> usize {
-        // SAFETY: SSE2 is enabled on every x86_64 target.
+        // SAFETY: this module is built only where SSE2 is enabled at compile time.
         unsafe { first_special_sse2(w) }
     }
 }
 
 /// See the x86_64 variant.
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
 mod lanes {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
@@ -536,7 +536,7 @@ mod tests {
                     if before.iter().any(|&c| c >= 0x80) {
                         assert!(wide, "{w:?}");
                     }
-                    #[cfg(target_arch = "x86_64")]
+                    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
                     assert_eq!(wide, before.iter().any(|&c| c >= 0x80), "{w:?}");
                     let special_at = w.iter().position(|&c| is_special(c)).unwrap_or(16);
                     assert_eq!(lanes::first_special(&w), special_at, "{w:?}");
