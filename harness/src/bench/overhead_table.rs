@@ -393,7 +393,7 @@ const NATIVE_TENANCY_BUDGET_US: f64 = 3.0;
 const FIRST_CHUNK_BUDGET_MS: f64 = 0.1;
 
 /// Per-round differences `t - b` (rounds paired by index).
-fn round_differences(b: &[f64], t: &[f64]) -> Vec<f64> {
+pub(super) fn round_differences(b: &[f64], t: &[f64]) -> Vec<f64> {
     b.iter().zip(t).map(|(b, t)| t - b).collect()
 }
 
@@ -626,44 +626,60 @@ impl RunSummary {
 /// Every arm over every run: Envoy + processor CPU per request, and the p50 added over
 /// `plain`.
 pub(super) fn summary(runs: &[RunSummary]) -> String {
+    let cells: Vec<(RunShape, &[SummaryCell])> =
+        runs.iter().map(|r| (r.shape, r.cells.as_slice())).collect();
+    let floors: Vec<(RunShape, &[BeyondFloor])> = runs
+        .iter()
+        .map(|r| (r.shape, r.beyond_floor.as_slice()))
+        .collect();
+    format!(
+        "bench overhead summary: per arm and run, Envoy + processor CPU per request / p50 \
+         latency added over plain\n\n{}\n{}",
+        per_run_table(
+            &cells,
+            |c| c.label,
+            |c| format!(
+                "{} / {:+.2} ms",
+                c.total_us
+                    .map_or_else(|| "-".into(), |t| format!("{t:.1} µs")),
+                c.added_p50_us / 1000.0
+            )
+        ),
+        targets::summary(&floors)
+    )
+}
+
+/// A table with a row per arm, in the order the runs first name them, and a column per run:
+/// `cell` of the arm's entry in that run, `not run` where the run has none.
+pub(super) fn per_run_table<C>(
+    runs: &[(RunShape, &[C])],
+    label: impl Fn(&C) -> &'static str,
+    cell: impl Fn(&C) -> String,
+) -> String {
     let mut labels: Vec<&'static str> = Vec::new();
-    for r in runs {
-        for c in &r.cells {
-            if !labels.contains(&c.label) {
-                labels.push(c.label);
-            }
+    for c in runs.iter().flat_map(|(_, cells)| cells.iter()) {
+        if !labels.contains(&label(c)) {
+            labels.push(label(c));
         }
     }
     let mut header = vec!["arm".to_string()];
-    header.extend(runs.iter().map(|r| run_name(r.shape)));
+    header.extend(runs.iter().map(|(shape, _)| run_name(*shape)));
     let rows: Vec<(String, Vec<String>)> = labels
         .iter()
         .map(|l| {
             let cells = runs
                 .iter()
-                .map(|r| match r.cells.iter().find(|c| c.label == *l) {
-                    Some(c) => format!(
-                        "{} / {:+.2} ms",
-                        c.total_us
-                            .map_or_else(|| "-".into(), |t| format!("{t:.1} µs")),
-                        c.added_p50_us / 1000.0
-                    ),
-                    None => "not run".into(),
+                .map(|(_, cells)| {
+                    cells
+                        .iter()
+                        .find(|c| label(c) == *l)
+                        .map_or_else(|| "not run".into(), &cell)
                 })
                 .collect();
             (l.to_string(), cells)
         })
         .collect();
-    let floors: Vec<(RunShape, Vec<BeyondFloor>)> = runs
-        .iter()
-        .map(|r| (r.shape, r.beyond_floor.clone()))
-        .collect();
-    format!(
-        "bench overhead summary: per arm and run, Envoy + processor CPU per request / p50 \
-         latency added over plain\n\n{}\n{}",
-        table(&header, &rows),
-        targets::summary(&floors)
-    )
+    table(&header, &rows)
 }
 
 /// The external processor's CPU time per request in µs (`None` on an arm without one).

@@ -7,8 +7,8 @@
 //! and so are the gateways with more stages on (`-tenancy`, `-flow`, `-two`): they show what
 //! the full pipeline costs beyond the same floor.
 
-use super::super::overhead_table::{cpu_us, Arm};
-use super::super::report::{median, table};
+use super::super::overhead_table::{cpu_us, per_run_table, round_differences, Arm};
+use super::super::report::median;
 use super::RunShape;
 
 /// Envoy CPU per request a flavour's default gateway may spend beyond its floor, µs, by
@@ -60,12 +60,7 @@ impl BeyondFloor {
             };
             for a in arms.iter().filter(|a| is_gateway_of(a.label, flavour)) {
                 let Some(us) = cpu_us(a) else { continue };
-                let rounds: Vec<f64> = a
-                    .round_cpu_us
-                    .iter()
-                    .zip(&floor.round_cpu_us)
-                    .map(|(x, f)| x - f)
-                    .collect();
+                let rounds = round_differences(&floor.round_cpu_us, &a.round_cpu_us);
                 out.push(BeyondFloor {
                     label: a.label,
                     flavour,
@@ -133,39 +128,14 @@ pub(in crate::bench) fn render(arms: &[Arm], shape: RunShape) -> String {
 
 /// The summary over runs: each gateway arm's Envoy CPU per request beyond its floor, with
 /// the verdicts; empty when no run had a floor.
-pub fn summary(runs: &[(RunShape, Vec<BeyondFloor>)]) -> String {
-    let mut labels: Vec<&'static str> = Vec::new();
-    for (_, cells) in runs {
-        for c in cells {
-            if !labels.contains(&c.label) {
-                labels.push(c.label);
-            }
-        }
-    }
-    if labels.is_empty() {
+pub(in crate::bench) fn summary(runs: &[(RunShape, &[BeyondFloor])]) -> String {
+    if runs.iter().all(|(_, cells)| cells.is_empty()) {
         return String::new();
     }
-    let mut header = vec!["arm".to_string()];
-    header.extend(runs.iter().map(|(shape, _)| run_name(*shape)));
-    let rows: Vec<(String, Vec<String>)> = labels
-        .iter()
-        .map(|l| {
-            let cells = runs
-                .iter()
-                .map(|(_, cells)| {
-                    cells
-                        .iter()
-                        .find(|c| c.label == *l)
-                        .map_or_else(|| "not run".into(), BeyondFloor::cell)
-                })
-                .collect();
-            (l.to_string(), cells)
-        })
-        .collect();
     format!(
         "beyond the floor: per gateway arm and run, Envoy CPU per request over its flavour's \
          floor arm (targets set at 1 worker, judged at every worker count)\n\n{}",
-        table(&header, &rows)
+        per_run_table(runs, |c| c.label, BeyondFloor::cell)
     )
 }
 
