@@ -6,8 +6,8 @@
 #![allow(clippy::missing_safety_doc)]
 
 use crate::abi::{
-    BodyKind, BootstrapConfigEnvoyPtr, BootstrapTimerModulePtr, CalloutInitResult, EnvoyBuffer,
-    EnvoyHttpHeader, FilterResetReason, HeaderKind, HttpFilterConfigEnvoyPtr, HttpFilterEnvoyPtr,
+    BodyKind, CalloutInitResult, EnvoyBuffer, EnvoyHttpHeader, FilterResetReason, HeaderKind,
+    HttpFilterConfigEnvoyPtr, HttpFilterConfigSchedulerPtr, HttpFilterEnvoyPtr,
     HttpFilterSchedulerPtr, LogLevel, MetricsResult, ModuleBuffer, ModuleHttpHeader,
 };
 use std::cell::RefCell;
@@ -50,14 +50,15 @@ pub struct State {
     pub increments: Vec<(usize, Vec<String>, u64)>,
     /// Gauge increments (positive) and decrements (negative): (id, labels, delta).
     pub gauge_moves: Vec<(usize, Vec<String>, i64)>,
-    /// Number of `signal_init_complete` calls.
-    pub init_complete: usize,
-    /// Timers created; the value is the last delay armed (None = never armed / deleted).
-    pub timers: Vec<Option<u64>>,
-    /// Timers deleted.
-    pub timers_deleted: usize,
+    /// Config schedulers made (`http_filter_config_scheduler_new`): (config pointer,
+    /// scheduler pointer).
+    pub config_schedulers: Vec<(usize, usize)>,
+    /// Config schedulers deleted, as their pointers.
+    pub config_schedulers_deleted: Vec<usize>,
     /// Callouts started (cluster, headers).
     pub callouts: Vec<(String, Vec<(String, String)>)>,
+    /// The config pointer each callout of `callouts` was started on.
+    pub callout_configs: Vec<usize>,
     /// The stream's buffer limit (Envoy's default for a listener is 1 MiB).
     pub buffer_limit: u64,
     /// What `received_buffered_request_body` answers.
@@ -679,8 +680,30 @@ unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_set_gauge(
 }
 
 #[no_mangle]
-unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_config_increment_gauge(
-    _c: BootstrapConfigEnvoyPtr,
+unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
+    _c: HttpFilterConfigEnvoyPtr,
+    id: usize,
+    labels: *mut ModuleBuffer,
+    n: usize,
+    value: u64,
+) -> MetricsResult {
+    increment(id, labels, n, value)
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_config_set_gauge(
+    _c: HttpFilterConfigEnvoyPtr,
+    id: usize,
+    labels: *mut ModuleBuffer,
+    n: usize,
+    value: u64,
+) -> MetricsResult {
+    increment(id, labels, n, value)
+}
+
+#[no_mangle]
+unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_config_increment_gauge(
+    _c: HttpFilterConfigEnvoyPtr,
     id: usize,
     labels: *mut ModuleBuffer,
     n: usize,
@@ -690,8 +713,8 @@ unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_config_in
 }
 
 #[no_mangle]
-unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_config_decrement_gauge(
-    _c: BootstrapConfigEnvoyPtr,
+unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
+    _c: HttpFilterConfigEnvoyPtr,
     id: usize,
     labels: *mut ModuleBuffer,
     n: usize,
@@ -701,50 +724,8 @@ unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_config_de
 }
 
 #[no_mangle]
-unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_config_signal_init_complete(
-    _c: BootstrapConfigEnvoyPtr,
-) {
-    with(|s| s.init_complete += 1);
-}
-
-#[no_mangle]
-unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_timer_new(
-    _c: BootstrapConfigEnvoyPtr,
-) -> BootstrapTimerModulePtr {
-    // The "pointer" is 1 + the timer's index, so it is never NULL.
-    with(|s| {
-        s.timers.push(None);
-        s.timers.len() as BootstrapTimerModulePtr
-    })
-}
-
-#[no_mangle]
-unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_timer_enable(
-    timer: BootstrapTimerModulePtr,
-    delay_ms: u64,
-) {
-    with(|s| {
-        if let Some(slot) = s.timers.get_mut((timer as usize).wrapping_sub(1)) {
-            *slot = Some(delay_ms);
-        }
-    });
-}
-
-#[no_mangle]
-unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_timer_delete(
-    timer: BootstrapTimerModulePtr,
-) {
-    with(|s| {
-        if let Some(slot) = s.timers.get_mut((timer as usize).wrapping_sub(1)) {
-            *slot = None;
-        }
-        s.timers_deleted += 1;
-    });
-}
-
-#[no_mangle]
-unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_http_callout(
-    _c: BootstrapConfigEnvoyPtr,
+unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_config_http_callout(
+    c: HttpFilterConfigEnvoyPtr,
     id_out: *mut u64,
     cluster: ModuleBuffer,
     headers: *mut ModuleHttpHeader,
@@ -760,54 +741,49 @@ unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_http_call
             return r;
         }
         s.callouts.push((cluster, hs));
+        s.callout_configs.push(c as usize);
+        // Ids count per config, from 1, as Envoy's do.
+        let id = s
+            .callout_configs
+            .iter()
+            .filter(|x| **x == c as usize)
+            .count() as u64;
         // SAFETY: the module passes a writable out-parameter.
-        unsafe { *id_out = s.callouts.len() as u64 };
+        unsafe { *id_out = id };
         crate::abi::CALLOUT_INIT_SUCCESS
     })
 }
 
 #[no_mangle]
-unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_config_define_counter(
-    _c: BootstrapConfigEnvoyPtr,
-    name: ModuleBuffer,
-    _labels: *mut ModuleBuffer,
-    _n: usize,
-    id: *mut usize,
-) -> MetricsResult {
-    define_counter(name, id)
+unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_config_scheduler_new(
+    c: HttpFilterConfigEnvoyPtr,
+) -> HttpFilterConfigSchedulerPtr {
+    let raw = Box::into_raw(Box::new(FakeScheduler {
+        commits: std::sync::atomic::AtomicU64::new(0),
+    }));
+    with(|s| s.config_schedulers.push((c as usize, raw as usize)));
+    raw.cast()
 }
 
 #[no_mangle]
-unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_config_increment_counter(
-    _c: BootstrapConfigEnvoyPtr,
-    id: usize,
-    labels: *mut ModuleBuffer,
-    n: usize,
-    value: u64,
-) -> MetricsResult {
-    increment(id, labels, n, value)
+unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_config_scheduler_commit(
+    scheduler: HttpFilterConfigSchedulerPtr,
+    _event_id: u64,
+) {
+    // SAFETY: the module commits only on schedulers it has not deleted.
+    let scheduler = unsafe { &*scheduler.cast::<FakeScheduler>() };
+    scheduler
+        .commits
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
 }
 
 #[no_mangle]
-unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_config_define_gauge(
-    _c: BootstrapConfigEnvoyPtr,
-    name: ModuleBuffer,
-    _labels: *mut ModuleBuffer,
-    _n: usize,
-    id: *mut usize,
-) -> MetricsResult {
-    define_counter(name, id)
-}
-
-#[no_mangle]
-unsafe extern "C" fn envoy_dynamic_module_callback_bootstrap_extension_config_set_gauge(
-    _c: BootstrapConfigEnvoyPtr,
-    id: usize,
-    labels: *mut ModuleBuffer,
-    n: usize,
-    value: u64,
-) -> MetricsResult {
-    increment(id, labels, n, value)
+unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_config_scheduler_delete(
+    scheduler: HttpFilterConfigSchedulerPtr,
+) {
+    with(|s| s.config_schedulers_deleted.push(scheduler as usize));
+    // SAFETY: made by `config_scheduler_new` above, deleted once by the module.
+    drop(unsafe { Box::from_raw(scheduler.cast::<FakeScheduler>()) });
 }
 
 #[no_mangle]

@@ -4,7 +4,9 @@
 //! `filter_name` in Envoy's `DynamicModuleFilter` selects the logic: `router`, `picker` and
 //! `gateway` (both in one filter) are each a pipeline of the filters crate's stages
 //! (configured in `router.rs`, `picker.rs` and `gateway.rs`, run by the one generic adapter
-//! in `pipeline.rs`); `probe` is a measuring tool (`probe.rs`). This file only dispatches.
+//! in `pipeline.rs`); `probe` is a measuring tool (`probe.rs`). A `picker` or `gateway`
+//! config that carries the process's scraper also hosts it (`scraper.rs`) for as long as it
+//! lives. This file only dispatches.
 
 use infergate_filters::stats::StatKind;
 
@@ -72,6 +74,11 @@ impl FilterConfigHandle {
     pub fn new(raw: HttpFilterConfigEnvoyPtr) -> FilterConfigHandle {
         FilterConfigHandle { raw }
     }
+
+    /// Envoy's config pointer (for the scraper's callbacks on it, `crate::scraper`).
+    pub fn raw(&self) -> HttpFilterConfigEnvoyPtr {
+        self.raw
+    }
 }
 
 impl DefineMetric for FilterConfigHandle {
@@ -110,6 +117,8 @@ impl DefineMetric for FilterConfigHandle {
 /// Our object behind `filter_config_module_ptr`.
 pub struct HttpConfig {
     factory: Box<dyn StreamFactory>,
+    /// The scraper this config carries and hosts (`crate::scraper`); leaves with it.
+    scraper: Option<crate::scraper::Hosting>,
 }
 
 impl HttpConfig {
@@ -119,18 +128,29 @@ impl HttpConfig {
         config: &[u8],
         envoy: &mut FilterConfigHandle,
     ) -> Result<HttpConfig, String> {
-        let factory: Box<dyn StreamFactory> = match filter_name {
-            "router" => Box::new(crate::router::factory(config, envoy)?),
-            "picker" => Box::new(crate::picker::factory(config, envoy)?),
-            "gateway" => Box::new(crate::gateway::factory(config, envoy)?),
-            "probe" => Box::new(crate::probe::ProbeFactory::new(config)?),
+        let (factory, scraper): (Box<dyn StreamFactory>, _) = match filter_name {
+            "router" => (Box::new(crate::router::factory(config, envoy)?), None),
+            "picker" => {
+                let (factory, scraper) = crate::picker::factory(config, envoy)?;
+                (Box::new(factory), scraper)
+            }
+            "gateway" => {
+                let (factory, scraper) = crate::gateway::factory(config, envoy)?;
+                (Box::new(factory), scraper)
+            }
+            "probe" => (Box::new(crate::probe::ProbeFactory::new(config)?), None),
             other => {
                 return Err(format!(
                     "unknown filter_name `{other}` (expected router, picker, gateway or probe)"
                 ))
             }
         };
-        Ok(HttpConfig { factory })
+        Ok(HttpConfig { factory, scraper })
+    }
+
+    /// The scraper this config hosts, if it carries one.
+    pub fn scraper(&self) -> Option<&crate::scraper::Hosting> {
+        self.scraper.as_ref()
     }
 
     /// A fresh per-stream object.
@@ -141,7 +161,10 @@ impl HttpConfig {
     /// A config around any factory (tests drive the hooks with factories of their own).
     #[cfg(test)]
     pub fn from_factory(factory: Box<dyn StreamFactory>) -> HttpConfig {
-        HttpConfig { factory }
+        HttpConfig {
+            factory,
+            scraper: None,
+        }
     }
 }
 

@@ -15,17 +15,23 @@
 //! Config: `{"router": <the router filter's config>, "picker": <the picker filter's
 //! config>}`; each part is read exactly as its own filter reads it (a `role` field in either
 //! is accepted and ignored), and shares the process's state with filters of the same config.
+//! The picker part may carry the process's scraper (`scraper`), which this config then hosts
+//! exactly as a `picker` filter's would (`crate::scraper`).
 
 use crate::filter::FilterConfigHandle;
-use crate::picker::PickerParts;
+use crate::picker::{host_scraper, PickerParts};
 use crate::pipeline::{compose, PipelineFactory};
 use crate::router::{config_json, RouterParts};
+use crate::scraper::{take_scraper, Hosting};
 
 /// The config's two parts, in pipeline order.
 const PARTS: [&str; 2] = ["router", "picker"];
 
 /// The `gateway` filter's config from its JSON bytes.
-pub fn factory(config: &[u8], envoy: &mut FilterConfigHandle) -> Result<PipelineFactory, String> {
+pub fn factory(
+    config: &[u8],
+    envoy: &mut FilterConfigHandle,
+) -> Result<(PipelineFactory, Option<Hosting>), String> {
     let serde_json::Value::Object(mut map) = config_json(config)? else {
         return Err("gateway config: expected an object {\"router\": ..., \"picker\": ...}".into());
     };
@@ -34,7 +40,8 @@ pub fn factory(config: &[u8], envoy: &mut FilterConfigHandle) -> Result<Pipeline
             .ok_or_else(|| format!("gateway config: `{name}` is missing"))
             .and_then(|text| part_json(name, text))
     };
-    let (router, picker) = (part(PARTS[0])?, part(PARTS[1])?);
+    let (router, mut picker) = (part(PARTS[0])?, part(PARTS[1])?);
+    let scraper = take_scraper(&mut picker);
     if let Some(other) = map.keys().next() {
         return Err(format!(
             "gateway config: unknown key `{other}` (expected {})",
@@ -45,7 +52,11 @@ pub fn factory(config: &[u8], envoy: &mut FilterConfigHandle) -> Result<Pipeline
         .map_err(|e| format!("gateway router: {e}"))?
         .before_picker();
     let picker = PickerParts::from_json(picker).map_err(|e| format!("gateway picker: {e}"))?;
-    Ok(compose(envoy, vec![Box::new(router), Box::new(picker)]))
+    let hosting = host_scraper(envoy, scraper).map_err(|e| format!("gateway picker: {e}"))?;
+    Ok((
+        compose(envoy, vec![Box::new(router), Box::new(picker)]),
+        hosting,
+    ))
 }
 
 /// One part of the config: an object, or the JSON text of one (a part copied from a

@@ -17,7 +17,9 @@
 //!   stages; [`router`] and [`picker`]: the configs of the two HTTP filters (`filter_name`
 //!   `router` / `picker`), each a pipeline; [`gateway`]: both in one filter (`gateway`);
 //!   [`probe`]: a measuring filter (`probe`) that only buffers and reads the body.
-//! - [`scraper`]: the bootstrap extension (`extension_name` `scraper`).
+//! - [`scraper`]: the metrics scraper, one per process, hosted by the filter configs that
+//!   carry it (the picker's `scraper`): ticks from a config scheduler on the main thread,
+//!   callouts on the active config, hand-over when that config goes. No bootstrap extension.
 //! - [`membership`]: the load-balancer policy `infergate-membership` (the fallback of each
 //!   pool cluster's `override_host` policy) and the registry of the clusters' hosts and
 //!   health it keeps, which the scraper follows.

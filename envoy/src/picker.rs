@@ -29,7 +29,10 @@
 //! `infergate.picker.inflight_requests` gauges; the stream's end lowers them (the pick
 //! stage's end, which `crate::pipeline` runs on every end path).
 //!
-//! Config: the Wasm flavour's picker JSON (`{"pools": [...]}` or one pool; `role` ignored).
+//! Config: the Wasm flavour's picker JSON (`{"pools": [...]}` or one pool; `role` ignored),
+//! which may carry the process's scraper (`"scraper": {...}`, see `crate::scraper`): it is
+//! taken out before the picker part is read (so it plays no part in the state's key), and
+//! the config hosts it.
 //! The former native-only `upstreamOverride` is refused by name (see [`REMOVED_KEYS`]), so a
 //! config written for it fails loudly instead of meaning something else.
 
@@ -43,6 +46,7 @@ use infergate_filters::stages::PickStage;
 use crate::filter::FilterConfigHandle;
 use crate::pipeline::{compose, take_test_stages, ConfigPart, NativeStage, PipelineFactory};
 use crate::router::config_json;
+use crate::scraper::{take_scraper, Hosting};
 use infergate_filters::stats::{StatKey, StatKind};
 
 /// Process-wide picker states by config text; weak so a state dies with its last config.
@@ -122,10 +126,28 @@ impl ConfigPart for PickerParts {
     }
 }
 
-/// The `picker` filter's config from its JSON bytes.
-pub fn factory(config: &[u8], envoy: &mut FilterConfigHandle) -> Result<PipelineFactory, String> {
-    let part = PickerParts::from_json(config_json(config)?)?;
-    Ok(compose(envoy, vec![Box::new(part)]))
+/// The `picker` filter's config from its JSON bytes, and the scraper it hosts when it
+/// carries one (`scraper`, taken out before the picker config is read).
+pub fn factory(
+    config: &[u8],
+    envoy: &mut FilterConfigHandle,
+) -> Result<(PipelineFactory, Option<Hosting>), String> {
+    let mut value = config_json(config)?;
+    let scraper = take_scraper(&mut value);
+    let part = PickerParts::from_json(value)?;
+    let hosting = host_scraper(envoy, scraper)?;
+    Ok((compose(envoy, vec![Box::new(part)]), hosting))
+}
+
+/// Hosts the scraper a picker config carried (after its picker part was accepted, so the
+/// scraper's endpoints are checked against it too; see `crate::shared`).
+pub(crate) fn host_scraper(
+    envoy: &mut FilterConfigHandle,
+    scraper: Option<serde_json::Value>,
+) -> Result<Option<Hosting>, String> {
+    scraper
+        .map(|value| crate::scraper::host(envoy, value).map_err(|e| format!("scraper: {e}")))
+        .transpose()
 }
 
 #[cfg(test)]

@@ -1,22 +1,52 @@
-//! The metrics scraper as a bootstrap extension (`extension_name: scraper`), driven by
-//! `infergate_filters::scraper::Scraper`.
+//! The metrics scraper, hosted by the HTTP filter configs that carry it (no bootstrap
+//! extension: Istio never installs one), driven by `infergate_filters::scraper::Scraper`.
 //!
-//! Lifecycle on Envoy's main thread:
-//! - `config_new`: parse the Wasm flavour's scraper JSON, define stats, and signal init
-//!   complete at once (Envoy registers the init target before calling us; readiness must not
-//!   wait for model servers that may be down — stale metrics are handled by the pickers).
-//! - `server_initialized`: create the timer and fire it immediately (callouts before this
-//!   point fail with ClusterNotFound).
-//! - `timer_fired`: re-arm first, then one scraper tick (callouts through Envoy) inside
-//!   [`crate::guard::catch`]. The timer is armed before the tick runs, so a tick that panics
-//!   (contained, logged and counted as `infergate.scraper.tick_failures`) costs one round,
-//!   never the scraping itself: a scraper that stopped would turn every `FailClose` pool
-//!   into 503s for good.
-//! - `http_callout_done`: feed the answer to the scraper, which publishes the encoded snapshot
-//!   to the process-wide slot ([`crate::shared::SNAPSHOT`]) the pickers read.
-//! - `shutdown`: delete the timer; the hook calls Envoy's completion callback exactly once.
+//! **Where it comes from.** A `picker` filter config (or the `picker` part of a `gateway`
+//! config) may carry `"scraper": {...}`, the scraper's JSON (a `role` in it is ignored). The
+//! filter takes it out before it reads the picker config and calls [`host`] from its
+//! `config_new`, on the main thread. Every config that carries a scraper is one of its
+//! *hosts*; the configs carrying the same scraper JSON (router and picker filters, several
+//! listeners, an ECDS update that replaces a config) share **one running scraper per
+//! process**, keyed by that JSON's text.
+//!
+//! **How it runs.** The oldest live host is the active one. A thread per running scraper
+//! (the *ticker*) sleeps the scrape period and commits an event on the active host's config
+//! scheduler (`http_filter_config_scheduler_commit`); Envoy then calls
+//! `on_http_filter_config_scheduled` on the main thread, where [`on_scheduled`] runs one
+//! tick inside [`crate::guard::catch`]: the callouts go out through
+//! `http_filter_config_http_callout` on the active host's config, and each answer comes back
+//! in `on_http_filter_config_http_callout_done` ([`on_callout_done`]), which feeds the
+//! scraper; it publishes the encoded snapshot to the process-wide slot
+//! ([`crate::shared::SNAPSHOT`]) the pickers read. The first tick is committed at once; a
+//! callout before the server has initialized its clusters fails with `ClusterNotFound`,
+//! which costs one failed round. A tick that panics (contained, logged and counted as
+//! `infergate.scraper.tick_failures`) costs one round, never the scraping itself: the
+//! ticker does not depend on the tick.
+//!
+//! **Hand-over.** Envoy destroys a config when the last user lets go of it (an ECDS update,
+//! a listener drained), on whichever thread that is, and cancels the config's pending
+//! callouts without answering them. When the active host goes, the next live host takes
+//! over at once: the scraper forgets the callouts the old host will never answer (the new
+//! host's callout ids may reuse theirs), and the ticker commits a tick on the new host's
+//! scheduler right away, so no more than one tick is missed. When the last host goes, the
+//! ticker is stopped and joined, and the scraper is dropped.
+//!
+//! **No use after free.** A host's scheduler is deleted only once no thread can commit on
+//! it: the ticker commits only while it holds its slot's lock, and a scheduler leaves that
+//! slot (under the lock) before it is deleted.
+//!
+//! Stats (`infergate.scraper.*`) are defined on every host's config in its `config_new`
+//! (Envoy allows no definition later) and updated on the active host's: stats of one name
+//! are one stat in Envoy's store, so they carry on across a hand-over.
+//!
+//! Several distinct scraper configs may run at once (an update that changes the scraper
+//! overlaps the config it replaces); they publish into the one process snapshot, so a
+//! process is meant to carry one scraper config, and a second one is logged.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use infergate_filters::host::{
     CalloutOutcome, CalloutRequest, CalloutToken, Clock, ClusterMembership, HostError, HttpCallout,
@@ -28,152 +58,383 @@ use scheduler_core::types::Millis;
 
 use crate::abi::callbacks as cb;
 use crate::abi::{
-    BootstrapConfigEnvoyPtr, BootstrapTimerModulePtr, EnvoyBuffer, EnvoyHttpHeader, LabelBuffers,
-    ModuleBuffer, ModuleHttpHeader, CALLOUT_INIT_SUCCESS, CALLOUT_SUCCESS, METRICS_SUCCESS,
+    EnvoyBuffer, EnvoyHttpHeader, HttpFilterConfigEnvoyPtr, HttpFilterConfigSchedulerPtr,
+    LabelBuffers, ModuleBuffer, ModuleHttpHeader, CALLOUT_INIT_SUCCESS, CALLOUT_SUCCESS,
 };
-use crate::stats::{DefineMetric, StatsRegistry};
+use crate::filter::FilterConfigHandle;
+use crate::stats::StatsRegistry;
 
-/// Our object behind `bootstrap_extension_config_module_ptr`. Main thread only.
-pub struct ScraperExtension {
-    envoy: BootstrapConfigEnvoyPtr,
-    scraper: RefCell<Scraper>,
+/// The event id of a tick (the only event the scraper's schedulers carry).
+pub const TICK_EVENT: u64 = 1;
+
+/// A filter config's membership among its scraper's hosts; dropping it (with the config)
+/// leaves, handing the scraper over or stopping it.
+#[derive(Debug)]
+pub struct Hosting {
+    key: String,
+    host: u64,
+}
+
+impl Drop for Hosting {
+    fn drop(&mut self) {
+        leave(&self.key, self.host);
+    }
+}
+
+/// Takes the scraper's JSON out of a picker config (`scraper`), if it carries one.
+pub fn take_scraper(value: &mut serde_json::Value) -> Option<serde_json::Value> {
+    value.as_object_mut()?.remove("scraper")
+}
+
+/// A config pointer Envoy handed us. Envoy keeps it alive until the config's destroy hook,
+/// which removes its host (and with it this copy) first.
+#[derive(Clone, Copy, Debug)]
+struct ConfigPtr(HttpFilterConfigEnvoyPtr);
+// SAFETY: an address only; it is passed to Envoy callbacks on the main thread, as long as the
+// config lives (see above).
+unsafe impl Send for ConfigPtr {}
+
+/// A config scheduler we own (see the module doc for when it is deleted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SchedulerPtr(HttpFilterConfigSchedulerPtr);
+// SAFETY: Envoy's scheduler is made to be committed on from any thread; deletion is ordered
+// by the ticker slot's lock (module doc).
+unsafe impl Send for SchedulerPtr {}
+
+/// One config hosting a scraper.
+struct Host {
+    id: u64,
+    envoy: ConfigPtr,
+    scheduler: SchedulerPtr,
+    /// The scraper's stats, defined on this config.
     stats: StatsRegistry,
-    timer: Cell<Option<BootstrapTimerModulePtr>>,
-    /// The tick period, ms (fixed by the config; kept here so re-arming never needs the
-    /// scraper, which a panicking tick may leave borrowed mid-unwind).
-    period_ms: u64,
-    /// This config's entry in the process's config registry (see `crate::shared`).
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        // SAFETY: our scheduler, deleted exactly once (the host is dropped once), and by then
+        // out of the ticker's slot (`leave` switches the ticker before dropping the host, and
+        // a scraper's last host is dropped after its ticker was joined).
+        unsafe {
+            cb::envoy_dynamic_module_callback_http_filter_config_scheduler_delete(self.scheduler.0)
+        };
+    }
+}
+
+/// The ticker thread's shared slot.
+struct TickerSlot {
+    /// The active host's scheduler (`None` once stopping).
+    scheduler: Option<SchedulerPtr>,
+    /// Commit a tick without waiting out the period (start, hand-over).
+    now: bool,
+    stop: bool,
+}
+
+struct TickerShared {
+    slot: Mutex<TickerSlot>,
+    wake: Condvar,
+}
+
+impl TickerShared {
+    fn lock(&self) -> MutexGuard<'_, TickerSlot> {
+        // Every update is a plain assignment: a poisoned lock is still consistent.
+        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The thread that commits one tick per period on the active host's scheduler.
+struct Ticker {
+    shared: Arc<TickerShared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Ticker {
+    /// Starts the thread; its first tick is committed at once.
+    fn start(scheduler: SchedulerPtr, period_ms: u64) -> Result<Ticker, String> {
+        let shared = Arc::new(TickerShared {
+            slot: Mutex::new(TickerSlot {
+                scheduler: Some(scheduler),
+                now: true,
+                stop: false,
+            }),
+            wake: Condvar::new(),
+        });
+        let period = Duration::from_millis(period_ms.max(1));
+        let thread = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("infergate-scrape".into())
+                .spawn(move || tick_loop(&shared, period))
+                .map_err(|e| format!("scraper: no ticker thread: {e}"))?
+        };
+        Ok(Ticker {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Points the ticker at another scheduler and has it commit a tick there at once.
+    fn switch(&self, scheduler: SchedulerPtr) {
+        let mut slot = self.shared.lock();
+        slot.scheduler = Some(scheduler);
+        slot.now = true;
+        drop(slot);
+        self.shared.wake.notify_all();
+    }
+}
+
+impl Drop for Ticker {
+    /// Stops the thread and waits for it: afterwards nothing commits on any scheduler.
+    fn drop(&mut self) {
+        {
+            let mut slot = self.shared.lock();
+            slot.stop = true;
+            slot.scheduler = None;
+        }
+        self.shared.wake.notify_all();
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                crate::log::error("infergate: scraper ticker thread panicked");
+            }
+        }
+    }
+}
+
+fn tick_loop(shared: &TickerShared, period: Duration) {
+    let mut slot = shared.lock();
+    loop {
+        if !slot.now {
+            let deadline = Instant::now() + period;
+            while !slot.stop && !slot.now {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                slot = shared
+                    .wake
+                    .wait_timeout(slot, left)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+            }
+        }
+        if slot.stop {
+            return;
+        }
+        slot.now = false;
+        if let Some(scheduler) = slot.scheduler {
+            // SAFETY: the scheduler is in the slot, and we hold the slot's lock: it cannot be
+            // deleted before we let go (module doc). Committing is allowed from any thread.
+            unsafe {
+                cb::envoy_dynamic_module_callback_http_filter_config_scheduler_commit(
+                    scheduler.0,
+                    TICK_EVENT,
+                )
+            };
+        }
+    }
+}
+
+/// One running scraper and its hosts.
+struct Running {
+    key: String,
+    // Field order is drop order: the ticker is joined before the hosts delete their
+    // schedulers.
+    ticker: Ticker,
+    /// Live hosts, oldest first; the first is the active one.
+    hosts: Vec<Host>,
+    scraper: Scraper,
+    /// The scraper's entry in the process's config registry (see `crate::shared`).
     _registration: crate::shared::Registration,
     /// Test builds: which tick to make panic.
     #[cfg(any(test, feature = "panic-injection"))]
     tick_panic: crate::panic_injection::TickPanic,
 }
 
-/// Defines metrics on the bootstrap config during `config_new`.
-struct BootstrapDefiner {
-    envoy: BootstrapConfigEnvoyPtr,
+/// The process's running scrapers.
+#[derive(Default)]
+struct Scrapers {
+    next_host: u64,
+    running: Vec<Running>,
 }
 
-impl DefineMetric for BootstrapDefiner {
-    fn define(&mut self, kind: StatKind, name: &str, labels: &[&str]) -> Option<usize> {
-        let mut raw_labels = LabelBuffers::new(labels);
-        let (ptr, count) = (raw_labels.as_mut_ptr(), raw_labels.count());
-        let name = ModuleBuffer::from_bytes(name.as_bytes());
-        let mut id = 0usize;
-        // SAFETY: `envoy` is the live config pointer of the current config_new hook (main
-        // thread); buffers borrow locals for the call; `id` is writable.
-        let result = unsafe {
-            match kind {
-                StatKind::Counter => {
-                    cb::envoy_dynamic_module_callback_bootstrap_extension_config_define_counter(
-                        self.envoy, name, ptr, count, &mut id,
-                    )
-                }
-                StatKind::Gauge => {
-                    cb::envoy_dynamic_module_callback_bootstrap_extension_config_define_gauge(
-                        self.envoy, name, ptr, count, &mut id,
-                    )
-                }
-                // The scraper records no histogram (flow control's is the filters').
-                StatKind::Histogram => return None,
-            }
-        };
-        (result == METRICS_SUCCESS).then_some(id)
+/// The process's scrapers. Unit tests run on many threads at once, each acting as its own
+/// Envoy process, so under `cfg(test)` every thread gets its own.
+#[cfg(not(test))]
+fn scrapers() -> &'static Mutex<Scrapers> {
+    static SCRAPERS: Mutex<Scrapers> = Mutex::new(Scrapers {
+        next_host: 0,
+        running: Vec::new(),
+    });
+    &SCRAPERS
+}
+
+/// See the non-test twin.
+#[cfg(test)]
+fn scrapers() -> &'static Mutex<Scrapers> {
+    thread_local! {
+        static SCRAPERS: &'static Mutex<Scrapers> = Box::leak(Box::default());
     }
+    SCRAPERS.with(|s| *s)
 }
 
-impl ScraperExtension {
-    /// Parses `config`, defines stats on `envoy` and signals init complete.
-    pub(crate) fn new(
-        envoy: BootstrapConfigEnvoyPtr,
-        config: &[u8],
-    ) -> Result<ScraperExtension, String> {
-        #[allow(unused_mut)]
-        let mut value = crate::router::config_json(config)?;
-        #[cfg(any(test, feature = "panic-injection"))]
-        let tick_panic = crate::panic_injection::TickPanic::from_config(&mut value)?;
-        let scraper = Scraper::from_json(value)?;
+thread_local! {
+    /// Set while this thread runs scraper code under the registry's lock, so a hook Envoy
+    /// would re-enter synchronously from a callout is dropped instead of deadlocking.
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` on the registry (locked), unless this thread is already inside it.
+fn with_scrapers<R>(f: impl FnOnce(&mut Scrapers) -> R) -> Option<R> {
+    if INSIDE.with(Cell::get) {
+        return None;
+    }
+    // A panic is caught inside (`guard::catch` around the tick) before it can unwind through
+    // the guard; should one poison the lock anyway, the scrapers are still whole values.
+    let mut scrapers = scrapers().lock().unwrap_or_else(PoisonError::into_inner);
+    INSIDE.with(|i| i.set(true));
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            INSIDE.with(|i| i.set(false));
+        }
+    }
+    let _reset = Reset;
+    Some(f(&mut scrapers))
+}
+
+/// Makes the config being created (`envoy`, inside its `config_new`) a host of the scraper
+/// `value` configures: the scraper starts if no live config carries the same JSON yet.
+pub fn host(envoy: &mut FilterConfigHandle, value: serde_json::Value) -> Result<Hosting, String> {
+    let mut value = match value {
+        value @ serde_json::Value::Object(_) => value,
+        _ => return Err("`scraper` must be an object".into()),
+    };
+    if let Some(map) = value.as_object_mut() {
+        map.remove("role");
+    }
+    let key = value.to_string();
+    #[cfg(any(test, feature = "panic-injection"))]
+    let tick_panic = crate::panic_injection::TickPanic::from_config(&mut value)?;
+    let scraper = Scraper::from_json(value)?;
+    let stats = StatsRegistry::define(envoy, &scraper.stat_keys());
+    // SAFETY: the live config pointer of the running config_new hook (main thread); Envoy
+    // already shares the config, so its scheduler can hold it weakly.
+    let scheduler =
+        unsafe { cb::envoy_dynamic_module_callback_http_filter_config_scheduler_new(envoy.raw()) };
+    if scheduler.is_null() {
+        return Err("scraper: Envoy made no config scheduler".into());
+    }
+    let period_ms = scraper.tick_period_ms();
+    with_scrapers(|scrapers| {
+        let id = scrapers.next_host;
+        scrapers.next_host = id.wrapping_add(1);
+        let host = Host {
+            id,
+            envoy: ConfigPtr(envoy.raw()),
+            scheduler: SchedulerPtr(scheduler),
+            stats,
+        };
+        if let Some(running) = scrapers.running.iter_mut().find(|r| r.key == key) {
+            running.hosts.push(host);
+            return Ok(id);
+        }
+        // On an error below, `host` is dropped and deletes its scheduler, never committed on.
         let registration =
             crate::shared::config_registry().register_scraper(scraper.endpoints())?;
-        let stats = StatsRegistry::define(&mut BootstrapDefiner { envoy }, &scraper.stat_keys());
-        // SAFETY: `envoy` is the config pointer of the running config_new hook; Envoy
-        // registered its init target before calling us, so signalling now is allowed.
-        unsafe {
-            cb::envoy_dynamic_module_callback_bootstrap_extension_config_signal_init_complete(envoy)
-        };
-        Ok(ScraperExtension {
-            envoy,
-            period_ms: scraper.tick_period_ms(),
-            scraper: RefCell::new(scraper),
-            stats,
-            timer: Cell::new(None),
+        let ticker = Ticker::start(host.scheduler, period_ms)?;
+        if !scrapers.running.is_empty() {
+            crate::log::error(&format!(
+                "infergate: scraper: {} scraper configs run at once and publish into one \
+                 snapshot; every filter config of a process should carry the same scraper",
+                scrapers.running.len() + 1
+            ));
+        }
+        scrapers.running.push(Running {
+            key: key.clone(),
+            ticker,
+            hosts: vec![host],
+            scraper,
             _registration: registration,
             #[cfg(any(test, feature = "panic-injection"))]
             tick_panic,
-        })
-    }
-
-    /// Starts the scrape timer (from `server_initialized`; a second call does nothing).
-    pub fn start(&self) {
-        if self.timer.get().is_some() {
-            return;
-        }
-        // SAFETY: main thread, config alive (we are called through it); we own the timer and
-        // delete it exactly once in `stop`.
-        let timer =
-            unsafe { cb::envoy_dynamic_module_callback_bootstrap_extension_timer_new(self.envoy) };
-        if timer.is_null() {
-            crate::log::error("infergate: scraper could not create its timer");
-            return;
-        }
-        self.timer.set(Some(timer));
-        // SAFETY: `timer` was just created and is not deleted.
-        unsafe { cb::envoy_dynamic_module_callback_bootstrap_extension_timer_enable(timer, 0) };
-    }
-
-    /// One tick: re-arm `timer` for the next one, then scrape (see the module doc).
-    pub(crate) fn on_timer(&self, timer: BootstrapTimerModulePtr) {
-        if self.timer.get() == Some(timer) {
-            // SAFETY: `timer` is our live timer (checked against the one we own).
-            unsafe {
-                cb::envoy_dynamic_module_callback_bootstrap_extension_timer_enable(
-                    timer,
-                    self.period_ms,
-                )
-            };
-        }
-        let ticked = crate::guard::catch("scraper tick", || {
-            #[cfg(any(test, feature = "panic-injection"))]
-            self.tick_panic.tick();
-            // A tick re-entered from inside a tick (it cannot happen on Envoy's main-thread
-            // timer) is skipped rather than allowed to panic on the borrow.
-            if let Ok(mut scraper) = self.scraper.try_borrow_mut() {
-                scraper.on_tick(&mut self.host());
-            }
         });
-        if ticked.is_none() {
-            // The unwind dropped the tick's borrow, so the scraper is reachable again.
-            if let Ok(scraper) = self.scraper.try_borrow() {
-                scraper.count_tick_failure(&mut self.host());
+        Ok(id)
+    })
+    .unwrap_or_else(|| Err("scraper: a config was created from inside a scraper hook".into()))
+    .map(|host| Hosting { key, host })
+}
+
+/// Host `host` of the scraper `key` goes (its config is being destroyed, on any thread).
+fn leave(key: &str, host: u64) {
+    let left = with_scrapers(|scrapers| {
+        let at = scrapers.running.iter().position(|r| r.key == key)?;
+        let running = scrapers.running.get_mut(at)?;
+        let index = running.hosts.iter().position(|h| h.id == host)?;
+        let gone = running.hosts.remove(index);
+        if running.hosts.is_empty() {
+            // Joins the ticker, then drops the scraper (the last host already left).
+            drop(scrapers.running.remove(at));
+        } else if index == 0 {
+            if let Some(next) = running.hosts.first() {
+                running.scraper.forget_outstanding();
+                running.ticker.switch(next.scheduler);
             }
         }
-    }
+        // Out of the ticker's slot by now (switched, or the ticker joined).
+        Some(gone)
+    });
+    drop(left);
+}
 
-    /// A callout finished; `headers`/`body` are Envoy's views, valid for this hook.
-    pub fn on_callout_done(
-        &self,
-        callout_id: u64,
-        result: u32,
-        headers: &[EnvoyHttpHeader],
-        body: &[EnvoyBuffer],
-    ) {
-        // Envoy's async client may answer a callout synchronously from inside the send (e.g.
-        // 503 "no healthy upstream"), i.e. while `on_timer` still holds the scraper. That
-        // nested answer is dropped: the outer dispatch already sees the send fail and counts
-        // it as a failed scrape.
-        let Ok(mut scraper) = self.scraper.try_borrow_mut() else {
+/// The event `event_id` Envoy ran on the main thread for the config whose hosting this is.
+pub fn on_scheduled(hosting: &Hosting, event_id: u64) {
+    if event_id != TICK_EVENT {
+        return;
+    }
+    let _ = with_scrapers(|scrapers| {
+        let Some(running) = scrapers.running.iter_mut().find(|r| r.key == hosting.key) else {
             return;
         };
+        // A tick committed on a host before the hand-over is run by the active host only.
+        let Some(active) = running.hosts.first().filter(|h| h.id == hosting.host) else {
+            return;
+        };
+        let mut host = ScraperHost {
+            envoy: active.envoy.0,
+            stats: &active.stats,
+        };
+        let scraper = &mut running.scraper;
+        #[cfg(any(test, feature = "panic-injection"))]
+        let tick_panic = &running.tick_panic;
+        let ticked = crate::guard::catch("scraper tick", || {
+            #[cfg(any(test, feature = "panic-injection"))]
+            tick_panic.tick();
+            scraper.on_tick(&mut host);
+        });
+        if ticked.is_none() {
+            scraper.count_tick_failure(&mut host);
+        }
+    });
+}
+
+/// A callout of the config whose hosting this is finished; `headers`/`body` are Envoy's
+/// views, valid for the hook.
+pub fn on_callout_done(
+    hosting: &Hosting,
+    callout_id: u64,
+    result: u32,
+    headers: &[EnvoyHttpHeader],
+    body: &[EnvoyBuffer],
+) {
+    let _ = with_scrapers(|scrapers| {
+        let Some(running) = scrapers.running.iter_mut().find(|r| r.key == hosting.key) else {
+            return;
+        };
+        // Only the active host has callouts the scraper waits for.
+        let Some(active) = running.hosts.first().filter(|h| h.id == hosting.host) else {
+            return;
+        };
+        let scraper = &mut running.scraper;
         let outcome = if result == CALLOUT_SUCCESS {
             let status = headers
                 .iter()
@@ -199,34 +460,17 @@ impl ScraperExtension {
         } else {
             CalloutOutcome::Failed
         };
-        scraper.on_callout_done(&mut self.host(), CalloutToken(callout_id), outcome);
-    }
-
-    /// Stops scraping: deletes the timer (once).
-    pub fn stop(&self) {
-        if let Some(timer) = self.timer.take() {
-            // SAFETY: our live timer, taken out of the cell so it is deleted exactly once.
-            unsafe { cb::envoy_dynamic_module_callback_bootstrap_extension_timer_delete(timer) };
-        }
-    }
-
-    fn host(&self) -> ScraperHost<'_> {
-        ScraperHost {
-            envoy: self.envoy,
-            stats: &self.stats,
-        }
-    }
+        let mut host = ScraperHost {
+            envoy: active.envoy.0,
+            stats: &active.stats,
+        };
+        scraper.on_callout_done(&mut host, CalloutToken(callout_id), outcome);
+    });
 }
 
-impl Drop for ScraperExtension {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// The scraper's host capabilities on the bootstrap config (main thread).
+/// The scraper's host capabilities on the active host's config (main thread).
 struct ScraperHost<'a> {
-    envoy: BootstrapConfigEnvoyPtr,
+    envoy: HttpFilterConfigEnvoyPtr,
     stats: &'a StatsRegistry,
 }
 
@@ -238,10 +482,10 @@ impl HttpCallout for ScraperHost<'_> {
             .map(|(k, v)| ModuleHttpHeader::new(k.as_bytes(), v.as_bytes()))
             .collect();
         let mut id = 0u64;
-        // SAFETY: main thread, live config pointer; `headers` borrows `request` for the call
-        // and Envoy copies everything it keeps; `id` is writable.
+        // SAFETY: main thread, live config pointer (its host is registered); `headers` borrows
+        // `request` for the call and Envoy copies everything it keeps; `id` is writable.
         let result = unsafe {
-            cb::envoy_dynamic_module_callback_bootstrap_extension_http_callout(
+            cb::envoy_dynamic_module_callback_http_filter_config_http_callout(
                 self.envoy,
                 &mut id,
                 ModuleBuffer::from_bytes(request.cluster.as_bytes()),
@@ -272,8 +516,7 @@ impl Stats for ScraperHost<'_> {
         self.update(StatKind::Counter, key, delta);
     }
     fn histogram_record(&mut self, key: &StatKey, value: u64) {
-        // No histogram family is defined on the bootstrap extension: the scraper records
-        // none, so a key reaching here resolves to nothing and is dropped like any unknown.
+        // The scraper records no histogram; a key reaching here is dropped like any unknown.
         self.update(StatKind::Histogram, key, value);
     }
     fn gauge_set(&mut self, key: &StatKey, value: u64) {
@@ -290,11 +533,11 @@ impl Stats for ScraperHost<'_> {
         // failed stat update is ignored (best effort).
         let _ = unsafe {
             if delta >= 0 {
-                cb::envoy_dynamic_module_callback_bootstrap_extension_config_increment_gauge(
+                cb::envoy_dynamic_module_callback_http_filter_config_increment_gauge(
                     self.envoy, id, ptr, count, magnitude,
                 )
             } else {
-                cb::envoy_dynamic_module_callback_bootstrap_extension_config_decrement_gauge(
+                cb::envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
                     self.envoy, id, ptr, count, magnitude,
                 )
             }
@@ -317,15 +560,13 @@ impl ScraperHost<'_> {
         let _ = unsafe {
             match kind {
                 StatKind::Counter => {
-                    cb::envoy_dynamic_module_callback_bootstrap_extension_config_increment_counter(
+                    cb::envoy_dynamic_module_callback_http_filter_config_increment_counter(
                         self.envoy, id, ptr, count, value,
                     )
                 }
-                StatKind::Gauge => {
-                    cb::envoy_dynamic_module_callback_bootstrap_extension_config_set_gauge(
-                        self.envoy, id, ptr, count, value,
-                    )
-                }
+                StatKind::Gauge => cb::envoy_dynamic_module_callback_http_filter_config_set_gauge(
+                    self.envoy, id, ptr, count, value,
+                ),
                 StatKind::Histogram => return,
             }
         };
@@ -345,4 +586,16 @@ impl ClusterMembership for ScraperHost<'_> {
     fn cluster_members(&self, cluster: &str) -> Option<Vec<scheduler_core::snapshot::Member>> {
         crate::membership::REGISTRY.members(cluster)
     }
+}
+
+/// The scrapers running in this (test) process: each one's host ids, active first.
+#[cfg(test)]
+pub(crate) fn running_hosts() -> Vec<Vec<u64>> {
+    with_scrapers(|s| {
+        s.running
+            .iter()
+            .map(|r| r.hosts.iter().map(|h| h.id).collect())
+            .collect()
+    })
+    .unwrap_or_default()
 }

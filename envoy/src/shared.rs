@@ -1,8 +1,9 @@
 //! Process-wide state shared by every worker thread of one Envoy process.
 //!
-//! A dynamic module is loaded once per process, so statics here are seen by the bootstrap
-//! extension (main thread) and by every HTTP filter on every worker: one snapshot, one prefix
-//! index and one set of in-flight counters per process, instead of one per Wasm VM.
+//! A dynamic module is loaded once per process, so statics here are seen by the scraper
+//! (main thread, `crate::scraper`) and by every HTTP filter on every worker: one snapshot,
+//! one prefix index and one set of in-flight counters per process, instead of one per Wasm
+//! VM.
 //!
 //! **The snapshot slot** ([`SnapshotCell`]) is written by the scraper on the main thread
 //! (every ~50 ms) and read by the picker at most once per request. It is an

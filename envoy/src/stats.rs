@@ -8,7 +8,7 @@
 //! A labelled counter vector costs Envoy a stat-name build and a store lookup on every
 //! increment: about 2 µs each, some 13 µs per request with the picker's and router's six
 //! increments (measured with `cargo xtask bench overhead`). The scraper's counters and
-//! gauges are defined the same way on the bootstrap extension's config.
+//! gauges are defined the same way on each filter config that hosts it (`crate::scraper`).
 //!
 //! Each family is also defined as a counter vector, the fallback for a key that was not known
 //! at config time (the resulting stat has the same flattened name). A key of an unknown

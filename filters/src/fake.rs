@@ -483,3 +483,40 @@ impl ClusterMembership for FakeHost {
         self.cluster_members.get(cluster).cloned()
     }
 }
+
+/// Shared-data cells with proxy-wasm's compare-and-swap rules, in memory (a version per
+/// write; version 0 writes whatever is there). `conflicts` makes the next writes lose a
+/// race (another writer bumps the version first).
+#[derive(Debug, Default)]
+pub struct FakeCells {
+    /// The cells: bytes and version.
+    pub map: std::sync::Mutex<std::collections::HashMap<String, (Vec<u8>, u32)>>,
+    /// Writes still to lose a race.
+    pub conflicts: std::sync::atomic::AtomicUsize,
+}
+
+impl crate::quotas::CasCells for std::sync::Arc<FakeCells> {
+    fn load(&self, key: &str) -> Option<(Vec<u8>, u32)> {
+        self.map.lock().ok()?.get(key).cloned()
+    }
+    fn store(&self, key: &str, bytes: &[u8], version: u32) -> crate::quotas::CasWrite {
+        use crate::quotas::CasWrite;
+        use std::sync::atomic::Ordering;
+        let Ok(mut map) = self.map.lock() else {
+            return CasWrite::Failed;
+        };
+        let current = map.get(key).map_or(0, |(_, v)| *v);
+        if self.conflicts.load(Ordering::SeqCst) > 0 {
+            self.conflicts.fetch_sub(1, Ordering::SeqCst);
+            if let Some(entry) = map.get_mut(key) {
+                entry.1 += 1;
+            }
+            return CasWrite::Conflict;
+        }
+        if version != 0 && version != current {
+            return CasWrite::Conflict;
+        }
+        map.insert(key.to_owned(), (bytes.to_vec(), current + 1));
+        CasWrite::Stored
+    }
+}

@@ -53,6 +53,7 @@
 pub mod billing;
 pub(crate) mod codec;
 pub mod consistency;
+pub mod election;
 pub mod flow;
 pub mod handoff;
 pub mod headers;

@@ -202,8 +202,8 @@ struct AdminCallout {
     failures: u32,
 }
 
-/// The scraper's state (one per process: a singleton Wasm service or a bootstrap
-/// extension).
+/// The scraper's state (one per process: in the Wasm flavour's elected VM, or, natively,
+/// hosted by the filter configs that carry it).
 #[derive(Debug)]
 pub struct Scraper {
     config: ScraperConfig,
@@ -225,7 +225,12 @@ pub struct Scraper {
     membership_failed: StatKey,
     generation: u64,
     dirty: bool,
+    /// Ticks left during which nothing is published (see [`Scraper::hold_first_publish`]).
+    held_ticks: u32,
 }
+
+/// How many ticks a scraper that took over may hold its first publication at most.
+const MAX_HELD_TICKS: u32 = 20;
 
 fn endpoint_stats(endpoint: &str) -> EndpointStats {
     let key = |result| {
@@ -331,6 +336,7 @@ impl Scraper {
             membership_failed: membership("failed"),
             generation: 0,
             dirty: true,
+            held_ticks: 0,
             config,
         }
     }
@@ -428,13 +434,41 @@ impl Scraper {
         self.pending.iter().filter(|p| p.is_some()).count()
     }
 
+    /// Forgets every outstanding callout without counting it as a failure: the host that
+    /// sent them is gone and will never answer them (an adapter moving the scraper to
+    /// another host, whose callout tokens may reuse theirs). The next tick sends a new
+    /// round to every target.
+    pub fn forget_outstanding(&mut self) {
+        for slot in &mut self.pending {
+            *slot = None;
+        }
+        self.admin.pending = None;
+    }
+
     /// One tick: learn the followed clusters' members (mode `host`: from the host; mode
     /// `admin`: send the admin callout when it is due), publish pending changes, expire
     /// lost callouts, start a new round.
+    /// A scraper taking over from another (the Wasm flavour's next elected owner):
+    /// publish nothing until every endpoint it knows was scraped once (or failed), at
+    /// most [`MAX_HELD_TICKS`] ticks, so the pickers keep reading the previous scraper's
+    /// snapshot (members and metrics) meanwhile rather than an empty one that would refuse
+    /// their requests.
+    pub fn hold_first_publish(&mut self) {
+        self.held_ticks = MAX_HELD_TICKS;
+    }
+
+    /// Release a held first publication once a round with members completed.
+    fn release_hold(&mut self, round_done: bool) {
+        if self.held_ticks > 0 && round_done && !self.samples.is_empty() {
+            self.held_ticks = 0;
+        }
+    }
+
     pub fn on_tick<H>(&mut self, host: &mut H)
     where
         H: HttpCallout + Clock + Stats + SnapshotSink + ClusterMembership + ?Sized,
     {
+        self.held_ticks = self.held_ticks.saturating_sub(1);
         let now = host.now();
         match self.config.membership {
             MembershipMode::Host => {
@@ -555,6 +589,7 @@ impl Scraper {
             None => self.fail(host, i),
         }
         if self.outstanding() == 0 {
+            self.release_hold(true);
             self.publish(host, now);
         }
     }
@@ -777,6 +812,11 @@ impl Scraper {
     }
 
     fn publish<H: Stats + SnapshotSink + ?Sized>(&mut self, host: &mut H, now: Millis) {
+        if self.held_ticks > 0 {
+            // Held (a takeover): published once the first round completes.
+            self.dirty = true;
+            return;
+        }
         self.generation = self.generation.wrapping_add(1);
         let snapshot = Snapshot {
             taken_at: now,

@@ -328,3 +328,35 @@ fn a_counted_tick_failure_is_a_stat() {
         |(k, key)| *k == StatKind::Counter && key.as_str() == "infergate.scraper.tick_failures"
     ));
 }
+
+#[test]
+fn a_scraper_that_took_over_publishes_nothing_until_its_first_round_completes() {
+    let mut s = scraper();
+    s.hold_first_publish();
+    let mut host = FakeHost::new().now(1_000);
+    // A fresh scraper publishes its (empty) state at its first tick; a held one does not,
+    // so the previous owner's snapshot stays what the pickers read.
+    s.on_tick(&mut host);
+    assert_eq!(host.counter("infergate.scraper.publishes"), 0);
+    assert!(host.snapshot.is_none());
+    let tokens: Vec<CalloutToken> = host.callouts.iter().map(|(t, _)| *t).collect();
+    s.on_callout_done(&mut host, tokens[0], ok(PAGE));
+    assert_eq!(host.counter("infergate.scraper.publishes"), 0);
+    s.on_callout_done(&mut host, tokens[1], ok(PAGE));
+    assert_eq!(host.counter("infergate.scraper.publishes"), 1);
+    let snap = published(&host);
+    assert!(snap.is_some_and(|s| s.endpoints.iter().all(|e| e.metrics.is_some())));
+}
+
+#[test]
+fn a_held_publication_is_released_after_at_most_a_second_of_ticks() {
+    let mut s = scraper();
+    s.hold_first_publish();
+    let mut host = FakeHost::new().now(1_000);
+    for _ in 0..MAX_HELD_TICKS {
+        s.on_tick(&mut host);
+    }
+    // Nobody answers: the held state goes out anyway.
+    s.on_tick(&mut host);
+    assert_eq!(host.counter("infergate.scraper.publishes"), 1);
+}

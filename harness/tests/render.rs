@@ -15,7 +15,7 @@ use infergate_harness::launch::jwt::TestIssuer;
 use infergate_harness::launch::process::RunDir;
 use infergate_harness::launch::read_billing_log;
 use infergate_harness::launch::{EdsDir, Envoy, EnvoyOptions, Flavor, Membership};
-use infergate_harness::render::{render, GatewayInputs, RenderOptions};
+use infergate_harness::render::{render, GatewayInputs, IstioVersion, RenderOptions, Target};
 use infergate_harness::sim::{self, SimConfig};
 use serde_json::json;
 use std::net::SocketAddr;
@@ -47,6 +47,8 @@ fn options(
 ) -> RenderOptions {
     RenderOptions {
         objects: seed_objects(),
+        target: Target::Envoy,
+        istio_version: IstioVersion::default(),
         out: out.to_path_buf(),
         listen: "127.0.0.1:0".parse().unwrap(),
         // The Wasm scraper reads the EDS members from admin /clusters through a STATIC
@@ -108,8 +110,8 @@ fn the_seed_quotas_placeholder_hashes_are_refused_by_path() {
     );
 }
 
-/// Both flavours: the bootstrap validates, the Istio manifests and the report are written,
-/// and the report names the fields the gateway does not honour.
+/// Both flavours: the bootstrap validates, the report is written and names the fields the
+/// gateway does not honour.
 #[test]
 fn both_flavours_render_a_bootstrap_envoy_validates() {
     for flavor in [Flavor::Wasm, Flavor::Native] {
@@ -127,7 +129,7 @@ fn both_flavours_render_a_bootstrap_envoy_validates() {
         }
         // The pool cluster is fed by file-based EDS from the out dir, holding the endpoints.
         let bootstrap: serde_yaml_ng::Value =
-            serde_yaml_ng::from_str(&std::fs::read_to_string(&out.bootstrap).unwrap()).unwrap();
+            serde_yaml_ng::from_str(&std::fs::read_to_string(&out.output).unwrap()).unwrap();
         let clusters = bootstrap["static_resources"]["clusters"]
             .as_sequence()
             .unwrap();
@@ -159,21 +161,16 @@ fn both_flavours_render_a_bootstrap_envoy_validates() {
             .path()
             .join("eds/pool-0-llama-70b-bf16.example.json")
             .is_file());
-        let istio = std::fs::read_to_string(&out.istio).unwrap();
-        match flavor {
-            Flavor::Wasm => {
-                assert!(istio.contains("kind: WasmPlugin"), "{istio}");
-                assert!(istio.contains("url: oci://registry.test/infergate-wasm:test"));
-            }
-            _ => assert!(!istio.contains("kind: WasmPlugin"), "{istio}"),
-        }
-        assert!(istio.contains("kind: EnvoyFilter"));
+        assert!(!dir.path().join("istio.yaml").exists());
         let readme = std::fs::read_to_string(&out.readme).unwrap();
-        assert!(readme.contains("kubectl apply -f istio.yaml"), "{readme}");
+        assert!(
+            readme.contains("envoy --mode validate -c envoy.yaml"),
+            "{readme}"
+        );
         if unbuilt(flavor) {
             continue;
         }
-        validate(&out.bootstrap);
+        validate(&out.output);
     }
 }
 
@@ -261,8 +258,8 @@ async fn serves(flavor: Flavor) {
     let replicas = sim.addrs()[..2].to_vec();
     let dir = RunDir::new("render-serve").unwrap();
     let out = render(&options(flavor, dir.path(), &replicas, true)).unwrap();
-    validate(&out.bootstrap);
-    let envoy = start_envoy(&out.bootstrap, flavor).await;
+    validate(&out.output);
+    let envoy = start_envoy(&out.output, flavor).await;
     let url = format!("{}/v1/chat/completions", envoy.base_url());
     let pool: Vec<String> = replicas.iter().map(ToString::to_string).collect();
     warm_up(&envoy, &url, &[], flavor).await;
@@ -359,7 +356,7 @@ async fn scales_up(flavor: Flavor) {
     let all = sim.addrs().to_vec();
     let dir = RunDir::new("render-scale").unwrap();
     let out = render(&options(flavor, dir.path(), &all[..2], true)).unwrap();
-    let envoy = start_envoy(&out.bootstrap, flavor).await;
+    let envoy = start_envoy(&out.output, flavor).await;
     let url = format!("{}/v1/chat/completions", envoy.base_url());
     warm_up(&envoy, &url, &[], flavor).await;
     let eds = EdsDir::create(dir.path().join("eds")).unwrap();
@@ -436,8 +433,8 @@ async fn tenants(flavor: Flavor) {
         "{flavor}: {:?}",
         out.not_supported
     );
-    validate(&out.bootstrap);
-    let envoy = start_envoy(&out.bootstrap, flavor).await;
+    validate(&out.output);
+    let envoy = start_envoy(&out.output, flavor).await;
     let url = format!("{}/v1/chat/completions", envoy.base_url());
     let key = "Bearer sk-infergate-test-tenant-a";
     warm_up(&envoy, &url, &[("authorization", key)], flavor).await;
@@ -503,7 +500,6 @@ fn the_command_prints_what_it_wrote_and_what_it_does_not_support() {
     );
     for expected in [
         "envoy.yaml",
-        "istio.yaml",
         "fields.md",
         "InferencePool serving/llama-70b-bf16 spec.selector: pods are not watched",
     ] {
@@ -519,4 +515,446 @@ fn the_command_prints_what_it_wrote_and_what_it_does_not_support() {
         stderr.contains("TenantQuota tenant-a: spec.identity.apiKeyHashes[0]"),
         "{stderr}"
     );
+}
+
+// ---- The control planes' forms: `--target istio` and `--target envoy-gateway`. ----
+
+/// Renders the seed's objects (tenants left out) for `target`, and returns the documents.
+fn control_plane_docs(
+    flavor: Flavor,
+    target: Target,
+    version: IstioVersion,
+    objects: Option<&Path>,
+) -> (Vec<serde_json::Value>, String) {
+    let dir = RunDir::new("render-cp").unwrap();
+    let mut opts = options(flavor, dir.path(), &[], true);
+    opts.target = target;
+    opts.istio_version = version;
+    opts.gateway.endpoints.clear();
+    if let Some(o) = objects {
+        opts.objects = o.to_path_buf();
+    }
+    let out = render(&opts).unwrap();
+    assert_eq!(out.output, dir.path().join(target.file()));
+    assert!(!dir.path().join("envoy.yaml").exists(), "{target}");
+    let text = std::fs::read_to_string(&out.output).unwrap();
+    let docs = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| {
+            let v: serde_yaml_ng::Value = serde::Deserialize::deserialize(d).unwrap();
+            serde_json::to_value(v).unwrap()
+        })
+        .collect();
+    (docs, std::fs::read_to_string(&out.readme).unwrap())
+}
+
+fn of_kind<'a>(docs: &'a [serde_json::Value], kind: &str) -> Vec<&'a serde_json::Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+fn json_text(v: &serde_json::Value) -> serde_json::Value {
+    serde_json::from_str(v.as_str().unwrap()).unwrap()
+}
+
+/// The seed's gateway: `gateway-system/inference-gateway`.
+const INSTANCE: &str = "gateway-system.inference-gateway";
+
+/// The router and picker configurations carry the instance; the picker the scraper
+/// (without a role), following exactly `clusters`.
+fn check_configs(router: &serde_json::Value, picker: &serde_json::Value, clusters: &[String]) {
+    // The instance prefixes the Wasm module's shared data; the native module has none and
+    // refuses the key.
+    let wasm = router.get("instance").is_some();
+    for config in [router, picker] {
+        match wasm {
+            true => assert_eq!(config["instance"], INSTANCE, "{config}"),
+            false => assert!(config.get("instance").is_none(), "{config}"),
+        }
+    }
+    let scraper = &picker["scraper"];
+    assert!(scraper.is_object(), "{picker}");
+    assert!(scraper.get("role").is_none(), "{scraper}");
+    assert_eq!(scraper["clusters"], json!(clusters), "{scraper}");
+    let pools: Vec<&serde_json::Value> = picker["pools"].as_array().unwrap().iter().collect();
+    assert_eq!(
+        pools
+            .iter()
+            .map(|p| p["cluster"].clone())
+            .collect::<Vec<_>>(),
+        clusters.iter().map(|c| json!(c)).collect::<Vec<_>>()
+    );
+}
+
+/// Istio, both flavours, every version: no `BOOTSTRAP` patch; every `HTTP_FILTER` patch
+/// inserts before `envoy.filters.http.router` (the one name Istio always has: a patch on a
+/// missing name inserts nothing, silently), in chain order; the Wasm filters come by ECDS
+/// (`config_discovery` + an `EXTENSION_CONFIG` `ADD` with the OCI module, which
+/// istio-agent fetches), not `WasmPlugin`; the native module from the deployment overlay.
+#[test]
+fn istio_manifests_hold_only_what_istiod_installs() {
+    for flavor in [Flavor::Wasm, Flavor::Native] {
+        for version in [
+            IstioVersion::V1_28,
+            IstioVersion::V1_29,
+            IstioVersion::V1_30,
+        ] {
+            let (docs, readme) = control_plane_docs(flavor, Target::Istio, version, None);
+            let ctx = format!("{flavor} Istio {version}");
+            assert!(of_kind(&docs, "WasmPlugin").is_empty(), "{ctx}");
+            let filters = of_kind(&docs, "EnvoyFilter");
+            assert_eq!(filters.len(), 1, "{ctx}");
+            let patches = filters[0]["spec"]["configPatches"].as_array().unwrap();
+            assert!(
+                !patches.iter().any(|p| p["applyTo"] == "BOOTSTRAP"),
+                "{ctx}: a BOOTSTRAP patch"
+            );
+            let mut chain = Vec::new();
+            for p in patches.iter().filter(|p| p["applyTo"] == "HTTP_FILTER") {
+                assert_eq!(
+                    p["match"]["listener"]["filterChain"]["filter"]["subFilter"]["name"],
+                    "envoy.filters.http.router",
+                    "{ctx}: {p}"
+                );
+                assert_eq!(p["patch"]["operation"], "INSERT_BEFORE", "{ctx}: {p}");
+                chain.push(p["patch"]["value"]["name"].as_str().unwrap().to_owned());
+            }
+            let svc = "llama-70b-bf16-infergate";
+            let cluster = format!("outbound|8000||{svc}.serving.svc.cluster.local");
+            let services = of_kind(&docs, "Service");
+            assert_eq!(services.len(), 1, "{ctx}");
+            assert_eq!(services[0]["metadata"]["name"], svc);
+            let adds: Vec<&serde_json::Value> = patches
+                .iter()
+                .filter(|p| p["applyTo"] == "CLUSTER" && p["patch"]["operation"] == "ADD")
+                .map(|p| &p["patch"]["value"]["name"])
+                .collect();
+            match flavor {
+                Flavor::Wasm => {
+                    assert_eq!(
+                        chain,
+                        [
+                            "infergate.router",
+                            "infergate.buffer",
+                            "infergate.headers",
+                            "infergate.route_refresh",
+                            "infergate.picker",
+                            "infergate.destination_metadata"
+                        ],
+                        "{ctx}"
+                    );
+                    let ecds: Vec<&serde_json::Value> = patches
+                        .iter()
+                        .filter(|p| p["applyTo"] == "EXTENSION_CONFIG")
+                        .collect();
+                    assert_eq!(ecds.len(), 3, "{ctx}");
+                    let mut configs = Vec::new();
+                    let mut envs = Vec::new();
+                    for name in ["infergate.router", "infergate.headers", "infergate.picker"] {
+                        let filter = patches
+                            .iter()
+                            .find(|p| {
+                                p["applyTo"] == "HTTP_FILTER" && p["patch"]["value"]["name"] == name
+                            })
+                            .unwrap();
+                        let discovery = &filter["patch"]["value"]["config_discovery"];
+                        assert_eq!(
+                            discovery["type_urls"][0],
+                            "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
+                        );
+                        assert_eq!(
+                            discovery["config_source"]["initial_fetch_timeout"], "0s",
+                            "{ctx}"
+                        );
+                        let ext = ecds
+                            .iter()
+                            .find(|p| {
+                                p["patch"]["operation"] == "ADD"
+                                    && p["patch"]["value"]["name"] == name
+                            })
+                            .unwrap();
+                        let config = &ext["patch"]["value"]["typed_config"]["config"];
+                        // What a WasmPlugin would produce: vm_id "", Envoy's default for
+                        // the headers flag, a VM that reloads.
+                        assert_eq!(config["vm_config"]["vm_id"], "", "{ctx}");
+                        assert!(
+                            config.get("allow_on_headers_stop_iteration").is_none(),
+                            "{ctx}: {config}"
+                        );
+                        assert_eq!(config["failure_policy"], "FAIL_RELOAD", "{ctx}");
+                        envs.push(config["vm_config"]["environment_variables"].clone());
+                        assert_eq!(
+                            config["vm_config"]["code"]["remote"]["http_uri"]["uri"],
+                            "oci://registry.test/infergate-wasm:test"
+                        );
+                        configs.push(json_text(&config["configuration"]["value"]));
+                    }
+                    // Each plugin a VM of its own: the environments differ.
+                    assert_ne!(envs[0], envs[1], "{ctx}");
+                    assert_ne!(envs[1], envs[2], "{ctx}");
+                    assert_eq!(
+                        configs[1],
+                        json!({"role": "headers", "instance": INSTANCE}),
+                        "{ctx}"
+                    );
+                    check_configs(&configs[0], &configs[2], std::slice::from_ref(&cluster));
+                    assert_eq!(configs[2]["scraper"]["membership"], "admin");
+                    // The buffer holds the headers, past the router's body limit (twice it,
+                    // as the bare template), so the router answers 413 itself.
+                    let buffer = patches
+                        .iter()
+                        .find(|p| p["patch"]["value"]["name"] == "infergate.buffer")
+                        .unwrap();
+                    let limit = configs[0]["bodyLimitBytes"].as_u64().unwrap_or(4 << 20);
+                    assert_eq!(
+                        buffer["patch"]["value"]["typed_config"]["max_request_bytes"].as_u64(),
+                        Some(2 * limit),
+                        "{ctx}"
+                    );
+                    assert!(adds.contains(&&json!("infergate_admin")), "{ctx}");
+                    assert!(of_kind(&docs, "ConfigMap").is_empty());
+                    assert!(readme.contains("not `WasmPlugin`"), "{readme}");
+                }
+                _ => {
+                    assert_eq!(chain, ["infergate.router", "infergate.picker"], "{ctx}");
+                    let typed = |name: &str| {
+                        patches
+                            .iter()
+                            .find(|p| p["patch"]["value"]["name"] == name)
+                            .map(|p| p["patch"]["value"]["typed_config"].clone())
+                            .unwrap()
+                    };
+                    let (router, picker) = (typed("infergate.router"), typed("infergate.picker"));
+                    check_configs(
+                        &json_text(&router["filter_config"]["value"]),
+                        &json_text(&picker["filter_config"]["value"]),
+                        std::slice::from_ref(&cluster),
+                    );
+                    let module = &picker["dynamic_module_config"];
+                    assert_eq!(module["name"], "infergate_envoy");
+                    let lb = patches
+                        .iter()
+                        .find(|p| p["patch"]["operation"] == "MERGE" && p["applyTo"] == "CLUSTER")
+                        .unwrap()
+                        .to_string();
+                    let membership = json_text(&picker["filter_config"]["value"])["scraper"]
+                        ["membership"]
+                        .clone();
+                    if version == IstioVersion::V1_30 {
+                        assert!(module.get("module").is_some(), "{ctx}");
+                        assert!(lb.contains("DynamicModulesLoadBalancerConfig"), "{ctx}");
+                        assert_eq!(membership, "host");
+                    } else {
+                        assert!(module.get("module").is_none(), "{ctx}");
+                        assert!(!lb.contains("dynamic_modules"), "{ctx}");
+                        assert_eq!(membership, "admin");
+                        assert!(adds.contains(&&json!("infergate_admin")), "{ctx}");
+                    }
+                    let overlay = of_kind(&docs, "ConfigMap");
+                    assert_eq!(overlay.len(), 1, "{ctx}");
+                    let deployment: serde_json::Value =
+                        serde_yaml_ng::from_str(overlay[0]["data"]["deployment"].as_str().unwrap())
+                            .unwrap();
+                    let pod = &deployment["spec"]["template"]["spec"];
+                    assert_eq!(pod["containers"][0]["name"], "istio-proxy");
+                    assert_eq!(
+                        pod["containers"][0]["volumeMounts"][0]["mountPath"],
+                        "/var/lib/infergate"
+                    );
+                    assert_eq!(pod["volumes"][0]["name"], "infergate-module");
+                    assert!(readme.contains("parametersRef"), "{readme}");
+                }
+            }
+            assert!(adds.contains(&&json!("infergate_scrape")), "{ctx}");
+            validate_schemas(&docs, &ctx);
+        }
+    }
+}
+
+/// A billing log on Istio is Envoy's stdout logger (the gateway's root file system is
+/// read-only), and `fields.md` says so.
+#[test]
+fn istio_billing_log_goes_to_stdout() {
+    let dir = RunDir::new("render-istio-billing").unwrap();
+    let objects = dir.path().join("objects");
+    std::fs::create_dir_all(&objects).unwrap();
+    for entry in std::fs::read_dir(seed_objects()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with("quota-") {
+            std::fs::copy(&path, objects.join(&name)).unwrap();
+        }
+    }
+    for name in ["quota-a.yaml", "quota-b.yaml"] {
+        std::fs::copy(
+            workspace_root().join("testdata/tenants").join(name),
+            objects.join(name),
+        )
+        .unwrap();
+    }
+    let mut opts = options(Flavor::Native, &dir.path().join("out"), &[], false);
+    opts.objects = objects;
+    opts.target = Target::Istio;
+    opts.gateway.billing_log = Some("/var/log/billing.log".into());
+    let out = render(&opts).unwrap();
+    let text = std::fs::read_to_string(&out.output).unwrap();
+    assert!(text.contains("envoy.access_loggers.stdout"), "{text}");
+    assert!(!text.contains("envoy.access_loggers.file"), "{text}");
+    assert!(!text.contains("/var/log/billing.log"), "{text}");
+    let fields = std::fs::read_to_string(&out.fields).unwrap();
+    assert!(fields.contains("envoy.access_loggers.stdout"), "{fields}");
+}
+
+/// Envoy Gateway, both flavours: an `EnvoyExtensionPolicy` with the router before the
+/// picker (Envoy Gateway orders a type's filters by their index in the list), the routes'
+/// `endpointOverride`, the scrape and admin clusters by `EnvoyPatchPolicy`, the native
+/// module allowed by the `EnvoyProxy`; the picker follows Envoy Gateway's rule cluster.
+#[test]
+fn envoy_gateway_manifests_express_the_gateway_in_its_api() {
+    for flavor in [Flavor::Wasm, Flavor::Native] {
+        let (docs, readme) =
+            control_plane_docs(flavor, Target::EnvoyGateway, IstioVersion::default(), None);
+        let ctx = format!("{flavor} Envoy Gateway");
+        let policy = of_kind(&docs, "EnvoyExtensionPolicy");
+        assert_eq!(policy.len(), 1, "{ctx}");
+        let spec = &policy[0]["spec"];
+        let cluster = "httproute/serving/llama-70b/rule/0".to_owned();
+        let (router, picker) = match flavor {
+            Flavor::Wasm => {
+                let wasm = spec["wasm"].as_array().unwrap();
+                assert_eq!(wasm[0]["rootID"], "router");
+                assert_eq!(wasm[1]["rootID"], "headers");
+                assert_eq!(
+                    wasm[1]["config"],
+                    json!({"role": "headers", "instance": INSTANCE})
+                );
+                assert_eq!(wasm[2]["rootID"], "picker");
+                assert_eq!(
+                    wasm[0]["code"]["image"]["url"],
+                    "registry.test/infergate-wasm:test"
+                );
+                assert!(of_kind(&docs, "EnvoyProxy").is_empty());
+                (wasm[0]["config"].clone(), wasm[2]["config"].clone())
+            }
+            _ => {
+                let dm = spec["dynamicModule"].as_array().unwrap();
+                assert_eq!(dm[0]["filterName"], "router");
+                assert_eq!(dm[1]["filterName"], "picker");
+                let proxy = of_kind(&docs, "EnvoyProxy");
+                assert_eq!(proxy.len(), 1, "{ctx}");
+                assert_eq!(proxy[0]["spec"]["dynamicModules"][0]["name"], dm[0]["name"]);
+                (dm[0]["config"].clone(), dm[1]["config"].clone())
+            }
+        };
+        check_configs(&router, &picker, &[cluster]);
+        let btp = of_kind(&docs, "BackendTrafficPolicy");
+        assert_eq!(
+            btp[0]["spec"]["loadBalancer"]["endpointOverride"]["extractFrom"][0]["header"],
+            "x-gateway-destination-endpoint"
+        );
+        let patch = of_kind(&docs, "EnvoyPatchPolicy");
+        let names: Vec<&serde_json::Value> = patch[0]["spec"]["jsonPatches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| &p["name"])
+            .collect();
+        assert_eq!(
+            names,
+            [&json!("infergate_scrape"), &json!("infergate_admin")]
+        );
+        // The entry rule (no model header) that lets Envoy Gateway enable the filters.
+        let route = of_kind(&docs, "HTTPRoute")[0];
+        let rules = route["spec"]["rules"].as_array().unwrap();
+        assert!(
+            rules
+                .iter()
+                .any(|r| r["matches"][0].get("headers").is_none()),
+            "{route}"
+        );
+        assert!(readme.contains("EnvoyExtensionPolicy"), "{readme}");
+        validate_schemas(&docs, &ctx);
+    }
+}
+
+/// A pool named as Kubernetes allows but no Service may be (`70b.llama`: a dot, a leading
+/// digit) gets a valid, hashed Service name, and the routes and the picker follow it.
+#[test]
+fn a_dotted_pool_name_gets_a_valid_service() {
+    let dir = RunDir::new("render-dotted").unwrap();
+    let objects = dir.path().join("objects");
+    std::fs::create_dir_all(&objects).unwrap();
+    for entry in std::fs::read_dir(seed_objects()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.ends_with(".yaml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            std::fs::write(objects.join(&name), text.replace(POOL, "70b.llama")).unwrap();
+        }
+    }
+    for target in [Target::Istio, Target::EnvoyGateway] {
+        let (docs, _) = control_plane_docs(
+            Flavor::Wasm,
+            target,
+            IstioVersion::default(),
+            Some(&objects),
+        );
+        let svc = of_kind(&docs, "Service")[0]["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(svc.starts_with("p70b-llama-infergate-"), "{svc}");
+        assert!(
+            svc.len() <= 63
+                && svc
+                    .bytes()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+        );
+        let route = of_kind(&docs, "HTTPRoute")[0];
+        assert_eq!(
+            route["spec"]["rules"][0]["backendRefs"][0]["name"],
+            svc.as_str()
+        );
+        validate_schemas(&docs, &format!("{target}"));
+    }
+}
+
+/// Validates every document whose schema is vendored under `testdata/schemas/` (core
+/// `Service` and `ConfigMap`, Kubernetes 1.37, strict: unknown fields refused); the
+/// control planes' CRDs have no schema there (see its README).
+fn validate_schemas(docs: &[serde_json::Value], ctx: &str) {
+    let schema = |name: &str| {
+        let path = workspace_root().join("testdata/schemas").join(name);
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        jsonschema::validator_for(&v).unwrap()
+    };
+    let service = schema("service-v1.json");
+    let config_map = schema("configmap-v1.json");
+    let mut checked = 0;
+    for d in docs {
+        let validator = match (d["apiVersion"].as_str(), d["kind"].as_str()) {
+            (Some("v1"), Some("Service")) => &service,
+            (Some("v1"), Some("ConfigMap")) => &config_map,
+            _ => continue,
+        };
+        let errors: Vec<String> = validator.iter_errors(d).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{ctx}: {d}: {errors:?}");
+        checked += 1;
+    }
+    assert!(checked > 0, "{ctx}: no document had a schema");
+    // The schema refuses what it should: a Service port that is not a number, an unknown
+    // field.
+    let mut bad = docs
+        .iter()
+        .find(|d| d["kind"] == "Service")
+        .unwrap()
+        .clone();
+    bad["spec"]["ports"][0]["port"] = json!("http");
+    assert!(!service.is_valid(&bad), "{ctx}");
+    let mut bad = docs
+        .iter()
+        .find(|d| d["kind"] == "Service")
+        .unwrap()
+        .clone();
+    bad["spec"]["selectr"] = json!({});
+    assert!(!service.is_valid(&bad), "{ctx}");
 }

@@ -3,24 +3,97 @@
 //!
 //! | role | the rest is | adapter keys |
 //! |---|---|---|
-//! | `router` | `filters::router::RouterConfig` | — |
-//! | `picker` | `filters::picker::PickerConfig` (`{"pools": [...]}` or one pool) | `snapshotKey` |
-//! | `scraper` | `filters::scraper::ScraperConfig` | `snapshotKey` |
+//! | `router` | `filters::router::RouterConfig` | `instance` |
+//! | `picker` | `filters::picker::PickerConfig` (`{"pools": [...]}` or one pool) | `instance`, `snapshotKey`, `scraper` |
+//! | `headers` | nothing | `instance` |
 //! | `probe` | nothing (`{"role": "probe"}`) | — |
 //!
 //! `probe` is a measuring tool, not part of the gateway: it holds each request until its body
 //! is complete, copies the body into the VM and lets the request go on unchanged, the least
 //! any body-based filter does. `cargo xtask bench overhead` runs it as the Wasm floor.
 //!
-//! `snapshotKey` (default [`DEFAULT_SNAPSHOT_KEY`]) is the shared-data key the scraper
-//! publishes under and the pickers read; both must also share a `vm_id`.
-//! Keys the module once had are refused by name ([`REMOVED_KEYS`]), so a config written for
-//! them fails with a reason instead of reaching the role as an unknown field.
+//! `instance` (default [`DEFAULT_INSTANCE`]) names this gateway inside the proxy: every
+//! shared-data key and queue name of the module starts with it ([`Names`]). Shared data
+//! and queues are scoped by `vm_id` only, and Istio gives every `WasmPlugin` the `vm_id`
+//! `""`, so two gateways, or another vendor's plugin, in one proxy meet in one namespace;
+//! the router and the picker of one gateway set the same `instance`.
+//!
+//! `allowOnHeadersStopIteration` (router and picker; default `false`, as in Envoy) says
+//! what the plugin's Envoy `PluginConfig` says of the same name. An Istio `WasmPlugin`
+//! cannot set it, and under Envoy's default a filter that stops at the request headers
+//! sees no body until it lets them go. So, unless it is `true`:
+//!
+//! - the router lets the headers go at once (Envoy's `buffer` filter after it holds them
+//!   until the body is complete), reads the body, and leaves the header edits it makes
+//!   meanwhile in filter state;
+//! - the `headers` role, right after that buffer filter, applies them (which makes Envoy
+//!   resolve the route again);
+//! - the picker picks at the request headers from the router's handoff alone, and answers
+//!   503 when no handoff fits rather than waiting for a body it would never see.
+//!
+//! `scraper` (picker only) is the process's scraper (`filters::scraper::ScraperConfig`): the
+//! worker VM elected owner runs it (`crate::root`). `snapshotKey` (default
+//! `<instance>.snapshot`) is the shared-data key the scraper publishes under and the pickers
+//! read.
+//!
+//! Keys and roles the module once had are refused by name ([`REMOVED_KEYS`], the role
+//! `scraper`), so a config written for them fails with a reason instead of reaching the role
+//! as an unknown field.
 
 use serde_json::{Map, Value};
 
-/// Shared-data key of the metric snapshot unless configured.
+/// The namespace of this module's shared data and queues unless configured.
+pub const DEFAULT_INSTANCE: &str = "infergate";
+
+/// Shared-data key of the metric snapshot of the default instance.
 pub const DEFAULT_SNAPSHOT_KEY: &str = "infergate.snapshot";
+
+/// The names one gateway instance uses in the proxy's shared data and queues, each
+/// starting with the instance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Names {
+    instance: String,
+}
+
+impl Names {
+    /// The names of `instance`.
+    pub fn new(instance: &str) -> Names {
+        Names {
+            instance: instance.to_owned(),
+        }
+    }
+
+    /// The metric snapshot's key (unless `snapshotKey` says otherwise).
+    pub fn snapshot(&self) -> String {
+        format!("{}.snapshot", self.instance)
+    }
+
+    /// The owner election's lease cell.
+    pub fn owner_lease(&self) -> String {
+        format!("{}.owner.lease", self.instance)
+    }
+
+    /// The picker state owner's queue.
+    pub fn owner_queue(&self) -> String {
+        format!("{}.picker.owner", self.instance)
+    }
+
+    /// A picker root's reply queue, `tag` its random part.
+    pub fn reply_queue(&self, tag: u64) -> String {
+        format!("{}.picker.reply.{tag:016x}", self.instance)
+    }
+
+    /// The cell where the picker declares the block size it hashes `base_model`'s prompts
+    /// at, for a router in another VM (Istio gives each `WasmPlugin` its own).
+    pub fn block_size(&self, base_model: &str) -> String {
+        format!("{}.block_size.{base_model}", self.instance)
+    }
+
+    /// The prefix of the quota buckets' cells.
+    pub fn quota_prefix(&self) -> String {
+        format!("{}.quota.", self.instance)
+    }
+}
 
 /// Keys this module once had, each with what replaced it.
 pub const REMOVED_KEYS: &[(&str, &str)] = &[(
@@ -36,8 +109,8 @@ pub enum RoleKind {
     Router,
     /// The endpoint picker (HTTP filter).
     Picker,
-    /// The metrics scraper (singleton root context).
-    Scraper,
+    /// Applies the header edits the router left in filter state (module doc).
+    Headers,
     /// Buffers and reads each request body, nothing else (the cost floor; module doc).
     Probe,
 }
@@ -47,8 +120,14 @@ pub enum RoleKind {
 pub struct PluginConfig {
     /// The role.
     pub role: RoleKind,
+    /// The instance's shared-data keys and queue names.
+    pub names: Names,
     /// Shared-data key of the snapshot.
     pub snapshot_key: String,
+    /// The process's scraper, carried by a picker.
+    pub scraper: Option<Value>,
+    /// Envoy lets this filter stop at the request headers and still read the body.
+    pub stop_at_headers: bool,
     /// The role's own configuration (everything else).
     pub rest: Value,
 }
@@ -68,11 +147,19 @@ pub fn parse(bytes: &[u8]) -> Result<PluginConfig, String> {
     let role = match map.remove("role") {
         Some(Value::String(r)) if r == "router" => RoleKind::Router,
         Some(Value::String(r)) if r == "picker" => RoleKind::Picker,
-        Some(Value::String(r)) if r == "scraper" => RoleKind::Scraper,
+        Some(Value::String(r)) if r == "scraper" => {
+            return Err(
+                "plugin config: the role `scraper` was removed: no control plane \
+                        installs a singleton service; put the scraper's configuration into \
+                        the picker's as `scraper`, and the worker VM elected owner runs it"
+                    .to_owned(),
+            )
+        }
         Some(Value::String(r)) if r == "probe" => RoleKind::Probe,
+        Some(Value::String(r)) if r == "headers" => RoleKind::Headers,
         Some(other) => {
             return Err(format!(
-                "plugin config: role must be \"router\", \"picker\", \"scraper\" or \"probe\", \
+                "plugin config: role must be \"router\", \"picker\", \"headers\" or \"probe\", \
                  not {other}"
             ))
         }
@@ -81,11 +168,47 @@ pub fn parse(bytes: &[u8]) -> Result<PluginConfig, String> {
     if role == RoleKind::Probe && !map.is_empty() {
         return Err("plugin config: the probe takes no settings".to_owned());
     }
-    let snapshot_key = take_string(&mut map, "snapshotKey", role != RoleKind::Router)?
-        .unwrap_or_else(|| DEFAULT_SNAPSHOT_KEY.to_owned());
+    let instance = take_string(&mut map, "instance", role != RoleKind::Probe)?
+        .unwrap_or_else(|| DEFAULT_INSTANCE.to_owned());
+    let names = Names::new(&instance);
+    let snapshot_key = take_string(&mut map, "snapshotKey", role == RoleKind::Picker)?
+        .unwrap_or_else(|| names.snapshot());
+    let scraper = match map.remove("scraper") {
+        None => None,
+        Some(_) if role != RoleKind::Picker => {
+            return Err("plugin config: scraper is not a setting of this role".to_owned())
+        }
+        Some(v @ Value::Object(_)) => Some(v),
+        Some(other) => {
+            return Err(format!(
+                "plugin config: scraper must be the scraper's configuration object, not {other}"
+            ))
+        }
+    };
+    let stop_at_headers = match map.remove("allowOnHeadersStopIteration") {
+        None => false,
+        Some(_) if !matches!(role, RoleKind::Router | RoleKind::Picker) => {
+            return Err(
+                "plugin config: allowOnHeadersStopIteration is not a setting of this role"
+                    .to_owned(),
+            )
+        }
+        Some(Value::Bool(b)) => b,
+        Some(other) => {
+            return Err(format!(
+                "plugin config: allowOnHeadersStopIteration must be a boolean, not {other}"
+            ))
+        }
+    };
+    if role == RoleKind::Headers && !map.is_empty() {
+        return Err("plugin config: the headers role takes no settings but `instance`".to_owned());
+    }
     Ok(PluginConfig {
         role,
+        names,
         snapshot_key,
+        scraper,
+        stop_at_headers,
         rest: Value::Object(map),
     })
 }
@@ -160,6 +283,14 @@ mod tests {
             br#"{"role":"router","snapshotKey":"k"}"#,
             br#"{"role":"scraper","filterStateOverride":true}"#,
             br#"{"role":"picker","snapshotKey":""}"#,
+            br#"{"role":"scraper","endpoints":[]}"#,
+            br#"{"role":"router","scraper":{}}"#,
+            br#"{"role":"picker","scraper":[]}"#,
+            br#"{"role":"picker","instance":""}"#,
+            br#"{"role":"probe","instance":"a"}"#,
+            br#"{"role":"headers","pools":[]}"#,
+            br#"{"role":"headers","allowOnHeadersStopIteration":true}"#,
+            br#"{"role":"picker","allowOnHeadersStopIteration":"yes"}"#,
         ] {
             assert!(parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
@@ -206,10 +337,16 @@ mod testdata_tests {
     }
 
     #[test]
-    fn scraper_example_builds() {
-        let c = load("scraper.json");
-        assert_eq!(c.as_ref().map(|c| c.role), Ok(RoleKind::Scraper));
-        let scraper = c.and_then(|c| Scraper::from_json(c.rest));
+    fn the_scraper_example_builds_as_a_pickers_scraper() {
+        let path = format!(
+            "{}/../testdata/filters/scraper.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let config = format!(r#"{{"role":"picker","pools":[],"scraper":{text}}}"#);
+        let c = parse(config.as_bytes());
+        let scraper = c.and_then(|c| c.scraper.ok_or_else(|| "no scraper".to_owned()));
+        let scraper = scraper.and_then(Scraper::from_json);
         assert_eq!(scraper.map(|s| s.samples().len()), Ok(4));
     }
 }

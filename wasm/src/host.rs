@@ -157,11 +157,96 @@ impl WakeSignal for StreamWake {
     }
 }
 
+/// The property (filter state `wasm.infergate.request_headers`) through which the router
+/// hands the header edits it made after the headers went on to the `headers` role.
+pub const HEADER_EDITS_PROPERTY: &str = "infergate.request_headers";
+
+/// One edit of a request header made after the headers went on.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum HeaderEdit {
+    /// Replace every value of the header with this one.
+    Set(String, String),
+    /// Add a value.
+    Add(String, String),
+    /// Remove the header.
+    Remove(String),
+}
+
+/// The request headers of a stream that let them go before reading its body (Envoy's
+/// default `allow_on_headers_stop_iteration`: Envoy no longer hands them to the filter): a
+/// copy taken as they went on, which later reads see, and the edits made since, which the
+/// `headers` role applies downstream.
+#[derive(Debug, Default)]
+pub struct PassedHeaders {
+    headers: Vec<(String, String)>,
+    edits: Vec<HeaderEdit>,
+}
+
+impl PassedHeaders {
+    /// The copy of `headers` as they go on.
+    pub fn new(headers: Vec<(String, String)>) -> PassedHeaders {
+        PassedHeaders {
+            headers,
+            edits: Vec::new(),
+        }
+    }
+
+    /// The edits made since, in order.
+    pub fn edits(&self) -> &[HeaderEdit] {
+        &self.edits
+    }
+
+    fn get(&self, name: &str) -> Option<String> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.clone())
+    }
+
+    fn set(&mut self, name: &str, value: &str) {
+        let name = name.to_ascii_lowercase();
+        self.headers.retain(|(k, _)| *k != name);
+        self.headers.push((name.clone(), value.to_owned()));
+        self.edits.push(HeaderEdit::Set(name, value.to_owned()));
+    }
+
+    fn add(&mut self, name: &str, value: &str) {
+        let name = name.to_ascii_lowercase();
+        self.headers.push((name.clone(), value.to_owned()));
+        self.edits.push(HeaderEdit::Add(name, value.to_owned()));
+    }
+
+    fn remove(&mut self, name: &str) {
+        let name = name.to_ascii_lowercase();
+        self.headers.retain(|(k, _)| *k != name);
+        self.edits.push(HeaderEdit::Remove(name));
+    }
+}
+
+/// Shared handle of a stream's [`PassedHeaders`].
+pub type Passed = Rc<RefCell<PassedHeaders>>;
+
+/// Apply `edits` to the current request headers (the `headers` role).
+pub fn apply_header_edits(edits: &[HeaderEdit]) {
+    for edit in edits {
+        match edit {
+            HeaderEdit::Set(name, value) => set_header(MapType::HttpRequestHeaders, name, value),
+            HeaderEdit::Add(name, value) => add_header(MapType::HttpRequestHeaders, name, value),
+            HeaderEdit::Remove(name) => remove_header(MapType::HttpRequestHeaders, name),
+        }
+    }
+}
+
 /// The capabilities of the current context.
 pub struct WasmHost {
     vm: Rc<VmShared>,
     /// The HTTP stream this host serves (its waker resumes it); 0 for a root context.
     stream: u32,
+    /// The request headers, once they went on before the body was read.
+    passed: Option<Passed>,
+    /// A waker was handed out during this callback.
+    waker_issued: Cell<bool>,
     /// The size of the response chunk being delivered.
     chunk_len: usize,
     /// The first required read the host failed, if any (see the module doc).
@@ -179,9 +264,23 @@ impl WasmHost {
         WasmHost {
             vm: Rc::clone(vm),
             stream: context_id,
+            passed: None,
+            waker_issued: Cell::new(false),
             chunk_len: 0,
             failure: Cell::new(None),
         }
+    }
+
+    /// This view reads and edits the copy of headers that already went on.
+    pub fn with_passed_headers(mut self, passed: Option<Passed>) -> Self {
+        self.passed = passed;
+        self
+    }
+
+    /// Whether a stage took a waker during this callback (a pause that something else
+    /// ends, not a wait for the body).
+    pub fn waker_issued(&self) -> bool {
+        self.waker_issued.get()
     }
 
     /// The response chunk being delivered is `len` bytes (`proxy_on_response_body`).
@@ -240,19 +339,49 @@ fn failed(status: Status) -> HostError {
 
 impl RequestHeaders for WasmHost {
     fn request_header(&self, name: &str) -> Option<String> {
-        self.header(MapType::HttpRequestHeaders, name)
+        match &self.passed {
+            Some(passed) => passed.try_borrow().ok()?.get(name),
+            None => self.header(MapType::HttpRequestHeaders, name),
+        }
     }
     fn request_headers(&self) -> Vec<(String, String)> {
-        self.headers(MapType::HttpRequestHeaders)
+        match &self.passed {
+            Some(passed) => passed
+                .try_borrow()
+                .map(|p| p.headers.clone())
+                .unwrap_or_default(),
+            None => self.headers(MapType::HttpRequestHeaders),
+        }
     }
     fn set_request_header(&mut self, name: &str, value: &str) {
-        set_header(MapType::HttpRequestHeaders, name, value);
+        match &self.passed {
+            Some(passed) => {
+                if let Ok(mut p) = passed.try_borrow_mut() {
+                    p.set(name, value);
+                }
+            }
+            None => set_header(MapType::HttpRequestHeaders, name, value),
+        }
     }
     fn add_request_header(&mut self, name: &str, value: &str) {
-        add_header(MapType::HttpRequestHeaders, name, value);
+        match &self.passed {
+            Some(passed) => {
+                if let Ok(mut p) = passed.try_borrow_mut() {
+                    p.add(name, value);
+                }
+            }
+            None => add_header(MapType::HttpRequestHeaders, name, value),
+        }
     }
     fn remove_request_header(&mut self, name: &str) {
-        remove_header(MapType::HttpRequestHeaders, name);
+        match &self.passed {
+            Some(passed) => {
+                if let Ok(mut p) = passed.try_borrow_mut() {
+                    p.remove(name);
+                }
+            }
+            None => remove_header(MapType::HttpRequestHeaders, name),
+        }
     }
 }
 
@@ -338,7 +467,14 @@ impl RequestBody for WasmHost {
         hostcalls::set_buffer(BufferType::HttpRequestBody, 0, usize::MAX, body).map_err(failed)?;
         // Envoy forwards the headers as they are: a `content-length` of the old body would
         // leave the upstream waiting for bytes that never come (a chunked request has none).
-        // The headers are still held while a stage reads the body, so the edit counts.
+        // The headers are still held while a stage reads the body, so the edit counts; when
+        // they went on already, the edit goes with the others to the `headers` role.
+        if self.passed.is_some() {
+            if self.request_header("content-length").is_some() {
+                self.set_request_header("content-length", &body.len().to_string());
+            }
+            return Ok(());
+        }
         if let Ok(Some(_)) =
             hostcalls::header_map_value(MapType::HttpRequestHeaders, "content-length")
         {
@@ -373,6 +509,7 @@ impl RequestWaker for WasmHost {
         if self.stream == 0 {
             return Err(HostError::Unsupported);
         }
+        self.waker_issued.set(true);
         Ok(Waker::new(StreamWake(self.stream)))
     }
 }

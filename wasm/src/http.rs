@@ -3,9 +3,12 @@
 //! an [`Action`]; the others answer requests of a module without a usable configuration,
 //! pass requests through the scraper's plugin, or run the `probe`.
 //!
-//! `Pause` from the request-headers callback needs the plugin's
-//! `allow_on_headers_stop_iteration: true` in Envoy (else the body never arrives); `Pause`
-//! from the body callback means "keep buffering".
+//! `Pause` from the request-headers callback reaches Envoy as `StopAllIterationAndWatermark`
+//! unless the plugin sets `allow_on_headers_stop_iteration: true` (which an Istio
+//! `WasmPlugin` cannot): the filter then sees no body until it lets the headers go. So,
+//! per [`HeadersMode`], the router lets them go and keeps its header edits for the
+//! `headers` role ([`HeadersContext`]), and the picker stops at the headers only to wait
+//! for the owner's answer. `Pause` from the body callback means "keep buffering".
 //!
 //! A request whose headers or body the host failed to hand over (any status but
 //! `NotFound`, see `host`) is failed closed with 500 after the filter's callback; if the
@@ -21,8 +24,16 @@ use infergate_filters::pipeline::{Pipeline, Run};
 use infergate_filters::reply::Reply;
 use infergate_filters::FilterStatus;
 
-use crate::abi::{hostcalls, Action, BufferType, HttpHooks, LogLevel};
-use crate::host::{log, VmShared, WasmHost};
+use std::cell::RefCell;
+
+use crate::abi::{hostcalls, Action, BufferType, HttpHooks, LogLevel, MapType};
+use crate::host::{
+    apply_header_edits, log, HeaderEdit, Passed, PassedHeaders, VmShared, WasmHost,
+    HEADER_EDITS_PROPERTY,
+};
+
+/// The drop reason of a request the picker could not pick without its body.
+pub const REJECTED_NO_HANDOFF: &str = "rejected-no-handoff";
 
 /// The proxy-wasm action for a filter status.
 pub fn action(status: FilterStatus) -> Action {
@@ -96,11 +107,33 @@ pub struct PipelineContext {
     context_id: u32,
     body_len: usize,
     latch: Latch,
+    mode: HeadersMode,
+    /// The request headers, once they went on before the body (router, [`HeadersMode::Pass`]).
+    passed: Option<Passed>,
+}
+
+/// What a filter does at the request headers when its stages wait for the body (module doc
+/// of `crate::config`, `allowOnHeadersStopIteration`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadersMode {
+    /// Stop there: Envoy still hands the body over (`allow_on_headers_stop_iteration`).
+    Stop,
+    /// Let the headers go (a buffer filter further on holds them), read the body, and leave
+    /// the header edits in filter state for the `headers` role: the router.
+    Pass,
+    /// The body never comes while stopped: pick from the router's handoff alone, and
+    /// answer 503 when none fits: the picker.
+    HandoffOnly,
 }
 
 impl PipelineContext {
     /// A context for a new request (stream `context_id`) through `pipeline`.
-    pub fn new(vm: Rc<VmShared>, pipeline: Rc<WasmPipeline>, context_id: u32) -> Self {
+    pub fn new(
+        vm: Rc<VmShared>,
+        pipeline: Rc<WasmPipeline>,
+        context_id: u32,
+        mode: HeadersMode,
+    ) -> Self {
         PipelineContext {
             vm,
             pipeline,
@@ -108,11 +141,79 @@ impl PipelineContext {
             context_id,
             body_len: 0,
             latch: Latch::Open,
+            mode,
+            passed: None,
         }
     }
 
     fn host(&self) -> WasmHost {
-        WasmHost::for_stream(&self.vm, self.context_id)
+        WasmHost::for_stream(&self.vm, self.context_id).with_passed_headers(self.passed.clone())
+    }
+
+    /// The stages wait for the body at the headers: what the mode makes of it.
+    fn waiting_for_body(&mut self, host: &WasmHost) -> Action {
+        match self.mode {
+            HeadersMode::Stop => Action::Pause,
+            HeadersMode::Pass => {
+                let headers = hostcalls::header_map_pairs(MapType::HttpRequestHeaders)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| {
+                        (
+                            String::from_utf8_lossy(&k).into_owned(),
+                            String::from_utf8_lossy(&v).into_owned(),
+                        )
+                    })
+                    .collect();
+                self.passed = Some(Rc::new(RefCell::new(PassedHeaders::new(headers))));
+                Action::Continue
+            }
+            HeadersMode::HandoffOnly if host.waker_issued() => Action::Pause,
+            HeadersMode::HandoffOnly => {
+                self.latch = Latch::Closed;
+                log(
+                    LogLevel::Warn,
+                    "infergate: picker: no handoff of the router fits this request's pool, \
+                     and Envoy hands a filter that stops at the headers no body: answered \
+                     503 (run the router before the picker, with the same instance)",
+                );
+                WasmHost::new(&self.vm).send_local_reply(&Reply::rejected(
+                    REJECTED_NO_HANDOFF,
+                    "the gateway's router did not hand this request over to the picker",
+                ));
+                Action::Pause
+            }
+        }
+    }
+
+    /// The body phase went on: hand the header edits made since the headers went on to
+    /// the `headers` role.
+    fn hand_over_header_edits(&self) {
+        let Some(passed) = &self.passed else {
+            return;
+        };
+        let Ok(passed) = passed.try_borrow() else {
+            return;
+        };
+        if passed.edits().is_empty() {
+            return;
+        }
+        match serde_json::to_vec(passed.edits()) {
+            Ok(bytes) => {
+                if let Err(status) = hostcalls::set_property(&[HEADER_EDITS_PROPERTY], &bytes) {
+                    log(
+                        LogLevel::Error,
+                        &format!(
+                            "infergate: router: handing the header edits on failed: {status:?}"
+                        ),
+                    );
+                }
+            }
+            Err(e) => log(
+                LogLevel::Error,
+                &format!("infergate: router: header edits do not encode: {e}"),
+            ),
+        }
     }
 
     /// Run one request-side event unless the request was answered.
@@ -130,7 +231,12 @@ impl PipelineContext {
 
     fn body(&mut self, end_of_stream: bool) -> Action {
         let len = self.body_len;
-        self.request(|run, pipeline, host| run.request_body(pipeline, host, len, end_of_stream))
+        let action = self
+            .request(|run, pipeline, host| run.request_body(pipeline, host, len, end_of_stream));
+        if action == Action::Continue {
+            self.hand_over_header_edits();
+        }
+        action
     }
 
     fn end(&mut self) {
@@ -141,7 +247,19 @@ impl PipelineContext {
 
 impl HttpHooks for PipelineContext {
     fn on_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        self.request(|run, pipeline, host| run.request_headers(pipeline, host, end_of_stream))
+        crate::test_stages::trap_if_owner_asked();
+        if self.latch == Latch::Closed {
+            return Action::Pause;
+        }
+        let mut host = self.host();
+        let status = self
+            .run
+            .request_headers(&self.pipeline, &mut host, end_of_stream);
+        let action = self.latch.finish(&self.vm, &host, status);
+        if action == Action::Pause && self.latch == Latch::Open && !end_of_stream {
+            return self.waiting_for_body(&host);
+        }
+        action
     }
 
     fn on_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
@@ -198,6 +316,23 @@ impl Drop for PipelineContext {
     }
 }
 
+/// The `headers` role: applies the header edits the router made after the headers went
+/// on (module doc of `crate::config`); Envoy resolves the route again on them.
+pub struct HeadersContext;
+
+impl HttpHooks for HeadersContext {
+    fn on_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        let edits = hostcalls::get_property(&[HEADER_EDITS_PROPERTY])
+            .ok()
+            .flatten()
+            .and_then(|bytes| serde_json::from_slice::<Vec<HeaderEdit>>(&bytes).ok());
+        if let Some(edits) = edits {
+            apply_header_edits(&edits);
+        }
+        Action::Continue
+    }
+}
+
 /// A request on a module that has no usable configuration: fail closed with 500.
 pub struct FailClosedContext {
     vm: Rc<VmShared>,
@@ -215,11 +350,6 @@ impl HttpHooks for FailClosedContext {
         fail_closed(&self.vm, "gateway filter has no valid configuration")
     }
 }
-
-/// A request seen by a module configured as the scraper: not its business, pass through.
-pub struct PassThroughContext;
-
-impl HttpHooks for PassThroughContext {}
 
 /// The `probe` role: holds the request until its body is complete, copies the body into the
 /// VM, and lets it go on unchanged (see `config`); what any body-based filter costs at least.

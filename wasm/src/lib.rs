@@ -1,6 +1,7 @@
 //! proxy-wasm adapter: one module, `infergate_wasm.wasm`, whose plugin configuration's
-//! `role` makes it the body router, the endpoint picker (both HTTP filters) or the metrics
-//! scraper (a singleton root context with ticks and HTTP callouts). All decisions live in
+//! `role` makes it the body router or the endpoint picker (both HTTP filters); the pickers'
+//! VMs elect one among them to run the process-wide scraper and picker state owner
+//! ([`elected`]), so the module needs nothing a `WasmPlugin` cannot install. All decisions live in
 //! `infergate-filters` and `scheduler-core`; this crate maps proxy-wasm callbacks onto
 //! their state machines and their host traits onto hostcalls.
 //!
@@ -22,6 +23,7 @@
 
 pub mod abi;
 pub mod config;
+pub mod elected;
 pub mod host;
 pub mod http;
 pub mod owner;

@@ -1,30 +1,38 @@
-//! The Wasm flavour's one picker state per Envoy process: the owner in the singleton
-//! service VM and each worker's link to it, over proxy-wasm shared queues.
+//! The Wasm flavour's one picker state per Envoy process: the owner in the worker VM the
+//! others elected (`crate::elected`) and each worker's link to it, over proxy-wasm shared
+//! queues.
 //!
 //! Envoy runs one VM per worker thread, so a picker state kept in the VM would see only its
-//! worker's share of the traffic. The singleton service (role `scraper`, on the main thread)
-//! therefore also registers [`OWNER_QUEUE`] and runs a `filters::picker::remote::Owner`:
-//! every worker's picker prepares a request (parse, hash) in its own VM, sends it there,
-//! pauses, and resumes when the answer arrives on its own queue (module doc of
+//! worker's share of the traffic. The elected VM therefore registers the instance's owner
+//! queue (`config::Names::owner_queue`) and runs a `filters::picker::remote::Owner`: every
+//! worker's picker prepares a request (parse, hash) in its own VM, sends it there, pauses,
+//! and resumes when the answer arrives on its own queue (module doc of
 //! `filters::picker::remote` for the messages).
 //!
-//! - **Queues.** The owner's queue is named [`OWNER_QUEUE`] in the `vm_id` the owner and the
-//!   pickers share (Envoy scopes queue names by `vm_id`, as it scopes shared data). Each
-//!   picker root registers a reply queue under a random name at configuration; Envoy calls
-//!   its `proxy_on_queue_ready` on the worker's own thread, so a paused stream is resumed by
-//!   the worker that owns it, with the stream made the effective context first.
-//! - **When the owner cannot be reached** (no service with the same `vm_id`, a queue call
-//!   fails, no answer within [`ANSWER_TIMEOUT_MS`], or it lost this worker's state twice),
-//!   the request is picked in the VM's own state instead, logged and counted in
-//!   `infergate.picker.owner_fallbacks`: the request is served, with affinity limited to
-//!   what this worker has seen. A late answer for a request that no longer waits has its
-//!   lease given back like any other (below).
+//! - **Queues.** The owner's queue is named in the `vm_id` the VMs share (Envoy scopes queue
+//!   names by `vm_id`, as it scopes shared data; the name starts with the instance, so other
+//!   plugins of that `vm_id` do not meet it). Each picker root registers a reply queue under
+//!   a random name at configuration; Envoy calls its `proxy_on_queue_ready` on the worker's
+//!   own thread, so a paused stream is resumed by the worker that owns it, with the stream
+//!   made the effective context first.
+//! - **A new owner.** Each tick tells the link who holds the owner's lease
+//!   ([`WorkerLink::observe_owner`]). When the holder changes (the owner's VM died, was
+//!   reloaded or resigned), the link resolves the queue again, says hello to the new owner
+//!   and sends it again every pick still waiting, those queued by flow control at the old
+//!   owner included: they are answered by the new owner, not left to time out.
+//! - **When no owner can be reached** (none elected yet, a queue call fails, no answer within
+//!   [`ANSWER_TIMEOUT_MS`], or it lost this worker's state twice), the request is picked in
+//!   the VM's own state instead, logged and counted in `infergate.picker.owner_fallbacks`:
+//!   the request is served, with affinity limited to what this worker has seen. A late
+//!   answer for a request that no longer waits has its lease given back like any other.
 //! - **Leases.** A request routed by the owner holds a [`RemoteLease`]; dropping it (the
 //!   request's end, or the context's deletion) gives it back, so no path keeps one. The
 //!   link sends the lease ids with its next pick (one message instead of two per request
 //!   under load, and the owner sees them back before it picks), or with its next tick
 //!   ([`TIMEOUT_TICK_MS`]) when no pick comes: an idle worker's ended requests leave the
-//!   owner's in-flight counts within a quarter second.
+//!   owner's in-flight counts within a quarter second. Each owner numbers its leases from its
+//!   own epoch: ids of a previous owner's leases are unknown to the next and ignored, and
+//!   its in-flight counts start from what it picked itself.
 
 use std::cell::RefCell;
 use std::collections::hash_map::RandomState;
@@ -33,14 +41,13 @@ use std::hash::{BuildHasher, Hasher};
 use std::rc::Rc;
 
 use infergate_filters::host::{Stats, Waker};
-use infergate_filters::picker::remote::{
-    Answers, Owner, Released, StateKey, ToOwner, ToWorker, OWNER_QUEUE,
-};
+use infergate_filters::picker::remote::{Answers, Owner, Released, StateKey, ToOwner, ToWorker};
 use infergate_filters::picker::{PickerShared, PoolId, PreparedPick, ServedElsewhere};
 use infergate_filters::stages::{PickerStore, RemoteAnswer, RemotePicks};
 use infergate_filters::stats::StatKey;
 
 use crate::abi::{hostcalls, LogLevel, Status};
+use crate::config::Names;
 use crate::host::{log, VmShared, WasmHost};
 
 /// How long a paused request waits for the owner before it is picked locally.
@@ -52,19 +59,24 @@ pub const TIMEOUT_TICK_MS: u32 = 250;
 /// Counter of requests picked in the worker's own state because the owner was unreachable.
 pub const OWNER_FALLBACKS: &str = "infergate.picker.owner_fallbacks";
 
-/// The owner side, in the singleton service's root.
+/// Counter of picks a link sent again to a new owner after the previous one went away.
+pub const OWNER_RESENDS: &str = "infergate.picker.owner_resends";
+
+/// The owner side, in the elected VM's picker root.
 pub struct OwnerService {
     queue: u32,
     owner: Owner,
 }
 
 impl OwnerService {
-    /// Register [`OWNER_QUEUE`]; `None` (logged) if the host refuses.
-    pub fn register() -> Option<OwnerService> {
-        match hostcalls::register_shared_queue(OWNER_QUEUE) {
+    /// Register the owner's queue `name` (taking it over from a previous owner: the last
+    /// registrant of a name receives its messages), numbering leases from `first_lease`;
+    /// `None` (logged) if the host refuses.
+    pub fn register(name: &str, first_lease: u64) -> Option<OwnerService> {
+        match hostcalls::register_shared_queue(name) {
             Ok(queue) => Some(OwnerService {
                 queue,
-                owner: Owner::new(),
+                owner: Owner::starting_at(first_lease),
             }),
             Err(status) => {
                 log(
@@ -77,6 +89,11 @@ impl OwnerService {
                 None
             }
         }
+    }
+
+    /// The owner's queue id.
+    pub fn queue(&self) -> u32 {
+        self.queue
     }
 
     /// Answer everything waiting on `queue` (if it is the owner's).
@@ -144,6 +161,11 @@ enum Arrived {
 /// A worker VM's link to the owner, shared by its picker root and that root's streams.
 pub struct WorkerLink {
     vm: Rc<VmShared>,
+    /// The owner's queue name.
+    owner_name: String,
+    /// The owner's lease (holder, epoch) as last observed; `None` before the first tick.
+    owner_seen: Option<(u64, u64)>,
+    resends: StatKey,
     state: StateKey,
     config: Vec<u8>,
     reply_queue: u32,
@@ -164,10 +186,10 @@ pub type Link = Rc<RefCell<WorkerLink>>;
 impl WorkerLink {
     /// A link for the picker configuration `config` (its JSON bytes): registers this VM's
     /// reply queue under a random name. `None` (logged) if the host refuses.
-    pub fn new(vm: &Rc<VmShared>, config: Vec<u8>) -> Option<Link> {
+    pub fn new(vm: &Rc<VmShared>, names: &Names, config: Vec<u8>) -> Option<Link> {
         let mut hasher = RandomState::new().build_hasher();
         hasher.write_u64(hostcalls::current_time_nanos().unwrap_or(0));
-        let name = format!("infergate.picker.reply.{:016x}", hasher.finish());
+        let name = names.reply_queue(hasher.finish());
         let reply_queue = match hostcalls::register_shared_queue(&name) {
             Ok(queue) => queue,
             Err(status) => {
@@ -183,6 +205,9 @@ impl WorkerLink {
         };
         Some(Rc::new(RefCell::new(WorkerLink {
             vm: Rc::clone(vm),
+            owner_name: names.owner_queue(),
+            owner_seen: None,
+            resends: StatKey::new(OWNER_RESENDS, &[]),
             state: StateKey::of_config(&config),
             config,
             reply_queue,
@@ -207,14 +232,15 @@ impl WorkerLink {
             .flatten()
             .and_then(|b| String::from_utf8(b).ok())
             .unwrap_or_default();
-        match hostcalls::resolve_shared_queue(&vm_id, OWNER_QUEUE) {
+        match hostcalls::resolve_shared_queue(&vm_id, &self.owner_name) {
             Ok(Some(queue)) => {
                 self.owner_queue = Some(queue);
                 Ok(queue)
             }
             Ok(None) => Err(format!(
-                "no picker state owner in vm_id `{vm_id}`: add the singleton service (role \
-                 `scraper`) with the same vm_id"
+                "no picker state owner `{}` in vm_id `{vm_id}` yet (one is elected among the \
+                 pickers carrying a `scraper`)",
+                self.owner_name
             )),
             Err(status) => Err(format!("resolving the owner's queue failed: {status:?}")),
         }
@@ -244,6 +270,52 @@ impl WorkerLink {
         self.send_bytes(&bytes)?;
         self.hello_sent = true;
         Ok(())
+    }
+
+    /// The owner's lease as this tick saw it: `holder` (0: none) and `epoch`. When it
+    /// changed hands, the owner's queue is resolved again and every pick still waiting (queued
+    /// by flow control at the old owner included) is sent to the new one after a hello; one
+    /// that cannot be sent is picked locally at once.
+    pub fn observe_owner(&mut self, holder: u64, epoch: u64, now_ms: u64) {
+        let seen = Some((holder, epoch));
+        if self.owner_seen == seen {
+            return;
+        }
+        let first = self.owner_seen.is_none();
+        self.owner_seen = seen;
+        self.owner_queue = None;
+        self.hello_sent = false;
+        if first || holder == 0 {
+            // Picks so far went to this owner; with none, they are resent when one appears.
+            return;
+        }
+        let tickets: Vec<u64> = self.pending.keys().copied().collect();
+        for ticket in tickets {
+            let Some(mut pending) = self.pending.remove(&ticket) else {
+                continue;
+            };
+            let message = std::mem::take(&mut pending.message);
+            match self.send_hello().and_then(|()| self.send_bytes(&message)) {
+                Ok(()) => {
+                    WasmHost::new(&self.vm).counter_add(&self.resends, 1);
+                    pending.message = message;
+                    pending.sent_at_ms = now_ms;
+                    pending.queued = false;
+                    pending.resent = false;
+                    self.pending.insert(ticket, pending);
+                }
+                Err(_) => {
+                    // Counted as a fallback when its stream takes the answer.
+                    self.arrived.insert(
+                        ticket,
+                        Arrived::GaveUp("the picker state owner changed and cannot be reached"),
+                    );
+                    if let Some(waker) = pending.waker.take() {
+                        waker.wake();
+                    }
+                }
+            }
+        }
     }
 
     /// Count and (once per VM) log a request picked locally for `why`.

@@ -1,9 +1,10 @@
 //! The root context: reads the plugin configuration and builds the role: a filter role's
 //! request pipeline (the router's or the picker's stages; the picker's link to the
-//! process's picker state owner, `crate::owner`), or the singleton service's scraper and
-//! state owner. It creates the HTTP contexts, runs the ticks (scrape rounds, owner
-//! timeouts and lease give-backs) and callout responses, and hands queue messages to the
-//! owner or the link.
+//! process's picker state owner, `crate::owner`), and a picker's candidacy for the
+//! process-wide work (`crate::elected`: the scraper and the state owner, run by the one
+//! worker VM the candidates elect). It creates the HTTP contexts, runs the ticks (election,
+//! scrape rounds, owner timeouts and lease give-backs) and callout responses, and hands
+//! queue messages to the owner or the link.
 //!
 //! The scraper follows clusters by Envoy's admin (`membership: admin`, the default here
 //! when `clusters` is given; `host` is refused: see `crate::host`). Its admin callout is
@@ -17,11 +18,12 @@
 //! `consecutive_failures` gauge); a callout never answered expires after twice its
 //! timeout, so no endpoint stays "outstanding" forever and the next round scrapes it again.
 //!
-//! The router and the picker roots of one worker share a VM (`vm_id`), so their configs
-//! meet here: [`LOADED`] holds what each configured root declares, and a picker that leaves
-//! a loaded router's base model without a pool is refused at configuration, as in the
-//! native flavour. The scraper runs in the main thread's VM and never meets them; the
-//! picker compares its endpoints with the scraper's snapshot instead.
+//! When the router and the picker roots of one worker share a VM, their configs meet here:
+//! [`LOADED`] holds what each configured root declares, and a picker that leaves a loaded
+//! router's base model without a pool is refused at configuration, as in the native flavour.
+//! They may also run in different VMs (Istio gives each `WasmPlugin` its own): the router
+//! then hands its parse over without the picker's block size, and the picker hashes the
+//! prompt itself.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -33,15 +35,14 @@ use infergate_filters::router::{BlockSizeSource, Router};
 use infergate_filters::scraper::Scraper;
 
 use crate::abi::{hostcalls, BufferType, HttpHooks, LogLevel, MapType};
-use crate::config::{self, PluginConfig, RoleKind, DEFAULT_SNAPSHOT_KEY};
+use crate::config::{self, Names, PluginConfig, RoleKind, DEFAULT_SNAPSHOT_KEY};
+use crate::elected::Duty;
 use crate::host::{log, SharedDataCells, VmShared, WasmHost};
 
-/// The shared-data keys of the quota cells: this prefix and the bucket's `tenant/model`.
-const QUOTA_CELL_PREFIX: &str = "infergate.quota.";
 use crate::http::{
-    FailClosedContext, PassThroughContext, PipelineContext, ProbeContext, WasmPipeline,
+    FailClosedContext, HeadersContext, HeadersMode, PipelineContext, ProbeContext, WasmPipeline,
 };
-use crate::owner::{Link, OwnerService, WasmPickerStore, WorkerLink, TIMEOUT_TICK_MS};
+use crate::owner::{Link, WasmPickerStore, WorkerLink, TIMEOUT_TICK_MS};
 use crate::test_stages;
 use infergate_filters::host::Clock;
 use infergate_filters::pipeline::{Pipeline, Stage};
@@ -55,14 +56,17 @@ use std::sync::Arc;
 
 /// What this module instance runs, with its per-VM state.
 enum Role {
-    /// A gateway filter (body router or picker): the pipeline its requests run through, and
-    /// a picker's link to the process's state owner.
+    /// A gateway filter (body router or picker): the pipeline its requests run through, a
+    /// picker's link to the process's state owner, and its candidacy for the process-wide
+    /// work when it carries the scraper.
     Filter {
         pipeline: Rc<WasmPipeline>,
         link: Option<Link>,
+        duty: Option<Box<Duty>>,
+        mode: HeadersMode,
     },
-    /// The scraper, and the owner of every worker's picker state.
-    Scraper(Box<Scraper>, Option<OwnerService>),
+    /// Applies the router's header edits (see `crate::config`).
+    Headers,
     Probe,
 }
 
@@ -71,9 +75,11 @@ thread_local! {
     static LOADED: RefCell<LoadedConfigs> = const { RefCell::new(LoadedConfigs::new()) };
 }
 
-/// The block sizes of this VM's loaded picker pools, for the router's handoffs
-/// (`blockSizeTokens` is configured once, in the picker).
-struct VmBlockSizes;
+/// The block sizes of the loaded picker pools, for the router's handoffs
+/// (`blockSizeTokens` is configured once, in the picker): this VM's pickers, else what a
+/// picker of the instance declared in shared data (the router and the picker may run in
+/// different VMs, as Istio's `WasmPlugin`s do).
+struct VmBlockSizes(Names);
 
 impl BlockSizeSource for VmBlockSizes {
     fn block_size_tokens(&self, base_model: &str) -> Option<u32> {
@@ -81,6 +87,22 @@ impl BlockSizeSource for VmBlockSizes {
             .try_with(|l| l.try_borrow().ok()?.block_size_tokens(base_model))
             .ok()
             .flatten()
+            .or_else(|| {
+                let (bytes, _) = hostcalls::get_shared_data(&self.0.block_size(base_model))
+                    .ok()
+                    .flatten()?;
+                Some(u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?))
+            })
+    }
+}
+
+/// Declare `shared`'s block sizes per base model in shared data, for routers in other VMs.
+fn declare_block_sizes(names: &Names, shared: &PickerShared) {
+    for pool in PickerDeclaration::of(&shared.plans()).pools {
+        if let Some(size) = pool.block_size_tokens {
+            let key = names.block_size(&pool.base_model);
+            let _ = hostcalls::set_shared_data(&key, &size.to_le_bytes(), 0);
+        }
     }
 }
 
@@ -143,11 +165,11 @@ impl Root {
         self.role = Some(match cfg.role {
             RoleKind::Router => {
                 let mut rest = cfg.rest;
-                let tenancy = take_tenants(&mut rest)?.map(|t| self.tenancy(t));
+                let tenancy = take_tenants(&mut rest)?.map(|t| self.tenancy(&cfg.names, t));
                 let test_stages = test_stages::take(&mut rest)?;
                 let router = Router::from_json(rest)
                     .map_err(|e| e.to_string())?
-                    .with_block_sizes(Arc::new(VmBlockSizes));
+                    .with_block_sizes(Arc::new(VmBlockSizes(cfg.names.clone())));
                 self._registration = Some(Registration::router(&router));
                 let mut stages: Vec<Box<dyn Stage<WasmHost>>> = Vec::new();
                 if let Some(tenancy) = &tenancy {
@@ -162,6 +184,12 @@ impl Root {
                 Role::Filter {
                     pipeline: Rc::new(Pipeline::new(stages)),
                     link: None,
+                    duty: None,
+                    mode: if cfg.stop_at_headers {
+                        HeadersMode::Stop
+                    } else {
+                        HeadersMode::Pass
+                    },
                 }
             }
             RoleKind::Picker => {
@@ -180,10 +208,24 @@ impl Root {
                         .into());
                 }
                 self._registration = Some(Registration::picker(&shared)?);
-                let link = WorkerLink::new(&self.vm, config_bytes);
-                // Test stages tick faster already, which serves the link's timeouts too.
-                if link.is_some() && stages.is_empty() {
-                    hostcalls::set_tick_period_ms(TIMEOUT_TICK_MS)
+                declare_block_sizes(&cfg.names, &shared);
+                let duty = match cfg.scraper {
+                    Some(scraper) => Some(Box::new(Duty::new(
+                        &cfg.names,
+                        scraper,
+                        crate::elected::candidate_id(),
+                    )?)),
+                    None => None,
+                };
+                let link = WorkerLink::new(&self.vm, &cfg.names, config_bytes);
+                // The election and the scrape rounds tick at the scraper's interval; test
+                // stages tick faster already, which serves them and the link's timeouts.
+                let period = duty.as_ref().map_or(u64::from(TIMEOUT_TICK_MS), |d| {
+                    d.interval_ms().min(u64::from(TIMEOUT_TICK_MS))
+                });
+                if (link.is_some() || duty.is_some()) && stages.is_empty() {
+                    let period = u32::try_from(period).unwrap_or(TIMEOUT_TICK_MS).max(1);
+                    hostcalls::set_tick_period_ms(period)
                         .map_err(|s| format!("set_tick_period failed: {s:?}"))?;
                 }
                 let store = WasmPickerStore::new(shared, link.clone());
@@ -191,21 +233,15 @@ impl Root {
                 Role::Filter {
                     pipeline: Rc::new(Pipeline::new(stages)),
                     link,
+                    duty,
+                    mode: if cfg.stop_at_headers {
+                        HeadersMode::Stop
+                    } else {
+                        HeadersMode::HandoffOnly
+                    },
                 }
             }
-            RoleKind::Scraper => {
-                let scraper = Scraper::from_json(admin_membership_by_default(cfg.rest)?)?;
-                let period = u32::try_from(scraper.tick_period_ms()).unwrap_or(u32::MAX);
-                hostcalls::set_tick_period_ms(period)
-                    .map_err(|s| format!("set_tick_period failed: {s:?}"))?;
-                // Every scraper stat exists from the start (at 0), as in the native
-                // flavour, so a failing scraper shows as a counter that moves, not one
-                // that appears.
-                for (kind, key) in scraper.stat_keys() {
-                    self.vm.define_metric(key, kind);
-                }
-                Role::Scraper(Box::new(scraper), OwnerService::register())
-            }
+            RoleKind::Headers => Role::Headers,
             RoleKind::Probe => Role::Probe,
         });
         Ok(())
@@ -215,8 +251,8 @@ impl Root {
 impl Root {
     /// Tenancy over `tenants`, its quota buckets in the process's shared data (every
     /// worker's VM of this `vm_id` sees the same cells), each cell created now if absent.
-    fn tenancy(&self, tenants: Tenants) -> Arc<Tenancy> {
-        let store = Arc::new(CasQuotas::new(SharedDataCells, QUOTA_CELL_PREFIX));
+    fn tenancy(&self, names: &Names, tenants: Tenants) -> Arc<Tenancy> {
+        let store = Arc::new(CasQuotas::new(SharedDataCells, &names.quota_prefix()));
         let now = WasmHost::new(&self.vm).now();
         for (_, tenant) in tenants.iter() {
             for limit in &tenant.limits {
@@ -228,13 +264,18 @@ impl Root {
 
     /// `proxy_on_http_call_response` of a callout this root dispatched.
     pub fn on_http_call_response(&mut self, token_id: u32, num_headers: usize, body_size: usize) {
-        let Some(Role::Scraper(scraper, _)) = &mut self.role else {
+        let Some(Role::Filter {
+            duty: Some(duty), ..
+        }) = &mut self.role
+        else {
             return;
         };
         let token = CalloutToken(u64::from(token_id));
+        let Some(scraper) = duty.scraper_mut() else {
+            return;
+        };
         let outcome = callout_outcome(scraper, token, num_headers, body_size);
-        let mut host = WasmHost::new(&self.vm);
-        scraper.on_callout_done(&mut host, token, outcome);
+        duty.on_callout_done(&self.vm, token, outcome);
     }
 
     /// `proxy_on_configure`: false refuses the configuration (logged at critical).
@@ -254,48 +295,47 @@ impl Root {
         }
     }
 
-    /// `proxy_on_tick`: one scraper round and the owner's flow-control timer (TTLs, and
-    /// dispatches a new snapshot allows), or (a picker) give up on overdue owner answers
-    /// (their streams are woken to pick locally); test builds also fire due test wakes.
+    /// `proxy_on_tick`: a candidate's election round (and, elected, a scrape round when due
+    /// and the owner's flow-control timer: TTLs, and dispatches a new snapshot allows); a
+    /// picker's link learns who owns the state, gives up on overdue answers (their streams
+    /// are woken to pick locally) and gives ended requests' leases back; test builds also
+    /// fire due test wakes.
     pub fn on_tick(&mut self) {
         test_stages::fire_due();
-        match &mut self.role {
-            Some(Role::Scraper(scraper, owner)) => {
-                let mut host = WasmHost::new(&self.vm);
-                scraper.on_tick(&mut host);
-                // After the round, so a snapshot it published can lift saturation.
-                if let Some(owner) = owner {
-                    owner.on_tick(&self.vm);
+        let Some(Role::Filter { link, duty, .. }) = &mut self.role else {
+            return;
+        };
+        let now = hostcalls::current_time_nanos().unwrap_or(0) / 1_000_000;
+        let owner = duty.as_mut().map(|duty| duty.tick(&self.vm, now));
+        if let Some(link) = link {
+            if let Ok(mut link) = link.try_borrow_mut() {
+                if let Some((holder, epoch)) = owner {
+                    link.observe_owner(holder, epoch, now);
                 }
+                link.expire(now);
+                link.flush_releases();
             }
-            Some(Role::Filter {
-                link: Some(link), ..
-            }) => {
-                let now = hostcalls::current_time_nanos().unwrap_or(0) / 1_000_000;
-                if let Ok(mut link) = link.try_borrow_mut() {
-                    link.expire(now);
-                    link.flush_releases();
-                }
-            }
-            _ => {}
         }
     }
 
     /// `proxy_on_queue_ready`: the owner answers the workers' messages; a picker takes the
     /// answers that arrived and wakes their streams.
     pub fn on_queue_ready(&mut self, queue: u32) {
-        match &mut self.role {
-            Some(Role::Scraper(_, Some(owner))) => owner.on_queue_ready(&self.vm, queue),
-            Some(Role::Filter {
-                link: Some(link), ..
-            }) => {
-                if let Ok(mut link) = link.try_borrow_mut() {
-                    if link.is_reply_queue(queue) {
-                        link.receive();
-                    }
+        let Some(Role::Filter { link, duty, .. }) = &mut self.role else {
+            return;
+        };
+        if duty
+            .as_mut()
+            .is_some_and(|duty| duty.on_queue_ready(&self.vm, queue))
+        {
+            return;
+        }
+        if let Some(link) = link {
+            if let Ok(mut link) = link.try_borrow_mut() {
+                if link.is_reply_queue(queue) {
+                    link.receive();
                 }
             }
-            _ => {}
         }
     }
 
@@ -303,37 +343,16 @@ impl Root {
     pub fn create_http_context(&self, context_id: u32) -> Box<dyn HttpHooks> {
         let vm = Rc::clone(&self.vm);
         match &self.role {
-            Some(Role::Filter { pipeline, .. }) => {
-                Box::new(PipelineContext::new(vm, Rc::clone(pipeline), context_id))
-            }
-            Some(Role::Scraper(..)) => Box::new(PassThroughContext),
+            Some(Role::Filter { pipeline, mode, .. }) => Box::new(PipelineContext::new(
+                vm,
+                Rc::clone(pipeline),
+                context_id,
+                *mode,
+            )),
+            Some(Role::Headers) => Box::new(HeadersContext),
             Some(Role::Probe) => Box::<ProbeContext>::default(),
             None => Box::new(FailClosedContext::new(vm)),
         }
-    }
-}
-
-/// The scraper's config with membership mode `admin` when it follows clusters and names
-/// no mode: proxy-wasm cannot see a cluster's hosts (see `crate::host`), so the admin
-/// callout is the only way here, and mode `host` is refused by name.
-fn admin_membership_by_default(mut rest: serde_json::Value) -> Result<serde_json::Value, String> {
-    let Some(object) = rest.as_object_mut() else {
-        return Ok(rest);
-    };
-    let follows = object
-        .get("clusters")
-        .and_then(serde_json::Value::as_array)
-        .is_some_and(|c| !c.is_empty());
-    match object.get("membership").and_then(serde_json::Value::as_str) {
-        Some("host") if follows => Err("scraper config: membership: `host` is not possible in \
-                                        proxy-wasm, which cannot see a cluster's hosts; use \
-                                        `admin` (the default here)"
-            .to_owned()),
-        None if follows => {
-            object.insert("membership".to_owned(), serde_json::Value::from("admin"));
-            Ok(rest)
-        }
-        _ => Ok(rest),
     }
 }
 

@@ -78,10 +78,54 @@ mod enabled {
             waker.wake();
         }
     }
+
+    /// The request header that makes the VM elected owner trap (test builds only): how
+    /// the end-to-end suite kills the owner's VM mid-load, wherever it runs (a worker's VM,
+    /// or the main thread's, which no request reaches).
+    pub const TRAP_OWNER_HEADER: &str = "x-infergate-test-trap-owner";
+
+    /// The shared-data cell through which a request asks the owner to trap.
+    const TRAP_OWNER_CELL: &str = "infergate.test.trap_owner";
+
+    /// A request carrying [`TRAP_OWNER_HEADER`] asks the owner (at its next tick) to trap.
+    pub fn trap_if_owner_asked() {
+        let asked =
+            hostcalls::header_map_value(crate::abi::MapType::HttpRequestHeaders, TRAP_OWNER_HEADER)
+                .ok()
+                .flatten()
+                .is_some();
+        if asked {
+            let _ = hostcalls::set_shared_data(TRAP_OWNER_CELL, b"1", 0);
+        }
+    }
+
+    /// The owner's tick: trap (the VM dies; Envoy's `FAIL_RELOAD` starts a fresh one, and
+    /// another VM takes the lease over) when a request asked for it.
+    pub fn trap_owner_if_asked() {
+        let asked =
+            matches!(hostcalls::get_shared_data(TRAP_OWNER_CELL), Ok(Some((v, _))) if v == b"1");
+        if asked {
+            let _ = hostcalls::set_shared_data(TRAP_OWNER_CELL, b"0", 0);
+            crate::host::log(
+                crate::abi::LogLevel::Warn,
+                "infergate: test: trapping the owner's VM as asked",
+            );
+            #[cfg(target_arch = "wasm32")]
+            core::arch::wasm32::unreachable();
+        }
+    }
 }
 
 #[cfg(feature = "test-stages")]
-pub use enabled::{fire_due, take};
+pub use enabled::{fire_due, take, trap_if_owner_asked, trap_owner_if_asked, TRAP_OWNER_HEADER};
+
+/// Without the feature no request can trap the VM.
+#[cfg(not(feature = "test-stages"))]
+pub fn trap_if_owner_asked() {}
+
+/// Without the feature the owner never traps.
+#[cfg(not(feature = "test-stages"))]
+pub fn trap_owner_if_asked() {}
 
 /// Without the feature there are no test stages: the key stays for the parser to refuse.
 #[cfg(not(feature = "test-stages"))]

@@ -10,10 +10,9 @@
 //! writable memory of the stated size.
 
 use super::{
-    BodyKind, BootstrapConfigEnvoyPtr, BootstrapTimerModulePtr, CalloutInitResult, EnvoyBuffer,
-    EnvoyHttpHeader, FilterResetReason, HeaderKind, HostHealthRaw, HttpFilterConfigEnvoyPtr,
-    HttpFilterEnvoyPtr, HttpFilterSchedulerPtr, LbEnvoyPtr, LogLevel, MetricsResult, ModuleBuffer,
-    ModuleHttpHeader,
+    BodyKind, CalloutInitResult, EnvoyBuffer, EnvoyHttpHeader, FilterResetReason, HeaderKind,
+    HostHealthRaw, HttpFilterConfigEnvoyPtr, HttpFilterConfigSchedulerPtr, HttpFilterEnvoyPtr,
+    HttpFilterSchedulerPtr, LbEnvoyPtr, LogLevel, MetricsResult, ModuleBuffer, ModuleHttpHeader,
 };
 
 unsafe extern "C" {
@@ -329,36 +328,37 @@ unsafe extern "C" {
         value: u64,
     ) -> MetricsResult;
 
-    // ----- bootstrap extension (main thread) -----
+    // ----- HTTP filter config on the main thread (the scraper, `crate::scraper`) -----
+    //
+    // Signatures as in Envoy 1.40's `abi.h`; the stat updates take the same arguments as
+    // their per-stream counterparts above, with the config pointer in place of the stream's.
 
-    /// Unblocks Envoy's init manager (Envoy registers one init target per bootstrap extension
-    /// before calling `on_bootstrap_extension_config_new`, so calling it there is allowed).
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_signal_init_complete(
-        extension_config_envoy_ptr: BootstrapConfigEnvoyPtr,
+    /// Creates a scheduler that runs `on_http_filter_config_scheduled` on the main thread
+    /// (main thread, once the config exists: Envoy calls config_new on a config it already
+    /// shares, so this is allowed there). The module owns the result.
+    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_new(
+        filter_config_envoy_ptr: HttpFilterConfigEnvoyPtr,
+    ) -> HttpFilterConfigSchedulerPtr;
+
+    /// From any thread: Envoy posts `on_http_filter_config_scheduled(event_id)` to the main
+    /// thread; dropped if the config is gone by then.
+    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_commit(
+        scheduler: HttpFilterConfigSchedulerPtr,
+        event_id: u64,
     );
 
-    /// Creates a disabled main-thread timer; firing calls `on_bootstrap_extension_timer_fired`.
-    /// The module owns the result and must pass it to `timer_delete` exactly once.
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_timer_new(
-        extension_config_envoy_ptr: BootstrapConfigEnvoyPtr,
-    ) -> BootstrapTimerModulePtr;
-
-    /// Arms (or re-arms) the timer.
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_timer_enable(
-        timer_ptr: BootstrapTimerModulePtr,
-        delay_milliseconds: u64,
+    /// Frees a scheduler made by `http_filter_config_scheduler_new` (exactly once, when no
+    /// thread can commit on it any more).
+    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_delete(
+        scheduler: HttpFilterConfigSchedulerPtr,
     );
 
-    /// Frees a timer created by `timer_new`.
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_timer_delete(
-        timer_ptr: BootstrapTimerModulePtr,
-    );
-
-    /// Starts an HTTP request to `cluster_name` (`:method`, `:path`, `host` are required);
-    /// writes the callout id to `callout_id_out`. Completion arrives in
-    /// `on_bootstrap_extension_http_callout_done`.
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_http_callout(
-        extension_config_envoy_ptr: BootstrapConfigEnvoyPtr,
+    /// Starts an HTTP request to `cluster_name` from the config (main thread; `:method`,
+    /// `:path` and `host` are required); writes the callout id (unique within this config) to
+    /// `callout_id_out`. Completion arrives in `on_http_filter_config_http_callout_done`;
+    /// callouts still pending when the config is destroyed are cancelled without one.
+    pub fn envoy_dynamic_module_callback_http_filter_config_http_callout(
+        filter_config_envoy_ptr: HttpFilterConfigEnvoyPtr,
         callout_id_out: *mut u64,
         cluster_name: ModuleBuffer,
         headers: *mut ModuleHttpHeader,
@@ -367,54 +367,36 @@ unsafe extern "C" {
         timeout_milliseconds: u64,
     ) -> CalloutInitResult;
 
-    /// Defines a counter on the bootstrap extension's scope; writes its id to `counter_id_ptr`.
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_define_counter(
-        extension_config_envoy_ptr: BootstrapConfigEnvoyPtr,
-        name: ModuleBuffer,
-        label_names: *mut ModuleBuffer,
-        label_names_length: usize,
-        counter_id_ptr: *mut usize,
-    ) -> MetricsResult;
-
-    /// Defines a gauge on the bootstrap extension's scope; writes its id to `gauge_id_ptr`.
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_define_gauge(
-        extension_config_envoy_ptr: BootstrapConfigEnvoyPtr,
-        name: ModuleBuffer,
-        label_names: *mut ModuleBuffer,
-        label_names_length: usize,
-        gauge_id_ptr: *mut usize,
-    ) -> MetricsResult;
-
-    /// Sets a bootstrap gauge to `value`.
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_set_gauge(
-        extension_config_envoy_ptr: BootstrapConfigEnvoyPtr,
+    /// Adds `value` to a counter this config defined.
+    pub fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
+        filter_config_envoy_ptr: HttpFilterConfigEnvoyPtr,
         id: usize,
         label_values: *mut ModuleBuffer,
         label_values_length: usize,
         value: u64,
     ) -> MetricsResult;
 
-    /// Adds `value` to a bootstrap gauge.
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_increment_gauge(
-        extension_config_envoy_ptr: BootstrapConfigEnvoyPtr,
+    /// Sets a gauge this config defined to `value`.
+    pub fn envoy_dynamic_module_callback_http_filter_config_set_gauge(
+        filter_config_envoy_ptr: HttpFilterConfigEnvoyPtr,
         id: usize,
         label_values: *mut ModuleBuffer,
         label_values_length: usize,
         value: u64,
     ) -> MetricsResult;
 
-    /// Subtracts `value` from a bootstrap gauge.
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_decrement_gauge(
-        extension_config_envoy_ptr: BootstrapConfigEnvoyPtr,
+    /// Adds `value` to a gauge this config defined.
+    pub fn envoy_dynamic_module_callback_http_filter_config_increment_gauge(
+        filter_config_envoy_ptr: HttpFilterConfigEnvoyPtr,
         id: usize,
         label_values: *mut ModuleBuffer,
         label_values_length: usize,
         value: u64,
     ) -> MetricsResult;
 
-    /// Adds `value` to a bootstrap counter.
-    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_increment_counter(
-        extension_config_envoy_ptr: BootstrapConfigEnvoyPtr,
+    /// Subtracts `value` from a gauge this config defined.
+    pub fn envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
+        filter_config_envoy_ptr: HttpFilterConfigEnvoyPtr,
         id: usize,
         label_values: *mut ModuleBuffer,
         label_values_length: usize,

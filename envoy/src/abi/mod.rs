@@ -47,24 +47,12 @@ pub type HttpFilterModulePtr = *const c_void;
 /// Committing on it is allowed from any thread, also after its stream is gone (a no-op).
 pub type HttpFilterSchedulerPtr = *mut c_void;
 
-/// Envoy's `DynamicModuleBootstrapExtensionConfig`. Envoy-owned; valid until
-/// `on_bootstrap_extension_config_destroy`. Main thread only.
-pub type BootstrapConfigEnvoyPtr = *mut c_void;
-/// Our bootstrap-extension config (a leaked `Box`). Module-owned; dropped in
-/// `on_bootstrap_extension_config_destroy`.
-pub type BootstrapConfigModulePtr = *const c_void;
-/// Envoy's `DynamicModuleBootstrapExtension`. Envoy-owned; valid until
-/// `on_bootstrap_extension_destroy`. Main thread only.
-pub type BootstrapExtensionEnvoyPtr = *mut c_void;
-/// Our bootstrap-extension object (a leaked `Box`). Module-owned; dropped in
-/// `on_bootstrap_extension_destroy`.
-pub type BootstrapExtensionModulePtr = *const c_void;
-/// A main-thread timer. Allocated by Envoy in `bootstrap_extension_timer_new` but owned by the
-/// module, which must free it exactly once with `bootstrap_extension_timer_delete`.
-pub type BootstrapTimerModulePtr = *mut c_void;
-/// Completion callback handed to `on_bootstrap_extension_shutdown`; must be invoked exactly once
-/// with its context pointer. Envoy owns both; the context is opaque to the module.
-pub type EventCallback = Option<unsafe extern "C" fn(context: *mut c_void)>;
+/// A filter config's main-thread scheduler (`http_filter_config_scheduler_new`). Allocated by
+/// Envoy, owned by the module, which frees it exactly once with
+/// `http_filter_config_scheduler_delete`, and never while another thread may still commit on
+/// it. Committing is allowed from any thread; an event committed after its config is gone is
+/// dropped by Envoy (it holds the config weakly).
+pub type HttpFilterConfigSchedulerPtr = *mut c_void;
 
 /// Envoy's `DynamicModuleLbConfig`. Envoy-owned; valid from `on_lb_config_new` until
 /// `on_lb_config_destroy`. Main thread only (this module defines no LB metrics).

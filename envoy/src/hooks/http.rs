@@ -362,6 +362,73 @@ extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
     );
 }
 
+// ----- config-level hooks (main thread): the scraper a config hosts (`crate::scraper`) -----
+
+/// # Safety
+/// `config` must be NULL or our live `HttpConfig` (from config_new, not yet destroyed).
+unsafe fn hosted_scraper<'a>(
+    config: HttpFilterConfigModulePtr,
+) -> Option<&'a crate::scraper::Hosting> {
+    // SAFETY: per the contract; a shared reference (the config is `Sync`).
+    unsafe { config.cast::<HttpConfig>().as_ref() }?.scraper()
+}
+
+/// An event committed on a config's scheduler: the scraper's tick, on the main thread.
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
+    _config_envoy_ptr: HttpFilterConfigEnvoyPtr,
+    config: HttpFilterConfigModulePtr,
+    event_id: u64,
+) {
+    let _ = guard::catch("on_http_filter_config_scheduled", || {
+        // SAFETY: Envoy runs config events only while the config lives.
+        if let Some(hosting) = unsafe { hosted_scraper(config) } {
+            crate::scraper::on_scheduled(hosting, event_id);
+        }
+    });
+}
+
+/// A callout a config started (the scraper's) finished, on the main thread. Envoy's arrays
+/// are valid for this hook and NULL when empty (a failed callout).
+#[no_mangle]
+extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
+    _config_envoy_ptr: HttpFilterConfigEnvoyPtr,
+    config: HttpFilterConfigModulePtr,
+    callout_id: u64,
+    result: u32,
+    headers: *mut EnvoyHttpHeader,
+    headers_size: usize,
+    body_chunks: *mut EnvoyBuffer,
+    body_chunks_size: usize,
+) {
+    let _ = guard::catch("on_http_filter_config_http_callout_done", || {
+        // SAFETY: Envoy answers a config's callouts only while the config lives.
+        let Some(hosting) = (unsafe { hosted_scraper(config) }) else {
+            return;
+        };
+        // SAFETY: Envoy's arrays, valid for this hook (see above).
+        let (headers, body) = unsafe {
+            (
+                envoy_slice(headers.cast_const(), headers_size),
+                envoy_slice(body_chunks.cast_const(), body_chunks_size),
+            )
+        };
+        crate::scraper::on_callout_done(hosting, callout_id, result, headers, body);
+    });
+}
+
+/// An Envoy array view as a slice for the duration of the hook.
+///
+/// # Safety
+/// `ptr` must point to `len` valid elements for the duration of the hook, or be NULL.
+unsafe fn envoy_slice<'a, T>(ptr: *const T, len: usize) -> &'a [T] {
+    if ptr.is_null() || len == 0 {
+        return &[];
+    }
+    // SAFETY: per the contract.
+    unsafe { core::slice::from_raw_parts(ptr, len) }
+}
+
 // ----- hooks Envoy requires but this module never triggers (no callouts or streams from
 // HTTP filters, and no terminal filter): they do nothing. -----
 
@@ -448,6 +515,10 @@ mod tests;
 #[cfg(test)]
 #[path = "pipeline_tests.rs"]
 mod pipeline_tests;
+
+#[cfg(test)]
+#[path = "scraper_tests.rs"]
+mod scraper_tests;
 
 #[cfg(test)]
 mod active_hook_tests {

@@ -117,6 +117,20 @@ impl PoolLoad {
         }
     }
 
+    /// Set the pool's and every assigned slot's in-flight gauge to the count held here (an
+    /// absolute write, where requests write deltas): what a process's gauges read after the
+    /// state that wrote their deltas went away (the Wasm owner's VM died and another VM's
+    /// state took over), from the next publication on.
+    pub fn publish_gauges<S: Stats + ?Sized>(&self, stats: &mut S) {
+        stats.gauge_set(&self.pool_gauge, self.total_requests());
+        for endpoint in &self.endpoints {
+            if let Some(keys) = endpoint.keys() {
+                let requests = endpoint.requests.load(Ordering::Relaxed);
+                stats.gauge_set(&keys.inflight, u64::from(requests));
+            }
+        }
+    }
+
     /// How many slots the pool has.
     pub(super) fn slots(&self) -> usize {
         self.endpoints.len()

@@ -531,6 +531,16 @@ impl Owner {
         Owner::default()
     }
 
+    /// An owner whose lease ids follow `first_lease`: an elected owner starts from its
+    /// epoch (shifted high), so a lease id an earlier owner issued, given back to this one
+    /// after a failover, is unknown here and dropped rather than mistaken for one of its own.
+    pub fn starting_at(first_lease: u64) -> Owner {
+        Owner {
+            states: HashMap::new(),
+            next_lease: first_lease,
+        }
+    }
+
     /// How many leases the owner keeps for requests in flight (all states).
     pub fn leases(&self) -> usize {
         self.states.values().map(|s| s.leases.len()).sum()
@@ -592,9 +602,15 @@ impl Owner {
         answers
     }
 
-    /// Expire and dispatch the queued requests of every state (the owner's timer).
+    /// Expire and dispatch the queued requests of every state, and write the in-flight
+    /// gauges as the owner counts them (the owner's timer). The absolute write makes the
+    /// gauges read the truth again after an owner change: a dead owner's deltas stay in the
+    /// process's gauges, and its leases died with it.
     pub fn tick<H: SnapshotSource + Stats + Clock + ?Sized>(&mut self, host: &mut H) -> Answers {
         let mut answers = Vec::new();
+        for state in self.states.values() {
+            state.shared.publish_inflight_gauges(host);
+        }
         let keys: Vec<StateKey> = self.states.keys().copied().collect();
         for key in keys {
             let plans = match self.states.get(&key) {
@@ -813,7 +829,7 @@ impl Owner {
         };
         match super::pick_counted(&mut state.shared, host, plan, prepared) {
             Ok(picked) => {
-                self.next_lease += 1;
+                self.next_lease = self.next_lease.wrapping_add(1);
                 let lease = self.next_lease;
                 state.leases.insert(
                     lease,

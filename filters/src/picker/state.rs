@@ -249,6 +249,14 @@ impl PickerShared {
         PickerShared::new(&PickerConfig::from_json(value)?)
     }
 
+    /// Write every pool's in-flight gauges as this state counts them (see
+    /// `PoolLoad::publish_gauges`).
+    pub fn publish_inflight_gauges<S: crate::host::Stats + ?Sized>(&self, stats: &mut S) {
+        for pool in &self.inner.pools {
+            pool.load.publish_gauges(stats);
+        }
+    }
+
     /// The immutable per-pool plans; they never change for this state, so callers may
     /// keep them and read them without any lock.
     pub fn plans(&self) -> Arc<PickerPlans> {

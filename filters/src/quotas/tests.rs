@@ -1,38 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::*;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use crate::fake::FakeCells as Cells;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-/// Shared-data cells with proxy-wasm's CAS rules; `conflicts` makes the next writes lose a
-/// race (another writer bumps the version first).
-#[derive(Default)]
-struct Cells {
-    map: Mutex<HashMap<String, (Vec<u8>, u32)>>,
-    conflicts: AtomicUsize,
-}
-
-impl CasCells for Arc<Cells> {
-    fn load(&self, key: &str) -> Option<(Vec<u8>, u32)> {
-        self.map.lock().unwrap().get(key).cloned()
-    }
-    fn store(&self, key: &str, bytes: &[u8], version: u32) -> CasWrite {
-        let mut map = self.map.lock().unwrap();
-        let current = map.get(key).map_or(0, |(_, v)| *v);
-        if self.conflicts.load(Ordering::SeqCst) > 0 {
-            self.conflicts.fetch_sub(1, Ordering::SeqCst);
-            if let Some(entry) = map.get_mut(key) {
-                entry.1 += 1;
-            }
-            return CasWrite::Conflict;
-        }
-        if version != 0 && version != current {
-            return CasWrite::Conflict;
-        }
-        map.insert(key.to_owned(), (bytes.to_vec(), current + 1));
-        CasWrite::Stored
-    }
-}
 
 fn limits(concurrency: u64) -> Limits {
     Limits {

@@ -8,11 +8,14 @@
 //! With `--rewrites` the request is first rewritten as the router's model rewrites would
 //! (sticky on `K`, else drawn from the seed).
 //!
-//! `infergate render --objects DIR --flavor wasm|native --out DIR [--endpoints POOL=IP[:PORT],...]
+//! `infergate render --objects DIR --flavor wasm|native --out DIR
+//! [--target envoy|istio|envoy-gateway] [--istio-version 1.28|1.29|1.30]
+//! [--endpoints POOL=IP[:PORT],...]
 //! [--membership eds|static] [--eds-dir DIR]
 //! [--listen ADDR:PORT] [--admin ADDR:PORT] [--module PATH] [--image oci://…] [--no-tenants]
 //! [--jwks FILE] [--billing-log PATH] [--per-request-split]` renders the user's Kubernetes
-//! objects as a gateway: an Envoy bootstrap, the Istio manifests, the field report and a
+//! objects as a gateway: an Envoy bootstrap (`--target envoy`, the default), Istio's
+//! manifests (`istio`) or Envoy Gateway's (`envoy-gateway`), the field report and a
 //! README into `--out` (see `infergate_harness::render`); the fields it does not support are
 //! printed, one per line.
 
@@ -73,11 +76,19 @@ enum Command {
     },
     /// Render the user's Kubernetes objects (InferencePool, HTTPRoute, the ConfigMap
     /// holding the EndpointPickerConfig, InferenceObjective, InferenceModelRewrite,
-    /// TenantQuota) as a gateway: `envoy.yaml`, `istio.yaml`, `fields.md`, `README.md`.
+    /// TenantQuota) as a gateway: `envoy.yaml`, `istio.yaml` or `envoy-gateway.yaml` (by
+    /// `--target`), `fields.md`, `README.md`.
     Render {
         /// The objects' directory (every *.yaml, *.yml, *.json in it).
         #[arg(long)]
         objects: PathBuf,
+        /// What to render for: `envoy` (a bootstrap), `istio` or `envoy-gateway` (the control
+        /// plane's manifests).
+        #[arg(long, default_value = "envoy")]
+        target: render::Target,
+        /// The Istio release (`--target istio`): 1.28, 1.29 or 1.30.
+        #[arg(long, default_value = "1.30")]
+        istio_version: render::IstioVersion,
         /// `wasm` or `native`.
         #[arg(long)]
         flavor: Flavor,
@@ -105,7 +116,8 @@ enum Command {
         /// The module's path on the Envoy host (default: the built artefact's path here).
         #[arg(long)]
         module: Option<PathBuf>,
-        /// The Wasm module's OCI image, the WasmPlugin's `url`.
+        /// The module's OCI image (Istio, Envoy Gateway): the Wasm module the control plane
+        /// fetches, or the image holding `libinfergate_envoy.so` at its root (native).
         #[arg(
             long,
             default_value = "oci://registry.example.internal/infergate/infergate-wasm:latest"
@@ -144,9 +156,8 @@ fn endpoints_flag(flag: &str) -> anyhow::Result<(String, Vec<String>)> {
 fn run_render(opts: &RenderOptions) -> anyhow::Result<String> {
     let out = render::render(opts)?;
     let mut text = format!(
-        "wrote {}\nwrote {}\nwrote {}\nwrote {}",
-        out.bootstrap.display(),
-        out.istio.display(),
+        "wrote {}\nwrote {}\nwrote {}",
+        out.output.display(),
         out.fields.display(),
         out.readme.display()
     );
@@ -182,6 +193,8 @@ fn main() -> ExitCode {
         }),
         Command::Render {
             objects,
+            target,
+            istio_version,
             flavor,
             out,
             endpoints,
@@ -214,6 +227,8 @@ fn main() -> ExitCode {
             };
             run_render(&RenderOptions {
                 objects,
+                target,
+                istio_version,
                 out,
                 membership,
                 eds_dir,

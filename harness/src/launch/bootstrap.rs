@@ -352,6 +352,24 @@ impl PluginConfigs {
     }
 }
 
+/// The picker's configuration carrying the process's scraper (`scraper`: the scraper's
+/// configuration without its `role`). No bootstrap extension hosts the scraper: the native
+/// module starts it from the first filter configuration that carries one, and the Wasm
+/// module runs it in the worker VM elected owner (what Istio and Envoy Gateway can install).
+pub fn picker_with_scraper(
+    mut picker: serde_json::Value,
+    scraper: &serde_json::Value,
+) -> serde_json::Value {
+    let mut scraper = scraper.clone();
+    if let Some(obj) = scraper.as_object_mut() {
+        obj.remove("role");
+    }
+    if let Some(obj) = picker.as_object_mut() {
+        obj.insert("scraper".into(), scraper);
+    }
+    picker
+}
+
 /// Writes each pool's EDS file (its endpoints, every one healthy) into `params.eds`, as
 /// Envoy must find them when it starts (membership `Eds`; nothing otherwise).
 pub fn write_eds_files(params: &BootstrapParams) -> Result<()> {
@@ -672,6 +690,11 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
         &mut router,
     )?;
     vars.insert("router_config".into(), json_text(&router));
+    // Wasm: the filter applying the router's header edits after the buffer filter.
+    vars.insert(
+        "headers_config".into(),
+        json_text(&json!({"role": "headers"})),
+    );
     let mut plugins = params.plugins.clone();
     if eds.is_some() {
         let _ = plugins.follow_clusters(&params.pools, params.flavor == Flavor::Wasm);
@@ -681,6 +704,7 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
         &mut picker,
         &picker_objectives(&params.objectives, &params.tenancy)?,
     )?;
+    let picker = picker_with_scraper(picker, &plugins.scraper);
     vars.insert("picker_config".into(), json_text(&picker));
     // Native: the gateway's filters (see the template's `gateway_filter`).
     let mut gateway_filters = Vec::new();
@@ -828,11 +852,44 @@ mod tests {
         assert_eq!(picker["role"], "picker");
         assert_eq!(picker["pools"][1]["endpoints"][0], "127.0.0.1:8003");
         assert_eq!(picker["pools"][1]["pool"], "pool-1-qwen");
-        let scraper = v["bootstrap_extensions"][0]["typed_config"]["config"]["configuration"]
-            ["value"]
-            .as_str()
-            .unwrap();
-        assert!(scraper.contains("\"role\":\"scraper\""));
+        // No bootstrap extension (Istio installs none): the picker carries the scraper, and
+        // the pickers' VMs elect the one that runs it.
+        assert!(v.get("bootstrap_extensions").is_none());
+        assert_eq!(picker["scraper"]["cluster"], "infergate_scrape");
+        assert!(picker["scraper"].get("role").is_none());
+    }
+
+    /// Native: no bootstrap extension (Istio installs none); the scraper's configuration,
+    /// without its `role`, travels in the picker's: the `gateway` filter's picker part, or
+    /// the `picker` filter of the two-filter form.
+    #[test]
+    fn native_has_no_bootstrap_extension_and_the_picker_carries_the_scraper() {
+        for two_filters in [false, true] {
+            let params = BootstrapParams {
+                two_filters,
+                ..with_baseline(Flavor::Native)
+            };
+            let yaml = render(&params).unwrap();
+            let v: Value = serde_yaml_ng::from_str(&yaml).unwrap();
+            assert!(v.get("bootstrap_extensions").is_none(), "{yaml}");
+            assert!(!yaml.contains("envoy.bootstrap"), "{yaml}");
+            let picker = picker_config(&v);
+            let scraper = &picker["scraper"];
+            assert!(scraper.get("role").is_none(), "{scraper}");
+            assert_eq!(scraper["cluster"], SCRAPE_CLUSTER);
+            assert_eq!(
+                scraper["endpoints"],
+                json!(["127.0.0.1:8001", "127.0.0.1:8002", "127.0.0.1:8003"])
+            );
+            infergate_filters::scraper::Scraper::from_json(scraper.clone()).unwrap();
+            if !two_filters {
+                let gateway = filter_config(&v, "infergate.gateway");
+                assert!(
+                    gateway.get("scraper").is_none(),
+                    "only the picker part has it"
+                );
+            }
+        }
     }
 
     /// The contract with the modules: what the launcher generates is what `filters/`
@@ -1325,7 +1382,7 @@ mod tests {
         }
     }
 
-    /// Every Wasm plugin (router, picker, scraper; the probe of `plain`) pins
+    /// Every Wasm plugin (router, picker; the probe of `plain`) pins
     /// `FAIL_RELOAD`: a failed VM comes back, and never fails open onto an ORIGINAL_DST
     /// cluster steered by the client's own header.
     #[test]
@@ -1345,7 +1402,7 @@ mod tests {
         let mut probe = BootstrapParams::new(Flavor::Plain, two_pools());
         probe.probe = Some(Flavor::Wasm);
         probe.module = Some(PathBuf::from("/m/module.wasm"));
-        for (params, expected) in [(with_baseline(Flavor::Wasm), 3), (probe, 1)] {
+        for (params, expected) in [(with_baseline(Flavor::Wasm), 2), (probe, 1)] {
             let v: Value = serde_yaml_ng::from_str(&render(&params).unwrap()).unwrap();
             let mut found = Vec::new();
             plugin_configs(&v, &mut found);
@@ -1576,7 +1633,12 @@ mod tests {
         }
     }
 
+    /// The scraper's configuration: native (no bootstrap extension), the one the picker
+    /// carries; otherwise the bootstrap extension's.
     fn scraper_config(v: &Value) -> serde_json::Value {
+        if v.get("bootstrap_extensions").is_none() {
+            return picker_config(v)["scraper"].clone();
+        }
         let ext = &v["bootstrap_extensions"][0]["typed_config"];
         let text = ext["config"]["configuration"]["value"]
             .as_str()
@@ -1659,7 +1721,10 @@ mod tests {
                 v
             };
             infergate_filters::scraper::Scraper::from_json(without_role(scraper)).unwrap();
-            infergate_filters::picker::PickerConfig::from_json(without_role(picker))
+            let mut picker = without_role(picker);
+            // The scraper the picker carries is taken out by the module before it parses.
+            picker.as_object_mut().unwrap().remove("scraper");
+            infergate_filters::picker::PickerConfig::from_json(picker)
                 .unwrap()
                 .validate()
                 .unwrap();

@@ -1,18 +1,45 @@
-//! The gateway as Istio manifests, for a Gateway that Istio runs (`istio.yaml`).
+//! The gateway as Istio manifests, for a Gateway that Istio (1.28, 1.29, 1.30) runs
+//! (`istio.yaml`). Everything here is something istiod installs:
 //!
-//! Istio builds the Envoy configuration itself, so the gateway's pieces are patched into it:
-//!
-//! - **Wasm flavour**: one `WasmPlugin` (`extensions.istio.io/v1alpha1`) per filter role:
-//!   `infergate-router` (phase `AUTHZ`) and `infergate-picker` (phase `STATS`), both from the
-//!   OCI image (`url: oci://…`), `pluginName` the module's root id, `pluginConfig` the
-//!   role's JSON configuration, `failStrategy: FAIL_RELOAD`. What a `WasmPlugin` cannot
-//!   express goes into one `EnvoyFilter`: the scraper, which is a singleton service
-//!   (`envoy.bootstrap.wasm`, a `BOOTSTRAP` patch: WasmPlugin only makes HTTP and network
-//!   filters), the route-resolving filter before the picker and the `header_to_metadata`
-//!   filter after it (`HTTP_FILTER` patches around the picker's filter), the scrape cluster
-//!   (`CLUSTER` add) and the pool clusters' `override_host` policy (`CLUSTER` merge).
-//! - **Native flavour**: one `EnvoyFilter` with the dynamic module's two HTTP filters in
-//!   front of Envoy's router, its scraper as a `BOOTSTRAP` patch, and the same clusters.
+//! - **No bootstrap.** Istio ≥ 1.21 accepts an `EnvoyFilter` `applyTo: BOOTSTRAP` and never
+//!   applies it, so nothing is a bootstrap extension: the scraper's configuration travels
+//!   inside the picker's (`"scraper": {…}`); the Wasm module elects an owner among its
+//!   worker VMs, the native module starts the scraper from its filter configuration.
+//! - **Filters before `envoy.filters.http.router` only.** An `HTTP_FILTER` patch matches a
+//!   filter by its exact name and inserts nothing, silently, when that name is absent;
+//!   Envoy's router is the one filter every listener has. Each of our filters is an
+//!   `INSERT_BEFORE` on it, in chain order (each lands just before the router, so after the
+//!   previous one): `jwt_authn` (tenants with `--jwks`), then (native) the body router and
+//!   the picker, or (Wasm) [`WASM_CHAIN`]: the body router, Envoy's `buffer` filter `infergate.buffer` (holds
+//!   the headers until the body is complete; `max_request_bytes` twice the router's
+//!   `bodyLimitBytes`, so the router answers a body past its limit itself),
+//!   the `headers` role (applies the header edits the router left in filter state, which
+//!   clears the route cache), the route-refresh `header_mutation`, the picker, and the
+//!   `header_to_metadata` copying the picker's choice into `envoy.lb`.
+//! - **Wasm through ECDS, as a `WasmPlugin` would be.** Each Wasm filter is an `HTTP_FILTER`
+//!   patch whose filter has `config_discovery` (ADS, `initial_fetch_timeout: 0s`, as istiod
+//!   writes it), plus an `EXTENSION_CONFIG` `ADD` holding its `Wasm` configuration with
+//!   `code.remote.http_uri.uri` the OCI image: istiod serves it over ECDS and istio-agent
+//!   fetches the `oci://` module to a local file, as it does for a `WasmPlugin`. Each
+//!   plugin's configuration is what a `WasmPlugin` would produce: `vm_id: ""` (the proxy's
+//!   one shared-data namespace: every key starts with the `instance`,
+//!   `<gateway-namespace>.<gateway-name>`), no `allow_on_headers_stop_iteration` (Envoy's
+//!   default, `false`, applies), `failure_policy: FAIL_RELOAD`, and an environment variable
+//!   of its own (`INFERGATE_PLUGIN: <role>`), so each plugin runs in a VM of its own as two
+//!   `WasmPlugin`s do. Unlike a `WasmPlugin` (named per version,
+//!   `extensions.istio.io/wasmplugin/<ns>.<name>` up to 1.29 and
+//!   `extensions.istio.io/trafficextension/<ns>.<name>~istio-translated-wasmplugin` in 1.30,
+//!   and ordered by phase), this places the native helper filters between ours.
+//! - **Native module from a volume.** The `.so` is too large for a ConfigMap: a `ConfigMap`
+//!   `deployment` overlay (the Gateway's `spec.infrastructure.parametersRef`) mounts an
+//!   image volume holding it at [`MODULE_DIR`] and sets `ENVOY_DYNAMIC_MODULES_SEARCH_PATH`
+//!   there. The filters name the module `infergate_envoy` (found as
+//!   `libinfergate_envoy.so` on that path); on 1.30 they also give its file
+//!   (`DynamicModuleConfig.module`, which istiod ≤ 1.29 drops). The pool clusters' fallback
+//!   LB policy is the module's `infergate-membership` only on 1.30 (istiod ≤ 1.29 does not
+//!   know the dynamic-modules LB type and refuses the `EnvoyFilter`); before, round robin,
+//!   and the scraper reads the members from the admin `/clusters` like the Wasm flavour's.
+//! - **Files are read-only.** The billing log goes to stdout (`envoy.access_loggers.stdout`).
 //!
 //! Pool membership: Istio sends endpoints only for Services, so each `InferencePool`
 //! becomes a `Service` with the pool's selector and target port (Istio's cluster
@@ -22,15 +49,69 @@
 //! its own endpoint-picker integration).
 
 use super::gateway::{Gateway, GatewayInputs};
+use super::kube::{self, Target};
 use super::report::Report;
 use crate::launch::bootstrap::Flavor;
-use crate::launch::template::{Template, Vars};
-use anyhow::{Context, Result};
+use crate::launch::template::Template;
+use anyhow::{bail, Context, Result};
 use serde_json::{json, Value as Json};
+use std::fmt;
+use std::str::FromStr;
 
-/// The Service that carries a pool's membership in Istio: `<pool>-infergate`.
-pub fn service_name(pool: &str) -> String {
-    format!("{pool}-infergate")
+pub use super::names::service_name;
+
+/// The Istio release the manifests are for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum IstioVersion {
+    /// 1.28.
+    V1_28,
+    /// 1.29.
+    V1_29,
+    /// 1.30 (the default).
+    #[default]
+    V1_30,
+}
+
+impl IstioVersion {
+    /// Whether istiod links the dynamic-modules load-balancer type and keeps
+    /// `DynamicModuleConfig.module` (1.30 on).
+    pub fn has_dynamic_module_lb(self) -> bool {
+        self >= IstioVersion::V1_30
+    }
+
+    /// The name istiod gives the HTTP filter of the `WasmPlugin` `<namespace>/<name>`.
+    pub fn wasm_plugin_filter(self, namespace: &str, name: &str) -> String {
+        match self {
+            IstioVersion::V1_28 | IstioVersion::V1_29 => {
+                format!("extensions.istio.io/wasmplugin/{namespace}.{name}")
+            }
+            IstioVersion::V1_30 => format!(
+                "extensions.istio.io/trafficextension/{namespace}.{name}~istio-translated-wasmplugin"
+            ),
+        }
+    }
+}
+
+impl fmt::Display for IstioVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            IstioVersion::V1_28 => "1.28",
+            IstioVersion::V1_29 => "1.29",
+            IstioVersion::V1_30 => "1.30",
+        })
+    }
+}
+
+impl FromStr for IstioVersion {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "1.28" => Ok(IstioVersion::V1_28),
+            "1.29" => Ok(IstioVersion::V1_29),
+            "1.30" => Ok(IstioVersion::V1_30),
+            other => bail!("Istio {other}: expected 1.28, 1.29 or 1.30"),
+        }
+    }
 }
 
 /// Istio's outbound cluster for `service` in `namespace` on `port`.
@@ -38,44 +119,100 @@ pub fn istio_cluster(service: &str, namespace: &str, port: u16) -> String {
     format!("outbound|{port}||{service}.{namespace}.svc.cluster.local")
 }
 
-/// Where the proxy finds the module when Istio cannot fetch it (the scraper's Wasm service,
-/// the dynamic module): a file mounted into the gateway's pods.
+/// Where the gateway's pods find the native module: the image volume the deployment
+/// overlay mounts.
 pub const MODULE_DIR: &str = "/var/lib/infergate";
 
-/// The admin port of Istio's proxy, which the Wasm scraper asks for the pool clusters'
-/// members (proxy-wasm cannot see a cluster's hosts).
+/// The native module's file in [`MODULE_DIR`] (Envoy's search-path name for
+/// `infergate_envoy`).
+pub const NATIVE_MODULE_FILE: &str = "libinfergate_envoy.so";
+
+/// The admin port of Istio's proxy, which the scraper asks for the pool clusters' members
+/// when the host cannot tell them (Wasm; native before 1.30).
 pub const ISTIO_ADMIN_PORT: u16 = 15000;
 
-/// The module's path in the gateway's pods: `--module` when given, else the file in
-/// [`MODULE_DIR`].
-fn module_path(inputs: &GatewayInputs) -> String {
-    match &inputs.module {
-        Some(m) => m.to_string_lossy().into_owned(),
-        None => format!(
-            "{MODULE_DIR}/{}",
-            if inputs.flavor == Flavor::Wasm {
-                "infergate_wasm.wasm"
-            } else {
-                "libinfergate_envoy.so"
-            }
-        ),
-    }
+/// The `ConfigMap` holding the deployment overlay (native flavour).
+pub const OVERLAY_CONFIGMAP: &str = "infergate-gateway-options";
+
+/// The Wasm flavour's filters, in chain order, each inserted before Envoy's router.
+pub const WASM_CHAIN: [&str; 6] = [
+    "infergate.router",
+    "infergate.buffer",
+    "infergate.headers",
+    "infergate.route_refresh",
+    "infergate.picker",
+    "infergate.destination_metadata",
+];
+
+/// The router's body limit when its configuration does not say (`bodyLimitBytes`).
+const DEFAULT_BODY_LIMIT_BYTES: u64 = 4 << 20;
+
+const HCM: &str = "envoy.filters.network.http_connection_manager";
+const ENVOY_ROUTER: &str = "envoy.filters.http.router";
+const WASM_TYPE: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
+const STRING_VALUE: &str = "type.googleapis.com/google.protobuf.StringValue";
+
+/// An `HTTP_FILTER` patch inserting `filter` just before Envoy's router.
+fn before_router(filter: Json) -> Json {
+    json!({
+        "applyTo": "HTTP_FILTER",
+        "match": {"context": "GATEWAY", "listener": {"filterChain": {"filter": {
+            "name": HCM, "subFilter": {"name": ENVOY_ROUTER}}}}},
+        "patch": {"operation": "INSERT_BEFORE", "value": filter}
+    })
 }
 
-/// The pool clusters' load-balancing policy, from the flavour's own template (its
-/// `pool_lb_policy` prototype), with the module at `module`.
-fn pool_lb_policy(flavor: Flavor, module: &str) -> Result<Json> {
-    let path = flavor.template_path();
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let t = Template::parse(&text)?;
-    let mut vars = Vars::new();
-    vars.insert(
-        "native_module".into(),
-        serde_yaml_ng::Value::String(module.to_owned()),
-    );
-    let policy = t.prototype("pool_lb_policy", &vars)?;
-    serde_json::to_value(policy).context("the pool clusters' policy as JSON")
+/// The two patches of one Wasm filter delivered by ECDS: the filter (its configuration
+/// discovered) before the router, and the `EXTENSION_CONFIG` holding its configuration,
+/// the module the OCI image istio-agent fetches. `vm_id` `""` and no
+/// `allow_on_headers_stop_iteration`, as a `WasmPlugin`'s; a VM of its own per plugin
+/// (the environment variable `INFERGATE_PLUGIN`, part of Envoy 1.40's VM key).
+fn wasm_filter(name: &str, root_id: &str, config: &Json, image: &str) -> [Json; 2] {
+    let filter = before_router(json!({
+        "name": name,
+        "config_discovery": {
+            "config_source": {"ads": {}, "initial_fetch_timeout": "0s", "resource_api_version": "V3"},
+            "type_urls": [WASM_TYPE]}
+    }));
+    let extension = json!({
+        "applyTo": "EXTENSION_CONFIG",
+        "patch": {"operation": "ADD", "value": {
+            "name": name,
+            "typed_config": {"@type": WASM_TYPE, "config": {
+                "name": name, "root_id": root_id, "failure_policy": "FAIL_RELOAD",
+                "configuration": {"@type": STRING_VALUE, "value": config.to_string()},
+                "vm_config": {"vm_id": "", "runtime": "envoy.wasm.runtime.v8",
+                    "environment_variables": {"key_values": {
+                        "ISTIO_META_WASM_IMAGE_PULL_POLICY": "IfNotPresent",
+                        "INFERGATE_PLUGIN": root_id}},
+                    // istio-agent fetches the module and rewrites this to a local file
+                    // (istiod's own WasmPlugin conversion names the cluster "_" too).
+                    "code": {"remote": {"http_uri": {"uri": image, "cluster": "_", "timeout": "30s"}}}}}}}}
+    });
+    [filter, extension]
+}
+
+/// The buffer filter that holds the request headers until the body is complete (Wasm
+/// flavour: the router lets them go at once and reads the body), named and sized as the
+/// bare template's `infergate.buffer`: twice the router's body limit, so a body past the
+/// limit reaches the router whole and gets its 413 (OpenAI JSON), not the buffer's.
+fn buffer_filter(router: &Json) -> Json {
+    let limit = router["bodyLimitBytes"]
+        .as_u64()
+        .unwrap_or(DEFAULT_BODY_LIMIT_BYTES);
+    json!({
+        "name": "infergate.buffer",
+        "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer",
+                         "max_request_bytes": limit.saturating_mul(2)}})
+}
+
+/// `--image` as an OCI address (`oci://` added when no scheme is given).
+pub fn oci_url(image: &str) -> String {
+    if image.contains("://") {
+        image.to_owned()
+    } else {
+        format!("oci://{image}")
+    }
 }
 
 /// `istio.yaml`: every manifest, as YAML documents.
@@ -83,62 +220,132 @@ pub fn manifests(
     gw: &Gateway,
     inputs: &GatewayInputs,
     image: &str,
+    version: IstioVersion,
     report: &mut Report,
 ) -> Result<String> {
-    let (gw_ns, gw_name) = match gw.parents.first() {
-        Some((ns, name)) => (ns.clone().unwrap_or_else(|| "default".into()), name.clone()),
-        None => ("default".to_owned(), "inference-gateway".to_owned()),
-    };
-    let target_refs =
-        json!([{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": gw_name}]);
-    let mut docs: Vec<Json> = Vec::new();
-    let mut picker = gw.picker.clone();
-    let mut cluster_patches = Vec::new();
-    let module_path = module_path(inputs);
-    let lb_policy = pool_lb_policy(inputs.flavor, &module_path)?;
-    let mut followed = Vec::new();
-    for (i, pool) in gw.pools.iter().enumerate() {
-        let ns = pool
-            .meta
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
-        let svc = service_name(&pool.meta.name);
-        let port = pool.target_ports.first().copied().unwrap_or(8000);
-        if pool.target_ports.len() > 1 {
-            report.not_supported(
-                &pool.label,
-                "spec.targetPorts",
-                "Istio form: only the first port is a cluster (data-parallel ranks need the bootstrap)",
+    let target = Target::of(gw);
+    let form = format!("Istio {version}");
+    let wasm = inputs.flavor == Flavor::Wasm;
+    let (mut docs, services) = kube::pool_services(gw, report, &form);
+    let clusters: Vec<String> = services
+        .iter()
+        .map(|s| istio_cluster(&s.name, &s.namespace, s.port))
+        .collect();
+    docs.extend(kube::routes(gw, &services, false));
+    let module_file = format!("{MODULE_DIR}/{NATIVE_MODULE_FILE}");
+    let host_membership = !wasm && version.has_dynamic_module_lb();
+    let (router, picker) = kube::module_configs(
+        gw,
+        &target,
+        &clusters,
+        if host_membership { "host" } else { "admin" },
+        inputs.flavor,
+    );
+    kube::check_configs(&router, &picker).context("the Istio form's configurations")?;
+
+    let mut patches = Vec::new();
+    // Tenancy: Envoy's jwt_authn first, the billing log on the connection manager (the
+    // flavour's own prototypes).
+    let template = Template::parse(
+        &std::fs::read_to_string(inputs.flavor.template_path()).context("reading the template")?,
+    )?;
+    let splices = gw.params.tenancy.splices(&template)?;
+    for jwt in splices.jwt_filters {
+        patches.push(before_router(serde_json::to_value(jwt)?));
+    }
+    if wasm {
+        let image = oci_url(image);
+        let headers = json!({"role": "headers", "instance": target.instance()});
+        patches.extend(wasm_filter("infergate.router", "router", &router, &image));
+        patches.push(before_router(buffer_filter(&router)));
+        patches.extend(wasm_filter(
+            "infergate.headers",
+            "headers",
+            &headers,
+            &image,
+        ));
+        patches.push(before_router(json!({
+            "name": "infergate.route_refresh",
+            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
+                             "mutations": {}}})));
+        patches.extend(wasm_filter("infergate.picker", "picker", &picker, &image));
+        patches.push(before_router(json!({
+            "name": "infergate.destination_metadata",
+            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config",
+                "request_rules": [{"header": "x-gateway-destination-endpoint",
+                    "on_header_present": {"metadata_namespace": "envoy.lb",
+                        "key": "x-gateway-destination-endpoint", "type": "STRING"},
+                    "remove": false}]}})));
+    } else {
+        let mut module = json!({"name": "infergate_envoy", "do_not_close": true});
+        if version.has_dynamic_module_lb() {
+            module["module"] = json!({"local": {"filename": module_file}});
+        }
+        for (name, filter, config) in [
+            ("infergate.router", "router", &router),
+            ("infergate.picker", "picker", &picker),
+        ] {
+            patches.push(before_router(json!({
+                "name": name,
+                "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter",
+                    "dynamic_module_config": module, "filter_name": filter,
+                    "filter_config": {"@type": STRING_VALUE, "value": config.to_string()}}})));
+        }
+    }
+    for log in splices.billing_logs {
+        let log = to_stdout(serde_json::to_value(log)?);
+        for t in gw
+            .params
+            .tenancy
+            .objects
+            .iter()
+            .filter(|o| o["kind"] == "TenantQuota")
+        {
+            let name = t["metadata"]["name"].as_str().unwrap_or_default();
+            report.used(
+                &format!("TenantQuota {name}"),
+                "spec.accounting",
+                format!(
+                    "{form}: the billing log goes to the proxy's stdout \
+                         (envoy.access_loggers.stdout), one JSON record per line, not to \
+                         --billing-log: the gateway's root file system is read-only"
+                ),
             );
         }
-        let selector = pool
-            .selector
-            .get("matchLabels")
-            .cloned()
-            .unwrap_or(Json::Null);
-        if pool.selector.get("matchExpressions").is_some() {
-            report.not_supported(
-                &pool.label,
-                "spec.selector.matchExpressions",
-                "Istio form: a Service selects by labels only",
-            );
-        }
-        docs.push(json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": svc, "namespace": ns,
-                         "labels": {"app.kubernetes.io/managed-by": "infergate-render"}},
-            "spec": {"selector": selector,
-                     "ports": [{"name": format!("http-{port}"), "port": port, "targetPort": port,
-                                "appProtocol": "http"}]}
+        patches.push(json!({
+            "applyTo": "NETWORK_FILTER",
+            "match": {"context": "GATEWAY", "listener": {"filterChain": {"filter": {"name": HCM}}}},
+            "patch": {"operation": "MERGE", "value": {
+                "name": HCM,
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                    "access_log": [log]}}}
         }));
-        let cluster = istio_cluster(&svc, &ns, port);
-        if let Some(p) = picker["pools"].get_mut(i).and_then(Json::as_object_mut) {
-            p.insert("cluster".into(), Json::String(cluster.clone()));
-            p.remove("endpoints");
+    }
+    for route in &gw.routes {
+        for rule in route.rules.iter().filter(|r| r.backends.len() > 1) {
+            report.not_supported(
+                &route.label,
+                &format!("{}.backendRefs", rule.path),
+                format!(
+                    "{form}: Istio draws a weighted split per request; the sticky split on \
+                     x-gateway-split-key exists only in the bootstrap"
+                ),
+            );
         }
-        followed.push(cluster.clone());
-        cluster_patches.push(json!({
+    }
+    // Clusters: each pool's on Envoy's override_host policy, the scrape cluster, and (when
+    // the scraper reads the members from the admin) the admin.
+    let lb_policy = kube::pool_lb_policy(
+        if host_membership {
+            Flavor::Native
+        } else {
+            Flavor::Wasm
+        },
+        &module_file,
+    )?;
+    for cluster in &clusters {
+        patches.push(json!({
             "applyTo": "CLUSTER",
             "match": {"context": "GATEWAY", "cluster": {"name": cluster}},
             "patch": {"operation": "MERGE", "value": {
@@ -147,10 +354,7 @@ pub fn manifests(
                                                      "max_requests": 16384, "max_retries": 16384}]}}}
         }));
     }
-    for route in gw_routes(gw) {
-        docs.push(route);
-    }
-    cluster_patches.push(json!({
+    patches.push(json!({
         "applyTo": "CLUSTER",
         "match": {"context": "GATEWAY"},
         "patch": {"operation": "ADD", "value": {
@@ -159,14 +363,8 @@ pub fn manifests(
             "original_dst_lb_config": {"use_http_header": true,
                                        "http_header_name": "x-gateway-destination-endpoint"}}}
     }));
-    let config_text = |v: &Json| v.to_string();
-    let wasm = inputs.flavor == Flavor::Wasm;
-    let mut scraper = gw.params.plugins.scraper.clone();
-    scraper["endpoints"] = json!([]);
-    scraper["clusters"] = json!(followed);
-    scraper["membership"] = json!(if wasm { "admin" } else { "host" });
-    if wasm {
-        cluster_patches.push(json!({
+    if !host_membership {
+        patches.push(json!({
             "applyTo": "CLUSTER",
             "match": {"context": "GATEWAY"},
             "patch": {"operation": "ADD", "value": {
@@ -176,207 +374,44 @@ pub fn manifests(
                                                                   "port_value": ISTIO_ADMIN_PORT}}}}]}]}}}
         }));
     }
-    super::gateway::check_with_the_modules_parsers(&gw.router, &picker, &scraper)
-        .context("the Istio form's configurations")?;
-    let mut patches = Vec::new();
-    match inputs.flavor {
-        Flavor::Wasm => {
-            let plugin = |name: &str, root: &str, phase: &str, config: &Json| {
-                json!({
-                    "apiVersion": "extensions.istio.io/v1alpha1", "kind": "WasmPlugin",
-                    "metadata": {"name": name, "namespace": gw_ns},
-                    "spec": {"targetRefs": target_refs, "url": image, "imagePullPolicy": "IfNotPresent",
-                             "pluginName": root, "phase": phase, "type": "HTTP",
-                             "failStrategy": "FAIL_RELOAD", "pluginConfig": config}
-                })
-            };
-            docs.push(plugin("infergate-router", "router", "AUTHZ", &gw.router));
-            docs.push(plugin("infergate-picker", "picker", "STATS", &picker));
-            let picker_filter = format!("{gw_ns}.infergate-picker");
-            patches.push(json!({
-                "applyTo": "BOOTSTRAP",
-                "patch": {"operation": "MERGE", "value": {"bootstrap_extensions": [{
-                    "name": "envoy.bootstrap.wasm",
-                    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.wasm.v3.WasmService",
-                        "singleton": true,
-                        "config": {"name": "infergate.scraper", "root_id": "scraper",
-                            "failure_policy": "FAIL_RELOAD",
-                            "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue",
-                                              "value": config_text(&scraper)},
-                            "vm_config": {"runtime": "envoy.wasm.runtime.v8",
-                                "code": {"local": {"filename": module_path}}}}}}]}}
-            }));
-            patches.push(json!({
-                "applyTo": "HTTP_FILTER",
-                "match": {"context": "GATEWAY", "listener": {"filterChain": {"filter": {
-                    "name": "envoy.filters.network.http_connection_manager",
-                    "subFilter": {"name": picker_filter}}}}},
-                "patch": {"operation": "INSERT_BEFORE", "value": {
-                    "name": "infergate.route_refresh",
-                    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
-                                     "mutations": {}}}}
-            }));
-            patches.push(json!({
-                "applyTo": "HTTP_FILTER",
-                "match": {"context": "GATEWAY", "listener": {"filterChain": {"filter": {
-                    "name": "envoy.filters.network.http_connection_manager",
-                    "subFilter": {"name": picker_filter}}}}},
-                "patch": {"operation": "INSERT_AFTER", "value": {
-                    "name": "infergate.destination_metadata",
-                    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config",
-                        "request_rules": [{"header": "x-gateway-destination-endpoint",
-                            "on_header_present": {"metadata_namespace": "envoy.lb",
-                                "key": "x-gateway-destination-endpoint", "type": "STRING"},
-                            "remove": false}]}}}
-            }));
-        }
-        _ => {
-            let module = json!({"name": "infergate_envoy", "do_not_close": true,
-                                "module": {"local": {"filename": module_path}}});
-            patches.push(json!({
-                "applyTo": "BOOTSTRAP",
-                "patch": {"operation": "MERGE", "value": {"bootstrap_extensions": [{
-                    "name": "envoy.bootstrap.dynamic_modules",
-                    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.bootstrap.dynamic_modules.v3.DynamicModuleBootstrapExtension",
-                        "dynamic_module_config": module, "extension_name": "scraper",
-                        "extension_config": {"@type": "type.googleapis.com/google.protobuf.StringValue",
-                                             "value": config_text(&scraper)}}}]}}
-            }));
-            for (name, filter, config) in [
-                ("infergate.router", "router", &gw.router),
-                ("infergate.picker", "picker", &picker),
-            ] {
-                patches.push(json!({
-                    "applyTo": "HTTP_FILTER",
-                    "match": {"context": "GATEWAY", "listener": {"filterChain": {"filter": {
-                        "name": "envoy.filters.network.http_connection_manager",
-                        "subFilter": {"name": "envoy.filters.http.router"}}}}},
-                    "patch": {"operation": "INSERT_BEFORE", "value": {
-                        "name": name,
-                        "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter",
-                            "dynamic_module_config": module, "filter_name": filter,
-                            "filter_config": {"@type": "type.googleapis.com/google.protobuf.StringValue",
-                                              "value": config_text(config)}}}}
-                }));
-            }
-        }
+    if !wasm {
+        docs.push(deployment_overlay(&target, image));
     }
-    // Tenancy: Envoy's jwt_authn right before the router filter, the billing log on the
-    // connection manager (the flavour's own prototypes).
-    let template = Template::parse(
-        &std::fs::read_to_string(inputs.flavor.template_path()).context("reading the template")?,
-    )?;
-    let splices = gw.params.tenancy.splices(&template)?;
-    let router_filter = match inputs.flavor {
-        Flavor::Wasm => format!("{gw_ns}.infergate-router"),
-        _ => "infergate.router".to_owned(),
-    };
-    for jwt in splices.jwt_filters {
-        patches.push(json!({
-            "applyTo": "HTTP_FILTER",
-            "match": {"context": "GATEWAY", "listener": {"filterChain": {"filter": {
-                "name": "envoy.filters.network.http_connection_manager",
-                "subFilter": {"name": router_filter}}}}},
-            "patch": {"operation": "INSERT_BEFORE", "value": serde_json::to_value(jwt)?}
-        }));
-    }
-    for log in splices.billing_logs {
-        patches.push(json!({
-            "applyTo": "NETWORK_FILTER",
-            "match": {"context": "GATEWAY", "listener": {"filterChain": {"filter": {
-                "name": "envoy.filters.network.http_connection_manager"}}}},
-            "patch": {"operation": "MERGE", "value": {
-                "name": "envoy.filters.network.http_connection_manager",
-                "typed_config": {
-                    "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-                    "access_log": [serde_json::to_value(log)?]}}}
-        }));
-    }
-    for route in &gw.routes {
-        for rule in route.rules.iter().filter(|r| r.backends.len() > 1) {
-            report.not_supported(
-                &route.label,
-                &format!("{}.backendRefs", rule.path),
-                "Istio form: Istio draws a weighted split per request; the sticky split on \
-                 x-gateway-split-key exists only in the bootstrap",
-            );
-        }
-    }
-    patches.extend(cluster_patches);
     docs.push(json!({
         "apiVersion": "networking.istio.io/v1alpha3", "kind": "EnvoyFilter",
-        "metadata": {"name": "infergate", "namespace": gw_ns},
-        "spec": {"targetRefs": target_refs, "configPatches": patches}
+        "metadata": {"name": "infergate", "namespace": target.namespace},
+        "spec": {"targetRefs": target.target_refs(), "configPatches": patches}
     }));
-    let mut out = String::new();
-    for d in &docs {
-        out.push_str("---\n");
-        out.push_str(&serde_yaml_ng::to_string(d).context("serialising a manifest")?);
-    }
-    Ok(out)
+    kube::to_yaml(&docs)
 }
 
-/// Each `HTTPRoute` again, its `InferencePool` backends replaced by the pools' Services.
-fn gw_routes(gw: &Gateway) -> Vec<Json> {
-    let backend = |name: &str| {
-        let port = gw
-            .pools
-            .iter()
-            .find(|p| p.meta.name == name)
-            .and_then(|p| p.target_ports.first().copied())
-            .unwrap_or(8000);
-        (service_name(name), port)
-    };
-    gw.routes
-        .iter()
-        .map(|route| {
-            let parents: Vec<Json> = route
-                .parents
-                .iter()
-                .map(|p| {
-                    let mut r = json!({"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": p.name});
-                    if let Some(ns) = &p.namespace {
-                        r["namespace"] = Json::String(ns.clone());
-                    }
-                    r
-                })
-                .collect();
-            let rules: Vec<Json> = route
-                .rules
-                .iter()
-                .map(|rule| {
-                    let matches: Vec<Json> = rule
-                        .matches
-                        .iter()
-                        .map(|m| {
-                            let mut headers = vec![json!({"type": "Exact", "name": "X-Gateway-Base-Model-Name", "value": m.model})];
-                            if let Some((h, v)) = &m.header {
-                                headers.push(json!({"type": "Exact", "name": h, "value": v}));
-                            }
-                            let mut out = json!({"headers": headers});
-                            if let Some(prefix) = &m.path_prefix {
-                                out["path"] = json!({"type": "PathPrefix", "value": prefix});
-                            }
-                            out
-                        })
-                        .collect();
-                    let backends: Vec<Json> = rule
-                        .backends
-                        .iter()
-                        .map(|b| {
-                            let (svc, port) = backend(&b.pool);
-                            json!({"kind": "Service", "name": svc, "port": port, "weight": b.weight})
-                        })
-                        .collect();
-                    json!({"matches": matches, "backendRefs": backends, "timeouts": {"request": "0s"}})
-                })
-                .collect();
-            let mut metadata = json!({"name": route.meta.name});
-            if let Some(ns) = &route.meta.namespace {
-                metadata["namespace"] = Json::String(ns.clone());
-            }
-            json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-                   "metadata": metadata, "spec": {"parentRefs": parents, "rules": rules}})
-        })
-        .collect()
+/// A billing logger writing to a file, as the same logger on stdout.
+fn to_stdout(mut log: Json) -> Json {
+    let format = log["typed_config"]["log_format"].clone();
+    log["name"] = json!("envoy.access_loggers.stdout");
+    log["typed_config"] = json!({
+        "@type": "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog",
+        "log_format": format});
+    log
+}
+
+/// The native flavour's deployment overlay: a `ConfigMap` for the Gateway's
+/// `spec.infrastructure.parametersRef`, whose `deployment` key Istio merges into the
+/// gateway's Deployment: the module image mounted read-only at [`MODULE_DIR`] in the
+/// `istio-proxy` container, and Envoy's dynamic-module search path set there.
+fn deployment_overlay(target: &Target, image: &str) -> Json {
+    let reference = image.split_once("://").map_or(image, |(_, rest)| rest);
+    let overlay = json!({"spec": {"template": {"spec": {
+        "containers": [{"name": "istio-proxy",
+            "env": [{"name": "ENVOY_DYNAMIC_MODULES_SEARCH_PATH", "value": MODULE_DIR}],
+            "volumeMounts": [{"name": "infergate-module", "mountPath": MODULE_DIR, "readOnly": true}]}],
+        "volumes": [{"name": "infergate-module",
+                     "image": {"reference": reference, "pullPolicy": "IfNotPresent"}}]}}}});
+    let text = serde_yaml_ng::to_string(&overlay).unwrap_or_default();
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": OVERLAY_CONFIGMAP, "namespace": target.namespace,
+                     "labels": {"app.kubernetes.io/managed-by": "infergate-render"}},
+        "data": {"deployment": text}
+    })
 }

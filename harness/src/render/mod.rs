@@ -6,16 +6,22 @@
 //! - [`gateway`]: the objects as the launcher's [`crate::launch::BootstrapParams`], so the
 //!   bootstrap comes from `launch::bootstrap::render`, the renderer every harness stack uses:
 //!   what the tests run is what users get;
-//! - [`istio`]: the same gateway as Istio manifests (`WasmPlugin` for the Wasm flavour,
-//!   `EnvoyFilter` for the dynamic module);
+//! - [`istio`]: the same gateway as Istio manifests (one `EnvoyFilter`, Wasm through ECDS;
+//!   no bootstrap patch);
+//! - [`envoy_gateway`]: the same gateway as Envoy Gateway manifests;
+//! - [`kube`], [`names`]: what those two share (a `Service` per pool, valid names);
 //! - [`report`]: what became of every field.
 //!
-//! [`render`] writes into the output directory: `envoy.yaml` (the bootstrap), `istio.yaml`,
-//! `fields.md` (the report), `README.md` (what each file is and the order to apply them),
-//! and `eds/` with one example `ClusterLoadAssignment` per pool.
+//! [`render`] writes into the output directory, by `--target`: `envoy.yaml` (the bootstrap)
+//! and `eds/` with one example `ClusterLoadAssignment` per pool (`envoy`), `istio.yaml`
+//! (`istio`) or `envoy-gateway.yaml` (`envoy-gateway`); and always `fields.md` (the report)
+//! and `README.md` (what each file is and how to deploy it).
 
+pub mod envoy_gateway;
 pub mod gateway;
 pub mod istio;
+pub mod kube;
+pub mod names;
 pub mod objects;
 mod readme;
 pub mod report;
@@ -28,19 +34,70 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 pub use gateway::GatewayInputs;
+pub use istio::IstioVersion;
+
+/// What `render` renders for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Target {
+    /// A bare Envoy: the bootstrap (`envoy.yaml`) and its EDS files.
+    #[default]
+    Envoy,
+    /// A Gateway Istio runs: `istio.yaml`.
+    Istio,
+    /// A Gateway Envoy Gateway runs: `envoy-gateway.yaml`.
+    EnvoyGateway,
+}
+
+impl Target {
+    /// The file the target's output goes to.
+    pub fn file(self) -> &'static str {
+        match self {
+            Target::Envoy => "envoy.yaml",
+            Target::Istio => "istio.yaml",
+            Target::EnvoyGateway => "envoy-gateway.yaml",
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Target::Envoy => "envoy",
+            Target::Istio => "istio",
+            Target::EnvoyGateway => "envoy-gateway",
+        })
+    }
+}
+
+impl std::str::FromStr for Target {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "envoy" => Ok(Target::Envoy),
+            "istio" => Ok(Target::Istio),
+            "envoy-gateway" => Ok(Target::EnvoyGateway),
+            other => bail!("--target {other}: expected envoy, istio or envoy-gateway"),
+        }
+    }
+}
 
 /// Everything `infergate render` is given.
 #[derive(Clone, Debug)]
 pub struct RenderOptions {
     /// The objects' directory.
     pub objects: PathBuf,
+    /// What to render for.
+    pub target: Target,
+    /// The Istio release (target `istio`).
+    pub istio_version: IstioVersion,
     /// Where the files go (created if missing).
     pub out: PathBuf,
     /// The gateway's listener (`0.0.0.0:8080`).
     pub listen: SocketAddr,
     /// Envoy's admin interface (`127.0.0.1:9901`).
     pub admin: SocketAddr,
-    /// The OCI image of the Wasm module, for the `WasmPlugin`'s `url`.
+    /// The module's OCI image: the Wasm module istio-agent or Envoy Gateway fetches, or the
+    /// image whose root holds `libinfergate_envoy.so` (native: an image volume).
     pub image: String,
     /// Where the pool clusters take their members from: EDS files (the default) or the
     /// `--endpoints` lists as STATIC clusters.
@@ -56,10 +113,10 @@ pub struct RenderOptions {
 /// What [`render`] produced.
 #[derive(Clone, Debug)]
 pub struct Rendered {
-    /// The bootstrap's path.
-    pub bootstrap: PathBuf,
-    /// The Istio manifests' path.
-    pub istio: PathBuf,
+    /// The target.
+    pub target: Target,
+    /// The target's file: the bootstrap, or the control plane's manifests.
+    pub output: PathBuf,
     /// The field report's path.
     pub fields: PathBuf,
     /// The README's path.
@@ -75,11 +132,50 @@ pub fn render(opts: &RenderOptions) -> Result<Rendered> {
     }
     let mut set = objects::load_dir(&opts.objects)?;
     let gw = gateway::build(&mut set, &opts.gateway)?;
+    std::fs::create_dir_all(&opts.out)
+        .with_context(|| format!("creating {}", opts.out.display()))?;
+    let write = |name: &str, body: &str| -> Result<PathBuf> {
+        let path = opts.out.join(name);
+        std::fs::write(&path, body).with_context(|| format!("writing {}", path.display()))?;
+        Ok(path)
+    };
+    let text = match opts.target {
+        Target::Envoy => bootstrap_text(opts, &gw, &mut set.report)?,
+        Target::Istio => istio::manifests(
+            &gw,
+            &opts.gateway,
+            &opts.image,
+            opts.istio_version,
+            &mut set.report,
+        )?,
+        Target::EnvoyGateway => {
+            envoy_gateway::manifests(&gw, &opts.gateway, &opts.image, &mut set.report)?
+        }
+    };
+    let output = write(opts.target.file(), &text)?;
+    let fields = write("fields.md", &set.report.to_markdown())?;
+    let readme = write(
+        "README.md",
+        &readme::text(&gw, opts, &set.report.not_supported_lines()),
+    )?;
+    Ok(Rendered {
+        target: opts.target,
+        output,
+        fields,
+        readme,
+        not_supported: set.report.not_supported_lines(),
+    })
+}
+
+/// The bootstrap of `gw` (target `envoy`), its EDS files written.
+fn bootstrap_text(
+    opts: &RenderOptions,
+    gw: &gateway::Gateway,
+    report: &mut report::Report,
+) -> Result<String> {
     let mut params = gw.params.clone();
     params.listener_port = opts.listen.port();
     params.admin_port = opts.admin.port();
-    std::fs::create_dir_all(&opts.out)
-        .with_context(|| format!("creating {}", opts.out.display()))?;
     let out_dir = std::fs::canonicalize(&opts.out)
         .with_context(|| format!("resolving {}", opts.out.display()))?;
     params.membership = opts.membership;
@@ -105,7 +201,7 @@ pub fn render(opts: &RenderOptions) -> Result<Rendered> {
                     .eds
                     .as_ref()
                     .map(|e| e.path(&cluster).display().to_string());
-                set.report.used(
+                report.used(
                     label,
                     "",
                     format!(
@@ -120,14 +216,14 @@ pub fn render(opts: &RenderOptions) -> Result<Rendered> {
                     ),
                 );
             }
-            (Membership::Static, true) => set.report.not_supported(
+            (Membership::Static, true) => report.not_supported(
                 label,
                 "",
                 format!(
                     "cluster `{cluster}` is STATIC and no --endpoints were given: it has no member"
                 ),
             ),
-            (Membership::Static, false) => set.report.used(
+            (Membership::Static, false) => report.used(
                 label,
                 "",
                 format!("cluster `{cluster}`: STATIC, the --endpoints given"),
@@ -137,30 +233,10 @@ pub fn render(opts: &RenderOptions) -> Result<Rendered> {
     let text = bootstrap::render(&params)?;
     let text = with_addresses(&text, opts.listen, opts.admin)?;
     check_rendered(&text)?;
-    let text = match (&params.eds, &opts.eds_dir) {
-        (Some(local), Some(remote)) => with_eds_dir(&text, local.dir(), remote)?,
-        _ => text,
-    };
-    let write = |name: &str, body: &str| -> Result<PathBuf> {
-        let path = opts.out.join(name);
-        std::fs::write(&path, body).with_context(|| format!("writing {}", path.display()))?;
-        Ok(path)
-    };
-    let bootstrap = write("envoy.yaml", &text)?;
-    let manifests = istio::manifests(&gw, &opts.gateway, &opts.image, &mut set.report)?;
-    let istio = write("istio.yaml", &manifests)?;
-    let fields = write("fields.md", &set.report.to_markdown())?;
-    let readme = write(
-        "README.md",
-        &readme::text(&gw, opts, &set.report.not_supported_lines()),
-    )?;
-    Ok(Rendered {
-        bootstrap,
-        istio,
-        fields,
-        readme,
-        not_supported: set.report.not_supported_lines(),
-    })
+    match (&params.eds, &opts.eds_dir) {
+        (Some(local), Some(remote)) => with_eds_dir(&text, local.dir(), remote),
+        _ => Ok(text),
+    }
 }
 
 /// Checks the module configurations as the bootstrap carries them (after the EDS form
@@ -209,12 +285,23 @@ fn check_rendered(text: &str) -> Result<()> {
             )),
         }
     };
-    gateway::check_with_the_modules_parsers(
-        &by_role("router")?,
-        &by_role("picker")?,
-        &by_role("scraper")?,
-    )
-    .context("the bootstrap's module configurations")
+    // The scraper: inside the picker's configuration (`scraper`, no role) where the
+    // bootstrap puts it there, else its own bootstrap extension's configuration.
+    let mut picker = by_role("picker")?;
+    let mut router = by_role("router")?;
+    let embedded = picker.as_object_mut().and_then(|m| {
+        m.remove("instance");
+        m.remove("scraper")
+    });
+    if let Some(m) = router.as_object_mut() {
+        m.remove("instance");
+    }
+    let scraper = match embedded {
+        Some(s) => s,
+        None => by_role("scraper")?,
+    };
+    gateway::check_with_the_modules_parsers(&router, &picker, &scraper)
+        .context("the bootstrap's module configurations")
 }
 
 /// The bootstrap with every path under `local` (where the EDS files were written) moved

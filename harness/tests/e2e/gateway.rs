@@ -90,6 +90,7 @@ mod flow;
 mod global_quotas;
 mod lora;
 mod membership;
+mod owner;
 mod panics;
 mod pools;
 mod precise;
@@ -141,6 +142,13 @@ for_each_flavour!(
     native_only: a_panic_fails_one_request_and_envoy_keeps_serving;
     wasm_ignored:
 );
+
+/// Wasm only: the elected owner's VM dies under load (the native flavour has no owner: its
+/// state is the process's memory).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wasm_a_dead_owner_is_replaced_under_load_and_no_request_fails() {
+    owner::a_dead_owner_is_replaced_under_load_and_no_request_fails().await;
+}
 
 /// A one-message chat request for `model`.
 fn chat(model: &str, content: &str) -> serde_json::Value {

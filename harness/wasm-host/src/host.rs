@@ -115,6 +115,27 @@ impl Host {
         Ok(id)
     }
 
+    /// Removes the plugin `root_context_id`, as Envoy does when a configuration update
+    /// replaces it: `proxy_on_done`, then `proxy_on_delete`; it ticks no more.
+    pub fn remove_plugin(&self, root_context_id: u32) -> Result<()> {
+        let mut rt = self.rt()?;
+        if !rt.store.data_mut().roots.contains_key(&root_context_id) {
+            bail!("no plugin {root_context_id}");
+        }
+        if let Some(f) = rt.exports.done.clone() {
+            rt.call("proxy_on_done", root_context_id, |s| {
+                f.call(s, root_context_id)
+            })?;
+        }
+        if let Some(f) = rt.exports.delete.clone() {
+            rt.call("proxy_on_delete", root_context_id, |s| {
+                f.call(s, root_context_id)
+            })?;
+        }
+        rt.store.data_mut().roots.remove(&root_context_id);
+        Ok(())
+    }
+
     /// The context id of the plugin configured with `root_id`.
     pub fn root_context_id(&self, root_id: &str) -> Option<u32> {
         self.state(|s| {

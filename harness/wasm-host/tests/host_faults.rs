@@ -262,11 +262,14 @@ fn an_oversized_page_is_a_failed_scrape_and_never_copied_into_the_vm() {
     let scraper = Host::builder().load(common::product_module()).unwrap();
     let config = common::testdata("filters/scraper.json")
         .replace("\"path\"", "\"maxMetricsPageBytes\": 1024, \"path\"");
-    scraper.configure_plugin("scraper", config).unwrap();
-    // Every scraper stat exists from the start.
+    scraper
+        .configure_plugin("picker", common::picker_with_scraper(&config))
+        .unwrap();
+    // Every scraper stat exists from the election on.
+    assert_eq!(scraper.metric("infergate.scraper.tick_failures"), None);
+    scraper.advance_time_ms(50).unwrap();
     assert_eq!(scraper.metric("infergate.scraper.tick_failures"), Some(0));
     assert_eq!(scrapes(&scraper, "failed"), 0);
-    scraper.advance_time_ms(50).unwrap();
     // Were the body copied, it would read as this small valid page and succeed.
     scraper
         .inject_fault(

@@ -104,9 +104,10 @@ fn the_wasm_scraper_follows_the_admin_membership_and_the_picker_follows_the_snap
         .unwrap();
     scraper
         .configure_plugin(
-            "scraper",
-            r#"{"role":"scraper","snapshotKey":"infergate.snapshot","clusters":["pool"],
-                "intervalMs":50,"membershipIntervalMs":100}"#,
+            "picker",
+            common::picker_with_scraper(
+                r#"{"clusters":["pool"], "intervalMs":50,"membershipIntervalMs":100}"#,
+            ),
         )
         .unwrap();
     // First tick: the admin callout only (no member known yet).
@@ -138,7 +139,7 @@ fn the_wasm_scraper_follows_the_admin_membership_and_the_picker_follows_the_snap
     picker
         .configure_plugin(
             "picker",
-            r#"{"role":"picker","snapshotKey":"infergate.snapshot",
+            r#"{"role":"picker","snapshotKey":"infergate.snapshot","allowOnHeadersStopIteration":true,
                 "pools":[{"pool":"pool","baseModel":"m","fallbacks":2}]}"#,
         )
         .unwrap();
@@ -194,8 +195,8 @@ fn the_wasm_scraper_refuses_membership_host() {
         .load(product_module())
         .unwrap();
     let refused = scraper.configure_plugin(
-        "scraper",
-        r#"{"role":"scraper","clusters":["pool"],"membership":"host"}"#,
+        "picker",
+        common::picker_with_scraper(r#"{"clusters":["pool"],"membership":"host"}"#),
     );
     assert!(refused.is_err() || scraper.pending_http_calls().is_empty());
     assert!(scraper

@@ -140,7 +140,10 @@ fn scraper_publishes_and_the_picker_routes_inside_the_pool_avoiding_a_full_repli
         .load(product_module())
         .unwrap();
     let root = scraper
-        .configure_plugin("scraper", testdata("filters/scraper.json"))
+        .configure_plugin(
+            "picker",
+            common::picker_with_scraper(&testdata("filters/scraper.json")),
+        )
         .unwrap();
     assert_eq!(scraper.tick_period_ms(root), Some(50));
     scraper.advance_time_ms(50).unwrap();
@@ -231,7 +234,10 @@ fn stale_metrics_are_refused_under_fail_close() {
         .load(product_module())
         .unwrap();
     scraper
-        .configure_plugin("scraper", testdata("filters/scraper.json"))
+        .configure_plugin(
+            "picker",
+            common::picker_with_scraper(&testdata("filters/scraper.json")),
+        )
         .unwrap();
     scraper.advance_time_ms(50).unwrap();
     answer_scrapes(&scraper, |_| 0.1);
@@ -259,7 +265,10 @@ fn stale_metrics_are_refused_under_fail_close() {
 fn a_failed_scrape_does_not_crash_the_scraper() {
     let scraper = Host::load(product_module()).unwrap();
     scraper
-        .configure_plugin("scraper", testdata("filters/scraper.json"))
+        .configure_plugin(
+            "picker",
+            common::picker_with_scraper(&testdata("filters/scraper.json")),
+        )
         .unwrap();
     scraper.advance_time_ms(50).unwrap();
     let token = scraper.pending_http_calls()[0].token;

@@ -24,7 +24,10 @@ fn stack(workers: usize) -> (Host, Vec<Host>) {
         .load(product_module())
         .unwrap();
     scraper
-        .configure_plugin("scraper", testdata("filters/scraper.json"))
+        .configure_plugin(
+            "picker",
+            common::picker_with_scraper(&testdata("filters/scraper.json")),
+        )
         .unwrap();
     scraper.advance_time_ms(50).unwrap();
     assert_eq!(answer_scrapes(&scraper), 4);
@@ -285,4 +288,200 @@ fn a_request_its_fallback_served_moves_its_load_at_the_owner() {
     assert_eq!(owner.metric(INFLIGHT), Some(0));
     assert_eq!(worker.trapped(), None);
     assert_eq!(owner.trapped(), None);
+}
+
+const TAKEOVERS: &str = "infergate.owner.takeovers";
+const RESENDS: &str = "infergate.picker.owner_resends";
+
+/// `n` worker VMs of `vm_id ""` (Istio's), every one a candidate (its picker carries the
+/// scraper), on one clock.
+fn candidates(n: usize, shared: &SharedData) -> Vec<Host> {
+    (0..n)
+        .map(|i| {
+            let w = Host::builder()
+                .vm_id("")
+                .shared_data(shared)
+                .time_ms(1_000)
+                // Distinct: the host keeps the seed's low bit set.
+                .random_seed(2 * i as u64 + 1)
+                .load(product_module())
+                .unwrap();
+            w.configure_plugin(
+                "picker",
+                common::picker_with_scraper(&testdata("filters/scraper.json")),
+            )
+            .unwrap();
+            w
+        })
+        .collect()
+}
+
+/// Advances every host's clock by `ms` in 50 ms ticks, answering scrapes.
+fn run_for(hosts: &[&Host], ms: u64) {
+    for _ in 0..ms / 50 {
+        for h in hosts {
+            h.advance_time_ms(50).unwrap();
+            answer_scrapes(h);
+        }
+    }
+}
+
+/// The index of the host that scrapes (holds the owner's lease) among `hosts`.
+fn scraping(hosts: &[&Host]) -> Vec<usize> {
+    (0..hosts.len())
+        .filter(|&i| {
+            hosts[i].metric(TAKEOVERS).unwrap_or(0) > 0
+                && hosts[i].metric("infergate.scraper.publishes").unwrap_or(0) > 0
+        })
+        .collect()
+}
+
+#[test]
+fn workers_elect_one_owner_that_scrapes_and_answers_every_workers_picks() {
+    let shared = SharedData::new();
+    let workers = candidates(3, &shared);
+    let hosts: Vec<&Host> = workers.iter().collect();
+    // Configuration alone elects nobody (Envoy's canary VM is configured, never ticked).
+    assert!(
+        shared.keys().iter().all(|k| !k.contains("owner.lease")),
+        "{:?}",
+        shared.keys()
+    );
+    assert!(hosts.iter().all(|h| h.pending_http_calls().is_empty()));
+    run_for(&hosts, 200);
+    let owners: Vec<usize> = (0..3)
+        .filter(|&i| hosts[i].metric(TAKEOVERS).unwrap_or(0) > 0)
+        .collect();
+    assert_eq!(owners.len(), 1, "exactly one owner: {owners:?}");
+    assert_eq!(scraping(&hosts), owners);
+    // Every shared-data key of the module carries its instance.
+    assert!(
+        shared.keys().iter().all(|k| k.starts_with("infergate.")),
+        "{:?}",
+        shared.keys()
+    );
+    // A conversation's turns on every worker meet one state: same endpoint, no fallback.
+    let mut history = "a long shared system prompt. ".repeat(40);
+    let mut served = Vec::new();
+    for turn in 0..6 {
+        history.push_str(&format!(" turn {turn}."));
+        let s = send(hosts[(turn + owners[0] + 1) % 3], &history);
+        exchange(&hosts);
+        served.push(destination(&s));
+        finish(&s);
+        exchange(&hosts);
+    }
+    assert!(served.iter().all(|e| *e == served[0]), "{served:?}");
+    for h in &hosts {
+        assert_eq!(h.metric(FALLBACKS).unwrap_or(0), 0);
+        assert_eq!(h.trapped(), None);
+    }
+}
+
+#[test]
+fn a_dead_owner_is_replaced_within_its_lease_and_waiting_picks_are_answered_by_the_next() {
+    let shared = SharedData::new();
+    let mut workers = candidates(3, &shared);
+    {
+        let hosts: Vec<&Host> = workers.iter().collect();
+        run_for(&hosts, 100);
+    }
+    let owner = (0..3)
+        .find(|&i| workers[i].metric(TAKEOVERS).unwrap_or(0) > 0)
+        .expect("an owner");
+    // A pick reaches the owner's queue; the owner dies before answering (its VM is gone
+    // without a word: no resignation).
+    let waiting_on = (owner + 1) % 3;
+    let s = send(&workers[waiting_on], "a question for an owner about to die");
+    let dead = workers.remove(owner);
+    drop(dead);
+    let hosts: Vec<&Host> = workers.iter().collect();
+    let died_at = hosts[0].now_ms();
+    let mut first_pick_at = None;
+    for _ in 0..30 {
+        for h in &hosts {
+            h.advance_time_ms(50).unwrap();
+            answer_scrapes(h);
+        }
+        exchange(&hosts);
+        if first_pick_at.is_none() && s.upstream_request_headers().is_some() {
+            first_pick_at = Some(hosts[0].now_ms());
+        }
+    }
+    let failover = first_pick_at.expect("the waiting pick was answered") - died_at;
+    assert!(
+        failover <= 1_000,
+        "answered {failover} ms after the owner died"
+    );
+    // Answered by the new owner (resent to it), not picked locally.
+    destination(&s);
+    let new_owners: Vec<usize> = (0..2)
+        .filter(|&i| hosts[i].metric(TAKEOVERS).unwrap_or(0) > 0)
+        .collect();
+    assert_eq!(new_owners.len(), 1, "{new_owners:?}");
+    assert_eq!(hosts[waiting_on.min(1)].metric(FALLBACKS).unwrap_or(0), 0);
+    assert!(
+        hosts
+            .iter()
+            .map(|h| h.metric(RESENDS).unwrap_or(0))
+            .sum::<u64>()
+            >= 1
+    );
+    assert_eq!(scraping(&hosts), new_owners);
+    finish(&s);
+    // The new owner's in-flight count returns to the truth once the workers' ticks give
+    // the leases back.
+    run_for(&hosts, 300);
+    exchange(&hosts);
+    assert_eq!(hosts[new_owners[0]].metric(INFLIGHT).unwrap_or(0), 0);
+}
+
+#[test]
+fn an_owner_that_goes_away_resigns_and_the_next_tick_takes_over_at_once() {
+    let shared = SharedData::new();
+    let workers = candidates(2, &shared);
+    let hosts: Vec<&Host> = workers.iter().collect();
+    run_for(&hosts, 100);
+    let owner = (0..2)
+        .find(|&i| hosts[i].metric(TAKEOVERS).unwrap_or(0) > 0)
+        .expect("an owner");
+    let other = 1 - owner;
+    // The owner's root is replaced (a configuration update): the old root resigns.
+    let old = hosts[owner].root_context_id("picker").unwrap();
+    hosts[owner]
+        .configure_plugin("picker", testdata("filters/picker.json"))
+        .unwrap();
+    hosts[owner].remove_plugin(old).unwrap();
+    hosts[other].advance_time_ms(50).unwrap();
+    assert_eq!(
+        hosts[other].metric(TAKEOVERS),
+        Some(1),
+        "taken at the next tick"
+    );
+    assert!(!hosts[other].pending_http_calls().is_empty(), "and scrapes");
+}
+
+#[test]
+fn another_plugins_shared_data_in_the_same_vm_id_does_not_disturb_the_gateway() {
+    let shared = SharedData::new();
+    // Another vendor's plugin in vm_id "" writes keys of its own, one of them the bare
+    // name a module without an instance prefix would have used.
+    for (k, v) in [
+        ("owner.lease", &b"theirs"[..]),
+        ("snapshot", b"x"),
+        ("picker.owner", b"y"),
+    ] {
+        shared.set(k, v, 0).unwrap();
+    }
+    let workers = candidates(2, &shared);
+    let hosts: Vec<&Host> = workers.iter().collect();
+    run_for(&hosts, 100);
+    let s = send(hosts[0], "hello");
+    exchange(&hosts);
+    destination(&s);
+    assert_eq!(hosts[0].metric(FALLBACKS).unwrap_or(0), 0);
+    assert_eq!(
+        shared.get("owner.lease").map(|(v, _)| v),
+        Some(b"theirs".to_vec())
+    );
 }

@@ -98,6 +98,28 @@ pub(super) async fn every_turn_follows_the_first_across_four_workers(flavor: Fla
         "{}: every first turn on one replica: {first_turns:?}",
         tag(flavor)
     );
+    // Wasm: every pick was made by the one owner the worker VMs elected (no bootstrap
+    // singleton here), none in a worker's own state.
+    let stats = stack.envoy().stats().await.unwrap();
+    let fallbacks: i64 = stats
+        .containing("infergate.picker.owner_fallbacks")
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(
+        fallbacks,
+        0,
+        "{}: picks made without the owner",
+        tag(flavor)
+    );
+    if flavor == Flavor::Wasm {
+        // Router and picker in VMs of their own on every thread (the main thread's and each
+        // worker's), as Istio's WasmPlugins get: they meet only in shared data and queues.
+        let vms = stats.value("wasm.envoy.wasm.runtime.v8.active");
+        assert!(
+            vms >= 2 * (i64::from(WORKERS) + 1),
+            "wasm: {vms} active VMs for 2 plugins on {WORKERS} workers and the main thread"
+        );
+    }
     assert!(
         strayed.is_empty(),
         "{}: turns away from their conversation's first replica \

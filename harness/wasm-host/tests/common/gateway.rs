@@ -103,7 +103,10 @@ impl Gateway {
             .load(product_module())
             .expect("load the scraper VM");
         scraper
-            .configure_plugin("scraper", testdata("filters/scraper.json"))
+            .configure_plugin(
+                "picker",
+                super::picker_with_scraper(&testdata("filters/scraper.json")),
+            )
             .expect("configure the scraper");
         scraper.advance_time_ms(50).expect("first tick");
         assert_eq!(answer_scrapes(&scraper), 4);

@@ -72,3 +72,14 @@ pub fn testdata(relative: &str) -> String {
 }
 
 pub mod gateway;
+
+/// A picker configuration that carries `scraper` (a scraper configuration's JSON text):
+/// `testdata/filters/picker.json` with it as its `scraper`. A VM configured with it is a
+/// candidate for the process-wide work, and the first to tick takes it.
+pub fn picker_with_scraper(scraper: &str) -> String {
+    let mut picker: serde_json::Value =
+        serde_json::from_str(&testdata("filters/picker.json")).expect("picker.json");
+    let scraper: serde_json::Value = serde_json::from_str(scraper).expect("a scraper config");
+    picker["scraper"] = scraper;
+    picker.to_string()
+}

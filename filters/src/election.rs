@@ -1,0 +1,340 @@
+//! One owner among the VMs of a process, elected through a lease in compare-and-swap cells.
+//!
+//! The Wasm flavour keeps its process-wide work (the scraper, the picker state owner) in one
+//! worker VM. No control plane installs a singleton service for it (Istio applies no
+//! bootstrap extension), so the VMs of the process elect that worker among themselves: the
+//! *lease* is one cell (proxy-wasm shared data) holding the holder's id, an epoch and when
+//! the holder last renewed it. Every candidate calls [`Election::tick`] from its timer:
+//!
+//! - the holder renews the lease (compare-and-swap on the version it read);
+//! - a candidate takes a lease that is free, or that was not renewed for [`LEASE_TTL_MS`]
+//!   (its holder died, was reloaded or stalled), with the epoch one higher;
+//! - a holder that finds the lease renewed by someone else (it stalled past the TTL) steps
+//!   down; a holder that goes away gives the lease back ([`Election::resign`]) so the next
+//!   tick of any other VM takes it at once.
+//!
+//! Ticks only, never configuration: Envoy first runs each new configuration in a throwaway
+//! canary VM, which never ticks, so it never holds the lease.
+//!
+//! The cell store may create a missing cell without a version check (proxy-wasm does): two
+//! candidates that both found no cell may both believe they hold the lease for one tick. The
+//! loser finds the version changed at its next renewal and steps down; nothing it did as
+//! owner outlives that tick but answers its callers had already been sent (each owner
+//! numbers its leases from its own epoch, so no answer is mistaken for another owner's).
+
+use crate::quotas::{CasCells, CasWrite};
+
+/// How long a lease lasts without renewal: after this, any candidate may take it over.
+/// Renewal happens on every tick (tens of milliseconds), so only a dead or stalled holder
+/// loses it; a failover completes within this plus one tick.
+pub const LEASE_TTL_MS: u64 = 500;
+
+/// The lease cell's content.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The holder's candidate id (0: nobody; the lease was given back).
+    pub holder: u64,
+    /// Incremented at every change of holder.
+    pub epoch: u64,
+    /// When the holder last renewed it (ms, the host's wall clock).
+    pub renewed_ms: u64,
+}
+
+impl Lease {
+    const LEN: usize = 24;
+
+    /// The cell's bytes.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut out = [0u8; Self::LEN];
+        out[..8].copy_from_slice(&self.holder.to_le_bytes());
+        out[8..16].copy_from_slice(&self.epoch.to_le_bytes());
+        out[16..].copy_from_slice(&self.renewed_ms.to_le_bytes());
+        out
+    }
+
+    /// The lease in `bytes`; `None` if they are not one (another writer's cell).
+    pub fn decode(bytes: &[u8]) -> Option<Lease> {
+        let word = |i: usize| -> Option<u64> {
+            Some(u64::from_le_bytes(bytes.get(i..i + 8)?.try_into().ok()?))
+        };
+        if bytes.len() != Self::LEN {
+            return None;
+        }
+        Some(Lease {
+            holder: word(0)?,
+            epoch: word(8)?,
+            renewed_ms: word(16)?,
+        })
+    }
+
+    fn expired(&self, now_ms: u64) -> bool {
+        self.holder == 0 || now_ms.saturating_sub(self.renewed_ms) >= LEASE_TTL_MS
+    }
+}
+
+/// What a tick found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// This candidate holds the lease of `epoch`; `since_now` when it took it this tick.
+    Owner {
+        /// The lease's epoch.
+        epoch: u64,
+        /// Taken over at this tick (start the owner's work).
+        since_now: bool,
+    },
+    /// Another candidate holds the lease of `epoch` (or nobody does: `holder` 0).
+    Follower {
+        /// The holder's id.
+        holder: u64,
+        /// The lease's epoch.
+        epoch: u64,
+    },
+}
+
+/// One candidate's view of the election.
+#[derive(Debug)]
+pub struct Election {
+    key: String,
+    me: u64,
+    /// The epoch this candidate holds, if it does.
+    held: Option<u64>,
+}
+
+impl Election {
+    /// Candidate `me` (non-zero, unique in the process: a random draw) for the lease in
+    /// cell `key`.
+    pub fn new(key: String, me: u64) -> Election {
+        Election {
+            key,
+            me: me.max(1),
+            held: None,
+        }
+    }
+
+    /// This candidate's id.
+    pub fn me(&self) -> u64 {
+        self.me
+    }
+
+    /// Whether this candidate held the lease at its last tick.
+    pub fn holds(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// Renew, take or observe the lease at `now_ms`. A host that refuses the cell leaves
+    /// the candidate a follower of nobody (it keeps no owner's work it cannot prove).
+    pub fn tick<C: CasCells + ?Sized>(&mut self, cells: &C, now_ms: u64) -> Role {
+        for _ in 0..4 {
+            let (current, version) = match cells.load(&self.key) {
+                Some((bytes, version)) => (Lease::decode(&bytes), version),
+                None => (None, 0),
+            };
+            let current = current.unwrap_or(Lease {
+                holder: 0,
+                epoch: 0,
+                renewed_ms: 0,
+            });
+            let mine = current.holder == self.me && self.held == Some(current.epoch);
+            if !mine && !current.expired(now_ms) {
+                self.held = None;
+                return Role::Follower {
+                    holder: current.holder,
+                    epoch: current.epoch,
+                };
+            }
+            let next = Lease {
+                holder: self.me,
+                epoch: if mine {
+                    current.epoch
+                } else {
+                    current.epoch.wrapping_add(1).max(1)
+                },
+                renewed_ms: now_ms,
+            };
+            match cells.store(&self.key, &next.encode(), version) {
+                CasWrite::Stored => {
+                    self.held = Some(next.epoch);
+                    return Role::Owner {
+                        epoch: next.epoch,
+                        since_now: !mine,
+                    };
+                }
+                CasWrite::Conflict => continue,
+                // A holder whose renewal the host refused still holds the lease it renewed
+                // last, until that expires.
+                CasWrite::Failed if mine && !current.expired(now_ms) => {
+                    return Role::Owner {
+                        epoch: current.epoch,
+                        since_now: false,
+                    };
+                }
+                CasWrite::Failed => break,
+            }
+        }
+        self.held = None;
+        Role::Follower {
+            holder: 0,
+            epoch: 0,
+        }
+    }
+
+    /// Give the lease back if this candidate holds it (it is going away), so the next tick
+    /// of another candidate takes it without waiting for [`LEASE_TTL_MS`].
+    pub fn resign<C: CasCells + ?Sized>(&mut self, cells: &C) {
+        let Some(epoch) = self.held.take() else {
+            return;
+        };
+        let Some((bytes, version)) = cells.load(&self.key) else {
+            return;
+        };
+        if Lease::decode(&bytes).is_some_and(|l| l.holder == self.me && l.epoch == epoch) {
+            let free = Lease {
+                holder: 0,
+                epoch,
+                renewed_ms: 0,
+            };
+            let _ = cells.store(&self.key, &free.encode(), version);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::FakeCells;
+    use std::sync::Arc;
+
+    type Cells = Arc<FakeCells>;
+
+    fn owner(role: Role) -> Option<u64> {
+        match role {
+            Role::Owner { epoch, .. } => Some(epoch),
+            Role::Follower { .. } => None,
+        }
+    }
+
+    #[test]
+    fn the_first_ticker_takes_the_lease_and_the_others_follow_it() {
+        let cells = Cells::default();
+        let mut a = Election::new("k".into(), 1);
+        let mut b = Election::new("k".into(), 2);
+        assert_eq!(
+            a.tick(&cells, 1000),
+            Role::Owner {
+                epoch: 1,
+                since_now: true
+            }
+        );
+        assert_eq!(
+            b.tick(&cells, 1010),
+            Role::Follower {
+                holder: 1,
+                epoch: 1
+            }
+        );
+        // Renewals keep it, and are not a new takeover.
+        for t in (1050..3000).step_by(50) {
+            assert_eq!(
+                a.tick(&cells, t),
+                Role::Owner {
+                    epoch: 1,
+                    since_now: false
+                }
+            );
+            assert_eq!(owner(b.tick(&cells, t + 1)), None);
+        }
+    }
+
+    #[test]
+    fn a_lease_not_renewed_for_its_ttl_is_taken_over_with_a_new_epoch() {
+        let cells = Cells::default();
+        let mut a = Election::new("k".into(), 1);
+        let mut b = Election::new("k".into(), 2);
+        assert_eq!(owner(a.tick(&cells, 1000)), Some(1));
+        // a dies: b waits out the TTL, not a moment less.
+        assert_eq!(owner(b.tick(&cells, 1000 + LEASE_TTL_MS - 1)), None);
+        assert_eq!(
+            b.tick(&cells, 1000 + LEASE_TTL_MS),
+            Role::Owner {
+                epoch: 2,
+                since_now: true
+            }
+        );
+        // a comes back from a stall: it finds the lease renewed by b and steps down.
+        assert_eq!(
+            a.tick(&cells, 1000 + LEASE_TTL_MS + 10),
+            Role::Follower {
+                holder: 2,
+                epoch: 2
+            }
+        );
+        assert!(!a.holds());
+        assert!(b.holds());
+    }
+
+    #[test]
+    fn a_resigned_lease_is_taken_at_the_next_tick_without_waiting() {
+        let cells = Cells::default();
+        let mut a = Election::new("k".into(), 1);
+        let mut b = Election::new("k".into(), 2);
+        assert_eq!(owner(a.tick(&cells, 1000)), Some(1));
+        a.resign(&cells);
+        assert_eq!(owner(b.tick(&cells, 1001)), Some(2));
+        // Resigning what one does not hold changes nothing.
+        a.resign(&cells);
+        assert_eq!(owner(b.tick(&cells, 1002)), Some(2));
+    }
+
+    #[test]
+    fn two_creators_of_the_cell_end_with_one_holder_within_a_tick() {
+        let cells = Cells::default();
+        let mut a = Election::new("k".into(), 1);
+        let mut b = Election::new("k".into(), 2);
+        // Both find no cell; both create it (no version check on creation).
+        assert_eq!(owner(a.tick(&cells, 1000)), Some(1));
+        assert_eq!(owner(b.tick(&cells, 1000)), None);
+        // Even if both had written, the next renewals leave exactly one holder.
+        let both = [a.tick(&cells, 1050), b.tick(&cells, 1050)];
+        assert_eq!(both.iter().filter(|r| owner(**r).is_some()).count(), 1);
+    }
+
+    /// Cells whose writes the host refuses.
+    struct Refusing<'a>(&'a Cells);
+
+    impl CasCells for Refusing<'_> {
+        fn load(&self, key: &str) -> Option<(Vec<u8>, u32)> {
+            self.0.load(key)
+        }
+        fn store(&self, _: &str, _: &[u8], _: u32) -> CasWrite {
+            CasWrite::Failed
+        }
+    }
+
+    #[test]
+    fn a_refused_renewal_keeps_the_lease_until_it_expires() {
+        let cells = Cells::default();
+        let mut a = Election::new("k".into(), 1);
+        assert_eq!(owner(a.tick(&cells, 1000)), Some(1));
+        let refusing = Refusing(&cells);
+        assert_eq!(owner(a.tick(&refusing, 1000 + LEASE_TTL_MS - 1)), Some(1));
+        assert_eq!(owner(a.tick(&refusing, 1000 + LEASE_TTL_MS)), None);
+        // A candidate that never held it cannot take it through a refusing host.
+        let mut b = Election::new("k".into(), 2);
+        assert_eq!(owner(b.tick(&refusing, 5000)), None);
+    }
+
+    #[test]
+    fn a_foreign_or_torn_cell_is_treated_as_free() {
+        let cells = Cells::default();
+        let _ = cells.store("k", b"another plugin's bytes", 0);
+        let mut a = Election::new("k".into(), 7);
+        assert_eq!(owner(a.tick(&cells, 5)), Some(1));
+        let lease = Lease {
+            holder: 7,
+            epoch: 9,
+            renewed_ms: 123,
+        };
+        assert_eq!(Lease::decode(&lease.encode()), Some(lease));
+        assert_eq!(Lease::decode(&lease.encode()[..23]), None);
+    }
+}

@@ -1,0 +1,741 @@
+//! The control-plane tier: the gateway as a control plane would install it, run on a real
+//! Envoy 1.40.
+//!
+//! `infergate render --target istio` writes manifests; [`istio::translate`] turns them into
+//! the Envoy configuration istiod and istio-agent would give the Gateway's proxy (listener,
+//! routes, `outbound|…` clusters fed by EDS, the `EnvoyFilter` applied as istiod applies
+//! it, every Wasm filter by ECDS, the module fetched as the agent would), written as files
+//! Envoy reads through its filesystem xDS; the Services' endpoints and the admin port map
+//! to the test's loopback. Patches istiod would not apply (`BOOTSTRAP`, a match that finds
+//! nothing) are dropped and printed; [`every_rendered_version_drops_no_patch`] holds the
+//! rendered output to none.
+//!
+//! Each scenario runs in both flavours (a flavour whose module is not built is skipped, as
+//! in the e2e suite; `cargo xtask test` names the test-artefact modules through
+//! `INFERGATE_WASM` / `INFERGATE_NATIVE`, which `Flavor::artefact` reads):
+//! routing, an EDS membership change, the tenants' billing on stdout, another vendor's Wasm
+//! plugin in the same `vm_id ""` with shared data of its own (Wasm), and the multi-turn
+//! affinity workload at 1 and 4 Envoy workers against the bare-Envoy (`--target envoy`)
+//! rendering of the same objects. `INFERGATE_CP_LONG=1` runs the workload's long form.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "control_plane/istio.rs"]
+mod istio;
+#[path = "control_plane/proxy.rs"]
+mod proxy;
+
+use infergate_harness::artefacts::workspace_root;
+use infergate_harness::launch::client::post_json;
+use infergate_harness::launch::process::RunDir;
+use infergate_harness::launch::{Envoy, EnvoyOptions, Flavor, Membership};
+use infergate_harness::load::runner::run_target;
+use infergate_harness::load::{
+    Assign, Connections, LoadConfig, Summary, Target as LoadTarget, Workload,
+};
+use infergate_harness::render::{render, GatewayInputs, IstioVersion, RenderOptions, Target};
+use infergate_harness::sim::{self, EngineConfig, SimConfig, SimHandle};
+use proxy::Proxy;
+use serde_json::{json, Value as Json};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const POOL: &str = "llama-70b-bf16";
+const SERVICE: &str = "llama-70b-bf16-infergate";
+const MODEL: &str = "llama-70b";
+
+fn seed_objects() -> PathBuf {
+    workspace_root().join("testdata/objects")
+}
+
+/// Whether `flavor`'s module is missing (then the test is skipped, as in the e2e suite;
+/// under `cargo xtask test` a named module that is missing fails).
+fn unbuilt(flavor: Flavor) -> bool {
+    let Some(module) = flavor.artefact() else {
+        return true;
+    };
+    let named = ["INFERGATE_WASM", "INFERGATE_NATIVE"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some_and(|p| module == Path::new(&p)));
+    assert!(
+        !named || module.is_file(),
+        "{} was named but does not exist",
+        module.display()
+    );
+    if !module.is_file() {
+        eprintln!("SKIPPED: {flavor} flavour needs {}", module.display());
+        return true;
+    }
+    false
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn options(flavor: Flavor, target: Target, out: &Path, objects: PathBuf) -> RenderOptions {
+    RenderOptions {
+        objects,
+        target,
+        istio_version: IstioVersion::V1_30,
+        out: out.to_path_buf(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        admin: SocketAddr::from(([127, 0, 0, 1], free_port())),
+        image: "oci://registry.test/infergate-wasm:test".into(),
+        membership: Membership::Eds,
+        eds_dir: None,
+        gateway: GatewayInputs {
+            flavor,
+            endpoints: vec![(POOL.into(), Vec::new())],
+            module: None,
+            no_tenants: true,
+            jwks: None,
+            billing_log: None,
+            per_request_split: false,
+        },
+    }
+}
+
+fn docs_of(path: &Path) -> Vec<Json> {
+    let text = std::fs::read_to_string(path).unwrap();
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| {
+            let v: serde_yaml_ng::Value = serde::Deserialize::deserialize(d).unwrap();
+            serde_json::to_value(v).unwrap()
+        })
+        .collect()
+}
+
+/// The Istio manifests of `opts` (target forced to Istio).
+fn istio_docs(mut opts: RenderOptions) -> Vec<Json> {
+    opts.target = Target::Istio;
+    opts.gateway.endpoints.clear();
+    let out = render(&opts).unwrap();
+    docs_of(&out.output)
+}
+
+/// The gateway on the proxy Istio would run: translated, started, its pool answering.
+struct IstioGateway {
+    proxy: Proxy,
+    /// `infergate.picker.owner_fallbacks` once warm: a request before the pickers' first
+    /// election picks locally; steady state starts after.
+    warm_fallbacks: i64,
+    translated: istio::Translated,
+    _dir: RunDir,
+}
+
+async fn istio_gateway(
+    flavor: Flavor,
+    docs: &[Json],
+    endpoints: &[SocketAddr],
+    workers: u32,
+) -> IstioGateway {
+    let dir = RunDir::new("cp-istio").unwrap();
+    let lo = istio::Loopback {
+        dir: dir.path().join("xds"),
+        admin_port: free_port(),
+        wasm_module: Flavor::Wasm.artefact(),
+        native_module: Flavor::Native.artefact(),
+        endpoints: BTreeMap::from([(SERVICE.to_owned(), endpoints.to_vec())]),
+    };
+    let translated = istio::translate(docs, &lo).unwrap();
+    for d in &translated.dropped {
+        eprintln!("{flavor}: DROPPED PATCH {d}");
+    }
+    let proxy = Proxy::start(
+        &dir,
+        &translated.bootstrap,
+        &translated.env,
+        workers,
+        &translated.listener,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{flavor}: {e:#}"));
+    let base = proxy.base_url();
+    warm_up(&base, flavor, &[], || proxy.log_tail(30)).await;
+    let warm_fallbacks = proxy.stat("infergate.picker.owner_fallbacks").await.max(0);
+    IstioGateway {
+        proxy,
+        warm_fallbacks,
+        translated,
+        _dir: dir,
+    }
+}
+
+fn chat(model: &str, text: &str) -> Json {
+    json!({"model": model, "max_tokens": 8, "messages": [{"role": "user", "content": text}]})
+}
+
+/// Until the scraper has published the pool's members, the pool answers 503.
+async fn warm_up(base: &str, flavor: Flavor, headers: &[(&str, &str)], log: impl Fn() -> String) {
+    let url = format!("{base}/v1/chat/completions");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let resp = post_json(&url, &chat(MODEL, "warm up"), headers)
+            .await
+            .unwrap();
+        if resp.status == 200 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{flavor}: still {} {} after 15 s; {}",
+            resp.status,
+            resp.text(),
+            log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn simulated(replicas: u32) -> SimHandle {
+    sim::start(SimConfig {
+        replicas,
+        models: vec![MODEL.into()],
+        loras: vec!["support-assistant-v1".into(), "support-assistant-v2".into()],
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    infergate_harness::launch::runtime().unwrap()
+}
+
+// ---- What istiod would apply. ----
+
+/// For 1.28, 1.29 and 1.30, both flavours: the translation of the rendered manifests drops
+/// no patch, and puts the gateway's filters before Envoy's router in chain order, each Wasm
+/// filter through ECDS with `vm_id ""` and no `allow_on_headers_stop_iteration`. A
+/// `BOOTSTRAP` patch and a patch anchored on a filter the listener lacks are dropped (and
+/// reported) as istiod would.
+#[test]
+fn every_rendered_version_drops_no_patch() {
+    for flavor in [Flavor::Wasm, Flavor::Native] {
+        for version in [
+            IstioVersion::V1_28,
+            IstioVersion::V1_29,
+            IstioVersion::V1_30,
+        ] {
+            let dir = RunDir::new("cp-drops").unwrap();
+            let mut opts = options(
+                flavor,
+                Target::Istio,
+                &dir.path().join("out"),
+                seed_objects(),
+            );
+            opts.istio_version = version;
+            let docs = istio_docs(opts);
+            let lo = istio::Loopback {
+                dir: dir.path().join("xds"),
+                admin_port: 1,
+                wasm_module: Some("/nonexistent/module.wasm".into()),
+                native_module: Some("/nonexistent/libinfergate_envoy.so".into()),
+                endpoints: BTreeMap::new(),
+            };
+            let t = istio::translate(&docs, &lo).unwrap();
+            let ctx = format!("{flavor} Istio {version}");
+            for d in &t.dropped {
+                eprintln!("{ctx}: DROPPED PATCH {d}");
+            }
+            assert!(t.dropped.is_empty(), "{ctx}: {:?}", t.dropped);
+            let lds: Json = serde_json::from_str(
+                &std::fs::read_to_string(dir.path().join("xds/lds.json")).unwrap(),
+            )
+            .unwrap();
+            let names: Vec<String> = lds["resources"][0]["filter_chains"][0]["filters"][0]
+                ["typed_config"]["http_filters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f["name"].as_str().unwrap().to_owned())
+                .collect();
+            let ours: Vec<&str> = names
+                .iter()
+                .map(String::as_str)
+                .skip_while(|n| !n.starts_with("infergate."))
+                .collect();
+            let expected: Vec<&str> = match flavor {
+                Flavor::Wasm => infergate_harness::render::istio::WASM_CHAIN.to_vec(),
+                _ => vec!["infergate.router", "infergate.picker"],
+            };
+            assert_eq!(
+                &ours[..ours.len() - 1],
+                expected.as_slice(),
+                "{ctx}: {names:?}"
+            );
+            assert_eq!(ours.last(), Some(&"envoy.filters.http.router"), "{ctx}");
+            for (name, ext) in &t.ecds {
+                let config = &ext["typed_config"]["config"];
+                assert_eq!(config["vm_config"]["vm_id"], "", "{ctx}: {name}");
+                assert!(
+                    config.get("allow_on_headers_stop_iteration").is_none(),
+                    "{ctx}: {name}"
+                );
+                assert_eq!(
+                    config["vm_config"]["code"]["local"]["filename"], "/nonexistent/module.wasm",
+                    "{ctx}: {name}"
+                );
+            }
+            assert_eq!(
+                t.ecds.len(),
+                if flavor == Flavor::Wasm { 3 } else { 0 },
+                "{ctx}"
+            );
+        }
+    }
+    // What istiod drops, the translator drops and says so.
+    let dir = RunDir::new("cp-drops-neg").unwrap();
+    let mut docs = istio_docs(options(
+        Flavor::Native,
+        Target::Istio,
+        &dir.path().join("out"),
+        seed_objects(),
+    ));
+    let ef = docs
+        .iter_mut()
+        .find(|d| d["kind"] == "EnvoyFilter")
+        .unwrap();
+    let patches = ef["spec"]["configPatches"].as_array_mut().unwrap();
+    patches.push(
+        json!({"applyTo": "BOOTSTRAP", "patch": {"operation": "MERGE", "value": {
+        "bootstrap_extensions": [{"name": "infergate.scraper"}]}}}),
+    );
+    patches.push(json!({"applyTo": "HTTP_FILTER", "match": {"context": "GATEWAY", "listener": {"filterChain": {
+        "filter": {"name": "envoy.filters.network.http_connection_manager",
+                   "subFilter": {"name": "istio.stats.missing"}}}}},
+        "patch": {"operation": "INSERT_AFTER", "value": {"name": "lost"}}}));
+    let lo = istio::Loopback {
+        dir: dir.path().join("xds"),
+        admin_port: 1,
+        wasm_module: None,
+        native_module: Some("/nonexistent/libinfergate_envoy.so".into()),
+        endpoints: BTreeMap::new(),
+    };
+    let t = istio::translate(&docs, &lo).unwrap();
+    for d in &t.dropped {
+        eprintln!("negative case: DROPPED PATCH {d}");
+    }
+    assert_eq!(t.dropped.len(), 2, "{:?}", t.dropped);
+    assert!(t.dropped[0].starts_with("BOOTSTRAP"));
+    assert!(t.dropped[1].contains("lost"));
+}
+
+// ---- Routing. ----
+
+#[test]
+fn istio_routing() {
+    runtime().block_on(async {
+        for flavor in [Flavor::Wasm, Flavor::Native] {
+            if unbuilt(flavor) {
+                continue;
+            }
+            routing(flavor).await;
+        }
+    });
+}
+
+async fn routing(flavor: Flavor) {
+    let sim = simulated(3).await;
+    let replicas = sim.addrs()[..2].to_vec();
+    let dir = RunDir::new("cp-route").unwrap();
+    let docs = istio_docs(options(flavor, Target::Istio, dir.path(), seed_objects()));
+    let gw = istio_gateway(flavor, &docs, &replicas, 2).await;
+    let url = format!("{}/v1/chat/completions", gw.proxy.base_url());
+    let pool: Vec<String> = replicas.iter().map(ToString::to_string).collect();
+    for i in 0..6 {
+        let resp = post_json(&url, &chat(MODEL, &format!("question {i}")), &[])
+            .await
+            .unwrap();
+        assert_eq!(resp.status, 200, "{flavor}: {}", resp.text());
+        let served = resp
+            .header("x-gateway-destination-endpoint-served")
+            .unwrap_or_default();
+        assert!(
+            pool.iter().any(|p| p == served),
+            "{flavor}: served by `{served}`"
+        );
+    }
+    // A client's own gateway headers steer nothing.
+    for (name, value) in [
+        ("x-gateway-destination-endpoint", "127.0.0.1:1"),
+        ("x-gateway-base-model-name", "no-such-model"),
+    ] {
+        let resp = post_json(&url, &chat(MODEL, "steer"), &[(name, value)])
+            .await
+            .unwrap();
+        assert_eq!(resp.status, 200, "{flavor}: {name}: {}", resp.text());
+    }
+    let resp = post_json(&url, &chat("support-assistant", "hello"), &[])
+        .await
+        .unwrap();
+    assert_eq!(resp.status, 200, "{flavor}: {}", resp.text());
+    // A body past the router's limit (4 MiB) gets the router's own 413 (OpenAI JSON), not
+    // Envoy's plain text: Istio leaves the listener's buffer limit at Envoy's 1 MiB default.
+    let big = chat(MODEL, &"x".repeat((4 << 20) + 4096));
+    let resp = post_json(&url, &big, &[]).await.unwrap();
+    assert_eq!(resp.status, 413, "{flavor}: {}", resp.text());
+    assert!(
+        resp.json().is_ok_and(|j| j.get("error").is_some()),
+        "{flavor}: {}",
+        resp.text()
+    );
+    // A 2 MiB body, past Envoy's default buffer limit and within the router's, reaches a
+    // replica (which refuses its 500k tokens of context: the engine's 400).
+    let two = chat(MODEL, &"y".repeat(2 << 20));
+    let resp = post_json(&url, &two, &[]).await.unwrap();
+    assert!(
+        resp.header("x-gateway-destination-endpoint-served")
+            .is_some()
+            && resp.status != 413,
+        "{flavor}: 2 MiB body: {} {}",
+        resp.status,
+        resp.text()
+    );
+    let resp = post_json(&url, &chat("no-such-model", "hello"), &[])
+        .await
+        .unwrap();
+    assert_eq!(resp.status, 404, "{flavor}: {}", resp.text());
+    // The Envoy Istio would run has what the tier claims: the Istio listener, Wasm by ECDS.
+    let dump = gw
+        .proxy
+        .admin_json("/config_dump")
+        .await
+        .unwrap()
+        .to_string();
+    assert!(dump.contains("0.0.0.0_80"), "{flavor}");
+    assert!(dump.contains(&gw.translated.clusters[SERVICE]), "{flavor}");
+    if flavor == Flavor::Wasm {
+        assert!(
+            dump.contains("EcdsConfigDump"),
+            "{flavor}: no ECDS in the config dump"
+        );
+    }
+    let stats = gw.proxy.stats().await.unwrap();
+    let custom: Vec<&str> = stats
+        .iter()
+        .map(|(k, _)| k)
+        .filter(|k| k.contains("infergate.scraper") || k.contains("infergate.picker"))
+        .take(3)
+        .collect();
+    let mut gw = gw;
+    assert!(gw.proxy.running(), "{flavor}: Envoy exited");
+    eprintln!(
+        "ISTIO ROUTING {flavor}: ok; infergate stats visible under Istio's stats_matcher: {custom:?}"
+    );
+}
+
+// ---- Membership by EDS. ----
+
+#[test]
+fn istio_eds_membership_change() {
+    runtime().block_on(async {
+        for flavor in [Flavor::Wasm, Flavor::Native] {
+            if unbuilt(flavor) {
+                continue;
+            }
+            let sim = simulated(3).await;
+            let all = sim.addrs().to_vec();
+            let dir = RunDir::new("cp-eds").unwrap();
+            let docs = istio_docs(options(flavor, Target::Istio, dir.path(), seed_objects()));
+            let gw = istio_gateway(flavor, &docs, &all[..2], 2).await;
+            let url = format!("{}/v1/chat/completions", gw.proxy.base_url());
+            let cluster = &gw.translated.clusters[SERVICE];
+            let written = std::time::Instant::now();
+            gw.translated.eds.write_healthy(cluster, &all).unwrap();
+            let newcomer = all[2].to_string();
+            let mut i = 0;
+            loop {
+                i += 1;
+                let resp = post_json(&url, &chat(MODEL, &format!("after scale-up {i}")), &[]).await.unwrap();
+                assert_eq!(resp.status, 200, "{flavor}: {}", resp.text());
+                if resp.header("x-gateway-destination-endpoint-served") == Some(newcomer.as_str()) {
+                    break;
+                }
+                assert!(written.elapsed() < Duration::from_secs(5), "{flavor}: newcomer unpicked");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            // And a member removed by EDS is never picked again.
+            gw.translated.eds.write_healthy(cluster, &all[1..]).unwrap();
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            let gone = all[0].to_string();
+            for j in 0..12 {
+                let resp = post_json(&url, &chat(MODEL, &format!("after scale-down {j}")), &[]).await.unwrap();
+                assert_eq!(resp.status, 200, "{flavor}: {}", resp.text());
+                assert_ne!(resp.header("x-gateway-destination-endpoint-served"), Some(gone.as_str()), "{flavor}");
+            }
+            eprintln!("ISTIO EDS {flavor}: newcomer picked {:?} after the write (request {i}); the removed member unpicked", written.elapsed());
+        }
+    });
+}
+
+// ---- Tenants: billed on stdout. ----
+
+#[test]
+fn istio_tenants_bill_on_stdout() {
+    runtime().block_on(async {
+        for flavor in [Flavor::Wasm, Flavor::Native] {
+            if unbuilt(flavor) {
+                continue;
+            }
+            let dir = RunDir::new("cp-tenants").unwrap();
+            let objects = dir.path().join("objects");
+            std::fs::create_dir_all(&objects).unwrap();
+            for entry in std::fs::read_dir(seed_objects()).unwrap() {
+                let path = entry.unwrap().path();
+                let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                if !name.starts_with("quota-") {
+                    std::fs::copy(&path, objects.join(&name)).unwrap();
+                }
+            }
+            for name in ["quota-a.yaml", "quota-b.yaml"] {
+                std::fs::copy(
+                    workspace_root().join("testdata/tenants").join(name),
+                    objects.join(name),
+                )
+                .unwrap();
+            }
+            let mut opts = options(flavor, Target::Istio, &dir.path().join("out"), objects);
+            opts.gateway.no_tenants = false;
+            opts.gateway.billing_log = Some("/var/log/infergate/billing.log".into());
+            let docs = istio_docs(opts);
+            let sim = simulated(2).await;
+            let key = "Bearer sk-infergate-test-tenant-a";
+            let dir2 = RunDir::new("cp-tenants-run").unwrap();
+            let lo = istio::Loopback {
+                dir: dir2.path().join("xds"),
+                admin_port: free_port(),
+                wasm_module: Flavor::Wasm.artefact(),
+                native_module: Flavor::Native.artefact(),
+                endpoints: BTreeMap::from([(SERVICE.to_owned(), sim.addrs().to_vec())]),
+            };
+            let t = istio::translate(&docs, &lo).unwrap();
+            assert!(t.dropped.is_empty(), "{flavor}: {:?}", t.dropped);
+            let proxy = Proxy::start(&dir2, &t.bootstrap, &t.env, 2, &t.listener)
+                .await
+                .unwrap();
+            warm_up(&proxy.base_url(), flavor, &[("authorization", key)], || {
+                proxy.log_tail(30)
+            })
+            .await;
+            let url = format!("{}/v1/chat/completions", proxy.base_url());
+            let resp = post_json(&url, &chat(MODEL, "who am I"), &[])
+                .await
+                .unwrap();
+            assert_eq!(resp.status, 401, "{flavor}: {}", resp.text());
+            for i in 0..3 {
+                let resp = post_json(
+                    &url,
+                    &chat(MODEL, &format!("tenant a {i}")),
+                    &[("authorization", key)],
+                )
+                .await
+                .unwrap();
+                assert_eq!(resp.status, 200, "{flavor}: {}", resp.text());
+            }
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+            loop {
+                let records = proxy.stdout_json();
+                let a = records
+                    .iter()
+                    .filter(|r| r["tenant"] == "tenant-a" && r["status"] == 200)
+                    .count();
+                if a >= 4 {
+                    eprintln!(
+                        "ISTIO TENANTS {flavor}: {a} records of tenant-a on stdout, e.g. {}",
+                        records[0]
+                    );
+                    break;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{flavor}: stdout records {records:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    });
+}
+
+// ---- Another vendor's plugin in the same vm_id "". ----
+
+/// The neighbour plugin, built like the wasm-host harness builds its test module.
+fn neighbour() -> PathBuf {
+    let manifest =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/control_plane/neighbour/Cargo.toml");
+    let target =
+        infergate_harness::artefacts::workspace_root().join("target/control-plane-neighbour");
+    let status = std::process::Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--quiet",
+            "--release",
+            "--target",
+            "wasm32-wasip1",
+            "--manifest-path",
+        ])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&target)
+        .status()
+        .unwrap();
+    assert!(status.success(), "building the neighbour plugin failed");
+    target.join("wasm32-wasip1/release/control_plane_neighbour.wasm")
+}
+
+#[test]
+fn istio_another_wasm_plugin_shares_vm_id_empty() {
+    if unbuilt(Flavor::Wasm) {
+        return;
+    }
+    let module = neighbour();
+    runtime().block_on(async {
+        let sim = simulated(2).await;
+        let dir = RunDir::new("cp-neighbour").unwrap();
+        let mut docs = istio_docs(options(Flavor::Wasm, Target::Istio, dir.path(), seed_objects()));
+        // Another vendor's EnvoyFilter, first in the chain, the module a file istio-agent
+        // would have fetched already (`file://`: the translator leaves local code alone).
+        let name = "vendor.neighbour";
+        docs.push(json!({"apiVersion": "networking.istio.io/v1alpha3", "kind": "EnvoyFilter",
+            "metadata": {"name": "neighbour", "namespace": "gateway-system"},
+            "spec": {"configPatches": [
+                {"applyTo": "HTTP_FILTER", "match": {"context": "GATEWAY", "listener": {"filterChain": {"filter": {
+                    "name": "envoy.filters.network.http_connection_manager"}}}},
+                 "patch": {"operation": "INSERT_FIRST", "value": {"name": name, "config_discovery": {
+                    "config_source": {"ads": {}, "initial_fetch_timeout": "0s", "resource_api_version": "V3"},
+                    "type_urls": ["type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"]}}}},
+                {"applyTo": "EXTENSION_CONFIG", "patch": {"operation": "ADD", "value": {"name": name,
+                    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+                        "config": {"name": name, "root_id": "neighbour",
+                            "vm_config": {"vm_id": "", "runtime": "envoy.wasm.runtime.v8",
+                                "environment_variables": {"key_values": {"ISTIO_META_WASM_PLUGIN_RESOURCE_VERSION": "7"}},
+                                "code": {"local": {"filename": module}}}}}}}}]}}));
+        let gw = istio_gateway(Flavor::Wasm, &docs, sim.addrs(), 2).await;
+        let url = format!("{}/v1/chat/completions", gw.proxy.base_url());
+        let mut counts = Vec::new();
+        for i in 0..10 {
+            let resp = post_json(&url, &chat(MODEL, &format!("neighbourly {i}")), &[]).await.unwrap();
+            assert_eq!(resp.status, 200, "{}", resp.text());
+            counts.push(resp.header("x-neighbour-count").unwrap_or("-").parse::<u64>().unwrap_or(0));
+        }
+        // Its counter is one process-wide count (shared data), moving with every request.
+        assert!(counts.windows(2).all(|w| w[1] > w[0]), "{counts:?}");
+        let fallbacks =
+            gw.proxy.stat("infergate.picker.owner_fallbacks").await - gw.warm_fallbacks;
+        eprintln!("ISTIO NEIGHBOUR: counts {counts:?}; owner fallbacks {fallbacks}");
+        assert_eq!(fallbacks, 0);
+    });
+}
+
+// ---- The multi-turn affinity workload, control plane against bare Envoy. ----
+
+fn long_form() -> bool {
+    std::env::var_os("INFERGATE_CP_LONG").is_some()
+}
+
+fn affinity_workload() -> Workload {
+    let long = long_form();
+    Workload {
+        model: MODEL.into(),
+        conversations: if long { 64 } else { 16 },
+        turns: if long { 6 } else { 3 },
+        system_tokens: if long { 4000 } else { 2000 },
+        max_tokens: if long { 600 } else { 48 },
+        ..Workload::default()
+    }
+}
+
+async fn run_workload(base: &str, label: &str, salt: u64) -> Summary {
+    let cfg = LoadConfig {
+        workload: affinity_workload(),
+        concurrency: if long_form() { 16 } else { 8 },
+        ..LoadConfig::default()
+    };
+    let target = LoadTarget {
+        label: label.into(),
+        urls: vec![base.to_owned()],
+        assign: Assign::Random,
+        connections: Connections::PerRequest,
+    };
+    let report = run_target(&cfg, &target, salt).await.unwrap();
+    assert!(
+        report.summary.errors.is_empty(),
+        "{label}: {:?}",
+        report.summary.errors
+    );
+    report.summary
+}
+
+#[test]
+fn istio_affinity_matches_bare_envoy() {
+    runtime().block_on(async {
+        let mut lines = Vec::new();
+        for flavor in [Flavor::Wasm, Flavor::Native] {
+            if unbuilt(flavor) {
+                continue;
+            }
+            for workers in [1u32, 4] {
+                let sim = sim::start(SimConfig {
+                    replicas: 4,
+                    models: vec![MODEL.into()],
+                    time_scale: 2.0,
+                    engine: EngineConfig {
+                        kv_capacity_tokens: 160_000,
+                        prefill_tokens_per_s: 16_000.0,
+                        ..EngineConfig::default()
+                    },
+                    ..SimConfig::default()
+                })
+                .await
+                .unwrap();
+                // Bare Envoy: the `--target envoy` rendering of the same objects.
+                let dir = RunDir::new("cp-bare").unwrap();
+                let mut opts = options(flavor, Target::Envoy, dir.path(), seed_objects());
+                opts.gateway.endpoints = vec![(POOL.into(), sim.addrs().iter().map(ToString::to_string).collect())];
+                let out = render(&opts).unwrap();
+                let text = std::fs::read_to_string(&out.output).unwrap();
+                let bare = Envoy::start(&text, &EnvoyOptions { concurrency: workers, ..EnvoyOptions::default() })
+                    .await
+                    .unwrap();
+                warm_up(&bare.base_url(), flavor, &[], || bare.log_tail(20)).await;
+                let b = run_workload(&bare.base_url(), "bare", 1).await;
+                drop(bare);
+                // Istio.
+                let docs = istio_docs(options(flavor, Target::Istio, &dir.path().join("istio"), seed_objects()));
+                let gw = istio_gateway(flavor, &docs, sim.addrs(), workers).await;
+                let i = run_workload(&gw.proxy.base_url(), "istio", 2).await;
+                let fallbacks = gw.proxy.stat("infergate.picker.owner_fallbacks").await - gw.warm_fallbacks;
+                drop(gw);
+                sim.shutdown().await;
+                let line = format!(
+                    "AFFINITY {flavor} {workers} worker(s), {} requests: hit ratio bare {:.3} istio {:.3}; \
+                     TTFT p50 bare {:.1} ms istio {:.1} ms ({:+.1}%); owner fallbacks {fallbacks}",
+                    i.requests,
+                    b.cache_hit_ratio,
+                    i.cache_hit_ratio,
+                    b.ttft_p50_s * 1e3,
+                    i.ttft_p50_s * 1e3,
+                    (i.ttft_p50_s / b.ttft_p50_s - 1.0) * 100.0
+                );
+                eprintln!("{line}");
+                lines.push((flavor, b, i, fallbacks, line));
+            }
+        }
+        for (flavor, b, i, fallbacks, line) in &lines {
+            assert!((b.cache_hit_ratio - i.cache_hit_ratio).abs() <= 0.02, "{line}");
+            // The short form's TTFT is a few requests' worth: held to 10% in the long form,
+            // to 25% in CI's.
+            let bound = if long_form() { 0.10 } else { 0.25 };
+            assert!((i.ttft_p50_s / b.ttft_p50_s - 1.0).abs() <= bound, "{line}");
+            if *flavor == Flavor::Wasm {
+                assert_eq!(*fallbacks, 0, "{line}");
+            }
+        }
+    });
+}

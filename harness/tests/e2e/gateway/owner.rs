@@ -1,0 +1,165 @@
+//! Wasm: the owner the worker VMs elect dies under load, and another takes over.
+//!
+//! Envoy runs four workers; no bootstrap extension runs (the template has none): the
+//! pickers' VMs elect the one that scrapes and owns the picker state. Clients keep
+//! multi-turn conversations going while a request carrying the test build's trap header
+//! kills the owner's VM (the header traps only on the VM holding the lease; Envoy's
+//! `FAIL_RELOAD` starts a fresh VM on that worker). The test holds:
+//!
+//! - another VM takes the lease over: one more takeover, within a second of the death;
+//! - no conversation request fails, none waits as long as a second and a half (an answer
+//!   the dead owner never gave is asked of the new one, not left to Envoy's timeouts);
+//! - after the load, the in-flight gauges read zero within a few ticks (the dead owner's
+//!   counts died with it; the new owner writes its own).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use infergate_harness::launch::client::post_json;
+use infergate_harness::launch::{Flavor, PoolSpec, Stack};
+use serde_json::json;
+use tokio::sync::Mutex;
+
+use crate::support::gw::{self, Plan};
+use crate::support::{TestBackend, QUICK};
+
+const MODEL: &str = "model-a";
+const WORKERS: u32 = 4;
+const CLIENTS: usize = 4;
+const TRAP_HEADER: &str = "x-infergate-test-trap-owner";
+
+async fn stat_sum(stack: &Stack, needle: &str) -> i64 {
+    let stats = stack.envoy().stats().await.unwrap();
+    stats.containing(needle).map(|(_, v)| v).sum()
+}
+
+/// Whether the Wasm module under test is a build with the test stages (the trap header).
+fn has_test_stages() -> bool {
+    Flavor::Wasm
+        .artefact()
+        .and_then(|p| std::fs::read(p).ok())
+        .is_some_and(|bytes| {
+            bytes
+                .windows(TRAP_HEADER.len())
+                .any(|w| w == TRAP_HEADER.as_bytes())
+        })
+}
+
+pub(super) async fn a_dead_owner_is_replaced_under_load_and_no_request_fails() {
+    if !has_test_stages() {
+        eprintln!(
+            "SKIPPED: the wasm module was built without its test stages (cargo xtask test \
+             builds them into target/wasm32-wasip1/test-artefact/)"
+        );
+        return;
+    }
+    let backends = TestBackend::many(4, QUICK).await;
+    let mut plan = Plan::new(vec![PoolSpec::all(MODEL)]);
+    plan.concurrency = WORKERS;
+    let Some(stack) = gw::start(Flavor::Wasm, &backends, plan).await else {
+        return;
+    };
+    let stack = Arc::new(stack);
+    let url = format!("{}/v1/chat/completions", stack.picker_url());
+    // The owner exists once a request was picked by it.
+    let warm = post_json(
+        &url,
+        &json!({"model": MODEL, "messages": [{"role": "user", "content": "warm"}]}),
+        &[],
+    )
+    .await
+    .unwrap();
+    assert_eq!(warm.status, 200);
+    assert_eq!(
+        stat_sum(&stack, "infergate.owner.takeovers").await,
+        1,
+        "one owner"
+    );
+
+    let results = Arc::new(Mutex::new(Vec::<(u16, Duration)>::new()));
+    let stop_at = Instant::now() + Duration::from_secs(4);
+    let mut clients = Vec::new();
+    for c in 0..CLIENTS {
+        let url = url.clone();
+        let results = Arc::clone(&results);
+        clients.push(tokio::spawn(async move {
+            let mut messages =
+                vec![json!({"role": "system", "content": format!("client {c} ").repeat(200)})];
+            let mut turn = 0;
+            while Instant::now() < stop_at {
+                messages.push(json!({"role": "user", "content": format!("turn {turn}")}));
+                let body = json!({"model": MODEL, "messages": messages});
+                let started = Instant::now();
+                let status = post_json(&url, &body, &[])
+                    .await
+                    .map(|r| r.status)
+                    .unwrap_or(0);
+                results.lock().await.push((status, started.elapsed()));
+                messages.push(json!({"role": "assistant", "content": "ok"}));
+                turn += 1;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Kill the owner: a request carrying the trap header asks it (through shared data) to
+    // trap at its next tick, whichever thread its VM runs on.
+    let body = json!({"model": MODEL, "messages": [{"role": "user", "content": "die"}]});
+    let asked = post_json(&url, &body, &[(TRAP_HEADER, "1")]).await.unwrap();
+    assert_eq!(asked.status, 200, "the asking request itself is served");
+    let killed_at = Some(Instant::now());
+    let Some(killed_at) = killed_at else {
+        let log = std::fs::read_to_string(stack.envoy().log_path()).unwrap_or_default();
+        let wasm: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("wasm log"))
+            .take(40)
+            .collect();
+        panic!(
+            "no request reached the owner's VM and trapped it; envoy's wasm log:\n{}",
+            wasm.join("\n")
+        );
+    };
+    let mut taken_over = None;
+    while killed_at.elapsed() < Duration::from_secs(3) {
+        if stat_sum(&stack, "infergate.owner.takeovers").await >= 2 {
+            taken_over = Some(killed_at.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for c in clients {
+        c.await.unwrap();
+    }
+    let taken_over = taken_over.expect("another VM took the owner's lease over");
+    let results = results.lock().await;
+    let failed: Vec<_> = results.iter().filter(|(s, _)| *s != 200).collect();
+    let slowest = results.iter().map(|(_, d)| *d).max().unwrap_or_default();
+    let fallbacks = stat_sum(&stack, "infergate.picker.owner_fallbacks").await;
+    let resends = stat_sum(&stack, "infergate.picker.owner_resends").await;
+    eprintln!(
+        "OWNER FAILOVER wasm {WORKERS} workers: takeover {taken_over:?} after the death; \
+         {} requests under load, {} failed, slowest {slowest:?}; {resends} picks resent to \
+         the new owner, {fallbacks} picked locally",
+        results.len(),
+        failed.len()
+    );
+    assert!(
+        taken_over <= Duration::from_secs(1),
+        "takeover after {taken_over:?}"
+    );
+    assert!(failed.is_empty(), "failed under failover: {failed:?}");
+    assert!(
+        slowest < Duration::from_millis(1500),
+        "a request took {slowest:?}"
+    );
+    // The gauges read the truth again within a few ticks of the load's end.
+    let mut inflight = -1;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        inflight = stat_sum(&stack, "infergate.picker.inflight_requests").await;
+        if inflight == 0 {
+            break;
+        }
+    }
+    assert_eq!(inflight, 0, "in-flight gauges after the load");
+}
