@@ -24,7 +24,8 @@ mod istio;
 #[path = "control_plane/proxy.rs"]
 mod proxy;
 
-use infergate_harness::artefacts::workspace_root;
+#[path = "shared/objects.rs"]
+mod shared;
 use infergate_harness::launch::client::post_json;
 use infergate_harness::launch::process::RunDir;
 use infergate_harness::launch::{Envoy, EnvoyOptions, Flavor, Membership};
@@ -36,6 +37,7 @@ use infergate_harness::render::{render, GatewayInputs, IstioVersion, RenderOptio
 use infergate_harness::sim::{self, EngineConfig, SimConfig, SimHandle};
 use proxy::Proxy;
 use serde_json::{json, Value as Json};
+use shared::seed_objects;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -44,10 +46,6 @@ use std::time::Duration;
 const POOL: &str = "llama-70b-bf16";
 const SERVICE: &str = "llama-70b-bf16-infergate";
 const MODEL: &str = "llama-70b";
-
-fn seed_objects() -> PathBuf {
-    workspace_root().join("testdata/objects")
-}
 
 /// Whether `flavor`'s module is missing (then the test is skipped, as in the e2e suite;
 /// under `cargo xtask test` a named module that is missing fails).
@@ -485,22 +483,7 @@ fn istio_tenants_bill_on_stdout() {
                 continue;
             }
             let dir = RunDir::new("cp-tenants").unwrap();
-            let objects = dir.path().join("objects");
-            std::fs::create_dir_all(&objects).unwrap();
-            for entry in std::fs::read_dir(seed_objects()).unwrap() {
-                let path = entry.unwrap().path();
-                let name = path.file_name().unwrap().to_string_lossy().into_owned();
-                if !name.starts_with("quota-") {
-                    std::fs::copy(&path, objects.join(&name)).unwrap();
-                }
-            }
-            for name in ["quota-a.yaml", "quota-b.yaml"] {
-                std::fs::copy(
-                    workspace_root().join("testdata/tenants").join(name),
-                    objects.join(name),
-                )
-                .unwrap();
-            }
+            let objects = shared::objects_with_tenants(&dir.path().join("objects"));
             let mut opts = options(flavor, Target::Istio, &dir.path().join("out"), objects);
             opts.gateway.no_tenants = false;
             opts.gateway.billing_log = Some("/var/log/infergate/billing.log".into());

@@ -8,6 +8,8 @@
 //! A flavour whose module is not built is skipped with a note (as the e2e suite does).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "shared/objects.rs"]
+mod shared;
 use infergate_harness::artefacts::workspace_root;
 use infergate_harness::launch::binary::envoy_binary;
 use infergate_harness::launch::client::post_json;
@@ -18,16 +20,13 @@ use infergate_harness::launch::{EdsDir, Envoy, EnvoyOptions, Flavor, Membership}
 use infergate_harness::render::{render, GatewayInputs, IstioVersion, RenderOptions, Target};
 use infergate_harness::sim::{self, SimConfig};
 use serde_json::json;
+use shared::seed_objects;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 const POOL: &str = "llama-70b-bf16";
 const MODEL: &str = "llama-70b";
-
-fn seed_objects() -> PathBuf {
-    workspace_root().join("testdata/objects")
-}
 
 fn unbuilt(flavor: Flavor) -> bool {
     match flavor.artefact() {
@@ -405,19 +404,7 @@ fn tenants_with_real_digests_authenticate_and_bill() {
 
 async fn tenants(flavor: Flavor) {
     let dir = RunDir::new("render-tenants").unwrap();
-    let objects = dir.path().join("objects");
-    std::fs::create_dir_all(&objects).unwrap();
-    for entry in std::fs::read_dir(seed_objects()).unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if !name.starts_with("quota-") {
-            std::fs::copy(&path, objects.join(&name)).unwrap();
-        }
-    }
-    for name in ["quota-a.yaml", "quota-b.yaml"] {
-        let from = workspace_root().join("testdata/tenants").join(name);
-        std::fs::copy(from, objects.join(name)).unwrap();
-    }
+    let objects = shared::objects_with_tenants(&dir.path().join("objects"));
     let sim = simulated_pool().await;
     let issuer = TestIssuer::new();
     let billing = dir.path().join("billing.log");
@@ -774,22 +761,7 @@ fn istio_manifests_hold_only_what_istiod_installs() {
 #[test]
 fn istio_billing_log_goes_to_stdout() {
     let dir = RunDir::new("render-istio-billing").unwrap();
-    let objects = dir.path().join("objects");
-    std::fs::create_dir_all(&objects).unwrap();
-    for entry in std::fs::read_dir(seed_objects()).unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if !name.starts_with("quota-") {
-            std::fs::copy(&path, objects.join(&name)).unwrap();
-        }
-    }
-    for name in ["quota-a.yaml", "quota-b.yaml"] {
-        std::fs::copy(
-            workspace_root().join("testdata/tenants").join(name),
-            objects.join(name),
-        )
-        .unwrap();
-    }
+    let objects = shared::objects_with_tenants(&dir.path().join("objects"));
     let mut opts = options(Flavor::Native, &dir.path().join("out"), &[], false);
     opts.objects = objects;
     opts.target = Target::Istio;
