@@ -1232,7 +1232,11 @@ mod tests {
         assert!(at("infergate.picker") < copy && copy < at("envoy.filters.http.router"));
         // The route is resolved again between the body router and the picker, so the
         // picker's `xds.cluster_name` is the cluster the request's route chose.
-        assert_eq!(at("infergate.route_refresh"), at("infergate.router") + 1);
+        // Envoy's buffer filter holds the headers while the router reads the body, and the
+        // `headers` filter applies the router's edits before the route is resolved again.
+        assert_eq!(at("infergate.buffer"), at("infergate.router") + 1);
+        assert_eq!(at("infergate.headers"), at("infergate.buffer") + 1);
+        assert_eq!(at("infergate.route_refresh"), at("infergate.headers") + 1);
         assert_eq!(at("infergate.route_refresh") + 1, at("infergate.picker"));
         let rule = &filters[copy]["typed_config"]["request_rules"][0];
         assert_eq!(rule["header"], "x-gateway-destination-endpoint");
@@ -1382,7 +1386,7 @@ mod tests {
         }
     }
 
-    /// Every Wasm plugin (router, picker; the probe of `plain`) pins
+    /// Every Wasm plugin (router, headers, picker; the probe of `plain`) pins
     /// `FAIL_RELOAD`: a failed VM comes back, and never fails open onto an ORIGINAL_DST
     /// cluster steered by the client's own header.
     #[test]
@@ -1402,7 +1406,7 @@ mod tests {
         let mut probe = BootstrapParams::new(Flavor::Plain, two_pools());
         probe.probe = Some(Flavor::Wasm);
         probe.module = Some(PathBuf::from("/m/module.wasm"));
-        for (params, expected) in [(with_baseline(Flavor::Wasm), 2), (probe, 1)] {
+        for (params, expected) in [(with_baseline(Flavor::Wasm), 3), (probe, 1)] {
             let v: Value = serde_yaml_ng::from_str(&render(&params).unwrap()).unwrap();
             let mut found = Vec::new();
             plugin_configs(&v, &mut found);

@@ -327,9 +327,11 @@ mod tests {
             params.global_quotas = Some(GlobalQuotas::at(service));
             let v: Json = serde_yaml_ng::from_str(&render(&params).unwrap()).unwrap();
             let filters = hcm(&v)["http_filters"].as_array().unwrap().clone();
+            // After the router's header edits are applied (Wasm: the `headers` filter).
             let router = filters
                 .iter()
-                .position(|f| f["name"] == "infergate.router")
+                .position(|f| f["name"] == "infergate.headers")
+                .or_else(|| filters.iter().position(|f| f["name"] == "infergate.router"))
                 .unwrap();
             let rl = &filters[router + 1];
             assert_eq!(rl["name"], "envoy.filters.http.ratelimit", "{flavor}");
@@ -353,6 +355,10 @@ mod tests {
             let addr = &rls["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
                 ["address"]["socket_address"];
             assert_eq!(addr["port_value"], 4321, "{flavor}");
+            let router = filters
+                .iter()
+                .position(|f| f["name"] == "infergate.router")
+                .unwrap();
             let typed = &filters[router]["typed_config"];
             let text = typed["filter_config"]["value"]
                 .as_str()
