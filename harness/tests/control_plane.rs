@@ -1,24 +1,30 @@
 //! The control-plane tier: the gateway as a control plane would install it, run on a real
 //! Envoy 1.40.
 //!
-//! `infergate render --target istio` writes manifests; [`istio::translate`] turns them into
-//! the Envoy configuration istiod and istio-agent would give the Gateway's proxy (listener,
-//! routes, `outbound|…` clusters fed by EDS, the `EnvoyFilter` applied as istiod applies
-//! it, every Wasm filter by ECDS, the module fetched as the agent would), written as files
-//! Envoy reads through its filesystem xDS; the Services' endpoints and the admin port map
-//! to the test's loopback. Patches istiod would not apply (`BOOTSTRAP`, a match that finds
-//! nothing) are dropped and printed; [`every_rendered_version_drops_no_patch`] holds the
-//! rendered output to none.
+//! `infergate render --target istio|envoy-gateway` writes manifests; [`istio::translate`]
+//! turns Istio's into the Envoy configuration istiod and istio-agent would give the
+//! Gateway's proxy (listener, routes, `outbound|…` clusters fed by EDS, the `EnvoyFilter`
+//! applied as istiod applies it, every Wasm filter by ECDS, the module fetched as the agent
+//! would), and [`envoy_gateway::translate`] Envoy Gateway's (its listener and per-rule
+//! clusters, the `EnvoyExtensionPolicy` filters enabled per route, the Wasm module served
+//! over HTTP with its sha256, the `EnvoyPatchPolicy` JSON patches), both written as files
+//! Envoy reads through its filesystem xDS; the Services' endpoints and the admin port map to
+//! the test's loopback. Patches the control plane would not apply (`BOOTSTRAP`, a match
+//! that finds nothing, a JSON patch that fails) are dropped and printed;
+//! [`every_rendered_version_drops_no_patch`] holds the rendered output to none.
 //!
 //! Each scenario runs in both flavours (a flavour whose module is not built is skipped, as
 //! in the e2e suite; `cargo xtask test` names the test-artefact modules through
-//! `INFERGATE_WASM` / `INFERGATE_NATIVE`, which `Flavor::artefact` reads):
-//! routing, an EDS membership change, the tenants' billing on stdout, another vendor's Wasm
-//! plugin in the same `vm_id ""` with shared data of its own (Wasm), and the multi-turn
-//! affinity workload at 1 and 4 Envoy workers against the bare-Envoy (`--target envoy`)
-//! rendering of the same objects. `INFERGATE_CP_LONG=1` runs the workload's long form.
+//! `INFERGATE_WASM` / `INFERGATE_NATIVE`, which `Flavor::artefact` reads): routing and an
+//! EDS membership change under both control planes; under Istio the tenants' billing on
+//! stdout and another vendor's Wasm plugin in the same `vm_id ""` with shared data of its
+//! own (Wasm); and the multi-turn affinity workload at 1 and 4 Envoy workers under both,
+//! against the bare-Envoy (`--target envoy`) rendering of the same objects.
+//! `INFERGATE_CP_LONG=1` runs the workload's long form.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "control_plane/envoy_gateway.rs"]
+mod envoy_gateway;
 #[path = "control_plane/istio.rs"]
 mod istio;
 #[path = "control_plane/proxy.rs"]
@@ -109,41 +115,139 @@ fn docs_of(path: &Path) -> Vec<Json> {
         .collect()
 }
 
-/// The Istio manifests of `opts` (target forced to Istio).
-fn istio_docs(mut opts: RenderOptions) -> Vec<Json> {
-    opts.target = Target::Istio;
+/// A control plane the tier translates for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Plane {
+    Istio,
+    EnvoyGateway,
+}
+
+impl std::fmt::Display for Plane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Plane::Istio => "Istio 1.30",
+            Plane::EnvoyGateway => "Envoy Gateway",
+        })
+    }
+}
+
+impl Plane {
+    fn target(self) -> Target {
+        match self {
+            Plane::Istio => Target::Istio,
+            Plane::EnvoyGateway => Target::EnvoyGateway,
+        }
+    }
+}
+
+/// The manifests `plane` gets for `opts`.
+fn plane_docs(plane: Plane, mut opts: RenderOptions) -> Vec<Json> {
+    opts.target = plane.target();
     opts.gateway.endpoints.clear();
     let out = render(&opts).unwrap();
     docs_of(&out.output)
 }
 
-/// The gateway on the proxy Istio would run: translated, started, its pool answering.
-struct IstioGateway {
+/// The Istio manifests of `opts` (target forced to Istio).
+fn istio_docs(opts: RenderOptions) -> Vec<Json> {
+    plane_docs(Plane::Istio, opts)
+}
+
+/// The seed's Gateway listener, as Envoy Gateway names it.
+const EG_LISTENER: &str = "gateway-system/inference-gateway/http";
+
+/// The gateway on the proxy a control plane would run: translated, started, its pool
+/// answering.
+struct Installed {
     proxy: Proxy,
     /// `infergate.picker.owner_fallbacks` once warm: a request before the pickers' first
     /// election picks locally; steady state starts after.
     warm_fallbacks: i64,
     translated: istio::Translated,
+    module_server: Option<tokio::task::JoinHandle<()>>,
     _dir: RunDir,
 }
 
-async fn istio_gateway(
+impl Drop for Installed {
+    fn drop(&mut self) {
+        if let Some(server) = &self.module_server {
+            server.abort();
+        }
+    }
+}
+
+/// Serves `bytes` to every HTTP request on a loopback port: Envoy Gateway's Wasm server.
+async fn serve_bytes(bytes: Vec<u8>) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let bytes = std::sync::Arc::new(bytes);
+    let task = tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let bytes = bytes.clone();
+            tokio::spawn(async move {
+                let mut head = [0u8; 4096];
+                let _ = conn.read(&mut head).await;
+                let header = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\ncontent-type: application/wasm\r\nconnection: close\r\n\r\n",
+                    bytes.len()
+                );
+                let _ = conn.write_all(header.as_bytes()).await;
+                let _ = conn.write_all(&bytes).await;
+                let _ = conn.shutdown().await;
+            });
+        }
+    });
+    (addr, task)
+}
+
+async fn install(
+    plane: Plane,
     flavor: Flavor,
     docs: &[Json],
     endpoints: &[SocketAddr],
     workers: u32,
-) -> IstioGateway {
-    let dir = RunDir::new("cp-istio").unwrap();
-    let lo = istio::Loopback {
-        dir: dir.path().join("xds"),
-        admin_port: free_port(),
-        wasm_module: Flavor::Wasm.artefact(),
-        native_module: Flavor::Native.artefact(),
-        endpoints: BTreeMap::from([(SERVICE.to_owned(), endpoints.to_vec())]),
+) -> Installed {
+    let dir = RunDir::new("cp-plane").unwrap();
+    let endpoints = BTreeMap::from([(SERVICE.to_owned(), endpoints.to_vec())]);
+    let mut module_server = None;
+    let translated = match plane {
+        Plane::Istio => {
+            let lo = istio::Loopback {
+                dir: dir.path().join("xds"),
+                admin_port: free_port(),
+                wasm_module: Flavor::Wasm.artefact(),
+                native_module: Flavor::Native.artefact(),
+                endpoints,
+            };
+            istio::translate(docs, &lo).unwrap()
+        }
+        Plane::EnvoyGateway => {
+            let (mut wasm_server, mut wasm_sha256) = (None, String::new());
+            if flavor == Flavor::Wasm {
+                use sha2::Digest;
+                let bytes = std::fs::read(Flavor::Wasm.artefact().unwrap()).unwrap();
+                wasm_sha256 = sha2::Sha256::digest(&bytes)
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                let (addr, task) = serve_bytes(bytes).await;
+                wasm_server = Some(addr);
+                module_server = Some(task);
+            }
+            let lo = envoy_gateway::Loopback {
+                dir: dir.path().join("xds"),
+                admin_port: free_port(),
+                wasm_server,
+                wasm_sha256,
+                native_module: Flavor::Native.artefact(),
+                endpoints,
+            };
+            envoy_gateway::translate(docs, EG_LISTENER, &lo).unwrap()
+        }
     };
-    let translated = istio::translate(docs, &lo).unwrap();
     for d in &translated.dropped {
-        eprintln!("{flavor}: DROPPED PATCH {d}");
+        eprintln!("{plane} {flavor}: DROPPED PATCH {d}");
     }
     let proxy = Proxy::start(
         &dir,
@@ -153,14 +257,24 @@ async fn istio_gateway(
         &translated.listener,
     )
     .await
-    .unwrap_or_else(|e| panic!("{flavor}: {e:#}"));
+    .unwrap_or_else(|e| panic!("{plane} {flavor}: {e:#}"));
     let base = proxy.base_url();
     warm_up(&base, flavor, &[], || proxy.log_tail(30)).await;
+    // Every resource the translation wrote was accepted: a refused cluster or listener
+    // would otherwise show only as a missing member.
+    let rejected = proxy.stat("update_rejected").await;
+    assert_eq!(
+        rejected,
+        0,
+        "{plane} {flavor}: an xDS update was rejected; {}",
+        proxy.log_tail(40)
+    );
     let warm_fallbacks = proxy.stat("infergate.picker.owner_fallbacks").await.max(0);
-    IstioGateway {
+    Installed {
         proxy,
         warm_fallbacks,
         translated,
+        module_server,
         _dir: dir,
     }
 }
@@ -325,6 +439,101 @@ fn every_rendered_version_drops_no_patch() {
     assert!(t.dropped[1].contains("lost"));
 }
 
+/// Both flavours: Envoy Gateway's translation of the rendered manifests drops no patch;
+/// the Wasm chain's buffer filter sits before `headers` and the route refresh before the
+/// picker, each policy filter is disabled at the connection manager and enabled on every
+/// route, and no Wasm filter sets `allow_on_headers_stop_iteration`.
+#[test]
+fn envoy_gateway_render_drops_no_patch() {
+    for flavor in [Flavor::Wasm, Flavor::Native] {
+        let dir = RunDir::new("cp-eg-drops").unwrap();
+        let docs = plane_docs(
+            Plane::EnvoyGateway,
+            options(
+                flavor,
+                Target::EnvoyGateway,
+                &dir.path().join("out"),
+                seed_objects(),
+            ),
+        );
+        let lo = envoy_gateway::Loopback {
+            dir: dir.path().join("xds"),
+            admin_port: 1,
+            wasm_server: Some(SocketAddr::from(([127, 0, 0, 1], 1))),
+            wasm_sha256: "00".repeat(32),
+            native_module: Some("/nonexistent/libinfergate_envoy.so".into()),
+            endpoints: BTreeMap::new(),
+        };
+        let t = envoy_gateway::translate(&docs, EG_LISTENER, &lo).unwrap();
+        assert!(t.dropped.is_empty(), "{flavor}: {:?}", t.dropped);
+        let lds: Json = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join("xds/lds.json")).unwrap(),
+        )
+        .unwrap();
+        let filters = lds["resources"][0]["default_filter_chain"]["filters"][0]["typed_config"]
+            ["http_filters"]
+            .as_array()
+            .unwrap()
+            .clone();
+        let names: Vec<&str> = filters
+            .iter()
+            .map(|f| f["name"].as_str().unwrap())
+            .collect();
+        let policy = |kind: &str, i: usize| {
+            format!(
+                "envoy.filters.http.{kind}/envoyextensionpolicy/gateway-system/infergate/{}/{i}",
+                if kind == "wasm" {
+                    "wasm"
+                } else {
+                    "dynamic-module"
+                }
+            )
+        };
+        let expected: Vec<String> = match flavor {
+            Flavor::Wasm => vec![
+                policy("wasm", 0),
+                "infergate.buffer".into(),
+                policy("wasm", 1),
+                "infergate.route_refresh".into(),
+                policy("wasm", 2),
+                "envoy.filters.http.router".into(),
+            ],
+            _ => vec![
+                policy("dynamic_modules", 0),
+                policy("dynamic_modules", 1),
+                "envoy.filters.http.router".into(),
+            ],
+        };
+        assert_eq!(names, expected, "{flavor}");
+        for f in &filters {
+            let ours = f["name"].as_str().unwrap().contains("envoyextensionpolicy");
+            assert_eq!(
+                f["disabled"].as_bool().unwrap_or(false),
+                ours,
+                "{flavor}: {f}"
+            );
+            assert!(f["typed_config"]["config"]
+                .get("allow_on_headers_stop_iteration")
+                .is_none());
+        }
+        let rds: Json = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join("xds/rds.json")).unwrap(),
+        )
+        .unwrap();
+        for route in rds["resources"][0]["virtual_hosts"][0]["routes"]
+            .as_array()
+            .unwrap()
+        {
+            let enabled = route["typed_per_filter_config"].as_object().unwrap();
+            assert_eq!(
+                enabled.len(),
+                if flavor == Flavor::Wasm { 3 } else { 2 },
+                "{flavor}: {route}"
+            );
+        }
+    }
+}
+
 // ---- Routing. ----
 
 #[test]
@@ -334,17 +543,33 @@ fn istio_routing() {
             if unbuilt(flavor) {
                 continue;
             }
-            routing(flavor).await;
+            routing(Plane::Istio, flavor).await;
         }
     });
 }
 
-async fn routing(flavor: Flavor) {
+#[test]
+fn envoy_gateway_routing() {
+    runtime().block_on(async {
+        for flavor in [Flavor::Wasm, Flavor::Native] {
+            if unbuilt(flavor) {
+                continue;
+            }
+            routing(Plane::EnvoyGateway, flavor).await;
+        }
+    });
+}
+
+async fn routing(plane: Plane, flavor: Flavor) {
     let sim = simulated(3).await;
     let replicas = sim.addrs()[..2].to_vec();
     let dir = RunDir::new("cp-route").unwrap();
-    let docs = istio_docs(options(flavor, Target::Istio, dir.path(), seed_objects()));
-    let gw = istio_gateway(flavor, &docs, &replicas, 2).await;
+    let docs = plane_docs(
+        plane,
+        options(flavor, plane.target(), dir.path(), seed_objects()),
+    );
+    let gw = install(plane, flavor, &docs, &replicas, 2).await;
+    let flavor = format!("{plane} {flavor}");
     let url = format!("{}/v1/chat/completions", gw.proxy.base_url());
     let pool: Vec<String> = replicas.iter().map(ToString::to_string).collect();
     for i in 0..6 {
@@ -400,16 +625,17 @@ async fn routing(flavor: Flavor) {
         .await
         .unwrap();
     assert_eq!(resp.status, 404, "{flavor}: {}", resp.text());
-    // The Envoy Istio would run has what the tier claims: the Istio listener, Wasm by ECDS.
+    // The Envoy the control plane would run has what the tier claims: its listener, its
+    // clusters, (Istio) Wasm by ECDS.
     let dump = gw
         .proxy
         .admin_json("/config_dump")
         .await
         .unwrap()
         .to_string();
-    assert!(dump.contains("0.0.0.0_80"), "{flavor}");
+    assert!(dump.contains(&gw.translated.listener), "{flavor}");
     assert!(dump.contains(&gw.translated.clusters[SERVICE]), "{flavor}");
-    if flavor == Flavor::Wasm {
+    if !gw.translated.ecds.is_empty() {
         assert!(
             dump.contains("EcdsConfigDump"),
             "{flavor}: no ECDS in the config dump"
@@ -424,53 +650,74 @@ async fn routing(flavor: Flavor) {
         .collect();
     let mut gw = gw;
     assert!(gw.proxy.running(), "{flavor}: Envoy exited");
-    eprintln!(
-        "ISTIO ROUTING {flavor}: ok; infergate stats visible under Istio's stats_matcher: {custom:?}"
-    );
+    eprintln!("ROUTING {flavor}: ok; infergate stats visible: {custom:?}");
 }
 
 // ---- Membership by EDS. ----
 
 #[test]
 fn istio_eds_membership_change() {
-    runtime().block_on(async {
-        for flavor in [Flavor::Wasm, Flavor::Native] {
-            if unbuilt(flavor) {
-                continue;
-            }
-            let sim = simulated(3).await;
-            let all = sim.addrs().to_vec();
-            let dir = RunDir::new("cp-eds").unwrap();
-            let docs = istio_docs(options(flavor, Target::Istio, dir.path(), seed_objects()));
-            let gw = istio_gateway(flavor, &docs, &all[..2], 2).await;
-            let url = format!("{}/v1/chat/completions", gw.proxy.base_url());
-            let cluster = &gw.translated.clusters[SERVICE];
-            let written = std::time::Instant::now();
-            gw.translated.eds.write_healthy(cluster, &all).unwrap();
-            let newcomer = all[2].to_string();
-            let mut i = 0;
-            loop {
-                i += 1;
-                let resp = post_json(&url, &chat(MODEL, &format!("after scale-up {i}")), &[]).await.unwrap();
-                assert_eq!(resp.status, 200, "{flavor}: {}", resp.text());
-                if resp.header("x-gateway-destination-endpoint-served") == Some(newcomer.as_str()) {
-                    break;
-                }
-                assert!(written.elapsed() < Duration::from_secs(5), "{flavor}: newcomer unpicked");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            // And a member removed by EDS is never picked again.
-            gw.translated.eds.write_healthy(cluster, &all[1..]).unwrap();
-            tokio::time::sleep(Duration::from_millis(600)).await;
-            let gone = all[0].to_string();
-            for j in 0..12 {
-                let resp = post_json(&url, &chat(MODEL, &format!("after scale-down {j}")), &[]).await.unwrap();
-                assert_eq!(resp.status, 200, "{flavor}: {}", resp.text());
-                assert_ne!(resp.header("x-gateway-destination-endpoint-served"), Some(gone.as_str()), "{flavor}");
-            }
-            eprintln!("ISTIO EDS {flavor}: newcomer picked {:?} after the write (request {i}); the removed member unpicked", written.elapsed());
+    runtime().block_on(eds_membership_change(Plane::Istio));
+}
+
+#[test]
+fn envoy_gateway_eds_membership_change() {
+    runtime().block_on(eds_membership_change(Plane::EnvoyGateway));
+}
+
+async fn eds_membership_change(plane: Plane) {
+    for flavor in [Flavor::Wasm, Flavor::Native] {
+        if unbuilt(flavor) {
+            continue;
         }
-    });
+        let sim = simulated(3).await;
+        let all = sim.addrs().to_vec();
+        let dir = RunDir::new("cp-eds").unwrap();
+        let docs = plane_docs(
+            plane,
+            options(flavor, plane.target(), dir.path(), seed_objects()),
+        );
+        let gw = install(plane, flavor, &docs, &all[..2], 2).await;
+        let url = format!("{}/v1/chat/completions", gw.proxy.base_url());
+        let written = std::time::Instant::now();
+        gw.translated.write_members(SERVICE, &all).unwrap();
+        let newcomer = all[2].to_string();
+        let mut i = 0;
+        loop {
+            i += 1;
+            let resp = post_json(&url, &chat(MODEL, &format!("after scale-up {i}")), &[])
+                .await
+                .unwrap();
+            assert_eq!(resp.status, 200, "{plane} {flavor}: {}", resp.text());
+            if resp.header("x-gateway-destination-endpoint-served") == Some(newcomer.as_str()) {
+                break;
+            }
+            assert!(
+                written.elapsed() < Duration::from_secs(5),
+                "{plane} {flavor}: newcomer unpicked"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // And a member removed by EDS is never picked again.
+        gw.translated.write_members(SERVICE, &all[1..]).unwrap();
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let gone = all[0].to_string();
+        for j in 0..12 {
+            let resp = post_json(&url, &chat(MODEL, &format!("after scale-down {j}")), &[])
+                .await
+                .unwrap();
+            assert_eq!(resp.status, 200, "{plane} {flavor}: {}", resp.text());
+            assert_ne!(
+                resp.header("x-gateway-destination-endpoint-served"),
+                Some(gone.as_str()),
+                "{plane} {flavor}"
+            );
+        }
+        eprintln!(
+            "EDS {plane} {flavor}: newcomer picked {:?} after the write (request {i}); the removed member unpicked",
+            written.elapsed()
+        );
+    }
 }
 
 // ---- Tenants: billed on stdout. ----
@@ -599,7 +846,7 @@ fn istio_another_wasm_plugin_shares_vm_id_empty() {
                             "vm_config": {"vm_id": "", "runtime": "envoy.wasm.runtime.v8",
                                 "environment_variables": {"key_values": {"ISTIO_META_WASM_PLUGIN_RESOURCE_VERSION": "7"}},
                                 "code": {"local": {"filename": module}}}}}}}}]}}));
-        let gw = istio_gateway(Flavor::Wasm, &docs, sim.addrs(), 2).await;
+        let gw = install(Plane::Istio, Flavor::Wasm, &docs, sim.addrs(), 2).await;
         let url = format!("{}/v1/chat/completions", gw.proxy.base_url());
         let mut counts = Vec::new();
         for i in 0..10 {
@@ -656,7 +903,7 @@ async fn run_workload(base: &str, label: &str, salt: u64) -> Summary {
 }
 
 #[test]
-fn istio_affinity_matches_bare_envoy() {
+fn affinity_matches_bare_envoy() {
     runtime().block_on(async {
         let mut lines = Vec::new();
         for flavor in [Flavor::Wasm, Flavor::Native] {
@@ -689,25 +936,26 @@ fn istio_affinity_matches_bare_envoy() {
                 warm_up(&bare.base_url(), flavor, &[], || bare.log_tail(20)).await;
                 let b = run_workload(&bare.base_url(), "bare", 1).await;
                 drop(bare);
-                // Istio.
-                let docs = istio_docs(options(flavor, Target::Istio, &dir.path().join("istio"), seed_objects()));
-                let gw = istio_gateway(flavor, &docs, sim.addrs(), workers).await;
-                let i = run_workload(&gw.proxy.base_url(), "istio", 2).await;
-                let fallbacks = gw.proxy.stat("infergate.picker.owner_fallbacks").await - gw.warm_fallbacks;
-                drop(gw);
+                for (plane, salt) in [(Plane::Istio, 2), (Plane::EnvoyGateway, 3)] {
+                    let docs = plane_docs(plane, options(flavor, plane.target(), &dir.path().join(format!("{plane:?}")), seed_objects()));
+                    let gw = install(plane, flavor, &docs, sim.addrs(), workers).await;
+                    let i = run_workload(&gw.proxy.base_url(), &plane.to_string(), salt).await;
+                    let fallbacks = gw.proxy.stat("infergate.picker.owner_fallbacks").await - gw.warm_fallbacks;
+                    drop(gw);
+                    let line = format!(
+                        "AFFINITY {plane} {flavor} {workers} worker(s), {} requests: hit ratio bare {:.3} {plane} {:.3}; \
+                         TTFT p50 bare {:.1} ms {plane} {:.1} ms ({:+.1}%); owner fallbacks {fallbacks}",
+                        i.requests,
+                        b.cache_hit_ratio,
+                        i.cache_hit_ratio,
+                        b.ttft_p50_s * 1e3,
+                        i.ttft_p50_s * 1e3,
+                        (i.ttft_p50_s / b.ttft_p50_s - 1.0) * 100.0
+                    );
+                    eprintln!("{line}");
+                    lines.push((flavor, b.clone(), i, fallbacks, line));
+                }
                 sim.shutdown().await;
-                let line = format!(
-                    "AFFINITY {flavor} {workers} worker(s), {} requests: hit ratio bare {:.3} istio {:.3}; \
-                     TTFT p50 bare {:.1} ms istio {:.1} ms ({:+.1}%); owner fallbacks {fallbacks}",
-                    i.requests,
-                    b.cache_hit_ratio,
-                    i.cache_hit_ratio,
-                    b.ttft_p50_s * 1e3,
-                    i.ttft_p50_s * 1e3,
-                    (i.ttft_p50_s / b.ttft_p50_s - 1.0) * 100.0
-                );
-                eprintln!("{line}");
-                lines.push((flavor, b, i, fallbacks, line));
             }
         }
         for (flavor, b, i, fallbacks, line) in &lines {

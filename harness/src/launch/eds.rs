@@ -113,16 +113,16 @@ impl EdsDir {
         &self.dir
     }
 
-    /// The file of `cluster` (`<dir>/<cluster>.json`; cluster names are stat-safe).
+    /// The file of `cluster` (`<dir>/<cluster>.json`, a `/` in the name as `_`).
     pub fn path(&self, cluster: &str) -> PathBuf {
-        self.dir.join(format!("{cluster}.json"))
+        self.dir.join(format!("{}.json", file_stem(cluster)))
     }
 
     /// Announces `hosts` as the members of `cluster`: writes a temporary file beside the
     /// real one and renames it over it (atomic within the directory).
     pub fn write(&self, cluster: &str, hosts: &[EdsHost]) -> Result<()> {
         let path = self.path(cluster);
-        let tmp = self.dir.join(format!(".{cluster}.json.tmp"));
+        let tmp = self.dir.join(format!(".{}.json.tmp", file_stem(cluster)));
         let text = serde_json::to_vec_pretty(&load_assignment(cluster, hosts))?;
         std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
         std::fs::rename(&tmp, &path)
@@ -134,6 +134,12 @@ impl EdsDir {
         let hosts: Vec<EdsHost> = addrs.iter().copied().map(EdsHost::healthy).collect();
         self.write(cluster, &hosts)
     }
+}
+
+/// A cluster name as a file name: `/` (Envoy Gateway's `httproute/<ns>/<name>/rule/<i>`)
+/// becomes `_`.
+fn file_stem(cluster: &str) -> String {
+    cluster.replace('/', "_")
 }
 
 #[cfg(test)]

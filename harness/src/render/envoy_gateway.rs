@@ -19,9 +19,9 @@
 //! - **Order.** Filters are sorted by a fixed rank per type: … `jwt_authn` 10, buffer 12 …
 //!   ext_proc 100+i, **Wasm 200+i**, **dynamic modules 250+i**, … router 310; `i` the index
 //!   in the policy's list (ties by name). So the policy lists router, `headers`, picker in
-//!   that order, and nothing of another type can sit between them: neither the buffer
-//!   filter the Wasm chain needs after the router, nor the route-refresh `header_mutation`
-//!   nor the `header_to_metadata` the bootstrap places there.
+//!   that order, and no filter of another type lands between them by rank: the buffer
+//!   filter the Wasm chain needs before `headers` and the route refresh before the picker
+//!   are inserted by the `EnvoyPatchPolicy` (below).
 //! - **Wasm VM.** `vm_id` is the filter's IR name (one VM id per entry: the router and the
 //!   picker never share a VM or shared data), runtime V8, code fetched by Envoy Gateway from
 //!   the OCI image and served over HTTP (`remote.http_uri`); `root_id` is `rootID`; no field
@@ -36,20 +36,25 @@
 //! - **Clusters.** One per route rule, `httproute/<ns>/<name>/rule/<i>`; a rule's several
 //!   backends are weighted localities of that one cluster.
 //! - **`EnvoyPatchPolicy`** (JSONPatch, enabled by `extensionApis.enableEnvoyPatchPolicy`
-//!   in the Envoy Gateway configuration) patches a named xDS resource; `add` with an empty
-//!   path adds a new resource (how the scrape and admin clusters are added here).
+//!   in the Envoy Gateway configuration) patches a named xDS resource, after every filter is
+//!   placed (`processJSONPatches`, internal/xds/translator/jsonpatch.go), on its JSON with
+//!   proto field names: `add` with an empty path adds a new resource (the scrape and admin
+//!   clusters here); a `jsonPath` (RFC 9535) resolves to JSON pointers, `path` appended, so an
+//!   `add` whose `jsonPath` selects a filter by name inserts before it
+//!   (internal/utils/jsonpatch/patch.go).
+//! - **Listener.** A Gateway listener becomes the xDS listener `<ns>/<gateway>/<section>`
+//!   (the `XDSNameSchemeV2` runtime flag is off by default), its plain-HTTP connection
+//!   manager in the `default_filter_chain`.
 //! - The proxy's admin listens on `127.0.0.1:19000`.
 //!
-//! What is therefore not expressible (reported in `fields.md`): the route refresh between
-//! router and picker (the picker finds its pool by the base model, not by the routed
-//! cluster), a pool reached by a split across pools (one cluster per rule), `jwt_authn`
-//! with our provider (Envoy Gateway has its own `SecurityPolicy` API, not rendered), the
-//! billing log (Envoy Gateway's access logs are `EnvoyProxy.spec.telemetry`, not rendered),
-//! and the native `infergate-membership` fallback policy (the scraper reads the members
-//! from the admin instead).
+//! What is therefore not expressible (reported in `fields.md`): a pool reached by a split
+//! across pools (one cluster per rule), `jwt_authn` with our provider (Envoy Gateway has its
+//! own `SecurityPolicy` API, not rendered), the billing log (Envoy Gateway's access logs are
+//! `EnvoyProxy.spec.telemetry`, not rendered), and the native `infergate-membership`
+//! fallback policy (the scraper reads the members from the admin instead).
 
 use super::gateway::{Gateway, GatewayInputs};
-use super::istio::{oci_url, MODULE_DIR, NATIVE_MODULE_FILE};
+use super::istio::{buffer_filter, oci_url, route_refresh_filter, MODULE_DIR, NATIVE_MODULE_FILE};
 use super::kube::{self, Target};
 use super::report::Report;
 use crate::launch::bootstrap::Flavor;
@@ -65,6 +70,38 @@ pub const NAME: &str = "infergate";
 /// The cluster Envoy Gateway makes for rule `rule` of the `HTTPRoute` `<ns>/<name>`.
 pub fn rule_cluster(namespace: &str, name: &str, rule: usize) -> String {
     format!("httproute/{namespace}/{name}/rule/{rule}")
+}
+
+/// The Gateway listener a route attaches to when no parent reference names one.
+pub const DEFAULT_SECTION: &str = "http";
+
+/// The xDS listener Envoy Gateway makes for listener `section` of Gateway `<ns>/<name>`
+/// (`irListenerName`, internal/gatewayapi/helpers.go; `xdsListenerName` keeps it while the
+/// `XDSNameSchemeV2` runtime flag is off, its default).
+pub fn listener_name(namespace: &str, gateway: &str, section: &str) -> String {
+    format!("{namespace}/{gateway}/{section}")
+}
+
+/// The HTTP filter of entry `index` of this gateway's `EnvoyExtensionPolicy` `wasm` list
+/// in namespace `ns` (`perRouteFilterName` of `envoyextensionpolicy/<ns>/<policy>/wasm/<i>`).
+pub fn wasm_filter_name(ns: &str, index: usize) -> String {
+    format!("envoy.filters.http.wasm/envoyextensionpolicy/{ns}/{NAME}/wasm/{index}")
+}
+
+/// The listener patches that complete the Wasm chain: Envoy's buffer filter before the
+/// `headers` filter (entry 1), the route refresh before the picker (entry 2). Each `add`
+/// names its anchor by a JSONPath filter on the name, so the pointer it resolves to is the
+/// anchor's index and the new filter goes in before it, wherever the HCM sits.
+fn wasm_chain_patches(listener: &str, ns: &str, router: &Json) -> Vec<Json> {
+    let listener_type = "type.googleapis.com/envoy.config.listener.v3.Listener";
+    [(1, buffer_filter(router)), (2, route_refresh_filter())]
+        .into_iter()
+        .map(|(anchor, filter)| {
+            json!({"type": listener_type, "name": listener, "operation": {"op": "add",
+                "jsonPath": format!("$..http_filters[?(@.name=='{}')]", wasm_filter_name(ns, anchor)),
+                "value": filter}})
+        })
+        .collect()
 }
 
 /// `envoy-gateway.yaml`: every manifest, as YAML documents.
@@ -181,54 +218,63 @@ pub fn manifests(
                                     "maxParallelRequests": 16384, "maxParallelRetries": 16384}}
     }));
     let cluster_type = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+    let mut patches = vec![
+        json!({"type": cluster_type, "name": "infergate_scrape",
+               "operation": {"op": "add", "path": "", "value": {
+                   "name": "infergate_scrape", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED",
+                   "connect_timeout": "1s",
+                   "original_dst_lb_config": {"use_http_header": true,
+                                              "http_header_name": "x-gateway-destination-endpoint"}}}}),
+        json!({"type": cluster_type, "name": "infergate_admin",
+               "operation": {"op": "add", "path": "", "value": {
+                   "name": "infergate_admin", "type": "STATIC", "connect_timeout": "1s",
+                   "load_assignment": {"cluster_name": "infergate_admin", "endpoints": [{"lb_endpoints": [
+                       {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1",
+                                                                     "port_value": EG_ADMIN_PORT}}}}]}]}}}}),
+    ];
+    if wasm {
+        let section = gw.section.clone().unwrap_or_else(|| {
+            report.used(
+                "gateway",
+                "sectionName",
+                format!(
+                    "{form}: no route names its Gateway listener (`sectionName`); the \
+                         listener patched is `{DEFAULT_SECTION}`"
+                ),
+            );
+            DEFAULT_SECTION.to_owned()
+        });
+        let listener = listener_name(&target.namespace, &target.name, &section);
+        patches.extend(wasm_chain_patches(&listener, &ns, &router));
+    }
     docs.push(json!({
         "apiVersion": "gateway.envoyproxy.io/v1alpha1", "kind": "EnvoyPatchPolicy",
         "metadata": {"name": NAME, "namespace": ns},
         "spec": {"targetRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": target.name},
                  "type": "JSONPatch",
-                 "jsonPatches": [
-                     {"type": cluster_type, "name": "infergate_scrape",
-                      "operation": {"op": "add", "path": "", "value": {
-                          "name": "infergate_scrape", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED",
-                          "connect_timeout": "1s",
-                          "original_dst_lb_config": {"use_http_header": true,
-                                                     "http_header_name": "x-gateway-destination-endpoint"}}}},
-                     {"type": cluster_type, "name": "infergate_admin",
-                      "operation": {"op": "add", "path": "", "value": {
-                          "name": "infergate_admin", "type": "STATIC", "connect_timeout": "1s",
-                          "load_assignment": {"cluster_name": "infergate_admin", "endpoints": [{"lb_endpoints": [
-                              {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1",
-                                                                            "port_value": EG_ADMIN_PORT}}}}]}]}}}}]}
+                 "jsonPatches": patches}
     }));
     let pool_label = |i: usize| gw.pools.get(i).map(|p| p.label.clone()).unwrap_or_default();
     for i in 0..gw.pools.len() {
-        report.not_supported(
+        report.used(
             &pool_label(i),
             "",
-            format!("{form}: no route refresh can sit between the router and the picker (Wasm and \
-                     dynamic-module filters are ranked by type), so the picker finds the pool by its \
-                     base model; the pool cluster's fallback is round robin and the scraper reads \
-                     the members from the admin (:{EG_ADMIN_PORT})"),
+            format!(
+                "{form}: the pool cluster's fallback is round robin, and the scraper reads \
+                     the members from the proxy's admin (:{EG_ADMIN_PORT}): Envoy Gateway's \
+                     `endpointOverride` takes the cluster's load-balancing policy"
+            ),
         );
     }
     if wasm {
-        report.not_supported(
+        report.used(
             "gateway",
             "",
             format!(
-                "{form}: a Wasm filter's vm_id is its own (router and picker do not share a VM) \
-                     and allow_on_headers_stop_iteration cannot be set"
-            ),
-        );
-        report.not_supported(
-            "gateway",
-            "",
-            format!(
-                "{form}: Envoy's buffer filter cannot sit between the Wasm router and the \
-                 `headers` filter (Envoy Gateway ranks buffer 12, Wasm 200+i, and \
-                 EnvoyProxy.filterOrder moves a filter type as a whole), so nothing holds the \
-                 headers until the router has read the body: the router's header edits reach \
-                 `headers` only if an EnvoyPatchPolicy inserts the buffer filter there"
+                "{form}: each Wasm filter gets a vm_id of its own (router, `headers` and picker \
+                 never share a VM) and allow_on_headers_stop_iteration is Envoy's default; the \
+                 EnvoyPatchPolicy inserts Envoy's buffer filter before `headers` and the route \
+                 refresh before the picker"
             ),
         );
     }

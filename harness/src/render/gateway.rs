@@ -49,6 +49,9 @@ pub struct Gateway {
     pub routes: Vec<HttpRoute>,
     /// The routes' parent Gateways (`namespace/name`), each once.
     pub parents: Vec<(Option<String>, String)>,
+    /// The Gateway listener the routes attach to: the first `sectionName` a parent
+    /// reference gives.
+    pub section: Option<String>,
     /// The router configuration as the module gets it (tenants and rewrites in it).
     pub router: Json,
     /// The picker configuration as the module gets it (objectives in it).
@@ -85,8 +88,12 @@ pub fn build(set: &mut ObjectSet, inputs: &GatewayInputs) -> Result<Gateway> {
     let mut base: Vec<Option<String>> = vec![None; pools.len()];
     let mut specs: Vec<RouteSpec> = Vec::new();
     let mut parents = Vec::new();
+    let mut section = None;
     for route in &routes {
         for p in &route.parents {
+            if section.is_none() {
+                section.clone_from(&p.section_name);
+            }
             let ns = p.namespace.clone().or_else(|| route.meta.namespace.clone());
             if !parents.contains(&(ns.clone(), p.name.clone())) {
                 parents.push((ns, p.name.clone()));
@@ -368,6 +375,7 @@ pub fn build(set: &mut ObjectSet, inputs: &GatewayInputs) -> Result<Gateway> {
         pools,
         routes,
         parents,
+        section,
         router,
         picker,
     })

@@ -196,7 +196,7 @@ fn wasm_filter(name: &str, root_id: &str, config: &Json, image: &str) -> [Json; 
 /// flavour: the router lets them go at once and reads the body), named and sized as the
 /// bare template's `infergate.buffer`: twice the router's body limit, so a body past the
 /// limit reaches the router whole and gets its 413 (OpenAI JSON), not the buffer's.
-fn buffer_filter(router: &Json) -> Json {
+pub(super) fn buffer_filter(router: &Json) -> Json {
     let limit = router["bodyLimitBytes"]
         .as_u64()
         .unwrap_or(DEFAULT_BODY_LIMIT_BYTES);
@@ -204,6 +204,16 @@ fn buffer_filter(router: &Json) -> Json {
         "name": "infergate.buffer",
         "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer",
                          "max_request_bytes": limit.saturating_mul(2)}})
+}
+
+/// The route refresh between the `headers` filter and the picker: a `header_mutation`
+/// with no mutations resolves the route again (it looks up its per-route config in
+/// `decodeHeaders`), so the picker's `xds.cluster_name` is the route the model header chose.
+pub(super) fn route_refresh_filter() -> Json {
+    json!({
+        "name": "infergate.route_refresh",
+        "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
+                         "mutations": {}}})
 }
 
 /// `--image` as an OCI address (`oci://` added when no scheme is given).
@@ -264,10 +274,7 @@ pub fn manifests(
             &headers,
             &image,
         ));
-        patches.push(before_router(json!({
-            "name": "infergate.route_refresh",
-            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
-                             "mutations": {}}})));
+        patches.push(before_router(route_refresh_filter()));
         patches.extend(wasm_filter("infergate.picker", "picker", &picker, &image));
         patches.push(before_router(json!({
             "name": "infergate.destination_metadata",

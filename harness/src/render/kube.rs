@@ -218,6 +218,9 @@ pub fn routes(gw: &Gateway, services: &[PoolService], entry: bool) -> Vec<Json> 
                     if let Some(ns) = &p.namespace {
                         r["namespace"] = Json::String(ns.clone());
                     }
+                    if let Some(section) = &p.section_name {
+                        r["sectionName"] = Json::String(section.clone());
+                    }
                     r
                 })
                 .collect();

@@ -57,12 +57,24 @@ pub struct Translated {
     pub listener: String,
     /// The EDS files: one per Service cluster.
     pub eds: EdsDir,
-    /// The Service clusters, by Service name.
+    /// The Service clusters, by Service name (the one the picker follows).
     pub clusters: BTreeMap<String, String>,
+    /// Every EDS cluster holding a Service's endpoints, by Service name.
+    pub eds_clusters: BTreeMap<String, Vec<String>>,
     /// Environment variables the proxy's pod gets (the deployment overlay's).
     pub env: Vec<(String, String)>,
     /// The ECDS resources, by name, as the proxy receives them (after istio-agent).
     pub ecds: BTreeMap<String, Json>,
+}
+
+impl Translated {
+    /// Gives Service `service` the endpoints `addrs`, as the control plane's EDS would.
+    pub fn write_members(&self, service: &str, addrs: &[SocketAddr]) -> Result<()> {
+        for cluster in self.eds_clusters.get(service).into_iter().flatten() {
+            self.eds.write_healthy(cluster, addrs)?;
+        }
+        Ok(())
+    }
 }
 
 /// `outbound|PORT||<svc>.<ns>.svc.cluster.local` (`BuildSubsetKey`,
@@ -313,6 +325,10 @@ pub fn translate(docs: &[Json], lo: &Loopback) -> Result<Translated> {
         cds.push(service_cluster(&cluster, &eds));
         clusters.insert(name, cluster);
     }
+    let eds_clusters = clusters
+        .iter()
+        .map(|(s, c)| (s.clone(), vec![c.clone()]))
+        .collect();
     // The gateway's own `BlackHoleCluster` (cluster.go `buildBlackHoleCluster`).
     cds.push(
         json!({"@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
@@ -529,6 +545,7 @@ pub fn translate(docs: &[Json], lo: &Loopback) -> Result<Translated> {
         listener: listener_name,
         eds,
         clusters,
+        eds_clusters,
         env,
         ecds,
     })

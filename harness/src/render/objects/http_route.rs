@@ -23,6 +23,8 @@ pub mod v1 {
         pub name: String,
         /// `namespace`; `None`: the route's own.
         pub namespace: Option<String>,
+        /// `sectionName`: the Gateway listener the route attaches to.
+        pub section_name: Option<String>,
     }
 
     /// One backend of a rule: an `InferencePool` and its weight.
@@ -95,15 +97,22 @@ pub mod v1 {
             parents.push(ParentRef {
                 name: n.req_string("name")?.to_owned(),
                 namespace: n.opt_string("namespace")?.map(str::to_owned),
+                section_name: n.opt_string("sectionName")?.map(str::to_owned),
             });
-            for key in ["sectionName", "port"] {
-                if n.get(key)?.is_some() {
-                    report.not_supported(
-                        label,
-                        &format!("{}.{key}", p.path),
-                        "the rendered gateway has one listener; the route is on it",
-                    );
-                }
+            if n.get("sectionName")?.is_some() {
+                report.used(
+                    label,
+                    &format!("{}.sectionName", p.path),
+                    "the Envoy Gateway manifests patch this listener; the bare-Envoy \
+                     bootstrap has one listener and the route is on it",
+                );
+            }
+            if n.get("port")?.is_some() {
+                report.not_supported(
+                    label,
+                    &format!("{}.port", p.path),
+                    "the rendered gateway has one listener; the route is on it",
+                );
             }
         }
         if !parents.is_empty() {
