@@ -315,7 +315,7 @@ pub fn host(envoy: &mut FilterConfigHandle, value: serde_json::Value) -> Result<
     let key = value.to_string();
     #[cfg(any(test, feature = "panic-injection"))]
     let tick_panic = crate::panic_injection::TickPanic::from_config(&mut value)?;
-    let scraper = Scraper::from_json(value)?;
+    let mut scraper = Scraper::from_json(value)?;
     let stats = StatsRegistry::define(envoy, &scraper.stat_keys());
     // SAFETY: the live config pointer of the running config_new hook (main thread); Envoy
     // already shares the config, so its scheduler can hold it weakly.
@@ -343,6 +343,9 @@ pub fn host(envoy: &mut FilterConfigHandle, value: serde_json::Value) -> Result<
             crate::shared::config_registry().register_scraper(scraper.endpoints())?;
         let ticker = Ticker::start(host.scheduler, period_ms)?;
         if !scrapers.running.is_empty() {
+            // An update that changed the scraper: the running one's snapshot stays until
+            // this one has scraped every endpoint, rather than an empty one.
+            scraper.hold_first_publish();
             crate::log::error(&format!(
                 "infergate: scraper: {} scraper configs run at once and publish into one \
                  snapshot; every filter config of a process should carry the same scraper",

@@ -9,9 +9,13 @@
 //! - the holder renews the lease (compare-and-swap on the version it read);
 //! - a candidate takes a lease that is free, or that was not renewed for [`LEASE_TTL_MS`]
 //!   (its holder died, was reloaded or stalled), with the epoch one higher;
-//! - a holder that finds the lease renewed by someone else (it stalled past the TTL) steps
-//!   down; a holder that goes away gives the lease back ([`Election::resign`]) so the next
-//!   tick of any other VM takes it at once.
+//! - a candidate whose configuration differs from the holder's and was loaded after it
+//!   takes the lease at once: a configuration update reaches the owner's work even where
+//!   the old configuration's roots live on for a while (a listener update drains the old
+//!   filter chains for Envoy's drain time before their roots end);
+//! - a holder that finds the lease renewed by someone else (it stalled past the TTL, or a
+//!   newer configuration took it) steps down; a holder that goes away gives the lease back
+//!   ([`Election::resign`]) so the next tick of any other VM takes it at once.
 //!
 //! Ticks only, never configuration: Envoy first runs each new configuration in a throwaway
 //! canary VM, which never ticks, so it never holds the lease.
@@ -38,17 +42,45 @@ pub struct Lease {
     pub epoch: u64,
     /// When the holder last renewed it (ms, the host's wall clock).
     pub renewed_ms: u64,
+    /// The holder's configuration ([`Election::with_configuration`]).
+    pub config: Configuration,
+}
+
+/// Which configuration a candidate runs, and when it was loaded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Configuration {
+    /// A fingerprint of the configuration (0: unknown; never supersedes).
+    pub fingerprint: u64,
+    /// When the candidate loaded it (ms, the host's wall clock).
+    pub loaded_ms: u64,
+}
+
+impl Configuration {
+    /// Whether a candidate running `self` should take the lease from a holder running
+    /// `held`: a different configuration, loaded later.
+    fn supersedes(&self, held: &Configuration) -> bool {
+        self.fingerprint != 0
+            && self.fingerprint != held.fingerprint
+            && self.loaded_ms > held.loaded_ms
+    }
 }
 
 impl Lease {
-    const LEN: usize = 24;
+    const LEN: usize = 40;
 
     /// The cell's bytes.
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut out = [0u8; Self::LEN];
-        out[..8].copy_from_slice(&self.holder.to_le_bytes());
-        out[8..16].copy_from_slice(&self.epoch.to_le_bytes());
-        out[16..].copy_from_slice(&self.renewed_ms.to_le_bytes());
+        let words = [
+            self.holder,
+            self.epoch,
+            self.renewed_ms,
+            self.config.fingerprint,
+            self.config.loaded_ms,
+        ];
+        for (chunk, word) in out.chunks_exact_mut(8).zip(words) {
+            chunk.copy_from_slice(&word.to_le_bytes());
+        }
         out
     }
 
@@ -64,7 +96,21 @@ impl Lease {
             holder: word(0)?,
             epoch: word(8)?,
             renewed_ms: word(16)?,
+            config: Configuration {
+                fingerprint: word(24)?,
+                loaded_ms: word(32)?,
+            },
         })
+    }
+
+    /// A lease nobody holds.
+    fn free(epoch: u64) -> Lease {
+        Lease {
+            holder: 0,
+            epoch,
+            renewed_ms: 0,
+            config: Configuration::default(),
+        }
     }
 
     fn expired(&self, now_ms: u64) -> bool {
@@ -96,6 +142,7 @@ pub enum Role {
 pub struct Election {
     key: String,
     me: u64,
+    config: Configuration,
     /// The epoch this candidate holds, if it does.
     held: Option<u64>,
 }
@@ -107,8 +154,16 @@ impl Election {
         Election {
             key,
             me: me.max(1),
+            config: Configuration::default(),
             held: None,
         }
+    }
+
+    /// This candidate runs `config`: it takes the lease from a holder running an older,
+    /// different one.
+    pub fn with_configuration(mut self, config: Configuration) -> Election {
+        self.config = config;
+        self
     }
 
     /// This candidate's id.
@@ -129,13 +184,9 @@ impl Election {
                 Some((bytes, version)) => (Lease::decode(&bytes), version),
                 None => (None, 0),
             };
-            let current = current.unwrap_or(Lease {
-                holder: 0,
-                epoch: 0,
-                renewed_ms: 0,
-            });
+            let current = current.unwrap_or(Lease::free(0));
             let mine = current.holder == self.me && self.held == Some(current.epoch);
-            if !mine && !current.expired(now_ms) {
+            if !mine && !current.expired(now_ms) && !self.config.supersedes(&current.config) {
                 self.held = None;
                 return Role::Follower {
                     holder: current.holder,
@@ -150,6 +201,7 @@ impl Election {
                     current.epoch.wrapping_add(1).max(1)
                 },
                 renewed_ms: now_ms,
+                config: self.config,
             };
             match cells.store(&self.key, &next.encode(), version) {
                 CasWrite::Stored => {
@@ -188,12 +240,7 @@ impl Election {
             return;
         };
         if Lease::decode(&bytes).is_some_and(|l| l.holder == self.me && l.epoch == epoch) {
-            let free = Lease {
-                holder: 0,
-                epoch,
-                renewed_ms: 0,
-            };
-            let _ = cells.store(&self.key, &free.encode(), version);
+            let _ = cells.store(&self.key, &Lease::free(epoch).encode(), version);
         }
     }
 }
@@ -333,8 +380,63 @@ mod tests {
             holder: 7,
             epoch: 9,
             renewed_ms: 123,
+            config: Configuration {
+                fingerprint: 5,
+                loaded_ms: 6,
+            },
         };
         assert_eq!(Lease::decode(&lease.encode()), Some(lease));
-        assert_eq!(Lease::decode(&lease.encode()[..23]), None);
+        assert_eq!(Lease::decode(&lease.encode()[..39]), None);
+    }
+
+    fn running(fingerprint: u64, loaded_ms: u64) -> Configuration {
+        Configuration {
+            fingerprint,
+            loaded_ms,
+        }
+    }
+
+    #[test]
+    fn a_newer_configuration_takes_the_lease_at_once_and_the_old_holder_steps_down() {
+        let cells = Cells::default();
+        let mut old = Election::new("k".into(), 1).with_configuration(running(11, 100));
+        let mut old_peer = Election::new("k".into(), 2).with_configuration(running(11, 100));
+        assert_eq!(owner(old.tick(&cells, 1000)), Some(1));
+        // The update: new roots with another configuration, loaded later, while the old
+        // ones still tick (their listener drains).
+        let mut new = Election::new("k".into(), 3).with_configuration(running(22, 900));
+        let mut new_peer = Election::new("k".into(), 4).with_configuration(running(22, 901));
+        assert_eq!(
+            new.tick(&cells, 1010),
+            Role::Owner {
+                epoch: 2,
+                since_now: true
+            }
+        );
+        // The new configuration's other roots follow; so do the old ones, the old holder
+        // included, and none of them takes it back.
+        for t in (1020..3000).step_by(50) {
+            assert_eq!(owner(new_peer.tick(&cells, t)), None);
+            assert_eq!(owner(old.tick(&cells, t + 1)), None);
+            assert_eq!(owner(old_peer.tick(&cells, t + 2)), None);
+            assert_eq!(owner(new.tick(&cells, t + 3)), Some(2));
+        }
+        assert!(!old.holds());
+    }
+
+    #[test]
+    fn the_same_configuration_loaded_later_does_not_take_the_lease() {
+        let cells = Cells::default();
+        let mut a = Election::new("k".into(), 1).with_configuration(running(11, 100));
+        assert_eq!(owner(a.tick(&cells, 1000)), Some(1));
+        // A VM restarted by FAIL_RELOAD loads the same configuration again; one that does
+        // not know its configuration (0) never supersedes.
+        let mut reloaded = Election::new("k".into(), 2).with_configuration(running(11, 900));
+        let mut unknown = Election::new("k".into(), 3);
+        for t in (1010..2000).step_by(50) {
+            assert_eq!(owner(reloaded.tick(&cells, t)), None);
+            assert_eq!(owner(unknown.tick(&cells, t + 1)), None);
+            assert_eq!(owner(a.tick(&cells, t + 2)), Some(1));
+        }
     }
 }

@@ -445,14 +445,11 @@ impl Scraper {
         self.admin.pending = None;
     }
 
-    /// One tick: learn the followed clusters' members (mode `host`: from the host; mode
-    /// `admin`: send the admin callout when it is due), publish pending changes, expire
-    /// lost callouts, start a new round.
-    /// A scraper taking over from another (the Wasm flavour's next elected owner):
-    /// publish nothing until every endpoint it knows was scraped once (or failed), at
-    /// most [`MAX_HELD_TICKS`] ticks, so the pickers keep reading the previous scraper's
-    /// snapshot (members and metrics) meanwhile rather than an empty one that would refuse
-    /// their requests.
+    /// A scraper taking over from another (the Wasm flavour's next elected owner, the
+    /// native flavour's scraper of an updated configuration): publish nothing until every
+    /// endpoint it knows was scraped once (or failed), at most [`MAX_HELD_TICKS`] ticks, so
+    /// the pickers keep reading the previous scraper's snapshot (members and metrics)
+    /// meanwhile rather than an empty one that would refuse their requests.
     pub fn hold_first_publish(&mut self) {
         self.held_ticks = MAX_HELD_TICKS;
     }
@@ -464,6 +461,9 @@ impl Scraper {
         }
     }
 
+    /// One tick: learn the followed clusters' members (mode `host`: from the host; mode
+    /// `admin`: send the admin callout when it is due), publish pending changes, expire
+    /// lost callouts, start a new round.
     pub fn on_tick<H>(&mut self, host: &mut H)
     where
         H: HttpCallout + Clock + Stats + SnapshotSink + ClusterMembership + ?Sized,

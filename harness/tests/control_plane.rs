@@ -30,6 +30,8 @@ mod istio;
 #[path = "control_plane/proxy.rs"]
 mod proxy;
 
+#[path = "shared/conversations.rs"]
+mod conversations;
 #[path = "shared/objects.rs"]
 mod shared;
 use infergate_harness::launch::client::post_json;
@@ -165,7 +167,7 @@ struct Installed {
     warm_fallbacks: i64,
     translated: istio::Translated,
     module_server: Option<tokio::task::JoinHandle<()>>,
-    _dir: RunDir,
+    dir: RunDir,
 }
 
 impl Drop for Installed {
@@ -275,7 +277,7 @@ async fn install(
         warm_fallbacks,
         translated,
         module_server,
-        _dir: dir,
+        dir,
     }
 }
 
@@ -860,6 +862,190 @@ fn istio_another_wasm_plugin_shares_vm_id_empty() {
             gw.proxy.stat("infergate.picker.owner_fallbacks").await - gw.warm_fallbacks;
         eprintln!("ISTIO NEIGHBOUR: counts {counts:?}; owner fallbacks {fallbacks}");
         assert_eq!(fallbacks, 0);
+    });
+}
+
+// ---- The owner's VM dies or its configuration is replaced, under load. ----
+
+/// How the scenario takes the owner away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Takeaway {
+    /// A request with the test build's trap header makes the owner's VM trap at its next
+    /// tick; `FAIL_RELOAD` starts a fresh VM on that worker.
+    Kill,
+    /// The control plane pushes a new picker configuration (ECDS under Istio for Wasm, the
+    /// listener otherwise): every old root context ends, the owner's among them.
+    Reload,
+}
+
+const TRAP_HEADER: &str = "x-infergate-test-trap-owner";
+
+/// Whether the Wasm module under test carries the test stages (the trap header).
+fn has_test_stages() -> bool {
+    Flavor::Wasm
+        .artefact()
+        .and_then(|p| std::fs::read(p).ok())
+        .is_some_and(|b| {
+            b.windows(TRAP_HEADER.len())
+                .any(|w| w == TRAP_HEADER.as_bytes())
+        })
+}
+
+/// Pushes a changed picker configuration: in every xDS file of `dir`, the plugin
+/// configuration whose role is `picker` gets its scraper timeout one millisecond longer.
+/// Each file is replaced by a rename, as a control plane's push lands at once.
+fn push_new_picker_config(dir: &Path) -> usize {
+    fn bump(v: &mut Json) -> usize {
+        match v {
+            Json::String(text) => {
+                let Ok(mut config) = serde_json::from_str::<Json>(text) else {
+                    return 0;
+                };
+                if config["role"] != "picker" {
+                    return 0;
+                }
+                let t = config["scraper"]["timeoutMs"].as_u64().unwrap_or(250);
+                config["scraper"]["timeoutMs"] = json!(t + 1);
+                *text = config.to_string();
+                1
+            }
+            Json::Array(a) => a.iter_mut().map(bump).sum(),
+            Json::Object(m) => m.values_mut().map(bump).sum(),
+            _ => 0,
+        }
+    }
+    let mut pushed = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let mut doc: Json = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let n = bump(&mut doc);
+        if n > 0 {
+            doc["version_info"] = json!("2");
+            let tmp = path.with_extension("json.next");
+            std::fs::write(&tmp, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
+            std::fs::rename(&tmp, &path).unwrap();
+            pushed += n;
+        }
+    }
+    pushed
+}
+
+/// Under 4 workers and multi-turn load, the owner is taken away (`how`). Holds: no request
+/// fails, none waits as long as 1.5 s; (Wasm) another VM takes the lease within 1 s and the
+/// in-flight gauges read zero within a few ticks of the load's end.
+async fn owner_taken_away(plane: Plane, flavor: Flavor, how: Takeaway) {
+    let ctx = format!("{plane} {flavor} {how:?}");
+    let sim = simulated(4).await;
+    let dir = RunDir::new("cp-failover").unwrap();
+    let docs = plane_docs(
+        plane,
+        options(flavor, plane.target(), dir.path(), seed_objects()),
+    );
+    let gw = install(plane, flavor, &docs, sim.addrs(), 4).await;
+    let url = format!("{}/v1/chat/completions", gw.proxy.base_url());
+    let wasm = flavor == Flavor::Wasm;
+    let takeovers = gw.proxy.stat("infergate.owner.takeovers").await;
+    assert!(!wasm || takeovers >= 1, "{ctx}: no owner elected");
+    let (clients, outcomes) = conversations::converse(&url, MODEL, 4, Duration::from_secs(4));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let at = std::time::Instant::now();
+    match how {
+        Takeaway::Kill => {
+            let resp = post_json(&url, &chat(MODEL, "die"), &[(TRAP_HEADER, "1")])
+                .await
+                .unwrap();
+            assert_eq!(
+                resp.status, 200,
+                "{ctx}: the asking request itself is served"
+            );
+        }
+        Takeaway::Reload => {
+            let pushed = push_new_picker_config(&gw.dir.path().join("xds"));
+            assert!(pushed >= 1, "{ctx}: no picker configuration to push");
+        }
+    }
+    let mut taken_over = None;
+    while wasm && at.elapsed() < Duration::from_secs(3) {
+        if gw.proxy.stat("infergate.owner.takeovers").await > takeovers {
+            taken_over = Some(at.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for c in clients {
+        c.await.unwrap();
+    }
+    let outcomes = outcomes.lock().unwrap().clone();
+    let failed: Vec<_> = outcomes.iter().filter(|(s, _, _)| *s != 200).collect();
+    let slowest = outcomes
+        .iter()
+        .map(|(_, d, _)| *d)
+        .max()
+        .unwrap_or_default();
+    let mut inflight = -1;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        inflight = gw.proxy.stat("infergate.picker.inflight_requests").await;
+        if inflight <= 0 {
+            break;
+        }
+    }
+    let resends = gw.proxy.stat("infergate.picker.owner_resends").await;
+    eprintln!(
+        "FAILOVER {ctx}: takeover {taken_over:?} after the {how:?}; {} requests under load, {} \
+         failed, slowest {slowest:?}; {resends} picks resent; in-flight after the load {inflight}",
+        outcomes.len(),
+        failed.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "{ctx}: failed: {failed:?}; {}",
+        gw.proxy.log_tail(30)
+    );
+    assert!(
+        slowest < Duration::from_millis(1500),
+        "{ctx}: a request took {slowest:?}"
+    );
+    if wasm {
+        let taken_over = taken_over.unwrap_or_else(|| panic!("{ctx}: no VM took the lease over"));
+        assert!(
+            taken_over <= Duration::from_secs(1),
+            "{ctx}: takeover after {taken_over:?}"
+        );
+        assert_eq!(inflight, 0, "{ctx}: in-flight gauges after the load");
+    }
+    drop(gw);
+    sim.shutdown().await;
+}
+
+#[test]
+fn istio_owner_failover_under_load() {
+    runtime().block_on(async {
+        if !unbuilt(Flavor::Wasm) {
+            if has_test_stages() {
+                owner_taken_away(Plane::Istio, Flavor::Wasm, Takeaway::Kill).await;
+            } else {
+                eprintln!("SKIPPED the kill: the Wasm module has no test stages");
+            }
+            owner_taken_away(Plane::Istio, Flavor::Wasm, Takeaway::Reload).await;
+        }
+        if !unbuilt(Flavor::Native) {
+            owner_taken_away(Plane::Istio, Flavor::Native, Takeaway::Reload).await;
+        }
+    });
+}
+
+#[test]
+fn envoy_gateway_owner_failover_under_load() {
+    runtime().block_on(async {
+        for flavor in [Flavor::Wasm, Flavor::Native] {
+            if !unbuilt(flavor) {
+                owner_taken_away(Plane::EnvoyGateway, flavor, Takeaway::Reload).await;
+            }
+        }
     });
 }
 

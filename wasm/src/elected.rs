@@ -9,6 +9,13 @@
 //! its root goes away (a configuration update, the VM's end). Nothing is done at
 //! configuration: Envoy first configures a throwaway canary VM, which never ticks.
 //!
+//! A root whose configuration differs from the holder's and was loaded later takes the
+//! lease at once: after an update delivered with the listener (Envoy Gateway, a bare
+//! Envoy's LDS), the old filter chains drain for Envoy's drain time and their roots keep
+//! ticking, so without this the old configuration's scraper would stay the owner's until
+//! then. A VM restarted by `FAIL_RELOAD` while an old configuration still drains reloads it
+//! too, and may hold the lease until the next newer root's tick takes it back.
+//!
 //! Where the work runs: on the elected worker's thread, between its own requests. The owner
 //! answers picks from every worker (a queue wake-up per batch of messages) and runs the
 //! scrape rounds' callouts; the other workers only prepare their requests and wait for the
@@ -16,7 +23,7 @@
 
 use std::rc::Rc;
 
-use infergate_filters::election::{Election, Role as ElectionRole};
+use infergate_filters::election::{Configuration, Election, Role as ElectionRole};
 use infergate_filters::host::{CalloutOutcome, CalloutToken, Stats};
 use infergate_filters::scraper::Scraper;
 use infergate_filters::stats::StatKey;
@@ -42,6 +49,21 @@ pub fn candidate_id() -> u64 {
     let mut hasher = RandomState::new().build_hasher();
     hasher.write_u64(crate::abi::hostcalls::current_time_nanos().unwrap_or(0));
     hasher.finish().max(1)
+}
+
+/// The configuration a picker root loaded now: a fingerprint of its bytes (the picker's and
+/// the scraper's) and the host's clock.
+pub fn loaded_configuration(picker: &[u8], scraper: &Value) -> Configuration {
+    use std::hash::{Hash, Hasher};
+    // `DefaultHasher::new` has fixed keys: every VM of the process (one build of the
+    // module) computes the same fingerprint for the same bytes.
+    let mut hasher = std::hash::DefaultHasher::new();
+    picker.hash(&mut hasher);
+    scraper.to_string().hash(&mut hasher);
+    Configuration {
+        fingerprint: hasher.finish().max(1),
+        loaded_ms: crate::abi::hostcalls::current_time_nanos().unwrap_or(0) / 1_000_000,
+    }
 }
 
 thread_local! {
@@ -77,12 +99,18 @@ pub struct Duty {
 
 impl Duty {
     /// A candidate running `scraper_config` (checked now) when elected, under `names`;
-    /// `me` is its random candidate id.
-    pub fn new(names: &Names, scraper_config: Value, me: u64) -> Result<Duty, String> {
+    /// `me` is its random candidate id, `config` the configuration its root loaded (a
+    /// different one loaded later takes the lease from it).
+    pub fn new(
+        names: &Names,
+        scraper_config: Value,
+        me: u64,
+        config: Configuration,
+    ) -> Result<Duty, String> {
         let scraper_config = admin_membership_by_default(scraper_config)?;
         let interval_ms = Scraper::from_json(scraper_config.clone())?.tick_period_ms();
         Ok(Duty {
-            election: Election::new(names.owner_lease(), me),
+            election: Election::new(names.owner_lease(), me).with_configuration(config),
             scraper_config,
             owner_queue: names.owner_queue(),
             interval_ms,

@@ -210,11 +210,15 @@ impl Root {
                 self._registration = Some(Registration::picker(&shared)?);
                 declare_block_sizes(&cfg.names, &shared);
                 let duty = match cfg.scraper {
-                    Some(scraper) => Some(Box::new(Duty::new(
-                        &cfg.names,
-                        scraper,
-                        crate::elected::candidate_id(),
-                    )?)),
+                    Some(scraper) => {
+                        let loaded = crate::elected::loaded_configuration(&config_bytes, &scraper);
+                        Some(Box::new(Duty::new(
+                            &cfg.names,
+                            scraper,
+                            crate::elected::candidate_id(),
+                            loaded,
+                        )?))
+                    }
                     None => None,
                 };
                 let link = WorkerLink::new(&self.vm, &cfg.names, config_bytes);

@@ -277,6 +277,15 @@ pub fn manifests(
                  refresh before the picker"
             ),
         );
+        report.not_supported(
+            "gateway",
+            "failStrategy",
+            format!(
+                "{form}: a Wasm entry has `failOpen` but no failure policy, so Envoy applies \
+                 FAIL_CLOSED: a VM that traps is not reloaded and its worker answers 503 until \
+                 the next configuration (the native flavour has no VM to lose)"
+            ),
+        );
     }
     if gw.params.tenancy.jwt.is_some() {
         report.not_supported(

@@ -180,7 +180,9 @@ fn envoy_gateway(s: &mut String, gw: &Gateway, opts: &RenderOptions) {
          body router has read the model), the `EnvoyExtensionPolicy` `infergate` ({ext}), \
          the `BackendTrafficPolicy` `infergate` (the pool routes' `endpointOverride` on \
          `x-gateway-destination-endpoint`: Envoy's `override_host`), the `EnvoyPatchPolicy` \
-         `infergate` (the scrape and admin clusters).\n\
+         `infergate` (the scrape and admin clusters; Wasm: Envoy's buffer filter before the \
+         `headers` filter and the route refresh before the picker, inserted in the listener \
+         `{ns}/{name}/<section>`).\n\
          3. Check: `egctl config envoy-proxy cluster -n <ns> <envoy pod>` lists \
          `infergate_scrape`, `infergate_admin` and `httproute/<ns>/<route>/rule/<i>`; a chat \
          request answers with `x-gateway-destination-endpoint-served`.\n",
@@ -205,9 +207,9 @@ fn envoy_gateway(s: &mut String, gw: &Gateway, opts: &RenderOptions) {
     );
     let _ = writeln!(
         s,
-        "What Envoy Gateway cannot be told (see `fields.md`): filters are ranked by type, so \
-         no route refresh sits between router and picker (the picker finds a pool by its \
-         base model) and a rule's several backends are one cluster (no split across pools); \
-         each Wasm filter has its own VM id and no `allow_on_headers_stop_iteration`.\n"
+        "What Envoy Gateway cannot be told (see `fields.md`): a rule's several backends are \
+         one cluster (no split across pools); each Wasm filter has its own VM id, no \
+         `allow_on_headers_stop_iteration` and no `FAIL_RELOAD` (a Wasm VM that traps stays \
+         down on its worker until the next configuration: prefer the native flavour there).\n"
     );
 }

@@ -12,13 +12,11 @@
 //! - after the load, the in-flight gauges read zero within a few ticks (the dead owner's
 //!   counts died with it; the new owner writes its own).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use infergate_harness::launch::client::post_json;
 use infergate_harness::launch::{Flavor, PoolSpec, Stack};
 use serde_json::json;
-use tokio::sync::Mutex;
 
 use crate::support::gw::{self, Plan};
 use crate::support::{TestBackend, QUICK};
@@ -59,7 +57,6 @@ pub(super) async fn a_dead_owner_is_replaced_under_load_and_no_request_fails() {
     let Some(stack) = gw::start(Flavor::Wasm, &backends, plan).await else {
         return;
     };
-    let stack = Arc::new(stack);
     let url = format!("{}/v1/chat/completions", stack.picker_url());
     // The owner exists once a request was picked by it.
     let warm = post_json(
@@ -76,30 +73,8 @@ pub(super) async fn a_dead_owner_is_replaced_under_load_and_no_request_fails() {
         "one owner"
     );
 
-    let results = Arc::new(Mutex::new(Vec::<(u16, Duration)>::new()));
-    let stop_at = Instant::now() + Duration::from_secs(4);
-    let mut clients = Vec::new();
-    for c in 0..CLIENTS {
-        let url = url.clone();
-        let results = Arc::clone(&results);
-        clients.push(tokio::spawn(async move {
-            let mut messages =
-                vec![json!({"role": "system", "content": format!("client {c} ").repeat(200)})];
-            let mut turn = 0;
-            while Instant::now() < stop_at {
-                messages.push(json!({"role": "user", "content": format!("turn {turn}")}));
-                let body = json!({"model": MODEL, "messages": messages});
-                let started = Instant::now();
-                let status = post_json(&url, &body, &[])
-                    .await
-                    .map(|r| r.status)
-                    .unwrap_or(0);
-                results.lock().await.push((status, started.elapsed()));
-                messages.push(json!({"role": "assistant", "content": "ok"}));
-                turn += 1;
-            }
-        }));
-    }
+    let (clients, results) =
+        crate::conversations::converse(&url, MODEL, CLIENTS, Duration::from_secs(4));
     tokio::time::sleep(Duration::from_millis(800)).await;
     // Kill the owner: a request carrying the trap header asks it (through shared data) to
     // trap at its next tick, whichever thread its VM runs on.
@@ -131,9 +106,9 @@ pub(super) async fn a_dead_owner_is_replaced_under_load_and_no_request_fails() {
         c.await.unwrap();
     }
     let taken_over = taken_over.expect("another VM took the owner's lease over");
-    let results = results.lock().await;
-    let failed: Vec<_> = results.iter().filter(|(s, _)| *s != 200).collect();
-    let slowest = results.iter().map(|(_, d)| *d).max().unwrap_or_default();
+    let results = results.lock().unwrap().clone();
+    let failed: Vec<_> = results.iter().filter(|(s, _, _)| *s != 200).collect();
+    let slowest = results.iter().map(|(_, d, _)| *d).max().unwrap_or_default();
     let fallbacks = stat_sum(&stack, "infergate.picker.owner_fallbacks").await;
     let resends = stat_sum(&stack, "infergate.picker.owner_resends").await;
     eprintln!(
