@@ -647,9 +647,14 @@ async fn routing(plane: Plane, flavor: Flavor) {
     let custom: Vec<&str> = stats
         .iter()
         .map(|(k, _)| k)
-        .filter(|k| k.contains("infergate.scraper") || k.contains("infergate.picker"))
+        .filter(|k| k.contains("custom.infergate.scraper") || k.contains("custom.infergate.picker"))
         .take(3)
         .collect();
+    // The module's own stats reach the admin (under Istio's stats matcher too).
+    assert!(
+        !custom.is_empty(),
+        "{flavor}: no infergate stat in the admin"
+    );
     let mut gw = gw;
     assert!(gw.proxy.running(), "{flavor}: Envoy exited");
     eprintln!("ROUTING {flavor}: ok; infergate stats visible: {custom:?}");

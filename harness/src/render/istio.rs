@@ -131,6 +131,12 @@ pub const NATIVE_MODULE_FILE: &str = "libinfergate_envoy.so";
 /// when the host cannot tell them (Wasm; native before 1.30).
 pub const ISTIO_ADMIN_PORT: u16 = 15000;
 
+/// The pod annotation naming extra stat prefixes istio-agent keeps.
+pub const STATS_ANNOTATION: &str = "sidecar.istio.io/statsInclusionPrefixes";
+
+/// The prefix of the native module's stats in Envoy's store.
+pub const NATIVE_STATS_PREFIX: &str = "dynamicmodulescustom.infergate";
+
 /// The `ConfigMap` holding the deployment overlay (native flavour).
 pub const OVERLAY_CONFIGMAP: &str = "infergate-gateway-options";
 
@@ -405,10 +411,15 @@ fn to_stdout(mut log: Json) -> Json {
 /// The native flavour's deployment overlay: a `ConfigMap` for the Gateway's
 /// `spec.infrastructure.parametersRef`, whose `deployment` key Istio merges into the
 /// gateway's Deployment: the module image mounted read-only at [`MODULE_DIR`] in the
-/// `istio-proxy` container, and Envoy's dynamic-module search path set there.
+/// `istio-proxy` container, and Envoy's dynamic-module search path set there; the pod
+/// annotation `sidecar.istio.io/statsInclusionPrefixes` keeps the module's stats, which
+/// Istio's stats matcher would drop (its required prefixes cover `wasm…`, not
+/// `dynamicmodulescustom…`; pkg/bootstrap/config.go `getStatsOptions`).
 fn deployment_overlay(target: &Target, image: &str) -> Json {
     let reference = image.split_once("://").map_or(image, |(_, rest)| rest);
-    let overlay = json!({"spec": {"template": {"spec": {
+    let overlay = json!({"spec": {"template": {
+        "metadata": {"annotations": {STATS_ANNOTATION: NATIVE_STATS_PREFIX}},
+        "spec": {
         "containers": [{"name": "istio-proxy",
             "env": [{"name": "ENVOY_DYNAMIC_MODULES_SEARCH_PATH", "value": MODULE_DIR}],
             "volumeMounts": [{"name": "infergate-module", "mountPath": MODULE_DIR, "readOnly": true}]}],

@@ -441,11 +441,23 @@ pub fn translate(docs: &[Json], lo: &Loopback) -> Result<Translated> {
     // The native module: the deployment overlay mounts the image at its MODULE_DIR and sets
     // ENVOY_DYNAMIC_MODULES_SEARCH_PATH there; here a directory holding the built module
     // under the name Envoy looks for.
+    let mut stat_prefixes: Vec<String> = Vec::new();
     for cm in docs.iter().filter(|d| d["kind"] == "ConfigMap") {
         let Some(overlay) = cm["data"]["deployment"].as_str() else {
             continue;
         };
         let overlay: Json = serde_yaml_ng::from_str(overlay)?;
+        // pkg/bootstrap/config.go `getStatsOptions`: the annotation's prefixes, then the
+        // required ones, are the stats matcher's inclusion prefixes.
+        let annotation = &overlay["spec"]["template"]["metadata"]["annotations"]
+            ["sidecar.istio.io/statsInclusionPrefixes"];
+        stat_prefixes.extend(
+            annotation
+                .as_str()
+                .into_iter()
+                .flat_map(|a| a.split(','))
+                .map(str::to_owned),
+        );
         let container = &overlay["spec"]["template"]["spec"]["containers"][0];
         let mount = container["volumeMounts"][0]["mountPath"]
             .as_str()
@@ -516,6 +528,23 @@ pub fn translate(docs: &[Json], lo: &Loopback) -> Result<Translated> {
     write_resources(&cds_path, &cds)?;
     route_config["@type"] = json!("type.googleapis.com/envoy.config.route.v3.RouteConfiguration");
     write_resources(&rds_path, &[route_config])?;
+    let mut patterns: Vec<Json> = stat_prefixes.iter().map(|p| json!({"prefix": p})).collect();
+    patterns.extend([
+        json!({"prefix": "reporter="}),
+        json!({"prefix": "cluster_manager"}),
+        json!({"prefix": "listener_manager"}),
+        json!({"prefix": "server"}),
+        json!({"prefix": "cluster.xds-grpc"}),
+        json!({"prefix": "wasm"}),
+        json!({"suffix": "rbac.allowed"}),
+        json!({"suffix": "rbac.denied"}),
+        json!({"suffix": "shadow_allowed"}),
+        json!({"suffix": "shadow_denied"}),
+        json!({"suffix": "downstream_cx_active"}),
+        json!({"safe_regex": {"regex": "vhost\\..*\\.route\\..*"}}),
+        json!({"prefix": "component"}),
+        json!({"prefix": "istio"}),
+    ]);
     let bootstrap = json!({
         // istio-agent's node: `router~<ip>~<pod>.<ns>~<ns>.svc.cluster.local`.
         "node": {"id": "router~10.0.0.1~inference-gateway-istio-0.gateway-system~gateway-system.svc.cluster.local",
@@ -524,16 +553,8 @@ pub fn translate(docs: &[Json], lo: &Loopback) -> Result<Translated> {
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": lo.admin_port}}},
         // tools/packaging/common/envoy_bootstrap.json + pkg/bootstrap/config.go: only the
         // required prefixes (and `reporter=`, `component`, `istio`), suffixes and the
-        // vhost route regex are kept as stats.
-        "stats_config": {"stats_matcher": {"inclusion_list": {"patterns": [
-            {"prefix": "reporter="},
-            {"prefix": "cluster_manager"}, {"prefix": "listener_manager"}, {"prefix": "server"},
-            {"prefix": "cluster.xds-grpc"}, {"prefix": "wasm"},
-            {"suffix": "rbac.allowed"}, {"suffix": "rbac.denied"},
-            {"suffix": "shadow_allowed"}, {"suffix": "shadow_denied"},
-            {"suffix": "downstream_cx_active"},
-            {"safe_regex": {"regex": "vhost\\..*\\.route\\..*"}},
-            {"prefix": "component"}, {"prefix": "istio"}]}}},
+        // vhost route regex are kept as stats, after the pod annotation's prefixes.
+        "stats_config": {"stats_matcher": {"inclusion_list": {"patterns": patterns}}},
         "dynamic_resources": {
             "lds_config": {"path_config_source": {"path": lds}, "resource_api_version": "V3"},
             "cds_config": {"path_config_source": {"path": cds_path}, "resource_api_version": "V3"}
