@@ -33,6 +33,11 @@
 //!   owner's in-flight counts within a quarter second. Each owner numbers its leases from its
 //!   own epoch: ids of a previous owner's leases are unknown to the next and ignored, and
 //!   its in-flight counts start from what it picked itself.
+//! - **Liveness.** A link that picked through an owner sends an empty release at a tick
+//!   when nothing else went to the owner for `HEARTBEAT_MS`, and the owner's tick ends the leases of a
+//!   link silent for `HOLDER_TTL_MS` (`filters::picker::remote::liveness`): a worker VM that
+//!   dies holding leases does not inflate the in-flight counts for good. A link that goes
+//!   away (its root and last stream gone) sends the releases it still batches.
 
 use std::cell::RefCell;
 use std::collections::hash_map::RandomState;
@@ -41,7 +46,9 @@ use std::hash::{BuildHasher, Hasher};
 use std::rc::Rc;
 
 use infergate_filters::host::{Stats, Waker};
-use infergate_filters::picker::remote::{Answers, Owner, Released, StateKey, ToOwner, ToWorker};
+use infergate_filters::picker::remote::{
+    Answers, Owner, Released, StateKey, ToOwner, ToWorker, HEARTBEAT_MS,
+};
 use infergate_filters::picker::{PickerShared, PoolId, PreparedPick, ServedElsewhere};
 use infergate_filters::stages::{PickerStore, RemoteAnswer, RemotePicks};
 use infergate_filters::stats::StatKey;
@@ -119,8 +126,11 @@ impl OwnerService {
         }
     }
 
-    /// Expire and dispatch the flow-control queues (the service's timer).
+    /// Expire silent holders' leases and dispatch the flow-control queues (the service's
+    /// timer). The messages waiting are answered first: after a stall of this VM, the
+    /// heartbeats queued meanwhile count before any holder is found silent.
     pub fn on_tick(&mut self, vm: &Rc<VmShared>) {
+        self.on_queue_ready(vm, self.queue);
         let mut host = WasmHost::new(vm);
         let answers = self.owner.tick(&mut host);
         send_answers(answers);
@@ -175,6 +185,8 @@ pub struct WorkerLink {
     arrived: BTreeMap<u64, Arrived>,
     /// Leases of requests that ended, to give back with the next pick or tick.
     releases: Vec<Released>,
+    /// When a message that names this link (a pick or a release) last went to the owner.
+    last_sent_ms: u64,
     next_ticket: u64,
     fallbacks: StatKey,
     warned: bool,
@@ -216,6 +228,7 @@ impl WorkerLink {
             pending: BTreeMap::new(),
             arrived: BTreeMap::new(),
             releases: Vec::new(),
+            last_sent_ms: 0,
             next_ticket: 0,
             fallbacks: StatKey::new(OWNER_FALLBACKS, &[]),
             warned: false,
@@ -359,6 +372,7 @@ impl WorkerLink {
         self.releases.clear();
         self.next_ticket = ticket;
         let now = hostcalls::current_time_nanos().unwrap_or(0) / 1_000_000;
+        self.last_sent_ms = now;
         self.pending.insert(
             ticket,
             Pending {
@@ -378,24 +392,46 @@ impl WorkerLink {
     }
 
     /// Send the leases waiting to go back, if any (best effort: a lost release is logged;
-    /// the owner then counts that request in flight until it is reloaded).
+    /// the owner then counts that request in flight until this link falls silent).
     pub fn flush_releases(&mut self) {
-        if self.releases.is_empty() {
-            return;
+        if !self.releases.is_empty() {
+            self.send_release();
         }
+    }
+
+    /// The tick's message to the owner: the leases waiting to go back, or, when this link
+    /// has picked through an owner and nothing went there for [`HEARTBEAT_MS`] at `now_ms`,
+    /// an empty release that says this worker lives (its leases are kept). A link that never
+    /// reached an owner holds no lease and stays quiet.
+    pub fn on_tick(&mut self, now_ms: u64) {
+        let silent = now_ms.saturating_sub(self.last_sent_ms) >= HEARTBEAT_MS;
+        if !self.releases.is_empty() || (silent && self.last_sent_ms > 0) {
+            self.send_release();
+        }
+    }
+
+    fn send_release(&mut self) {
+        let leases = std::mem::take(&mut self.releases);
+        let heartbeat = leases.is_empty();
         let message = ToOwner::Release {
             state: self.state,
-            leases: std::mem::take(&mut self.releases),
+            reply_queue: self.reply_queue,
+            leases,
         };
         let sent = match message.encode() {
             Some(bytes) => self.send_bytes(&bytes),
             None => Err("the release does not encode".to_owned()),
         };
-        if let Err(why) = sent {
-            log(
+        match sent {
+            Ok(()) => {
+                self.last_sent_ms = hostcalls::current_time_nanos().unwrap_or(0) / 1_000_000;
+            }
+            // No owner to tell (it went away, none is elected yet): tried again next tick.
+            Err(_) if heartbeat => {}
+            Err(why) => log(
                 LogLevel::Warn,
                 &format!("infergate: picker: giving leases back failed: {why}"),
-            );
+            ),
         }
     }
 
@@ -498,6 +534,14 @@ impl WorkerLink {
                 }
             }
         }
+    }
+}
+
+impl Drop for WorkerLink {
+    /// The link's root and its last stream are gone (a configuration update, the root's
+    /// end): the releases still batched go now, since no tick will send them.
+    fn drop(&mut self) {
+        self.flush_releases();
     }
 }
 

@@ -302,8 +302,8 @@ impl Root {
     /// `proxy_on_tick`: a candidate's election round (and, elected, a scrape round when due
     /// and the owner's flow-control timer: TTLs, and dispatches a new snapshot allows); a
     /// picker's link learns who owns the state, gives up on overdue answers (their streams
-    /// are woken to pick locally) and gives ended requests' leases back; test builds also
-    /// fire due test wakes.
+    /// are woken to pick locally) and gives ended requests' leases back, or says it lives;
+    /// test builds also fire due test wakes.
     pub fn on_tick(&mut self) {
         test_stages::fire_due();
         let Some(Role::Filter { link, duty, .. }) = &mut self.role else {
@@ -317,7 +317,7 @@ impl Root {
                     link.observe_owner(holder, epoch, now);
                 }
                 link.expire(now);
-                link.flush_releases();
+                link.on_tick(now);
             }
         }
     }

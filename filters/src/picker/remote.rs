@@ -29,6 +29,12 @@
 //! An owner that does not know the key of a pick (it was reloaded) answers
 //! [`ToWorker::UnknownState`], and the worker says hello again and resends.
 //!
+//! **Liveness.** Each lease remembers its holder, the worker's reply queue. A worker VM
+//! that dies (a trap, a configuration update that destroys its root) never gives its
+//! leases back, so every worker is heard from at least every [`HEARTBEAT_MS`] (its picks
+//! and releases, or an empty release), and the owner's tick expires the leases of a holder
+//! silent for [`HOLDER_TTL_MS`] like releases ([`liveness`]).
+//!
 //! **Trust.** Only VMs of the same `vm_id` can reach the owner's queue (Envoy scopes queue
 //! names by `vm_id`); still, every message is decoded with bounds checks and anything
 //! malformed is dropped, never a panic.
@@ -37,6 +43,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use xxhash_rust::xxh3::xxh3_64;
+
+pub mod liveness;
+
+use liveness::Holders;
+pub use liveness::{HEARTBEAT_MS, HOLDER_TTL_MS, LEASES_EXPIRED};
 
 use super::admit::{Admitted, RemoteOutcome, RemoteWaiter, Waiter};
 use super::lease::InFlightLease;
@@ -133,10 +144,13 @@ pub enum ToOwner {
     },
     /// The requests holding `leases` ended: give their in-flight load back (a worker with
     /// no pick to send them with sends them on its next tick, or at once when a lease
-    /// holds flow-control capacity a queued request waits for).
+    /// holds flow-control capacity a queued request waits for). Sent with no lease, it is
+    /// the worker's heartbeat ([`liveness`]).
     Release {
         /// The state that issued the leases.
         state: StateKey,
+        /// The worker's queue id: the holder the owner hears from.
+        reply_queue: u32,
         /// Lease ids of [`ToWorker::Picked`], with the service their requests received.
         leases: Vec<Released>,
     },
@@ -236,6 +250,17 @@ const CANCEL: u8 = 4;
 const SERVED: u8 = 5;
 
 impl ToOwner {
+    /// The reply queue of the worker that sent this, when the message names it (every
+    /// message but a hello and a served-endpoint report).
+    pub fn reply_queue(&self) -> Option<u32> {
+        match self {
+            ToOwner::Pick { reply_queue, .. }
+            | ToOwner::Release { reply_queue, .. }
+            | ToOwner::Cancel { reply_queue, .. } => Some(*reply_queue),
+            ToOwner::Hello { .. } | ToOwner::Served { .. } => None,
+        }
+    }
+
     /// The binary encoding: a tag byte, then the fields in order, integers little-endian.
     /// `None` only if a name in the prepared pick is longer than `u16::MAX` bytes.
     pub fn encode(&self) -> Option<Vec<u8>> {
@@ -263,9 +288,14 @@ impl ToOwner {
                 put_released(&mut out, releases)?;
                 prepared.encode_into(&mut out)?;
             }
-            ToOwner::Release { state, leases } => {
+            ToOwner::Release {
+                state,
+                reply_queue,
+                leases,
+            } => {
                 out.push(RELEASE);
                 out.extend_from_slice(&state.0.to_le_bytes());
+                out.extend_from_slice(&reply_queue.to_le_bytes());
                 put_released(&mut out, leases)?;
             }
             ToOwner::Cancel {
@@ -320,6 +350,7 @@ impl ToOwner {
             },
             RELEASE => ToOwner::Release {
                 state,
+                reply_queue: r.u32()?,
                 leases: read_released(&mut r)?,
             },
             CANCEL => ToOwner::Cancel {
@@ -495,6 +526,8 @@ impl ToWorker {
 /// and, with flow control, the request's share of its pool's load.
 #[derive(Debug)]
 struct Kept {
+    /// The holder: the worker's reply queue.
+    holder: u32,
     lease: InFlightLease,
     plan: Arc<PoolPlan>,
     ticket: Option<Admitted>,
@@ -523,6 +556,7 @@ pub type Answers = Vec<(u32, ToWorker)>;
 pub struct Owner {
     states: HashMap<StateKey, OwnedState>,
     next_lease: u64,
+    holders: Holders,
 }
 
 impl Owner {
@@ -538,6 +572,7 @@ impl Owner {
         Owner {
             states: HashMap::new(),
             next_lease: first_lease,
+            holders: Holders::default(),
         }
     }
 
@@ -560,6 +595,9 @@ impl Owner {
             host.log_error("infergate: picker state owner: dropped a malformed message");
             return answers;
         };
+        if let Some(holder) = message.reply_queue() {
+            self.holders.heard(holder, host.now().0);
+        }
         match message {
             ToOwner::Hello { state, config } => self.hello(host, state, &config),
             ToOwner::Pick {
@@ -576,7 +614,7 @@ impl Owner {
                     self.pick(host, state, reply_queue, ticket, pool, prepared),
                 ));
             }
-            ToOwner::Release { state, leases } => {
+            ToOwner::Release { state, leases, .. } => {
                 self.release_all(host, state, &leases, &mut answers);
             }
             ToOwner::Cancel {
@@ -602,12 +640,14 @@ impl Owner {
         answers
     }
 
-    /// Expire and dispatch the queued requests of every state, and write the in-flight
-    /// gauges as the owner counts them (the owner's timer). The absolute write makes the
-    /// gauges read the truth again after an owner change: a dead owner's deltas stay in the
-    /// process's gauges, and its leases died with it.
+    /// Expire the leases of silent holders, expire and dispatch the queued requests of
+    /// every state, and write the in-flight gauges as the owner counts them (the owner's
+    /// timer). The absolute write makes the gauges read the truth again after an owner
+    /// change: a dead owner's deltas stay in the process's gauges, and its leases died with
+    /// it.
     pub fn tick<H: SnapshotSource + Stats + Clock + ?Sized>(&mut self, host: &mut H) -> Answers {
         let mut answers = Vec::new();
+        self.expire_silent_holders(host, &mut answers);
         for state in self.states.values() {
             state.shared.publish_inflight_gauges(host);
         }
@@ -671,7 +711,7 @@ impl Owner {
                     let answer = self.pick_admitted(
                         host,
                         key,
-                        w.ticket,
+                        (w.reply_queue, w.ticket),
                         plan,
                         &w.prepared,
                         Some(ticket),
@@ -773,7 +813,15 @@ impl Owner {
             };
         };
         let Some(flow) = plan.flow() else {
-            return self.pick_admitted(host, key, ticket, &plan, &prepared, None, None);
+            return self.pick_admitted(
+                host,
+                key,
+                (reply_queue, ticket),
+                &plan,
+                &prepared,
+                None,
+                None,
+            );
         };
         let (arrival, tokens) = flow.arrival(&prepared);
         // The pick is copied into the queue only when it waits there.
@@ -788,7 +836,7 @@ impl Owner {
             Admission::Admitted(flow_ticket) => self.pick_admitted(
                 host,
                 key,
-                ticket,
+                (reply_queue, ticket),
                 &plan,
                 &prepared,
                 Some(flow_ticket),
@@ -812,13 +860,14 @@ impl Owner {
         }
     }
 
-    /// Pick for an admitted request; its flow ticket (if any) is kept with its lease.
+    /// Pick for an admitted request (`(reply queue, ticket)`); its flow ticket (if any) is
+    /// kept with its lease, held by that reply queue.
     #[allow(clippy::too_many_arguments)]
     fn pick_admitted<H: SnapshotSource + Stats + ?Sized>(
         &mut self,
         host: &mut H,
         key: StateKey,
-        ticket: u64,
+        (holder, ticket): (u32, u64),
         plan: &Arc<PoolPlan>,
         prepared: &PreparedPick,
         flow_ticket: Option<FlowTicket>,
@@ -834,6 +883,7 @@ impl Owner {
                 state.leases.insert(
                     lease,
                     Kept {
+                        holder,
                         lease: picked.lease,
                         plan: Arc::clone(plan),
                         ticket: flow_ticket
@@ -872,6 +922,7 @@ impl Owner {
             lease,
             plan,
             ticket,
+            ..
         } = state.leases.remove(&released.lease)?;
         lease.end(host);
         let admitted = ticket?;

@@ -286,6 +286,7 @@ mod remote_store {
         pub fn release(&self, lease: u64) {
             let release = ToOwner::Release {
                 state: StateKey::of_config(CONFIG.as_bytes()),
+                reply_queue: 1,
                 leases: vec![crate::picker::remote::Released::lease(lease)],
             };
             let mut host = self.owner_host.borrow_mut();

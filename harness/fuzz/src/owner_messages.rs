@@ -83,6 +83,7 @@ fn owner_messages_from(data: &[u8], decoded: Option<ToOwner>) -> Vec<ToOwner> {
         },
         ToOwner::Release {
             state,
+            reply_queue: word_at(data, 1) as u32,
             leases: releases(data),
         },
         ToOwner::Cancel {

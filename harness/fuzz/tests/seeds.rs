@@ -643,6 +643,7 @@ fn owner_message_seeds() -> Vec<(String, Vec<u8>)> {
             "release",
             ToOwner::Release {
                 state,
+                reply_queue: 7,
                 leases: releases,
             },
         ),
@@ -758,6 +759,7 @@ fn owner_message_seeds() -> Vec<(String, Vec<u8>)> {
     // A release claiming 4 billion leases, a pick cut short, a cancel with a byte too many.
     let mut huge = vec![3u8];
     huge.extend(state.0.to_le_bytes());
+    huge.extend(7u32.to_le_bytes());
     huge.extend(u32::MAX.to_le_bytes());
     huge.extend(7u64.to_le_bytes());
     out.push(("hostile-huge-count".into(), huge));

@@ -485,3 +485,90 @@ fn another_plugins_shared_data_in_the_same_vm_id_does_not_disturb_the_gateway() 
         Some(b"theirs".to_vec())
     );
 }
+
+const EXPIRED: &str = "infergate.owner.leases_expired";
+
+/// Advances `hosts` by `ms` in 50 ms steps, answering the scrapes and the queue messages.
+fn live_for(hosts: &[&Host], ms: u64) {
+    for _ in 0..ms / 50 {
+        for h in hosts {
+            h.advance_time_ms(50).unwrap();
+            answer_scrapes(h);
+        }
+        exchange(hosts);
+    }
+}
+
+#[test]
+fn the_leases_of_a_worker_vm_that_dies_expire_and_a_living_workers_long_request_keeps_its_own() {
+    let (owner, mut workers) = stack(2);
+    let living = workers.pop().unwrap();
+    let dying = workers.pop().unwrap();
+    let everyone = [&owner, &dying, &living];
+    let doomed: Vec<HttpStream> = (0..2)
+        .map(|i| send(&dying, &format!("request {i} of a worker about to die")))
+        .collect();
+    exchange(&everyone);
+    for s in &doomed {
+        destination(s);
+    }
+    let long = send(&living, "a long request on a worker that lives on");
+    exchange(&everyone);
+    destination(&long);
+    assert_eq!(owner.metric(INFLIGHT), Some(3));
+    // The dying worker's VM is destroyed with its streams, as Envoy replaces a VM after a
+    // trap: none of its code runs again, so its leases never come back.
+    drop(doomed);
+    drop(dying);
+    let survivors = [&owner, &living];
+    live_for(&survivors, 1_500);
+    assert_eq!(
+        owner.metric(INFLIGHT),
+        Some(3),
+        "kept within the holder's TTL"
+    );
+    assert_eq!(owner.metric(EXPIRED).unwrap_or(0), 0);
+    live_for(&survivors, 2_500);
+    assert_eq!(
+        owner.metric(EXPIRED),
+        Some(2),
+        "the dead worker's leases expired"
+    );
+    assert_eq!(
+        owner.metric(INFLIGHT),
+        Some(1),
+        "the living worker's request, 4 s long, keeps its lease"
+    );
+    finish(&long);
+    live_for(&survivors, 300);
+    assert_eq!(owner.metric(INFLIGHT), Some(0));
+    assert_eq!(owner.metric(EXPIRED), Some(2));
+    assert_eq!(living.metric(FALLBACKS).unwrap_or(0), 0);
+    assert_eq!(living.trapped(), None);
+    assert_eq!(owner.trapped(), None);
+}
+
+#[test]
+fn a_worker_root_that_goes_away_sends_the_releases_it_still_batches() {
+    let (owner, workers) = stack(1);
+    let worker = &workers[0];
+    let s = send(worker, "ended before a configuration update");
+    exchange(&[&owner, worker]);
+    destination(&s);
+    finish(&s);
+    exchange(&[&owner, worker]);
+    assert_eq!(owner.metric(INFLIGHT), Some(1), "batched for the next tick");
+    // A configuration update replaces the worker's root before that tick.
+    let old = worker.root_context_id("picker").unwrap();
+    worker
+        .configure_plugin("picker", testdata("filters/picker.json"))
+        .unwrap();
+    worker.remove_plugin(old).unwrap();
+    owner.deliver_queues().unwrap();
+    assert_eq!(
+        owner.metric(INFLIGHT),
+        Some(0),
+        "given back at once, not expired"
+    );
+    assert_eq!(owner.metric(EXPIRED).unwrap_or(0), 0);
+}

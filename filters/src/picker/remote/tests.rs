@@ -27,14 +27,19 @@ fn config() -> Vec<u8> {
 }
 
 fn snapshot() -> Vec<u8> {
+    snapshot_at(NOW)
+}
+
+/// Every endpoint idle, scraped at `at`.
+fn snapshot_at(at: u64) -> Vec<u8> {
     encode(&Snapshot {
-        taken_at: Millis(NOW),
+        taken_at: Millis(at),
         clusters: Vec::new(),
         endpoints: ENDPOINTS
             .iter()
             .map(|a| EndpointSample {
                 address: (*a).to_owned(),
-                scraped_at: Millis(NOW),
+                scraped_at: Millis(at),
                 consecutive_failures: 0,
                 metrics: Some(EndpointMetrics {
                     waiting: Some(0),
@@ -164,6 +169,7 @@ fn conversations_keep_their_endpoint_whichever_worker_carries_each_turn() {
                 &mut stats,
                 &ToOwner::Release {
                     state: key,
+                    reply_queue: worker.queue,
                     leases: vec![Released::lease(lease)],
                 }
                 .encode()
@@ -197,6 +203,7 @@ fn in_flight_load_is_counted_once_for_every_worker_and_released_once() {
     let release = |lease| {
         ToOwner::Release {
             state: key,
+            reply_queue: 1,
             leases: vec![Released::lease(lease)],
         }
         .encode()
@@ -361,6 +368,7 @@ fn the_codec_round_trips_and_rejects_every_truncation_and_trailing_byte() {
     }
     let release = ToOwner::Release {
         state: StateKey(1),
+        reply_queue: 7,
         leases: vec![
             Released::lease(2),
             Released {
@@ -488,6 +496,7 @@ fn a_request_a_fallback_served_moves_its_lease_at_the_owner() {
     // The release gives it back where it now counts.
     let release = ToOwner::Release {
         state,
+        reply_queue: 1,
         leases: vec![Released::lease(lease)],
     };
     owner.handle(&mut owner_host, &release.encode().unwrap());
@@ -573,6 +582,7 @@ fn the_owner_remembers_the_adapter_a_lease_holds_until_a_worker_releases_it() {
     );
     let release = ToOwner::Release {
         state: key,
+        reply_queue: 1,
         leases: vec![Released::lease(lease)],
     };
     owner.handle(&mut owner_host, &release.encode().unwrap());
@@ -580,3 +590,5 @@ fn the_owner_remembers_the_adapter_a_lease_holds_until_a_worker_releases_it() {
     // Given back, still remembered as (probably) loaded there.
     assert_eq!(memory(&owner), (vec!["sql-adapter".into()], Vec::new()));
 }
+
+mod liveness;

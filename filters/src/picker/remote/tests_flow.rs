@@ -72,6 +72,7 @@ fn owner() -> (Owner, FakeHost) {
 fn release(lease: u64) -> Vec<u8> {
     ToOwner::Release {
         state: key(),
+        reply_queue: 1,
         leases: vec![Released::lease(lease)],
     }
     .encode()
@@ -169,7 +170,16 @@ fn a_full_band_a_cancel_and_a_ttl_are_answered_by_the_owner() {
         vec![(7, ToWorker::Queued { ticket: 5 })],
         "the freed place is taken"
     );
-    // The tick drops what waited past its TTL.
+    // The tick drops what waited past its TTL (the worker lives: its heartbeat).
+    host.now = Millis(1_000);
+    let heartbeat = ToOwner::Release {
+        state: key(),
+        reply_queue: 7,
+        leases: Vec::new(),
+    };
+    assert!(owner
+        .handle(&mut host, &heartbeat.encode().unwrap())
+        .is_empty());
     host.now = Millis(1_999);
     assert!(owner.tick(&mut host).is_empty());
     host.now = Millis(2_000);
@@ -188,4 +198,62 @@ fn a_full_band_a_cancel_and_a_ttl_are_answered_by_the_owner() {
             .get("infergate.flow.queued.pool.p.band.0.flow.a"),
         Some(&0)
     );
+}
+
+/// [`pick`], sent by the worker of reply queue `queue`.
+fn pick_from(queue: u32, ticket: u64, flow: &str, now: u64) -> Vec<u8> {
+    let Some(ToOwner::Pick {
+        state,
+        pool,
+        prepared,
+        releases,
+        ..
+    }) = ToOwner::decode(&pick(ticket, flow, now))
+    else {
+        panic!("a pick");
+    };
+    ToOwner::Pick {
+        state,
+        reply_queue: queue,
+        ticket,
+        pool,
+        prepared,
+        releases,
+    }
+    .encode()
+    .unwrap()
+}
+
+#[test]
+fn a_silent_workers_lease_and_queued_pick_make_room_for_a_living_workers_request() {
+    let (mut owner, mut host) = owner();
+    // Worker 7 holds the pool's only place and queues one more; then its VM dies.
+    assert!(matches!(
+        owner.handle(&mut host, &pick(1, "a", 0)).as_slice(),
+        [(7, ToWorker::Picked { .. })]
+    ));
+    assert_eq!(
+        owner.handle(&mut host, &pick(2, "a", 0)),
+        vec![(7, ToWorker::Queued { ticket: 2 })]
+    );
+    // Worker 8, alive, queues behind it.
+    host.now = Millis(1_000);
+    assert_eq!(
+        owner.handle(&mut host, &pick_from(8, 1, "b", 1_000)),
+        vec![(8, ToWorker::Queued { ticket: 1 })]
+    );
+    host.now = Millis(HOLDER_TTL_MS);
+    let answers = owner.tick(&mut host);
+    let [(8, ToWorker::Picked { ticket: 1, .. })] = answers.as_slice() else {
+        panic!("the freed place goes to the living worker: {answers:?}");
+    };
+    assert_eq!(host.counter(LEASES_EXPIRED), 1);
+    assert_eq!(
+        host.counters.get(
+            "infergate.flow.rejections.pool.p.band.0.flow.a.reason.rejected-context-cancelled"
+        ),
+        Some(&1),
+        "the dead worker's queued pick left the queue"
+    );
+    assert_eq!(owner.leases(), 1);
 }
