@@ -8,16 +8,21 @@
 //!
 //! Module map:
 //! - [`types`]: small newtypes shared by every module (`BlockHash`, `Tokens`, ...).
+//! - [`config`]: the `EndpointPickerConfig` document and its errors, read by [`scheduling`]
+//!   and [`flow`] (a leaf: it imports neither).
 //! - [`request`]: one-pass parsing of OpenAI / Anthropic request bodies.
 //! - [`prefix`]: chained block hashing of prompts and the approximate prefix index.
 //! - [`metrics`]: the Prometheus text parser and the per-endpoint metrics it extracts.
 //! - [`snapshot`]: the versioned binary snapshot the scraper publishes and the picker reads.
-//! - [`scheduling`]: `EndpointPickerConfig`, the plugins, profiles and the decision record.
+//! - [`scheduling`]: `EndpointPickerConfig` compiled into plugins and profiles, and the
+//!   decision record.
+//! - [`flow`]: flow control (admission and queueing while a pool is saturated).
 
 extern crate alloc;
 #[cfg(test)]
 extern crate std;
 
+pub mod config;
 pub mod flow;
 pub mod kv_events;
 pub mod metrics;

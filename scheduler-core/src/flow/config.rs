@@ -42,8 +42,8 @@ use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
 use super::quantity::{parse_duration_ms, parse_quantity};
-use crate::scheduling::config::{ConfigError, EndpointPickerConfig, PluginSpec};
-use crate::scheduling::plugins::Plugin;
+use crate::config::params::{bad, Params};
+use crate::config::{ConfigError, EndpointPickerConfig, PluginSpec};
 
 /// The most priority bands one pool may declare.
 pub const MAX_BANDS: usize = 256;
@@ -157,6 +157,31 @@ pub enum FlowPlugin {
 }
 
 impl FlowPlugin {
+    /// Compiles one declared plugin if its type is a flow-control one (see
+    /// [`FLOW_PLUGIN_TYPES`]), checking its parameters (the catalogue in
+    /// [`crate::scheduling::plugins`] lists them); `None` for any other type.
+    pub fn compile(spec: &PluginSpec) -> Result<Option<FlowPlugin>, ConfigError> {
+        let ty = spec.plugin_type.as_str();
+        if !FLOW_PLUGIN_TYPES.contains(&ty) {
+            return Ok(None);
+        }
+        let p = Params::new(spec.effective_name(), spec.parameters.as_ref())?;
+        let plugin = match ty {
+            "concurrency-detector" => FlowPlugin::Detector(concurrency_detector(&p)?),
+            "utilization-detector" => FlowPlugin::Detector(utilization_detector(&p)?),
+            "round-robin-fairness-policy" => FlowPlugin::Fairness(FairnessPolicy::RoundRobin),
+            "global-strict-fairness-policy" => FlowPlugin::Fairness(FairnessPolicy::GlobalStrict),
+            "weighted-fairness-policy" => FlowPlugin::Fairness(FairnessPolicy::Weighted),
+            "fcfs-ordering-policy" => FlowPlugin::Ordering(OrderingPolicy::Fcfs),
+            "edf-ordering-policy" => FlowPlugin::Ordering(OrderingPolicy::Edf),
+            _ => return Ok(None),
+        };
+        if let FlowPlugin::Fairness(_) | FlowPlugin::Ordering(_) = plugin {
+            p.only(&[])?;
+        }
+        Ok(Some(plugin))
+    }
+
     /// What kind of plugin this is, with its article, for messages.
     fn kind(&self) -> &'static str {
         match self {
@@ -362,14 +387,7 @@ impl<'a> Declared<'a> {
                     plugin: name.into(),
                 });
             }
-            let flow = if FLOW_PLUGIN_TYPES.contains(&spec.plugin_type.as_str()) {
-                match Plugin::compile(spec)? {
-                    Plugin::Flow(f) => Some(f),
-                    _ => None,
-                }
-            } else {
-                None
-            };
+            let flow = FlowPlugin::compile(spec)?;
             plugins.push((name, spec.plugin_type.as_str(), flow));
         }
         Ok(Declared { plugins })
@@ -672,4 +690,102 @@ fn weights(at: &Path, section: &Map<String, Value>) -> Result<Vec<(String, u32)>
         out.push((id.clone(), weight));
     }
     Ok(out)
+}
+
+/// A Kubernetes quantity parameter greater than 0.
+fn positive_quantity(p: &Params<'_>, key: &str) -> Result<Option<u64>, ConfigError> {
+    match p.get(key) {
+        None => Ok(None),
+        Some(v) => match parse_quantity(v) {
+            Ok(0) => Err(bad(p.plugin(), key, "must be greater than 0")),
+            Ok(n) => Ok(Some(n)),
+            Err(e) => Err(bad(p.plugin(), key, &e)),
+        },
+    }
+}
+
+fn concurrency_detector(p: &Params<'_>) -> Result<Detector, ConfigError> {
+    p.only(&[
+        "maxConcurrency",
+        "concurrencyMode",
+        "maxTokenConcurrency",
+        "headroom",
+    ])?;
+    let mode = match p.get("concurrencyMode") {
+        None => ConcurrencyMode::Requests,
+        Some(Value::String(m)) if m == "requests" => ConcurrencyMode::Requests,
+        Some(Value::String(m)) if m == "tokens" => ConcurrencyMode::Tokens,
+        Some(v) => {
+            return Err(bad(
+                p.plugin(),
+                "concurrencyMode",
+                &format!("must be `requests` or `tokens`, got {v}"),
+            ))
+        }
+    };
+    let requests = positive_quantity(p, "maxConcurrency")?;
+    let tokens = positive_quantity(p, "maxTokenConcurrency")?;
+    let max_concurrency = match mode {
+        ConcurrencyMode::Requests => requests.unwrap_or(DEFAULT_MAX_CONCURRENCY),
+        ConcurrencyMode::Tokens => tokens.or(requests).unwrap_or(DEFAULT_MAX_TOKEN_CONCURRENCY),
+    };
+    Ok(Detector::Concurrency {
+        max_concurrency,
+        mode,
+        headroom: p.f64_in("headroom", 0.0, 0.0, f64::MAX)?,
+    })
+}
+
+fn utilization_detector(p: &Params<'_>) -> Result<Detector, ConfigError> {
+    p.only(&[
+        "queueDepthThreshold",
+        "kvCacheUtilThreshold",
+        "headroom",
+        "metricsStalenessThreshold",
+    ])?;
+    let queue_depth = p.f64_in(
+        "queueDepthThreshold",
+        DEFAULT_QUEUE_DEPTH_THRESHOLD,
+        0.0,
+        f64::MAX,
+    )?;
+    if queue_depth <= 0.0 {
+        return Err(bad(
+            p.plugin(),
+            "queueDepthThreshold",
+            "must be greater than 0",
+        ));
+    }
+    let kv = p.f64_in(
+        "kvCacheUtilThreshold",
+        DEFAULT_KV_CACHE_UTIL_THRESHOLD,
+        0.0,
+        1.0,
+    )?;
+    if kv <= 0.0 {
+        return Err(bad(
+            p.plugin(),
+            "kvCacheUtilThreshold",
+            "must be greater than 0",
+        ));
+    }
+    // Checked so that a typo is still an error, but inert here (see the catalogue in [`crate::scheduling::plugins`]).
+    p.f64_in("headroom", 0.0, 0.0, f64::MAX)?;
+    if let Some(v) = p.get("metricsStalenessThreshold") {
+        match parse_duration_ms(v) {
+            Ok(0) => {
+                return Err(bad(
+                    p.plugin(),
+                    "metricsStalenessThreshold",
+                    "must be greater than 0",
+                ))
+            }
+            Ok(_) => {}
+            Err(e) => return Err(bad(p.plugin(), "metricsStalenessThreshold", &e)),
+        }
+    }
+    Ok(Detector::Utilization(UtilizationThresholds {
+        queue_depth,
+        kv_cache_utilization: kv,
+    }))
 }

@@ -6,17 +6,12 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use serde_json::Value;
 
-use super::config::{ConfigError, EndpointPickerConfig, PluginRef, ProfileSpec};
 use super::disagg::{DisaggPlan, PrefillStage};
-use super::filter::ROLE_DROPPED;
+use super::input::ROLE_DROPPED;
 use super::plugins::{Filter, Picker, Plugin, PrefixSettings, Scorer};
+use crate::config::{ConfigError, EndpointPickerConfig, PluginRef, ProfileSpec, MAX_WEIGHT};
 use crate::prefix::precise::PreciseSettings;
 use crate::prefix::{PrefixConfig, PrefixIndex};
-
-/// The largest scorer weight. Raw scores are in [0, 1], so a profile's total is at most its
-/// weight sum; with weights this small no sum of them comes near overflowing to infinity
-/// (which would make the tie threshold NaN and drop every candidate).
-pub const MAX_WEIGHT: f64 = 1e6;
 
 /// Name of the profile synthesized when the config declares none.
 pub const DEFAULT_PROFILE: &str = "default";

@@ -8,10 +8,10 @@ use alloc::vec::Vec;
 
 use super::compile::Profile;
 use super::disagg::DisaggOutcome;
-use super::filter::{FilterNote, ALIVE, ROLE_DROPPED};
+use super::filter::FilterNote;
+use super::input::{Candidate, RequestView, ALIVE, ROLE_DROPPED};
 use super::placement::PlacementNote;
 use super::roles::Phase;
-use super::run::{Candidate, RequestView};
 
 /// The record of one scheduling decision.
 #[derive(Clone, Debug)]

@@ -28,7 +28,7 @@ use alloc::string::String;
 
 use serde::Serialize;
 
-use super::run::Ctx;
+use super::input::Ctx;
 
 /// The decode profile's name when `profiles.decode` is not given.
 pub const DEFAULT_DECODE_PROFILE: &str = "decode";

@@ -16,9 +16,9 @@
 
 use serde::Serialize;
 
+use super::input::{Ctx, ALIVE};
 use super::plugins::{PrefixAffinityFilter, UtilizationFilter, UtilizationMetric};
 use super::roles::Phase;
-use super::run::Ctx;
 
 /// Which branch of a filter fired for one request (part of the decision record).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -45,13 +45,6 @@ pub enum FilterNote {
         best_other_ttft_ms: f64,
     },
 }
-
-/// Marker in `dropped_by` for an endpoint no filter dropped.
-pub(crate) const ALIVE: u16 = u16::MAX;
-
-/// Marker in `dropped_by` for an endpoint whose role cannot serve the profile's phase under
-/// `disagg-profile-handler` (before any filter ran). Filter positions stay below it.
-pub(crate) const ROLE_DROPPED: u16 = u16::MAX - 1;
 
 /// Drops the candidates whose role cannot serve `phase` (`decode-filter`, `prefill-filter`,
 /// and, with `ROLE_DROPPED` as the position, the disaggregation handler's own restriction).

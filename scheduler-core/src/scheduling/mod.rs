@@ -22,14 +22,19 @@
 //! prefix no index knows goes, the same on every replica), [`pick`] (pickers, RNG),
 //! [`disagg`] (prefill/decode disaggregation: the profile handler, the deciders) and
 //! [`roles`] (what each endpoint serves).
+//!
+//! Layering (no module imports one that imports it back; `tests/module_cycles.rs` checks):
+//! [`crate::config`] (the document, shared with [`crate::flow`]), [`roles`] and [`input`]
+//! (the request, the candidates, the context plugins read) are at the bottom; the plugins'
+//! semantics read them; [`compile`] reads the plugins; [`run`] reads everything and nothing
+//! here reads it.
 
 pub mod candidates;
 pub mod compile;
-pub mod config;
 pub mod decision;
 pub mod disagg;
 pub mod filter;
-mod params;
+pub mod input;
 pub mod pick;
 pub mod placement;
 pub mod plugins;
@@ -43,11 +48,16 @@ pub mod score;
 #[allow(clippy::panic)]
 mod tests;
 
-pub use compile::{Profile, Scheduler, DEFAULT_PROFILE, MAX_WEIGHT};
-pub use config::{ConfigError, EndpointPickerConfig, PluginRef, PluginSpec, ProfileSpec};
+/// The configuration document and its errors live in the leaf [`crate::config`], which
+/// [`crate::flow`] reads too; `scheduling::config` is its old path.
+pub use crate::config;
+pub use crate::config::{
+    ConfigError, EndpointPickerConfig, PluginRef, PluginSpec, ProfileSpec, MAX_WEIGHT,
+};
+pub use compile::{Profile, Scheduler, DEFAULT_PROFILE};
 pub use decision::{Decision, ProfileDecision};
 pub use disagg::{DisaggOutcome, PdVerdict, PromptCache};
 pub use filter::FilterNote;
+pub use input::{Candidate, NoPrefixIndex, PrefixMatch, RequestView};
 pub use plugins::{PrefixSettings, DEFAULT_MAX_LRU_CAPACITY, PLUGIN_TYPES};
 pub use roles::{Phase, Role, ROLE_LABEL};
-pub use run::{Candidate, NoPrefixIndex, PrefixMatch, RequestView};

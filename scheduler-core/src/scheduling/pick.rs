@@ -12,7 +12,7 @@
 
 use alloc::vec::Vec;
 
-use super::filter::ALIVE;
+use super::input::ALIVE;
 use super::plugins::{Picker, PickerKind};
 
 /// SplitMix64 (Steele, Lea, Flood 2014): a tiny, fast, well-mixed generator; ample for

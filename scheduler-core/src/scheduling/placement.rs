@@ -69,8 +69,7 @@
 use serde::Serialize;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use super::filter::ALIVE;
-use super::run::Ctx;
+use super::input::{Ctx, ALIVE};
 use crate::types::BlockHash;
 
 /// Default `keyBlocks`: the first 8 blocks (512 tokens at 64-token blocks).

@@ -24,9 +24,9 @@
 //! | `decode-filter`, `prefill-filter` | filter | none | — (roles are configuration, not metrics): keeps the endpoints whose role can decode (`decode`, `both`) or prefill (`prefill`, `both`) |
 //! | `round-robin-fairness-policy`, `global-strict-fairness-policy`, `weighted-fairness-policy`, `fcfs-ordering-policy`, `edf-ordering-policy` | flow control | none | — |
 //!
-//! Flow-control plugins are named by the `flowControl` section (see
-//! [`crate::flow::config`]); a scheduling profile that lists one ignores it, as it does
-//! producers.
+//! Flow-control plugins are named by the `flowControl` section and compiled by
+//! [`crate::flow::config`] ([`FlowPlugin::compile`]); a scheduling profile that lists one
+//! ignores it, as it does producers.
 //!
 //! Unknown parameter names are config errors (a typo must not silently become a default).
 
@@ -34,19 +34,14 @@ use alloc::format;
 use alloc::vec::Vec;
 use serde_json::Value;
 
-use super::config::{ConfigError, PluginSpec};
 use super::disagg::{
     DisaggHandlerSpec, PdDecider, DEFAULT_DECODE_PROFILE, DEFAULT_PREFILL_PROFILE,
 };
-use super::params::{bad, number_in, Params};
 use super::placement::{PlacementScorer, MAX_KEY_BLOCKS, MAX_LOAD_FACTOR};
 use super::roles::Phase;
-use crate::flow::config::{
-    ConcurrencyMode, Detector, FairnessPolicy, FlowPlugin, OrderingPolicy, UtilizationThresholds,
-    DEFAULT_KV_CACHE_UTIL_THRESHOLD, DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_TOKEN_CONCURRENCY,
-    DEFAULT_QUEUE_DEPTH_THRESHOLD,
-};
-use crate::flow::quantity::{parse_duration_ms, parse_quantity};
+use crate::config::params::{bad, number_in, Params};
+use crate::config::{ConfigError, PluginSpec};
+use crate::flow::config::FlowPlugin;
 use crate::prefix::precise::{parse_precise_producer, PreciseSettings};
 use crate::prefix::PrefixConfig;
 use crate::types::Tokens;
@@ -284,10 +279,6 @@ impl Plugin {
             p.only(&[])?;
             Ok(Plugin::Scorer(s))
         };
-        let flow = |f: FlowPlugin| -> Result<Plugin, ConfigError> {
-            p.only(&[])?;
-            Ok(Plugin::Flow(f))
-        };
         match spec.plugin_type.as_str() {
             "approx-prefix-cache-producer" => prefix_producer(&p),
             "precise-prefix-cache-producer" => Ok(Plugin::PrecisePrefixProducer(
@@ -335,19 +326,14 @@ impl Plugin {
                 p.only(&[])?;
                 Ok(Plugin::Filter(Filter::Role(Phase::Prefill)))
             }
-            "concurrency-detector" => concurrency_detector(&p, spec.parameters.as_ref()),
-            "utilization-detector" => utilization_detector(&p, spec.parameters.as_ref()),
-            "round-robin-fairness-policy" => flow(FlowPlugin::Fairness(FairnessPolicy::RoundRobin)),
-            "global-strict-fairness-policy" => {
-                flow(FlowPlugin::Fairness(FairnessPolicy::GlobalStrict))
-            }
-            "weighted-fairness-policy" => flow(FlowPlugin::Fairness(FairnessPolicy::Weighted)),
-            "fcfs-ordering-policy" => flow(FlowPlugin::Ordering(OrderingPolicy::Fcfs)),
-            "edf-ordering-policy" => flow(FlowPlugin::Ordering(OrderingPolicy::Edf)),
-            other => Err(ConfigError::UnknownPluginType {
-                plugin: name.into(),
-                plugin_type: other.into(),
-            }),
+            // The flow-control plugins compile in `flow`, which owns them.
+            other => match FlowPlugin::compile(spec)? {
+                Some(f) => Ok(Plugin::Flow(f)),
+                None => Err(ConfigError::UnknownPluginType {
+                    plugin: name.into(),
+                    plugin_type: other.into(),
+                }),
+            },
         }
     }
 }
@@ -522,113 +508,4 @@ fn picker(p: &Params<'_>, kind: PickerKind) -> Result<Plugin, ConfigError> {
         kind,
         max_fallbacks: u32::try_from(n).unwrap_or(Picker::DEFAULT.max_fallbacks),
     }))
-}
-
-/// A parameter that is a raw value (`null` counts as absent).
-fn raw<'a>(params: Option<&'a Value>, key: &str) -> Option<&'a Value> {
-    params.and_then(|m| m.get(key)).filter(|v| !v.is_null())
-}
-
-/// A Kubernetes quantity parameter greater than 0.
-fn positive_quantity(
-    plugin: &str,
-    params: Option<&Value>,
-    key: &str,
-) -> Result<Option<u64>, ConfigError> {
-    match raw(params, key) {
-        None => Ok(None),
-        Some(v) => match parse_quantity(v) {
-            Ok(0) => Err(bad(plugin, key, "must be greater than 0")),
-            Ok(n) => Ok(Some(n)),
-            Err(e) => Err(bad(plugin, key, &e)),
-        },
-    }
-}
-
-fn concurrency_detector(p: &Params<'_>, params: Option<&Value>) -> Result<Plugin, ConfigError> {
-    p.only(&[
-        "maxConcurrency",
-        "concurrencyMode",
-        "maxTokenConcurrency",
-        "headroom",
-    ])?;
-    let mode = match raw(params, "concurrencyMode") {
-        None => ConcurrencyMode::Requests,
-        Some(Value::String(m)) if m == "requests" => ConcurrencyMode::Requests,
-        Some(Value::String(m)) if m == "tokens" => ConcurrencyMode::Tokens,
-        Some(v) => {
-            return Err(bad(
-                p.plugin(),
-                "concurrencyMode",
-                &format!("must be `requests` or `tokens`, got {v}"),
-            ))
-        }
-    };
-    let requests = positive_quantity(p.plugin(), params, "maxConcurrency")?;
-    let tokens = positive_quantity(p.plugin(), params, "maxTokenConcurrency")?;
-    let max_concurrency = match mode {
-        ConcurrencyMode::Requests => requests.unwrap_or(DEFAULT_MAX_CONCURRENCY),
-        ConcurrencyMode::Tokens => tokens.or(requests).unwrap_or(DEFAULT_MAX_TOKEN_CONCURRENCY),
-    };
-    Ok(Plugin::Flow(FlowPlugin::Detector(Detector::Concurrency {
-        max_concurrency,
-        mode,
-        headroom: p.f64_in("headroom", 0.0, 0.0, f64::MAX)?,
-    })))
-}
-
-fn utilization_detector(p: &Params<'_>, params: Option<&Value>) -> Result<Plugin, ConfigError> {
-    p.only(&[
-        "queueDepthThreshold",
-        "kvCacheUtilThreshold",
-        "headroom",
-        "metricsStalenessThreshold",
-    ])?;
-    let queue_depth = p.f64_in(
-        "queueDepthThreshold",
-        DEFAULT_QUEUE_DEPTH_THRESHOLD,
-        0.0,
-        f64::MAX,
-    )?;
-    if queue_depth <= 0.0 {
-        return Err(bad(
-            p.plugin(),
-            "queueDepthThreshold",
-            "must be greater than 0",
-        ));
-    }
-    let kv = p.f64_in(
-        "kvCacheUtilThreshold",
-        DEFAULT_KV_CACHE_UTIL_THRESHOLD,
-        0.0,
-        1.0,
-    )?;
-    if kv <= 0.0 {
-        return Err(bad(
-            p.plugin(),
-            "kvCacheUtilThreshold",
-            "must be greater than 0",
-        ));
-    }
-    // Checked so that a typo is still an error, but inert here (see the catalogue above).
-    p.f64_in("headroom", 0.0, 0.0, f64::MAX)?;
-    if let Some(v) = raw(params, "metricsStalenessThreshold") {
-        match parse_duration_ms(v) {
-            Ok(0) => {
-                return Err(bad(
-                    p.plugin(),
-                    "metricsStalenessThreshold",
-                    "must be greater than 0",
-                ))
-            }
-            Ok(_) => {}
-            Err(e) => return Err(bad(p.plugin(), "metricsStalenessThreshold", &e)),
-        }
-    }
-    Ok(Plugin::Flow(FlowPlugin::Detector(Detector::Utilization(
-        UtilizationThresholds {
-            queue_depth,
-            kv_cache_utilization: kv,
-        },
-    ))))
 }

@@ -2,10 +2,10 @@
 //! candidates, the prefix index, one random `u64` and `now`.
 //!
 //! Cost: one prefix-index lookup for the request (only if some profile reads it; with
-//! [`PrefixIndex`], one probe for the endpoints holding its first block, then a few per
-//! holder and one name lookup per candidate when there is any holder), then per
-//! profile O(filters × n + scorers × n + (1 + maxFallbacks) × n) with no allocation beyond
-//! the decision record itself.
+//! [`PrefixIndex`](crate::prefix::PrefixIndex), one probe for the endpoints holding its first
+//! block, then a few per holder and one name lookup per candidate when there is any holder),
+//! then per profile O(filters × n + scorers × n + (1 + maxFallbacks) × n) with no
+//! allocation beyond the decision record itself.
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -13,108 +13,13 @@ use alloc::vec::Vec;
 use super::compile::{Profile, Scheduler};
 use super::decision::{Decision, ProfileDecision};
 use super::disagg::{self, DisaggOutcome, DisaggPlan, PdVerdict};
-use super::filter::{self, ALIVE, ROLE_DROPPED};
+use super::filter;
+use super::input::{Candidate, Ctx, PrefixMatch, RequestView, ALIVE, ROLE_DROPPED};
 use super::pick::{self, SplitMix64};
 use super::plugins::Filter;
-use super::roles::{Phase, Role};
+use super::roles::Phase;
 use super::score;
-use crate::metrics::EndpointMetrics;
-use crate::prefix::PrefixIndex;
-use crate::types::{BlockHash, InFlight, Millis, Tokens};
-
-/// What the scheduler needs to know about the request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RequestView<'a> {
-    /// The model the request targets (after any rewrite): an adapter or the base model.
-    pub target_model: &'a str,
-    /// The pool's base model (`x-gateway-base-model-name`).
-    pub base_model: &'a str,
-    /// The prompt's full-block hashes (see [`crate::prefix`]).
-    pub block_hashes: &'a [BlockHash],
-    /// Estimated prompt tokens.
-    pub prompt_tokens: Tokens,
-    /// The endpoint that last served this request's session, if the proxy knows it.
-    pub last_endpoint_for_session: Option<&'a str>,
-}
-
-/// One endpoint of the pool that may serve the request.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Candidate<'a> {
-    /// `ip:port`, as written to `x-gateway-destination-endpoint`.
-    pub address: &'a str,
-    /// Latest scraped metrics; `None` when unknown (never scraped, or stale).
-    pub metrics: Option<&'a EndpointMetrics>,
-    /// What this proxy has in flight to the endpoint.
-    pub inflight: InFlight,
-    /// Which phase it serves (prefill/decode disaggregation); [`Role::Both`] by default.
-    pub role: Role,
-}
-
-/// "How many leading blocks of `hashes` does this endpoint hold?" — the one question the
-/// scheduler asks of the prefix index ([`PrefixIndex`] in production; fakes in tests).
-pub trait PrefixMatch {
-    /// Leading blocks of `hashes` recorded for `endpoint` (0 for an unknown endpoint).
-    fn matched_blocks(&self, endpoint: &str, hashes: &[BlockHash]) -> usize;
-
-    /// [`PrefixMatch::matched_blocks`] for every candidate, in order (`out` is cleared
-    /// first). An index that can skip the endpoints holding nothing of the request in one
-    /// step overrides it ([`PrefixIndex`] does).
-    fn match_candidates(
-        &self,
-        candidates: &[Candidate<'_>],
-        hashes: &[BlockHash],
-        out: &mut Vec<usize>,
-    ) {
-        out.clear();
-        out.extend(
-            candidates
-                .iter()
-                .map(|c| self.matched_blocks(c.address, hashes)),
-        );
-    }
-}
-
-/// A prefix index that holds nothing (for configs without prefix plugins, and tests).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct NoPrefixIndex;
-
-impl PrefixMatch for NoPrefixIndex {
-    fn matched_blocks(&self, _endpoint: &str, _hashes: &[BlockHash]) -> usize {
-        0
-    }
-}
-
-impl PrefixMatch for PrefixIndex {
-    fn matched_blocks(&self, endpoint: &str, hashes: &[BlockHash]) -> usize {
-        self.match_endpoint(endpoint, hashes)
-    }
-
-    fn match_candidates(
-        &self,
-        candidates: &[Candidate<'_>],
-        hashes: &[BlockHash],
-        out: &mut Vec<usize>,
-    ) {
-        self.match_names(candidates.iter().map(|c| c.address), hashes, out);
-    }
-}
-
-/// What filters and scorers read during one request.
-pub(crate) struct Ctx<'r, 'a> {
-    pub(crate) req: &'r RequestView<'a>,
-    pub(crate) cands: &'r [Candidate<'a>],
-    matched: &'r [usize],
-    /// The request's full blocks considered for matching (the prefix-score denominator).
-    pub(crate) full_blocks: usize,
-    pub(crate) block_size_tokens: u32,
-}
-
-impl Ctx<'_, '_> {
-    /// Leading blocks of the request held by candidate `c` (0 if unknown).
-    pub(crate) fn matched(&self, c: usize) -> usize {
-        self.matched.get(c).copied().unwrap_or(0)
-    }
-}
+use crate::types::Millis;
 
 impl Scheduler {
     /// Schedules one request over `candidates`: every profile runs its filters, scorers
@@ -142,13 +47,13 @@ impl Scheduler {
                 *m = (*m).min(full_blocks);
             }
         }
-        let ctx = Ctx {
-            req: request,
-            cands: candidates,
-            matched: &matched,
+        let ctx = Ctx::new(
+            request,
+            candidates,
+            &matched,
             full_blocks,
-            block_size_tokens: self.prefix.config.block_size_tokens,
-        };
+            self.prefix.config.block_size_tokens,
+        );
         let mut rng = SplitMix64::new(random);
         let Some(plan) = &self.disagg else {
             let profiles = self

@@ -29,10 +29,9 @@
 //! nothing about is still routable but never preferred over one that reports being idle.
 //! In-flight load is the proxy's own bookkeeping and is always known.
 
-use super::filter::ALIVE;
+use super::input::{Ctx, ALIVE};
 use super::placement::{self, PlacementNote};
 use super::plugins::{PrefixCacheScorer, Scorer};
-use super::run::Ctx;
 
 /// Clamps a raw score into [0, 1]; NaN → 0.
 pub fn clamp_score(x: f64) -> f64 {

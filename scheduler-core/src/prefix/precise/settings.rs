@@ -14,10 +14,11 @@
 //! errors, as for every plugin.
 
 use alloc::format;
-use alloc::string::{String, ToString};
+use alloc::string::String;
 use serde_json::{Map, Value};
 
-use crate::scheduling::ConfigError;
+use crate::config::params::bad;
+use crate::config::ConfigError;
 
 /// Tokens per block until the engine's `cache_config_info` says otherwise (vLLM's default).
 pub const DEFAULT_BLOCK_SIZE_TOKENS: u32 = 16;
@@ -108,14 +109,6 @@ const KNOWN: &[&str] = &[
     "kvEventsPortOffset",
     "tokenizer",
 ];
-
-fn bad(plugin: &str, parameter: &str, reason: &str) -> ConfigError {
-    ConfigError::BadParameter {
-        plugin: plugin.to_string(),
-        parameter: parameter.to_string(),
-        reason: reason.to_string(),
-    }
-}
 
 /// An integer parameter in `min..=max` (absent or null: `None`).
 fn int_in(

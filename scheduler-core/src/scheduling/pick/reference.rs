@@ -4,7 +4,7 @@
 use alloc::vec::Vec;
 use proptest::prelude::*;
 
-use super::super::filter::ALIVE;
+use super::super::input::ALIVE;
 use super::super::plugins::{Picker, PickerKind};
 use super::{SplitMix64, TIE_EPSILON};
 

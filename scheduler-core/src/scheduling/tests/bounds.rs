@@ -4,7 +4,7 @@
 use alloc::format;
 use alloc::string::String;
 
-use super::super::filter::ALIVE;
+use super::super::input::ALIVE;
 use super::super::pick::{self, SplitMix64};
 use super::super::plugins::{Picker, PickerKind};
 use super::super::{ConfigError, Scheduler, DEFAULT_MAX_LRU_CAPACITY, MAX_WEIGHT};

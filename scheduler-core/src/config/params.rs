@@ -5,7 +5,7 @@ use alloc::format;
 use alloc::string::{String, ToString};
 use serde_json::{Map, Value};
 
-use super::config::ConfigError;
+use super::ConfigError;
 
 /// The parameters of one plugin instance, being read.
 pub(crate) struct Params<'a> {
@@ -39,7 +39,8 @@ impl<'a> Params<'a> {
         Ok(())
     }
 
-    fn get(&self, key: &str) -> Option<&'a Value> {
+    /// The raw value of `key` (`null` counts as absent).
+    pub(crate) fn get(&self, key: &str) -> Option<&'a Value> {
         self.map.and_then(|m| m.get(key)).filter(|v| !v.is_null())
     }
 

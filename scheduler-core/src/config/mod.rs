@@ -2,14 +2,27 @@
 //!
 //! The same types deserialize from JSON (here, with `serde_json`'s `alloc` mode) and from
 //! YAML (std hosts run `serde_yaml_ng` into these types, or into a `serde_json::Value` and call
-//! [`EndpointPickerConfig::from_value`]). Nothing here is interpreted: [`super::Scheduler::new`]
-//! compiles the document and reports every semantic error with the culprit's name.
+//! [`EndpointPickerConfig::from_value`]). Nothing here is interpreted:
+//! [`crate::scheduling::Scheduler::new`] compiles the document (and
+//! [`crate::flow::FlowControlConfig::compile`] its `flowControl` section) and reports every
+//! semantic error with the culprit's name.
+//!
+//! A leaf: what [`crate::scheduling`] and [`crate::flow`] both read (the document, its
+//! errors, `params` for reading a plugin's `parameters`) and nothing of theirs. The old path
+//! `scheduling::config` names this module.
 
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+pub(crate) mod params;
+
+/// The largest scorer weight. Raw scores are in [0, 1], so a profile's total is at most its
+/// weight sum; with weights this small no sum of them comes near overflowing to infinity
+/// (which would make the tie threshold NaN and drop every candidate).
+pub const MAX_WEIGHT: f64 = 1e6;
 
 /// The whole configuration document.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -86,7 +99,8 @@ pub struct PluginRef {
 }
 
 impl EndpointPickerConfig {
-    /// Parses a JSON document (shape only; see [`super::Scheduler::new`] for semantics).
+    /// Parses a JSON document (shape only; see [`crate::scheduling::Scheduler::new`] for
+    /// semantics).
     pub fn from_json_str(text: &str) -> Result<Self, ConfigError> {
         serde_json::from_str(text).map_err(|e| ConfigError::Syntax(alloc::format!("{e}")))
     }
@@ -136,7 +150,7 @@ pub enum ConfigError {
         /// What is wrong with it.
         reason: String,
     },
-    /// A weight is negative, not finite or above [`super::MAX_WEIGHT`].
+    /// A weight is negative, not finite or above [`MAX_WEIGHT`].
     BadWeight {
         /// The profile holding the reference.
         profile: String,
@@ -200,7 +214,7 @@ impl fmt::Display for ConfigError {
             } => write!(
                 f,
                 "scheduling profile `{profile}`: weight of `{plugin_ref}` must be a number in 0..={}",
-                super::MAX_WEIGHT
+                MAX_WEIGHT
             ),
             ConfigError::MultiplePickers { profile } => {
                 write!(f, "scheduling profile `{profile}` references more than one picker")
