@@ -1,12 +1,10 @@
-//! The module-side objects behind Envoy's HTTP filter pointers: one [`HttpConfig`] per filter
-//! config (shared by every worker, so `Sync`), one [`StreamState`] per HTTP stream.
-//!
-//! `filter_name` in Envoy's `DynamicModuleFilter` selects the logic: `router`, `picker` and
-//! `gateway` (both in one filter) are each a pipeline of the filters crate's stages
-//! (configured in `router.rs`, `picker.rs` and `gateway.rs`, run by the one generic adapter
-//! in `pipeline.rs`); `probe` is a measuring tool (`probe.rs`). A `picker` or `gateway`
-//! config that carries the process's scraper also hosts it (`scraper.rs`) for as long as it
-//! lives. This file only dispatches.
+//! The module-side objects of one HTTP stream and what a filter config is made of: the
+//! per-stream logic of a filter kind ([`StreamLogic`]) and its factory ([`StreamFactory`],
+//! shared by every worker, so `Sync`), one [`HttpFilter`] per HTTP stream (the object
+//! behind Envoy's `filter_module_ptr`), and the main-thread handle on Envoy's config object
+//! ([`FilterConfigHandle`]). The config object itself, which picks the logic by
+//! `filter_name`, is `crate::factory`'s: the filter kinds depend on this module, never the
+//! other way round.
 
 use infergate_filters::stats::StatKind;
 
@@ -114,62 +112,8 @@ impl DefineMetric for FilterConfigHandle {
     }
 }
 
-/// Our object behind `filter_config_module_ptr`.
-pub struct HttpConfig {
-    factory: Box<dyn StreamFactory>,
-    /// The scraper this config carries and hosts (`crate::scraper`); leaves with it.
-    scraper: Option<crate::scraper::Hosting>,
-}
-
-impl HttpConfig {
-    /// Builds the config for `filter_name` from its JSON `config` bytes.
-    pub fn new(
-        filter_name: &str,
-        config: &[u8],
-        envoy: &mut FilterConfigHandle,
-    ) -> Result<HttpConfig, String> {
-        let (factory, scraper): (Box<dyn StreamFactory>, _) = match filter_name {
-            "router" => (Box::new(crate::router::factory(config, envoy)?), None),
-            "picker" => {
-                let (factory, scraper) = crate::picker::factory(config, envoy)?;
-                (Box::new(factory), scraper)
-            }
-            "gateway" => {
-                let (factory, scraper) = crate::gateway::factory(config, envoy)?;
-                (Box::new(factory), scraper)
-            }
-            "probe" => (Box::new(crate::probe::ProbeFactory::new(config)?), None),
-            other => {
-                return Err(format!(
-                    "unknown filter_name `{other}` (expected router, picker, gateway or probe)"
-                ))
-            }
-        };
-        Ok(HttpConfig { factory, scraper })
-    }
-
-    /// The scraper this config hosts, if it carries one.
-    pub fn scraper(&self) -> Option<&crate::scraper::Hosting> {
-        self.scraper.as_ref()
-    }
-
-    /// A fresh per-stream object.
-    pub fn new_stream(&self) -> Box<dyn StreamLogic> {
-        self.factory.new_stream()
-    }
-
-    /// A config around any factory (tests drive the hooks with factories of their own).
-    #[cfg(test)]
-    pub fn from_factory(factory: Box<dyn StreamFactory>) -> HttpConfig {
-        HttpConfig {
-            factory,
-            scraper: None,
-        }
-    }
-}
-
 /// Our object behind `filter_module_ptr`.
-pub struct StreamState {
+pub struct HttpFilter {
     logic: Box<dyn StreamLogic>,
     /// Set once a hook panicked and the request was failed; later hooks pass through.
     pub failed: bool,
@@ -177,10 +121,10 @@ pub struct StreamState {
     inject: crate::panic_injection::Phase,
 }
 
-impl StreamState {
+impl HttpFilter {
     /// Wraps the per-stream logic.
-    pub fn new(logic: Box<dyn StreamLogic>) -> StreamState {
-        StreamState {
+    pub fn new(logic: Box<dyn StreamLogic>) -> HttpFilter {
+        HttpFilter {
             logic,
             failed: false,
             #[cfg(feature = "panic-injection")]

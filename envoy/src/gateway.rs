@@ -1,6 +1,6 @@
-//! The `gateway` filter's config: the body router's stages and the picker's in one Envoy
-//! HTTP filter, one pipeline (`auth → route → quota → usage → pick` with tenants, `route →
-//! pick` without).
+//! The `gateway` filter's config: the router role and the picker role in one Envoy HTTP
+//! filter, one pipeline (the filters crate's `gateway_pipeline`: the router's stages, then
+//! the picker's).
 //!
 //! The two-filter form (`router`, then `picker`) exists so that another filter can run
 //! between them (the global rate-limit filter, which must see the router's quota headers
@@ -18,10 +18,12 @@
 //! The picker part may carry the process's scraper (`scraper`), which this config then hosts
 //! exactly as a `picker` filter's would (`crate::scraper`).
 
+use infergate_filters::stages::gateway_pipeline;
+
 use crate::filter::FilterConfigHandle;
-use crate::picker::{host_scraper, PickerParts};
-use crate::pipeline::{compose, PipelineFactory};
-use crate::router::{config_json, RouterParts};
+use crate::picker::host_scraper;
+use crate::pipeline::{host_config, PipelineFactory};
+use crate::router::config_json;
 use crate::scraper::{take_scraper, Hosting};
 
 /// The config's two parts, in pipeline order.
@@ -48,15 +50,21 @@ pub fn factory(
             PARTS.join(", ")
         ));
     }
-    let router = RouterParts::from_json(router)
-        .map_err(|e| format!("gateway router: {e}"))?
-        .before_picker();
-    let picker = PickerParts::from_json(picker).map_err(|e| format!("gateway picker: {e}"))?;
+    let (router, router_registration) =
+        crate::router::role(router).map_err(|e| format!("gateway router: {e}"))?;
+    let (picker, picker_registration) =
+        crate::picker::role(picker).map_err(|e| format!("gateway picker: {e}"))?;
     let hosting = host_scraper(envoy, scraper).map_err(|e| format!("gateway picker: {e}"))?;
-    Ok((
-        compose(envoy, vec![Box::new(router), Box::new(picker)]),
-        hosting,
-    ))
+    let mut keys = router.stat_keys();
+    keys.extend(picker.store().plans().stat_keys());
+    let host = host_config(envoy, &keys);
+    drop(keys);
+    let factory = PipelineFactory::new(
+        gateway_pipeline(router, picker),
+        host,
+        vec![Box::new(router_registration), Box::new(picker_registration)],
+    );
+    Ok((factory, hosting))
 }
 
 /// One part of the config: an object, or the JSON text of one (a part copied from a

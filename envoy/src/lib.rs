@@ -12,11 +12,13 @@
 //! - [`host`]: a safe handle over one stream's `filter_envoy_ptr`; [`adapter`]: the filters'
 //!   host capabilities on it; [`scheduler`]: the waker of a paused request; [`stats`]: Envoy
 //!   metrics for the filters' stat keys.
-//! - [`filter`]: the config/stream objects behind Envoy's HTTP filter pointers;
-//!   [`pipeline`]: the one generic adapter that runs a pipeline of the filters crate's
-//!   stages; [`router`] and [`picker`]: the configs of the two HTTP filters (`filter_name`
-//!   `router` / `picker`), each a pipeline; [`gateway`]: both in one filter (`gateway`);
-//!   [`probe`]: a measuring filter (`probe`) that only buffers and reads the body.
+//! - [`filter`]: the per-stream objects behind Envoy's HTTP filter pointers and what a
+//!   filter kind implements; [`factory`]: the config object, which picks the filter kind
+//!   by `filter_name`; [`pipeline`]: the one generic adapter that runs a pipeline the
+//!   filters crate's builder assembled; [`router`] and [`picker`]: the configs of the two
+//!   HTTP filters (`filter_name` `router` / `picker`), each a role of that builder;
+//!   [`gateway`]: both in one filter (`gateway`); [`probe`]: a measuring filter (`probe`)
+//!   that only buffers and reads the body.
 //! - [`scraper`]: the metrics scraper, one per process, hosted by the filter configs that
 //!   carry it (the picker's `scraper`): ticks from a config scheduler on the main thread,
 //!   callouts on the active config, hand-over when that config goes. No bootstrap extension.
@@ -37,6 +39,8 @@
 pub mod abi;
 #[cfg(not(target_family = "wasm"))]
 pub mod adapter;
+#[cfg(not(target_family = "wasm"))]
+pub mod factory;
 #[cfg(not(target_family = "wasm"))]
 pub mod filter;
 #[cfg(not(target_family = "wasm"))]

@@ -1,5 +1,5 @@
-//! The `picker` filter's config: a pipeline of the endpoint picker stage
-//! ([`infergate_filters::stages::PickStage`]) over the process's picker state, run by
+//! The `picker` filter's config: the picker role of the filters crate's builder
+//! (`infergate_filters::stages::build`) over the process's picker state, run by
 //! `crate::pipeline`.
 //!
 //! **One picker state per Envoy process.** [`PickerShared`] (prefix index, in-flight counts,
@@ -41,13 +41,13 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use infergate_filters::consistency::PickerDeclaration;
 use infergate_filters::picker::{PickerShared, SharedPicker};
-use infergate_filters::stages::PickStage;
+use infergate_filters::stages::{picker_pipeline, PickerRole};
 
 use crate::filter::FilterConfigHandle;
-use crate::pipeline::{compose, take_test_stages, ConfigPart, NativeStage, PipelineFactory};
+use crate::pipeline::{host_config, take_test_stages, PipelineFactory};
 use crate::router::config_json;
 use crate::scraper::{take_scraper, Hosting};
-use infergate_filters::stats::{StatKey, StatKind};
+use crate::shared::{config_registry, Registration};
 
 /// Process-wide picker states by config text; weak so a state dies with its last config.
 static REGISTRY: Mutex<Option<HashMap<String, Weak<SharedPicker>>>> = Mutex::new(None);
@@ -88,42 +88,19 @@ fn refuse_removed_keys(value: &serde_json::Value) -> Result<(), String> {
     Ok(())
 }
 
-/// A picker config compiled: its stages over the process's state for this config, and the
-/// registration that lives as long as the config. The `picker` filter runs these alone; the
-/// `gateway` filter (`crate::gateway`) runs them after the router's.
-pub struct PickerParts {
-    state: Arc<SharedPicker>,
-    test_stages: Vec<NativeStage>,
-    registration: crate::shared::Registration,
-}
+/// The builder's picker role over the process's state.
+pub type NativePickerRole = PickerRole<Arc<SharedPicker>>;
 
-impl PickerParts {
-    /// Compiles a picker config (the JSON `value`, its `role` already removed), finding or
-    /// making the process's state for it.
-    pub fn from_json(mut value: serde_json::Value) -> Result<PickerParts, String> {
-        refuse_removed_keys(&value)?;
-        let test_stages = take_test_stages(&mut value)?;
-        let state = process_state(value.to_string(), value)?;
-        let declaration = PickerDeclaration::of(state.plans());
-        let registration = crate::shared::config_registry().register_picker(declaration)?;
-        Ok(PickerParts {
-            state,
-            test_stages,
-            registration,
-        })
-    }
-}
-
-impl ConfigPart for PickerParts {
-    fn stat_keys(&self) -> Vec<(StatKind, &StatKey)> {
-        self.state.plans().stat_keys()
-    }
-
-    fn into_stages(self: Box<Self>) -> (Vec<NativeStage>, crate::shared::Registration) {
-        let mut stages = self.test_stages;
-        stages.push(Box::new(PickStage::new(self.state)) as NativeStage);
-        (stages, self.registration)
-    }
+/// Compiles a picker config (the JSON `value`, its `role` already removed) into the
+/// builder's picker role over the process's state for it (found, or made), and registers
+/// its pools for as long as the returned registration lives.
+pub fn role(mut value: serde_json::Value) -> Result<(NativePickerRole, Registration), String> {
+    refuse_removed_keys(&value)?;
+    let tests = take_test_stages(&mut value)?;
+    let state = process_state(value.to_string(), value)?;
+    let declaration = PickerDeclaration::of(state.plans());
+    let registration = config_registry().register_picker(declaration)?;
+    Ok((PickerRole::new(state, tests), registration))
 }
 
 /// The `picker` filter's config from its JSON bytes, and the scraper it hosts when it
@@ -134,9 +111,11 @@ pub fn factory(
 ) -> Result<(PipelineFactory, Option<Hosting>), String> {
     let mut value = config_json(config)?;
     let scraper = take_scraper(&mut value);
-    let part = PickerParts::from_json(value)?;
+    let (role, registration) = role(value)?;
     let hosting = host_scraper(envoy, scraper)?;
-    Ok((compose(envoy, vec![Box::new(part)]), hosting))
+    let host = host_config(envoy, &role.store().plans().stat_keys());
+    let factory = PipelineFactory::new(picker_pipeline(role), host, vec![Box::new(registration)]);
+    Ok((factory, hosting))
 }
 
 /// Hosts the scraper a picker config carried (after its picker part was accepted, so the

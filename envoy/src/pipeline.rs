@@ -1,6 +1,7 @@
-//! The one generic adapter: an Envoy HTTP filter that runs a configured pipeline of the
-//! filters crate's stages. `router.rs` and `picker.rs` only parse their configs into a
-//! [`PipelineFactory`] (which stages, over what state); everything a stream does is here.
+//! The one generic adapter: an Envoy HTTP filter that runs a pipeline the filters crate's
+//! builder (`infergate_filters::stages::build`) assembled. `router.rs`, `picker.rs` and
+//! `gateway.rs` only turn their configs into a [`PipelineFactory`] (the builder's pipeline,
+//! over this process's state); everything a stream does is here.
 //!
 //! Per stream, [`PipelineStream`] holds the request's [`Run`] (its context: whatever the
 //! stages keep about the request, the picker's in-flight lease included) and its
@@ -20,6 +21,7 @@
 use std::sync::Arc;
 
 use infergate_filters::pipeline::{Run, Stage, SyncPipeline};
+use infergate_filters::stages::TestStages;
 use infergate_filters::FilterStatus;
 
 use crate::abi::{BodyStatus, HeadersStatus, TrailersStatus};
@@ -44,14 +46,15 @@ pub struct PipelineFactory {
 }
 
 impl PipelineFactory {
-    /// A config running `stages` in order; `keep` lives as long as the config.
+    /// A config running `pipeline` (built by `infergate_filters::stages::build`); `keep`
+    /// lives as long as the config.
     pub fn new(
-        stages: Vec<NativeStage>,
+        pipeline: NativePipeline,
         host: HostConfig,
         keep: Vec<Box<dyn Send + Sync>>,
     ) -> PipelineFactory {
         PipelineFactory {
-            pipeline: Arc::new(NativePipeline::new(stages)),
+            pipeline: Arc::new(pipeline),
             host: Arc::new(host),
             _keep: keep,
         }
@@ -63,30 +66,12 @@ impl PipelineFactory {
     }
 }
 
-/// A filter config's compiled part: its stages and their stat keys, and the registration
-/// that lives as long as the config (`router::RouterParts`, `picker::PickerParts`).
-pub trait ConfigPart {
-    /// Every stat key the part's stages use.
-    fn stat_keys(&self) -> Vec<(StatKind, &StatKey)>;
-    /// The part's stages in order, and its registration.
-    fn into_stages(self: Box<Self>) -> (Vec<NativeStage>, crate::shared::Registration);
-}
-
-/// One filter config running `parts`' stages, part after part, with every part's stats
-/// defined on it and every registration kept as long as it lives.
-pub fn compose(envoy: &mut FilterConfigHandle, parts: Vec<Box<dyn ConfigPart>>) -> PipelineFactory {
-    let keys: Vec<(StatKind, &StatKey)> = parts.iter().flat_map(|p| p.stat_keys()).collect();
-    let host = HostConfig {
-        stats: StatsRegistry::define(envoy, &keys),
-    };
-    let mut stages = Vec::new();
-    let mut keep: Vec<Box<dyn Send + Sync>> = Vec::new();
-    for part in parts {
-        let (part_stages, registration) = part.into_stages();
-        stages.extend(part_stages);
-        keep.push(Box::new(registration));
+/// What the streams of a filter config whose stages emit `keys` share: those stats,
+/// defined on Envoy's config.
+pub fn host_config(envoy: &mut FilterConfigHandle, keys: &[(StatKind, &StatKey)]) -> HostConfig {
+    HostConfig {
+        stats: StatsRegistry::define(envoy, keys),
     }
-    PipelineFactory::new(stages, host, keep)
 }
 
 impl StreamFactory for PipelineFactory {
@@ -220,24 +205,27 @@ impl Drop for PipelineStream {
     }
 }
 
-/// Takes `testStages` (`infergate_filters::stages::testing::take_from_config`) out of a
-/// filter's config: those stages run before the filter's own. Only in builds with the
-/// `test-stages` feature; a release build leaves the key in place, so the filter's own
-/// config parser refuses it as an unknown field.
+/// Takes `testStages` ([`TestStages::take_from_config`]) out of a filter's config: the
+/// builder runs those stages before the filter's own. Only in builds with the `test-stages`
+/// feature; a release build leaves the key in place, so the filter's own config parser
+/// refuses it as an unknown field.
 #[cfg(feature = "test-stages")]
-pub fn take_test_stages(config: &mut serde_json::Value) -> Result<Vec<NativeStage>, String> {
-    infergate_filters::stages::testing::take_from_config(config, wake_from_another_thread)
+pub fn take_test_stages(config: &mut serde_json::Value) -> Result<TestStages, String> {
+    TestStages::take_from_config(config, wake_from_another_thread)
 }
 
 /// See the `test-stages` variant: without the feature there are none.
 #[cfg(not(feature = "test-stages"))]
-pub fn take_test_stages(_config: &mut serde_json::Value) -> Result<Vec<NativeStage>, String> {
-    Ok(Vec::new())
+pub fn take_test_stages(_config: &mut serde_json::Value) -> Result<TestStages, String> {
+    Ok(TestStages::none())
 }
 
 /// The pause stage's "elsewhere": a thread of its own that wakes the request after `delay`.
-#[cfg(feature = "test-stages")]
-fn wake_from_another_thread(waker: infergate_filters::host::Waker, delay: core::time::Duration) {
+#[cfg(any(test, feature = "test-stages"))]
+pub(crate) fn wake_from_another_thread(
+    waker: infergate_filters::host::Waker,
+    delay: core::time::Duration,
+) {
     let spawned = std::thread::Builder::new()
         .name("infergate-test-waker".into())
         .spawn(move || {

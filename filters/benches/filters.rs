@@ -13,8 +13,12 @@ mod tenancy;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use infergate_filters::fake::FakeHost;
 use infergate_filters::handoff::HANDOFF_KEY;
-use infergate_filters::picker::{PickerRequest, PickerShared};
-use infergate_filters::router::{Router, RouterRequest};
+use std::sync::Arc;
+
+use infergate_filters::picker::PickerShared;
+use infergate_filters::pipeline::{Pipeline, Run};
+use infergate_filters::router::Router;
+use infergate_filters::stages::{PickStage, RouteStage};
 use scheduler_core::metrics::EndpointMetrics;
 use scheduler_core::snapshot::{encode, EndpointSample, Snapshot};
 use scheduler_core::types::Millis;
@@ -68,9 +72,12 @@ fn bench(c: &mut Criterion) {
     let shared = PickerShared::from_json(json!({
         "pool": "p", "baseModel": "llama", "endpoints": endpoints()
     }));
-    let (Ok(router), Ok(mut shared)) = (router, shared) else {
+    let (Ok(router), Ok(shared)) = (router, shared) else {
         return;
     };
+    let router: Pipeline<FakeHost> =
+        Pipeline::new(vec![Box::new(RouteStage::new(Arc::new(router)))]);
+    let picker: Pipeline<FakeHost> = Pipeline::new(vec![Box::new(PickStage::new(shared))]);
     let snap = snapshot_bytes();
     let sample = body(0);
     let mut group = c.benchmark_group("filters");
@@ -79,9 +86,9 @@ fn bench(c: &mut Criterion) {
     group.bench_function("router_8k_tokens", |b| {
         b.iter(|| {
             let mut host = FakeHost::new().post("/v1/chat/completions", &sample);
-            let mut req = RouterRequest::new();
-            req.on_request_headers(&router, &mut host, false);
-            req.on_request_body(&router, &mut host, sample.len(), true)
+            let mut run = Run::new();
+            run.request_headers(&router, &mut host, false);
+            run.request_body(&router, &mut host, sample.len(), true)
         })
     });
     group.bench_function("picker_8k_tokens_8_endpoints", |b| {
@@ -92,10 +99,10 @@ fn bench(c: &mut Criterion) {
                 .post("/v1/chat/completions", &sample)
                 .now(NOW)
                 .snapshot(1, snap.clone());
-            let mut req = PickerRequest::new();
-            req.on_request_headers(&mut shared, &mut host, false);
-            let status = req.on_request_body(&mut shared, &mut host, sample.len(), true);
-            req.on_end_counted(&mut shared, &mut host);
+            let mut run = Run::new();
+            run.request_headers(&picker, &mut host, false);
+            let status = run.request_body(&picker, &mut host, sample.len(), true);
+            run.end(&picker, &mut host);
             status
         })
     });
@@ -109,18 +116,18 @@ fn bench(c: &mut Criterion) {
                     .post("/v1/chat/completions", &sample)
                     .now(NOW)
                     .snapshot(1, snap.clone());
-                let mut r = RouterRequest::new();
-                r.on_request_headers(&router, &mut host, false);
-                r.on_request_body(&router, &mut host, sample.len(), true);
+                let mut r = Run::new();
+                r.request_headers(&router, &mut host, false);
+                r.request_body(&router, &mut host, sample.len(), true);
                 if !keep_handoff {
                     host.stream_state.remove(HANDOFF_KEY);
                 }
-                let mut req = PickerRequest::new();
-                let mut status = req.on_request_headers(&mut shared, &mut host, false);
+                let mut run = Run::new();
+                let mut status = run.request_headers(&picker, &mut host, false);
                 if status == infergate_filters::FilterStatus::Pause {
-                    status = req.on_request_body(&mut shared, &mut host, sample.len(), true);
+                    status = run.request_body(&picker, &mut host, sample.len(), true);
                 }
-                req.on_end_counted(&mut shared, &mut host);
+                run.end(&picker, &mut host);
                 status
             })
         });

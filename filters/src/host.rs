@@ -106,7 +106,7 @@ pub trait WakeSignal: Send {
 /// A one-shot handle that resumes a paused request, from any thread (native: the
 /// stream's scheduler, which runs the resume on the worker that owns the stream) or from
 /// another context (Wasm). A stage takes one before it answers
-/// [`crate::pipeline::Step::Pause`], hands it to whatever it waits for, and is resumed
+/// [`crate::FilterStatus::Pause`], hands it to whatever it waits for, and is resumed
 /// through [`crate::pipeline::Stage::on_resume`] on the request's own thread.
 pub struct Waker {
     signal: Box<dyn WakeSignal>,

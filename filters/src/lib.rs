@@ -4,9 +4,10 @@
 //!
 //! # Design
 //!
-//! - **One request pipeline.** Every feature is a [`pipeline::Stage`] ([`stages`]); an
-//!   adapter runs "a pipeline of these stages" ([`pipeline::Pipeline`] + one
-//!   [`pipeline::Run`] per request) and never names a feature outside its config parsing.
+//! - **One request pipeline.** Every feature is a [`pipeline::Stage`] ([`stages`]). One
+//!   builder per filter role ([`stages::build`]) assembles a filter's stages from its
+//!   configuration; an adapter calls it and runs the pipeline it gets
+//!   ([`pipeline::Pipeline`] + one [`pipeline::Run`] per request), never naming a stage.
 //!   Where Envoy must match the route again between stages (the router's model header picks
 //!   the pool cluster), the pipeline is hosted in two Envoy filters, `router` then `picker`;
 //!   the parse and the prompt's block hashes cross between them once, as the [`handoff`].
@@ -15,10 +16,10 @@
 //!   source, clock, random, stats, callouts, dynamic metadata, ...). A
 //!   stage asks for the traits it uses as bounds on the host type, so an adapter implements
 //!   exactly what its host offers and a test fake exactly what a test drives.
-//! - **Steps, not host statuses.** A stage answers [`pipeline::Step`] (`Next`, `Pause`,
-//!   `Reply`); the driver answers the adapter a [`FilterStatus`] (`Continue`, `Pause`,
-//!   `Replied`), which the adapter maps onto its host: proxy-wasm `Action::Continue` /
-//!   `Action::Pause`, Envoy dynamic modules' `Continue` / `StopIteration*`.
+//! - **One status, not host statuses.** A stage answers a [`FilterStatus`] (`Continue`,
+//!   `Pause`, `Replied`), and the driver answers the adapter the same type, which the
+//!   adapter maps onto its host: proxy-wasm `Action::Continue` / `Action::Pause`, Envoy
+//!   dynamic modules' `Continue` / `StopIteration*`.
 //! - **Per-request data lives in the request's context** ([`pipeline::RequestContext`]),
 //!   each stage's under a type of its own, and is dropped with the request whatever path it
 //!   ends by; every stage's `on_end` runs exactly once.
@@ -27,8 +28,8 @@
 //!   per Envoy process in the native flavour; the Wasm flavour reaches one owner through
 //!   the singleton service.
 //! - **In-flight accounting cannot leak or double count**: a pick returns an
-//!   [`picker::InFlightLease`] (not `Clone`), held by the request's
-//!   [`picker::PickerRequest`] in the context; it is given back at the request's end, or
+//!   [`picker::InFlightLease`] (not `Clone`), held by the pick stage's
+//!   [`stages::pick::Picking`] in the context; it is given back at the request's end, or
 //!   gives itself back when dropped.
 //! - **No decisions here that belong to the core**: endpoint choice is
 //!   `scheduler_core::scheduling`; this crate turns host events into core calls and core
@@ -37,12 +38,14 @@
 //!   returned to the adapter (which refuses to start); a request-time internal error becomes
 //!   a 500 OpenAI-style reply.
 //!
-//! Module map: [`pipeline`] (stage trait, context, driver), [`stages`] (route, pick, test
-//! stages), [`host`] (capability traits), [`status`] (what the driver returns), [`reply`]
+//! Module map: [`pipeline`] (stage trait, context, driver), [`stages`] (route, pick,
+//! tenancy and test stages, and the builder), [`host`] (capability traits), [`status`]
+//! (what a stage and the driver return), [`reply`]
 //! (OpenAI error replies), [`stats`] (stat names and families), [`headers`] (wire names and
 //! client-header stripping), [`handoff`] (router → picker per-stream handoff), [`router`]
-//! (body router; [`rewrite`], the model rewrite and its sticky split), [`picker`] (endpoint
-//! picker; with [`flow`], the flow-control gate it asks before it picks), [`scraper`]
+//! (the body router's configuration and decisions; [`rewrite`], the model rewrite and its
+//! sticky split), [`picker`] (the endpoint picker's state, configuration and decisions;
+//! with [`flow`], the flow-control gate it asks before it picks), [`scraper`]
 //! (metrics scraper; [`membership`], the pool membership it follows), [`tenants`] and
 //! [`rewrite`] read the platform's Kubernetes objects
 //! through [`objects`] (field by field, errors naming object and path),

@@ -174,8 +174,10 @@ mod tests {
     #[test]
     fn every_emitted_key_belongs_to_a_declared_family() {
         use crate::fake::FakeHost;
-        use crate::picker::{PickerRequest, PickerShared};
+        use crate::picker::PickerShared;
+        use crate::pipeline::{Pipeline, Run};
         use crate::scraper::Scraper;
+        use crate::stages::PickStage;
 
         // Exercise the picker (pick and reject paths) and the scraper; collect keys.
         let mut host = FakeHost::new()
@@ -188,11 +190,12 @@ mod tests {
         let shared = PickerShared::from_json(serde_json::json!({
             "pool": "p", "baseModel": "m", "endpoints": ["127.0.0.1:1"]
         }));
-        if let Ok(mut shared) = shared {
-            let mut req = PickerRequest::new();
-            req.on_request_headers(&mut shared, &mut host, false);
+        if let Ok(shared) = shared {
+            let picker: Pipeline<FakeHost> = Pipeline::new(vec![Box::new(PickStage::new(shared))]);
+            let mut run = Run::new();
+            run.request_headers(&picker, &mut host, false);
             let len = host.body.len();
-            req.on_request_body(&mut shared, &mut host, len, true);
+            run.request_body(&picker, &mut host, len, true);
         }
         let mut scraper = Scraper::new(crate::scraper::ScraperConfig {
             endpoints: vec!["127.0.0.1:1".to_owned()],

@@ -2,8 +2,9 @@
 //! `role` makes it the body router or the endpoint picker (both HTTP filters); the pickers'
 //! VMs elect one among them to run the process-wide scraper and picker state owner
 //! ([`elected`]), so the module needs nothing a `WasmPlugin` cannot install. All decisions live in
-//! `infergate-filters` and `scheduler-core`; this crate maps proxy-wasm callbacks onto
-//! their state machines and their host traits onto hostcalls.
+//! `infergate-filters` and `scheduler-core`; this crate runs the pipeline the filters
+//! crate's builder assembles for the role, maps proxy-wasm callbacks onto its events and
+//! its host traits onto hostcalls.
 //!
 //! Build: `cargo build -p infergate-wasm --target wasm32-wasip1 --release`.
 //!

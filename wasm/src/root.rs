@@ -1,6 +1,7 @@
 //! The root context: reads the plugin configuration and builds the role: a filter role's
-//! request pipeline (the router's or the picker's stages; the picker's link to the
-//! process's picker state owner, `crate::owner`), and a picker's candidacy for the
+//! request pipeline (the filters crate's builder makes the router's or the picker's from
+//! the role's configuration; the picker's store holds its link to the process's picker
+//! state owner, `crate::owner`), and a picker's candidacy for the
 //! process-wide work (`crate::elected`: the scraper and the state owner, run by the one
 //! worker VM the candidates elect). It creates the HTTP contexts, runs the ticks (election,
 //! scrape rounds, owner timeouts and lease give-backs) and callout responses, and hands
@@ -45,13 +46,10 @@ use crate::http::{
 use crate::owner::{Link, WasmPickerStore, WorkerLink, TIMEOUT_TICK_MS};
 use crate::test_stages;
 use infergate_filters::host::Clock;
-use infergate_filters::pipeline::{Pipeline, Stage};
-use infergate_filters::quotas::CasQuotas;
-use infergate_filters::stages::tenancy::take_tenants;
-use infergate_filters::stages::{
-    AuthStage, PickStage, QuotaStage, RouteStage, Tenancy, UsageStage,
-};
+use infergate_filters::quotas::{CasQuotas, QuotaStore};
+use infergate_filters::stages::{picker_pipeline, router_pipeline, PickerRole, RouterRole};
 use infergate_filters::tenants::Tenants;
+use scheduler_core::types::Millis;
 use std::sync::Arc;
 
 /// What this module instance runs, with its per-VM state.
@@ -165,24 +163,17 @@ impl Root {
         self.role = Some(match cfg.role {
             RoleKind::Router => {
                 let mut rest = cfg.rest;
-                let tenancy = take_tenants(&mut rest)?.map(|t| self.tenancy(&cfg.names, t));
-                let test_stages = test_stages::take(&mut rest)?;
-                let router = Router::from_json(rest)
-                    .map_err(|e| e.to_string())?
-                    .with_block_sizes(Arc::new(VmBlockSizes(cfg.names.clone())));
-                self._registration = Some(Registration::router(&router));
-                let mut stages: Vec<Box<dyn Stage<WasmHost>>> = Vec::new();
-                if let Some(tenancy) = &tenancy {
-                    stages.push(Box::new(AuthStage::new(Arc::clone(tenancy))));
-                }
-                stages.extend(test_stages);
-                stages.push(Box::new(RouteStage::new(Arc::new(router))));
-                if let Some(tenancy) = tenancy {
-                    stages.push(Box::new(QuotaStage::new(tenancy)));
-                    stages.push(Box::new(UsageStage));
-                }
+                let tests = test_stages::take(&mut rest)?;
+                let vm = &self.vm;
+                let role = RouterRole::from_json(
+                    rest,
+                    tests,
+                    |tenants| quota_cells(tenants, &cfg.names, WasmHost::new(vm).now()),
+                    Arc::new(VmBlockSizes(cfg.names.clone())),
+                )?;
+                self._registration = Some(Registration::router(role.router()));
                 Role::Filter {
-                    pipeline: Rc::new(Pipeline::new(stages)),
+                    pipeline: Rc::new(router_pipeline(role)),
                     link: None,
                     duty: None,
                     mode: if cfg.stop_at_headers {
@@ -194,7 +185,7 @@ impl Root {
             }
             RoleKind::Picker => {
                 let mut rest = cfg.rest;
-                let mut stages = test_stages::take(&mut rest)?;
+                let tests = test_stages::take(&mut rest)?;
                 // What the owner is sent: the state is named by these bytes, the same in
                 // every worker of the plugin.
                 let config_bytes = serde_json::to_vec(&rest).unwrap_or_default();
@@ -227,15 +218,15 @@ impl Root {
                 let period = duty.as_ref().map_or(u64::from(TIMEOUT_TICK_MS), |d| {
                     d.interval_ms().min(u64::from(TIMEOUT_TICK_MS))
                 });
-                if (link.is_some() || duty.is_some()) && stages.is_empty() {
+                if (link.is_some() || duty.is_some()) && tests.is_empty() {
                     let period = u32::try_from(period).unwrap_or(TIMEOUT_TICK_MS).max(1);
                     hostcalls::set_tick_period_ms(period)
                         .map_err(|s| format!("set_tick_period failed: {s:?}"))?;
                 }
                 let store = WasmPickerStore::new(shared, link.clone());
-                stages.push(Box::new(PickStage::new(store)));
+                let role = PickerRole::new(store, tests);
                 Role::Filter {
-                    pipeline: Rc::new(Pipeline::new(stages)),
+                    pipeline: Rc::new(picker_pipeline(role)),
                     link,
                     duty,
                     mode: if cfg.stop_at_headers {
@@ -252,20 +243,19 @@ impl Root {
     }
 }
 
-impl Root {
-    /// Tenancy over `tenants`, its quota buckets in the process's shared data (every
-    /// worker's VM of this `vm_id` sees the same cells), each cell created now if absent.
-    fn tenancy(&self, names: &Names, tenants: Tenants) -> Arc<Tenancy> {
-        let store = Arc::new(CasQuotas::new(SharedDataCells, &names.quota_prefix()));
-        let now = WasmHost::new(&self.vm).now();
-        for (_, tenant) in tenants.iter() {
-            for limit in &tenant.limits {
-                store.ensure(&limit.bucket_key, &limit.limits, now);
-            }
+/// The quota buckets of `tenants` in the process's shared data (every worker's VM of this
+/// `vm_id` sees the same cells), each cell created now if absent.
+fn quota_cells(tenants: &Tenants, names: &Names, now: Millis) -> Arc<dyn QuotaStore> {
+    let store = Arc::new(CasQuotas::new(SharedDataCells, &names.quota_prefix()));
+    for (_, tenant) in tenants.iter() {
+        for limit in &tenant.limits {
+            store.ensure(&limit.bucket_key, &limit.limits, now);
         }
-        Tenancy::new(tenants, store)
     }
+    store
+}
 
+impl Root {
     /// `proxy_on_http_call_response` of a callout this root dispatched.
     pub fn on_http_call_response(&mut self, token_id: u32, num_headers: usize, body_size: usize) {
         let Some(Role::Filter {

@@ -1,17 +1,14 @@
 //! The test stages of `filters::stages::testing` in the Wasm flavour: only a build with
 //! the `test-stages` feature accepts the config key `testStages` (a list of stage names
-//! that run before the filter's own stage); a release build leaves the key in place, so
-//! the filter's config parser refuses it as an unknown field.
+//! the builder runs before the filter's own stages); a release build leaves the key in
+//! place, so the filter's config parser refuses it as an unknown field.
 //!
 //! The pause stage wakes its request "from elsewhere": here a root's tick, which fires
 //! each due wake from the root context (another context than the paused stream's), so the
 //! stream is resumed through the same path the picker state owner's answers take.
 
-use crate::host::WasmHost;
-use infergate_filters::pipeline::Stage;
-
-/// A stage of a Wasm pipeline.
-pub type WasmStage = Box<dyn Stage<WasmHost>>;
+#[cfg(not(feature = "test-stages"))]
+use infergate_filters::stages::TestStages;
 
 /// How often a root with test stages ticks to fire due wakes.
 #[cfg(feature = "test-stages")]
@@ -23,9 +20,9 @@ mod enabled {
     use std::cell::RefCell;
 
     use infergate_filters::host::Waker;
-    use infergate_filters::stages::testing;
+    use infergate_filters::stages::TestStages;
 
-    use super::{WasmStage, WAKE_TICK_MS};
+    use super::WAKE_TICK_MS;
     use crate::abi::hostcalls;
 
     thread_local! {
@@ -47,11 +44,8 @@ mod enabled {
     }
 
     /// Takes `testStages` out of `config`; ticks this root so due wakes fire.
-    pub fn take(config: &mut serde_json::Value) -> Result<Vec<WasmStage>, String> {
-        let stages: Vec<WasmStage> = testing::take_from_config(config, wake_later)?
-            .into_iter()
-            .map(|stage| stage as WasmStage)
-            .collect();
+    pub fn take(config: &mut serde_json::Value) -> Result<TestStages, String> {
+        let stages = TestStages::take_from_config(config, wake_later)?;
         if !stages.is_empty() {
             hostcalls::set_tick_period_ms(WAKE_TICK_MS)
                 .map_err(|s| format!("set_tick_period failed: {s:?}"))?;
@@ -129,8 +123,8 @@ pub fn trap_owner_if_asked() {}
 
 /// Without the feature there are no test stages: the key stays for the parser to refuse.
 #[cfg(not(feature = "test-stages"))]
-pub fn take(_config: &mut serde_json::Value) -> Result<Vec<WasmStage>, String> {
-    Ok(Vec::new())
+pub fn take(_config: &mut serde_json::Value) -> Result<TestStages, String> {
+    Ok(TestStages::none())
 }
 
 /// Without the feature nothing is ever due.

@@ -7,7 +7,7 @@
 //!
 //! Object lifetimes (who frees what):
 //! - `on_http_filter_config_new` leaks a `Box<HttpConfig>`; `_config_destroy` drops it.
-//! - `on_http_filter_new` leaks a `Box<StreamState>`; `_destroy` drops it. Per-request
+//! - `on_http_filter_new` leaks a `Box<HttpFilter>`; `_destroy` drops it. Per-request
 //!   resources (in-flight counts) are released by the logic's `Drop`, so a panicking or
 //!   reset stream can never leak them.
 
@@ -16,7 +16,8 @@ use crate::abi::{
     HttpFilterConfigModulePtr, HttpFilterEnvoyPtr, HttpFilterModulePtr, LocalReplyStatus,
     TrailersStatus,
 };
-use crate::filter::{FilterConfigHandle, HttpConfig, StreamLogic, StreamState};
+use crate::factory::HttpConfig;
+use crate::filter::{FilterConfigHandle, HttpFilter, StreamLogic};
 use crate::guard;
 use crate::host::EnvoyStream;
 
@@ -56,11 +57,11 @@ impl Drop for ActiveHook {
 
 /// # Safety
 /// `ptr` must be NULL or a pointer returned by `on_http_filter_new` and not yet destroyed.
-unsafe fn stream<'a>(ptr: HttpFilterModulePtr) -> Option<&'a mut StreamState> {
-    // SAFETY: per the contract, a non-null `ptr` is our live `Box<StreamState>`. Envoy calls
+unsafe fn stream<'a>(ptr: HttpFilterModulePtr) -> Option<&'a mut HttpFilter> {
+    // SAFETY: per the contract, a non-null `ptr` is our live `Box<HttpFilter>`. Envoy calls
     // the hooks of one stream on one thread; the one hook it re-enters synchronously
     // (`stream_complete`) checks `ActiveHook` first, so the `&mut` is unique.
-    unsafe { ptr.cast_mut().cast::<StreamState>().as_mut() }
+    unsafe { ptr.cast_mut().cast::<HttpFilter>().as_mut() }
 }
 
 /// Fails the request with a 500 local reply (request path).
@@ -89,7 +90,7 @@ fn on_request<R: Copy>(
     envoy_ptr: HttpFilterEnvoyPtr,
     module_ptr: HttpFilterModulePtr,
     stop: R,
-    body: impl FnOnce(&mut StreamState, &mut EnvoyStream) -> R,
+    body: impl FnOnce(&mut HttpFilter, &mut EnvoyStream) -> R,
 ) -> R {
     // A request on an unknown or already failed stream must not go on: `stop` either way.
     guarded(hook, envoy_ptr, module_ptr, stop, stop, fail_request, body)
@@ -102,7 +103,7 @@ fn on_response<R: Copy>(
     module_ptr: HttpFilterModulePtr,
     pass: R,
     stop: R,
-    body: impl FnOnce(&mut StreamState, &mut EnvoyStream) -> R,
+    body: impl FnOnce(&mut HttpFilter, &mut EnvoyStream) -> R,
 ) -> R {
     guarded(hook, envoy_ptr, module_ptr, pass, stop, fail_response, body)
 }
@@ -117,7 +118,7 @@ fn guarded<R: Copy>(
     skipped: R,
     panicked: R,
     fail: fn(&mut EnvoyStream),
-    body: impl FnOnce(&mut StreamState, &mut EnvoyStream) -> R,
+    body: impl FnOnce(&mut HttpFilter, &mut EnvoyStream) -> R,
 ) -> R {
     // SAFETY: Envoy passes the pointers of the current stream to this hook.
     let (Some(state), mut envoy) = (unsafe { stream(module_ptr) }, unsafe {
@@ -184,14 +185,14 @@ extern "C" fn envoy_dynamic_module_on_http_filter_new(
         let Some(config) = (unsafe { config.cast::<HttpConfig>().as_ref() }) else {
             return core::ptr::null();
         };
-        let state = StreamState::new(config.new_stream());
+        let state = HttpFilter::new(config.new_stream());
         Box::into_raw(Box::new(state)).cast_const().cast()
     })
     // Creating the stream's logic panicked: a stream that answers 500 at its headers. (A
     // NULL here would leave the request waiting for Envoy's idle timeout.)
     .unwrap_or_else(|| {
         guard::catch("on_http_filter_new (fail-closed stream)", || {
-            let state = StreamState::new(Box::new(FailClosedStream));
+            let state = HttpFilter::new(Box::new(FailClosedStream));
             Box::into_raw(Box::new(state)).cast_const().cast()
         })
         .unwrap_or(core::ptr::null())
@@ -310,7 +311,7 @@ extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
 ) {
     let _ = guard::catch("on_http_filter_stream_complete", || {
         // Envoy may call this synchronously from inside another hook of the same stream
-        // (a local reply ends the stream). A second `&mut StreamState` would then alias the
+        // (a local reply ends the stream). A second `&mut HttpFilter` would then alias the
         // outer hook's, so the work is skipped; `on_http_filter_destroy`, which 1.40 runs
         // after every hook has returned, gives the in-flight lease back instead.
         if ActiveHook::is_active(module_ptr) {
@@ -329,7 +330,7 @@ extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module_ptr: HttpFilter
     let _ = guard::catch("on_http_filter_destroy", || {
         if !module_ptr.is_null() {
             // SAFETY: `module_ptr` came from `Box::into_raw` in filter_new; destroyed once.
-            drop(unsafe { Box::from_raw(module_ptr.cast_mut().cast::<StreamState>()) });
+            drop(unsafe { Box::from_raw(module_ptr.cast_mut().cast::<HttpFilter>()) });
         }
     });
 }

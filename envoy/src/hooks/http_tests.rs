@@ -187,7 +187,7 @@ impl StreamLogic for Panicking {
 }
 
 fn stream_of(logic: Panicking) -> HttpFilterModulePtr {
-    Box::into_raw(Box::new(StreamState::new(Box::new(logic))))
+    Box::into_raw(Box::new(HttpFilter::new(Box::new(logic))))
         .cast_const()
         .cast()
 }

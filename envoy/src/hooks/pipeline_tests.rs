@@ -5,23 +5,36 @@
 use std::sync::{Arc, Mutex};
 
 use infergate_filters::host::{RequestHeaders, RequestWaker, Waker};
-use infergate_filters::pipeline::{RequestContext, Stage, Step};
+use infergate_filters::pipeline::{RequestContext, Stage};
+use infergate_filters::stages::build::test_pipeline;
 use infergate_filters::stages::testing::{
-    replaced_body, ReplaceBodyStage, RewriteChunksStage, REPLACE_BODY_HEADER, REWRITE_CHUNKS_HEADER,
+    replaced_body, REPLACE_BODY_HEADER, REWRITE_CHUNKS_HEADER,
 };
+use infergate_filters::stages::TestStages;
+use infergate_filters::FilterStatus;
 
 use super::*;
 use crate::adapter::{HostConfig, StreamHost};
 use crate::fake_envoy::{self, dummy_ptr, request_header, set_request_header};
-use crate::pipeline::{NativeStage, PipelineFactory};
+use crate::pipeline::{wake_from_another_thread, NativePipeline, NativeStage, PipelineFactory};
 use crate::stats::StatsRegistry;
 
 fn config_of(stages: Vec<NativeStage>) -> HttpFilterConfigModulePtr {
+    config_running(NativePipeline::new(stages))
+}
+
+/// A config running the filters crate's test stages called `names`.
+fn config_of_test_stages(names: &[&str]) -> HttpFilterConfigModulePtr {
+    let tests = TestStages::named(names, wake_from_another_thread);
+    config_running(test_pipeline(tests.unwrap_or_default()))
+}
+
+fn config_running(pipeline: NativePipeline) -> HttpFilterConfigModulePtr {
     let mut handle = FilterConfigHandle::new(dummy_ptr());
     let host = HostConfig {
         stats: StatsRegistry::define(&mut handle, &[]),
     };
-    let factory = PipelineFactory::new(stages, host, Vec::new());
+    let factory = PipelineFactory::new(pipeline, host, Vec::new());
     let config = HttpConfig::from_factory(Box::new(factory));
     Box::into_raw(Box::new(config)).cast_const().cast()
 }
@@ -40,18 +53,18 @@ impl Stage<StreamHost> for ParkStage {
         _cx: &mut RequestContext,
         host: &mut StreamHost,
         _eos: bool,
-    ) -> Step {
+    ) -> FilterStatus {
         match host.request_waker() {
             Ok(waker) => {
                 *self.parked.lock().unwrap_or_else(|e| e.into_inner()) = Some(waker);
-                Step::Pause
+                FilterStatus::Pause
             }
-            Err(_) => Step::Next,
+            Err(_) => FilterStatus::Continue,
         }
     }
-    fn on_resume(&self, _cx: &mut RequestContext, host: &mut StreamHost) -> Step {
+    fn on_resume(&self, _cx: &mut RequestContext, host: &mut StreamHost) -> FilterStatus {
         host.set_request_header("x-resumed", "yes");
-        Step::Next
+        FilterStatus::Continue
     }
 }
 
@@ -130,7 +143,7 @@ fn a_waker_that_outlives_its_stream_keeps_the_scheduler_until_it_is_dropped() {
 #[test]
 fn a_response_chunk_is_rewritten_as_it_passes() {
     fake_envoy::reset();
-    let config = config_of(vec![Box::new(RewriteChunksStage)]);
+    let config = config_of_test_stages(&["rewrite-chunks"]);
     let filter = envoy_dynamic_module_on_http_filter_new(config, dummy_ptr());
     set_request_header(":path", "/v1/chat/completions");
     set_request_header(REWRITE_CHUNKS_HEADER, "1");
@@ -159,7 +172,7 @@ fn a_response_chunk_is_rewritten_as_it_passes() {
 #[test]
 fn a_request_body_is_replaced_with_its_content_length() {
     fake_envoy::reset();
-    let config = config_of(vec![Box::new(ReplaceBodyStage)]);
+    let config = config_of_test_stages(&["replace-body"]);
     let filter = envoy_dynamic_module_on_http_filter_new(config, dummy_ptr());
     set_request_header(":path", "/v1/chat/completions");
     set_request_header("content-length", "40");

@@ -1,6 +1,6 @@
 //! What tenancy costs one request in our own code, through the pipeline driver on the fake
-//! host: the router filter's pipeline with tenants (`auth → route → quota → usage`) against
-//! the same filter without them (`route` alone), on the same ~8k-token chat body.
+//! host: the router's stages with tenants (`auth → route → quota → usage`) against the
+//! router without them (`route` alone), on the same ~8k-token chat body.
 //!
 //! One iteration is one whole request: request headers and body (with tenants: the API
 //! key hashed and looked up, the trust boundary, the fairness id and objective injected,
@@ -76,13 +76,13 @@ fn router() -> Result<Router, String> {
 /// Which stages run around the body router.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Stages {
-    /// The router filter as the adapters build it without tenants: `route`.
+    /// The router filter as the builder assembles it without tenants: `route`.
     Without,
     /// `auth → route → quota`: the request side's tenancy, without reading usage (the
     /// record then bills nothing; the JSON comparison only).
     AuthQuota,
-    /// The router filter as the adapters build it with tenants: `auth → route → quota →
-    /// usage`.
+    /// The tenancy stages around the router: `auth → route → quota → usage` (the builder
+    /// also runs `priority-band` after `auth`, which only sets a response header).
     Tenancy,
 }
 

@@ -1,6 +1,6 @@
 //! How a request reaches the shared picker state.
 //!
-//! [`super::PickerRequest`] never holds any lock across its slow work. It asks a
+//! The pick stage ([`crate::stages::pick`]) never holds any lock across its slow work. It asks a
 //! [`PickerAccess`] for the pool's immutable [`PoolPlan`] at headers time, parses the body
 //! and hashes the prompt with that plan alone, and enters [`PickerAccess::with_state`] once
 //! for the pick. The state locks what it touches itself (the pool picked from, briefly the

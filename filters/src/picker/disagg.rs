@@ -364,7 +364,7 @@ mod pick_tests {
             .is_empty());
         let mut local = shared(pd_pool_json());
         let mut host = host_for(&long(), Some(fresh_all(&[A, B, C])));
-        let mut req = PickerRequest::deferred();
+        let mut req = PickRun::deferred();
         assert_eq!(
             req.on_request_headers(&mut local, &mut host, false),
             FilterStatus::Pause

@@ -4,9 +4,9 @@
 //! A [`Pipeline`] is the configured list of stages, shared by every request; a [`Run`] is
 //! one request's progress through it (the [`RequestContext`], which stage the request is
 //! at, whether it waits for the body or for a wake). Each `Run` method is one host event and
-//! answers a [`FilterStatus`]: `Continue` (the request side is done: let the stream go on),
-//! `Pause` (hold it: a stage waits for the body or for a wake; in a body event, keep
-//! buffering) or `Replied` (a stage answered: stop the stream).
+//! answers the [`FilterStatus`] the stages answer it: `Continue` (the request side is done:
+//! let the stream go on), `Pause` (hold it: a stage waits for the body or for a wake; in a
+//! body event, keep buffering) or `Replied` (a stage answered: stop the stream).
 //!
 //! The request side is a cursor over the stages. The stage at the cursor is in one of three
 //! phases: its headers are due, it waits for the body (it asked with
@@ -16,11 +16,10 @@
 //! them. A stage that answers ends the request side; the response side and the end still
 //! reach every stage, so each can settle what it holds.
 
-use crate::host::LocalReply;
 use crate::FilterStatus;
 
 use super::context::RequestContext;
-use super::stage::{BodyProgress, EndCause, Stage, Step};
+use super::stage::{BodyProgress, EndCause, Stage};
 
 /// A configured list of stages for hosts of type `H`. `S` is the stage object type: the
 /// default `dyn Stage<H>`, or `dyn Stage<H> + Send + Sync` for a pipeline shared by threads
@@ -134,7 +133,7 @@ impl Run {
         end_of_stream: bool,
     ) -> FilterStatus
     where
-        H: LocalReply + ?Sized,
+        H: ?Sized,
         S: Stage<H> + ?Sized,
     {
         self.headers_end_of_stream = end_of_stream;
@@ -154,7 +153,7 @@ impl Run {
         end_of_stream: bool,
     ) -> FilterStatus
     where
-        H: LocalReply + ?Sized,
+        H: ?Sized,
         S: Stage<H> + ?Sized,
     {
         self.body = BodyProgress {
@@ -169,7 +168,7 @@ impl Run {
     /// means the adapter must restart the stream it held.
     pub fn wake<H, S>(&mut self, pipeline: &Pipeline<H, S>, host: &mut H) -> Option<FilterStatus>
     where
-        H: LocalReply + ?Sized,
+        H: ?Sized,
         S: Stage<H> + ?Sized,
     {
         let Phase::Paused { from } = self.phase else {
@@ -179,9 +178,8 @@ impl Run {
             return None;
         }
         let stage = pipeline.stages.get(self.cursor)?;
-        let step = stage.on_resume(&mut self.cx, host);
-        let status = match step {
-            Step::Next => {
+        let status = match stage.on_resume(&mut self.cx, host) {
+            FilterStatus::Continue => {
                 match from {
                     PausedIn::Headers => self.after_headers(),
                     PausedIn::Body => {
@@ -190,9 +188,7 @@ impl Run {
                 }
                 self.advance(pipeline, host)
             }
-            other => self
-                .settle(other, from, host)
-                .unwrap_or(FilterStatus::Pause),
+            other => self.settle(other, from),
         };
         Some(status)
     }
@@ -260,7 +256,7 @@ impl Run {
     /// Moves the cursor as far as the request allows.
     fn advance<H, S>(&mut self, pipeline: &Pipeline<H, S>, host: &mut H) -> FilterStatus
     where
-        H: LocalReply + ?Sized,
+        H: ?Sized,
         S: Stage<H> + ?Sized,
     {
         loop {
@@ -273,15 +269,9 @@ impl Run {
             match self.phase {
                 Phase::Paused { .. } => return FilterStatus::Pause,
                 Phase::Headers => {
-                    let step =
-                        stage.on_request_headers(&mut self.cx, host, self.headers_end_of_stream);
-                    match step {
-                        Step::Next => self.after_headers(),
-                        other => {
-                            if let Some(status) = self.settle(other, PausedIn::Headers, host) {
-                                return status;
-                            }
-                        }
+                    match stage.on_request_headers(&mut self.cx, host, self.headers_end_of_stream) {
+                        FilterStatus::Continue => self.after_headers(),
+                        other => return self.settle(other, PausedIn::Headers),
                     }
                 }
                 Phase::Body => {
@@ -293,12 +283,8 @@ impl Run {
                     }
                     self.delivered = Some(body);
                     match stage.on_request_body(&mut self.cx, host, body) {
-                        Step::Next => self.after_body(body.end_of_stream),
-                        other => {
-                            if let Some(status) = self.settle(other, PausedIn::Body, host) {
-                                return status;
-                            }
-                        }
+                        FilterStatus::Continue => self.after_body(body.end_of_stream),
+                        other => return self.settle(other, PausedIn::Body),
                     }
                 }
             }
@@ -317,7 +303,7 @@ impl Run {
         }
     }
 
-    /// The stage at the cursor answered `Next` to a body event (`complete`: the one it saw
+    /// The stage at the cursor answered `Continue` to a body event (`complete`: the one it saw
     /// was the end): the next stage is due, or it waits for more.
     fn after_body(&mut self, complete: bool) {
         if complete {
@@ -333,29 +319,13 @@ impl Run {
         self.delivered = None;
     }
 
-    /// A step other than `Next`: record it; the status to return (`None`: none yet).
-    fn settle<H: LocalReply + ?Sized>(
-        &mut self,
-        step: Step,
-        from: PausedIn,
-        host: &mut H,
-    ) -> Option<FilterStatus> {
-        match step {
-            Step::Next => None,
-            Step::Pause => {
-                self.phase = Phase::Paused { from };
-                Some(FilterStatus::Pause)
-            }
-            Step::Reply(reply) => {
-                // Marked before the reply: a host may re-enter the run while sending it.
-                self.answered = true;
-                host.send_local_reply(&reply);
-                Some(FilterStatus::Replied)
-            }
-            Step::Replied => {
-                self.answered = true;
-                Some(FilterStatus::Replied)
-            }
+    /// A stage's `Pause` or `Replied`: record it, and answer it to the adapter.
+    fn settle(&mut self, status: FilterStatus, from: PausedIn) -> FilterStatus {
+        match status {
+            FilterStatus::Continue => {}
+            FilterStatus::Pause => self.phase = Phase::Paused { from },
+            FilterStatus::Replied => self.answered = true,
         }
+        status
     }
 }

@@ -1,23 +1,17 @@
-//! What a stage is: the entry points the driver calls and the step each request-side entry
-//! point answers.
+//! What a stage is: the entry points the driver calls. Each request-side entry point
+//! answers a [`FilterStatus`], the one status type from a stage through the driver to the
+//! adapter.
 
+use crate::host::LocalReply;
 use crate::reply::Reply;
+use crate::FilterStatus;
 
 use super::context::RequestContext;
 
-/// What a request-side entry point tells the driver to do next.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Step {
-    /// This stage is done with this part of the request: go on to the next one.
-    Next,
-    /// Hold the request until the host wakes it (the stage took a
-    /// [`crate::host::Waker`] before answering this); the driver then calls
-    /// [`Stage::on_resume`] of this stage.
-    Pause,
-    /// Answer the request with this local reply (the driver sends it) and stop.
-    Reply(Reply),
-    /// The stage already answered through [`crate::host::LocalReply`] and stops the request.
-    Replied,
+/// Answer the request with `reply` and stop it: what a stage returns to reply locally.
+pub fn reply<H: LocalReply + ?Sized>(host: &mut H, reply: &Reply) -> FilterStatus {
+    host.send_local_reply(reply);
+    FilterStatus::Replied
 }
 
 /// How much of the request body the host holds, as a body event reports it.
@@ -49,8 +43,13 @@ pub enum EndCause {
 /// Request side, in pipeline order, each entry point at most once per request unless noted:
 /// [`Stage::on_request_headers`], then (only if it asked with
 /// [`RequestContext::need_request_body`]) [`Stage::on_request_body`] on every body event
-/// until the body is complete, and [`Stage::on_resume`] after each [`Step::Pause`]. A stage
-/// sees the request only after every stage before it is done with it. Response side, in
+/// until the body is complete, and [`Stage::on_resume`] after each
+/// [`FilterStatus::Pause`]. A stage sees the request only after every stage before it is
+/// done with it. Each answers `Continue` (done with this part of the request: the next
+/// stage is due, or, for a stage that asked for the body, the next body event), `Pause`
+/// (hold the request until the host wakes it: the stage took a [`crate::host::Waker`]
+/// before answering), or `Replied` (the stage answered the request through [`reply`]: the
+/// request side stops). Response side, in
 /// reverse order (as Envoy runs encoder filters): [`Stage::on_response_headers`], then
 /// [`Stage::on_response_chunk`] for each chunk as it passes (unbuffered), and finally
 /// [`Stage::on_end`] exactly once for every stage, on every end path. Every method has a
@@ -65,26 +64,26 @@ pub trait Stage<H: ?Sized> {
         _cx: &mut RequestContext,
         _host: &mut H,
         _end_of_stream: bool,
-    ) -> Step {
-        Step::Next
+    ) -> FilterStatus {
+        FilterStatus::Continue
     }
 
     /// The request body grew (`body.end_of_stream`: it is complete and readable through
     /// [`crate::host::RequestBody`]). Called only for a stage that asked for the body;
-    /// `Next` before the end means "keep buffering", at the end "done with it".
+    /// `Continue` before the end means "keep buffering", at the end "done with it".
     fn on_request_body(
         &self,
         _cx: &mut RequestContext,
         _host: &mut H,
         _body: BodyProgress,
-    ) -> Step {
-        Step::Next
+    ) -> FilterStatus {
+        FilterStatus::Continue
     }
 
     /// The host woke the request this stage paused. Wakes may be spurious: a stage whose
     /// reason to wait is still there answers `Pause` again.
-    fn on_resume(&self, _cx: &mut RequestContext, _host: &mut H) -> Step {
-        Step::Next
+    fn on_resume(&self, _cx: &mut RequestContext, _host: &mut H) -> FilterStatus {
+        FilterStatus::Continue
     }
 
     /// Response headers arrived (`end_of_stream`: the response has no body).

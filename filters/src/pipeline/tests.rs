@@ -18,10 +18,10 @@ struct Script {
     name: &'static str,
     log: Log,
     wants_body: bool,
-    headers: Step,
+    headers: FilterStatus,
     /// Answer to the complete body.
-    body: Step,
-    resume: Step,
+    body: FilterStatus,
+    resume: FilterStatus,
 }
 
 impl Script {
@@ -30,13 +30,20 @@ impl Script {
             name,
             log: Rc::clone(log),
             wants_body: false,
-            headers: Step::Next,
-            body: Step::Next,
-            resume: Step::Next,
+            headers: FilterStatus::Continue,
+            body: FilterStatus::Continue,
+            resume: FilterStatus::Continue,
         }
     }
     fn note(&self, what: String) {
         self.log.borrow_mut().push(format!("{}:{what}", self.name));
+    }
+    /// `status`, replying first when it is `Replied`.
+    fn answer(&self, status: FilterStatus, host: &mut FakeHost) -> FilterStatus {
+        match status {
+            FilterStatus::Replied => reply(host, &Reply::internal("no")),
+            other => other,
+        }
     }
 }
 
@@ -44,33 +51,38 @@ impl Stage<FakeHost> for Script {
     fn name(&self) -> &'static str {
         self.name
     }
-    fn on_request_headers(&self, cx: &mut RequestContext, host: &mut FakeHost, eos: bool) -> Step {
+    fn on_request_headers(
+        &self,
+        cx: &mut RequestContext,
+        host: &mut FakeHost,
+        eos: bool,
+    ) -> FilterStatus {
         self.note(format!("headers({eos})"));
         if self.wants_body {
             cx.need_request_body();
         }
-        if self.headers == Step::Pause {
+        if self.headers == FilterStatus::Pause {
             // A pausing stage takes its waker first.
             let _ = host.request_waker();
         }
-        self.headers.clone()
+        self.answer(self.headers, host)
     }
     fn on_request_body(
         &self,
         _cx: &mut RequestContext,
-        _h: &mut FakeHost,
+        h: &mut FakeHost,
         b: BodyProgress,
-    ) -> Step {
+    ) -> FilterStatus {
         self.note(format!("body({},{})", b.buffered_len, b.end_of_stream));
         if b.end_of_stream {
-            self.body.clone()
+            self.answer(self.body, h)
         } else {
-            Step::Next
+            FilterStatus::Continue
         }
     }
-    fn on_resume(&self, _cx: &mut RequestContext, _h: &mut FakeHost) -> Step {
+    fn on_resume(&self, _cx: &mut RequestContext, h: &mut FakeHost) -> FilterStatus {
         self.note("resume".into());
-        self.resume.clone()
+        self.answer(self.resume, h)
     }
     fn on_response_headers(&self, _cx: &mut RequestContext, _h: &mut FakeHost, eos: bool) {
         self.note(format!("response_headers({eos})"));
@@ -143,7 +155,7 @@ fn a_request_without_a_body_still_ends_the_body_of_a_stage_that_asked() {
 fn a_paused_stage_resumes_only_when_woken_and_the_body_waits_buffered() {
     let log = Log::default();
     let mut a = Script::new("a", &log);
-    a.headers = Step::Pause;
+    a.headers = FilterStatus::Pause;
     let mut b = Script::new("b", &log);
     b.wants_body = true;
     let p = pipeline(vec![a, b]);
@@ -180,8 +192,8 @@ fn a_paused_stage_resumes_only_when_woken_and_the_body_waits_buffered() {
 fn a_stage_may_pause_again_on_a_spurious_wake() {
     let log = Log::default();
     let mut a = Script::new("a", &log);
-    a.headers = Step::Pause;
-    a.resume = Step::Pause;
+    a.headers = FilterStatus::Pause;
+    a.resume = FilterStatus::Pause;
     let p = pipeline(vec![a]);
     let mut host = FakeHost::new();
     let mut run = Run::new();
@@ -197,7 +209,7 @@ fn a_pause_on_the_complete_body_resumes_into_the_next_stage() {
     let log = Log::default();
     let mut a = Script::new("a", &log);
     a.wants_body = true;
-    a.body = Step::Pause;
+    a.body = FilterStatus::Pause;
     let p = pipeline(vec![a, Script::new("b", &log)]);
     let mut host = FakeHost::new();
     let mut run = Run::new();
@@ -222,7 +234,7 @@ fn a_pause_on_the_complete_body_resumes_into_the_next_stage() {
 fn a_reply_stops_the_request_side_and_every_stage_still_ends_once() {
     let log = Log::default();
     let mut a = Script::new("a", &log);
-    a.headers = Step::Reply(Reply::internal("no"));
+    a.headers = FilterStatus::Replied;
     let p = pipeline(vec![Script::new("x", &log), a, Script::new("b", &log)]);
     let mut host = FakeHost::new();
     let mut run = Run::new();
@@ -230,7 +242,7 @@ fn a_reply_stops_the_request_side_and_every_stage_still_ends_once() {
         run.request_headers(&p, &mut host, false),
         FilterStatus::Replied
     );
-    assert_eq!(host.replies.len(), 1, "the driver sends the reply");
+    assert_eq!(host.replies.len(), 1, "the stage sent one reply");
     assert_eq!(
         run.request_body(&p, &mut host, 3, true),
         FilterStatus::Replied
@@ -300,9 +312,14 @@ impl Stage<FakeHost> for Holder {
     fn name(&self) -> &'static str {
         "holder"
     }
-    fn on_request_headers(&self, cx: &mut RequestContext, _h: &mut FakeHost, _eos: bool) -> Step {
+    fn on_request_headers(
+        &self,
+        cx: &mut RequestContext,
+        _h: &mut FakeHost,
+        _eos: bool,
+    ) -> FilterStatus {
         cx.insert(Held(Rc::clone(&self.0)));
-        Step::Pause
+        FilterStatus::Pause
     }
 }
 

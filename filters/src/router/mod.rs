@@ -2,10 +2,12 @@
 //! of inference requests, parses it with the core and sets `x-gateway-model-name` and
 //! `x-gateway-base-model-name` for Envoy's route match.
 //!
-//! Per request: `on_request_headers` → (`Pause` until the body is complete) →
-//! `on_request_body` → `Continue` with the headers set, or a local reply:
-//! 400 (not JSON, no `model`, wrong types), 413 (over the limit, announced by
-//! `content-length` or seen while buffering), 404 `model_not_found`.
+//! This module is the router's configuration ([`Router`]) and its decisions; the route
+//! stage ([`crate::stages::route`]) runs them for each request: at the headers, the
+//! trust boundary, `/v1/models` and the announced length; once the body is complete,
+//! `Router::route`, which sets the headers or answers a local reply: 400 (not JSON, no
+//! `model`, wrong types), 413 (over the limit, announced by `content-length` or seen while
+//! buffering), 404 `model_not_found`.
 //!
 //! Which requests are touched: every request loses its `x-gateway-*` / `x-llm-d-*` headers.
 //! Only inference paths (`scheduler_core::request::Api::from_path`: the OpenAI chat and
@@ -14,8 +16,8 @@
 //! usable for non-inference endpoints; `/v1/models` the router answers itself. An inference
 //! path without a body is a 400 like any other body that is not a request.
 //!
-//! A routed request also leaves the picker a [`Handoff`] in its per-stream state (best
-//! effort: if the host refuses, the picker parses the body itself).
+//! A routed request also leaves the picker a [`Handoff`] (the route stage puts it in the
+//! per-stream state, best effort: if the host refuses, the picker parses the body itself).
 //!
 //! **Model rewrites.** After the base-model lookup the router chooses the request's target
 //! model: the `x-llm-d-model-name-rewrite` header when a trusted stage set it (a client's
@@ -39,16 +41,14 @@ pub mod models;
 
 use scheduler_core::request::{self, Api};
 
-use crate::handoff::{Handoff, HANDOFF_KEY};
-use crate::headers::{self, BASE_MODEL, FAIRNESS_ID, MODEL_NAME};
-use crate::host::{LocalReply, Random, RequestBody, RequestHeaders, Stats, StreamState};
+use crate::handoff::Handoff;
+use crate::headers::{BASE_MODEL, FAIRNESS_ID, MODEL_NAME};
+use crate::host::{Random, RequestBody, RequestHeaders, Stats};
 use crate::reply::Reply;
 use crate::rewrite::{self, Rewrites, SplitConfig, SplitMode};
 use crate::stats::{StatKey, StatKind};
-use crate::FilterStatus;
 
 pub use config::{ModelTable, PoolModels, RouterConfig, RouterConfigError};
-use models::ModelsRequest;
 
 /// The target model a trusted stage chose (honoured only from the gateway: a client's copy
 /// is stripped with every `x-llm-d-*` header).
@@ -293,17 +293,6 @@ struct Choice {
     split_key: u64,
 }
 
-/// Where one request is in the router.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stage {
-    /// Nothing seen yet.
-    Start,
-    /// An inference request whose body is being buffered.
-    AwaitingBody(Api),
-    /// Decided (routed, passed through or replied); later callbacks continue.
-    Done,
-}
-
 /// What the router learnt about a request it routed, for the stages after it (quota
 /// pre-debit, usage forcing, the billing record).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -328,171 +317,49 @@ pub struct RoutedRequest {
     pub continuous_usage: bool,
 }
 
-/// The router's state for one request.
-#[derive(Clone, Debug)]
-pub struct RouterRequest {
-    stage: Stage,
-    keep_headers: bool,
-    routed: Option<RoutedRequest>,
-    replied: Option<u16>,
-    handoff: HandoffSink,
-}
-
-/// Where a routed request's [`Handoff`] goes.
-#[derive(Clone, Debug)]
-enum HandoffSink {
-    /// The stream's filter state, for a picker in a later filter.
-    StreamState,
-    /// Kept in the request for a pick stage of the same pipeline
-    /// ([`RouterRequest::take_handoff`]).
-    Kept(Option<Handoff>),
-}
-
-impl Default for RouterRequest {
-    fn default() -> Self {
-        RouterRequest::new()
-    }
-}
-
-impl RouterRequest {
-    /// A request that has seen nothing yet.
-    pub fn new() -> Self {
-        RouterRequest {
-            stage: Stage::Start,
-            keep_headers: false,
-            routed: None,
-            replied: None,
-            handoff: HandoffSink::StreamState,
-        }
+impl Router {
+    /// Count a `/v1/models` request the router answered.
+    pub(crate) fn count_models<H: Stats + ?Sized>(&self, host: &mut H) {
+        host.counter_add(&self.stats.models, 1);
     }
 
-    /// This request keeps its handoff for [`RouterRequest::take_handoff`] instead of
-    /// writing it to the stream's filter state: the picker runs in the same pipeline.
-    pub fn keeping_handoff(self) -> Self {
-        RouterRequest {
-            handoff: HandoffSink::Kept(None),
-            ..self
-        }
+    /// Count a request the router lets pass untouched (not an inference path).
+    pub(crate) fn count_passthrough<H: Stats + ?Sized>(&self, host: &mut H) {
+        host.counter_add(&self.stats.passthrough, 1);
     }
 
-    /// The handoff kept by a [`RouterRequest::keeping_handoff`] request once it routed;
-    /// taken (a second call answers `None`).
-    pub fn take_handoff(&mut self) -> Option<Handoff> {
-        match &mut self.handoff {
-            HandoffSink::Kept(kept) => kept.take(),
-            HandoffSink::StreamState => None,
-        }
+    /// Count a local reply of the router by its status.
+    pub(crate) fn count_reply<H: Stats + ?Sized>(&self, host: &mut H, status: u16) {
+        let key = match status {
+            413 => &self.stats.too_large,
+            404 => &self.stats.model_not_found,
+            500 => &self.stats.internal,
+            _ => &self.stats.bad_request,
+        };
+        host.counter_add(key, 1);
     }
 
-    /// A request whose client headers an earlier stage already stripped (and whose
-    /// gateway headers it then set): the router leaves the headers alone.
-    pub fn after_trust_boundary() -> Self {
-        RouterRequest {
-            keep_headers: true,
-            ..RouterRequest::new()
-        }
-    }
-
-    /// What the router learnt about the request, once it routed it.
-    pub fn routed(&self) -> Option<&RoutedRequest> {
-        self.routed.as_ref()
-    }
-
-    /// The status of the local reply the router answered with, if it did.
-    pub fn replied(&self) -> Option<u16> {
-        self.replied
-    }
-
-    /// Request headers arrived (`end_of_stream`: the request has no body).
-    pub fn on_request_headers<H>(
-        &mut self,
-        router: &Router,
+    /// Route a request of `api` by its complete `body`: parse it, choose the target model
+    /// (rewriting the body's `model` when it differs), and set the routing headers. What
+    /// the router learnt and the handoff for the picker, or the reply to answer instead.
+    pub(crate) fn route<H>(
+        &self,
         host: &mut H,
-        end_of_stream: bool,
-    ) -> FilterStatus
+        api: Api,
+        body: &[u8],
+    ) -> Result<(RoutedRequest, Handoff), Reply>
     where
-        H: RequestHeaders + RequestBody + LocalReply + Stats + StreamState + Random + ?Sized,
+        H: RequestHeaders + RequestBody + Stats + Random + ?Sized,
     {
-        if self.stage != Stage::Start {
-            return FilterStatus::Continue;
+        if body.len() > self.body_limit {
+            return Err(Reply::too_large(self.body_limit));
         }
-        if !self.keep_headers {
-            headers::strip_reserved(host);
-        }
-        let path = host.request_header(":path").unwrap_or_default();
-        if let Some(request) = ModelsRequest::from_path(&path) {
-            let method = host.request_header(":method").unwrap_or_default();
-            let reply = models::answer(&request, &method, &router.served_names());
-            if reply.status == 404 {
-                return self.reply(router, host, reply);
-            }
-            host.counter_add(&router.stats.models, 1);
-            self.stage = Stage::Done;
-            host.send_local_reply(&reply);
-            return FilterStatus::Replied;
-        }
-        let Some(api) = Api::from_path(&path) else {
-            self.stage = Stage::Done;
-            host.counter_add(&router.stats.passthrough, 1);
-            return FilterStatus::Continue;
+        let mut parsed = request::parse(api, body)
+            .map_err(|e| Reply::bad_request(&e.message(), e.param(), e.code()))?;
+        let Some(base) = self.base_model(&parsed.model) else {
+            return Err(Reply::model_not_found(&parsed.model));
         };
-        let announced = host
-            .request_header("content-length")
-            .and_then(|v| v.trim().parse::<u64>().ok());
-        if announced.is_some_and(|len| len > router.body_limit as u64) {
-            return self.reply(router, host, Reply::too_large(router.body_limit));
-        }
-        self.stage = Stage::AwaitingBody(api);
-        if end_of_stream {
-            return self.finish(router, host, api, &[]);
-        }
-        FilterStatus::Pause
-    }
-
-    /// Body data arrived: `buffered_len` bytes are buffered in total so far. Adapters call
-    /// this from the trailers callback too, with `end_of_stream = true`.
-    pub fn on_request_body<H>(
-        &mut self,
-        router: &Router,
-        host: &mut H,
-        buffered_len: usize,
-        end_of_stream: bool,
-    ) -> FilterStatus
-    where
-        H: RequestHeaders + RequestBody + LocalReply + Stats + StreamState + Random + ?Sized,
-    {
-        let Stage::AwaitingBody(api) = self.stage else {
-            return FilterStatus::Continue;
-        };
-        if buffered_len > router.body_limit {
-            return self.reply(router, host, Reply::too_large(router.body_limit));
-        }
-        if !end_of_stream {
-            return FilterStatus::Pause;
-        }
-        let body = host.request_body(0, buffered_len).unwrap_or_default();
-        self.finish(router, host, api, &body)
-    }
-
-    /// Parse the complete body and set the routing headers, or reply with the error.
-    fn finish<H>(&mut self, router: &Router, host: &mut H, api: Api, body: &[u8]) -> FilterStatus
-    where
-        H: RequestHeaders + RequestBody + LocalReply + Stats + StreamState + Random + ?Sized,
-    {
-        if body.len() > router.body_limit {
-            return self.reply(router, host, Reply::too_large(router.body_limit));
-        }
-        let mut parsed = match request::parse(api, body) {
-            Ok(parsed) => parsed,
-            Err(e) => {
-                let reply = Reply::bad_request(&e.message(), e.param(), e.code());
-                return self.reply(router, host, reply);
-            }
-        };
-        let Some(base) = router.base_model(&parsed.model) else {
-            return self.reply(router, host, Reply::model_not_found(&parsed.model));
-        };
-        let choice = router.choose_target(host, base, &parsed.model);
+        let choice = self.choose_target(host, base, &parsed.model);
         let client_model = core::mem::replace(&mut parsed.model, choice.target);
         if parsed.model != client_model {
             let rewritten = rewrite::body::rewrite_model(body, &parsed.model)
@@ -500,10 +367,11 @@ impl RouterRequest {
             if !rewritten {
                 // Fail closed: the engine would otherwise serve the name the client sent
                 // (or not know it at all), not the version the split chose.
-                let reply = Reply::internal("the request body's model could not be rewritten");
-                return self.reply(router, host, reply);
+                return Err(Reply::internal(
+                    "the request body's model could not be rewritten",
+                ));
             }
-            if let Some(key) = router.stats.rewrite(&parsed.model) {
+            if let Some(key) = self.stats.rewrite(&parsed.model) {
                 host.counter_add(key, 1);
             }
         }
@@ -511,18 +379,9 @@ impl RouterRequest {
         host.set_request_header(BASE_MODEL, base);
         host.set_request_header(SPLIT_KEY, &choice.split_key.to_string());
         // Seeded with the target model: the engine caches the prompt under the name it serves.
-        let handoff = Handoff::from_parsed(&parsed, base, router.block_size_tokens(base));
-        match &mut self.handoff {
-            HandoffSink::Kept(kept) => *kept = Some(handoff),
-            HandoffSink::StreamState => {
-                if let Some(bytes) = handoff.encode() {
-                    // Best effort: without it the picker buffers and parses the body itself.
-                    let _ = host.set_stream_state(HANDOFF_KEY, &bytes);
-                }
-            }
-        }
-        host.counter_add(&router.stats.routed, 1);
-        self.routed = Some(RoutedRequest {
+        let handoff = Handoff::from_parsed(&parsed, base, self.block_size_tokens(base));
+        host.counter_add(&self.stats.routed, 1);
+        let routed = RoutedRequest {
             api,
             model: client_model,
             target_model: parsed.model.clone(),
@@ -532,27 +391,8 @@ impl RouterRequest {
             stream: parsed.stream,
             include_usage: parsed.include_usage,
             continuous_usage: parsed.continuous_usage,
-        });
-        self.stage = Stage::Done;
-        FilterStatus::Continue
-    }
-
-    fn reply<H>(&mut self, router: &Router, host: &mut H, reply: Reply) -> FilterStatus
-    where
-        H: LocalReply + Stats + ?Sized,
-    {
-        let key = match reply.status {
-            413 => &router.stats.too_large,
-            404 => &router.stats.model_not_found,
-            500 => &router.stats.internal,
-            _ => &router.stats.bad_request,
         };
-        host.counter_add(key, 1);
-        // Done before the reply: a host may re-enter the filter while sending it.
-        self.stage = Stage::Done;
-        self.replied = Some(reply.status);
-        host.send_local_reply(&reply);
-        FilterStatus::Replied
+        Ok((routed, handoff))
     }
 }
 

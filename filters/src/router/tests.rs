@@ -1,8 +1,43 @@
 //! Body-router tests against the fake host.
 
+use std::sync::Arc;
+
 use super::*;
 use crate::fake::FakeHost;
-use crate::headers::DESTINATION_ENDPOINT;
+use crate::handoff::HANDOFF_KEY;
+use crate::headers::{ClientHeadersStripped, DESTINATION_ENDPOINT};
+use crate::pipeline::{Pipeline, RequestContext, Run, Stage};
+use crate::stages::RouteStage;
+use crate::FilterStatus;
+
+/// A stage before the router that stands for the trust boundary (the auth stage): it says
+/// the client's gateway headers are gone, so the router leaves the headers alone.
+struct TrustBoundary;
+
+impl Stage<FakeHost> for TrustBoundary {
+    fn name(&self) -> &'static str {
+        "trust-boundary"
+    }
+    fn on_request_headers(
+        &self,
+        cx: &mut RequestContext,
+        _host: &mut FakeHost,
+        _end_of_stream: bool,
+    ) -> FilterStatus {
+        cx.insert(ClientHeadersStripped);
+        FilterStatus::Continue
+    }
+}
+
+/// A pipeline running `router`'s stage, after the trust boundary when `trusted`.
+pub(super) fn pipeline(router: &Router, trusted: bool) -> Pipeline<FakeHost> {
+    let mut stages: Vec<Box<dyn Stage<FakeHost>>> = Vec::new();
+    if trusted {
+        stages.push(Box::new(TrustBoundary));
+    }
+    stages.push(Box::new(RouteStage::new(Arc::new(router.clone()))));
+    Pipeline::new(stages)
+}
 
 const CHAT: &str = "/v1/chat/completions";
 
@@ -28,14 +63,14 @@ fn chat_body(model: &str) -> Vec<u8> {
 
 /// Drive headers then one body callback with the whole body.
 fn run(host: &mut FakeHost) -> (FilterStatus, FilterStatus) {
-    let r = router();
-    let mut req = RouterRequest::new();
-    let first = req.on_request_headers(&r, host, host.body.is_empty());
+    let p = pipeline(&router(), false);
+    let mut run = Run::new();
+    let first = run.request_headers(&p, host, host.body.is_empty());
     if first != FilterStatus::Pause {
         return (first, first);
     }
     let len = host.body.len();
-    (first, req.on_request_body(&r, host, len, true))
+    (first, run.request_body(&p, host, len, true))
 }
 
 fn error_code(host: &FakeHost) -> Option<String> {
@@ -89,10 +124,10 @@ fn non_inference_paths_pass_through_but_are_still_stripped() {
         .request_header(":method", "GET")
         .request_header(":path", "/healthz")
         .request_header("x-gateway-destination-endpoint", "1.2.3.4:80");
-    let r = router();
-    let mut req = RouterRequest::new();
+    let p = pipeline(&router(), false);
+    let mut run = Run::new();
     assert_eq!(
-        req.on_request_headers(&r, &mut host, true),
+        run.request_headers(&p, &mut host, true),
         FilterStatus::Continue
     );
     assert_eq!(host.header(DESTINATION_ENDPOINT), None);
@@ -103,7 +138,7 @@ fn non_inference_paths_pass_through_but_are_still_stripped() {
     );
     // A later body callback is a no-op.
     assert_eq!(
-        req.on_request_body(&r, &mut host, 10, true),
+        run.request_body(&p, &mut host, 10, true),
         FilterStatus::Continue
     );
 }
@@ -150,40 +185,40 @@ fn unknown_model_is_404_model_not_found() {
 
 #[test]
 fn oversize_body_is_413_while_buffering() {
-    let r = router();
+    let p = pipeline(&router(), false);
     let mut host = FakeHost::new().post(CHAT, &[b' '; 2000]);
-    let mut req = RouterRequest::new();
+    let mut run = Run::new();
     assert_eq!(
-        req.on_request_headers(&r, &mut host, false),
+        run.request_headers(&p, &mut host, false),
         FilterStatus::Pause
     );
     assert_eq!(
-        req.on_request_body(&r, &mut host, 600, false),
+        run.request_body(&p, &mut host, 600, false),
         FilterStatus::Pause
     );
     assert_eq!(
-        req.on_request_body(&r, &mut host, 1025, false),
+        run.request_body(&p, &mut host, 1025, false),
         FilterStatus::Replied
     );
     assert_eq!(host.last_reply().map(|r| r.status), Some(413));
     assert_eq!(error_code(&host).as_deref(), Some("request_too_large"));
     // Nothing more happens after the reply.
     assert_eq!(
-        req.on_request_body(&r, &mut host, 2000, true),
-        FilterStatus::Continue
+        run.request_body(&p, &mut host, 2000, true),
+        FilterStatus::Replied
     );
     assert_eq!(host.replies.len(), 1);
 }
 
 #[test]
 fn oversize_content_length_is_413_before_the_body() {
-    let r = router();
+    let p = pipeline(&router(), false);
     let mut host = FakeHost::new()
         .request_header("content-length", "5000")
         .post(CHAT, &chat_body("qwen"));
-    let mut req = RouterRequest::new();
+    let mut run = Run::new();
     assert_eq!(
-        req.on_request_headers(&r, &mut host, false),
+        run.request_headers(&p, &mut host, false),
         FilterStatus::Replied
     );
     assert_eq!(host.last_reply().map(|r| r.status), Some(413));
@@ -219,14 +254,15 @@ fn a_one_mib_model_gets_a_small_404_and_never_reaches_a_header() {
     let r = Router::from_json(config).unwrap_or_else(|e| unreachable!("{e}"));
     let model = "m".repeat(1 << 20);
     let mut host = FakeHost::new().post(CHAT, &chat_body(&model));
-    let mut req = RouterRequest::new();
+    let p = pipeline(&r, false);
+    let mut run = Run::new();
     assert_eq!(
-        req.on_request_headers(&r, &mut host, false),
+        run.request_headers(&p, &mut host, false),
         FilterStatus::Pause
     );
     let len = host.body.len();
     assert_eq!(
-        req.on_request_body(&r, &mut host, len, true),
+        run.request_body(&p, &mut host, len, true),
         FilterStatus::Replied
     );
     let reply = host.last_reply().cloned().unwrap_or_else(|| unreachable!());
@@ -252,10 +288,11 @@ impl BlockSizeSource for PickerBlockSizes {
 
 fn handoff_block_size(router: &Router, model: &str) -> Option<u32> {
     let mut host = FakeHost::new().post(CHAT, &chat_body(model));
-    let mut req = RouterRequest::new();
-    req.on_request_headers(router, &mut host, false);
+    let p = pipeline(router, false);
+    let mut run = Run::new();
+    run.request_headers(&p, &mut host, false);
     let len = host.body.len();
-    req.on_request_body(router, &mut host, len, true);
+    run.request_body(&p, &mut host, len, true);
     let bytes = host.stream_state.get(HANDOFF_KEY)?;
     crate::handoff::Handoff::decode(bytes).map(|h| h.block_size_tokens)
 }

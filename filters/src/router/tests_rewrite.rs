@@ -5,8 +5,12 @@
 
 use serde_json::{json, Value};
 
+use super::tests::pipeline;
 use super::*;
 use crate::fake::FakeHost;
+use crate::handoff::HANDOFF_KEY;
+use crate::pipeline::Run;
+use crate::FilterStatus;
 
 const CHAT: &str = "/v1/chat/completions";
 
@@ -52,22 +56,26 @@ fn body(model: &str) -> Vec<u8> {
         .into_bytes()
 }
 
-/// Headers then the whole body; the router's request state.
-fn run_with(
-    r: &Router,
-    host: &mut FakeHost,
-    mut req: RouterRequest,
-) -> (FilterStatus, RouterRequest) {
-    let first = req.on_request_headers(r, host, host.body.is_empty());
+/// Headers then the whole body through the route stage (after the trust boundary when
+/// `trusted`); the request's run.
+fn run_with(r: &Router, host: &mut FakeHost, trusted: bool) -> (FilterStatus, Run) {
+    let p = pipeline(r, trusted);
+    let mut run = Run::new();
+    let first = run.request_headers(&p, host, host.body.is_empty());
     if first != FilterStatus::Pause {
-        return (first, req);
+        return (first, run);
     }
     let len = host.body.len();
-    (req.on_request_body(r, host, len, true), req)
+    (run.request_body(&p, host, len, true), run)
 }
 
-fn run(r: &Router, host: &mut FakeHost) -> (FilterStatus, RouterRequest) {
-    run_with(r, host, RouterRequest::new())
+fn run(r: &Router, host: &mut FakeHost) -> (FilterStatus, Run) {
+    run_with(r, host, false)
+}
+
+/// What the router learnt about the request of `run`.
+fn routed(run: &Run) -> &RoutedRequest {
+    run.context().get::<RoutedRequest>().unwrap()
 }
 
 fn body_model(host: &FakeHost) -> String {
@@ -97,7 +105,7 @@ fn a_rewritten_request_carries_its_target_everywhere_but_the_model_header() {
     assert_eq!(String::from_utf8(host.body.clone()).unwrap(), expected);
     assert_eq!(host.header(MODEL_NAME), Some("support-assistant"));
     assert_eq!(host.header(BASE_MODEL), Some("llama"));
-    let routed = req.routed().unwrap();
+    let routed = routed(&req);
     assert_eq!(routed.model, "support-assistant");
     assert_eq!(routed.target_model, target);
     // The picker's LoRA scorer and prefix seed get the target.
@@ -148,7 +156,7 @@ fn without_a_session_the_fairness_id_is_the_key_else_each_request_draws() {
                 .seed(i)
                 .request_header(crate::headers::FAIRNESS_ID, "tenant-a")
                 .post(CHAT, &body("support-assistant"));
-            run_with(&r, &mut host, RouterRequest::after_trust_boundary());
+            run_with(&r, &mut host, true);
             let split = rewrite::split_key(b"tenant-a").to_string();
             assert_eq!(host.header(SPLIT_KEY), Some(split.as_str()));
             body_model(&host)
@@ -162,7 +170,7 @@ fn without_a_session_the_fairness_id_is_the_key_else_each_request_draws() {
             .seed(i)
             .request_header(crate::headers::FAIRNESS_ID, crate::flow::DEFAULT_FLOW)
             .post(CHAT, &body("support-assistant"));
-        run_with(&r, &mut host, RouterRequest::after_trust_boundary());
+        run_with(&r, &mut host, true);
         seen.insert(body_model(&host));
     }
     assert_eq!(seen.len(), 2, "{seen:?}");
@@ -206,45 +214,30 @@ fn per_request_mode_switches_within_a_session() {
 fn the_rewrite_header_counts_only_from_a_trusted_stage() {
     // Weight 0 on v2: the rule alone always picks v1.
     let r = router_with((1, 0), json!({}));
-    let send = |req: RouterRequest, target: &str| {
+    let send = |trusted: bool, target: &str| {
         let mut host = FakeHost::new()
             .request_header(MODEL_NAME_REWRITE, target)
             .post(CHAT, &body("support-assistant"));
-        let (_, req) = run_with(&r, &mut host, req);
-        (
-            body_model(&host),
-            req.routed().unwrap().target_model.clone(),
-        )
+        let (_, req) = run_with(&r, &mut host, trusted);
+        (body_model(&host), routed(&req).target_model.clone())
     };
     // A client's header is stripped before the router reads it.
     let v1 = "support-assistant-v1".to_owned();
     let v2 = "support-assistant-v2".to_owned();
     assert_eq!(
-        send(RouterRequest::new(), "support-assistant-v2"),
+        send(false, "support-assistant-v2"),
         (v1.clone(), v1.clone())
     );
     // Set by the auth stage (after its own strip), it wins over the rule.
-    assert_eq!(
-        send(
-            RouterRequest::after_trust_boundary(),
-            "support-assistant-v2"
-        ),
-        (v2.clone(), v2)
-    );
+    assert_eq!(send(true, "support-assistant-v2"), (v2.clone(), v2));
     // A target the base model's pools do not serve is ignored, as is a rewrite-only name.
-    assert_eq!(
-        send(RouterRequest::after_trust_boundary(), "sql-lora"),
-        (v1.clone(), v1.clone())
-    );
-    assert_eq!(
-        send(RouterRequest::after_trust_boundary(), "support-assistant"),
-        (v1.clone(), v1)
-    );
+    assert_eq!(send(true, "sql-lora"), (v1.clone(), v1.clone()));
+    assert_eq!(send(true, "support-assistant"), (v1.clone(), v1));
     // On a model no rule matches, a trusted header still sets the target.
     let mut host = FakeHost::new()
         .request_header(MODEL_NAME_REWRITE, "support-assistant-v2")
         .post(CHAT, &body("llama"));
-    run_with(&r, &mut host, RouterRequest::after_trust_boundary());
+    run_with(&r, &mut host, true);
     assert_eq!(body_model(&host), "support-assistant-v2");
     assert_eq!(host.header(MODEL_NAME), Some("llama"));
 }
@@ -257,7 +250,7 @@ fn unmatched_models_keep_their_body_and_name() {
     let (status, req) = run(&r, &mut host);
     assert_eq!(status, FilterStatus::Continue);
     assert_eq!(host.body, sent);
-    assert_eq!(req.routed().unwrap().target_model, "sql-lora");
+    assert_eq!(routed(&req).target_model, "sql-lora");
     assert_eq!(handoff(&host).target_model, "sql-lora");
     assert!(host.header(SPLIT_KEY).is_some());
     assert_eq!(host.counter_sum("infergate.router.rewrites"), 0);

@@ -22,9 +22,10 @@ use crate::host::{
     Clock, LocalReply, RequestHeaders, ResponseHeaders, ServedUpstream, Stats, StreamState,
     UsageRecordSink, VerifiedJwt,
 };
-use crate::pipeline::{EndCause, RequestContext, Stage, Step};
+use crate::pipeline::{reply, EndCause, RequestContext, Stage};
 use crate::reply::Reply;
 use crate::tenants::TenantId;
+use crate::FilterStatus;
 
 use super::tenancy::{Accounting, AuthMethod, AuthRefusal, End, Tenancy};
 
@@ -118,7 +119,7 @@ where
         cx: &mut RequestContext,
         host: &mut H,
         _end_of_stream: bool,
-    ) -> Step {
+    ) -> FilterStatus {
         headers::strip_reserved(host);
         cx.insert(ClientHeadersStripped);
         let mut acc = Accounting::new(host.now(), host.request_header("x-request-id"));
@@ -138,7 +139,7 @@ where
                     }
                     AuthRefusal::Unknown => "Incorrect API key provided.",
                 };
-                return Step::Reply(Reply::unauthorized(message));
+                return reply(host, &Reply::unauthorized(message));
             }
         };
         acc.tenant = Some(tenant);
@@ -153,7 +154,7 @@ where
                 host.set_request_header(OBJECTIVE, objective);
             }
         }
-        Step::Next
+        FilterStatus::Continue
     }
 
     fn on_response_headers(&self, cx: &mut RequestContext, host: &mut H, end_of_stream: bool) {

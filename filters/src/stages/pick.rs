@@ -1,30 +1,76 @@
-//! The endpoint picker as a pipeline stage: [`crate::picker::PickerRequest`] kept in the
-//! request's context, its in-flight lease given back at the request's end.
+//! The endpoint picker as a pipeline stage: for a request the body router tagged with
+//! `x-gateway-base-model-name`, choose one endpoint of that model's pool, route the
+//! request to it, and hold its in-flight lease until the request ends.
+//!
+//! Per request, around the picker's decisions ([`crate::picker`]):
+//!
+//! 1. **Headers.** Any `x-gateway-destination-endpoint` (and prefiller header) already
+//!    present is dropped. The pool is the one of the cluster Envoy's route chose, else the
+//!    first serving the base model. If the router left a [`Handoff`] that fits the pool (in
+//!    the request's context when it ran in this pipeline, else in the stream's filter
+//!    state), the pick happens right there without reading the body; otherwise the stage
+//!    asks for the body.
+//! 2. **Body.** The body is parsed for the prompt and the subset hint ([`PreparedPick`]).
+//! 3. **Decision.** With flow control, the pool's gate admits the request first, queues it
+//!    (the stage pauses until the dispatcher wakes it) or refuses it (429). The pick
+//!    (`crate::picker::pick_counted`) sets `x-gateway-destination-endpoint` and the
+//!    `envoy.lb` dynamic metadata to the ordered list `pick,fallback,...` (the pool
+//!    cluster's `override_host` policy takes the pick, a retry the next entry), or answers
+//!    503 with `x-llm-d-request-dropped-reason: rejected-no-endpoints`.
+//! 4. **Response headers.** The endpoint that served is named in
+//!    `x-gateway-destination-endpoint-served`; when a retry moved the request to a
+//!    fallback, the lease, the prompt's blocks and the session move there.
+//! 5. **End.** The lease and the flow ticket are given back, once, whatever ends the
+//!    request; a request still queued leaves its queue.
+//!
+//! The pipeline tracks the wait for the body and the pauses; the stage keeps what it knows
+//! about the request in the context ([`Picking`]): the pool and API while the body comes,
+//! why it is paused, and what it holds once routed.
+//!
+//! Requests this stage does not own pass through untouched: no base-model header, or a
+//! non-inference path. A request whose base model no pool serves is answered 503
+//! `rejected-no-endpoints` naming the model (a configuration gap: passing it on would leave
+//! the answer to whatever the route's cluster does without a pick). A malformed body gets
+//! the router's 400 (the picker does not trust the router to be in front of it).
 //!
 //! Where the picker state lives is the adapter's choice, expressed as a [`PickerStore`]:
-//! the native flavour's one state per Envoy process is an `Arc<SharedPicker>`; another
-//! host implements the trait for its own store.
+//! the native flavour's one state per Envoy process is an `Arc<SharedPicker>`; a VM's own
+//! state is a [`PickerShared`]. A store may also offer [`RemotePicks`]: a state that lives
+//! elsewhere and answers by message (the Wasm flavour, whose workers cannot share memory,
+//! sends its picks to one owner per Envoy process, see [`crate::picker::remote`]). Then the
+//! stage prepares the request here (parse, hash), submits it with the request's
+//! [`Waker`], pauses, and on resume takes the answer: route to the endpoint and hold the
+//! owner's lease until the request ends, or answer the rejection, or, when the store says
+//! no answer will come, pick in the local state after all.
 //!
-//! A store may also offer [`RemotePicks`]: a state that lives elsewhere and answers by
-//! message (the Wasm flavour, whose workers cannot share memory, sends its picks to one
-//! owner per Envoy process, see [`crate::picker::remote`]). Then the stage prepares the
-//! request here (parse, hash), submits it with the request's [`Waker`], answers
-//! [`Step::Pause`], and on resume takes the answer: route to the endpoint and hold the
-//! owner's lease in the context until the request ends, or answer the rejection, or, when
-//! the store says no answer will come, pick in the local state after all.
+//! **Locking.** The state is reached through a [`PickerAccess`], entered only for the pick
+//! itself and to move a lease. Everything slow happens outside: the pool's immutable
+//! [`PoolPlan`] is taken at the headers, the body is read, parsed and hashed with it, and
+//! headers, replies and stats are written after the state is released.
 
 use std::any::Any;
 use std::sync::Arc;
 
-use crate::flow::{read_state_number, record_queued_ms, DropReason, SERVICE_STATE};
-use crate::handoff::Handoff;
-use crate::host::{RequestWaker, Waker};
-use crate::picker::{
-    PickerAccess, PickerHost, PickerRequest, PoolId, PreparedPick, Rejection, ServedElsewhere,
-    SharedPicker,
+use scheduler_core::flow::QueueKey;
+use scheduler_core::request::Api;
+use scheduler_core::types::BlockHash;
+
+use crate::flow::{
+    read_state_number, record_queued_ms, Admission, DropReason, QueueSlot, Verdict, SERVICE_STATE,
 };
-use crate::pipeline::{BodyProgress, EndCause, RequestContext, Stage, Step};
-use crate::reply::Reply;
+use crate::handoff::{Handoff, HANDOFF_KEY};
+use crate::headers::{
+    BASE_MODEL, DESTINATION_ENDPOINT, DESTINATION_SERVED, LB_METADATA_NAMESPACE, MAX_RETRIES,
+};
+use crate::host::{Clock, LocalReply, RequestWaker, Stats, StreamState, Waker};
+use crate::picker::admit::{Admitted, Waiter};
+use crate::picker::disagg::PREFILLER_HEADER;
+use crate::picker::{
+    pick_counted, InFlightLease, PickerAccess, PickerHost, PickerShared, PoolId, PoolPlan,
+    PreparedPick, Rejection, ServedElsewhere, SharedPicker,
+};
+use crate::pipeline::{reply, BodyProgress, EndCause, RequestContext, Stage};
+use crate::reply::{truncate_for_message, Reply, MAX_QUOTED_BYTES, REJECTED_NO_ENDPOINTS};
 use crate::FilterStatus;
 
 /// Where a [`PickStage`] reaches the picker state.
@@ -113,12 +159,6 @@ impl core::fmt::Debug for RemoteAnswer {
     }
 }
 
-/// The ticket of a pick submitted to the remote state, while the request waits for it.
-struct Waiting(u64);
-
-/// The remote state's lease of a routed request (dropped with the context).
-struct RemoteLease(Box<dyn Any>);
-
 impl PickerStore for Arc<SharedPicker> {
     type Access<'a> = &'a SharedPicker;
 
@@ -127,10 +167,235 @@ impl PickerStore for Arc<SharedPicker> {
     }
 }
 
+impl PickerStore for PickerShared {
+    type Access<'a> = &'a PickerShared;
+
+    fn access(&self) -> Option<&PickerShared> {
+        Some(self)
+    }
+}
+
 /// The picker stage over the state in `P`.
 #[derive(Clone, Debug)]
 pub struct PickStage<P> {
     store: P,
+}
+
+/// What the pick stage knows about one request (in the request's context).
+#[derive(Default)]
+pub struct Picking {
+    /// While the stage waits for the body: the pool and the API to parse it as.
+    body: Option<(Arc<PoolPlan>, Api)>,
+    /// Why the request is paused, while it is.
+    waiting: Option<Waiting>,
+    /// The in-flight lease of a pick made in this process's state.
+    lease: Option<InFlightLease>,
+    /// The lease of a pick the remote state made (it gives the load back when dropped).
+    remote_lease: Option<Box<dyn Any>>,
+    /// The request's share of its pool's flow-control load once admitted, with the pool
+    /// whose queue its end offers the freed capacity to.
+    ticket: Option<(Admitted, Arc<PoolPlan>)>,
+    /// Set once routed: what a served-elsewhere correction needs.
+    memo: Option<PickMemo>,
+    /// The endpoint the request was routed to (or, after a retry, served by).
+    endpoint: Option<String>,
+}
+
+/// Why a request is paused in the pick stage.
+#[derive(Debug)]
+enum Waiting {
+    /// Prepared and sent to the remote state under `ticket`; its answer is due.
+    Answer {
+        ticket: u64,
+        plan: Arc<PoolPlan>,
+        prepared: PreparedPick,
+    },
+    /// Queued in the pool's flow gate (in this process's memory) until its verdict.
+    Queued {
+        plan: Arc<PoolPlan>,
+        prepared: PreparedPick,
+        slot: Arc<QueueSlot>,
+        key: QueueKey,
+    },
+}
+
+/// What a routed request keeps to correct the state if another endpoint of its pool
+/// serves it: the pool, and the prompt's blocks and session the pick recorded.
+#[derive(Debug)]
+struct PickMemo {
+    plan: Arc<PoolPlan>,
+    block_hashes: Vec<BlockHash>,
+    session: Option<String>,
+}
+
+/// Where a routed request goes: the pick, then the fallbacks in order.
+#[derive(Debug)]
+struct Destination {
+    endpoint: String,
+    fallbacks: Vec<String>,
+    /// The prefill endpoint of a disaggregated request (see [`crate::picker::disagg`]).
+    prefiller: Option<String>,
+}
+
+impl Destination {
+    /// The destination list: `pick,fallback,...`.
+    fn list(&self) -> String {
+        let mut list = self.endpoint.clone();
+        for fallback in &self.fallbacks {
+            list.push(',');
+            list.push_str(fallback);
+        }
+        list
+    }
+}
+
+impl core::fmt::Debug for Picking {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Picking")
+            .field("body", &self.body)
+            .field("waiting", &self.waiting)
+            .field("lease", &self.lease)
+            .field("remote_lease", &self.remote_lease.is_some())
+            .field("ticket", &self.ticket)
+            .field("memo", &self.memo)
+            .field("endpoint", &self.endpoint)
+            .finish()
+    }
+}
+
+impl Picking {
+    /// The endpoint the request was routed to, once picked (after a retry moved it, the
+    /// one that served).
+    pub fn endpoint(&self) -> Option<&str> {
+        self.endpoint.as_deref()
+    }
+
+    /// Whether the request counts in an endpoint's in-flight load of this process's state,
+    /// or in its pool's flow control (queued or admitted): whether its end has anything to
+    /// give back here.
+    pub fn holds_lease(&self) -> bool {
+        self.lease.is_some()
+            || self.ticket.is_some()
+            || matches!(self.waiting, Some(Waiting::Queued { .. }))
+    }
+
+    /// Keep what a served-elsewhere correction needs from a routed request's preparation.
+    fn keep_memo(&mut self, plan: &Arc<PoolPlan>, prepared: &mut PreparedPick) {
+        let (block_hashes, session) = prepared.take_served_memo();
+        self.memo = Some(PickMemo {
+            plan: Arc::clone(plan),
+            block_hashes,
+            session,
+        });
+    }
+
+    /// Route to the picked endpoint, or answer the rejection's 503.
+    fn settle<H: PickerHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        outcome: Result<Destination, Rejection>,
+    ) -> FilterStatus {
+        match outcome {
+            Ok(destination) => self.route_to(host, destination),
+            Err(rejection) => reply(
+                host,
+                &Reply::rejected(REJECTED_NO_ENDPOINTS, rejection.message()),
+            ),
+        }
+    }
+
+    /// Send the request to its destination: the ordered list `pick,fallback,...` in the
+    /// destination header and the `envoy.lb` metadata, which the pool cluster's
+    /// `override_host` policy reads (the first attempt takes the pick, a retry the next
+    /// entry). No upstream override is set: it would pin every retry to the pick.
+    fn route_to<H: PickerHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        destination: Destination,
+    ) -> FilterStatus {
+        let list = destination.list();
+        host.set_request_header(DESTINATION_ENDPOINT, &list);
+        // At most one retry per fallback: a retry past the list would leave the pool's choice.
+        host.set_request_header(MAX_RETRIES, &destination.fallbacks.len().to_string());
+        self.endpoint = Some(destination.endpoint);
+        if let Some(prefiller) = &destination.prefiller {
+            host.set_request_header(PREFILLER_HEADER, prefiller);
+        }
+        // Best effort: proxy-wasm cannot set dynamic metadata (the header already routes
+        // the request).
+        let _ = host.set_metadata_string(LB_METADATA_NAMESPACE, DESTINATION_ENDPOINT, &list);
+        FilterStatus::Continue
+    }
+
+    /// Give back what the request holds here and lower the in-flight gauges. A request
+    /// still queued leaves the queue (counted `rejected-context-cancelled`, or as what its
+    /// verdict made it); the capacity its end frees is offered to the pool's queued
+    /// requests.
+    fn end<H: Stats + Clock + StreamState + ?Sized>(&mut self, host: &mut H) {
+        let now = host.now().0;
+        if let Some(Waiting::Queued {
+            plan,
+            prepared,
+            slot,
+            key,
+        }) = self.waiting.take()
+        {
+            if let Some(flow) = plan.flow() {
+                // Still queued: taken out. Expired meanwhile: counted as what it was.
+                // Dispatched meanwhile (its verdict in the slot, or on its way there): the
+                // ticket is dropped with the verdict, and the capacity goes to the next
+                // request at the dispatch here (or the timer's, if the verdict lands later).
+                let reason = if flow.gate().cancel(key, now).is_some() {
+                    DropReason::ContextCancelled
+                } else {
+                    match slot.take() {
+                        Some(Verdict::Dropped { reason, .. }) => reason,
+                        _ => DropReason::ContextCancelled,
+                    }
+                };
+                flow.count_queued(host, prepared.flow(), -1);
+                flow.count_rejected(host, prepared.flow(), reason);
+                flow.run(now);
+            }
+        }
+        if let Some(lease) = self.lease.take() {
+            lease.end(host);
+        }
+        if let Some((admitted, plan)) = self.ticket.take() {
+            if let Some(flow) = plan.flow() {
+                if let Some(service) = read_state_number(&*host, SERVICE_STATE) {
+                    flow.settle(&admitted, service);
+                }
+                admitted.release();
+                flow.run(now);
+            }
+        }
+    }
+}
+
+impl Drop for Picking {
+    /// A request dropped while queued (its context went without an end event) leaves the
+    /// queue, as its lease and ticket give themselves back.
+    fn drop(&mut self) {
+        if let Some(Waiting::Queued {
+            plan,
+            prepared,
+            key,
+            ..
+        }) = &self.waiting
+        {
+            if let Some(flow) = plan.flow() {
+                drop(flow.gate().cancel(*key, prepared.now.0));
+            }
+        }
+    }
+}
+
+fn busy<H: LocalReply + ?Sized>(host: &mut H) -> FilterStatus {
+    reply(
+        host,
+        &Reply::internal("picker state busy (re-entrant call)"),
+    )
 }
 
 impl<P> PickStage<P> {
@@ -145,118 +410,229 @@ impl<P> PickStage<P> {
     }
 }
 
-fn busy() -> Step {
-    Step::Reply(Reply::internal("picker state busy (re-entrant call)"))
-}
-
-fn step(cx: &mut RequestContext, status: FilterStatus, waits_for_body: bool) -> Step {
-    match status {
-        FilterStatus::Continue => Step::Next,
-        FilterStatus::Pause => {
-            if waits_for_body {
-                cx.need_request_body();
-            }
-            Step::Next
-        }
-        FilterStatus::Replied => Step::Replied,
-    }
-}
-
 impl<P: PickerStore> PickStage<P> {
-    /// The request's picker state machine (deferred when the picks are remote).
-    fn request<'c>(&self, cx: &'c mut RequestContext) -> &'c mut PickerRequest {
-        let remote = self.store.remote().is_some();
-        cx.get_or_insert_with(|| {
-            if remote {
-                PickerRequest::deferred()
-            } else {
-                PickerRequest::new()
-            }
-        })
+    /// 503 for an inference request whose base model no pool of this picker serves.
+    fn reject_no_pool<H: PickerHost + ?Sized>(
+        mut access: P::Access<'_>,
+        host: &mut H,
+        base_model: &str,
+    ) -> FilterStatus {
+        let plans = access.with_state(|state| state.plans());
+        plans.count_no_pool(host);
+        let message = format!(
+            "no endpoint pool of the picker serves the model `{}`",
+            truncate_for_message(base_model, MAX_QUOTED_BYTES)
+        );
+        reply(host, &Reply::rejected(REJECTED_NO_ENDPOINTS, &message))
     }
 
-    /// After the request's own step: send a pick it left pending to the remote state and
-    /// pause, or pick it here if it cannot be sent.
-    fn submit_pending<H: PickerHost + RequestWaker + ?Sized>(
+    /// Pick for a prepared request: in the remote state when the store has one (the stage
+    /// then pauses for its answer), else here.
+    fn decide<H: PickerHost + RequestWaker + ?Sized>(
         &self,
         cx: &mut RequestContext,
         host: &mut H,
-        status: FilterStatus,
-        waits_for_body: bool,
-    ) -> Step {
-        if let Some(held) = self.hold_if_queued(cx, host) {
-            return held;
+        plan: Arc<PoolPlan>,
+        prepared: PreparedPick,
+    ) -> FilterStatus {
+        if prepared.subset().is_some_and(<[String]>::is_empty) {
+            plan.count_decision(&Err(Rejection::NoEndpoints), host);
+            return reply(
+                host,
+                &Reply::rejected(
+                    REJECTED_NO_ENDPOINTS,
+                    "the subset hint names no endpoint of the pool",
+                ),
+            );
         }
-        let Some(remote) = self.store.remote() else {
-            return step(cx, status, waits_for_body);
-        };
-        let Some((pool, prepared)) = cx.get::<PickerRequest>().and_then(|r| r.pending_pick())
-        else {
-            return step(cx, status, waits_for_body);
-        };
-        let submitted = host
-            .request_waker()
-            .map_err(|e| format!("no waker for the request: {e:?}"))
-            .and_then(|waker| remote.submit(pool, prepared, waker));
-        match submitted {
-            Ok(ticket) => {
-                cx.insert(Waiting(ticket));
-                Step::Pause
+        if let Some(remote) = self.store.remote() {
+            let submitted = host
+                .request_waker()
+                .map_err(|e| format!("no waker for the request: {e:?}"))
+                .and_then(|waker| remote.submit(plan.id(), &prepared, waker));
+            // Unsent (the store counted and logged why): picked here after all.
+            if let Ok(ticket) = submitted {
+                cx.get_or_insert_with(Picking::default).waiting = Some(Waiting::Answer {
+                    ticket,
+                    plan,
+                    prepared,
+                });
+                return FilterStatus::Pause;
             }
-            Err(_) => self.pick_here(cx, host),
         }
+        self.decide_here(cx, host, plan, prepared)
     }
 
-    /// Make the pending pick in the local state.
-    fn pick_here<H: PickerHost + RequestWaker + ?Sized>(
+    /// Pick in the local state; write the outcome outside it. With flow control, the pool's
+    /// gate admits the request first, or queues it (the stage then pauses until the
+    /// dispatcher wakes it), or refuses it.
+    fn decide_here<H: PickerHost + RequestWaker + ?Sized>(
         &self,
         cx: &mut RequestContext,
         host: &mut H,
-    ) -> Step {
+        plan: Arc<PoolPlan>,
+        mut prepared: PreparedPick,
+    ) -> FilterStatus {
         let Some(access) = self.store.access() else {
-            return busy();
+            return busy(host);
         };
-        let status = self.request(cx).pick_here(access, host);
-        if let Some(held) = self.hold_if_queued(cx, host) {
-            return held;
+        let picking = cx.get_or_insert_with(Picking::default);
+        if let (Some(flow), None) = (plan.flow(), &picking.ticket) {
+            let slot = QueueSlot::new();
+            let (arrival, tokens) = flow.arrival(&prepared);
+            match flow
+                .gate()
+                .admit(arrival, tokens, || Waiter::Local(Arc::clone(&slot)))
+            {
+                Admission::Admitted(ticket) => {
+                    picking.ticket = Some((flow.admitted(ticket, &prepared), Arc::clone(&plan)));
+                }
+                Admission::Queued(key) => {
+                    flow.count_queued(host, prepared.flow(), 1);
+                    picking.waiting = Some(Waiting::Queued {
+                        plan: Arc::clone(&plan),
+                        prepared,
+                        slot: Arc::clone(&slot),
+                        key,
+                    });
+                    return self.hold_queued(cx, host, &slot);
+                }
+                Admission::Refused => {
+                    flow.count_rejected(host, prepared.flow(), DropReason::Saturated);
+                    return reply(host, &Reply::dropped(DropReason::Saturated));
+                }
+            }
         }
-        step(cx, status, false)
+        let outcome = pick_counted(access, host, &plan, &prepared).map(|picked| {
+            // Hold the lease before any host call, so whatever happens next the request's
+            // end gives it back (and lowers the gauges `pick_counted` raised).
+            picking.lease = Some(picked.lease);
+            Destination {
+                endpoint: picked.endpoint,
+                fallbacks: picked.fallbacks,
+                prefiller: picked.prefiller,
+            }
+        });
+        if outcome.is_ok() {
+            picking.keep_memo(&plan, &mut prepared);
+        }
+        picking.settle(host, outcome)
     }
 
-    /// When the pool's flow gate queued the request in this process: pause until the
-    /// dispatcher wakes it, or go on at once if its verdict is already in. `None` when the
-    /// request is not queued.
-    fn hold_if_queued<H: PickerHost + RequestWaker + ?Sized>(
+    /// The request waits in its pool's flow gate: pause until the dispatcher wakes it, or
+    /// go on at once if its verdict is already in.
+    fn hold_queued<H: PickerHost + RequestWaker + ?Sized>(
         &self,
         cx: &mut RequestContext,
         host: &mut H,
-    ) -> Option<Step> {
-        let slot = cx.get::<PickerRequest>()?.queued_slot()?;
+        slot: &QueueSlot,
+    ) -> FilterStatus {
         match host.request_waker() {
-            Ok(waker) => Some(if slot.wait(waker) {
-                Step::Pause
-            } else {
-                self.take_verdict(cx, host)
-            }),
+            Ok(waker) => {
+                if slot.wait(waker) {
+                    FilterStatus::Pause
+                } else {
+                    self.take_verdict(cx, host)
+                }
+            }
             // Left queued, the request's end takes it out of the queue.
-            Err(e) => Some(Step::Reply(Reply::internal(&format!(
-                "flow control cannot hold the request: no waker ({e:?})"
-            )))),
+            Err(e) => reply(
+                host,
+                &Reply::internal(&format!(
+                    "flow control cannot hold the request: no waker ({e:?})"
+                )),
+            ),
         }
     }
 
-    /// The queued request's verdict: pick for it, or answer its 429; pause again if it is
-    /// not in yet (a spurious wake).
-    fn take_verdict<H: PickerHost + ?Sized>(&self, cx: &mut RequestContext, host: &mut H) -> Step {
-        let Some(access) = self.store.access() else {
-            return busy();
+    /// The queued request's verdict: pick for it (holding its ticket), or answer its 429;
+    /// pause again if it is not in yet (a spurious wake).
+    fn take_verdict<H: PickerHost + RequestWaker + ?Sized>(
+        &self,
+        cx: &mut RequestContext,
+        host: &mut H,
+    ) -> FilterStatus {
+        let Some(picking) = cx.get_mut::<Picking>() else {
+            return FilterStatus::Continue;
         };
-        let Some(request) = cx.get_mut::<PickerRequest>() else {
-            return Step::Next;
+        let Some(Waiting::Queued { slot, .. }) = &picking.waiting else {
+            return FilterStatus::Continue;
         };
-        match request.on_verdict(access, host) {
-            Some(status) => step(cx, status, false),
-            None => Step::Pause,
+        let Some(verdict) = slot.take() else {
+            return FilterStatus::Pause;
+        };
+        let Some(Waiting::Queued { plan, prepared, .. }) = picking.waiting.take() else {
+            return FilterStatus::Continue;
+        };
+        let Some(flow) = plan.flow() else {
+            return FilterStatus::Continue;
+        };
+        flow.count_queued(host, prepared.flow(), -1);
+        match verdict {
+            Verdict::Dispatched { ticket, queued_ms } => {
+                flow.count_dispatched(host, prepared.flow(), queued_ms);
+                picking.ticket = Some((flow.admitted(ticket, &prepared), Arc::clone(&plan)));
+                record_queued_ms(host, queued_ms);
+                self.decide_here(cx, host, plan, prepared)
+            }
+            Verdict::Dropped { reason, queued_ms } => {
+                flow.count_rejected(host, prepared.flow(), reason);
+                record_queued_ms(host, queued_ms);
+                reply(host, &Reply::dropped(reason))
+            }
+        }
+    }
+
+    /// The remote state's answer for the request's `ticket`: route, reject, or pick here;
+    /// pause again if it is not in yet (a spurious wake).
+    fn take_answer<H: PickerHost + RequestWaker + ?Sized>(
+        &self,
+        cx: &mut RequestContext,
+        host: &mut H,
+        remote: &dyn RemotePicks,
+    ) -> FilterStatus {
+        let Some(picking) = cx.get_mut::<Picking>() else {
+            return FilterStatus::Continue;
+        };
+        let Some(Waiting::Answer { ticket, .. }) = &picking.waiting else {
+            return FilterStatus::Continue;
+        };
+        let Some(answer) = remote.take_answer(*ticket) else {
+            return FilterStatus::Pause;
+        };
+        let Some(Waiting::Answer {
+            plan, mut prepared, ..
+        }) = picking.waiting.take()
+        else {
+            return FilterStatus::Continue;
+        };
+        match answer {
+            RemoteAnswer::Picked {
+                endpoint,
+                fallbacks,
+                prefiller,
+                lease,
+                queued_ms,
+            } => {
+                // Held from here on, so the request's end gives it back whatever happens.
+                picking.remote_lease = Some(lease);
+                if let Some(queued_ms) = queued_ms.filter(|&ms| ms > 0) {
+                    record_queued_ms(host, queued_ms);
+                }
+                picking.keep_memo(&plan, &mut prepared);
+                let destination = Destination {
+                    endpoint,
+                    fallbacks,
+                    prefiller,
+                };
+                picking.settle(host, Ok(destination))
+            }
+            RemoteAnswer::Rejected(rejection) => picking.settle(host, Err(rejection)),
+            RemoteAnswer::Dropped { reason, queued_ms } => {
+                record_queued_ms(host, queued_ms);
+                reply(host, &Reply::dropped(reason))
+            }
+            RemoteAnswer::PickHere(_) => self.decide_here(cx, host, plan, prepared),
         }
     }
 }
@@ -270,114 +646,162 @@ impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickSta
         &self,
         cx: &mut RequestContext,
         host: &mut H,
-        end_of_stream: bool,
-    ) -> Step {
-        let Some(access) = self.store.access() else {
-            return busy();
+        _end_of_stream: bool,
+    ) -> FilterStatus {
+        let Some(mut access) = self.store.access() else {
+            return busy(host);
         };
-        // Left by a route stage earlier in this pipeline (else the picker looks for one in
-        // the stream's filter state).
-        let handoff = cx.remove::<Handoff>();
-        let status =
-            self.request(cx)
-                .offered(handoff)
-                .on_request_headers(access, host, end_of_stream);
-        self.submit_pending(cx, host, status, true)
-    }
-
-    fn on_request_body(&self, cx: &mut RequestContext, host: &mut H, body: BodyProgress) -> Step {
-        let Some(access) = self.store.access() else {
-            return busy();
+        // Left by a route stage earlier in this pipeline (else the stream's filter state
+        // may hold one from a router filter before this one).
+        let offered = cx.remove::<Handoff>();
+        // Only the picker may set the destination (and the prefiller): drop whatever came in.
+        host.remove_request_header(DESTINATION_ENDPOINT);
+        host.remove_request_header(PREFILLER_HEADER);
+        let base = host.request_header(BASE_MODEL);
+        // The pool is the one of the cluster Envoy's route chose (a weighted split across
+        // pools of one model included), else the one serving the base model.
+        let plan = base.as_deref().and_then(|base| {
+            let cluster = host.routed_cluster();
+            let plan = access.plan_for(cluster.as_deref(), base)?;
+            if cluster.as_deref() != Some(plan.cluster()) {
+                plan.count_by_base_model(host);
+            }
+            Some(plan)
+        });
+        let api = host
+            .request_header(":path")
+            .and_then(|path| Api::from_path(&path));
+        let (Some(plan), Some(api)) = (plan, api) else {
+            if let (Some(base), Some(_)) = (base, api) {
+                return PickStage::<P>::reject_no_pool(access, host, &base);
+            }
+            return FilterStatus::Continue;
         };
-        let status =
-            self.request(cx)
-                .on_request_body(access, host, body.buffered_len, body.end_of_stream);
-        self.submit_pending(cx, host, status, false)
-    }
-
-    fn on_resume(&self, cx: &mut RequestContext, host: &mut H) -> Step {
-        if cx
-            .get::<PickerRequest>()
-            .is_some_and(PickerRequest::is_queued)
-        {
-            return self.take_verdict(cx, host);
+        drop(access);
+        // The router already held the request until its body was complete and parsed it:
+        // if it left a handoff that fits this pool, pick now without touching the body.
+        let handoff = offered.or_else(|| {
+            host.stream_state(HANDOFF_KEY)
+                .and_then(|bytes| Handoff::decode(&bytes))
+        });
+        if let Some(prepared) = handoff.and_then(|h| PreparedPick::from_handoff(&plan, h, host)) {
+            plan.count_handoff(host);
+            return self.decide(cx, host, plan, prepared);
         }
-        let (Some(remote), Some(&Waiting(ticket))) = (self.store.remote(), cx.get::<Waiting>())
-        else {
-            return Step::Next;
+        // An inference request without a body gets the body's 400: the driver delivers its
+        // (empty) end at once.
+        cx.get_or_insert_with(Picking::default).body = Some((plan, api));
+        cx.need_request_body();
+        FilterStatus::Continue
+    }
+
+    fn on_request_body(
+        &self,
+        cx: &mut RequestContext,
+        host: &mut H,
+        body: BodyProgress,
+    ) -> FilterStatus {
+        if !body.end_of_stream {
+            return FilterStatus::Continue;
+        }
+        let Some((plan, api)) = cx.get_mut::<Picking>().and_then(|p| p.body.take()) else {
+            return FilterStatus::Continue;
         };
-        let Some(answer) = remote.take_answer(ticket) else {
-            // A spurious wake: the answer is not in yet.
-            return Step::Pause;
-        };
-        cx.remove::<Waiting>();
-        let status = match answer {
-            RemoteAnswer::Picked {
-                endpoint,
-                fallbacks,
-                prefiller,
-                lease,
-                queued_ms,
-            } => {
-                // Held from here on, so the request's end gives it back whatever happens.
-                cx.insert(RemoteLease(lease));
-                if let Some(queued_ms) = queued_ms.filter(|&ms| ms > 0) {
-                    record_queued_ms(host, queued_ms);
-                }
-                self.request(cx)
-                    .on_answer(host, Ok((&endpoint, &fallbacks, prefiller.as_deref())))
-            }
-            RemoteAnswer::Rejected(rejection) => self.request(cx).on_answer(host, Err(rejection)),
-            RemoteAnswer::Dropped { reason, queued_ms } => {
-                record_queued_ms(host, queued_ms);
-                return Step::Reply(Reply::dropped(reason));
-            }
-            RemoteAnswer::PickHere(_) => return self.pick_here(cx, host),
-        };
-        match status {
-            Some(status) => step(cx, status, false),
-            None => Step::Next,
+        let bytes = host.request_body(0, body.buffered_len).unwrap_or_default();
+        match PreparedPick::new(&plan, api, &bytes, host) {
+            Ok(prepared) => self.decide(cx, host, plan, prepared),
+            Err(e) => reply(host, &Reply::bad_request(&e.message(), e.param(), e.code())),
         }
     }
 
+    fn on_resume(&self, cx: &mut RequestContext, host: &mut H) -> FilterStatus {
+        match cx.get::<Picking>().and_then(|p| p.waiting.as_ref()) {
+            Some(Waiting::Queued { .. }) => self.take_verdict(cx, host),
+            Some(Waiting::Answer { .. }) => match self.store.remote() {
+                Some(remote) => self.take_answer(cx, host, remote),
+                None => FilterStatus::Continue,
+            },
+            None => FilterStatus::Continue,
+        }
+    }
+
+    /// Say which endpoint served (response header `x-gateway-destination-endpoint-served`),
+    /// and when a retry moved the request off the pick to another endpoint of the pool,
+    /// count it and correct the state: the in-flight lease moves there and the prompt's
+    /// blocks and session are recorded for it (a lease the remote state holds: the
+    /// correction is sent there). Once per request.
     fn on_response_headers(&self, cx: &mut RequestContext, host: &mut H, _end_of_stream: bool) {
-        let Some(access) = self.store.access() else {
+        let Some(mut access) = self.store.access() else {
             return;
         };
-        let Some(request) = cx.get_mut::<PickerRequest>() else {
+        let Some(picking) = cx.get_mut::<Picking>() else {
             return;
         };
-        // Elsewhere: the lease lives in the remote state, which makes the correction.
-        let Some(served) = request.on_response_headers(access, host) else {
+        let Some(picked) = picking.endpoint.as_deref() else {
             return;
         };
-        if let (Some(remote), Some(RemoteLease(lease))) =
-            (self.store.remote(), cx.get_mut::<RemoteLease>())
-        {
-            remote.report_served(lease.as_mut(), &served);
+        let Some(served) = host.served_upstream() else {
+            return;
+        };
+        host.set_response_header(DESTINATION_SERVED, &served);
+        // Taken either way: the response has started, nothing later corrects the pick.
+        let memo = picking.memo.take();
+        if served == picked {
+            return;
         }
+        let Some(memo) = memo else {
+            return;
+        };
+        let Some(lease) = picking.lease.as_mut() else {
+            memo.plan.count_served_elsewhere(host);
+            picking.endpoint = Some(served.clone());
+            if let (Some(remote), Some(lease)) = (self.store.remote(), &mut picking.remote_lease) {
+                let correction = ServedElsewhere {
+                    endpoint: served,
+                    block_hashes: memo.block_hashes,
+                    session: memo.session,
+                };
+                remote.report_served(lease.as_mut(), &correction);
+            }
+            return;
+        };
+        // Only a current member of the pool takes the lease (a host outside it, or one
+        // removed meanwhile, leaves the lease where it was picked).
+        if !access.with_shared(|state| state.move_lease(&memo.plan, lease, &served, host)) {
+            return;
+        }
+        memo.plan.count_served_elsewhere(host);
+        picking.endpoint = Some(served.clone());
+        access.with_shared(|state| {
+            state.record_served(
+                &memo.plan,
+                &served,
+                &memo.block_hashes,
+                memo.session.as_deref(),
+            )
+        });
     }
 
+    /// Give back what the request holds: stop waiting for a remote answer, report the
+    /// service a remote lease's request received, and end what this process's state holds
+    /// (lease, flow ticket, a place in a queue). Later calls find nothing to give back.
     fn on_end(&self, cx: &mut RequestContext, host: &mut H, _cause: EndCause) {
-        if let (Some(remote), Some(Waiting(ticket))) = (self.store.remote(), cx.remove::<Waiting>())
-        {
-            remote.forget(ticket);
-        }
-        if let (Some(remote), Some(RemoteLease(lease))) =
-            (self.store.remote(), cx.get_mut::<RemoteLease>())
-        {
-            remote.report_service(lease.as_mut(), &mut || {
-                read_state_number(&*host, SERVICE_STATE)
-            });
-        }
-        let Some(request) = cx.get_mut::<PickerRequest>() else {
+        let Some(picking) = cx.get_mut::<Picking>() else {
             return;
         };
-        if !request.holds_lease() {
-            return;
+        if let Some(remote) = self.store.remote() {
+            if let Some(Waiting::Answer { ticket, .. }) = &picking.waiting {
+                remote.forget(*ticket);
+                picking.waiting = None;
+            }
+            if let Some(lease) = &mut picking.remote_lease {
+                remote.report_service(lease.as_mut(), &mut || {
+                    read_state_number(&*host, SERVICE_STATE)
+                });
+            }
         }
-        if let Some(access) = self.store.access() {
-            request.on_end_counted(access, host);
+        if picking.holds_lease() && self.store.access().is_some() {
+            picking.end(host);
         }
     }
 }

@@ -26,10 +26,11 @@ use scheduler_core::quota::{pre_debit, Limits, QuotaReason};
 
 use crate::billing::REJECTED_MODEL_NOT_ALLOWED;
 use crate::host::{
-    Clock, EditResponseHeaders, RequestHeaders, Stats, StreamState, UsageRecordSink,
+    Clock, EditResponseHeaders, LocalReply, RequestHeaders, Stats, StreamState, UsageRecordSink,
 };
-use crate::pipeline::{RequestContext, Stage, Step};
+use crate::pipeline::{reply, RequestContext, Stage};
 use crate::reply::Reply;
+use crate::FilterStatus;
 
 use super::tenancy::{
     tenant_request, Accounting, Admission, End, Tenancy, QUOTA_BUCKET_HEADER, QUOTA_TOKENS_HEADER,
@@ -71,6 +72,7 @@ impl<H> Stage<H> for QuotaStage
 where
     H: RequestHeaders
         + EditResponseHeaders
+        + LocalReply
         + Clock
         + Stats
         + UsageRecordSink
@@ -86,16 +88,16 @@ where
         cx: &mut RequestContext,
         host: &mut H,
         _end_of_stream: bool,
-    ) -> Step {
+    ) -> FilterStatus {
         // The router before this stage is done with the body: its parse is final.
         let Some((tenant, routed)) = tenant_request(cx) else {
-            return Step::Next;
+            return FilterStatus::Continue;
         };
         let tenants = self.tenancy.tenants();
         let Some((index, limit)) = tenants.limit_for(tenant, &routed.model) else {
             self.tenancy.count_model_not_allowed(host);
             self.reject(cx, host, REJECTED_MODEL_NOT_ALLOWED, 403);
-            return Step::Reply(Reply::model_not_allowed(&routed.model));
+            return reply(host, &Reply::model_not_allowed(&routed.model));
         };
         let global = tenants.global_quotas();
         let limits = if global {
@@ -131,7 +133,7 @@ where
                     info,
                     global,
                 });
-                Step::Next
+                FilterStatus::Continue
             }
             Err(rejection) => {
                 self.tenancy
@@ -158,7 +160,7 @@ where
                         .into_iter()
                         .map(|(k, v)| (k.to_owned(), v)),
                 );
-                Step::Reply(Reply::rate_limited(reason, kind, &message, headers))
+                reply(host, &Reply::rate_limited(reason, kind, &message, headers))
             }
         }
     }

@@ -1,11 +1,12 @@
 //! Tenancy: what the auth, quota and usage stages share, and the one step that ends a
 //! tenant's request: settle its quota, count its tokens and write its billing record.
 //!
-//! With tenants configured (the router config's `tenantQuotas` list), the router filter's
-//! pipeline is `auth → route → quota → usage`:
+//! With tenants configured (the router config's `tenantQuotas` list), the router role's
+//! builder ([`super::build`]) assembles `auth → priority-band → route → quota → usage`:
 //!
 //! - [`super::AuthStage`] strips client-sent gateway headers, finds the tenant (API key or
 //!   a JWT Envoy verified) and injects its fairness id and objective;
+//! - [`super::priority::PriorityBandStage`] names the tenant's priority on the response;
 //! - the body router parses the body ([`crate::router::RoutedRequest`]);
 //! - [`super::QuotaStage`] pre-debits the tenant × model buckets, or answers 429;
 //! - [`super::UsageStage`] forces usage reporting on streamed requests and reads the usage
@@ -43,9 +44,11 @@ use crate::headers::DESTINATION_ENDPOINT;
 use crate::host::{Clock, RequestHeaders, Stats, StreamState, UsageRecordSink};
 use crate::pipeline::{EndCause, RequestContext};
 use crate::quotas::QuotaStore;
-use crate::router::{RoutedRequest, RouterRequest};
+use crate::router::RoutedRequest;
 use crate::stats::{StatKey, StatKind};
 use crate::tenants::{SettleOn, TenantId, Tenants};
+
+use super::route::RouterReplied;
 
 /// The router config key holding the `TenantQuota` (and `InferenceObjective`) objects.
 pub const CONFIG_KEY: &str = "tenantQuotas";
@@ -277,7 +280,7 @@ pub struct Metering {
 /// The stages after the router read it once the router is done with the body.
 pub fn tenant_request(cx: &RequestContext) -> Option<(TenantId, RoutedRequest)> {
     let tenant = cx.get::<Accounting>()?.tenant?;
-    let routed = cx.get::<RouterRequest>()?.routed()?.clone();
+    let routed = cx.get::<RoutedRequest>()?.clone();
     Some((tenant, routed))
 }
 
@@ -401,9 +404,8 @@ impl Tenancy {
         }
         acc.finished = true;
         let acc = acc.clone();
-        let router = cx.get::<RouterRequest>();
-        let routed = router.and_then(RouterRequest::routed).cloned();
-        let router_replied = router.and_then(RouterRequest::replied);
+        let routed = cx.get::<RoutedRequest>().cloned();
+        let router_replied = cx.get::<RouterReplied>().map(|r| r.0);
         let outcome = outcome(&acc, router_replied, end);
         let report = cx.get::<Metering>().map(|m| m.tracker.report());
         let admission = cx.get::<Admission>().cloned();

@@ -435,10 +435,7 @@ fn a_remote_pick_pauses_the_request_and_the_wake_routes_it_with_the_owners_endpo
     // A second wake is late and does nothing.
     assert_eq!(run.wake(&pipeline, &mut host), None);
     // The lease is in the context until the end; the local state never counted anything.
-    assert!(run
-        .context()
-        .get::<crate::picker::PickerRequest>()
-        .is_some());
+    assert!(run.context().get::<super::pick::Picking>().is_some());
     run.end(&pipeline, &mut host);
 }
 

@@ -19,8 +19,9 @@ use scheduler_core::request::Api;
 use scheduler_core::usage::{BodyKind, ClientWants, Forward, UsageTracker};
 
 use crate::host::{RequestBody, ResponseChunk, ResponseHeaders, Stats};
-use crate::pipeline::{RequestContext, Stage, Step};
+use crate::pipeline::{RequestContext, Stage};
 use crate::router::RoutedRequest;
+use crate::FilterStatus;
 
 use super::tenancy::{tenant_request, Metering};
 
@@ -116,9 +117,9 @@ where
         cx: &mut RequestContext,
         host: &mut H,
         _end_of_stream: bool,
-    ) -> Step {
+    ) -> FilterStatus {
         let Some((_, routed)) = tenant_request(cx) else {
-            return Step::Next;
+            return FilterStatus::Continue;
         };
         let wants = client_wants(&routed);
         if needs_forcing(&routed) {
@@ -135,11 +136,11 @@ where
                         null_when_absent: false,
                     },
                 });
-                return Step::Next;
+                return FilterStatus::Continue;
             }
         }
         cx.insert(Asked { wants });
-        Step::Next
+        FilterStatus::Continue
     }
 
     fn on_response_headers(&self, cx: &mut RequestContext, host: &mut H, _end_of_stream: bool) {

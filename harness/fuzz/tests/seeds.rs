@@ -558,7 +558,8 @@ fn picker_config() -> serde_json::Value {
         "failureMode": "FailOpen", "sessionHeader": "x-session-id", "eppConfig": epp}]})
 }
 
-/// A pick prepared by a deferred picker request on the fake host (what a Wasm worker sends).
+/// A pick prepared on the fake host as a Wasm worker's pick stage prepares it (the message
+/// it sends the owner).
 fn prepared_pick(
     body: &serde_json::Value,
     flow: Option<&str>,
@@ -569,9 +570,9 @@ fn prepared_pick(
 ) {
     use infergate_filters::fake::FakeHost;
     use infergate_filters::headers::{BASE_MODEL, FAIRNESS_ID};
-    use infergate_filters::picker::{PickerRequest, PickerShared};
-    use infergate_filters::FilterStatus;
-    let mut local = PickerShared::from_json(picker_config()).unwrap();
+    use infergate_filters::picker::{PickerShared, PreparedPick};
+    use scheduler_core::request::Api;
+    let local = PickerShared::from_json(picker_config()).unwrap();
     let text = body.to_string();
     let mut host = FakeHost::new()
         .request_header(BASE_MODEL, "llama")
@@ -583,14 +584,10 @@ fn prepared_pick(
     if let Some(session) = session {
         host = host.request_header("x-session-id", session);
     }
-    let mut req = PickerRequest::deferred();
-    req.on_request_headers(&mut local, &mut host, false);
-    assert_eq!(
-        req.on_request_body(&mut local, &mut host, text.len(), true),
-        FilterStatus::Pause
-    );
-    let (pool, prepared) = req.pending_pick().unwrap();
-    (pool, prepared.clone())
+    let plan = local.plans().for_request(None, "llama").unwrap();
+    let prepared =
+        PreparedPick::new(&plan, Api::ChatCompletions, text.as_bytes(), &mut host).unwrap();
+    (plan.id(), prepared)
 }
 
 /// Encodings of every message kind, and a few malformed ones.

@@ -8,7 +8,7 @@ use serde_json::json;
 use super::*;
 use crate::fake::FakeHost;
 use crate::headers::{BASE_MODEL, DESTINATION_ENDPOINT};
-use crate::picker::PickerRequest;
+use crate::picker::tests::PickRun;
 use crate::FilterStatus;
 use scheduler_core::metrics::EndpointMetrics;
 use scheduler_core::snapshot::{encode, EndpointSample, Snapshot};
@@ -80,8 +80,8 @@ impl Worker {
     }
 
     /// Headers + body through a deferred request, then the `Pick` message it sends.
-    fn prepare(&mut self, host: &mut FakeHost) -> (PickerRequest, u64, Vec<u8>) {
-        let mut req = PickerRequest::deferred();
+    fn prepare(&mut self, host: &mut FakeHost) -> (PickRun, u64, Vec<u8>) {
+        let mut req = PickRun::deferred();
         assert_eq!(
             req.on_request_headers(&mut self.local, host, false),
             FilterStatus::Pause

@@ -9,7 +9,7 @@ use serde_json::json;
 use super::*;
 use crate::fake::FakeHost;
 use crate::headers::{BASE_MODEL, FAIRNESS_ID};
-use crate::picker::PickerRequest;
+use crate::picker::tests::PickRun;
 use crate::FilterStatus;
 use scheduler_core::types::Millis;
 
@@ -38,7 +38,7 @@ fn pick(ticket: u64, flow: &str, now: u64) -> Vec<u8> {
         .request_header(FAIRNESS_ID, flow)
         .post("/v1/chat/completions", body.to_string().as_bytes())
         .now(now);
-    let mut req = PickerRequest::deferred();
+    let mut req = PickRun::deferred();
     req.on_request_headers(&mut local, &mut host, false);
     let len = host.body.len();
     assert_eq!(

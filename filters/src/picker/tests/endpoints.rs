@@ -262,11 +262,7 @@ fn a_subset_with_no_endpoint_of_the_pool_is_answered_503_no_endpoints() {
 }
 
 /// A request picked on its pool, then answered by `served`.
-fn served_by(
-    s: &mut PickerShared,
-    host: &mut FakeHost,
-    served: Option<&str>,
-) -> (PickerRequest, String) {
+fn served_by(s: &mut PickerShared, host: &mut FakeHost, served: Option<&str>) -> (PickRun, String) {
     let (status, mut req) = pick_one(s, host);
     assert_eq!(status, FilterStatus::Continue);
     let picked = req.endpoint().unwrap_or_default().to_owned();

@@ -5,7 +5,9 @@
 
 use super::*;
 use crate::handoff::{Handoff, HANDOFF_KEY};
-use crate::router::{Router, RouterRequest};
+use crate::pipeline::{Pipeline, Run};
+use crate::router::Router;
+use crate::stages::RouteStage;
 
 const HANDOFF_STAT: &str = "infergate.picker.handoff.pool.p";
 
@@ -39,16 +41,12 @@ fn client_host(body: &[u8], snapshot: Vec<u8>) -> FakeHost {
 
 /// Runs the router over the complete body, as Envoy does before the picker sees headers.
 fn route(router: &Router, host: &mut FakeHost) {
-    let mut r = RouterRequest::new();
-    assert_eq!(
-        r.on_request_headers(router, host, false),
-        FilterStatus::Pause
-    );
+    let stage = RouteStage::new(Arc::new(router.clone()));
+    let p: Pipeline<FakeHost> = Pipeline::new(vec![Box::new(stage)]);
+    let mut r = Run::new();
+    assert_eq!(r.request_headers(&p, host, false), FilterStatus::Pause);
     let len = host.body.len();
-    assert_eq!(
-        r.on_request_body(router, host, len, true),
-        FilterStatus::Continue
-    );
+    assert_eq!(r.request_body(&p, host, len, true), FilterStatus::Continue);
 }
 
 #[test]
@@ -59,7 +57,7 @@ fn a_fitting_handoff_is_picked_in_the_headers_callback_without_the_body() {
     assert!(host.stream_state.contains_key(HANDOFF_KEY));
     let reads_after_router = host.body_reads.get();
 
-    let mut req = PickerRequest::new();
+    let mut req = PickRun::new();
     let status = req.on_request_headers(&mut s, &mut host, false);
     assert_eq!(status, FilterStatus::Continue);
     assert_eq!(
@@ -132,7 +130,7 @@ fn the_handoff_path_decides_exactly_as_the_body_path() {
 
 /// The picker must fall back to the body: pause, read, parse, pick; no handoff counted.
 fn assert_body_path(s: &mut PickerShared, host: &mut FakeHost) {
-    let mut req = PickerRequest::new();
+    let mut req = PickRun::new();
     assert_eq!(
         req.on_request_headers(&mut *s, host, false),
         FilterStatus::Pause
@@ -173,7 +171,7 @@ fn a_configured_block_size_that_matches_the_picker_is_used() {
     let mut s = shared(pool(&[A], cfg));
     let mut host = client_host(&long_chat(), fresh_all(&[A]));
     route(&router(json!({"blockSizeTokens": 16})), &mut host);
-    let mut req = PickerRequest::new();
+    let mut req = PickRun::new();
     assert_eq!(
         req.on_request_headers(&mut s, &mut host, false),
         FilterStatus::Continue

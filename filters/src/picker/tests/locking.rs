@@ -118,6 +118,13 @@ impl StreamState for ProbeHost<'_> {
     }
 }
 
+impl RequestWaker for ProbeHost<'_> {
+    fn request_waker(&mut self) -> Result<Waker, HostError> {
+        self.probe.note("waker");
+        self.inner.request_waker()
+    }
+}
+
 impl SnapshotSource for ProbeHost<'_> {
     fn snapshot_if_changed(&self, known: Option<SnapshotVersion>) -> SnapshotFetch {
         self.probe.note("snapshot");
@@ -222,7 +229,7 @@ fn only_the_snapshot_read_and_the_pick_run_inside_the_state() {
         inner: host_for(&long_chat(), Some(fresh_all(&[A, B]))).request_header("x-session-id", "s"),
         probe: &probe,
     };
-    let mut req = PickerRequest::new();
+    let mut req = PickRun::new();
     let access = ProbeAccess {
         state: &mut state,
         probe: &probe,
@@ -299,7 +306,7 @@ fn a_malformed_body_is_answered_without_entering_the_state() {
         ),
         probe: &probe,
     };
-    let mut req = PickerRequest::new();
+    let mut req = PickRun::new();
     let access = ProbeAccess {
         state: &mut state,
         probe: &probe,
@@ -372,7 +379,7 @@ fn a_shared_picker_prepares_while_another_thread_holds_its_lock() {
                 inner: host_for(&body, Some(fresh_all(&[A, B]))),
                 probe: &probe,
             };
-            let mut req = PickerRequest::new();
+            let mut req = PickRun::new();
             let first = req.on_request_headers(&*picker, &mut host, false);
             let status = req.on_request_body(&*picker, &mut host, body.len(), true);
             let endpoint = req.endpoint().map(str::to_owned);

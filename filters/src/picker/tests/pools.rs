@@ -29,11 +29,7 @@ fn mistral_host() -> FakeHost {
 }
 
 /// Headers then the whole body, through a shared (threaded) picker.
-fn drive_shared(
-    picker: &SharedPicker,
-    host: &mut FakeHost,
-    req: &mut PickerRequest,
-) -> FilterStatus {
+fn drive_shared(picker: &SharedPicker, host: &mut FakeHost, req: &mut PickRun) -> FilterStatus {
     let first = req.on_request_headers(picker, host, false);
     if first != FilterStatus::Pause {
         return first;
@@ -76,7 +72,7 @@ fn a_lease_dropped_on_the_thread_holding_its_pool_lock_neither_blocks_nor_panics
         let s = Arc::clone(&s);
         std::thread::spawn(move || {
             let mut host = host_for(&chat("x"), Some(fresh_all(&[A])));
-            let mut req = PickerRequest::new();
+            let mut req = PickRun::new();
             req.on_request_headers(&*s, &mut host, false);
             let len = host.body.len();
             req.on_request_body(&*s, &mut host, len, true);
@@ -125,7 +121,7 @@ fn a_pick_in_one_pool_proceeds_while_another_pool_is_locked() {
         let picker = Arc::clone(&picker);
         std::thread::spawn(move || {
             let mut host = mistral_host();
-            let mut req = PickerRequest::new();
+            let mut req = PickRun::new();
             let status = drive_shared(&picker, &mut host, &mut req);
             let _ = tx.send((status, req.endpoint().map(str::to_owned)));
             req.on_end_counted(&*picker, &mut host);
@@ -145,7 +141,7 @@ fn a_pick_in_one_pool_proceeds_while_another_pool_is_locked() {
         let picker = Arc::clone(&picker);
         std::thread::spawn(move || {
             let mut host = host_for(&chat("x"), Some(fresh_all(&[A, B, C])));
-            let mut req = PickerRequest::new();
+            let mut req = PickRun::new();
             let status = drive_shared(&picker, &mut host, &mut req);
             let _ = tx.send(status);
             req.on_end_counted(&*picker, &mut host);
@@ -173,7 +169,7 @@ fn in_steady_state_a_pick_takes_no_lock_but_its_pools() {
     let picker = Arc::new(SharedPicker::new(two_pools()));
     // The first pick in q decodes the snapshot and maps it onto q.
     let mut host = mistral_host();
-    let mut req = PickerRequest::new();
+    let mut req = PickRun::new();
     assert_eq!(
         drive_shared(&picker, &mut host, &mut req),
         FilterStatus::Continue
@@ -187,7 +183,7 @@ fn in_steady_state_a_pick_takes_no_lock_but_its_pools() {
         let picker = Arc::clone(&picker);
         std::thread::spawn(move || {
             let mut host = mistral_host();
-            let mut req = PickerRequest::new();
+            let mut req = PickRun::new();
             let status = drive_shared(&picker, &mut host, &mut req);
             let _ = tx.send(status);
             req.on_end_counted(&*picker, &mut host);
@@ -217,7 +213,7 @@ fn threads_picking_in_two_pools_account_every_request_once() {
                     } else {
                         mistral_host()
                     };
-                    let mut req = PickerRequest::new();
+                    let mut req = PickRun::new();
                     assert_eq!(
                         drive_shared(&picker, &mut host, &mut req),
                         FilterStatus::Continue

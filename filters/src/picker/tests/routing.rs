@@ -196,7 +196,7 @@ fn an_inference_request_for_a_base_model_without_a_pool_is_503_naming_the_model(
     let mut host = FakeHost::new()
         .request_header(BASE_MODEL, "qwen")
         .post("/v1/chat/completions", &chat("x"));
-    let mut req = PickerRequest::new();
+    let mut req = PickRun::new();
     assert_eq!(
         req.on_request_headers(&mut s, &mut host, false),
         FilterStatus::Replied
@@ -220,7 +220,7 @@ fn an_inference_request_for_a_base_model_without_a_pool_is_503_naming_the_model(
     // Later callbacks of the answered request do nothing.
     assert_eq!(
         req.on_request_body(&mut s, &mut host, 10, true),
-        FilterStatus::Continue
+        FilterStatus::Replied
     );
     assert_eq!(host.replies.len(), 1);
 
@@ -229,7 +229,7 @@ fn an_inference_request_for_a_base_model_without_a_pool_is_503_naming_the_model(
         .request_header(BASE_MODEL, &"m".repeat(1 << 20))
         .post("/v1/completions", b"{}");
     assert_eq!(
-        PickerRequest::new().on_request_headers(&mut s, &mut host, false),
+        PickRun::new().on_request_headers(&mut s, &mut host, false),
         FilterStatus::Replied
     );
     assert!(host.last_reply().is_some_and(|r| r.body.len() < 1024));
@@ -239,7 +239,7 @@ fn an_inference_request_for_a_base_model_without_a_pool_is_503_naming_the_model(
 fn requests_without_a_base_model_or_off_the_inference_paths_pass_through_untouched() {
     let mut s = shared(pool(&[A], json!({})));
     let mut host = FakeHost::new().post("/v1/chat/completions", &chat("x"));
-    let mut req = PickerRequest::new();
+    let mut req = PickRun::new();
     assert_eq!(
         req.on_request_headers(&mut s, &mut host, false),
         FilterStatus::Continue
@@ -251,7 +251,7 @@ fn requests_without_a_base_model_or_off_the_inference_paths_pass_through_untouch
     let mut host = FakeHost::new()
         .request_header(BASE_MODEL, "qwen")
         .request_header(":path", "/v1/models");
-    let mut req = PickerRequest::new();
+    let mut req = PickRun::new();
     assert_eq!(
         req.on_request_headers(&mut s, &mut host, true),
         FilterStatus::Continue
@@ -259,7 +259,7 @@ fn requests_without_a_base_model_or_off_the_inference_paths_pass_through_untouch
     let mut host = FakeHost::new()
         .request_header(BASE_MODEL, "llama")
         .request_header(":path", "/v1/models");
-    let mut req = PickerRequest::new();
+    let mut req = PickRun::new();
     assert_eq!(
         req.on_request_headers(&mut s, &mut host, true),
         FilterStatus::Continue
@@ -279,7 +279,7 @@ fn a_bad_body_is_400_even_without_the_router() {
 fn the_picker_keeps_buffering_until_end_of_stream() {
     let mut s = shared(pool(&[A], json!({})));
     let mut host = host_for(&chat("x"), Some(fresh_all(&[A])));
-    let mut req = PickerRequest::new();
+    let mut req = PickRun::new();
     assert_eq!(
         req.on_request_headers(&mut s, &mut host, false),
         FilterStatus::Pause

@@ -140,7 +140,7 @@ fn the_snapshot_is_copied_and_decoded_only_when_its_version_changes() {
     let bytes = fresh_all(&[A]);
     let mut host = host_for(&chat("x"), Some(bytes.clone()));
     for _ in 0..5 {
-        let mut req = PickerRequest::new();
+        let mut req = PickRun::new();
         drive(&mut s, &mut host, &mut req);
         req.on_end(&mut s);
         host.request_headers
@@ -148,7 +148,7 @@ fn the_snapshot_is_copied_and_decoded_only_when_its_version_changes() {
     }
     assert_eq!(host.snapshot_reads.get(), 1);
     host.snapshot = Some((crate::host::SnapshotVersion(2), bytes));
-    let mut req = PickerRequest::new();
+    let mut req = PickRun::new();
     drive(&mut s, &mut host, &mut req);
     assert_eq!(host.snapshot_reads.get(), 2);
     req.on_end(&mut s);
@@ -158,7 +158,7 @@ fn the_snapshot_is_copied_and_decoded_only_when_its_version_changes() {
 fn a_request_reset_while_buffering_never_takes_a_lease() {
     let mut s = shared(pool(&[A], json!({})));
     let mut host = host_for(&chat("x"), Some(fresh_all(&[A])));
-    let mut req = PickerRequest::new();
+    let mut req = PickRun::new();
     assert_eq!(
         req.on_request_headers(&mut s, &mut host, false),
         FilterStatus::Pause
@@ -180,7 +180,7 @@ fn shared_state_can_live_behind_a_mutex_across_threads() {
     assert_send_sync::<PickerShared>();
     assert_send_sync::<crate::router::Router>();
     assert_send_sync::<crate::scraper::Scraper>();
-    assert_send_sync::<PickerRequest>();
+    assert_send_sync::<crate::stages::PickStage<Arc<SharedPicker>>>();
 
     let s = std::sync::Arc::new(std::sync::Mutex::new(shared(pool(&[A, B], json!({})))));
     let snap = fresh_all(&[A, B]);
@@ -191,7 +191,7 @@ fn shared_state_can_live_behind_a_mutex_across_threads() {
             std::thread::spawn(move || {
                 for i in 0..50 {
                     let mut host = host_for(&chat(&format!("w{w} r{i}")), Some(snap.clone()));
-                    let mut req = PickerRequest::new();
+                    let mut req = PickRun::new();
                     if let Ok(mut guard) = s.lock() {
                         drive(&mut guard, &mut host, &mut req);
                     }

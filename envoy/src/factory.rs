@@ -1,0 +1,65 @@
+//! The filter-name table: the object behind Envoy's `filter_config_module_ptr`, one per
+//! filter config (shared by every worker, so `Sync`), built for its `filter_name`.
+//!
+//! `router`, `picker` and `gateway` (both in one filter) are each a pipeline the filters
+//! crate's builder assembles (configured in `router.rs`, `picker.rs` and `gateway.rs`, run
+//! by the one generic adapter in `pipeline.rs`); `probe` is a measuring tool (`probe.rs`).
+//! A `picker` or `gateway` config that carries the process's scraper also hosts it
+//! (`scraper.rs`) for as long as it lives. Only the hooks use this module: the filter kinds
+//! it names never import it back.
+
+use crate::filter::{FilterConfigHandle, StreamFactory, StreamLogic};
+
+/// Our object behind `filter_config_module_ptr`.
+pub struct HttpConfig {
+    factory: Box<dyn StreamFactory>,
+    /// The scraper this config carries and hosts (`crate::scraper`); leaves with it.
+    scraper: Option<crate::scraper::Hosting>,
+}
+
+impl HttpConfig {
+    /// Builds the config for `filter_name` from its JSON `config` bytes.
+    pub fn new(
+        filter_name: &str,
+        config: &[u8],
+        envoy: &mut FilterConfigHandle,
+    ) -> Result<HttpConfig, String> {
+        let (factory, scraper): (Box<dyn StreamFactory>, _) = match filter_name {
+            "router" => (Box::new(crate::router::factory(config, envoy)?), None),
+            "picker" => {
+                let (factory, scraper) = crate::picker::factory(config, envoy)?;
+                (Box::new(factory), scraper)
+            }
+            "gateway" => {
+                let (factory, scraper) = crate::gateway::factory(config, envoy)?;
+                (Box::new(factory), scraper)
+            }
+            "probe" => (Box::new(crate::probe::ProbeFactory::new(config)?), None),
+            other => {
+                return Err(format!(
+                    "unknown filter_name `{other}` (expected router, picker, gateway or probe)"
+                ))
+            }
+        };
+        Ok(HttpConfig { factory, scraper })
+    }
+
+    /// The scraper this config hosts, if it carries one.
+    pub fn scraper(&self) -> Option<&crate::scraper::Hosting> {
+        self.scraper.as_ref()
+    }
+
+    /// A fresh per-stream object.
+    pub fn new_stream(&self) -> Box<dyn StreamLogic> {
+        self.factory.new_stream()
+    }
+
+    /// A config around any factory (tests drive the hooks with factories of their own).
+    #[cfg(test)]
+    pub fn from_factory(factory: Box<dyn StreamFactory>) -> HttpConfig {
+        HttpConfig {
+            factory,
+            scraper: None,
+        }
+    }
+}
