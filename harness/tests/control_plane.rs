@@ -34,6 +34,7 @@ mod proxy;
 mod conversations;
 #[path = "shared/objects.rs"]
 mod shared;
+use infergate_cli::render::{render, GatewayInputs, IstioVersion, RenderOptions, Target};
 use infergate_harness::launch::client::post_json;
 use infergate_harness::launch::process::RunDir;
 use infergate_harness::launch::{Envoy, EnvoyOptions, Flavor, Membership};
@@ -41,7 +42,6 @@ use infergate_harness::load::runner::run_target;
 use infergate_harness::load::{
     Assign, Connections, LoadConfig, Summary, Target as LoadTarget, Workload,
 };
-use infergate_harness::render::{render, GatewayInputs, IstioVersion, RenderOptions, Target};
 use infergate_harness::sim::{self, EngineConfig, SimConfig, SimHandle};
 use proxy::Proxy;
 use serde_json::{json, Value as Json};
@@ -61,9 +61,12 @@ fn unbuilt(flavor: Flavor) -> bool {
     let Some(module) = flavor.artefact() else {
         return true;
     };
-    let named = ["INFERGATE_WASM", "INFERGATE_NATIVE"]
-        .iter()
-        .any(|v| std::env::var_os(v).is_some_and(|p| module == Path::new(&p)));
+    let named = [
+        infergate_artefacts::WASM_ENV,
+        infergate_artefacts::NATIVE_ENV,
+    ]
+    .iter()
+    .any(|v| std::env::var_os(v).is_some_and(|p| module == Path::new(&p)));
     assert!(
         !named || module.is_file(),
         "{} was named but does not exist",
@@ -376,7 +379,7 @@ fn every_rendered_version_drops_no_patch() {
                 .skip_while(|n| !n.starts_with("infergate."))
                 .collect();
             let expected: Vec<&str> = match flavor {
-                Flavor::Wasm => infergate_harness::render::istio::WASM_CHAIN.to_vec(),
+                Flavor::Wasm => infergate_cli::render::istio::WASM_CHAIN.to_vec(),
                 _ => vec!["infergate.router", "infergate.picker"],
             };
             assert_eq!(
@@ -806,8 +809,7 @@ fn istio_tenants_bill_on_stdout() {
 fn neighbour() -> PathBuf {
     let manifest =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/control_plane/neighbour/Cargo.toml");
-    let target =
-        infergate_harness::artefacts::workspace_root().join("target/control-plane-neighbour");
+    let target = infergate_artefacts::workspace_root().join("target/control-plane-neighbour");
     let status = std::process::Command::new(env!("CARGO"))
         .args([
             "build",

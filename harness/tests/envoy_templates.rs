@@ -7,8 +7,8 @@
 //! reason) when the module is not built.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use infergate_cli::config::bootstrap::{render, write_eds_files, BootstrapParams};
 use infergate_harness::launch::binary::envoy_binary;
-use infergate_harness::launch::bootstrap::{render, write_eds_files, BootstrapParams};
 use infergate_harness::launch::process::RunDir;
 use infergate_harness::launch::{
     EdsDir, Flavor, GatewaySettings, Membership, PluginConfigs, Pool, RouteSpec,

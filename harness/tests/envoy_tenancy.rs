@@ -16,13 +16,13 @@
 //!   JWT in front of it while other requests reach the engine.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use infergate_cli::config::bootstrap::{render, BootstrapParams};
+use infergate_cli::config::template::{Template, Vars};
 use infergate_harness::launch::binary::envoy_binary;
-use infergate_harness::launch::bootstrap::{render, BootstrapParams};
 use infergate_harness::launch::client::post_json;
 use infergate_harness::launch::jwt::TestIssuer;
 use infergate_harness::launch::process::RunDir;
 use infergate_harness::launch::stack::with_file_flush;
-use infergate_harness::launch::template::{Template, Vars};
 use infergate_harness::launch::{
     read_billing_log, Backends, Envoy, EnvoyOptions, Flavor, Pool, Stack, StackOptions, Tenancy,
 };
@@ -193,7 +193,7 @@ static_resources:
 }
 
 fn template(flavor: Flavor) -> Template {
-    Template::parse(&std::fs::read_to_string(flavor.template_path()).unwrap()).unwrap()
+    Template::parse(flavor.template()).unwrap()
 }
 
 /// The lines of `file` once it has `want` of them (waiting up to `within`), then after a

@@ -55,7 +55,7 @@ async fn up_serves_on_the_announced_urls_and_stops_everything_on_drop() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn up_runs_the_seed_epp_config_map_and_objectives() {
     use infergate_harness::launch::read_billing_log;
-    let testdata = infergate_harness::artefacts::workspace_root().join("testdata");
+    let testdata = infergate_artefacts::workspace_root().join("testdata");
     for flavor in [Flavor::Wasm, Flavor::Native] {
         let module = flavor.artefact().unwrap();
         if !module.is_file() {

@@ -10,14 +10,14 @@
 
 #[path = "shared/objects.rs"]
 mod shared;
-use infergate_harness::artefacts::workspace_root;
+use infergate_artefacts::workspace_root;
+use infergate_cli::render::{render, GatewayInputs, IstioVersion, RenderOptions, Target};
 use infergate_harness::launch::binary::envoy_binary;
 use infergate_harness::launch::client::post_json;
 use infergate_harness::launch::jwt::TestIssuer;
 use infergate_harness::launch::process::RunDir;
 use infergate_harness::launch::read_billing_log;
 use infergate_harness::launch::{EdsDir, Envoy, EnvoyOptions, Flavor, Membership};
-use infergate_harness::render::{render, GatewayInputs, IstioVersion, RenderOptions, Target};
 use infergate_harness::sim::{self, SimConfig};
 use serde_json::json;
 use shared::seed_objects;
@@ -457,51 +457,6 @@ async fn tenants(flavor: Flavor) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// The command line: what it wrote and every unsupported field on stdout; the seed's
-/// placeholder hashes, rendered as they are, fail it with the field's path on stderr.
-#[test]
-fn the_command_prints_what_it_wrote_and_what_it_does_not_support() {
-    let dir = RunDir::new("render-cli").unwrap();
-    let run = |extra: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_infergate"))
-            .args(["render", "--objects"])
-            .arg(seed_objects())
-            .args(["--flavor", "native", "--out"])
-            .arg(dir.path())
-            .args(extra)
-            .output()
-            .unwrap()
-    };
-    let ok = run(&[
-        "--no-tenants",
-        "--endpoints",
-        "llama-70b-bf16=10.0.0.1,10.0.0.2",
-    ]);
-    let stdout = String::from_utf8_lossy(&ok.stdout);
-    assert!(
-        ok.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
-    for expected in [
-        "envoy.yaml",
-        "fields.md",
-        "InferencePool serving/llama-70b-bf16 spec.selector: pods are not watched",
-    ] {
-        assert!(stdout.contains(expected), "`{expected}` not in:\n{stdout}");
-    }
-    // The bare IPs took the pool's target port.
-    let eds = std::fs::read_to_string(dir.path().join("eds/pool-0-llama-70b-bf16.json")).unwrap();
-    assert!(eds.contains("\"port_value\": 8000"), "{eds}");
-    let refused = run(&[]);
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(!refused.status.success());
-    assert!(
-        stderr.contains("TenantQuota tenant-a: spec.identity.apiKeyHashes[0]"),
-        "{stderr}"
-    );
 }
 
 // ---- The control planes' forms: `--target istio` and `--target envoy-gateway`. ----

@@ -18,13 +18,14 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
+use infergate_artefacts::Service;
 use serde_json::json;
 use serde_yaml_ng::Value;
 
-use super::bootstrap::{render, BootstrapParams, Flavor, Pool};
 use super::envoy::{Envoy, EnvoyOptions, GATEWAY_LISTENER};
 use super::process::{spawn_announcing, ChildGuard};
 use super::stack::DEFAULT_MODEL;
+use infergate_cli::config::bootstrap::{render, BootstrapParams, Flavor, Pool};
 
 /// The cluster of the processor in the bootstrap.
 pub const CLUSTER: &str = "infergate_extproc";
@@ -76,19 +77,23 @@ impl BodyMode {
 /// The `infergate-extproc` binary: `INFERGATE_EXTPROC`, else the release build, brought up
 /// to date with `cargo build --release -p infergate-extproc` (a no-op when it is).
 pub fn processor_binary() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("INFERGATE_EXTPROC") {
+    let service = Service::ExtProc;
+    if let Some(p) = std::env::var_os(service.env()) {
         return Ok(PathBuf::from(p));
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let status = Command::new(&cargo)
-        .args(["build", "--release", "-p", "infergate-extproc"])
-        .current_dir(crate::artefacts::workspace_root())
+        .args(["build", "--release", "-p", service.package()])
+        .current_dir(infergate_artefacts::workspace_root())
         .status()
-        .context("running cargo to build infergate-extproc")?;
+        .with_context(|| format!("running cargo to build {}", service.package()))?;
     if !status.success() {
-        bail!("cargo build --release -p infergate-extproc failed ({status})");
+        bail!(
+            "cargo build --release -p {} failed ({status})",
+            service.package()
+        );
     }
-    let bin = crate::artefacts::target_dir().join("release/infergate-extproc");
+    let bin = service.built("release");
     if !bin.is_file() {
         bail!("{} missing after its build", bin.display());
     }

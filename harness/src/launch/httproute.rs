@@ -1,6 +1,6 @@
 //! Gateway API `HTTPRoute` objects as the launcher's routes (`up --routes FILE`), read
 //! verbatim by the same typed reader `infergate render` uses
-//! ([`crate::render::objects::http_route::v1`]): each rule's matches must name the model
+//! ([`infergate_cli::render::objects::http_route::v1`]): each rule's matches must name the model
 //! with the header the body router sets (`X-Gateway-Base-Model-Name`, exact); one more
 //! exact header match makes it a header-targeted rule; a `PathPrefix` match limits the
 //! route to that prefix; its `backendRefs` are `InferencePool`s named like the launcher's
@@ -9,11 +9,11 @@
 //! for that). Anything the gateway's routes cannot express (other path match types,
 //! queries, methods, filters, host names, other backend kinds) is an error naming its path.
 
-use super::routes::RouteSpec;
 use super::stack::PoolSpec;
-use crate::render::objects::http_route::v1;
-use crate::render::report::Report;
 use anyhow::{anyhow, bail, Result};
+use infergate_cli::config::routes::RouteSpec;
+use infergate_cli::render::objects::http_route::v1;
+use infergate_cli::render::report::Report;
 use serde_json::Value;
 
 /// The routes of `objects` (HTTPRoute objects as JSON) over `pools`.

@@ -5,8 +5,8 @@
 //! give Envoy an asymmetric issuer's public keys instead, and the gateway would not notice:
 //! it only reads the claims `jwt_authn` verified.
 
-use super::tenancy::JwtProvider;
 use hmac::{Hmac, Mac};
+use infergate_cli::config::tenancy::JwtProvider;
 use serde_json::{json, Value};
 use sha2::Sha256;
 

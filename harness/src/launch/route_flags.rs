@@ -11,9 +11,9 @@
 //!
 //! POOL is a `--pool` name or a pool index.
 
-use super::routes::RouteSpec;
 use super::stack::PoolSpec;
 use anyhow::{bail, Context, Result};
+use infergate_cli::config::routes::RouteSpec;
 
 /// `--pool NAME=MODEL[@I,J,...]`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,6 +4,7 @@
 
 use super::process::{spawn_announcing, ChildGuard};
 use anyhow::{anyhow, bail, Result};
+use infergate_artefacts::{Artefacts, SIM_BINARY, SIM_ENV};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
@@ -11,26 +12,13 @@ use std::time::Duration;
 
 /// The simulator binary: `INFERGATE_SIM`, else the release build, else the debug build.
 pub fn sim_binary() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("INFERGATE_SIM") {
-        return Ok(PathBuf::from(p));
-    }
-    let release = crate::artefacts::Artefacts::locate().simulator;
-    // The debug build sits beside the release one (`<target>/debug/infergate-sim`).
-    let debug = release
-        .parent()
-        .and_then(|p| p.parent())
-        .map(|t| t.join("debug/infergate-sim"));
-    [Some(release.clone()), debug]
-        .into_iter()
-        .flatten()
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
-            anyhow!(
-                "simulator binary not found at {} (build it: cargo build --release -p \
-                 infergate-sim, or set INFERGATE_SIM)",
-                release.display()
-            )
-        })
+    infergate_artefacts::find_binary(SIM_ENV, SIM_BINARY).ok_or_else(|| {
+        anyhow!(
+            "simulator binary not found at {} (build it: cargo build --release -p \
+             infergate-sim, or set {SIM_ENV})",
+            Artefacts::locate().simulator.display()
+        )
+    })
 }
 
 /// A running simulator process; stopped on drop.

@@ -1,19 +1,20 @@
 //! The whole stack for a test, a benchmark or a demo: the engine replicas (the simulator,
 //! or backends the caller already runs) and one Envoy of a chosen flavour in front of them.
 
-use super::bootstrap::write_eds_files;
-use super::bootstrap::{
+use super::envoy::{Envoy, EnvoyOptions};
+use super::process::RunDir;
+use super::sim::SimProcess;
+use crate::sim::{SimConfig, SimHandle};
+use anyhow::{bail, Context, Result};
+use infergate_cli::config::bootstrap::write_eds_files;
+use infergate_cli::config::bootstrap::{
     render, BootstrapParams, ClientTimeouts, FailureMode, Flavor, GatewaySettings, PluginConfigs,
     Pool,
 };
-use super::eds::{EdsDir, Membership};
-use super::envoy::{Envoy, EnvoyOptions};
-use super::process::RunDir;
-use super::routes::RouteSpec;
-use super::sim::SimProcess;
-use super::tenancy::{Tenancy, BILLING_LOG_FLUSH, FILE_FLUSH_FLAG};
-use crate::sim::{SimConfig, SimHandle};
-use anyhow::{bail, Context, Result};
+use infergate_cli::config::eds::{EdsDir, Membership};
+use infergate_cli::config::rewrites::{apply_rewrites, Split};
+use infergate_cli::config::routes::RouteSpec;
+use infergate_cli::config::tenancy::{Tenancy, BILLING_LOG_FLUSH, FILE_FLUSH_FLAG};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -145,7 +146,7 @@ pub struct StackOptions {
     /// header-targeted rule (`RouteSpec::to(model, pool).when_header(name, value)`, always
     /// placed before the splits). Every model no route covers gets one route to its only
     /// pool (the default: none given, one route per pool); a model served by two pools
-    /// needs a route. See [`super::routes`].
+    /// needs a route. See [`infergate_cli::config::routes`].
     pub routes: Vec<RouteSpec>,
     /// The gateway's subset hint, by index into the replica list: every pick stays inside
     /// these endpoints (Envoy's `set_metadata` writes them into `envoy.lb.subset_hint` in
@@ -177,7 +178,7 @@ pub struct StackOptions {
     pub objectives: Vec<serde_json::Value>,
     /// `InferenceModelRewrite` objects (JSON) for the router's `modelRewrites`; their
     /// `spec.poolRef.name` names a pool by its cluster name
-    /// ([`super::bootstrap::Pool::cluster_name`]).
+    /// ([`infergate_cli::config::bootstrap::Pool::cluster_name`]).
     pub rewrites: Vec<serde_json::Value>,
     /// How the router splits a rewrite rule's traffic over its targets; `None` leaves the
     /// router's default (sticky, no session header).
@@ -198,67 +199,11 @@ pub struct StackOptions {
     pub health_check: Option<Duration>,
     /// Keep the tenants' RPM and TPM in this global rate-limit service, shared with other
     /// gateways ([`super::global_quotas`]); `None`: in this gateway's process.
-    pub global_quotas: Option<super::global_quotas::GlobalQuotas>,
+    pub global_quotas: Option<infergate_cli::config::global_quotas::GlobalQuotas>,
     /// Native only: the router and the picker as two filters even with nothing between
     /// them (`bench overhead`'s `native-two` arm); `false` (the default): one `gateway`
     /// filter unless the global rate-limit filter sits between them.
     pub two_filters: bool,
-}
-
-/// How a rewrite rule's weights are applied.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum SplitMode {
-    /// One target per sticky key (session header, else fairness id, else per request).
-    #[default]
-    Sticky,
-    /// A fresh weighted draw for every request.
-    PerRequest,
-}
-
-/// The router's `split` setting.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Split {
-    /// Sticky or per request.
-    pub mode: SplitMode,
-    /// The request header whose value is the sticky key (e.g. `x-session-id`).
-    pub session_header: Option<String>,
-}
-
-impl Split {
-    /// The router config's `split` object.
-    pub fn to_json(&self) -> serde_json::Value {
-        let mode = match self.mode {
-            SplitMode::Sticky => "sticky",
-            SplitMode::PerRequest => "perRequest",
-        };
-        let mut v = serde_json::json!({ "mode": mode });
-        if let Some(header) = &self.session_header {
-            v["sessionHeader"] = serde_json::Value::from(header.clone());
-        }
-        v
-    }
-}
-
-/// Adds `rewrites` (as `modelRewrites`, when there are any) and `split` to a router
-/// configuration.
-pub fn apply_rewrites(
-    router: &mut serde_json::Value,
-    rewrites: &[serde_json::Value],
-    split: Option<&Split>,
-) -> Result<()> {
-    let Some(obj) = router.as_object_mut() else {
-        bail!("the router configuration is not a JSON object");
-    };
-    if !rewrites.is_empty() {
-        obj.insert(
-            "modelRewrites".into(),
-            serde_json::Value::from(rewrites.to_vec()),
-        );
-    }
-    if let Some(split) = split {
-        obj.insert("split".into(), split.to_json());
-    }
-    Ok(())
 }
 
 impl StackOptions {
@@ -478,7 +423,7 @@ impl Stack {
         &self.pools
     }
 
-    /// The billing log Envoy writes, when the stack has one ([`super::tenancy::read_billing_log`]
+    /// The billing log Envoy writes, when the stack has one ([`infergate_cli::config::tenancy::read_billing_log`]
     /// reads it).
     pub fn billing_log(&self) -> Option<&std::path::Path> {
         self.billing_log.as_deref()
@@ -529,7 +474,7 @@ pub fn with_file_flush(args: &mut Vec<String>) {
 /// check passes, and the Wasm scraper reads those flags (admin `/clusters`): waits until no
 /// pool cluster's host is flagged, at most 15 s.
 async fn wait_health_checked(envoy: &Envoy, pools: &[Pool]) -> Result<()> {
-    let names = super::bootstrap::cluster_names(pools);
+    let names = infergate_cli::config::bootstrap::cluster_names(pools);
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
     loop {
         let text = super::client::get(&format!("http://{}/clusters", envoy.admin()))

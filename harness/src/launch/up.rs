@@ -33,18 +33,18 @@
 //! `ratelimit` filter ([`super::global_quotas`]); without it each gateway keeps its own
 //! buckets.
 
-use super::bootstrap::Flavor;
 use super::envoy::EnvoyOptions;
-use super::epp::{load_epp_config, load_objectives};
 use super::fleet::Fleet;
 use super::httproute;
 use super::route_flags::{
     self, parse_canary, parse_pool, parse_split, CanaryFlag, PoolFlag, SplitFlag,
 };
 use super::stack::{Backends, PoolSpec, Stack, StackOptions};
-use super::tenancy::{load_objects, Tenancy};
 use crate::sim::SimConfig;
 use anyhow::{bail, Context, Result};
+use infergate_cli::config::bootstrap::Flavor;
+use infergate_cli::config::epp::{load_epp_config, load_objectives};
+use infergate_cli::config::tenancy::{load_objects, Tenancy};
 use std::path::{Path, PathBuf};
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -264,7 +264,7 @@ pub fn stack_options(opts: &UpOptions) -> Result<StackOptions> {
     let mut stack_opts = StackOptions::new(opts.flavor, Backends::InProcess(Box::new(sim)));
     stack_opts.pools = pools;
     if opts.static_membership {
-        stack_opts.membership = super::eds::Membership::Static;
+        stack_opts.membership = infergate_cli::config::eds::Membership::Static;
     }
     stack_opts.routes = routes;
     stack_opts.envoy = EnvoyOptions {
@@ -303,7 +303,7 @@ fn check_rewrites(opts: &StackOptions) -> Result<()> {
         .iter()
         .enumerate()
         .map(|(i, p)| infergate_filters::router::PoolModels {
-            name: super::bootstrap::pool_cluster_name(
+            name: infergate_cli::config::bootstrap::pool_cluster_name(
                 i,
                 p.name.as_deref().unwrap_or(&p.base_model),
             ),
@@ -597,7 +597,7 @@ mod tests {
     /// router, each object once).
     #[test]
     fn every_pool_gets_the_epp_config_and_the_picker_the_objectives() {
-        let testdata = crate::artefacts::workspace_root().join("testdata");
+        let testdata = infergate_artefacts::workspace_root().join("testdata");
         let dir = crate::launch::process::RunDir::new("up-epp").unwrap();
         let sim = dir.path().join("sim.yaml");
         std::fs::write(&sim, "models: [m1, m2]\n").unwrap();
@@ -670,10 +670,10 @@ mod tests {
     /// naming a policy the config does not declare is refused the same way.
     #[test]
     fn the_seed_files_make_a_picker_configuration_the_picker_compiles() {
-        use crate::launch::bootstrap::{GatewaySettings, PluginConfigs};
-        use crate::launch::epp::{apply_objectives, picker_objectives};
+        use infergate_cli::config::bootstrap::{GatewaySettings, PluginConfigs};
+        use infergate_cli::config::epp::{apply_objectives, picker_objectives};
         use infergate_filters::picker::PickerShared;
-        let testdata = crate::artefacts::workspace_root().join("testdata");
+        let testdata = infergate_artefacts::workspace_root().join("testdata");
         let opts = UpOptions {
             epp_config: Some(testdata.join("epp/epp-config-configmap.yaml")),
             objectives: Some(testdata.join("tenants/objectives.yaml")),
@@ -710,11 +710,14 @@ mod tests {
     #[test]
     fn membership_is_eds_unless_static_is_asked_for() {
         let eds = stack_options(&UpOptions::default()).unwrap();
-        assert_eq!(eds.membership, crate::launch::eds::Membership::Eds);
+        assert_eq!(eds.membership, infergate_cli::config::eds::Membership::Eds);
         let o = UpOptions::parse(&strings(&["--static-membership"])).unwrap();
         assert!(o.static_membership);
         let fixed = stack_options(&o).unwrap();
-        assert_eq!(fixed.membership, crate::launch::eds::Membership::Static);
+        assert_eq!(
+            fixed.membership,
+            infergate_cli::config::eds::Membership::Static
+        );
         assert!(USAGE.contains("--static-membership"));
     }
 
@@ -790,7 +793,7 @@ mod tests {
             .map(|p| p.resolve(&replicas).unwrap())
             .collect();
         assert_eq!(
-            crate::launch::bootstrap::cluster_names(&pools),
+            infergate_cli::config::bootstrap::cluster_names(&pools),
             ["pool-0-bf16", "pool-1-fp8"]
         );
         for bad in [
@@ -806,7 +809,7 @@ mod tests {
                     .iter()
                     .map(|p| p.resolve(&replicas))
                     .collect::<Result<_>>()?;
-                crate::launch::routes::resolve(&pools, &s.routes)
+                infergate_cli::config::routes::resolve(&pools, &s.routes)
             });
             assert!(built.is_err(), "{bad:?}");
         }
@@ -860,8 +863,8 @@ mod tests {
     /// split setting.
     #[test]
     fn rewrites_are_checked_and_reach_the_router_configuration() {
-        let seed =
-            crate::artefacts::workspace_root().join("testdata/rewrite/inferencemodelrewrite.yaml");
+        let seed = infergate_artefacts::workspace_root()
+            .join("testdata/rewrite/inferencemodelrewrite.yaml");
         let o = UpOptions::parse(&strings(&["--rewrites", &seed.to_string_lossy()])).unwrap();
         let err = format!("{:#}", stack_options(&o).unwrap_err());
         assert!(
@@ -896,11 +899,12 @@ mod tests {
             10
         );
         let mut router = serde_json::json!({"role": "router"});
-        let split = crate::launch::stack::Split {
-            mode: crate::launch::stack::SplitMode::PerRequest,
+        let split = infergate_cli::config::rewrites::Split {
+            mode: infergate_cli::config::rewrites::SplitMode::PerRequest,
             session_header: Some("x-session-id".into()),
         };
-        crate::launch::stack::apply_rewrites(&mut router, &s.rewrites, Some(&split)).unwrap();
+        infergate_cli::config::rewrites::apply_rewrites(&mut router, &s.rewrites, Some(&split))
+            .unwrap();
         assert_eq!(
             router["modelRewrites"],
             serde_json::Value::from(s.rewrites.clone())

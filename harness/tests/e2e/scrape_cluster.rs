@@ -7,7 +7,7 @@
 //! Envoy async HTTP client as Wasm and dynamic-module callouts.
 
 use crate::support::{workers, TestBackend, QUICK};
-use infergate_harness::launch::bootstrap::{render, BootstrapParams, SCRAPE_CLUSTER};
+use infergate_cli::config::bootstrap::{render, BootstrapParams, SCRAPE_CLUSTER};
 use infergate_harness::launch::client::request;
 use infergate_harness::launch::{Envoy, EnvoyOptions, Flavor, Pool};
 use serde_yaml_ng::Value;
@@ -25,8 +25,8 @@ end
 
 /// The `infergate_scrape` cluster exactly as the `flavor` template declares it.
 fn scrape_cluster_of(flavor: Flavor) -> Value {
-    let text = std::fs::read_to_string(flavor.template_path()).unwrap();
-    let raw: Value = serde_yaml_ng::from_str(&text).unwrap();
+    let text = flavor.template();
+    let raw: Value = serde_yaml_ng::from_str(text).unwrap();
     raw["static_resources"]["clusters"]
         .as_sequence()
         .unwrap()

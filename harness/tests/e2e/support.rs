@@ -558,9 +558,12 @@ pub async fn stack_over(
     if let Some(module) = flavor.artefact() {
         // `cargo xtask test` names every artefact explicitly: there a missing one is a failure,
         // never a skip.
-        let named = ["INFERGATE_WASM", "INFERGATE_NATIVE"]
-            .iter()
-            .any(|var| std::env::var_os(var).is_some_and(|v| module == std::path::Path::new(&v)));
+        let named = [
+            infergate_artefacts::WASM_ENV,
+            infergate_artefacts::NATIVE_ENV,
+        ]
+        .iter()
+        .any(|var| std::env::var_os(var).is_some_and(|v| module == std::path::Path::new(&v)));
         assert!(
             !named || module.is_file(),
             "{flavor} flavour: {} was named but does not exist",

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use infergate_harness::artefacts::workspace_root;
+use infergate_artefacts::workspace_root;
 
 /// `testdata/objects/`: the seed's Kubernetes objects.
 pub fn seed_objects() -> PathBuf {

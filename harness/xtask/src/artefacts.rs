@@ -1,60 +1,12 @@
-//! Where the built artefacts live and how to build them: each is a `cargo build` of its
-//! crate. The harness finds the same paths through its own `artefacts` module, or through
-//! the variables of [`Artefacts::env`].
+//! How to build the artefacts: each is a `cargo build` of its crate. Where they land is
+//! `infergate-artefacts` (the one definition of every artefact path, shared with the CLI,
+//! the launcher and the tests), re-exported here.
 
 use anyhow::{bail, Context, Result};
-use std::path::{Path, PathBuf};
+pub use infergate_artefacts::{target_dir, workspace_root, Artefacts, Service, TEST_ARTEFACT_DIR};
+use infergate_artefacts::{NATIVE_FILE, WASM_FILE, WASM_TARGET};
+use std::path::PathBuf;
 use std::process::Command;
-
-/// The workspace root (the directory holding the root `Cargo.toml`), two levels above this
-/// crate (`harness/xtask/`).
-pub fn workspace_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest
-        .ancestors()
-        .nth(2)
-        .unwrap_or(manifest)
-        .to_path_buf()
-}
-
-/// The cargo target directory in use (`CARGO_TARGET_DIR` or `<root>/target`).
-pub fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"))
-}
-
-/// Paths of the release artefacts the end-to-end tests and the demo load.
-#[derive(Clone, Debug)]
-pub struct Artefacts {
-    /// The proxy-wasm module (`wasm32-wasip1`, release).
-    pub wasm_module: PathBuf,
-    /// The Envoy dynamic module (`libinfergate_envoy.so`, release).
-    pub native_module: PathBuf,
-    /// The engine simulator binary.
-    pub simulator: PathBuf,
-}
-
-impl Artefacts {
-    /// Where `build_all` puts the artefacts.
-    pub fn locate() -> Self {
-        let target = target_dir();
-        Artefacts {
-            wasm_module: target.join("wasm32-wasip1/release/infergate_wasm.wasm"),
-            native_module: target.join("release/libinfergate_envoy.so"),
-            simulator: target.join("release/infergate-sim"),
-        }
-    }
-
-    /// Environment variables through which tests and tools find the artefacts.
-    pub fn env(&self) -> Vec<(&'static str, PathBuf)> {
-        vec![
-            ("INFERGATE_WASM", self.wasm_module.clone()),
-            ("INFERGATE_NATIVE", self.native_module.clone()),
-            ("INFERGATE_SIM", self.simulator.clone()),
-        ]
-    }
-}
 
 /// Runs `cargo` with `args` in the workspace root, failing on a non-zero exit.
 pub fn cargo(args: &[&str], envs: &[(&str, PathBuf)]) -> Result<()> {
@@ -81,7 +33,7 @@ pub fn build_all() -> Result<Artefacts> {
             "-p",
             "infergate-wasm",
             "--target",
-            "wasm32-wasip1",
+            WASM_TARGET,
         ],
         &[],
     )?;
@@ -109,10 +61,6 @@ pub fn build_all() -> Result<Artefacts> {
     Ok(artefacts)
 }
 
-/// Where the test-only builds of the modules are kept: `<target>/test-artefact/` (and
-/// `<target>/wasm32-wasip1/test-artefact/`), beside, never over, the release modules.
-pub const TEST_ARTEFACT_DIR: &str = "test-artefact";
-
 /// One module built with a test-only feature.
 struct TestBuild<'a> {
     package: &'a str,
@@ -126,11 +74,7 @@ struct TestBuild<'a> {
 impl TestBuild<'_> {
     /// `<target>[/<triple>]/<dir>/<file>`.
     fn path_in(&self, dir: &str) -> PathBuf {
-        let mut path = target_dir();
-        if let Some(triple) = self.target {
-            path.push(triple);
-        }
-        path.join(dir).join(self.file)
+        infergate_artefacts::built(self.target, dir, self.file)
     }
 
     fn cargo_build(&self, with_feature: bool) -> Result<()> {
@@ -183,7 +127,7 @@ pub fn build_panic_injection_module() -> Result<PathBuf> {
         package: "infergate-envoy",
         target: None,
         feature: "panic-injection",
-        file: "libinfergate_envoy.so",
+        file: NATIVE_FILE,
     }
     .build()
 }
@@ -194,9 +138,32 @@ pub fn build_panic_injection_module() -> Result<PathBuf> {
 pub fn build_test_stages_wasm() -> Result<PathBuf> {
     TestBuild {
         package: "infergate-wasm",
-        target: Some("wasm32-wasip1"),
+        target: Some(WASM_TARGET),
         feature: "test-stages",
-        file: "infergate_wasm.wasm",
+        file: WASM_FILE,
     }
     .build()
+}
+
+/// Builds `service` (outside the workspace's default members: `cargo build` alone does not)
+/// and returns the variable naming it with its path. The rate-limit service (which links
+/// Debian's librocksdb-dev) in the dev profile, whose dependencies `cargo test` builds
+/// anyway; the external processor in release, as `bench overhead` runs it.
+pub fn build_service(service: Service) -> Result<(&'static str, PathBuf)> {
+    let release = service == Service::ExtProc;
+    let mut args = vec!["build", "-p", service.package()];
+    if release {
+        args.push("--release");
+    }
+    cargo(&args, &[])?;
+    let path = service.built(if release { "release" } else { "debug" });
+    if !path.is_file() {
+        bail!("{} is missing after its build", path.display());
+    }
+    Ok((service.env(), path))
+}
+
+/// Builds both services ([`build_service`]) and returns the variables naming them.
+pub fn build_services() -> Result<Vec<(&'static str, PathBuf)>> {
+    Service::ALL.into_iter().map(build_service).collect()
 }

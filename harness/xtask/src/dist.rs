@@ -29,8 +29,7 @@ use oci::{Digest, RuntimeConfig, WasmImage};
 use std::path::{Path, PathBuf};
 
 /// File names of the two modules in `dist/` (the names cargo gives them).
-pub const WASM_FILE: &str = "infergate_wasm.wasm";
-pub const NATIVE_FILE: &str = "libinfergate_envoy.so";
+pub use infergate_artefacts::{NATIVE_FILE, WASM_FILE};
 /// The OCI image layout's directory in `dist/`.
 pub const OCI_DIR: &str = "oci";
 /// The file that names the Envoy release the native module needs.
@@ -291,7 +290,7 @@ prints the manifest and `skopeo inspect --config --raw` the runtime config.
 }
 
 /// The example configuration in `dist/examples/`: the seed objects of `testdata/objects/`
-/// rendered by the harness's `infergate render`, one directory per flavour.
+/// rendered by the CLI's `infergate render`, one directory per flavour.
 ///
 /// Rendered with `--no-tenants`: the seed's `TenantQuota` objects hold shortened placeholder
 /// key hashes, which the tenant stage refuses; a user renders their own objects with real
@@ -299,8 +298,9 @@ prints the manifest and `skopeo inspect --config --raw` the runtime config.
 pub mod examples {
     use super::oci::Digest;
     use super::VERSION;
-    use crate::artefacts::{cargo, target_dir, workspace_root};
+    use crate::artefacts::{cargo, workspace_root};
     use anyhow::{bail, Context, Result};
+    use infergate_artefacts::{CLI_BINARY, CLI_PACKAGE};
     use std::ffi::OsStr;
     use std::path::{Path, PathBuf};
     use std::process::Command;
@@ -337,7 +337,7 @@ pub mod examples {
         )
     }
 
-    /// Builds the harness's `infergate` tool and renders both flavours into `dir`.
+    /// Builds the `infergate` tool (`cli/`) and renders both flavours into `dir`.
     pub fn write(dir: &Path, image: &str) -> Result<()> {
         let binary = build_infergate()?;
         render(&binary, dir, image)
@@ -424,13 +424,10 @@ pub mod examples {
         Ok(())
     }
 
-    /// Builds the harness's `infergate` tool (debug, as the tests build it: rendering is
-    /// not measured) and returns its path.
+    /// Builds the `infergate` tool (`cli/`; debug, as the tests build it: rendering is not
+    /// measured) and returns its path.
     fn build_infergate() -> Result<PathBuf> {
-        cargo(
-            &["build", "-p", "infergate-harness", "--bin", "infergate"],
-            &[],
-        )?;
-        Ok(target_dir().join("debug").join("infergate"))
+        cargo(&["build", "-p", CLI_PACKAGE, "--bin", CLI_BINARY], &[])?;
+        Ok(infergate_artefacts::built(None, "debug", CLI_BINARY))
     }
 }

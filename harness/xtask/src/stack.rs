@@ -7,7 +7,7 @@
 //! measure themselves. `exec`, so the binary takes this process's place (same pid, same
 //! terminal): Ctrl-C and SIGTERM reach it directly and it shuts its stack down cleanly.
 
-use crate::artefacts::{build_all, cargo, target_dir};
+use crate::artefacts::{build_all, build_service, cargo, target_dir, Service};
 use crate::setup;
 use anyhow::{Context, Result};
 use std::os::unix::process::CommandExt;
@@ -46,6 +46,7 @@ fn wants_help(args: &[String]) -> bool {
 /// Returns only on failure.
 pub fn run(command: &str, args: &[String]) -> Result<()> {
     let binary = build_binary()?;
+    let mut env = Vec::new();
     if !wants_help(args) {
         // Bad arguments fail before the (long) build of the modules; the binary says why.
         let status = Command::new(&binary)
@@ -59,9 +60,17 @@ pub fn run(command: &str, args: &[String]) -> Result<()> {
         }
         setup::ensure(false)?;
         build_all()?;
+        // The rate-limit service is not a default member (it links Debian's librocksdb-dev).
+        if args.iter().any(|a| a == "--global-quotas") {
+            env.push(build_service(Service::RateLimit)?);
+        }
     }
     eprintln!("xtask: continuing in {} {command}", binary.display());
-    let err = Command::new(&binary).arg(command).args(args).exec();
+    let err = Command::new(&binary)
+        .arg(command)
+        .args(args)
+        .envs(env)
+        .exec();
     Err(err).with_context(|| format!("running {}", binary.display()))
 }
 

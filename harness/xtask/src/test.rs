@@ -1,7 +1,8 @@
 //! `cargo xtask test`: every test tier, in the order a failure is cheapest to find.
 //!
 //! 1. the release artefacts (Wasm module, native module with the `panic-injection` test
-//!    feature, simulator), which the end-to-end tests load into a real Envoy;
+//!    feature, simulator), which the end-to-end tests load into a real Envoy, and the
+//!    services outside the default members (rate-limit service, external processor);
 //! 2. `cargo test --workspace`: unit, property, fake-host, wasmtime-host and real-Envoy tests,
 //!    the end-to-end stacks at `--workers N` Envoy workers (2 unless told), except the suites
 //!    whose properties rest on state kept once per Envoy process ([`STATE_SUITES`]), which
@@ -16,8 +17,8 @@
 //!    kills, client aborts and hostile requests, failing on any verdict (`bench soak`).
 
 use crate::artefacts::{
-    build_all, build_panic_injection_module, build_test_stages_wasm, cargo, target_dir,
-    workspace_root,
+    build_all, build_panic_injection_module, build_services, build_test_stages_wasm, cargo,
+    target_dir, workspace_root,
 };
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeSet;
@@ -104,7 +105,11 @@ pub fn run(args: &[String]) -> Result<()> {
     // both accept the host-capability test stages.
     artefacts.native_module = build_panic_injection_module()?;
     artefacts.wasm_module = build_test_stages_wasm()?;
-    let env = artefacts.env();
+    let mut env = artefacts.env();
+    // The services outside the default members: the global-quota and `bench overhead`
+    // suites run them (`cargo test --workspace` would build the rate-limit service too, but
+    // a suite must not depend on which binaries cargo happened to build first).
+    env.extend(build_services()?);
     let with_workers = |workers: u32| {
         let mut test_env = env.clone();
         test_env.push((E2E_WORKERS_ENV, PathBuf::from(workers.to_string())));

@@ -46,10 +46,10 @@ use super::calibration::{stack_options, start_serving};
 use super::cli::ScenarioArgs;
 use figures::Canary;
 
-use crate::launch::stack::{Split, SplitMode};
 use crate::launch::{Flavor, PoolSpec, RouteSpec, Stack, StackOptions};
 use crate::load::Workload;
 use crate::sim::{self, SimConfig, SimHandle};
+use infergate_cli::config::rewrites::{Split, SplitMode};
 
 /// The name clients ask for when a rewrite splits it.
 pub const CLIENT_MODEL: &str = "assistant";
@@ -371,7 +371,7 @@ mod tests {
         assert_eq!(rewrite(0)["spec"]["rules"][0]["targets"][1]["weight"], 0);
         assert_eq!(
             r["spec"]["poolRef"]["name"],
-            crate::launch::bootstrap::pool_cluster_name(0, STABLE)
+            infergate_cli::config::bootstrap::pool_cluster_name(0, STABLE)
         );
         let s = split(true);
         assert_eq!(

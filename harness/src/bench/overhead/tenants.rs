@@ -7,8 +7,8 @@
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
-use crate::artefacts::workspace_root;
 use crate::launch::{load_objects, Tenancy};
+use infergate_artefacts::workspace_root;
 
 /// Tenant A's test API key (never a real credential); its sha256 is in the testdata.
 pub const API_KEY: &str = "sk-infergate-test-tenant-a";

@@ -34,7 +34,6 @@ use self::figures::{bills, placement, served, served_since, Bill, Served};
 use super::calibration;
 use super::cli::ScenarioArgs;
 use super::html;
-use crate::artefacts::workspace_root;
 use crate::launch::{
     client, load_objects, read_billing_log, Backends, EnvoyOptions, Flavor, Stack, StackOptions,
     Tenancy, DEFAULT_MODEL,
@@ -43,6 +42,7 @@ use crate::load::classes::LONG_BATCH_PROMPT_TOKENS;
 use crate::load::workload::filler;
 use crate::load::{run_classes, ClassReport, ClassRun, LoadClass};
 use crate::sim::{self, SimHandle};
+use infergate_artefacts::workspace_root;
 use infergate_filters::tenants::Tenants;
 
 /// Tenant A's name: its `TenantQuota`, its fairness id and its load class.

@@ -37,10 +37,10 @@ use super::tag;
 use crate::support::gw::{self, billing_records, Plan};
 use crate::support::objects::{objective, tenant_quota};
 use crate::support::raw;
+use infergate_cli::config::tenancy::{read_billing_log, Tenancy};
 use infergate_filters::picker::config::default_epp_config;
 use infergate_harness::launch::client::post_json;
 use infergate_harness::launch::stats::Stats;
-use infergate_harness::launch::tenancy::{read_billing_log, Tenancy};
 use infergate_harness::launch::{Flavor, PoolSpec, Stack};
 use infergate_harness::sim::{self, SimConfig, SimHandle};
 

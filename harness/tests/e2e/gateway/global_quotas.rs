@@ -32,10 +32,10 @@ use serde_json::{json, Value};
 use super::tag;
 use crate::support::gw::openai_error;
 use crate::support::objects::{objective, tenant_quota};
+use infergate_cli::config::tenancy::Tenancy;
 use infergate_harness::launch::client::post_json;
 use infergate_harness::launch::fleet::Fleet;
 use infergate_harness::launch::global_quotas::{ratelimit_binary, GlobalQuotaBackend};
-use infergate_harness::launch::tenancy::Tenancy;
 use infergate_harness::launch::{Backends, EnvoyOptions, Flavor, PoolSpec, StackOptions};
 use infergate_harness::sim::{self, SimConfig, SimHandle};
 

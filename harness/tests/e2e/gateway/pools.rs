@@ -36,10 +36,10 @@ use super::{answered_by, chat, tag};
 use crate::support::gw::{self, gateway_stats, traced};
 use crate::support::reset::ResettingBackend;
 use crate::support::{workers, MetricsMode, StreamPace, TestBackend, QUICK};
+use infergate_cli::config::rewrites::{Split, SplitMode};
 use infergate_harness::launch::client::{
     post_json, post_json_streamed, HttpResponse, StreamedResponse,
 };
-use infergate_harness::launch::stack::{Split, SplitMode};
 use infergate_harness::launch::{
     Backends, EnvoyOptions, FailureMode, Flavor, GatewaySettings, PluginConfigs, PoolSpec,
     RouteSpec, Stack, StackOptions,

@@ -29,10 +29,10 @@ use super::tag;
 use crate::support::gw::billing_records;
 use crate::support::objects::{objective, tenant_quota};
 use crate::support::workers;
-use infergate_harness::launch::bootstrap::pool_cluster_name;
+use infergate_cli::config::bootstrap::pool_cluster_name;
+use infergate_cli::config::rewrites::{Split, SplitMode};
+use infergate_cli::config::tenancy::Tenancy;
 use infergate_harness::launch::client::{get, post_json, request};
-use infergate_harness::launch::stack::{Split, SplitMode};
-use infergate_harness::launch::tenancy::Tenancy;
 use infergate_harness::launch::{Backends, EnvoyOptions, Flavor, PoolSpec, Stack, StackOptions};
 use infergate_harness::sim::SimConfig;
 
@@ -53,8 +53,8 @@ for_each_flavour!(
 
 /// The seed's object, naming the launcher's pool.
 fn seed_rewrite() -> Value {
-    let path = infergate_harness::artefacts::workspace_root()
-        .join("testdata/rewrite/inferencemodelrewrite.yaml");
+    let path =
+        infergate_artefacts::workspace_root().join("testdata/rewrite/inferencemodelrewrite.yaml");
     let text = std::fs::read_to_string(&path).unwrap();
     let mut object: Value = serde_yaml_ng::from_str(&text).unwrap();
     object["spec"]["poolRef"]["name"] = json!(pool_cluster_name(0, BASE));

@@ -29,9 +29,9 @@ use super::tag;
 use crate::support::gw::{self, billing_records, openai_error, Plan};
 use crate::support::objects::{objective, tenant_quota};
 use crate::support::{ServeMode, StreamPace, TestBackend, MALFORMED_SSE};
+use infergate_cli::config::tenancy::Tenancy;
 use infergate_harness::launch::client::{post_json, post_json_streamed, HttpResponse};
 use infergate_harness::launch::jwt::TestIssuer;
-use infergate_harness::launch::tenancy::Tenancy;
 use infergate_harness::launch::{Flavor, PoolSpec, Stack};
 use infergate_harness::sim::{self, SimConfig, SimHandle};
 

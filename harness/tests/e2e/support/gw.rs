@@ -7,9 +7,9 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::Request;
 use hyper_util::rt::TokioIo;
+use infergate_cli::config::tenancy::{read_billing_log, Tenancy};
 use infergate_harness::launch::client::HttpResponse;
 use infergate_harness::launch::stats::Stats;
-use infergate_harness::launch::tenancy::{read_billing_log, Tenancy};
 use infergate_harness::launch::{
     Backends, ClientTimeouts, EnvoyOptions, Flavor, GatewaySettings, PluginConfigs, PoolSpec,
     Stack, StackOptions,

@@ -45,7 +45,7 @@ pub fn testmod() -> &'static Path {
 pub fn product_module() -> &'static Path {
     static WASM: OnceLock<PathBuf> = OnceLock::new();
     WASM.get_or_init(|| {
-        if let Some(path) = std::env::var_os("INFERGATE_WASM") {
+        if let Some(path) = std::env::var_os(infergate_artefacts::WASM_ENV) {
             return PathBuf::from(path);
         }
         let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml");
@@ -59,7 +59,10 @@ pub fn product_module() -> &'static Path {
             .status()
             .expect("running cargo to build the wasm module");
         assert!(status.success(), "building infergate-wasm failed");
-        target.join("wasm32-wasip1/release/infergate_wasm.wasm")
+        target
+            .join(infergate_artefacts::WASM_TARGET)
+            .join("release")
+            .join(infergate_artefacts::WASM_FILE)
     })
 }
 

@@ -393,7 +393,7 @@ fn skopeo_copies_the_image_and_the_module_survives() {
     assert_eq!(found.module_bytes, module);
 }
 
-/// Stands in for `infergate render` (a cargo build of the harness): records the image.
+/// Stands in for `infergate render` (a cargo build of the CLI): records the image.
 fn stub_examples(dir: &Path, image: &str) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
     std::fs::write(dir.join("image"), image)?;
@@ -500,7 +500,7 @@ fn dist_args() {
 #[test]
 fn rendered_examples_load_the_installed_modules_and_pin_the_image() {
     use super::examples;
-    let binary = crate::artefacts::target_dir().join("debug/infergate");
+    let binary = infergate_artefacts::built(None, "debug", infergate_artefacts::CLI_BINARY);
     if !binary.is_file() {
         eprintln!("SKIPPED: {} is not built", binary.display());
         return;

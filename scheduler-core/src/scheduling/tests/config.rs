@@ -266,7 +266,7 @@ fn lru_capacity_prefers_configured_then_kv_capacity() {
 
 #[test]
 fn the_all_plugins_reference_declares_every_plugin_type() {
-    // `testdata/epp/all-plugins.yaml` claims to list every plugin type (the harness's explain
+    // `testdata/epp/all-plugins.yaml` claims to list every plugin type (the CLI's explain
     // CLI test compiles and runs it); a type added to the catalogue must be added there too.
     // The disaggregation plugins are in `disagg.yaml` (a config has one profile handler),
     // the precise producer in `precise.yaml` (a config has one prefix producer).

@@ -1,8 +1,9 @@
 //! From a flavour and a description of the pools to the bootstrap YAML Envoy loads.
 //!
-//! The templates (`envoy/config/{plain,wasm,native}.yaml`) hold every Envoy shape; this
-//! module only computes values: ports, endpoint lists, per-pool cluster names, artefact
-//! paths and the plugin configurations (JSON text handed to the Wasm or native module).
+//! The templates (`envoy/config/{plain,wasm,native}.yaml`, compiled in) hold every Envoy
+//! shape; this module only computes values: ports, endpoint lists, per-pool cluster names,
+//! artefact paths and the plugin configurations (JSON text handed to the Wasm or native
+//! module).
 
 use super::eds::{EdsDir, Membership};
 use super::epp::{apply_objectives, picker_objectives};
@@ -10,6 +11,7 @@ use super::routes::{self, RouteSpec};
 use super::template::{Template, Vars};
 use super::tenancy::Tenancy;
 use anyhow::{bail, Context, Result};
+use infergate_artefacts::Artefacts;
 use serde_json::json;
 use serde_yaml_ng::Value;
 use std::fmt;
@@ -42,23 +44,33 @@ impl Flavor {
         }
     }
 
-    /// `envoy/config/<name>.yaml` in the workspace.
-    pub fn template_path(self) -> PathBuf {
-        crate::artefacts::workspace_root()
-            .join("envoy/config")
-            .join(format!("{}.yaml", self.name()))
+    /// The template's file in the workspace, `envoy/config/<name>.yaml` (for messages).
+    pub fn template_file(self) -> &'static str {
+        match self {
+            Flavor::Plain => "envoy/config/plain.yaml",
+            Flavor::Wasm => "envoy/config/wasm.yaml",
+            Flavor::Native => "envoy/config/native.yaml",
+        }
+    }
+
+    /// The flavour's template (`envoy/config/<name>.yaml`), compiled in: an installed
+    /// `infergate` renders without the repository, and a template edit rebuilds what uses it.
+    pub fn template(self) -> &'static str {
+        match self {
+            Flavor::Plain => include_str!("../../../envoy/config/plain.yaml"),
+            Flavor::Wasm => include_str!("../../../envoy/config/wasm.yaml"),
+            Flavor::Native => include_str!("../../../envoy/config/native.yaml"),
+        }
     }
 
     /// The built module this flavour loads: `INFERGATE_WASM` / `INFERGATE_NATIVE`, else
-    /// where `cargo xtask build` puts it. `None` for `plain`.
+    /// where `cargo xtask build` puts it ([`infergate_artefacts`]). `None` for `plain`.
     pub fn artefact(self) -> Option<PathBuf> {
-        let located = crate::artefacts::Artefacts::locate();
-        let (var, default) = match self {
-            Flavor::Plain => return None,
-            Flavor::Wasm => ("INFERGATE_WASM", located.wasm_module),
-            Flavor::Native => ("INFERGATE_NATIVE", located.native_module),
-        };
-        Some(std::env::var_os(var).map(PathBuf::from).unwrap_or(default))
+        match self {
+            Flavor::Plain => None,
+            Flavor::Wasm => Some(Artefacts::wasm_module()),
+            Flavor::Native => Some(Artefacts::native_module()),
+        }
     }
 }
 
@@ -743,12 +755,10 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
     serde_yaml_ng::to_string(&body).context("serialising the bootstrap")
 }
 
-/// Renders `params` with its flavour's template from `envoy/config/`.
+/// Renders `params` with its flavour's template ([`Flavor::template`]).
 pub fn render(params: &BootstrapParams) -> Result<String> {
-    let path = params.flavor.template_path();
-    let template = std::fs::read_to_string(&path)
-        .with_context(|| format!("reading template {}", path.display()))?;
-    render_with(&template, params).with_context(|| format!("rendering {}", path.display()))
+    render_with(params.flavor.template(), params)
+        .with_context(|| format!("rendering {}", params.flavor.template_file()))
 }
 
 #[cfg(test)]
@@ -1477,7 +1487,7 @@ mod tests {
                 json!({"kind": "TenantQuota", "metadata": {"name": "tenant-a"}}),
                 json!({"kind": "InferenceObjective", "metadata": {"name": "premium"}}),
             ],
-            jwt: Some(crate::launch::tenancy::JwtProvider {
+            jwt: Some(crate::config::tenancy::JwtProvider {
                 issuer: "https://issuer.test".into(),
                 jwks: r#"{"keys":[{"kty":"oct","alg":"HS256","kid":"k","k":"c2VjcmV0"}]}"#.into(),
             }),

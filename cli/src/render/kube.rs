@@ -7,8 +7,8 @@
 use super::gateway::Gateway;
 use super::names::{instance, service_name};
 use super::report::Report;
-use crate::launch::bootstrap::Flavor;
-use crate::launch::template::{Template, Vars};
+use crate::config::bootstrap::Flavor;
+use crate::config::template::{Template, Vars};
 use anyhow::{anyhow, Context, Result};
 use serde_json::{json, Value as Json};
 
@@ -181,10 +181,8 @@ pub fn check_configs(router: &Json, picker: &Json) -> Result<()> {
 /// The pool clusters' load-balancing policy, from `flavor`'s own template (its
 /// `pool_lb_policy` prototype), with the native module at `module`.
 pub fn pool_lb_policy(flavor: Flavor, module: &str) -> Result<Json> {
-    let path = flavor.template_path();
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let t = Template::parse(&text)?;
+    let t = Template::parse(flavor.template())
+        .with_context(|| format!("parsing {}", flavor.template_file()))?;
     let mut vars = Vars::new();
     vars.insert(
         "native_module".into(),

@@ -3,8 +3,8 @@
 //! `InferenceModelRewrite`, `TenantQuota`) as a gateway's configuration.
 //!
 //! - [`objects`]: the objects, typed by kind and apiVersion;
-//! - [`gateway`]: the objects as the launcher's [`crate::launch::BootstrapParams`], so the
-//!   bootstrap comes from `launch::bootstrap::render`, the renderer every harness stack uses:
+//! - [`gateway`]: the objects as the launcher's [`crate::config::BootstrapParams`], so the
+//!   bootstrap comes from `config::bootstrap::render`, the renderer every harness stack uses:
 //!   what the tests run is what users get;
 //! - [`istio`]: the same gateway as Istio manifests (one `EnvoyFilter`, Wasm through ECDS;
 //!   no bootstrap patch);
@@ -26,8 +26,8 @@ pub mod objects;
 mod readme;
 pub mod report;
 
-use crate::launch::bootstrap::{self, write_eds_files, Flavor};
-use crate::launch::eds::{load_assignment, EdsDir, EdsHost, Membership};
+use crate::config::bootstrap::{self, write_eds_files, Flavor};
+use crate::config::eds::{load_assignment, EdsDir, EdsHost, Membership};
 use anyhow::{bail, Context, Result};
 use serde_yaml_ng::Value;
 use std::net::SocketAddr;

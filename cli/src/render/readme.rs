@@ -5,8 +5,8 @@ use super::gateway::Gateway;
 use super::istio::{MODULE_DIR, NATIVE_MODULE_FILE, OVERLAY_CONFIGMAP};
 use super::kube::Target as Gw;
 use super::{RenderOptions, Target};
-use crate::launch::bootstrap::Flavor;
-use crate::launch::eds::Membership;
+use crate::config::bootstrap::Flavor;
+use crate::config::eds::Membership;
 use std::fmt::Write as _;
 
 /// The README's text.

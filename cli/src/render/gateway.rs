@@ -2,17 +2,17 @@
 //! ([`BootstrapParams`]): pools from `InferencePool`s (their base model from the
 //! `HTTPRoute`s that send a model to them, their adapters from the rewrites' targets),
 //! routes from `HTTPRoute`s, each pool's `EndpointPickerConfig`, the objectives, the
-//! rewrites and the tenants. The bootstrap is then rendered by `launch::bootstrap`, the
+//! rewrites and the tenants. The bootstrap is then rendered by `config::bootstrap`, the
 //! renderer every harness stack uses.
 
 use super::objects::http_route::v1::HttpRoute;
 use super::objects::inference_pool::v1::InferencePool;
 use super::objects::{Object, ObjectSet};
-use crate::launch::bootstrap::{BootstrapParams, Flavor, GatewaySettings, PluginConfigs, Pool};
-use crate::launch::epp::{apply_objectives, picker_objectives};
-use crate::launch::routes::RouteSpec;
-use crate::launch::stack::apply_rewrites;
-use crate::launch::tenancy::{JwtProvider, Tenancy};
+use crate::config::bootstrap::{BootstrapParams, Flavor, GatewaySettings, PluginConfigs, Pool};
+use crate::config::epp::{apply_objectives, picker_objectives};
+use crate::config::rewrites::apply_rewrites;
+use crate::config::routes::RouteSpec;
+use crate::config::tenancy::{JwtProvider, Tenancy};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value as Json;
 use std::net::{IpAddr, SocketAddr};
@@ -41,7 +41,7 @@ pub struct GatewayInputs {
 /// A gateway described by the objects.
 #[derive(Clone, Debug)]
 pub struct Gateway {
-    /// What `launch::bootstrap::render` renders.
+    /// What `config::bootstrap::render` renders.
     pub params: BootstrapParams,
     /// The InferencePool each pool came from, in pool order.
     pub pools: Vec<InferencePool>,

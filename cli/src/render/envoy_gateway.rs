@@ -57,7 +57,7 @@ use super::gateway::{Gateway, GatewayInputs};
 use super::istio::{buffer_filter, oci_url, route_refresh_filter, MODULE_DIR, NATIVE_MODULE_FILE};
 use super::kube::{self, Target};
 use super::report::Report;
-use crate::launch::bootstrap::Flavor;
+use crate::config::bootstrap::Flavor;
 use anyhow::{Context, Result};
 use serde_json::{json, Value as Json};
 

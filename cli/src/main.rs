@@ -16,16 +16,16 @@
 //! [--jwks FILE] [--billing-log PATH] [--per-request-split]` renders the user's Kubernetes
 //! objects as a gateway: an Envoy bootstrap (`--target envoy`, the default), Istio's
 //! manifests (`istio`) or Envoy Gateway's (`envoy-gateway`), the field report and a
-//! README into `--out` (see `infergate_harness::render`); the fields it does not support are
+//! README into `--out` (see `infergate_cli::render`); the fields it does not support are
 //! printed, one per line.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use infergate_harness::explain;
-use infergate_harness::launch::{Flavor, Membership};
-use infergate_harness::render::{self, GatewayInputs, RenderOptions};
+use infergate_cli::config::{Flavor, Membership};
+use infergate_cli::explain;
+use infergate_cli::render::{self, GatewayInputs, RenderOptions};
 use scheduler_core::types::Millis;
 use std::net::SocketAddr;
 

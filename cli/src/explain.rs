@@ -453,7 +453,7 @@ pub fn run(inputs: &Inputs<'_>) -> Result<String> {
         std::fs::read(request).with_context(|| format!("reading request {}", request.display()))?;
     let rewriting = Rewriting {
         objects: match inputs.rewrites {
-            Some(file) => crate::launch::load_objects(file).context("--rewrites")?,
+            Some(file) => crate::config::load_objects(file).context("--rewrites")?,
             None => Vec::new(),
         },
         sticky_key: inputs.sticky_key.map(str::to_owned),

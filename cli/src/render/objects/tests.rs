@@ -1,7 +1,7 @@
 //! The versioned types on the seed's objects, and what they refuse.
 
 use super::*;
-use crate::artefacts::workspace_root;
+use infergate_artefacts::workspace_root;
 use serde_json::json;
 
 fn seed_dir() -> std::path::PathBuf {
@@ -34,7 +34,7 @@ fn every_seed_object_parses_into_its_versions_type() {
         pool.endpoint_picker_ref.as_ref().unwrap().name,
         "llama-70b-epp"
     );
-    assert_eq!(pool.failure_mode(), crate::launch::FailureMode::FailClose);
+    assert_eq!(pool.failure_mode(), crate::config::FailureMode::FailClose);
 
     let route = match &read_one(&seed("httproute.yaml")[0]).unwrap()[..] {
         [Object::HttpRouteV1(r)] => r.clone(),

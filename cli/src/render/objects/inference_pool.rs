@@ -3,7 +3,7 @@
 
 /// `inference.networking.k8s.io/v1`.
 pub mod v1 {
-    use crate::launch::FailureMode;
+    use crate::config::FailureMode;
     use crate::render::objects::meta::{ObjectMeta, Opened};
     use crate::render::objects::reader::{Node, ObjectError};
     use crate::render::report::Report;

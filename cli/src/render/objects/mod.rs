@@ -34,7 +34,7 @@ pub mod reader;
 pub mod tenant_quota;
 
 use super::report::Report;
-use crate::launch::tenancy::parse_documents;
+use crate::config::tenancy::parse_documents;
 use anyhow::{Context, Result};
 use reader::ObjectError;
 use serde_json::Value as Json;

@@ -184,11 +184,11 @@ pub fn apply_objectives(picker: &mut Json, objectives: &[Json]) -> Result<()> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::launch::process::RunDir;
     use serde_json::json;
+    use tempfile::TempDir;
 
     fn testdata(path: &str) -> std::path::PathBuf {
-        crate::artefacts::workspace_root()
+        infergate_artefacts::workspace_root()
             .join("testdata")
             .join(path)
     }
@@ -292,7 +292,7 @@ mod tests {
 
     #[test]
     fn errors_name_the_file() {
-        let dir = RunDir::new("epp").unwrap();
+        let dir = TempDir::new().unwrap();
         let bad = dir.path().join("bad-epp.yaml");
         std::fs::write(&bad, "kind: Service\n").unwrap();
         let err = format!("{:#}", load_epp_config(&bad).unwrap_err());

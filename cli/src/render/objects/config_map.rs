@@ -3,7 +3,7 @@
 
 /// `v1`.
 pub mod v1 {
-    use crate::launch::tenancy::parse_documents;
+    use crate::config::tenancy::parse_documents;
     use crate::render::objects::endpoint_picker_config::v1alpha1::{self, EndpointPickerConfig};
     use crate::render::objects::meta::ObjectMeta;
     use crate::render::objects::reader::{Node, ObjectError};

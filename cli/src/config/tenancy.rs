@@ -195,7 +195,7 @@ pub fn parse_documents(text: &str) -> Result<Vec<Json>> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::launch::process::RunDir;
+    use tempfile::TempDir;
 
     const QUOTA: &str = "apiVersion: mini-platform.local/v1alpha1\nkind: TenantQuota\n\
                          metadata: {name: tenant-x}\nspec: {inject: {fairnessId: x}}\n";
@@ -225,7 +225,7 @@ mod tests {
 
     #[test]
     fn a_directory_is_read_in_name_order_and_errors_name_the_file() {
-        let dir = RunDir::new("tenants").unwrap();
+        let dir = TempDir::new().unwrap();
         let p = dir.path();
         std::fs::write(p.join("b.yml"), QUOTA.replace("tenant-x", "tenant-b")).unwrap();
         std::fs::write(
@@ -266,7 +266,7 @@ mod tests {
     /// same objects as one multi-document file.
     #[test]
     fn the_testdata_tenants_load() {
-        let dir = crate::artefacts::workspace_root().join("testdata/tenants");
+        let dir = infergate_artefacts::workspace_root().join("testdata/tenants");
         let all = dir.join("all.yaml");
         if !all.is_file() {
             eprintln!("SKIPPED: {} does not exist", all.display());
@@ -297,7 +297,7 @@ mod tests {
 
     #[test]
     fn the_billing_log_reads_one_record_per_line() {
-        let dir = RunDir::new("billing").unwrap();
+        let dir = TempDir::new().unwrap();
         let file = dir.path().join("billing.log");
         assert!(read_billing_log(&file).unwrap().is_empty());
         std::fs::write(

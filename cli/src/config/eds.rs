@@ -146,7 +146,7 @@ fn file_stem(cluster: &str) -> String {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::launch::process::RunDir;
+    use tempfile::TempDir;
 
     fn addr(port: u16) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], port))
@@ -154,7 +154,7 @@ mod tests {
 
     #[test]
     fn a_write_replaces_the_file_whole_with_one_load_assignment() {
-        let run = RunDir::new("eds-unit").unwrap();
+        let run = TempDir::new().unwrap();
         let eds = EdsDir::create(run.path().join("eds")).unwrap();
         eds.write_healthy("pool-0-m", &[addr(1), addr(2)]).unwrap();
         eds.write(

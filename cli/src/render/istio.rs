@@ -51,8 +51,8 @@
 use super::gateway::{Gateway, GatewayInputs};
 use super::kube::{self, Target};
 use super::report::Report;
-use crate::launch::bootstrap::Flavor;
-use crate::launch::template::Template;
+use crate::config::bootstrap::Flavor;
+use crate::config::template::Template;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value as Json};
 use std::fmt;
@@ -125,7 +125,7 @@ pub const MODULE_DIR: &str = "/var/lib/infergate";
 
 /// The native module's file in [`MODULE_DIR`] (Envoy's search-path name for
 /// `infergate_envoy`).
-pub const NATIVE_MODULE_FILE: &str = "libinfergate_envoy.so";
+pub const NATIVE_MODULE_FILE: &str = infergate_artefacts::NATIVE_FILE;
 
 /// The admin port of Istio's proxy, which the scraper asks for the pool clusters' members
 /// when the host cannot tell them (Wasm; native before 1.30).
@@ -262,9 +262,8 @@ pub fn manifests(
     let mut patches = Vec::new();
     // Tenancy: Envoy's jwt_authn first, the billing log on the connection manager (the
     // flavour's own prototypes).
-    let template = Template::parse(
-        &std::fs::read_to_string(inputs.flavor.template_path()).context("reading the template")?,
-    )?;
+    let template = Template::parse(inputs.flavor.template())
+        .with_context(|| format!("parsing {}", inputs.flavor.template_file()))?;
     let splices = gw.params.tenancy.splices(&template)?;
     for jwt in splices.jwt_filters {
         patches.push(before_router(serde_json::to_value(jwt)?));
