@@ -48,6 +48,7 @@
 
 pub(super) mod lora;
 mod members;
+mod pick;
 mod snapshot;
 mod view;
 
@@ -56,18 +57,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use scheduler_core::flow::saturation::all_saturated;
 use scheduler_core::flow::Detector;
-use scheduler_core::metrics::EndpointMetrics;
 
 use crate::precise::PreciseShared;
-use scheduler_core::scheduling::candidates::{
-    pool_candidates, NoCandidates, PoolEndpoint, Selection,
-};
-use scheduler_core::scheduling::RequestView;
+use scheduler_core::scheduling::candidates::NoCandidates;
 use scheduler_core::snapshot::Snapshot;
-use scheduler_core::types::{BlockHash, InFlight, Millis, Tokens};
+use scheduler_core::types::{BlockHash, InFlight, Tokens};
 
 use self::snapshot::SnapshotSlot;
-use self::view::{record_of, reindex};
+use self::view::reindex;
 use super::admit::{FlowPlan, Priorities};
 use super::config::{PickerConfig, PickerConfigError};
 use super::lease::InFlightLease;
@@ -385,205 +382,6 @@ impl PickerShared {
     /// Whether any pool has flow control (its host then runs a timer).
     pub fn has_flow_control(&self) -> bool {
         self.inner.plans.pools().iter().any(|p| p.flow().is_some())
-    }
-
-    /// Pick an endpoint of `plan`'s pool for `req`; on success the endpoint's in-flight
-    /// load includes the request until the returned lease is dropped. Locks only that
-    /// pool. The caller reports the outcome with [`PoolPlan::count_decision`] (after
-    /// unlocking). A plan of another state is refused as `NoEndpoints`.
-    pub fn pick(
-        &self,
-        plan: &PoolPlan,
-        req: &PickRequest<'_>,
-        now: Millis,
-        random: u64,
-    ) -> Result<Picked, Rejection> {
-        self.pick_within(plan, req, None, now, random)
-    }
-
-    /// [`PickerShared::pick`] among the pool endpoints `subset` (`ip:port`s: the request's
-    /// subset hint) only; `None`: the whole pool. A subset with no current member of the
-    /// pool is refused as `NoEndpoints`.
-    pub fn pick_within(
-        &self,
-        plan: &PoolPlan,
-        req: &PickRequest<'_>,
-        subset: Option<&[String]>,
-        now: Millis,
-        random: u64,
-    ) -> Result<Picked, Rejection> {
-        if plan.issuer != self.inner.issuer {
-            return Err(Rejection::NoEndpoints);
-        }
-        let Some(pool) = self.inner.pools.get(plan.id.0) else {
-            return Err(Rejection::NoEndpoints);
-        };
-        let mut guard = pool.lock();
-        self.sync(plan.id, &mut guard);
-        let state = &mut *guard;
-        let samples = state.snapshot.as_deref().map(|s| s.endpoints.as_slice());
-        // The subset hint narrows the pool before any rule runs (its FailOpen "every
-        // member" means every member of the subset): `members` maps a candidate's position
-        // in the list handed to the rules back to its pool index.
-        // Only current members that are not unhealthy are ever candidates.
-        let members: Vec<usize> = match subset {
-            None => (0..state.endpoints.len())
-                .filter(|&i| members::candidate(state, i))
-                .collect(),
-            Some(subset) => {
-                let mut slots: Vec<usize> = subset
-                    .iter()
-                    .filter_map(|a| members::member_slot(state, a))
-                    .filter(|&i| members::candidate(state, i))
-                    .collect();
-                slots.sort_unstable();
-                slots.dedup();
-                slots
-            }
-        };
-        if members.is_empty() {
-            return Err(Rejection::NoEndpoints);
-        }
-        // A pick of an adapter scores some candidates on owned copies of their metrics
-        // (see `lora`); declared before the candidates, which borrow them.
-        let mut seen_through_memory: Vec<(usize, EndpointMetrics)> = Vec::new();
-        let endpoints = members.iter().filter_map(|&i| {
-            Some(PoolEndpoint {
-                address: state.endpoints.get(i)?,
-                record: record_of(samples, state.sample_of.get(i).copied().flatten()),
-                inflight: pool.load.get(i).unwrap_or_default(),
-            })
-        });
-        let mut set = pool_candidates(endpoints, &state.rules, now)?;
-        let pool_index_of = |c: usize| {
-            set.pool_index
-                .get(c)
-                .and_then(|&listed| members.get(listed))
-                .copied()
-        };
-        super::disagg::assign_roles(&mut set.candidates, &state.roles, pool_index_of);
-        let adapter = req.target_model != plan.base_model;
-        if adapter {
-            for (c, cand) in set.candidates.iter().enumerate() {
-                let memory = pool_index_of(c).and_then(|i| state.adapters.get(i));
-                if let (Some(m), Some(memory)) = (cand.metrics, memory) {
-                    if let Some(seen) = lora::augmented(m, memory) {
-                        seen_through_memory.push((c, seen));
-                    }
-                }
-            }
-            for (c, seen) in &seen_through_memory {
-                if let Some(cand) = set.candidates.get_mut(*c) {
-                    cand.metrics = Some(seen);
-                }
-            }
-        }
-
-        let hashes = req.block_hashes;
-        let session_endpoint = req
-            .session
-            .and_then(|s| state.sessions.get(s))
-            .and_then(|i| state.endpoints.get(i))
-            .map(String::as_str);
-        let view = RequestView {
-            target_model: req.target_model,
-            base_model: &plan.base_model,
-            block_hashes: hashes,
-            prompt_tokens: req.prompt_tokens,
-            last_endpoint_for_session: session_endpoint,
-        };
-        // The precise index, when the pool has one: its lock is held for the schedule only
-        // (the KV-event thread takes no other lock, so the order pool → index is safe).
-        let precise = state.precise.clone();
-        let precise_guard = precise.as_deref().map(PreciseShared::lock_for_pick);
-        if let Some(p) = &precise {
-            // The engines' block size as scraped keys the next requests.
-            if let Some(cache) = set.candidates.iter().find_map(|c| c.metrics?.cache) {
-                p.learn_block_size(cache.block_size);
-            }
-        }
-        let decision = match &precise_guard {
-            Some(index) => {
-                state
-                    .scheduler
-                    .schedule(&view, &set.candidates, &index.at(now), random, now)
-            }
-            None => state
-                .scheduler
-                .schedule(&view, &set.candidates, &state.prefix, random, now),
-        };
-        let outcome = decision.picked().and_then(|c| {
-            let endpoint = pool_index_of(c)?;
-            Some((endpoint, decision.prefix_matched(c), decision.full_blocks()))
-        });
-        // The picked endpoint's adapter slots, when the pick is of an adapter and the
-        // endpoint's LoRA state is scraped: the memory of what was sent there needs both.
-        let adapter_slots = decision
-            .picked()
-            .filter(|_| adapter)
-            .and_then(|c| set.candidates.get(c))
-            .and_then(|c| c.metrics)
-            .and_then(|m| m.lora.as_ref())
-            .map(|l| l.max);
-        let fallbacks: Vec<usize> = decision
-            .fallbacks()
-            .iter()
-            .filter_map(|&c| pool_index_of(c))
-            .take(plan.fallbacks())
-            .collect();
-        let prefiller = super::disagg::prefiller(&decision, pool_index_of);
-        let degraded = set.selection != Selection::Fresh;
-        drop(decision);
-        drop(precise_guard);
-        drop(set);
-        let Some((endpoint, matched, total)) = outcome else {
-            return Err(Rejection::NoEndpoints);
-        };
-        let Some(address) = state.endpoints.get(endpoint).cloned() else {
-            return Err(Rejection::NoEndpoints);
-        };
-        let tokens = Tokens(
-            req.prompt_tokens
-                .0
-                .saturating_add(req.max_output_tokens.unwrap_or(0)),
-        );
-        let Some(mut lease) = pool.load.take(endpoint, tokens) else {
-            return Err(Rejection::NoEndpoints);
-        };
-        if let (Some(slots), Some(memory)) = (adapter_slots, state.adapters.get_mut(endpoint)) {
-            lease.hold_adapter(memory.record(req.target_model, slots));
-        }
-
-        // Record: prefix blocks (speculative ones in a precise index, until the engine's
-        // events confirm them), session, hit ratio (the load is the lease).
-        let prefiller = prefiller.and_then(|i| state.endpoints.get(i).cloned());
-        if !hashes.is_empty() {
-            // The prefiller computed the prompt, so its cache holds it too (see `super::disagg`).
-            for at in std::iter::once(&address).chain(prefiller.as_ref()) {
-                match &precise {
-                    Some(p) => p.record_speculative(at, hashes, now),
-                    None => state.prefix.record(at, hashes),
-                }
-            }
-        }
-        if let Some(session) = req.session {
-            state.sessions.record(session, endpoint);
-        }
-        state.matched_blocks = state.matched_blocks.saturating_add(matched as u64);
-        state.total_blocks = state.total_blocks.saturating_add(total as u64);
-        let fallbacks = fallbacks
-            .iter()
-            .filter_map(|&i| state.endpoints.get(i).cloned())
-            .collect();
-        Ok(Picked {
-            endpoint: address,
-            fallbacks,
-            prefiller,
-            lease,
-            matched_blocks: matched,
-            total_blocks: total,
-            degraded,
-        })
     }
 
     /// The slot of `address` in `plan`'s pool if it is a current member: what a lease

@@ -57,21 +57,7 @@ pub(super) fn apply(
     cluster: Option<&ClusterMembers>,
 ) -> bool {
     if !state.follows {
-        let health: HashMap<&str, Health> = cluster
-            .map(|c| {
-                c.members
-                    .iter()
-                    .rev()
-                    .map(|m| (m.address.as_str(), m.health))
-                    .collect()
-            })
-            .unwrap_or_default();
-        for (slot, address) in state.endpoints.iter().enumerate() {
-            let h = health.get(address.as_str()).copied().unwrap_or_default();
-            if let Some(at) = state.health.get_mut(slot) {
-                *at = h;
-            }
-        }
+        apply_static_health(state, cluster);
         return false;
     }
     let Some(cluster) = cluster else {
@@ -114,6 +100,26 @@ pub(super) fn apply(
         }
     }
     changed
+}
+
+/// A static pool's health: each endpoint's as `cluster` lists it (the first listing of an
+/// address counts), healthy when it is not listed or the cluster is not carried.
+fn apply_static_health(state: &mut PoolState, cluster: Option<&ClusterMembers>) {
+    let health: HashMap<&str, Health> = cluster
+        .map(|c| {
+            c.members
+                .iter()
+                .rev()
+                .map(|m| (m.address.as_str(), m.health))
+                .collect()
+        })
+        .unwrap_or_default();
+    for (slot, address) in state.endpoints.iter().enumerate() {
+        let h = health.get(address.as_str()).copied().unwrap_or_default();
+        if let Some(at) = state.health.get_mut(slot) {
+            *at = h;
+        }
+    }
 }
 
 /// Slot `slot` leaves the pool (see the module doc).
