@@ -24,7 +24,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::soak::parse_flavors;
+use super::cli::{flavor_or_both, flavors, parse_flags, positive, FlavorArg};
 use super::soak::procmem::rss_bytes;
 use crate::launch::stats::Stats;
 use crate::launch::{
@@ -56,32 +56,47 @@ impl Default for FlowOptions {
     }
 }
 
-const USAGE: &str = "usage: bench flow [--queued N (10000)] [--flavor wasm|native|both (both)] \
-                     [--body-tokens T (8000)] [--quick: 1000 queued]";
+/// `bench flow`'s flags.
+#[derive(clap::Args, Clone, Debug, PartialEq)]
+pub struct FlowFlags {
+    /// Requests kept queued [default: 10000; --quick: 1000].
+    #[arg(long, value_name = "N", value_parser = positive::<usize>)]
+    pub queued: Option<usize>,
+    /// Flavours, comma-separated: wasm, native or both [default: both, native first].
+    #[arg(
+        long,
+        alias = "flavour",
+        value_name = "FLAVOR",
+        value_delimiter = ',',
+        value_parser = flavor_or_both
+    )]
+    pub flavor: Vec<FlavorArg>,
+    /// Prompt tokens of each queued body (4 bytes each).
+    #[arg(long, value_name = "T", default_value_t = 8_000)]
+    pub body_tokens: u32,
+    /// 1000 queued (unless --queued says otherwise).
+    #[arg(long)]
+    pub quick: bool,
+}
+
+impl FlowFlags {
+    /// The run these flags ask for.
+    pub fn options(self) -> FlowOptions {
+        let d = FlowOptions::default();
+        FlowOptions {
+            queued: self
+                .queued
+                .unwrap_or(if self.quick { 1_000 } else { d.queued }),
+            flavors: flavors(&self.flavor, &d.flavors),
+            body_tokens: self.body_tokens,
+        }
+    }
+}
 
 impl FlowOptions {
-    /// Parses the command-line flags (see [`USAGE`]).
+    /// Parses the command-line flags (see [`FlowFlags`]).
     pub fn parse(args: &[String]) -> Result<Self> {
-        let mut o = FlowOptions::default();
-        let mut it = args.iter();
-        while let Some(arg) = it.next() {
-            let mut value = |name: &str| {
-                it.next()
-                    .cloned()
-                    .with_context(|| format!("{name} needs a value; {USAGE}"))
-            };
-            match arg.as_str() {
-                "--queued" => o.queued = value(arg)?.parse().context("--queued")?,
-                "--body-tokens" => o.body_tokens = value(arg)?.parse().context("--body-tokens")?,
-                "--flavor" | "--flavour" => o.flavors = parse_flavors(&value(arg)?)?,
-                "--quick" => o.queued = 1_000,
-                other => bail!("unknown argument `{other}`; {USAGE}"),
-            }
-        }
-        if o.queued == 0 {
-            bail!("--queued must be at least 1");
-        }
-        Ok(o)
+        Ok(parse_flags::<FlowFlags>(args)?.options())
     }
 }
 

@@ -19,7 +19,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
 use super::calibration::{stack_options, start_serving, CalibrationArgs};
-use super::cli::each_flag;
+use super::cli::parse_flags;
 use super::report;
 use crate::launch::{Flavor, PoolSpec, Stack};
 use crate::load::runner::run_target;
@@ -243,37 +243,63 @@ pub struct LoraOptions {
     pub scenario: Scenario,
 }
 
+/// `bench lora`'s flags: both flavours and one Envoy worker by default.
+#[derive(clap::Args, Clone, Debug, PartialEq)]
+#[command(
+    mut_arg("flavors", |a| a.default_value("wasm,native")),
+    mut_arg("quick", |a| a.help("96 conversations x 2 turns instead of 200 x 5"))
+)]
+pub struct LoraFlags {
+    /// The shared flags.
+    #[command(flatten)]
+    pub args: CalibrationArgs,
+    /// Adapters served and asked for: more than a replica's 2 slots.
+    #[arg(long, value_name = "N", default_value_t = ADAPTERS, value_parser = adapters)]
+    pub adapters: u32,
+    /// Tokens of each adapter's shared system prompt; 0: no shared prompt.
+    #[arg(long, value_name = "T", default_value_t = ADAPTER_PREFIX_TOKENS)]
+    pub adapter_prefix_tokens: u32,
+    /// Weight of the lora-affinity-scorer; 0: no LoRA scorer.
+    #[arg(long, value_name = "W", default_value_t = LORA_WEIGHT, value_parser = lora_weight)]
+    pub lora_weight: f64,
+}
+
+/// `--adapters`: more than a replica's slots.
+fn adapters(s: &str) -> Result<u32> {
+    let n: u32 = s.trim().parse()?;
+    if n <= MAX_LORAS {
+        bail!("must be more than a replica's {MAX_LORAS} slots");
+    }
+    Ok(n)
+}
+
+/// `--lora-weight`: 0 or more.
+fn lora_weight(s: &str) -> Result<f64> {
+    let w: f64 = s.trim().parse()?;
+    if w.is_nan() || w < 0.0 {
+        bail!("must be 0 or more");
+    }
+    Ok(w)
+}
+
+impl LoraFlags {
+    /// The run these flags ask for.
+    pub fn options(self) -> LoraOptions {
+        LoraOptions {
+            args: self.args,
+            scenario: Scenario {
+                adapters: self.adapters,
+                adapter_prefix_tokens: self.adapter_prefix_tokens,
+                lora_weight: self.lora_weight,
+            },
+        }
+    }
+}
+
 impl LoraOptions {
     /// Parses the flags; both flavours and one Envoy worker by default.
     pub fn parse(args: &[String]) -> Result<Self> {
-        let mut rest = Vec::new();
-        let mut scenario = Scenario::default();
-        each_flag(args, |arg, value| {
-            match arg {
-                "--lora-weight" => {
-                    scenario.lora_weight = value()?.parse().context("--lora-weight")?;
-                    if scenario.lora_weight.is_nan() || scenario.lora_weight < 0.0 {
-                        bail!("--lora-weight must be 0 or more");
-                    }
-                }
-                "--adapters" => {
-                    scenario.adapters = value()?.parse().context("--adapters")?;
-                    if scenario.adapters <= MAX_LORAS {
-                        bail!("--adapters must be more than a replica's {MAX_LORAS} slots");
-                    }
-                }
-                "--adapter-prefix-tokens" => {
-                    scenario.adapter_prefix_tokens =
-                        value()?.parse().context("--adapter-prefix-tokens")?;
-                }
-                _ => rest.push(arg.to_owned()),
-            }
-            Ok(())
-        })?;
-        Ok(LoraOptions {
-            args: CalibrationArgs::parse(&rest, &[Flavor::Wasm, Flavor::Native], &[1])?,
-            scenario,
-        })
+        Ok(parse_flags::<LoraFlags>(args)?.options())
     }
 }
 

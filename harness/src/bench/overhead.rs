@@ -74,6 +74,7 @@ use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use serde_json::json;
 
+use super::cli::{parse_flags, positive, seconds};
 use super::closed_loop::{ClosedLoop, LoopResult, RequestTemplate};
 use super::overhead_table::{render, summary, Arm, Proxy, RunSummary, StreamArm};
 use super::report::process_cpu;
@@ -323,110 +324,132 @@ fn streams(label: &str) -> bool {
 /// Unmeasured streams before each streamed window.
 const STREAM_WARMUP: Duration = Duration::from_millis(300);
 
-const USAGE: &str = "usage: bench overhead [--connections N] [--concurrency C,C (1,4)] \
-                     [--body-kb KB,KB (32,128,512) | --body-tokens T,T] [--rounds R] \
-                     [--warmup-ms MS] [--measure-s S] [--stream-measure-s S (0: none)] \
-                     [--profile [DIR (target/flamegraphs)]: a flame graph per arm and run] \
-                     [--quick: 2 short rounds; 32 KB at 1 worker and 128 KB at 4 unless sizes \
-                     or workers are given] [--arms direct,plain,wasm-floor,wasm,wasm-tenancy,\
-                     wasm-flow,native-floor,native,native-two,native-tenancy,native-flow,extproc-null,\
-                     extproc-parse,extproc-parse-buffered]";
-
-/// A comma-separated list of positive numbers.
-fn list(name: &str, text: &str) -> Result<Vec<u32>> {
-    let v = text
-        .split(',')
-        .map(|x| {
-            x.trim()
-                .parse::<u32>()
-                .ok()
-                .filter(|n| *n > 0)
-                .with_context(|| format!("{name}: `{x}` is not a positive number; {USAGE}"))
-        })
-        .collect::<Result<Vec<u32>>>()?;
-    if v.is_empty() {
-        bail!("{name} needs at least one value");
-    }
-    Ok(v)
+/// `bench overhead`'s flags ([`OverheadFlags::options`] makes them the run's
+/// [`OverheadOptions`]).
+#[derive(clap::Args, Clone, Debug, PartialEq)]
+pub struct OverheadFlags {
+    /// Closed-loop connections (requests in flight).
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = positive::<usize>)]
+    pub connections: usize,
+    /// Envoy worker counts, comma-separated, one run each [default: 1,4].
+    #[arg(long, value_name = "C,..", value_delimiter = ',', value_parser = positive::<u32>)]
+    pub concurrency: Vec<u32>,
+    /// Body sizes in KB, comma-separated, one run each per worker count [default:
+    /// 32,128,512].
+    #[arg(
+        verbatim_doc_comment,
+        long,
+        value_name = "KB,..",
+        value_delimiter = ',',
+        value_parser = positive::<u32>,
+        overrides_with = "body_tokens"
+    )]
+    pub body_kb: Vec<u32>,
+    /// Body sizes in prompt tokens (about 4 bytes each), instead of --body-kb.
+    #[arg(
+        long,
+        value_name = "T,..",
+        value_delimiter = ',',
+        value_parser = positive::<u32>,
+        overrides_with = "body_kb"
+    )]
+    pub body_tokens: Vec<u32>,
+    /// Rounds; every arm is measured once per round [default: 5; --quick: 2].
+    #[arg(long, value_name = "R", value_parser = positive::<u32>)]
+    pub rounds: Option<u32>,
+    /// Unmeasured traffic before each measured window, ms [default: 1000; --quick: 500].
+    #[arg(long, value_name = "MS")]
+    pub warmup_ms: Option<u64>,
+    /// Measured window per arm and round, seconds [default: 4; --quick: 1.5].
+    #[arg(long, value_name = "S", value_parser = seconds)]
+    pub measure_s: Option<Duration>,
+    /// Streamed window per arm and round, seconds; 0: none [default: 2; --quick: 0.6].
+    #[arg(long, value_name = "S", value_parser = seconds)]
+    pub stream_measure_s: Option<Duration>,
+    /// A flame graph per arm and run (one more window under perf, not counted), written
+    /// to DIR [default DIR: target/flamegraphs].
+    #[arg(verbatim_doc_comment, long, value_name = "DIR", num_args = 0..=1, default_missing_value = DEFAULT_PROFILE_DIR)]
+    pub profile: Option<PathBuf>,
+    /// 2 short rounds; 32 KB at 1 worker and 128 KB at 4 unless sizes or workers are given.
+    #[arg(long)]
+    pub quick: bool,
+    /// The arms to run, comma-separated, of direct, plain, wasm-floor, wasm, wasm-tenancy,
+    /// wasm-flow, native-floor, native, native-two, native-tenancy, native-flow,
+    /// extproc-null, extproc-parse, extproc-parse-buffered (plain is always run, and a
+    /// tenancy or flow arm brings its flavour's arm) [default: all].
+    #[arg(verbatim_doc_comment, long, value_name = "ARM,..", value_delimiter = ',', value_parser = arm_label)]
+    pub arms: Vec<String>,
 }
 
-impl OverheadOptions {
-    /// Parses the command-line flags (see [`USAGE`]).
-    pub fn parse(args: &[String]) -> Result<Self> {
-        let mut o = OverheadOptions::default();
-        let mut concurrency: Option<Vec<u32>> = None;
-        let mut body_tokens: Option<Vec<u32>> = None;
-        let mut quick = false;
-        let mut it = args.iter();
-        while let Some(arg) = it.next() {
-            let mut value = |name: &str| {
-                it.next()
-                    .cloned()
-                    .with_context(|| format!("{name} needs a value; {USAGE}"))
-            };
-            match arg.as_str() {
-                "--connections" => o.connections = value(arg)?.parse().context("--connections")?,
-                "--concurrency" => concurrency = Some(list(arg, &value(arg)?)?),
-                "--rounds" => o.rounds = value(arg)?.parse().context("--rounds")?,
-                "--warmup-ms" => {
-                    o.warmup = Duration::from_millis(value(arg)?.parse().context("--warmup-ms")?)
-                }
-                "--measure-s" => {
-                    o.measure = Duration::from_secs_f64(value(arg)?.parse().context("--measure-s")?)
-                }
-                "--body-tokens" => body_tokens = Some(list(arg, &value(arg)?)?),
-                "--body-kb" => body_tokens = Some(kb_tokens(&list(arg, &value(arg)?)?)),
-                "--arms" => {
-                    let list = value(arg)?;
-                    o.arms = list.split(',').map(|a| a.trim().to_string()).collect();
-                    if let Some(bad) = o.arms.iter().find(|a| !arm_labels().any(|l| l == *a)) {
-                        bail!("--arms: unknown arm `{bad}`; {USAGE}");
-                    }
-                    for (base, variant) in TENANCY_PAIRS.iter().chain(&FLOW_PAIRS) {
-                        if o.arms.iter().any(|a| a == variant) && !o.arms.iter().any(|a| a == base)
-                        {
-                            o.arms.push((*base).into());
-                        }
-                    }
-                    if !o.arms.iter().any(|a| a == "plain") {
-                        o.arms.push("plain".into());
-                    }
-                }
-                "--stream-measure-s" => {
-                    o.stream_measure =
-                        Duration::from_secs_f64(value(arg)?.parse().context("--stream-measure-s")?)
-                }
-                "--profile" => {
-                    let dir = match it.as_slice().first() {
-                        Some(next) if !next.starts_with("--") => {
-                            it.next();
-                            PathBuf::from(next)
-                        }
-                        _ => PathBuf::from(DEFAULT_PROFILE_DIR),
-                    };
-                    o.profile = Some(dir);
-                }
-                "--quick" => {
-                    quick = true;
-                    o.rounds = 2;
-                    o.warmup = Duration::from_millis(500);
-                    o.measure = Duration::from_millis(1500);
-                    o.stream_measure = Duration::from_millis(600);
-                }
-                other => bail!("unknown argument `{other}`; {USAGE}"),
+/// One of [`arm_labels`].
+fn arm_label(s: &str) -> Result<String> {
+    let s = s.trim();
+    match arm_labels().find(|l| *l == s) {
+        Some(l) => Ok(l.to_string()),
+        None => bail!("unknown arm `{s}`"),
+    }
+}
+
+impl OverheadFlags {
+    /// The run these flags ask for.
+    pub fn options(self) -> OverheadOptions {
+        let d = OverheadOptions::default();
+        let quick = self.quick;
+        let mut arms = self.arms;
+        if arms.is_empty() {
+            arms = d.arms.clone();
+        }
+        for (base, variant) in TENANCY_PAIRS.iter().chain(&FLOW_PAIRS) {
+            if arms.iter().any(|a| a == variant) && !arms.iter().any(|a| a == base) {
+                arms.push((*base).into());
             }
         }
-        o.runs = match (quick, &concurrency, &body_tokens) {
-            (true, None, None) => QUICK_RUNS.to_vec(),
+        if !arms.iter().any(|a| a == "plain") {
+            arms.push("plain".into());
+        }
+        let body_tokens = if !self.body_tokens.is_empty() {
+            Some(self.body_tokens)
+        } else if !self.body_kb.is_empty() {
+            Some(kb_tokens(&self.body_kb))
+        } else {
+            None
+        };
+        let runs = match (quick, self.concurrency.is_empty(), &body_tokens) {
+            (true, true, None) => QUICK_RUNS.to_vec(),
             _ => product(
-                concurrency.as_deref().unwrap_or(&DEFAULT_CONCURRENCY),
+                if self.concurrency.is_empty() {
+                    &DEFAULT_CONCURRENCY
+                } else {
+                    &self.concurrency
+                },
                 &body_tokens.unwrap_or_else(|| kb_tokens(&DEFAULT_BODY_KB)),
             ),
         };
-        if o.rounds == 0 || o.connections == 0 || o.bodies == 0 {
-            bail!("--rounds and --connections must be at least 1");
+        let pick = |given: Option<Duration>, full: Duration, short: u64| {
+            given.unwrap_or(if quick {
+                Duration::from_millis(short)
+            } else {
+                full
+            })
+        };
+        OverheadOptions {
+            connections: self.connections,
+            runs,
+            rounds: self.rounds.unwrap_or(if quick { 2 } else { d.rounds }),
+            warmup: pick(self.warmup_ms.map(Duration::from_millis), d.warmup, 500),
+            measure: pick(self.measure_s, d.measure, 1500),
+            stream_measure: pick(self.stream_measure_s, d.stream_measure, 600),
+            arms,
+            profile: self.profile,
+            ..d
         }
-        Ok(o)
+    }
+}
+
+impl OverheadOptions {
+    /// Parses the command-line flags (see [`OverheadFlags`]).
+    pub fn parse(args: &[String]) -> Result<Self> {
+        Ok(parse_flags::<OverheadFlags>(args)?.options())
     }
 
     /// The Envoy worker counts of the runs, each once, in run order.
@@ -1023,6 +1046,21 @@ mod tests {
             [shape(1, 131_072), shape(4, 131_072)],
             "sizes given: the product"
         );
+        let o = OverheadOptions::parse(&s(&["--rounds", "3", "--quick", "--measure-s", "0.5"]))
+            .unwrap();
+        assert_eq!(
+            (o.rounds, o.measure, o.warmup),
+            (3, Duration::from_millis(500), Duration::from_millis(500)),
+            "a flag given wins over --quick's value, in any order"
+        );
+        let o = OverheadOptions::parse(&s(&["--body-kb", "32", "--body-tokens", "100"])).unwrap();
+        assert_eq!(
+            o.runs[0].body_tokens, 100,
+            "the later of the two size flags"
+        );
+        let o = OverheadOptions::parse(&s(&["--body-tokens", "100", "--body-kb", "32"])).unwrap();
+        assert_eq!(o.runs[0].body_tokens, 8192);
+        assert!(OverheadOptions::parse(&s(&["--measure-s", "nan"])).is_err());
         for arm in [
             "native-tenancy",
             "extproc-null",

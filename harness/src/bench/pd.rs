@@ -24,7 +24,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
 use super::calibration::{stack_options, start_serving, CalibrationArgs};
-use super::cli::each_flag;
+use super::cli::{parse_flags, positive};
 use super::report;
 use crate::launch::{Flavor, GatewaySettings, PluginConfigs, PoolSpec, Stack};
 use crate::load::runner::run_target;
@@ -212,35 +212,45 @@ pub struct PdOptions {
     pub clients: u32,
 }
 
+/// `bench pd`'s flags: the Wasm flavour and one Envoy worker by default.
+#[derive(clap::Args, Clone, Debug, PartialEq)]
+#[command(mut_arg("quick", |a| a.help("16 conversations instead of 64")))]
+pub struct PdFlags {
+    /// The shared flags.
+    #[command(flatten)]
+    pub args: CalibrationArgs,
+    /// Prefill replicas of the PD arm, 1..=3 (the others decode).
+    #[arg(long, value_name = "N", default_value_t = PREFILL_REPLICAS, value_parser = prefill)]
+    pub prefill: u32,
+    /// Requests in flight at most.
+    #[arg(long, value_name = "N", default_value_t = CONCURRENCY, value_parser = positive::<u32>)]
+    pub clients: u32,
+}
+
+/// `--prefill`: 1..REPLICAS.
+fn prefill(s: &str) -> Result<u32> {
+    let n: u32 = s.trim().parse()?;
+    if n == 0 || n >= REPLICAS {
+        bail!("must be in 1..={}", REPLICAS - 1);
+    }
+    Ok(n)
+}
+
+impl PdFlags {
+    /// The run these flags ask for.
+    pub fn options(self) -> PdOptions {
+        PdOptions {
+            args: self.args,
+            prefill: self.prefill,
+            clients: self.clients,
+        }
+    }
+}
+
 impl PdOptions {
     /// Parses the flags; the Wasm flavour and one Envoy worker by default.
     pub fn parse(args: &[String]) -> Result<Self> {
-        let mut rest = Vec::new();
-        let mut prefill = PREFILL_REPLICAS;
-        let mut clients = CONCURRENCY;
-        each_flag(args, |arg, value| {
-            match arg {
-                "--prefill" => {
-                    prefill = value()?.parse().context("--prefill")?;
-                    if prefill == 0 || prefill >= REPLICAS {
-                        bail!("--prefill must be in 1..={}", REPLICAS - 1);
-                    }
-                }
-                "--clients" => {
-                    clients = value()?.parse().context("--clients")?;
-                    if clients == 0 {
-                        bail!("--clients must be at least 1");
-                    }
-                }
-                _ => rest.push(arg.to_owned()),
-            }
-            Ok(())
-        })?;
-        Ok(PdOptions {
-            args: CalibrationArgs::parse(&rest, &[Flavor::Wasm], &[1])?,
-            prefill,
-            clients,
-        })
+        Ok(parse_flags::<PdFlags>(args)?.options())
     }
 }
 

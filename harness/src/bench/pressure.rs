@@ -18,11 +18,11 @@
 //! its evictions, summed over the replicas. The verdict: the precise arm's engine-side hit
 //! ratio and its TTFT p50 beat the approximate arm's.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
 use super::calibration::{self, stack_options, wait_for_picker, DEFAULT_TIME_SCALE};
-use super::cli::each_flag;
+use super::cli::{parse_flags, time_scale, workers};
 use super::report::table;
 use crate::launch::{Flavor, PoolSpec, Stack, DEFAULT_MODEL};
 use crate::load::runner::run_target;
@@ -39,17 +39,17 @@ const EVENTS_OFFSET: u16 = 1000;
 /// Requests in flight: the calibration's.
 const CONCURRENCY: u32 = 16;
 
-/// What `bench pressure` accepts.
-pub const USAGE: &str = "--workers N (1), --time-scale S, --quick";
-
-/// The options of `bench pressure`.
-#[derive(Clone, Debug, PartialEq)]
+/// The options of `bench pressure`, and its flags.
+#[derive(clap::Args, Clone, Debug, PartialEq)]
 pub struct PressureOptions {
     /// Simulated seconds per real second.
+    #[arg(long, value_name = "S", default_value_t = DEFAULT_TIME_SCALE, value_parser = time_scale)]
     pub time_scale: f64,
     /// 3 turns per conversation instead of 6.
+    #[arg(long)]
     pub quick: bool,
     /// Envoy worker threads.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = workers)]
     pub workers: u32,
 }
 
@@ -66,27 +66,7 @@ impl Default for PressureOptions {
 impl PressureOptions {
     /// Parses `--workers N`, `--time-scale S` and `--quick`.
     pub fn parse(args: &[String]) -> Result<Self> {
-        let mut o = PressureOptions::default();
-        each_flag(args, |arg, value| {
-            match arg {
-                "--quick" => o.quick = true,
-                "--time-scale" => {
-                    o.time_scale = value()?.parse().context("--time-scale")?;
-                    if o.time_scale.is_nan() || o.time_scale <= 0.0 {
-                        bail!("--time-scale must be positive");
-                    }
-                }
-                "--workers" => {
-                    o.workers = value()?.parse().context("--workers")?;
-                    if o.workers == 0 {
-                        bail!("--workers: Envoy needs at least one worker");
-                    }
-                }
-                other => bail!("unknown argument `{other}` (expected {USAGE})"),
-            }
-            Ok(())
-        })?;
-        Ok(o)
+        parse_flags(args)
     }
 }
 

@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use anyhow::{bail, Context, Result};
 
 use super::calibration::{self, stack_options, wait_for_picker, DEFAULT_TIME_SCALE};
-use super::cli::each_flag;
+use super::cli::{flavor_or_both, flavors, parse_flags, positive, time_scale, workers, FlavorArg};
 use super::report::table;
 use crate::launch::{Flavor, Fleet, Membership, PoolSpec, DEFAULT_MODEL};
 use crate::load::runner::run_target;
@@ -79,78 +79,74 @@ impl Default for ReplicasOptions {
     }
 }
 
-/// What `bench replicas` accepts.
-pub const USAGE: &str = "--flavor wasm|native|both (both), --gateways 1,2,4, --workers N (1), \
-                         --membership eds|static (eds), --time-scale S, --quick";
+/// `bench replicas`'s flags.
+#[derive(clap::Args, Clone, Debug, PartialEq)]
+pub struct ReplicasFlags {
+    /// Simulated seconds per real second.
+    #[arg(long, value_name = "S", default_value_t = DEFAULT_TIME_SCALE, value_parser = time_scale)]
+    pub time_scale: f64,
+    /// 3 turns per conversation instead of 6.
+    #[arg(long)]
+    pub quick: bool,
+    /// Gateway flavours, one arm per flavour x gateway count, comma-separated: wasm,
+    /// native or both [default: both].
+    #[arg(
+        verbatim_doc_comment,
+        long,
+        aliases = ["flavour", "flavors"],
+        value_name = "FLAVOR",
+        value_delimiter = ',',
+        value_parser = flavor_or_both
+    )]
+    pub flavor: Vec<FlavorArg>,
+    /// Gateway counts, comma-separated.
+    #[arg(
+        long,
+        value_name = "N,..",
+        value_delimiter = ',',
+        value_parser = positive::<usize>,
+        default_value = "1,2,4"
+    )]
+    pub gateways: Vec<usize>,
+    /// Envoy worker threads of every gateway.
+    #[arg(long, visible_alias = "concurrency", value_name = "N", default_value_t = 1, value_parser = workers)]
+    pub workers: u32,
+    /// Where the gateways' pool clusters take their members from: eds (every gateway
+    /// reads the same files, as in production) or static lists.
+    #[arg(verbatim_doc_comment, long, value_name = "eds|static", default_value = "eds", value_parser = membership)]
+    pub membership: Membership,
+}
 
-impl ReplicasOptions {
-    /// Parses `--flavor wasm|native|both` (or a list), `--gateways 1,2,4`, `--workers N`,
-    /// `--time-scale S` and `--quick`.
-    pub fn parse(args: &[String]) -> Result<Self> {
-        let mut o = ReplicasOptions::default();
-        each_flag(args, |arg, value| {
-            match arg {
-                "--quick" => o.quick = true,
-                "--time-scale" => {
-                    o.time_scale = value()?.parse().context("--time-scale")?;
-                    if o.time_scale.is_nan() || o.time_scale <= 0.0 {
-                        bail!("--time-scale must be positive");
-                    }
-                }
-                "--flavor" | "--flavour" | "--flavors" => o.flavors = flavors(&value()?)?,
-                "--gateways" => {
-                    o.gateways = value()?
-                        .split(',')
-                        .map(str::trim)
-                        .filter(|g| !g.is_empty())
-                        .map(|g| match g.parse::<usize>() {
-                            Ok(n) if n > 0 => Ok(n),
-                            _ => bail!("--gateways: `{g}` is not a positive count"),
-                        })
-                        .collect::<Result<_>>()?;
-                    if o.gateways.is_empty() {
-                        bail!("--gateways: at least one count is needed");
-                    }
-                }
-                "--workers" | "--concurrency" => {
-                    o.workers = value()?.parse().with_context(|| arg.to_owned())?;
-                    if o.workers == 0 {
-                        bail!("{arg}: Envoy needs at least one worker");
-                    }
-                }
-                "--membership" => {
-                    o.membership = match value()?.as_str() {
-                        "eds" => Membership::Eds,
-                        "static" => Membership::Static,
-                        m => bail!("--membership: `{m}` is neither eds nor static"),
-                    }
-                }
-                other => bail!("unknown argument `{other}` (expected {USAGE})"),
-            }
-            Ok(())
-        })?;
-        Ok(o)
+/// `--membership eds|static`.
+fn membership(s: &str) -> Result<Membership> {
+    match s.trim() {
+        "eds" => Ok(Membership::Eds),
+        "static" => Ok(Membership::Static),
+        m => bail!("`{m}` is neither eds nor static"),
     }
 }
 
-/// `wasm`, `native`, `both`, or a comma-separated list of flavours (no `plain`).
-fn flavors(value: &str) -> Result<Vec<Flavor>> {
-    if value.trim() == "both" {
-        return Ok(vec![Flavor::Wasm, Flavor::Native]);
+impl ReplicasFlags {
+    /// The run these flags ask for.
+    pub fn options(self) -> ReplicasOptions {
+        let d = ReplicasOptions::default();
+        ReplicasOptions {
+            time_scale: self.time_scale,
+            quick: self.quick,
+            flavors: flavors(&self.flavor, &d.flavors),
+            gateways: self.gateways,
+            workers: self.workers,
+            membership: self.membership,
+        }
     }
-    let list = value
-        .split(',')
-        .map(str::trim)
-        .filter(|f| !f.is_empty())
-        .map(|f| {
-            f.parse::<Flavor>()
-                .with_context(|| format!("--flavor `{f}`"))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    if list.is_empty() || list.contains(&Flavor::Plain) {
-        bail!("--flavor: wasm, native or both (the picker needs a gateway flavour)");
+}
+
+impl ReplicasOptions {
+    /// Parses `--flavor wasm|native|both` (or a list), `--gateways 1,2,4`, `--workers N`,
+    /// `--membership eds|static`, `--time-scale S` and `--quick`.
+    pub fn parse(args: &[String]) -> Result<Self> {
+        Ok(parse_flags::<ReplicasFlags>(args)?.options())
     }
-    Ok(list)
 }
 
 /// One arm's results.

@@ -48,56 +48,78 @@ use infergate_cli::config::tenancy::{load_objects, Tenancy};
 use std::path::{Path, PathBuf};
 use tokio::signal::unix::{signal, SignalKind};
 
-/// Options of `cargo xtask up`.
-#[derive(Clone, Debug)]
+/// Options of `cargo xtask up`, and its flags.
+#[derive(clap::Args, Clone, Debug)]
 pub struct UpOptions {
-    /// `--flavor wasm|native|plain`.
+    /// The gateway's flavour: wasm, native or plain (no gateway filter).
+    #[arg(
+        long,
+        alias = "flavour",
+        value_name = "wasm|native|plain",
+        default_value = "wasm"
+    )]
     pub flavor: Flavor,
-    /// `--replicas N`.
+    /// Simulated replicas.
+    #[arg(long, value_name = "N", default_value_t = 4)]
     pub replicas: usize,
     /// Envoy worker threads.
+    #[arg(long, value_name = "C", default_value_t = 2)]
     pub concurrency: u32,
     /// A `SimConfig` file (YAML/JSON); the simulator's calibration defaults otherwise.
+    #[arg(long, value_name = "FILE")]
     pub sim_config: Option<PathBuf>,
-    /// `--tenants PATH`: a directory or multi-document file of `TenantQuota` and
-    /// `InferenceObjective` objects.
+    /// A directory or multi-document file of `TenantQuota` and `InferenceObjective`
+    /// objects; the gateway runs with them and writes a billing log.
+    #[arg(verbatim_doc_comment, long, value_name = "PATH")]
     pub tenants: Option<PathBuf>,
-    /// `--billing-log FILE`: where Envoy writes one line per billed request (with
-    /// `--tenants` and no `--billing-log`, a file of the run's own: [`up`] picks it).
+    /// Where Envoy writes one line per billed request (with `--tenants` and no
+    /// `--billing-log`: billing.log in a directory of the run's own, printed at start-up).
+    #[arg(verbatim_doc_comment, long, value_name = "FILE")]
     pub billing_log: Option<PathBuf>,
-    /// `--epp-config FILE`: an `EndpointPickerConfig`, or a `ConfigMap` holding one, for
-    /// every pool (the picker's defaults otherwise).
+    /// An `EndpointPickerConfig`, or a `ConfigMap` holding one, for every pool (the
+    /// picker's defaults otherwise).
+    #[arg(verbatim_doc_comment, long, value_name = "FILE")]
     pub epp_config: Option<PathBuf>,
-    /// `--objectives FILE`: `InferenceObjective` objects for every pool.
+    /// `InferenceObjective` objects for every pool.
+    #[arg(long, value_name = "FILE")]
     pub objectives: Option<PathBuf>,
-    /// `--rewrites FILE`: `InferenceModelRewrite` objects for the router.
+    /// `InferenceModelRewrite` objects for the router (their `spec.poolRef.name` names a
+    /// pool as `up` names them: `pool-0-sim-model` for the first served model).
+    #[arg(verbatim_doc_comment, long, value_name = "FILE")]
     pub rewrites: Option<PathBuf>,
-    /// `--pool NAME=MODEL[@I,J]`, in order (none: one pool per served model).
+    /// A pool named NAME serving MODEL on those replica indices (every replica without
+    /// `@`), repeatable, in order; given once or more, these replace the default pools
+    /// (one per served model), and its cluster is `pool-<index>-<NAME>`.
+    #[arg(verbatim_doc_comment, long = "pool", value_name = "NAME=MODEL[@I,J]", value_parser = parse_pool)]
     pub pools: Vec<PoolFlag>,
-    /// `--split MODEL=POOL:W,POOL:W`.
+    /// MODEL's traffic split across pools (a `--pool` name or index) by weight through
+    /// Envoy's weighted clusters, repeatable.
+    #[arg(verbatim_doc_comment, long = "split", value_name = "MODEL=POOL:W,POOL:W", value_parser = parse_split)]
     pub splits: Vec<SplitFlag>,
-    /// `--sticky-split`: every split draws from `x-gateway-split-key`.
+    /// Every split (and `--routes`) draws from `x-gateway-split-key`: one pool per
+    /// conversation.
+    #[arg(verbatim_doc_comment, long)]
     pub sticky_split: bool,
-    /// `--canary-header NAME=VALUE:POOL`.
+    /// Requests carrying that header go to POOL, ahead of any split; repeatable.
+    #[arg(long = "canary-header", value_name = "NAME=VALUE:POOL", value_parser = parse_canary)]
     pub canaries: Vec<CanaryFlag>,
-    /// `--routes FILE`: `HTTPRoute` objects.
+    /// Gateway API `HTTPRoute` objects read verbatim, their `backendRefs` naming `--pool`s
+    /// by name, with weights.
+    #[arg(verbatim_doc_comment, long, value_name = "FILE")]
     pub routes: Option<PathBuf>,
-    /// `--gateways N`: Envoy gateways over the one simulated pool (at least 1).
+    /// Envoy gateways over the one simulated pool, each its own process with its own
+    /// ports (at least 1).
+    #[arg(verbatim_doc_comment, long, value_name = "N", default_value_t = 1, value_parser = parse_gateways)]
     pub gateways: usize,
-    /// `--global-quotas`: the tenants' RPM and TPM in the global rate-limit service.
+    /// With `--tenants`: the tenants' RPM and TPM shared across the gateways through the
+    /// global rate-limit service (on a Redis of the run's own).
+    #[arg(verbatim_doc_comment, long)]
     pub global_quotas: bool,
-    /// `--static-membership`: STATIC pool clusters holding the replicas, instead of EDS
-    /// ones the gateway follows (the default).
+    /// STATIC pool clusters holding the replicas, instead of EDS ones the gateway follows
+    /// (the default).
+    #[arg(verbatim_doc_comment, long)]
     pub static_membership: bool,
 }
-
-/// What `up` accepts (`up --help`, and the error message of a bad argument).
-pub const USAGE: &str = "usage: up [--flavor wasm|native|plain] [--replicas N] [--concurrency C]
-          [--sim-config FILE] [--tenants PATH] [--billing-log FILE]
-          [--epp-config FILE] [--objectives FILE] [--rewrites FILE]
-          [--pool NAME=MODEL[@I,J]]... [--split MODEL=POOL:W,POOL:W]... [--sticky-split]
-          [--canary-header NAME=VALUE:POOL]... [--routes FILE]
-          [--gateways N] [--global-quotas] [--static-membership]";
 
 impl Default for UpOptions {
     fn default() -> Self {
@@ -124,58 +146,29 @@ impl Default for UpOptions {
 }
 
 impl UpOptions {
-    /// Parses `--flavor F --replicas N --concurrency C --sim-config FILE --tenants PATH
-    /// --billing-log FILE --epp-config FILE --objectives FILE --rewrites FILE`.
+    /// Parses `up`'s flags (`args` without the command) and [`UpOptions::check`]s them.
     pub fn parse(args: &[String]) -> Result<Self> {
-        let mut opts = UpOptions::default();
-        let mut it = args.iter();
-        while let Some(arg) = it.next() {
-            let mut value = |name: &str| {
-                it.next()
-                    .cloned()
-                    .with_context(|| format!("{name} needs a value"))
-            };
-            match arg.as_str() {
-                "--flavor" | "--flavour" => opts.flavor = value("--flavor")?.parse()?,
-                "--replicas" => {
-                    opts.replicas = value("--replicas")?.parse().context("--replicas")?
-                }
-                "--concurrency" => {
-                    opts.concurrency = value("--concurrency")?.parse().context("--concurrency")?
-                }
-                "--sim-config" => opts.sim_config = Some(value("--sim-config")?.into()),
-                "--tenants" => opts.tenants = Some(value("--tenants")?.into()),
-                "--billing-log" => opts.billing_log = Some(value("--billing-log")?.into()),
-                "--epp-config" => opts.epp_config = Some(value("--epp-config")?.into()),
-                "--objectives" => opts.objectives = Some(value("--objectives")?.into()),
-                "--rewrites" => opts.rewrites = Some(value("--rewrites")?.into()),
-                "--pool" => opts.pools.push(parse_pool(&value("--pool")?)?),
-                "--split" => opts.splits.push(parse_split(&value("--split")?)?),
-                "--sticky-split" => opts.sticky_split = true,
-                "--routes" => opts.routes = Some(value("--routes")?.into()),
-                "--canary-header" => opts
-                    .canaries
-                    .push(parse_canary(&value("--canary-header")?)?),
-                "--gateways" => opts.gateways = parse_gateways(&value("--gateways")?)?,
-                "--global-quotas" => opts.global_quotas = true,
-                "--static-membership" => opts.static_membership = true,
-                other => bail!("unknown argument `{other}`; {USAGE}"),
-            }
-        }
-        if opts.flavor == Flavor::Plain {
+        let opts: UpOptions = crate::bench::cli::parse_flags(args)?;
+        opts.check()?;
+        Ok(opts)
+    }
+
+    /// What the flags cannot say alone: the flags that need a gateway flavour are not
+    /// given with `plain`, and `--global-quotas` has what it needs.
+    pub fn check(&self) -> Result<()> {
+        if self.flavor == Flavor::Plain {
             let gateway_only = [
-                ("--tenants", opts.tenants.is_some()),
-                ("--billing-log", opts.billing_log.is_some()),
-                ("--epp-config", opts.epp_config.is_some()),
-                ("--objectives", opts.objectives.is_some()),
-                ("--rewrites", opts.rewrites.is_some()),
+                ("--tenants", self.tenants.is_some()),
+                ("--billing-log", self.billing_log.is_some()),
+                ("--epp-config", self.epp_config.is_some()),
+                ("--objectives", self.objectives.is_some()),
+                ("--rewrites", self.rewrites.is_some()),
             ];
             if let Some((flag, _)) = gateway_only.iter().find(|(_, set)| *set) {
                 bail!("{flag} needs a gateway flavour (wasm or native), not plain");
             }
         }
-        check_global_quotas(&opts)?;
-        Ok(opts)
+        check_global_quotas(self)
     }
 }
 
@@ -381,7 +374,7 @@ pub async fn up(mut opts: UpOptions) -> Result<()> {
 fn parse_gateways(value: &str) -> Result<usize> {
     match value.parse::<usize>() {
         Ok(n) if n > 0 => Ok(n),
-        _ => bail!("--gateways {value}: expected a number of gateways, at least 1"),
+        _ => bail!("expected a number of gateways, at least 1"),
     }
 }
 
@@ -477,8 +470,7 @@ fn start_global_quotas(
 // ---- end of global quotas ----
 
 /// Runs [`up`] on a fresh Tokio runtime (for the synchronous xtask entry point).
-pub fn up_blocking(args: &[String]) -> Result<()> {
-    let opts = UpOptions::parse(args)?;
+pub fn up_blocking(opts: UpOptions) -> Result<()> {
     super::runtime()?.block_on(up(opts))
 }
 
@@ -589,7 +581,7 @@ mod tests {
         assert!(UpOptions::parse(&strings(&["--epp-config"])).is_err());
         assert!(UpOptions::parse(&strings(&["--objectives"])).is_err());
         let err = UpOptions::parse(&strings(&["--nope"])).unwrap_err();
-        assert!(err.to_string().contains("--epp-config FILE"), "{err}");
+        assert!(err.to_string().contains("--nope"), "{err}");
     }
 
     /// The seed's files as `up` reads them: every pool runs the ConfigMap's
@@ -705,8 +697,14 @@ mod tests {
         assert!(err.to_string().contains("no-such-policy"), "{err}");
     }
 
-    /// `up --help` prints [`USAGE`]: every flag is in it, no line wider than 100 columns.
-    /// `--gateways N` takes a positive count (1 by default) and is named in the usage.
+    /// `up --help`: clap's help of [`UpOptions`].
+    fn help() -> String {
+        use clap::Args;
+        UpOptions::augment_args(clap::Command::new("up"))
+            .render_long_help()
+            .to_string()
+    }
+
     #[test]
     fn membership_is_eds_unless_static_is_asked_for() {
         let eds = stack_options(&UpOptions::default()).unwrap();
@@ -718,7 +716,7 @@ mod tests {
             fixed.membership,
             infergate_cli::config::eds::Membership::Static
         );
-        assert!(USAGE.contains("--static-membership"));
+        assert!(help().contains("--static-membership"));
     }
 
     #[test]
@@ -733,24 +731,25 @@ mod tests {
         ] {
             assert!(UpOptions::parse(&strings(bad)).is_err(), "{bad:?}");
         }
-        assert!(USAGE.contains("--gateways N"));
+        assert!(help().contains("--gateways <N>"));
     }
 
     #[test]
-    fn usage_names_every_flag_within_100_columns() {
-        for line in USAGE.lines() {
+    fn help_names_every_flag_within_100_columns() {
+        let help = help();
+        for line in help.lines() {
             assert!(line.chars().count() <= 100, "{line}");
         }
         for flag in [
             "--flavor",
             "--replicas",
-            "--pool NAME=MODEL[@I,J]",
-            "--split MODEL=POOL:W,POOL:W",
+            "--pool <NAME=MODEL[@I,J]>",
+            "--split <MODEL=POOL:W,POOL:W>",
             "--sticky-split",
-            "--canary-header NAME=VALUE:POOL",
+            "--canary-header <NAME=VALUE:POOL>",
             "--rewrites",
         ] {
-            assert!(USAGE.contains(flag), "{flag}");
+            assert!(help.contains(flag), "{flag}");
         }
     }
 

@@ -43,7 +43,7 @@ use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
 use super::calibration::{stack_options, start_serving};
-use super::cli::ScenarioArgs;
+use super::cli::{DemoFlags, Scenario, ScenarioArgs};
 use figures::Canary;
 
 use crate::launch::{Flavor, PoolSpec, RouteSpec, Stack, StackOptions};
@@ -178,14 +178,17 @@ pub struct CanaryOptions {
 impl CanaryOptions {
     /// Parses `--quick`, `--time-scale S`, `--flavor wasm|native`, `--workers N`.
     pub fn parse(args: &[String]) -> Result<Self> {
-        let defaults = ScenarioArgs {
+        Self::from_flags(&DemoFlags::parse_scenario(Scenario::Canary, args)?)
+    }
+
+    /// The scenario's options from `demo`'s flags.
+    pub fn from_flags(flags: &DemoFlags) -> Result<Self> {
+        let args = flags.scenario_args(ScenarioArgs {
             time_scale: super::calibration::DEFAULT_TIME_SCALE,
             quick: false,
             flavor: Flavor::Wasm,
             workers: DEFAULT_WORKERS,
-        };
-        let expected = "--quick, --time-scale S, --flavor wasm|native, --workers N";
-        let args = defaults.parse(args, "the canary split", expected, |_, _| Ok(false))?;
+        })?;
         Ok(CanaryOptions { args })
     }
 }

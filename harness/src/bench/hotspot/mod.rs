@@ -19,7 +19,7 @@ use self::hog::{Hog, HogPlan};
 use self::kv::KvWatch;
 use self::report::RunOutcome;
 use super::calibration::{self, DEFAULT_TIME_SCALE};
-use super::cli::ScenarioArgs;
+use super::cli::{DemoFlags, Scenario, ScenarioArgs};
 use crate::launch::{
     client, Backends, EnvoyOptions, Flavor, PoolSpec, Stack, StackOptions, DEFAULT_MODEL,
 };
@@ -41,13 +41,15 @@ pub const DEFAULT_WORKERS: u32 = 2;
 /// The KV threshold of [`PickerChoice::KvFilter`].
 pub const KV_FILTER_MAX: f64 = 0.9;
 
-/// Which scheduling configuration the picker runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which scheduling configuration the picker runs (`--picker-config default|kv-filter`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum PickerChoice {
-    /// The pool sets no `eppConfig`: the picker's built-in default.
+    /// The pool sets no eppConfig: the picker's built-in default.
     Default,
-    /// The default's scorers behind a `utilization-filter` on KV usage, as an operator who
-    /// wants no request on a full replica would write it ([`kv_filter_config`]).
+    /// The default's scorers behind a utilization-filter at 0.9 KV usage.
+    //
+    // As an operator who wants no request on a full replica would write it
+    // ([`kv_filter_config`]).
     KvFilter,
 }
 
@@ -109,34 +111,24 @@ pub struct HotspotOptions {
 impl HotspotOptions {
     /// The flags after `--scenario hotspot`.
     pub fn parse(args: &[String]) -> Result<Self> {
-        let mut picker = PickerChoice::Default;
-        let defaults = ScenarioArgs {
+        Self::from_flags(&DemoFlags::parse_scenario(Scenario::Hotspot, args)?)
+    }
+
+    /// The scenario's options from `demo`'s flags.
+    pub fn from_flags(flags: &DemoFlags) -> Result<Self> {
+        let common = flags.scenario_args(ScenarioArgs {
             time_scale: DEFAULT_TIME_SCALE,
             quick: false,
             flavor: Flavor::Wasm,
             workers: DEFAULT_WORKERS,
-        };
-        let expected =
-            "--quick, --time-scale S, --flavor wasm|native, --workers N, --picker-config default|kv-filter";
-        let common = defaults.parse(args, "the picker", expected, |arg, value| match arg {
-            "--picker-config" => {
-                picker = match value()?.as_str() {
-                    "default" => PickerChoice::Default,
-                    "kv-filter" => PickerChoice::KvFilter,
-                    other => bail!("--picker-config: `{other}` is not default or kv-filter"),
-                };
-                Ok(true)
-            }
-            _ => Ok(false),
         })?;
-        let out = HotspotOptions {
+        Ok(HotspotOptions {
             time_scale: common.time_scale,
             quick: common.quick,
             flavor: common.flavor,
             workers: common.workers,
-            picker,
-        };
-        Ok(out)
+            picker: flags.picker_config.unwrap_or(PickerChoice::Default),
+        })
     }
 }
 

@@ -39,7 +39,9 @@ use self::growth::{floor_samples, growth_of, mb, Growth, Sample};
 use self::ledger::{parse_trace_log, KillWindow, Tally};
 use self::replicas::ReplicaSet;
 use self::traffic::{Mix, Shared};
-use crate::bench::cli::each_flag;
+use crate::bench::cli::{
+    flavor_or_both, flavors, parse_flags, positive, positive_finite, FlavorArg,
+};
 use crate::launch::stats::Stats;
 use crate::launch::{client, Backends, EnvoyOptions, Flavor, Stack, StackOptions, DEFAULT_MODEL};
 use crate::load::Workload;
@@ -99,41 +101,60 @@ impl Default for SoakOptions {
     }
 }
 
+/// `bench soak`'s flags.
+#[derive(clap::Args, Clone, Debug, PartialEq)]
+pub struct SoakFlags {
+    /// Minutes per flavour, in (0, 1440].
+    #[arg(long, value_name = "N", default_value_t = 10.0, value_parser = minutes)]
+    pub minutes: f64,
+    /// Flavours, run one after the other, comma-separated: wasm, native or both [default:
+    /// both].
+    #[arg(
+        verbatim_doc_comment,
+        long,
+        alias = "flavour",
+        value_name = "FLAVOR",
+        value_delimiter = ',',
+        value_parser = flavor_or_both
+    )]
+    pub flavor: Vec<FlavorArg>,
+    /// Clients (requests in flight).
+    #[arg(long, value_name = "C", default_value_t = 32, value_parser = positive::<u32>)]
+    pub clients: u32,
+    /// The RSS growth bound, MB per 100k requests after warm-up [default: 1, or 50 for
+    /// runs under 5 minutes, which are mostly warm-up (RSS still creeps up a few MB per
+    /// 100k requests) and cannot resolve 1 MB, while a gross leak still fails them].
+    #[arg(verbatim_doc_comment, long, value_name = "M", value_parser = positive_finite)]
+    pub max_growth_mb: Option<f64>,
+}
+
+/// `--minutes`: in (0, 1440].
+fn minutes(s: &str) -> Result<f64> {
+    let m: f64 = s.trim().parse()?;
+    if !(m > 0.0 && m <= 24.0 * 60.0) {
+        bail!("must be in (0, 1440]");
+    }
+    Ok(m)
+}
+
+impl SoakFlags {
+    /// The soak these flags ask for.
+    pub fn options(self) -> SoakOptions {
+        let d = SoakOptions::default();
+        SoakOptions {
+            duration: Duration::from_secs_f64(self.minutes * 60.0),
+            flavors: flavors(&self.flavor, &d.flavors),
+            clients: self.clients,
+            max_growth_bytes_per_100k: self.max_growth_mb.map(|m| m * 1e6),
+            ..d
+        }
+    }
+}
+
 impl SoakOptions {
     /// Parses `--minutes N`, `--flavor wasm|native|both`, `--clients C`, `--max-growth-mb M`.
     pub fn parse(args: &[String]) -> Result<Self> {
-        let mut o = SoakOptions::default();
-        each_flag(args, |arg, value| {
-            match arg {
-                "--minutes" => {
-                    let m: f64 = value()?.parse().context("--minutes")?;
-                    if !(m > 0.0 && m <= 24.0 * 60.0) {
-                        bail!("--minutes must be in (0, 1440]");
-                    }
-                    o.duration = Duration::from_secs_f64(m * 60.0);
-                }
-                "--flavor" | "--flavour" => o.flavors = parse_flavors(&value()?)?,
-                "--clients" => {
-                    o.clients = value()?.parse().context("--clients")?;
-                    if o.clients == 0 {
-                        bail!("--clients must be at least 1");
-                    }
-                }
-                "--max-growth-mb" => {
-                    let m: f64 = value()?.parse().context("--max-growth-mb")?;
-                    if !(m > 0.0 && m.is_finite()) {
-                        bail!("--max-growth-mb must be positive");
-                    }
-                    o.max_growth_bytes_per_100k = Some(m * 1e6);
-                }
-                other => bail!(
-                    "unknown argument `{other}` (expected --minutes N, \
-                     --flavor wasm|native|both, --clients C, --max-growth-mb M)"
-                ),
-            }
-            Ok(())
-        })?;
-        Ok(o)
+        Ok(parse_flags::<SoakFlags>(args)?.options())
     }
 
     /// The growth bound this run is judged by.
@@ -166,21 +187,6 @@ impl SoakOptions {
             ..Workload::default()
         }
     }
-}
-
-/// `wasm`, `native`, `both` (or a comma list).
-pub fn parse_flavors(s: &str) -> Result<Vec<Flavor>> {
-    if s == "both" {
-        return Ok(vec![Flavor::Wasm, Flavor::Native]);
-    }
-    let flavors = s
-        .split(',')
-        .map(|f| f.trim().parse::<Flavor>())
-        .collect::<Result<Vec<_>>>()?;
-    if flavors.is_empty() || flavors.contains(&Flavor::Plain) {
-        bail!("--flavor: wasm, native or both");
-    }
-    Ok(flavors)
 }
 
 /// One verdict line.
@@ -751,7 +757,8 @@ mod tests {
         ] {
             assert!(SoakOptions::parse(&strings(bad)).is_err(), "{bad:?}");
         }
-        assert_eq!(parse_flavors("both").unwrap().len(), 2);
+        let both = SoakOptions::parse(&strings(&["--flavor", "both"])).unwrap();
+        assert_eq!(both.flavors.len(), 2);
     }
 
     #[test]

@@ -17,9 +17,8 @@ use anyhow::{bail, Context, Result};
 
 use super::growth::mb;
 use super::hostile::{self, float_tools_body, json_string};
-use super::parse_flavors;
 use super::procmem::{self, WasmMemories};
-use crate::bench::cli::each_flag;
+use crate::bench::cli::{flavor_or_both, flavors, parse_flags, FlavorArg};
 use crate::launch::{client, Backends, EnvoyOptions, Flavor, Stack, StackOptions, DEFAULT_MODEL};
 
 /// The router's default body limit.
@@ -122,29 +121,46 @@ pub struct MemoryOptions {
     pub parallel: usize,
 }
 
+/// `bench memory`'s flags.
+#[derive(clap::Args, Clone, Debug, PartialEq)]
+pub struct MemoryFlags {
+    /// Flavours, comma-separated: wasm, native or both [default: both].
+    #[arg(
+        long,
+        alias = "flavour",
+        value_name = "FLAVOR",
+        value_delimiter = ',',
+        value_parser = flavor_or_both
+    )]
+    pub flavor: Vec<FlavorArg>,
+    /// Requests sent at once in the parallel measurement, 1..=64.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = parallel)]
+    pub parallel: usize,
+}
+
+/// `--parallel`: 1..=64.
+fn parallel(s: &str) -> Result<usize> {
+    let n: usize = s.trim().parse()?;
+    if !(1..=64).contains(&n) {
+        bail!("must be 1..=64");
+    }
+    Ok(n)
+}
+
+impl MemoryFlags {
+    /// The measurement these flags ask for.
+    pub fn options(self) -> MemoryOptions {
+        MemoryOptions {
+            flavors: flavors(&self.flavor, &[Flavor::Wasm, Flavor::Native]),
+            parallel: self.parallel,
+        }
+    }
+}
+
 impl MemoryOptions {
     /// Parses `--flavor wasm|native|both` and `--parallel N`.
     pub fn parse(args: &[String]) -> Result<Self> {
-        let mut o = MemoryOptions {
-            flavors: vec![Flavor::Wasm, Flavor::Native],
-            parallel: 8,
-        };
-        each_flag(args, |arg, value| {
-            match arg {
-                "--flavor" | "--flavour" => o.flavors = parse_flavors(&value()?)?,
-                "--parallel" => {
-                    o.parallel = value()?.parse().context("--parallel")?;
-                    if !(1..=64).contains(&o.parallel) {
-                        bail!("--parallel must be 1..=64");
-                    }
-                }
-                other => bail!(
-                    "unknown argument `{other}` (expected --flavor wasm|native|both, --parallel N)"
-                ),
-            }
-            Ok(())
-        })?;
-        Ok(o)
+        Ok(parse_flags::<MemoryFlags>(args)?.options())
     }
 }
 

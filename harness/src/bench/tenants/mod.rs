@@ -32,7 +32,7 @@ use serde_json::Value;
 
 use self::figures::{bills, placement, served, served_since, Bill, Served};
 use super::calibration;
-use super::cli::ScenarioArgs;
+use super::cli::{DemoFlags, Scenario, ScenarioArgs};
 use super::html;
 use crate::launch::{
     client, load_objects, read_billing_log, Backends, EnvoyOptions, Flavor, Stack, StackOptions,
@@ -103,29 +103,27 @@ pub struct TenantsOptions {
 impl TenantsOptions {
     /// The flags after `--scenario tenants`.
     pub fn parse(args: &[String]) -> Result<Self> {
-        let mut objects = PathBuf::from(DEFAULT_OBJECTS);
-        let defaults = ScenarioArgs {
+        Self::from_flags(&DemoFlags::parse_scenario(Scenario::Tenants, args)?)
+    }
+
+    /// The scenario's options from `demo`'s flags.
+    pub fn from_flags(flags: &DemoFlags) -> Result<Self> {
+        let common = flags.scenario_args(ScenarioArgs {
             time_scale: TIME_SCALE,
             quick: false,
             flavor: Flavor::Native,
             workers: DEFAULT_WORKERS,
-        };
-        let expected = "--quick, --time-scale S, --flavor wasm|native, --workers N, --tenants PATH";
-        let common = defaults.parse(args, "tenancy", expected, |arg, value| match arg {
-            "--tenants" => {
-                objects = PathBuf::from(value()?);
-                Ok(true)
-            }
-            _ => Ok(false),
         })?;
-        let out = TenantsOptions {
+        Ok(TenantsOptions {
             time_scale: common.time_scale,
             quick: common.quick,
             flavor: common.flavor,
             workers: common.workers,
-            objects,
-        };
-        Ok(out)
+            objects: flags
+                .tenants
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_OBJECTS)),
+        })
     }
 
     /// The objects' path: as given when absolute or when it exists from here, else under

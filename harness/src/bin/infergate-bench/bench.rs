@@ -7,155 +7,145 @@
 
 use super::Mode;
 use anyhow::{bail, Context, Result};
+use clap::Subcommand;
 use infergate_harness::bench::calibration::{self, CalibrationArgs, Route, RunSpec};
-use infergate_harness::bench::flow::{self, FlowOptions};
-use infergate_harness::bench::lora::{self, LoraOptions};
-use infergate_harness::bench::overhead::{self, OverheadOptions};
-use infergate_harness::bench::pd::{self, PdOptions};
+use infergate_harness::bench::flow::{self, FlowFlags};
+use infergate_harness::bench::lora::{self, LoraFlags};
+use infergate_harness::bench::overhead::{self, OverheadFlags};
+use infergate_harness::bench::pd::{self, PdFlags};
 use infergate_harness::bench::pressure::{self, PressureOptions};
-use infergate_harness::bench::replicas::{self, ReplicasOptions};
-use infergate_harness::bench::soak::request_memory::{self, MemoryOptions};
-use infergate_harness::bench::soak::{self, SoakOptions};
+use infergate_harness::bench::replicas::{self, ReplicasFlags};
+use infergate_harness::bench::soak::request_memory::{self, MemoryFlags};
+use infergate_harness::bench::soak::{self, SoakFlags};
 use infergate_harness::launch::{runtime, Flavor};
 
-const USAGE: &str =
-    "usage: cargo xtask bench <overhead|affinity|ttft|soak|memory|flow|lora|pd|replicas|pressure> [options]
-  overhead  requests/s and latency through Envoy: no filter vs Wasm vs native, each gateway
-            also with tenancy; streamed windows time the first chunk
-            [--connections N] [--concurrency C] [--rounds R] [--measure-s S]
-            [--stream-measure-s S (0: none)] [--arms plain,wasm-floor,wasm,wasm-tenancy,
-            wasm-flow,native-floor,native,native-tenancy,native-flow] [--quick]
-  affinity  the picker at several Envoy worker counts, each flavour on the calibration
-            workload: cache-hit ratio, TTFT p50 and p99 per worker count; exits non-zero
-            unless every multi-worker run keeps >= 0.97 x the flavour's 1-worker hit ratio
-            and a TTFT p50 at most 10% above its 1-worker p50, with no failed request
-            [--workers 1,2,4,8 (--concurrency is the same flag)] [--flavor wasm,native]
-            [--time-scale S] [--quick: 3 turns per conversation instead of 6]
-  ttft      TTFT and cache hits: /rr vs the picker vs the sticky ceiling
-            [--flavor wasm,native] [--concurrency 1] [--time-scale S] [--quick]
-  soak      the multi-turn workload for N minutes per flavour (one after the other) with a
-            replica killed and restarted every 30 s, 10% of turns aborted mid-stream and 5%
-            hostile requests; Envoy's RSS and Wasm VM memory every 10 s, errors by status x
-            request kind x injected fault, the picker's in-flight gauges at the end; exits
-            non-zero unless RSS grows < 1 MB per 100k requests after warm-up, the in-flight
-            gauges are back to 0, every failed request is explained by a replica kill, and
-            Envoy still serves
-            [--minutes N (10)] [--flavor wasm|native|both (both)] [--clients C (32)]
-            [--max-growth-mb M: the growth bound; default 1, or 50 for runs under 5 min,
-            which are mostly warm-up (RSS still creeps up a few MB per 100k requests) and
-            cannot resolve 1 MB, while a gross leak still fails them]
-  memory    the most memory one request can make Envoy take, body limit 4 MiB: peak RSS
-            above the level before for each worst-case body (4 MiB of 1e308 in tools, one
-            4 MiB string, 100k messages, deep nesting), one alone and N at once, a fresh
-            Envoy each time [--flavor wasm|native|both (both)] [--parallel N (8)]
-  flow      flow control at saturation: enqueue + dispatch per second in process with N
-            queued, and Envoy's memory per queued request (N clients with 32 KB bodies
-            queued behind one slot), then every client leaves and the queue must empty
-            [--queued N (10000)] [--flavor wasm|native|both (both)] [--quick: 1000]
-  lora      LoRA adapter loads with more adapters than a replica's 2 slots (4 replicas):
-            the same many-adapter workload (Zipf over the adapters, each adapter's
-            conversations sharing its system prompt) through /rr and through the picker with
-            the lora-affinity-scorer; loads per 1,000 requests, replicas per adapter, TTFT
-            p50/p99; exits non-zero unless every picker arm loads at most a third as often
-            as /rr with no failed request
-            [--flavor wasm,native] [--workers N (1)] [--time-scale S] [--adapters N (8)]
-            [--adapter-prefix-tokens T (1024; 0: no shared prompt)]
-            [--lora-weight W (2; 0: no LoRA scorer)]
-            [--quick: 96 conversations x 2 turns instead of 200 x 5]
-  pd        prefill/decode disaggregation vs aggregated serving, 4 replicas, through the
-            picker: a long-prompt workload (6k-token system prompt per conversation,
-            64-token questions, 256-token answers, 2 turns, --clients in flight) with the default
-            scheduling, then with disagg-profile-handler + prefix-based-pd-decider
-            (nonCachedTokens 1024) and N prefill replicas; TTFT p50/p90/p99, end-to-end p50,
-            output tokens/s, share of requests prefilled remotely
-            [--prefill N (1)] [--clients N (8)] [--flavor wasm,native (wasm)] [--workers N (1)]
-            [--time-scale S] [--quick: 16 conversations instead of 64]
-  replicas  the calibration workload through 1, 2 and 4 gateway replicas (Envoy processes
-            over one simulated pool, each with its own picker state), every turn on a new
-            connection to a gateway drawn at random as an L4 balancer would: cache-hit
-            ratio (all turns, turns 2+), TTFT p50/p95 and failed requests, each against the
-            flavour's 1-gateway figure; fails unless every N-gateway arm keeps 0.95x of the
-            turns 2+ hit ratio and TTFT p50 within 1.15x
-  pressure  the approximate vs the precise prefix index (native) with a working set twice
-            the pool's KV: client-seen and engine-side cache-hit ratios, evictions, TTFT
-            p50/p95; fails unless precise beats approx on the engine's hit ratio and TTFT p50
-            [--workers N (1)] [--time-scale S] [--quick: 3 turns per conversation]
-            [--flavor wasm|native|both (both)] [--gateways 1,2,4] [--workers N (1)]
-            [--time-scale S] [--quick: 3 turns per conversation instead of 6]";
+/// `cargo xtask bench <name>`: each benchmark and its flags.
+#[derive(Debug, Subcommand)]
+pub enum Bench {
+    /// Requests/s and latency through Envoy: no filter vs Wasm vs native
+    ///
+    /// Each gateway also with tenancy and with flow control, each host's floor (a probe
+    /// filter that only buffers and reads the body) and the ext_proc architecture; at
+    /// --concurrency 1,4 x --body-kb 32,128,512, rounds interleaved; streamed windows time
+    /// the first chunk. Fails when an arm fails more than 1% of its requests.
+    #[command(verbatim_doc_comment)]
+    Overhead(OverheadFlags),
+    /// The picker at several Envoy worker counts, each flavour, on the calibration workload
+    ///
+    /// Cache-hit ratio, TTFT p50 and p99 per worker count; exits non-zero unless every
+    /// multi-worker run keeps >= 0.97 x the flavour's 1-worker hit ratio and a TTFT p50 at
+    /// most 10% above its 1-worker p50, with no failed request.
+    #[command(
+        verbatim_doc_comment,
+        mut_arg("flavors", |a| a.default_value("wasm,native")),
+        mut_arg("concurrencies", |a| a.default_value("1,2,4,8"))
+    )]
+    Affinity(CalibrationArgs),
+    /// TTFT and cache hits: /rr vs the picker vs the sticky ceiling.
+    #[command(mut_arg("flavors", |a| a.default_value("wasm,native")))]
+    Ttft(CalibrationArgs),
+    /// The multi-turn workload for N minutes per flavour, with faults, watching memory
+    ///
+    /// Flavours one after the other; a replica killed and restarted every 30 s, 10% of
+    /// turns aborted mid-stream and 5% hostile requests; Envoy's RSS and Wasm VM memory
+    /// every 10 s, errors by status x request kind x injected fault, the picker's
+    /// in-flight gauges at the end. Exits non-zero unless RSS grows less than the bound
+    /// after warm-up, the in-flight gauges are back to 0, every failed request is
+    /// explained by a replica kill, and Envoy still serves.
+    #[command(verbatim_doc_comment)]
+    Soak(SoakFlags),
+    /// The most memory one request can make Envoy take (body limit 4 MiB)
+    ///
+    /// Peak RSS above the level before for each worst-case body (4 MiB of 1e308 in tools,
+    /// one 4 MiB string, 100k messages, deep nesting), one alone and N at once, a fresh
+    /// Envoy each time.
+    #[command(verbatim_doc_comment)]
+    Memory(MemoryFlags),
+    /// Flow control at saturation: dispatch rate, and Envoy's memory per queued request
+    ///
+    /// Enqueue + dispatch per second in process with N queued, for each fairness policy;
+    /// then N clients with 32 KB bodies queued behind one slot through each flavour;
+    /// then every client leaves and the queue must empty.
+    #[command(verbatim_doc_comment)]
+    Flow(FlowFlags),
+    /// LoRA adapter loads, /rr vs the picker with the lora-affinity-scorer
+    ///
+    /// More adapters than a replica's 2 slots (4 replicas): the same many-adapter
+    /// workload (Zipf over the adapters, each adapter's conversations sharing its system
+    /// prompt) through /rr and through the picker; loads per 1,000 requests, replicas per
+    /// adapter, TTFT p50/p99. Exits non-zero unless every picker arm loads at most a third
+    /// as often as /rr with no failed request.
+    #[command(verbatim_doc_comment)]
+    Lora(LoraFlags),
+    /// Prefill/decode disaggregation vs aggregated serving, 4 replicas, through the picker
+    ///
+    /// A long-prompt workload (6k-token system prompt per conversation, 64-token
+    /// questions, 256-token answers, 2 turns, --clients in flight) with the default
+    /// scheduling, then with disagg-profile-handler + prefix-based-pd-decider
+    /// (nonCachedTokens 1024) and N prefill replicas: TTFT p50/p90/p99, end-to-end p50,
+    /// output tokens/s, share of requests prefilled remotely.
+    #[command(verbatim_doc_comment)]
+    Pd(PdFlags),
+    /// The calibration workload through 1, 2 and 4 gateway replicas
+    ///
+    /// Envoy processes over one simulated pool, each with its own picker state, every turn
+    /// on a new connection to a gateway drawn at random as an L4 balancer would: cache-hit
+    /// ratio (all turns, turns 2+), TTFT p50/p95 and failed requests, each against the
+    /// flavour's 1-gateway figure. Fails unless every N-gateway arm keeps 0.95x of the
+    /// turns 2+ hit ratio and TTFT p50 within 1.15x.
+    #[command(verbatim_doc_comment)]
+    Replicas(ReplicasFlags),
+    /// The approximate vs the precise prefix index (native), the working set twice the KV
+    ///
+    /// Client-seen and engine-side cache-hit ratios, evictions, TTFT p50/p95; fails unless
+    /// precise beats approx on the engine's hit ratio and TTFT p50.
+    #[command(verbatim_doc_comment)]
+    Pressure(PressureOptions),
+}
 
-/// Entry point of `cargo xtask bench …`.
-pub fn run(args: &[String], mode: Mode) -> Result<()> {
-    let (which, rest) = match args.split_first() {
-        Some((w, rest)) => (w.as_str(), rest),
-        None => bail!("{USAGE}"),
+/// Entry point of `cargo xtask bench …`: the flags are parsed and checked (the check
+/// that comes before the long build stops here).
+pub fn run(which: Bench, mode: Mode) -> Result<()> {
+    let which = match which {
+        Bench::Overhead(f) => Run::Overhead(f.options()),
+        Bench::Affinity(a) => Run::Affinity(a),
+        Bench::Ttft(a) => Run::Ttft(a),
+        Bench::Soak(f) => Run::Soak(f.options()),
+        Bench::Memory(f) => Run::Memory(f.options()),
+        Bench::Flow(f) => Run::Flow(f.options()),
+        Bench::Lora(f) => Run::Lora(f.options()),
+        Bench::Pd(f) => Run::Pd(f.options()),
+        Bench::Replicas(f) => Run::Replicas(f.options()),
+        Bench::Pressure(o) => Run::Pressure(o),
     };
-    if matches!(which, "-h" | "--help" | "help") {
-        println!("{USAGE}");
-        return Ok(());
-    }
-    // Bad arguments fail in the check that comes before the (long) build.
-    match which {
-        "overhead" => {
-            OverheadOptions::parse(rest)?;
-        }
-        "affinity" | "ttft" => {
-            CalibrationArgs::parse(rest, &[Flavor::Wasm], &[1])?;
-        }
-        "lora" => {
-            LoraOptions::parse(rest)?;
-        }
-        "pd" => {
-            PdOptions::parse(rest)?;
-        }
-        "soak" => {
-            SoakOptions::parse(rest)?;
-        }
-        "memory" => {
-            MemoryOptions::parse(rest)?;
-        }
-        "flow" => {
-            FlowOptions::parse(rest)?;
-        }
-        "replicas" => {
-            ReplicasOptions::parse(rest)?;
-        }
-        "pressure" => {
-            PressureOptions::parse(rest)?;
-        }
-        other => bail!("unknown benchmark `{other}`\n{USAGE}"),
-    }
     if mode == Mode::Check {
         return Ok(());
     }
     let report = match which {
-        "overhead" => {
-            let opts = OverheadOptions::parse(rest)?;
-            runtime()?.block_on(overhead::run(&opts))?
-        }
-        "affinity" => {
+        Run::Overhead(opts) => runtime()?.block_on(overhead::run(&opts))?,
+        Run::Affinity(a) => {
             // The tables are printed before a missed criterion becomes the error.
-            affinity(rest)?;
+            affinity(&a)?;
             return Ok(());
         }
-        "soak" => {
+        Run::Soak(opts) => {
             // Each flavour's report is printed as it ends; a failed verdict is the error.
-            runtime()?.block_on(soak::run(&SoakOptions::parse(rest)?))?;
+            runtime()?.block_on(soak::run(&opts))?;
             return Ok(());
         }
-        "pd" => {
+        Run::Pd(opts) => {
             // The table is printed before a missed criterion becomes the error.
-            let (text, missed) = runtime()?.block_on(pd::run(&PdOptions::parse(rest)?))?;
+            let (text, missed) = runtime()?.block_on(pd::run(&opts))?;
             println!("\n{text}");
             if !missed.is_empty() {
                 bail!("bench pd: {}", missed.join("; "));
             }
             return Ok(());
         }
-        "memory" => runtime()?.block_on(request_memory::run(&MemoryOptions::parse(rest)?))?,
-        "flow" => runtime()?.block_on(flow::run(&FlowOptions::parse(rest)?))?,
-        "pressure" => {
+        Run::Memory(opts) => runtime()?.block_on(request_memory::run(&opts))?,
+        Run::Flow(opts) => runtime()?.block_on(flow::run(&opts))?,
+        Run::Pressure(opts) => {
             // The table is printed before a missed criterion becomes the error.
-            let opts = PressureOptions::parse(rest)?;
             let (text, ok) = runtime()?.block_on(pressure::run(&opts))?;
             println!("\n{text}");
             if !ok {
@@ -163,9 +153,8 @@ pub fn run(args: &[String], mode: Mode) -> Result<()> {
             }
             return Ok(());
         }
-        "replicas" => {
+        Run::Replicas(opts) => {
             // The table is printed before a missed criterion becomes the error.
-            let opts = ReplicasOptions::parse(rest)?;
             let (text, ok) = runtime()?.block_on(replicas::run(&opts))?;
             println!("\n{text}");
             if !ok {
@@ -175,29 +164,39 @@ pub fn run(args: &[String], mode: Mode) -> Result<()> {
             }
             return Ok(());
         }
-        "lora" => {
+        Run::Lora(opts) => {
             // The table is printed before a missed criterion becomes the error.
-            let (text, ok) = runtime()?.block_on(lora::run(&LoraOptions::parse(rest)?))?;
+            let (text, ok) = runtime()?.block_on(lora::run(&opts))?;
             println!("\n{text}");
             if !ok {
                 bail!("bench lora: the picker did not load adapters 3x less often than /rr");
             }
             return Ok(());
         }
-        _ => ttft(rest)?,
+        Run::Ttft(a) => ttft(&a)?,
     };
     println!("\n{report}");
     Ok(())
 }
 
-/// The Envoy worker counts `bench affinity` compares by default.
-const AFFINITY_WORKERS: [u32; 4] = [1, 2, 4, 8];
+/// A benchmark with its options.
+enum Run {
+    Overhead(overhead::OverheadOptions),
+    Affinity(CalibrationArgs),
+    Ttft(CalibrationArgs),
+    Soak(soak::SoakOptions),
+    Memory(request_memory::MemoryOptions),
+    Flow(flow::FlowOptions),
+    Lora(lora::LoraOptions),
+    Pd(pd::PdOptions),
+    Replicas(replicas::ReplicasOptions),
+    Pressure(PressureOptions),
+}
 
 /// `bench affinity`: the picker of every flavour at every Envoy worker count, on one shared
 /// simulated pool; prints each flavour's table and fails unless every row meets the
 /// criteria (see [`calibration::affinity_table`]).
-fn affinity(args: &[String]) -> Result<()> {
-    let a = CalibrationArgs::parse(args, &[Flavor::Wasm, Flavor::Native], &AFFINITY_WORKERS)?;
+fn affinity(a: &CalibrationArgs) -> Result<()> {
     let mut specs = Vec::new();
     for &f in &a.flavors {
         for &c in &a.concurrencies {
@@ -205,7 +204,7 @@ fn affinity(args: &[String]) -> Result<()> {
         }
     }
     let cols = runtime()?.block_on(calibration::run(a.time_scale, a.quick, &specs))?;
-    let mut out = header("prefix affinity across Envoy workers", &a);
+    let mut out = header("prefix affinity across Envoy workers", a);
     out.push_str(&cols.table());
     let mut missed = Vec::new();
     for &f in &a.flavors {
@@ -229,9 +228,8 @@ fn affinity(args: &[String]) -> Result<()> {
 }
 
 /// `bench ttft`: /rr, the picker of every flavour, and the sticky ceiling.
-fn ttft(args: &[String]) -> Result<String> {
-    let a = CalibrationArgs::parse(args, &[Flavor::Wasm, Flavor::Native], &[1])?;
-    let (first_flavor, first_workers) = first(&a)?;
+fn ttft(a: &CalibrationArgs) -> Result<String> {
+    let (first_flavor, first_workers) = first(a)?;
     let mut specs = vec![RunSpec::new(
         "/rr",
         first_flavor,
@@ -250,7 +248,7 @@ fn ttft(args: &[String]) -> Result<String> {
         Route::Sticky,
     ));
     let (mut out, cols) =
-        compare_with_baseline("time to first token: /rr vs the picker", &a, &specs, true)?;
+        compare_with_baseline("time to first token: /rr vs the picker", a, &specs, true)?;
     if let Some(c) = cols.figures(Route::Sticky, None) {
         out.push_str(&format!(
             "ceiling (each conversation pinned to one replica, no Envoy): cache-hit ratio \

@@ -25,102 +25,27 @@
 use super::bench::compare_with_baseline;
 use super::Mode;
 use anyhow::{bail, Result};
-use infergate_harness::bench::calibration::{CalibrationArgs, Columns, Route, RunSpec};
+use infergate_harness::bench::calibration::{Columns, Route, RunSpec};
 use infergate_harness::bench::canary::{self, CanaryOptions};
+use infergate_harness::bench::cli::{DemoFlags, Scenario};
 use infergate_harness::bench::hotspot::{self, HotspotOptions};
 use infergate_harness::bench::html::{self, Block, Page};
 use infergate_harness::bench::tenants::{self, TenantsOptions};
-use infergate_harness::launch::{runtime, Flavor};
+use infergate_harness::launch::runtime;
 use infergate_harness::load::summary::percentile;
-
-const USAGE: &str =
-    "usage: cargo xtask demo [--scenario calibration|hotspot|tenants|canary] [options]
-  calibration  (the default) the calibration workload through /rr and through the picker:
-               TTFT and cache-hit ratios side by side
-               [--flavor wasm|native] [--workers N (1)] [--time-scale S] [--quick]
-  hotspot      one replica kept at >= 95% KV usage by long-context requests sent straight to
-               it; the same workload through /rr and through the picker: TTFT p50/p99, new
-               requests per replica (none may reach the full replica through the picker),
-               TTFT on the full replica vs the others, the full replica's KV min/mean
-               [--flavor wasm|native] [--workers N (2)] [--time-scale S] [--quick]
-               [--picker-config kv-filter|default (kv-filter: a utilization-filter at 0.9 KV
-               ahead of the default scorers; default: the picker's built-in config)]
-  tenants      tenants A (premium, short chats) and B (standard, a batch of 3k-token prompts,
-               a third of A's tokens per minute) share 4 replicas; the same load through the
-               gateway with tenancy, then through /rr, each on fresh replicas: A's TTFT
-               p50/p99, B's 429s by reason, tokens billed per tenant (with Σ pre_debit −
-               Σ refund = Σ charged) next to the tokens the replicas served; then flow
-               control on a saturated pool: A (weight 3) and B (weight 1) share a band,
-               best-effort C's band overflows: service share per tenant, queue time per
-               priority and C's 429s per 2 s window
-               [--flavor native|wasm (native)] [--workers N (2)] [--time-scale S (1)] [--quick]
-               [--tenants PATH (testdata/tenants/demo: TenantQuota objects giving the test
-               keys of testdata/README.md to tenant-a, tenant-b and tenant-c)]
-  canary       the seed's third week, a 10% FP8 canary, split across two pools (Envoy's
-               weighted clusters: stable = replicas 0-2, canary = replica 3) and inside one
-               pool (a model rewrite: `assistant` -> sim-model / sim-model-fp8), each per
-               request and sticky per conversation (x-session-id), on multi-turn
-               conversations; then the two-pool sticky split rolled back to 0 halfway (a
-               second Envoy, the old one drained): cache-hit ratio and TTFT p50 per build,
-               the canary's share of conversations and requests, switches within
-               conversations; exits non-zero if a check is missed (a sticky conversation
-               switching, a failed request, a request on the canary after the rollback)
-               [--flavor wasm|native (wasm)] [--workers N (1)] [--time-scale S]
-               [--quick: 32 conversations x 4 turns instead of 64 x 6]
-every scenario writes report.txt and report.html (SVG charts, no network needed) into
-<system temp dir>/infergate-demo-<scenario>-<pid>/ and prints where";
 
 /// Envoy worker threads of the calibration scenario. One: on a 2-core machine the simulator
 /// and the load generator need the other core. The picker's affinity does not depend on it
 /// (`bench affinity` shows the same hit ratio at 1, 2, 4 and 8 workers).
 const DEMO_WORKERS: u32 = 1;
 
-/// Which scenario the demo runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Scenario {
-    Calibration,
-    Hotspot,
-    Tenants,
-    Canary,
-}
-
-/// Splits `--scenario NAME` off the arguments.
-fn scenario(args: &[String]) -> Result<(Scenario, Vec<String>)> {
-    let mut rest = Vec::new();
-    let mut which = Scenario::Calibration;
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        if arg == "--scenario" {
-            which = match it.next().map(String::as_str) {
-                Some("calibration") => Scenario::Calibration,
-                Some("hotspot") => Scenario::Hotspot,
-                Some("tenants") => Scenario::Tenants,
-                Some("canary") => Scenario::Canary,
-                Some(other) => bail!("unknown scenario `{other}`\n{USAGE}"),
-                None => bail!("--scenario needs a value\n{USAGE}"),
-            };
-        } else {
-            rest.push(arg.clone());
-        }
-    }
-    Ok((which, rest))
-}
-
 /// Entry point of `cargo xtask demo`.
-pub fn run(args: &[String], mode: Mode) -> Result<()> {
-    if args
-        .iter()
-        .any(|a| matches!(a.as_str(), "-h" | "--help" | "help"))
-    {
-        println!("{USAGE}");
-        return Ok(());
-    }
-    let (which, rest) = scenario(args)?;
-    match which {
-        Scenario::Calibration => calibration(&rest, mode),
+pub fn run(flags: &DemoFlags, mode: Mode) -> Result<()> {
+    match flags.scenario {
+        Scenario::Calibration => calibration(flags, mode),
         Scenario::Hotspot => {
             // Bad arguments fail in the check that comes before the build.
-            let opts = HotspotOptions::parse(&rest)?;
+            let opts = HotspotOptions::from_flags(flags)?;
             if mode == Mode::Check {
                 return Ok(());
             }
@@ -136,7 +61,7 @@ pub fn run(args: &[String], mode: Mode) -> Result<()> {
             Ok(())
         }
         Scenario::Tenants => {
-            let opts = TenantsOptions::parse(&rest)?;
+            let opts = TenantsOptions::from_flags(flags)?;
             if mode == Mode::Check {
                 return Ok(());
             }
@@ -152,7 +77,7 @@ pub fn run(args: &[String], mode: Mode) -> Result<()> {
             Ok(())
         }
         Scenario::Canary => {
-            let opts = CanaryOptions::parse(&rest)?;
+            let opts = CanaryOptions::from_flags(flags)?;
             if mode == Mode::Check {
                 return Ok(());
             }
@@ -173,9 +98,9 @@ pub fn run(args: &[String], mode: Mode) -> Result<()> {
     }
 }
 
-fn calibration(args: &[String], mode: Mode) -> Result<()> {
+fn calibration(flags: &DemoFlags, mode: Mode) -> Result<()> {
     // Bad arguments fail in the check that comes before the build.
-    let a = CalibrationArgs::parse(args, &[Flavor::Wasm], &[DEMO_WORKERS])?;
+    let a = flags.calibration(DEMO_WORKERS)?;
     if mode == Mode::Check {
         return Ok(());
     }
@@ -254,35 +179,4 @@ fn calibration_page(cols: &Columns, text: &str) -> Page {
     page.push(Block::Heading("The text report".into()));
     page.push(Block::Pre(text.to_string()));
     page
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    fn strings(a: &[&str]) -> Vec<String> {
-        a.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn scenario_is_split_off_and_defaults_to_calibration() {
-        let (s, rest) = scenario(&strings(&["--quick"])).unwrap();
-        assert_eq!((s, rest), (Scenario::Calibration, strings(&["--quick"])));
-        let (s, rest) =
-            scenario(&strings(&["--flavor", "native", "--scenario", "hotspot"])).unwrap();
-        assert_eq!(
-            (s, rest),
-            (Scenario::Hotspot, strings(&["--flavor", "native"]))
-        );
-        let (s, rest) = scenario(&strings(&["--scenario", "tenants", "--quick"])).unwrap();
-        assert_eq!((s, rest), (Scenario::Tenants, strings(&["--quick"])));
-        assert!(scenario(&strings(&["--scenario", "x"])).is_err());
-        assert!(scenario(&strings(&["--scenario"])).is_err());
-        assert!(USAGE.contains("calibration") && USAGE.contains("hotspot"));
-        assert!(USAGE.contains("tenants"));
-        let (s, _) = scenario(&strings(&["--scenario", "canary"])).unwrap();
-        assert_eq!(s, Scenario::Canary);
-        assert!(USAGE.contains("canary"));
-    }
 }

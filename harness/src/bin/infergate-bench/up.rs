@@ -28,25 +28,17 @@
 
 use super::Mode;
 use anyhow::Result;
-use infergate_harness::launch::up::{stack_options, USAGE};
+use infergate_harness::launch::up::stack_options;
 use infergate_harness::launch::{up_blocking, UpOptions};
 
 /// Entry point of `cargo xtask up`.
-pub fn run(args: &[String], mode: Mode) -> Result<()> {
-    if args
-        .iter()
-        .any(|a| matches!(a.as_str(), "-h" | "--help" | "help"))
-    {
-        println!("{USAGE}");
-        return Ok(());
-    }
+pub fn run(opts: UpOptions, mode: Mode) -> Result<()> {
+    opts.check()?;
     match mode {
         // Also reads the simulator config, the tenants, the EPP config, the objectives, the
         // routes and the rewrites (checked against the pools), and lays out the pools and
         // splits, so a bad file or flag fails before the modules are built.
-        Mode::Check => UpOptions::parse(args)
-            .and_then(|o| stack_options(&o))
-            .map(drop),
-        Mode::Run => up_blocking(args),
+        Mode::Check => stack_options(&opts).map(drop),
+        Mode::Run => up_blocking(opts),
     }
 }
