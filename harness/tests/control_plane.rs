@@ -32,6 +32,8 @@ mod proxy;
 
 #[path = "shared/conversations.rs"]
 mod conversations;
+#[path = "shared/owner_trap.rs"]
+mod owner_trap;
 #[path = "shared/objects.rs"]
 mod shared;
 use infergate_cli::render::{render, GatewayInputs, IstioVersion, RenderOptions, Target};
@@ -43,6 +45,7 @@ use infergate_harness::load::{
     Assign, Connections, LoadConfig, Summary, Target as LoadTarget, Workload,
 };
 use infergate_harness::sim::{self, EngineConfig, SimConfig, SimHandle};
+use owner_trap::{has_test_stages, TRAP_HEADER};
 use proxy::Proxy;
 use serde_json::{json, Value as Json};
 use shared::seed_objects;
@@ -883,19 +886,6 @@ enum Takeaway {
     /// The control plane pushes a new picker configuration (ECDS under Istio for Wasm, the
     /// listener otherwise): every old root context ends, the owner's among them.
     Reload,
-}
-
-const TRAP_HEADER: &str = "x-infergate-test-trap-owner";
-
-/// Whether the Wasm module under test carries the test stages (the trap header).
-fn has_test_stages() -> bool {
-    Flavor::Wasm
-        .artefact()
-        .and_then(|p| std::fs::read(p).ok())
-        .is_some_and(|b| {
-            b.windows(TRAP_HEADER.len())
-                .any(|w| w == TRAP_HEADER.as_bytes())
-        })
 }
 
 /// Pushes a changed picker configuration: in every xDS file of `dir`, the plugin

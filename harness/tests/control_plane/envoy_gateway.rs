@@ -9,7 +9,7 @@
 //! breakers, the `EnvoyProxy` module allowlist and the `EnvoyPatchPolicy` JSON patches.
 //! Envoy Gateway's own listeners (ready, stats), tracing and the xDS client are left out.
 
-use super::istio::Translated;
+use super::istio::{loopback_admin, write_resources, Translated};
 use anyhow::{anyhow, bail, Context, Result};
 use infergate_harness::launch::EdsDir;
 use serde_json::{json, Map, Value as Json};
@@ -371,11 +371,6 @@ fn routes(
     out.into_iter().map(|(_, _, r)| r).collect()
 }
 
-fn write_resources(path: &Path, resources: &[Json]) -> Result<()> {
-    let text = serde_json::to_string_pretty(&json!({"version_info": "1", "resources": resources}))?;
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
-}
-
 /// Translates the documents of `envoy-gateway.yaml` for the Gateway listener `listener`
 /// (`<ns>/<gateway>/<section>`).
 pub fn translate(docs: &[Json], listener: &str, lo: &Loopback) -> Result<Translated> {
@@ -487,19 +482,7 @@ pub fn translate(docs: &[Json], listener: &str, lo: &Loopback) -> Result<Transla
         }
     }
     // Loopback: the proxy's own admin (a STATIC endpoint on 127.0.0.1:19000) is the test's.
-    for c in cds.iter_mut() {
-        let Some(eps) = c.pointer_mut("/load_assignment/endpoints") else {
-            continue;
-        };
-        for ep in eps.as_array_mut().into_iter().flatten() {
-            for lb in ep["lb_endpoints"].as_array_mut().into_iter().flatten() {
-                let sa = &mut lb["endpoint"]["address"]["socket_address"];
-                if sa["port_value"] == EG_ADMIN && sa["address"] == "127.0.0.1" {
-                    sa["port_value"] = json!(lo.admin_port);
-                }
-            }
-        }
-    }
+    loopback_admin(&mut cds, EG_ADMIN, lo.admin_port);
     let lds_path = lo.dir.join("lds.json");
     let cds_path = lo.dir.join("cds.json");
     write_resources(&lds_path, &lds)?;

@@ -299,7 +299,26 @@ fn replace_strings(v: &mut Json, from: &str, to: &str) {
     }
 }
 
-fn write_resources(path: &Path, resources: &[Json]) -> Result<()> {
+/// Points every STATIC endpoint on `127.0.0.1:<admin>` (the proxy's own admin, as the
+/// control plane's cluster names it) at the test Envoy's admin port `to`.
+pub fn loopback_admin(cds: &mut [Json], admin: u16, to: u16) {
+    for c in cds.iter_mut() {
+        let Some(eps) = c.pointer_mut("/load_assignment/endpoints") else {
+            continue;
+        };
+        for ep in eps.as_array_mut().into_iter().flatten() {
+            for lb in ep["lb_endpoints"].as_array_mut().into_iter().flatten() {
+                let sa = &mut lb["endpoint"]["address"]["socket_address"];
+                if sa["port_value"] == admin && sa["address"] == "127.0.0.1" {
+                    sa["port_value"] = json!(to);
+                }
+            }
+        }
+    }
+}
+
+/// Writes `resources` as one xDS discovery file.
+pub fn write_resources(path: &Path, resources: &[Json]) -> Result<()> {
     let text = serde_json::to_string_pretty(&json!({"version_info": "1", "resources": resources}))?;
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
@@ -486,19 +505,7 @@ pub fn translate(docs: &[Json], lo: &Loopback) -> Result<Translated> {
         replace_strings(&mut listener, &from, &to);
     }
     // Loopback: the proxy's own admin (a STATIC endpoint on 127.0.0.1:15000) is the test's.
-    for c in cds.iter_mut() {
-        let Some(eps) = c.pointer_mut("/load_assignment/endpoints") else {
-            continue;
-        };
-        for ep in eps.as_array_mut().into_iter().flatten() {
-            for lb in ep["lb_endpoints"].as_array_mut().into_iter().flatten() {
-                let sa = &mut lb["endpoint"]["address"]["socket_address"];
-                if sa["port_value"] == ISTIO_ADMIN && sa["address"] == "127.0.0.1" {
-                    sa["port_value"] = json!(lo.admin_port);
-                }
-            }
-        }
-    }
+    loopback_admin(&mut cds, ISTIO_ADMIN, lo.admin_port);
     // ECDS: each filter that discovers its config over ADS reads it from its file instead,
     // `initial_fetch_timeout` kept (istiod's is 0s: extensionfilter.go / the EnvoyFilter's).
     let filters = listener["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]

@@ -13,6 +13,8 @@
 #[path = "../shared/conversations.rs"]
 mod conversations;
 mod gateway;
+#[path = "../shared/owner_trap.rs"]
+mod owner_trap;
 mod plain;
 mod scrape_cluster;
 mod support;

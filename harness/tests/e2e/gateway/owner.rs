@@ -18,29 +18,17 @@ use infergate_harness::launch::client::post_json;
 use infergate_harness::launch::{Flavor, PoolSpec, Stack};
 use serde_json::json;
 
+use crate::owner_trap::{has_test_stages, TRAP_HEADER};
 use crate::support::gw::{self, Plan};
 use crate::support::{TestBackend, QUICK};
 
 const MODEL: &str = "model-a";
 const WORKERS: u32 = 4;
 const CLIENTS: usize = 4;
-const TRAP_HEADER: &str = "x-infergate-test-trap-owner";
 
 async fn stat_sum(stack: &Stack, needle: &str) -> i64 {
     let stats = stack.envoy().stats().await.unwrap();
     stats.containing(needle).map(|(_, v)| v).sum()
-}
-
-/// Whether the Wasm module under test is a build with the test stages (the trap header).
-fn has_test_stages() -> bool {
-    Flavor::Wasm
-        .artefact()
-        .and_then(|p| std::fs::read(p).ok())
-        .is_some_and(|bytes| {
-            bytes
-                .windows(TRAP_HEADER.len())
-                .any(|w| w == TRAP_HEADER.as_bytes())
-        })
 }
 
 pub(super) async fn a_dead_owner_is_replaced_under_load_and_no_request_fails() {
