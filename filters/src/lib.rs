@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! Host-agnostic filter logic of the gateway: the request pipeline and its stages (the body
 //! router, the picker), and the scraper loop, written against small host traits so the
 //! proxy-wasm adapter (`wasm/`) and the dynamic-module adapter (`envoy/`) stay thin.
@@ -49,7 +50,7 @@
 //! (metrics scraper; [`membership`], the pool membership it follows), [`tenants`] and
 //! [`rewrite`] read the platform's Kubernetes objects
 //! through [`objects`] (field by field, errors naming object and path),
-//! [`consistency`] (checks between separately loaded configs), [`fake`] (a builder-style
+//! [`consistency`] (checks between separately loaded configs), `fake` (a builder-style
 //! fake host for tests; feature `fake-host` exports it). `benches/filters.rs` measures the
 //! router and the picker on an 8k-token body.
 

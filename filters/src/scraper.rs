@@ -447,7 +447,7 @@ impl Scraper {
 
     /// A scraper taking over from another (the Wasm flavour's next elected owner, the
     /// native flavour's scraper of an updated configuration): publish nothing until every
-    /// endpoint it knows was scraped once (or failed), at most [`MAX_HELD_TICKS`] ticks, so
+    /// endpoint it knows was scraped once (or failed), at most `MAX_HELD_TICKS` ticks, so
     /// the pickers keep reading the previous scraper's snapshot (members and metrics)
     /// meanwhile rather than an empty one that would refuse their requests.
     pub fn hold_first_publish(&mut self) {

@@ -1,4 +1,5 @@
 #![no_std]
+#![warn(missing_docs)]
 //! The scheduling core of the in-Envoy inference gateway.
 //!
 //! Every routing decision is a pure function of data passed in: the parsed request, the

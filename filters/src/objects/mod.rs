@@ -3,7 +3,7 @@
 //! names the object (`<Kind> <name>`, or the list item before the name is known) and the
 //! field's path, so a user can find the line in their YAML.
 //!
-//! [`ObjectError`] is what any such object can get wrong; [`Fields`] reads one object's
+//! [`ObjectError`] is what any such object can get wrong; `Fields` reads one object's
 //! fields and names its errors. The `InferenceModelRewrite` reader
 //! ([`crate::rewrite`]) and the tenant objects' reader ([`crate::tenants`]) both use them and
 //! add the errors that need more than one object.

@@ -20,7 +20,7 @@
 //! This module is the host-agnostic half: the messages ([`ToOwner`], [`ToWorker`]) with
 //! their binary encoding, and the [`Owner`] that answers them. The Wasm adapter moves the
 //! bytes through proxy-wasm shared queues and resumes the paused stream. The pick itself is
-//! [`super::pick_counted`], the same code the native flavour runs under its lock, so the
+//! `picker::pick_counted`, the same code the native flavour runs under its lock, so the
 //! decisions and stats do not depend on the flavour.
 //!
 //! **Which state.** Each worker's picker config is sent once ([`ToOwner::Hello`]) and named

@@ -1,8 +1,8 @@
 //! The picker's shared state: one per Envoy process (native: shared by every worker; Wasm:
 //! owned by the singleton service VM, [`super::remote`], with a VM-local one kept as the
 //! fallback when the owner cannot be reached). It is a list of
-//! pools, each with its own lock ([`super::pool`]), and the last decoded metric snapshot
-//! behind a lock of its own ([`snapshot`]); there is no lock across pools, so picks in
+//! pools, each with its own lock (`picker::pool`), and the last decoded metric snapshot
+//! behind a lock of its own (`state::snapshot`); there is no lock across pools, so picks in
 //! different pools never wait for each other. Its immutable part, the [`PickerPlans`], is
 //! handed out by `Arc` so the request path does its slow work (body parse, prefix hashing,
 //! stats) before and after any lock: [`PickerShared::pick`] takes finished block hashes and
@@ -36,7 +36,7 @@
 //! `rejected-no-endpoints`, saying why) rather than "stale metrics".
 //!
 //! **LoRA adapters.** vLLM's scrape lists only the adapters with running requests, so a
-//! pool remembers per endpoint the adapters it sent there ([`lora`]): a pick of an adapter
+//! pool remembers per endpoint the adapters it sent there (`state::lora`): a pick of an adapter
 //! scores the candidates with scraped LoRA state on copies of their metrics whose running
 //! list adds the adapters in flight there and the most recent ones sent (at most the
 //! endpoint's slots), so an idle adapter still loaded keeps its requests. A base-model pick

@@ -2,7 +2,7 @@
 //!
 //! Held cheaply (candidate indices, `f64`s, strings borrowed from the scheduler and the
 //! candidates): building it costs a few vectors per profile. Its JSON form (what
-//! `infergate explain` prints) is in [`super::record`].
+//! `infergate explain` prints) is its `Serialize` impl, written in `scheduling::record`.
 
 use alloc::vec::Vec;
 

@@ -83,7 +83,9 @@ pub enum BodyKind {
 /// Tokens of one response.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Usage {
+    /// Input tokens: `prompt_tokens`, or Anthropic's `input_tokens`; 0 if absent.
     pub prompt_tokens: u64,
+    /// Generated tokens: `completion_tokens`, or Anthropic's `output_tokens`.
     pub completion_tokens: u64,
     /// Prompt tokens served from the engine's prefix cache (part of `prompt_tokens`).
     pub cached_tokens: u64,
@@ -119,6 +121,7 @@ impl UsageSource {
 pub struct UsageReport {
     /// For [`UsageSource::ChunkCount`]: prompt 0, completion = `content_chunks`.
     pub usage: Usage,
+    /// Where `usage` came from; the billing record names it ([`UsageSource::as_str`]).
     pub source: UsageSource,
     /// SSE data events with at least one choice (not `[DONE]`, not usage-only).
     pub content_chunks: u64,
