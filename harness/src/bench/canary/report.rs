@@ -7,8 +7,7 @@ use std::fmt::Write;
 use super::drive::Sent;
 use super::figures::{Arm, Canary, Version};
 use super::{CanaryOptions, Outcome, CANARY_WEIGHT, CONCURRENCY};
-use crate::bench::html::svg::{Axis, Chart, Kind, Series};
-use crate::bench::html::{ttft_cdf, Block, Page};
+use crate::bench::html::{ttft_cdf, Axis, Block, Chart, Kind, Page, Series};
 use crate::bench::report;
 
 fn pct(x: f64) -> String {

@@ -1,5 +1,5 @@
 //! The demo's HTML report: one self-contained `.html` file written next to the text table
-//! of a run, with inline SVG charts ([`svg`]), readable offline in any browser (no script,
+//! of a run, with inline SVG charts ([`Chart`]), readable offline in any browser (no script,
 //! no stylesheet or font fetched, nothing loaded from the network).
 //!
 //! A [`Page`] is a title and a list of [`Block`]s (headings, paragraphs, charts, the text
@@ -7,7 +7,7 @@
 //! distribution of time to first token of each side. [`write_run`] writes a run's text and
 //! its page into the run's directory, and names both files.
 
-pub mod svg;
+mod chart;
 #[cfg(test)]
 pub(crate) mod wellformed;
 
@@ -16,7 +16,26 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-pub use self::svg::{escape, Axis, Chart, Kind, Series};
+pub use self::chart::{Axis, Chart, Kind, Series};
+
+/// `text` with `& < > " '` replaced by entities: safe in element text and in quoted
+/// attribute values.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            // Control characters are not allowed in XML text at all.
+            c if c.is_control() && c != '\n' && c != '\t' => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
 
 /// One piece of a page.
 #[derive(Clone, Debug, PartialEq)]
@@ -194,6 +213,7 @@ mod tests {
         assert!(html.contains("<title>demo &lt;&amp;&gt;</title>"));
         assert!(html.contains("col  &lt;x&gt;"));
         assert_eq!(html, page.render());
+        assert_eq!(escape("a\u{1}b'\"\n"), "a\u{fffd}b&#39;&quot;\n");
     }
 
     #[test]
