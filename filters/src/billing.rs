@@ -74,8 +74,12 @@ pub struct BillingRecord {
     pub target_model: Option<String>,
     /// The pool (its base model) that served the request.
     pub pool: Option<String>,
-    /// The endpoint the picker chose (`ip:port`).
+    /// The endpoint that served the response (`ip:port`): the pick, or the fallback Envoy
+    /// moved to; `None` when no upstream answered (a local reply, or a reset before one).
     pub endpoint: Option<String>,
+    /// The destinations the picker gave Envoy, in order: the pick, then its fallbacks
+    /// (`x-gateway-destination-endpoint`, comma-separated).
+    pub destinations: Option<String>,
     /// Prompt tokens billed.
     pub prompt_tokens: u64,
     /// Completion tokens billed.
@@ -143,6 +147,7 @@ mod tests {
             "pool",
             "queued_ms",
             "endpoint",
+            "destinations",
             "prompt_tokens",
             "completion_tokens",
             "cached_tokens",

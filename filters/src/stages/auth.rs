@@ -164,8 +164,8 @@ where
         // A dropped reason is what a filter of this gateway says of its own local reply. A
         // response an upstream sent is not one, whatever it carries: an engine cannot
         // refuse in the gateway's name, nor so escape its billing and settlement.
-        let from_upstream = host.served_upstream().is_some();
-        let dropped = if from_upstream {
+        let served = host.served_upstream();
+        let dropped = if served.is_some() {
             None
         } else {
             host.response_header(headers::DROPPED_REASON)
@@ -173,7 +173,7 @@ where
         let now = host.now();
         if let Some(acc) = cx.get_mut::<Accounting>() {
             acc.status = status;
-            acc.from_upstream = from_upstream;
+            acc.served = served;
             acc.dropped_reason = dropped;
             if end_of_stream {
                 acc.first_byte.get_or_insert(now);

@@ -224,8 +224,8 @@ pub struct Accounting {
     /// `x-llm-d-request-dropped-reason` of a local reply (a rejection by a later filter);
     /// never read from a response an upstream sent.
     pub dropped_reason: Option<String>,
-    /// The response came from an upstream host (not a local reply).
-    pub from_upstream: bool,
+    /// The upstream host (`ip:port`) the response came from; `None` for a local reply.
+    pub served: Option<String>,
     /// When the first response byte passed.
     pub first_byte: Option<Millis>,
     finished: bool,
@@ -241,7 +241,7 @@ impl Accounting {
             rejected: None,
             status: None,
             dropped_reason: None,
-            from_upstream: false,
+            served: None,
             first_byte: None,
             finished: false,
         }
@@ -420,7 +420,8 @@ impl Tenancy {
             model: routed.as_ref().map(|r| r.model.clone()),
             target_model: routed.as_ref().map(|r| r.target_model.clone()),
             pool: routed.as_ref().map(|r| r.base_model.clone()),
-            endpoint: host.request_header(DESTINATION_ENDPOINT),
+            endpoint: acc.served.clone(),
+            destinations: host.request_header(DESTINATION_ENDPOINT),
             tokens_source: UsageSource::None.as_str(),
             outcome: outcome.as_str().to_owned(),
             status: acc.status.or(router_replied),
@@ -435,7 +436,7 @@ impl Tenancy {
         // was debited there; only the local concurrency slot is given back. Its refusal is
         // Envoy's local reply, a 429: an upstream's response is settled whatever it says.
         let refused_globally = admission.as_ref().is_some_and(|a| a.global)
-            && !acc.from_upstream
+            && acc.served.is_none()
             && acc.status == Some(429)
             && acc
                 .dropped_reason

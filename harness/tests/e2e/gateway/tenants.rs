@@ -596,6 +596,23 @@ pub(super) async fn tenants_are_authenticated_limited_and_billed(flavor: Flavor)
     assert_eq!(jwt_record["tenant"], "tenant-a", "{t}");
     let r = by_request_id(&records, "e2e-usage");
     assert_eq!(r["outcome"], "complete", "{t}");
+    // `endpoint` is the replica that answered; `destinations` the list it was picked from.
+    let served_by = r["endpoint"].as_str().unwrap_or_default();
+    assert!(
+        usage_sim.addrs().iter().any(|a| a.to_string() == served_by),
+        "{t}: endpoint {served_by:?} is not a replica of the pool: {r}"
+    );
+    let destinations = r["destinations"].as_str().unwrap_or_default();
+    assert_eq!(
+        destinations.split(',').next(),
+        Some(served_by),
+        "{t}: no fallback happened, so the pick served: {r}"
+    );
+    let no_endpoints = records
+        .iter()
+        .find(|r| r["model"] == EMPTY_MODEL)
+        .unwrap();
+    assert!(no_endpoints["endpoint"].is_null(), "{t}: {no_endpoints}");
     assert_eq!(r["tokens_source"], "usage", "{t}");
     assert_eq!(r["prompt_tokens"], usage["prompt_tokens"], "{t}");
     assert_eq!(r["completion_tokens"], usage["completion_tokens"], "{t}");
