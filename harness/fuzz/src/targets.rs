@@ -50,6 +50,18 @@ fn check_parsed(p: &ParsedRequest, body_len: usize, limit: usize) {
         p.prompt_len
     );
     assert_eq!(p.prompt_tokens, request::estimate_tokens(p.prompt_len));
+    assert!(p.prompts >= 1, "no prompt counted");
+    assert!(
+        p.prompts <= body_len.max(1) as u64,
+        "{} prompts in a body of {body_len} bytes",
+        p.prompts
+    );
+    assert_eq!(
+        p.output_sequences,
+        request::output_sequences(p.n, p.best_of, p.prompts),
+        "output sequences are not max(n, best_of, 1) × prompts"
+    );
+    assert!(p.output_sequences >= 1);
 }
 
 /// The parser's answer (its fast path first) is the `serde_json` path's, to the byte and to
@@ -69,7 +81,8 @@ fn check_against_reference(
 
 /// The request parser on the raw bytes, as each API: never panics, answers what the
 /// `serde_json` path answers, stores at most the default limit, counts a whole prompt
-/// within [`EXPANSION`] × the body, and stays within [`memory_bound`].
+/// within [`EXPANSION`] × the body, counts at least one prompt and output sequence (the
+/// sequences max(n, best_of, 1) × prompts, saturated), and stays within [`memory_bound`].
 pub fn request_parser(data: &[u8]) {
     for api in APIS {
         let (parsed, peak) = peak_during(|| request::parse(api, data));
@@ -135,6 +148,11 @@ pub fn canonical_prompt(data: &[u8]) {
             assert_eq!(
                 (&c.model, c.max_output_tokens, c.stream, &c.cache_salt),
                 (&w.model, w.max_output_tokens, w.stream, &w.cache_salt)
+            );
+            assert_eq!(
+                (c.n, c.best_of, c.prompts, c.output_sequences),
+                (w.n, w.best_of, w.prompts, w.output_sequences),
+                "the limit changed the output multiplicity"
             );
         }
         (Err(a), Err(b)) => assert_eq!(a, b),

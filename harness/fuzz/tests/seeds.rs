@@ -98,6 +98,14 @@ fn hostile_bodies() -> Vec<(&'static str, Vec<u8>)> {
             format!(r#"{{"model":"m","prompt":[{}[0]]}}"#, "[0,4294967295],[],".repeat(200))
                 .into_bytes(),
         ),
+        (
+            "hostile-output-multiplicity",
+            format!(
+                r#"{{"model":"m","n":18446744073709551615,"best_of":1e19,"n":4294967296,"prompt":[{}"z"]}}"#,
+                r#""a","#.repeat(500)
+            )
+            .into_bytes(),
+        ),
     ]
 }
 

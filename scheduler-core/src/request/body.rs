@@ -17,6 +17,13 @@ pub(crate) struct Fields {
     pub model: Option<String>,
     pub max_tokens: Option<u64>,
     pub max_completion_tokens: Option<u64>,
+    /// `n` (OpenAI APIs only): completions returned per prompt.
+    pub n: Option<u64>,
+    /// `best_of` (OpenAI APIs only): sequences generated per prompt, the best `n` returned.
+    pub best_of: Option<u64>,
+    /// Prompts of a `/v1/completions` batch as counted by [`PromptSeed`]; 0 when no `prompt`
+    /// was read (one prompt, as for every other API).
+    pub prompts: u64,
     pub stream: bool,
     pub include_usage: bool,
     pub continuous_usage: bool,
@@ -76,7 +83,7 @@ impl<'de> Visitor<'de> for BodySeed<'_> {
                 }
                 "prompt" if api == Api::Completions => {
                     b.prompt.clear();
-                    map.next_value_seed(PromptSeed {
+                    b.fields.prompts = map.next_value_seed(PromptSeed {
                         sink: Sink {
                             out: b.prompt,
                             err: b.err,
@@ -116,6 +123,18 @@ impl<'de> Visitor<'de> for BodySeed<'_> {
                         map.next_value_seed(ScalarSeed)?.as_count().map_err(|()| {
                             wrong(b.err, "max_completion_tokens", "non-negative integer")
                         })?;
+                }
+                "n" if api != Api::AnthropicMessages => {
+                    b.fields.n = map
+                        .next_value_seed(ScalarSeed)?
+                        .as_count()
+                        .map_err(|()| wrong(b.err, "n", "non-negative integer"))?;
+                }
+                "best_of" if api != Api::AnthropicMessages => {
+                    b.fields.best_of = map
+                        .next_value_seed(ScalarSeed)?
+                        .as_count()
+                        .map_err(|()| wrong(b.err, "best_of", "non-negative integer"))?;
                 }
                 "stream" => {
                     b.fields.stream = map

@@ -103,6 +103,8 @@ enum Key {
     System,
     MaxTokens,
     MaxCompletionTokens,
+    N,
+    BestOf,
     Stream,
     StreamOptions,
     CacheSalt,
@@ -119,6 +121,8 @@ impl Key {
             b"system" if api == Api::AnthropicMessages => Key::System,
             b"max_tokens" => Key::MaxTokens,
             b"max_completion_tokens" => Key::MaxCompletionTokens,
+            b"n" if api != Api::AnthropicMessages => Key::N,
+            b"best_of" if api != Api::AnthropicMessages => Key::BestOf,
             b"stream" => Key::Stream,
             b"stream_options" => Key::StreamOptions,
             b"cache_salt" => Key::CacheSalt,
@@ -198,13 +202,26 @@ fn field(b: &[u8], i: usize, key: Key, p: &mut Parts) -> Option<usize> {
             f.max_completion_tokens = n;
             end
         }
+        Key::N => {
+            let (n, end) = opt_count(b, i)?;
+            f.n = n;
+            end
+        }
+        Key::BestOf => {
+            let (n, end) = opt_count(b, i)?;
+            f.best_of = n;
+            end
+        }
         Key::Stream => {
             let (v, end) = opt_bool(b, i)?;
             f.stream = v;
             end
         }
         Key::Messages => messages(b, i, &mut p.prompt)?,
-        Key::Prompt if b.get(i) == Some(&b'"') => scan::decode(b, i + 1, &mut p.prompt)?,
+        Key::Prompt if b.get(i) == Some(&b'"') => {
+            f.prompts = 1;
+            scan::decode(b, i + 1, &mut p.prompt)?
+        }
         Key::Prompt | Key::Tools | Key::System | Key::StreamOptions => {
             let end = scan::skip_value(b, i, 1)?;
             let value = b.get(i..end)?;
@@ -215,7 +232,7 @@ fn field(b: &[u8], i: usize, key: Key, p: &mut Parts) -> Option<usize> {
                         out: &mut p.prompt,
                         err: &mut err,
                     };
-                    sub(value, PromptSeed { sink })?;
+                    f.prompts = sub(value, PromptSeed { sink })?;
                 }
                 Key::Tools => {
                     let (out, err) = (&mut p.tools, &mut err);

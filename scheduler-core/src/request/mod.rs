@@ -4,7 +4,8 @@
 //! they have no escapes, skipping every field it does not need with `IgnoredAny`, and writing
 //! the canonical prompt byte stream directly into one buffer as it goes. It extracts the
 //! model, the prompt bytes for prefix hashing ([`crate::prefix`]), an estimated prompt token
-//! count, the output token limit, `stream`, `stream_options.include_usage` and `cache_salt`.
+//! count, the output token limit and how many sequences may be generated (`n`, `best_of`,
+//! the prompts of a batch), `stream`, `stream_options.include_usage` and `cache_salt`.
 //!
 //! # Canonical prompt byte stream (version 2)
 //!
@@ -66,6 +67,12 @@
 //! part keeps its members' bytes until they are sorted, and a media part keeps its fields'
 //! canonical JSON until it is digested.
 //! - `max_output_tokens` = `max_completion_tokens` if set, else `max_tokens`.
+//! - `output_sequences` = max(`n`, `best_of`, 1) × the prompts of a `/v1/completions` batch
+//!   (a `prompt` array of strings or of token-id arrays; 1 for any other prompt and API),
+//!   saturating at `u32::MAX` ([`output_sequences`]): how many sequences of up to
+//!   `max_output_tokens` each the engine may generate. `n` and `best_of` are read for the
+//!   OpenAI APIs only (the Messages API has neither); a `best_of` below `n` is the engine's
+//!   error to answer, so the larger of the two counts.
 //! - `include_usage` = `stream_options.include_usage`; for `/v1/messages` it is always true,
 //!   because the Messages API always reports usage.
 //! - JSON null is accepted wherever a field is optional; a repeated key replaces the earlier.
@@ -159,6 +166,17 @@ pub struct ParsedRequest {
     pub prompt_tokens: Tokens,
     /// `max_completion_tokens`, else `max_tokens`.
     pub max_output_tokens: Option<u64>,
+    /// `n` (OpenAI APIs): completions returned per prompt.
+    pub n: Option<u64>,
+    /// `best_of` (OpenAI APIs): sequences generated per prompt, of which the best `n` are
+    /// returned.
+    pub best_of: Option<u64>,
+    /// The prompts of a `/v1/completions` batch (`prompt` as an array of strings or of
+    /// token-id arrays); 1 for any other prompt and API.
+    pub prompts: u64,
+    /// How many sequences the engine may generate, each up to `max_output_tokens`:
+    /// [`output_sequences`] of `n`, `best_of` and `prompts` (at least 1).
+    pub output_sequences: u32,
     /// `stream: true`.
     pub stream: bool,
     /// `stream_options.include_usage` (always true for `/v1/messages`).
@@ -167,6 +185,16 @@ pub struct ParsedRequest {
     pub continuous_usage: bool,
     /// vLLM's `cache_salt`, which isolates prefix caching between tenants.
     pub cache_salt: Option<String>,
+}
+
+/// How many sequences the engine may generate for a request with these `n`, `best_of` and
+/// prompt count: max(`n`, `best_of`, 1) for each prompt (vLLM generates `best_of` sequences
+/// per prompt when it is set, `n` otherwise), times `prompts` (at least 1). Saturates at
+/// `u32::MAX`, whatever the inputs.
+pub fn output_sequences(n: Option<u64>, best_of: Option<u64>, prompts: u64) -> u32 {
+    let per_prompt = n.unwrap_or(1).max(best_of.unwrap_or(1)).max(1);
+    let total = per_prompt.saturating_mul(prompts.max(1));
+    u32::try_from(total).unwrap_or(u32::MAX)
 }
 
 /// Estimated tokens for a prompt byte stream of `len` bytes (4 bytes per token, rounded up).
@@ -258,6 +286,7 @@ fn finish(api: Api, parts: fast::Parts) -> Result<ParsedRequest, RequestError> {
         prompt = prompt.prepend(&[&tools, &system]);
     }
     let prompt_len = prompt.len();
+    let prompts = fields.prompts.max(1);
     Ok(ParsedRequest {
         api,
         model,
@@ -265,6 +294,10 @@ fn finish(api: Api, parts: fast::Parts) -> Result<ParsedRequest, RequestError> {
         prompt_len,
         prompt: prompt.into_bytes(),
         max_output_tokens: fields.max_completion_tokens.or(fields.max_tokens),
+        n: fields.n,
+        best_of: fields.best_of,
+        prompts,
+        output_sequences: output_sequences(fields.n, fields.best_of, prompts),
         stream: fields.stream,
         include_usage: fields.include_usage || api == Api::AnthropicMessages,
         continuous_usage: fields.continuous_usage,

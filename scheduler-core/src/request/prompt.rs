@@ -1,5 +1,9 @@
 //! The `/v1/completions` `prompt`: a string, an array of strings, an array of token ids or an
 //! array of token-id arrays, written into the canonical byte stream described in [`super`].
+//!
+//! The value also says how many prompts it holds, since the engine answers each prompt of a
+//! batch: an array of strings or of token-id arrays is that many prompts; a string or a flat
+//! array of token ids is one; null and an empty array count 0 (the caller reads 0 as one).
 
 use super::scalar::{wrong, Sink};
 use super::RS;
@@ -21,54 +25,59 @@ enum Kind {
     IdArrays,
 }
 
-/// The whole `prompt` value.
+/// The whole `prompt` value; its value is the number of prompts it holds (module doc).
 pub(crate) struct PromptSeed<'a> {
     pub sink: Sink<'a>,
 }
 
 impl<'de> DeserializeSeed<'de> for PromptSeed<'_> {
-    type Value = ();
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+    type Value = u64;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<u64, D::Error> {
         d.deserialize_any(self)
     }
 }
 
 impl<'de> Visitor<'de> for PromptSeed<'_> {
-    type Value = ();
+    type Value = u64;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(EXPECTED)
     }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<u64, E> {
         self.sink.out.extend_from_slice(v.as_bytes());
-        Ok(())
+        Ok(1)
     }
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
+    fn visit_unit<E: de::Error>(self) -> Result<u64, E> {
+        Ok(0)
     }
-    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<u64, A::Error> {
         let mut kind = None;
+        let mut elements = 0u64;
         while seq
             .next_element_seed(ElementSeed {
                 sink: self.sink.reborrow(),
                 kind: &mut kind,
             })?
             .is_some()
-        {}
-        Ok(())
+        {
+            elements = elements.saturating_add(1);
+        }
+        // A flat array of token ids is one prompt; an array of strings or of id arrays, a
+        // batch of one prompt per element.
+        Ok(if kind == Some(Kind::Ids) { 1 } else { elements })
     }
-    fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<(), A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<u64, A::Error> {
         Err(wrong(self.sink.err, FIELD, EXPECTED))
     }
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<u64, E> {
         Err(wrong(self.sink.err, FIELD, EXPECTED))
     }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<u64, E> {
         Err(wrong(self.sink.err, FIELD, EXPECTED))
     }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<u64, E> {
         Err(wrong(self.sink.err, FIELD, EXPECTED))
     }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<u64, E> {
         Err(wrong(self.sink.err, FIELD, EXPECTED))
     }
 }

@@ -102,6 +102,160 @@ fn max_completion_tokens_wins_over_max_tokens() {
     assert_eq!(p.max_output_tokens, Some(9));
 }
 
+/// `(n, best_of, prompts, output_sequences)` of `body` parsed as `api`, by both paths.
+fn multiplicity(api: Api, body: &str) -> (Option<u64>, Option<u64>, u64, u32) {
+    let p = match parse(api, body.as_bytes()) {
+        Ok(p) => p,
+        Err(e) => panic!("{api:?} body rejected: {e:?}: {body}"),
+    };
+    assert_eq!(
+        parse_reference(api, body.as_bytes(), usize::MAX).as_ref(),
+        Ok(&p),
+        "{body}"
+    );
+    (p.n, p.best_of, p.prompts, p.output_sequences)
+}
+
+#[test]
+fn n_and_best_of_multiply_the_output() {
+    let chat = Api::ChatCompletions;
+    assert_eq!(multiplicity(chat, r#"{"model":"m"}"#), (None, None, 1, 1));
+    assert_eq!(
+        multiplicity(chat, r#"{"model":"m","n":8,"max_completion_tokens":400}"#),
+        (Some(8), None, 1, 8)
+    );
+    // best_of generates that many per prompt and returns n; the larger counts.
+    assert_eq!(
+        multiplicity(chat, r#"{"model":"m","n":2,"best_of":5}"#),
+        (Some(2), Some(5), 1, 5)
+    );
+    assert_eq!(
+        multiplicity(chat, r#"{"model":"m","best_of":3}"#),
+        (None, Some(3), 1, 3)
+    );
+    assert_eq!(
+        multiplicity(chat, r#"{"model":"m","n":4,"best_of":2}"#),
+        (Some(4), Some(2), 1, 4)
+    );
+    // null is absent; 0 generates no fewer than one (the engine refuses it anyway).
+    assert_eq!(
+        multiplicity(chat, r#"{"model":"m","n":null,"best_of":null}"#),
+        (None, None, 1, 1)
+    );
+    assert_eq!(
+        multiplicity(chat, r#"{"model":"m","n":0}"#),
+        (Some(0), None, 1, 1)
+    );
+    assert_eq!(
+        multiplicity(chat, r#"{"model":"m","n":3.0}"#),
+        (Some(3), None, 1, 3)
+    );
+    // A repeated key replaces the earlier value.
+    assert_eq!(
+        multiplicity(chat, r#"{"model":"m","n":9,"n":2}"#),
+        (Some(2), None, 1, 2)
+    );
+    // Huge values saturate, never overflow.
+    assert_eq!(
+        multiplicity(chat, r#"{"model":"m","n":18446744073709551615}"#),
+        (Some(u64::MAX), None, 1, u32::MAX)
+    );
+    assert_eq!(
+        multiplicity(chat, r#"{"model":"m","n":4294967296}"#).3,
+        u32::MAX
+    );
+    // The Messages API has neither field: both are ignored, whatever their type.
+    assert_eq!(
+        multiplicity(
+            Api::AnthropicMessages,
+            r#"{"model":"m","n":8,"best_of":"x"}"#
+        ),
+        (None, None, 1, 1)
+    );
+}
+
+#[test]
+fn completions_batches_count_their_prompts() {
+    let c = Api::Completions;
+    for (prompt, prompts) in [
+        (r#""one""#, 1),
+        (r#"["one"]"#, 1),
+        (r#"["a","b","c","d","e","f","g","h"]"#, 8),
+        (r#"[1,2,3]"#, 1),
+        (r#"[[1,2],[3],[4,5,6]]"#, 3),
+        (r#"[[]]"#, 1),
+        (r#"[[],[]]"#, 2),
+        (r#"[]"#, 1),
+        (r#"null"#, 1),
+    ] {
+        let body = format!(r#"{{"model":"m","prompt":{prompt}}}"#);
+        assert_eq!(
+            multiplicity(c, &body),
+            (None, None, prompts, prompts as u32),
+            "{prompt}"
+        );
+        let body = format!(r#"{{"model":"m","n":4,"prompt":{prompt},"max_tokens":16}}"#);
+        assert_eq!(multiplicity(c, &body).3, 4 * prompts as u32, "{prompt}");
+    }
+    // The later prompt replaces the earlier, its count too.
+    assert_eq!(
+        multiplicity(c, r#"{"model":"m","prompt":["a","b"],"prompt":"c"}"#).2,
+        1
+    );
+    // Chat has no prompt batch: a `prompt` there is skipped.
+    assert_eq!(
+        multiplicity(Api::ChatCompletions, r#"{"model":"m","prompt":["a","b"]}"#).2,
+        1
+    );
+    // A batch times a huge n saturates.
+    assert_eq!(
+        multiplicity(c, r#"{"model":"m","n":4294967295,"prompt":["a","b"]}"#).3,
+        u32::MAX
+    );
+}
+
+#[test]
+fn n_and_best_of_of_the_wrong_type_name_the_param() {
+    for api in [Api::ChatCompletions, Api::Completions] {
+        for (body, param) in [
+            (r#"{"model":"m","n":"8"}"#, "n"),
+            (r#"{"model":"m","n":-1}"#, "n"),
+            (r#"{"model":"m","n":1.5}"#, "n"),
+            (r#"{"model":"m","n":[8]}"#, "n"),
+            (r#"{"model":"m","n":true}"#, "n"),
+            (r#"{"model":"m","best_of":{}}"#, "best_of"),
+            (r#"{"model":"m","best_of":-3}"#, "best_of"),
+            (r#"{"model":"m","best_of":1e30}"#, "best_of"),
+        ] {
+            let e = err(api, body);
+            assert_eq!(
+                (e.code(), e.param()),
+                ("invalid_type", Some(param)),
+                "{body}"
+            );
+            assert_eq!(
+                parse_reference(api, body.as_bytes(), usize::MAX),
+                Err(e),
+                "{body}"
+            );
+        }
+    }
+}
+
+#[test]
+fn output_sequences_saturates() {
+    assert_eq!(output_sequences(None, None, 0), 1);
+    assert_eq!(output_sequences(Some(0), Some(0), 0), 1);
+    assert_eq!(output_sequences(Some(8), None, 1), 8);
+    assert_eq!(output_sequences(Some(2), Some(3), 4), 12);
+    assert_eq!(
+        output_sequences(Some(u64::MAX), Some(u64::MAX), u64::MAX),
+        u32::MAX
+    );
+    assert_eq!(output_sequences(Some(65_536), None, 65_536), u32::MAX);
+    assert_eq!(output_sequences(Some(65_535), None, 65_537), 4_294_967_295);
+}
+
 #[test]
 fn key_order_does_not_change_the_prompt() {
     let a = chat(
@@ -694,6 +848,26 @@ fn example_bodies() {
     );
     assert_eq!(p.prompt_tokens, Tokens(7)); // 6 ids + 1 separator pseudo-token
     assert_eq!(p.prompt.get(..4), Some(&9707u32.to_le_bytes()[..]));
+    assert_eq!((p.prompts, p.output_sequences), (2, 2));
+
+    let p = ok(
+        Api::ChatCompletions,
+        include_str!("../../../testdata/requests/chat-n.json"),
+    );
+    assert_eq!((p.n, p.best_of, p.prompts), (Some(8), None, 1));
+    assert_eq!((p.max_output_tokens, p.output_sequences), (Some(400), 8));
+
+    let p = ok(
+        Api::Completions,
+        include_str!("../../../testdata/requests/completions-batch.json"),
+    );
+    // Three prompts, each generating best_of = 3 sequences of which n = 2 are returned.
+    assert_eq!((p.n, p.best_of, p.prompts), (Some(2), Some(3), 3));
+    assert_eq!(p.output_sequences, 9);
+    assert_eq!(
+        p.prompt,
+        b"The capital of France is\x1eThe capital of Japan is\x1eThe capital of Peru is"
+    );
 
     let p = ok(
         Api::AnthropicMessages,

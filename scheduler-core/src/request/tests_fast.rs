@@ -7,6 +7,7 @@
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
 use super::*;
+use alloc::string::ToString;
 use alloc::vec;
 use proptest::prelude::*;
 use std::format;
@@ -103,7 +104,8 @@ fn key() -> impl Strategy<Value = Vec<u8>> {
             "model", "messages", "prompt", "tools", "system", "max_tokens",
             "max_completion_tokens", "stream", "stream_options", "include_usage",
             "continuous_usage_stats", "cache_salt", "role", "content", "name", "tool_call_id",
-            "tool_calls", "type", "text", "image_url", "temperature", "mod\\u0065l",
+            "tool_calls", "type", "text", "image_url", "temperature", "mod\\u0065l", "n",
+            "best_of",
         ])
         .prop_map(|k| format!("\"{k}\"").into_bytes()),
         1 => string_literal(),
@@ -293,7 +295,98 @@ fn huge_strings_agree() {
     agree(&body, 7).unwrap();
 }
 
+/// A count as a client may write one: plain digits of every size, null, and the forms the
+/// fast path leaves to `serde_json` (a fraction, an exponent, a sign, a string).
+fn count() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        3 => (0u64..300).prop_map(|n| n.to_string().into_bytes()),
+        1 => any::<u64>().prop_map(|n| n.to_string().into_bytes()),
+        1 => prop::sample::select(vec![
+            &b"null"[..], b"4294967296", b"18446744073709551616", b"2.0", b"2.5", b"1e2",
+            b"-1", b"\"8\"", b"[8]", b"true", b"08",
+        ])
+        .prop_map(<[u8]>::to_vec),
+    ]
+}
+
+/// A `/v1/completions` prompt of every shape: a string, a batch of strings, a flat list of
+/// token ids, a batch of token-id lists, an empty list, null, and mixed or wrong elements.
+fn prompt() -> impl Strategy<Value = Vec<u8>> {
+    let ids = proptest::collection::vec(0u64..5_000_000_000, 0..4).prop_map(|v| {
+        let ids: Vec<String> = v.iter().map(u64::to_string).collect();
+        format!("[{}]", ids.join(",")).into_bytes()
+    });
+    prop_oneof![
+        2 => string_literal(),
+        2 => proptest::collection::vec(string_literal(), 0..10).prop_map(|v| {
+            let mut s = vec![b'['];
+            s.extend(v.join(&b","[..]));
+            s.push(b']');
+            s
+        }),
+        1 => ids.clone(),
+        2 => proptest::collection::vec(ids, 0..10).prop_map(|v| {
+            let mut s = vec![b'['];
+            s.extend(v.join(&b","[..]));
+            s.push(b']');
+            s
+        }),
+        1 => value(),
+    ]
+}
+
+/// A body with a prompt (or messages), `n`, `best_of` and output limits in any order, some
+/// repeated.
+fn multiplicity_body() -> impl Strategy<Value = Vec<u8>> {
+    let member = prop_oneof![
+        2 => Just((b"\"model\"".to_vec(), b"\"m\"".to_vec())),
+        3 => prompt().prop_map(|p| (b"\"prompt\"".to_vec(), p)),
+        1 => proptest::collection::vec(message(), 0..3).prop_map(|m| {
+            let mut s = vec![b'['];
+            s.extend(m.join(&b","[..]));
+            s.push(b']');
+            (b"\"messages\"".to_vec(), s)
+        }),
+        3 => count().prop_map(|c| (b"\"n\"".to_vec(), c)),
+        2 => count().prop_map(|c| (b"\"best_of\"".to_vec(), c)),
+        1 => count().prop_map(|c| (b"\"max_tokens\"".to_vec(), c)),
+        1 => count().prop_map(|c| (b"\"max_completion_tokens\"".to_vec(), c)),
+    ];
+    proptest::collection::vec(member, 0..7).prop_map(|members| object(&members))
+}
+
+#[test]
+fn multiplicity_bodies_take_the_fast_path() {
+    for (api, body, sequences) in [
+        (
+            Api::ChatCompletions,
+            &br#"{"model": "m", "n": 8, "max_completion_tokens": 400, "messages": [{"role": "user", "content": "hi"}]}"#[..],
+            8,
+        ),
+        (
+            Api::Completions,
+            br#"{"model": "m", "prompt": ["a", "b", "c"], "n": 2, "best_of": 3}"#,
+            9,
+        ),
+        (
+            Api::Completions,
+            br#"{"model": "m", "prompt": [[1, 2], [3]], "n": null}"#,
+            2,
+        ),
+        (Api::Completions, br#"{"model": "m", "prompt": "a", "n": 4}"#, 4),
+    ] {
+        assert!(fast::parse(api, body, usize::MAX).is_some());
+        agree(body, 5).unwrap();
+        assert_eq!(parse(api, body).unwrap().output_sequences, sequences);
+    }
+}
+
 proptest! {
+    #[test]
+    fn agree_on_multiplicity_bodies(b in multiplicity_body(), limit in 0usize..64) {
+        agree(&b, limit)?;
+    }
+
     #[test]
     fn agree_on_generated_bodies(b in body(), limit in 0usize..64) {
         agree(&b, limit)?;
