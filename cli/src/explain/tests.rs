@@ -135,6 +135,7 @@ fn gateway_pick(
         block_hashes: &hashes,
         prompt_tokens: parsed.prompt_tokens,
         max_output_tokens: None,
+        output_sequences: 1,
         session: None,
     };
     state

@@ -4,8 +4,8 @@
 //!
 //! The router parses the body anyway (to route on the model), so after a successful parse
 //! it stores a [`Handoff`] under [`HANDOFF_KEY`] through [`crate::host::StreamState`]: the
-//! base model it routed to, the target model, the prompt-token estimate, the output cap and
-//! the prompt's chained block hashes (seeded with the target model and `cache_salt`, cut at
+//! base model it routed to, the target model, the prompt-token estimate, the output cap, how
+//! many sequences the engine may generate and the prompt's chained block hashes (seeded with the target model and `cache_salt`, cut at
 //! the pool's `blockSizeTokens`). The picker, in its headers callback (which Envoy runs only
 //! after the router let the complete body through), takes the handoff if it is present,
 //! decodes, and fits its own pool (same base model, same block size); otherwise it falls
@@ -21,10 +21,12 @@
 //! **Encoding** (all integers little-endian), version [`HANDOFF_VERSION`]:
 //! `"IGH"` ‖ `u8` version ‖ `u32` block size (tokens) ‖ `u8` flags (bit 0: output cap
 //! present, bit 1: hashes cover every full block of the prompt) ‖ `u64` prompt tokens ‖
-//! `u64` output cap (0 if absent) ‖ `u16` len ‖ base model ‖ `u16` len ‖ target model ‖
-//! `u32` count ‖ count × `u64` block hash. [`Handoff::decode`] rejects anything else
-//! (wrong magic or version, short, trailing bytes, unknown flags, bad UTF-8) and never
-//! panics.
+//! `u64` output cap (0 if absent) ‖ `u32` output sequences (at least 1) ‖ `u16` len ‖ base
+//! model ‖ `u16` len ‖ target model ‖ `u32` count ‖ count × `u64` block hash.
+//! [`Handoff::decode`] rejects anything else (wrong magic or version, short, trailing bytes,
+//! unknown flags, 0 sequences, bad UTF-8) and never panics. Version 2 added the output
+//! sequences; router and picker are always of one build, so a version-1 handoff is refused
+//! (the picker then parses the body itself).
 
 use crate::codec::Reader;
 use scheduler_core::prefix::{self, PrefixConfig};
@@ -35,7 +37,7 @@ use scheduler_core::types::{BlockHash, Tokens};
 pub const HANDOFF_KEY: &str = "infergate_handoff";
 
 /// The encoding version this build writes and accepts.
-pub const HANDOFF_VERSION: u8 = 1;
+pub const HANDOFF_VERSION: u8 = 2;
 
 const MAGIC: &[u8; 3] = b"IGH";
 const FLAG_MAX_OUTPUT: u8 = 1;
@@ -53,6 +55,9 @@ pub struct Handoff {
     pub prompt_tokens: Tokens,
     /// `max_completion_tokens`, else `max_tokens`.
     pub max_output_tokens: Option<u64>,
+    /// How many sequences the engine may generate, each up to `max_output_tokens`
+    /// (`scheduler_core::request::ParsedRequest::output_sequences`, at least 1).
+    pub output_sequences: u32,
     /// Tokens per block the hashes were cut at.
     pub block_size_tokens: u32,
     /// Whether `block_hashes` covers every full block of the prompt (not cut short by the
@@ -78,6 +83,7 @@ impl Handoff {
             target_model: parsed.model.clone(),
             prompt_tokens: parsed.prompt_tokens,
             max_output_tokens: parsed.max_output_tokens,
+            output_sequences: parsed.output_sequences.max(1),
             block_size_tokens,
             complete,
             block_hashes,
@@ -105,7 +111,7 @@ impl Handoff {
         let target = u16::try_from(self.target_model.len()).ok()?;
         let count = u32::try_from(self.block_hashes.len()).ok()?;
         let mut out = Vec::with_capacity(
-            36 + self.base_model.len() + self.target_model.len() + 8 * self.block_hashes.len(),
+            40 + self.base_model.len() + self.target_model.len() + 8 * self.block_hashes.len(),
         );
         out.extend_from_slice(MAGIC);
         out.push(HANDOFF_VERSION);
@@ -120,6 +126,7 @@ impl Handoff {
         out.push(flags);
         out.extend_from_slice(&self.prompt_tokens.0.to_le_bytes());
         out.extend_from_slice(&self.max_output_tokens.unwrap_or(0).to_le_bytes());
+        out.extend_from_slice(&self.output_sequences.max(1).to_le_bytes());
         out.extend_from_slice(&base.to_le_bytes());
         out.extend_from_slice(self.base_model.as_bytes());
         out.extend_from_slice(&target.to_le_bytes());
@@ -144,6 +151,10 @@ impl Handoff {
         }
         let prompt_tokens = Tokens(r.u64()?);
         let max_output = r.u64()?;
+        let output_sequences = r.u32()?;
+        if output_sequences == 0 {
+            return None;
+        }
         let base_model = r.string()?;
         let target_model = r.string()?;
         let block_hashes = r.u64s()?.into_iter().map(BlockHash).collect();
@@ -155,6 +166,7 @@ impl Handoff {
             target_model,
             prompt_tokens,
             max_output_tokens: (flags & FLAG_MAX_OUTPUT != 0).then_some(max_output),
+            output_sequences,
             block_size_tokens,
             complete: flags & FLAG_COMPLETE != 0,
             block_hashes,

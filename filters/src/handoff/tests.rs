@@ -13,6 +13,7 @@ fn sample() -> Handoff {
         target_model: "sql-lora".into(),
         prompt_tokens: Tokens(4096),
         max_output_tokens: Some(256),
+        output_sequences: 8,
         block_size_tokens: 64,
         complete: true,
         block_hashes: vec![BlockHash(1), BlockHash(u64::MAX), BlockHash(42)],
@@ -26,6 +27,7 @@ fn round_trips() {
     assert_eq!(Handoff::decode(&bytes), Some(h));
     let none = Handoff {
         max_output_tokens: None,
+        output_sequences: 1,
         complete: false,
         block_hashes: Vec::new(),
         ..sample()
@@ -54,6 +56,40 @@ fn wrong_version_magic_flags_or_length_are_rejected() {
     for cut in 0..bytes.len() {
         assert_eq!(Handoff::decode(&bytes[..cut]), None, "cut at {cut}");
     }
+}
+
+/// The output sequences sit right after the output cap: bytes 25..29.
+#[test]
+fn the_output_sequences_round_trip_and_zero_is_refused() {
+    let bytes = sample().encode().unwrap_or_default();
+    assert_eq!(bytes.get(25..29), Some(&8u32.to_le_bytes()[..]));
+    let mut zero = bytes.clone();
+    zero[25..29].copy_from_slice(&0u32.to_le_bytes());
+    assert_eq!(Handoff::decode(&zero), None);
+    let mut most = bytes.clone();
+    most[25..29].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert_eq!(
+        Handoff::decode(&most).map(|h| h.output_sequences),
+        Some(u32::MAX)
+    );
+    // A version-1 handoff (no sequences) is refused, not misread.
+    let mut v1 = bytes[..25].to_vec();
+    v1[3] = 1;
+    v1.extend_from_slice(&bytes[29..]);
+    assert_eq!(Handoff::decode(&v1), None);
+}
+
+#[test]
+fn from_parsed_carries_the_output_sequences() {
+    let body = r#"{"model":"m","n":4,"max_tokens":9,"prompt":["a","b","c"]}"#;
+    let parsed = parse(Api::Completions, body.as_bytes());
+    let Ok(parsed) = parsed else {
+        panic!("body did not parse: {parsed:?}");
+    };
+    let h = Handoff::from_parsed(&parsed, "base", 16);
+    assert_eq!((h.max_output_tokens, h.output_sequences), (Some(9), 12));
+    let back = Handoff::decode(&h.encode().unwrap_or_default());
+    assert_eq!(back.map(|b| b.output_sequences), Some(12));
 }
 
 #[test]
@@ -156,6 +192,7 @@ proptest! {
         target in "\\PC{0,40}",
         prompt_tokens in any::<u64>(),
         max_output in proptest::option::of(any::<u64>()),
+        sequences in 1..=u32::MAX,
         block in any::<u32>(),
         complete in any::<bool>(),
         hashes in proptest::collection::vec(any::<u64>(), 0..64),
@@ -165,6 +202,7 @@ proptest! {
             target_model: target,
             prompt_tokens: Tokens(prompt_tokens),
             max_output_tokens: max_output,
+            output_sequences: sequences,
             block_size_tokens: block,
             complete,
             block_hashes: hashes.into_iter().map(BlockHash).collect(),

@@ -104,11 +104,13 @@ pub struct FlowFields {
 
 /// The service (prompt + 2 × completion tokens) the weighted policy charges `prepared` at
 /// dispatch, and the tokens the token-mode detector counts (prompt + completion): the
-/// output limit, or [`DEFAULT_OUTPUT_ESTIMATE`] without one, stands in for the completion.
+/// output limit, or [`DEFAULT_OUTPUT_ESTIMATE`] without one, times the sequences the
+/// engine may generate (`n`, `best_of`, the prompts of a batch), stands in for the
+/// completion.
 fn estimates(prepared: &PreparedPick) -> (u64, u64) {
     let req = prepared.request();
     let prompt = req.prompt_tokens.0;
-    let output = req.max_output_tokens.unwrap_or(DEFAULT_OUTPUT_ESTIMATE);
+    let output = req.output_estimate(DEFAULT_OUTPUT_ESTIMATE);
     (
         prompt.saturating_add(output.saturating_mul(2)),
         prompt.saturating_add(output),

@@ -61,6 +61,8 @@ pub struct PreparedPick {
     block_hashes: Vec<BlockHash>,
     prompt_tokens: Tokens,
     max_output_tokens: Option<u64>,
+    /// How many sequences the engine may generate (at least 1).
+    output_sequences: u32,
     session: Option<String>,
     flow: FlowFields,
     /// The subset hint's `ip:port`s (sorted, each once); `None`: no hint.
@@ -95,6 +97,7 @@ impl PreparedPick {
             block_hashes,
             prompt_tokens: parsed.prompt_tokens,
             max_output_tokens: parsed.max_output_tokens,
+            output_sequences: parsed.output_sequences.max(1),
             session,
             flow,
             subset: subset_of(host),
@@ -128,6 +131,7 @@ impl PreparedPick {
             block_hashes,
             prompt_tokens: handoff.prompt_tokens,
             max_output_tokens: handoff.max_output_tokens,
+            output_sequences: handoff.output_sequences.max(1),
             session,
             flow,
             subset: subset_of(host),
@@ -138,7 +142,7 @@ impl PreparedPick {
 
     /// Append the binary encoding (all integers little-endian): `u64` now ‖ `u64` random ‖
     /// `u64` prompt tokens ‖ `u8` flags (bit 0: output cap, bit 1: session) ‖ `u64` output
-    /// cap ‖ `u16` len ‖ target model ‖ `u16` len ‖ session ‖ `u32` count ‖ count × `u64`
+    /// cap ‖ `u32` output sequences (at least 1) ‖ `u16` len ‖ target model ‖ `u16` len ‖ session ‖ `u32` count ‖ count × `u64`
     /// block hash ‖ `u32` priority (two's complement) ‖ `u16` len ‖ fairness id ‖ `u64`
     /// body bytes ‖ `u16` count ‖ count × (`u16` len ‖ subset `ip:port`). `None` if a name
     /// is longer than `u16::MAX` bytes or the subset has more than `u16::MAX` entries.
@@ -151,6 +155,7 @@ impl PreparedPick {
             | u8::from(self.subset.is_some()) << 2;
         out.push(flags);
         out.extend_from_slice(&self.max_output_tokens.unwrap_or(0).to_le_bytes());
+        out.extend_from_slice(&self.output_sequences.max(1).to_le_bytes());
         put_string(out, &self.target_model)?;
         put_string(out, self.session.as_deref().unwrap_or(""))?;
         put_u64s(out, self.block_hashes.iter().map(|h| h.0))?;
@@ -176,6 +181,10 @@ impl PreparedPick {
             return None;
         }
         let max_output = r.u64()?;
+        let output_sequences = r.u32()?;
+        if output_sequences == 0 {
+            return None;
+        }
         let target_model = r.string()?;
         let session = r.string()?;
         // What the encoder writes for an absent value, and nothing else.
@@ -207,6 +216,7 @@ impl PreparedPick {
             block_hashes,
             prompt_tokens,
             max_output_tokens: (flags & 1 != 0).then_some(max_output),
+            output_sequences,
             session: (flags & 2 != 0).then_some(session),
             subset: (flags & 4 != 0).then_some(subset),
             now,
@@ -248,6 +258,7 @@ impl PreparedPick {
             block_hashes: &self.block_hashes,
             prompt_tokens: self.prompt_tokens,
             max_output_tokens: self.max_output_tokens,
+            output_sequences: self.output_sequences,
             session: self.session.as_deref(),
         }
     }

@@ -89,10 +89,30 @@ pub struct PickRequest<'a> {
     pub block_hashes: &'a [BlockHash],
     /// Estimated prompt tokens.
     pub prompt_tokens: Tokens,
-    /// Requested output cap, if any (added to the in-flight token estimate).
+    /// Requested output cap, if any (added to the in-flight token estimate once per output
+    /// sequence).
     pub max_output_tokens: Option<u64>,
+    /// How many sequences the engine may generate (`n`, `best_of`, the prompts of a batch;
+    /// at least 1): the in-flight token estimate counts the output cap that many times.
+    pub output_sequences: u32,
     /// The session id, if the pool has a session header and the request carries it.
     pub session: Option<&'a str>,
+}
+
+impl PickRequest<'_> {
+    /// The output this request may generate: `output_sequences` × the output cap, else ×
+    /// `default` per sequence (saturating).
+    pub fn output_estimate(&self, default: u64) -> u64 {
+        self.max_output_tokens
+            .unwrap_or(default)
+            .saturating_mul(u64::from(self.output_sequences.max(1)))
+    }
+
+    /// The request's in-flight token estimate: its prompt plus every sequence's output cap
+    /// (an uncapped request counts its prompt only).
+    pub fn inflight_tokens(&self) -> Tokens {
+        Tokens(self.prompt_tokens.0.saturating_add(self.output_estimate(0)))
+    }
 }
 
 /// A successful pick.

@@ -12,6 +12,9 @@ use crate::rewrite::{RewriteError, SplitConfig};
 /// Default request-body limit: 4 MiB.
 pub const DEFAULT_BODY_LIMIT_BYTES: usize = 4 * 1024 * 1024;
 
+/// Default [`RouterConfig::max_output_sequences`]: OpenAI's own bound on `n`.
+pub const DEFAULT_MAX_OUTPUT_SEQUENCES: u32 = 128;
+
 /// The router's plugin configuration (JSON, camelCase; `role` is removed by the adapter).
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -19,6 +22,11 @@ pub struct RouterConfig {
     /// Bodies larger than this are answered 413.
     #[serde(default = "default_body_limit")]
     pub body_limit_bytes: usize,
+    /// The most sequences one request may ask the engine to generate: the larger of `n`
+    /// and `best_of` (at least 1) times the prompts of a completions batch. More is
+    /// answered 400 naming `n`, `best_of` or `prompt`. At least 1.
+    #[serde(default = "default_max_output_sequences")]
+    pub max_output_sequences: u32,
     /// The pools and the model names each serves.
     #[serde(default)]
     pub pools: Vec<PoolModels>,
@@ -59,6 +67,10 @@ fn default_body_limit() -> usize {
     DEFAULT_BODY_LIMIT_BYTES
 }
 
+fn default_max_output_sequences() -> u32 {
+    DEFAULT_MAX_OUTPUT_SEQUENCES
+}
+
 /// A configuration the router cannot run with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RouterConfigError {
@@ -80,6 +92,13 @@ pub enum RouterConfigError {
     },
     /// A `modelRewrites` object the router cannot run with.
     Rewrite(RewriteError),
+    /// A field whose value is out of its range.
+    Invalid {
+        /// The field, as in the JSON.
+        field: &'static str,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
 }
 
 impl core::fmt::Display for RouterConfigError {
@@ -98,6 +117,9 @@ impl core::fmt::Display for RouterConfigError {
                 write!(f, "router config: empty model name in pool `{pool}`")
             }
             RouterConfigError::Rewrite(e) => write!(f, "router config: modelRewrites: {e}"),
+            RouterConfigError::Invalid { field, problem } => {
+                write!(f, "router config: {field}: {problem}")
+            }
         }
     }
 }
@@ -238,7 +260,10 @@ mod tests {
         let c: Result<RouterConfig, _> =
             serde_json::from_str(r#"{"pools":[{"name":"a","baseModel":"m"}]}"#);
         let c = c.map_err(|e| e.to_string());
-        assert_eq!(c.map(|c| c.body_limit_bytes), Ok(DEFAULT_BODY_LIMIT_BYTES));
+        assert_eq!(
+            c.map(|c| (c.body_limit_bytes, c.max_output_sequences)),
+            Ok((DEFAULT_BODY_LIMIT_BYTES, DEFAULT_MAX_OUTPUT_SEQUENCES))
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! stage ([`crate::stages::route`]) runs them for each request: at the headers, the
 //! trust boundary, `/v1/models` and the announced length; once the body is complete,
 //! `Router::route`, which sets the headers or answers a local reply: 400 (not JSON, no
-//! `model`, wrong types), 413 (over the limit, announced by `content-length` or seen while
+//! `model`, wrong types, more output sequences than `maxOutputSequences`), 413 (over the limit, announced by `content-length` or seen while
 //! buffering), 404 `model_not_found`.
 //!
 //! Which requests are touched: every request loses its `x-gateway-*` / `x-llm-d-*` headers.
@@ -71,6 +71,7 @@ pub trait BlockSizeSource: Send + Sync {
 #[derive(Clone)]
 pub struct Router {
     body_limit: usize,
+    max_output_sequences: u32,
     models: ModelTable,
     rewrites: Rewrites,
     split: SplitConfig,
@@ -82,6 +83,7 @@ impl core::fmt::Debug for Router {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Router")
             .field("body_limit", &self.body_limit)
+            .field("max_output_sequences", &self.max_output_sequences)
             .field("models", &self.models)
             .field("rewrites", &self.rewrites)
             .field("split", &self.split)
@@ -154,6 +156,12 @@ impl RouterStats {
 impl Router {
     /// Compile `config`.
     pub fn new(config: &RouterConfig) -> Result<Router, RouterConfigError> {
+        if config.max_output_sequences == 0 {
+            return Err(RouterConfigError::Invalid {
+                field: "maxOutputSequences",
+                problem: "must be at least 1",
+            });
+        }
         let mut models = ModelTable::build(&config.pools)?;
         let rewrites = Rewrites::compile(&config.model_rewrites, &config.pools)
             .map_err(RouterConfigError::Rewrite)?;
@@ -162,6 +170,7 @@ impl Router {
         }
         Ok(Router {
             body_limit: config.body_limit_bytes,
+            max_output_sequences: config.max_output_sequences,
             stats: RouterStats::new(&rewrites.targets()),
             models,
             rewrites,
@@ -200,6 +209,50 @@ impl Router {
     /// The body limit in bytes.
     pub fn body_limit(&self) -> usize {
         self.body_limit
+    }
+
+    /// The most output sequences one request may ask for (`maxOutputSequences`).
+    pub fn max_output_sequences(&self) -> u32 {
+        self.max_output_sequences
+    }
+
+    /// The 400 for a request asking for more output sequences than `maxOutputSequences`
+    /// allows, naming the parameter that carries it over: `best_of` or `n` when the
+    /// sequences of one prompt are already too many, else `prompt` (the batch multiplies
+    /// them over).
+    fn over_sequence_cap(&self, parsed: &request::ParsedRequest) -> Option<Reply> {
+        let cap = self.max_output_sequences;
+        if parsed.output_sequences <= cap {
+            return None;
+        }
+        let n = parsed.n.unwrap_or(1);
+        let best_of = parsed.best_of.unwrap_or(1);
+        let per_prompt = n.max(best_of);
+        let (param, message) = if per_prompt > u64::from(cap) {
+            let (param, value) = if best_of > n {
+                ("best_of", best_of)
+            } else {
+                ("n", n)
+            };
+            let message = format!(
+                "Invalid '{param}': integer above maximum value. Expected a value <= {cap}, \
+                 but got {value} instead."
+            );
+            (param, message)
+        } else {
+            let message = format!(
+                "Invalid 'prompt': {} prompts × {per_prompt} sequences each is {} output \
+                 sequences, above the maximum of {cap} per request.",
+                parsed.prompts,
+                parsed.prompts.saturating_mul(per_prompt),
+            );
+            ("prompt", message)
+        };
+        Some(Reply::bad_request(
+            &message,
+            Some(param),
+            "integer_above_max_value",
+        ))
     }
 
     /// Every stat key the router can emit (all counters), so a host can define them all up
@@ -309,6 +362,10 @@ pub struct RoutedRequest {
     pub prompt_tokens: u64,
     /// `max_completion_tokens`, else `max_tokens`.
     pub max_output_tokens: Option<u64>,
+    /// How many sequences the engine may generate, each up to `max_output_tokens`
+    /// (`scheduler_core::request::ParsedRequest::output_sequences`; at most the router's
+    /// `maxOutputSequences`).
+    pub output_sequences: u32,
     /// `stream: true`.
     pub stream: bool,
     /// `stream_options.include_usage` as the client sent it.
@@ -356,6 +413,9 @@ impl Router {
         }
         let mut parsed = request::parse(api, body)
             .map_err(|e| Reply::bad_request(&e.message(), e.param(), e.code()))?;
+        if let Some(reply) = self.over_sequence_cap(&parsed) {
+            return Err(reply);
+        }
         let Some(base) = self.base_model(&parsed.model) else {
             return Err(Reply::model_not_found(&parsed.model));
         };
@@ -388,6 +448,7 @@ impl Router {
             base_model: base.to_owned(),
             prompt_tokens: parsed.prompt_tokens.0,
             max_output_tokens: parsed.max_output_tokens,
+            output_sequences: parsed.output_sequences,
             stream: parsed.stream,
             include_usage: parsed.include_usage,
             continuous_usage: parsed.continuous_usage,

@@ -155,6 +155,148 @@ fn bad_json_is_400_openai_error() {
     assert_eq!(host.header(BASE_MODEL), None);
 }
 
+/// What `router` answered a request of `api` with `body`: its status and error object, or
+/// 0 and null when it routed the request.
+fn answer(router: &Router, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+    let mut host = FakeHost::new().post(path, body.to_string().as_bytes());
+    let p = pipeline(router, false);
+    let mut run = Run::new();
+    assert_eq!(
+        run.request_headers(&p, &mut host, false),
+        FilterStatus::Pause
+    );
+    let len = host.body.len();
+    run.request_body(&p, &mut host, len, true);
+    match host.last_reply() {
+        Some(reply) => {
+            let v: serde_json::Value = serde_json::from_slice(&reply.body).unwrap_or_default();
+            (reply.status, v["error"].clone())
+        }
+        None => (0, serde_json::Value::Null),
+    }
+}
+
+#[test]
+fn more_output_sequences_than_the_cap_is_400_naming_the_param() {
+    let cap = |n: u32| {
+        Router::from_json(serde_json::json!({
+            "maxOutputSequences": n,
+            "pools": [{"name": "a", "baseModel": "llama"}]
+        }))
+        .unwrap_or_else(|e| unreachable!("{e}"))
+    };
+    let default = cap(config::DEFAULT_MAX_OUTPUT_SEQUENCES);
+    let messages = serde_json::json!([{"role": "user", "content": "hi"}]);
+    let chat = |extra: serde_json::Value| {
+        let mut b = serde_json::json!({"model": "llama", "messages": messages});
+        b.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        b
+    };
+    let completions = |extra: serde_json::Value| {
+        let mut b = serde_json::json!({"model": "llama"});
+        b.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        b
+    };
+    const COMPLETIONS: &str = "/v1/completions";
+    // At the cap: routed.
+    assert_eq!(
+        answer(&default, CHAT, &chat(serde_json::json!({"n": 128}))).0,
+        0
+    );
+    assert_eq!(
+        answer(&default, CHAT, &chat(serde_json::json!({"n": 8}))).0,
+        0
+    );
+    let batch: Vec<String> = (0..8).map(|i| format!("prompt {i}")).collect();
+    assert_eq!(
+        answer(
+            &default,
+            COMPLETIONS,
+            &completions(serde_json::json!({"prompt": batch, "n": 16}))
+        )
+        .0,
+        0
+    );
+    for (router, path, body, param) in [
+        (&default, CHAT, chat(serde_json::json!({"n": 129})), "n"),
+        (
+            &default,
+            CHAT,
+            chat(serde_json::json!({"n": 2, "best_of": 129})),
+            "best_of",
+        ),
+        (
+            &default,
+            CHAT,
+            chat(serde_json::json!({"n": 200, "best_of": 150})),
+            "n",
+        ),
+        (
+            &default,
+            CHAT,
+            chat(serde_json::json!({"n": 18446744073709551615u64})),
+            "n",
+        ),
+        (
+            &default,
+            COMPLETIONS,
+            completions(serde_json::json!({"prompt": batch, "n": 17})),
+            "prompt",
+        ),
+        (
+            &cap(4),
+            COMPLETIONS,
+            completions(serde_json::json!({"prompt": [[1, 2], [3], [4], [5], [6]]})),
+            "prompt",
+        ),
+        (
+            &cap(4),
+            COMPLETIONS,
+            completions(serde_json::json!({"prompt": "x", "best_of": 5})),
+            "best_of",
+        ),
+    ] {
+        let (status, error) = answer(router, path, &body);
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(error["param"], param, "{body}: {error}");
+        assert_eq!(error["code"], "integer_above_max_value", "{body}");
+        assert_eq!(error["type"], "invalid_request_error", "{body}");
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(message.contains(&format!("'{param}'")), "{message}");
+    }
+    // A flat list of token ids is one prompt.
+    assert_eq!(
+        answer(
+            &cap(1),
+            COMPLETIONS,
+            &completions(serde_json::json!({"prompt": [1, 2, 3]}))
+        )
+        .0,
+        0
+    );
+}
+
+#[test]
+fn a_cap_of_zero_output_sequences_is_a_config_error() {
+    let r = Router::from_json(serde_json::json!({"maxOutputSequences": 0, "pools": []}));
+    assert!(matches!(
+        r,
+        Err(RouterConfigError::Invalid {
+            field: "maxOutputSequences",
+            ..
+        })
+    ));
+    let r = Router::from_json(serde_json::json!({"pools": []}));
+    assert_eq!(
+        r.map(|r| r.max_output_sequences()).ok(),
+        Some(config::DEFAULT_MAX_OUTPUT_SEQUENCES)
+    );
+}
+
 #[test]
 fn missing_model_is_400() {
     let mut host = FakeHost::new().post(CHAT, br#"{"messages":[]}"#);

@@ -2,11 +2,12 @@
 //! before any engine sees it.
 //!
 //! It runs after the body router, whose parse gives the model (as sent, before any
-//! rewrite), the prompt estimate and the requested output limit. The bucket set is the
-//! tenant's limit entry for that model, else its `"*"` entry; a tenant with neither has no
-//! quota for the model: 403. The pre-debit is the prompt estimate plus the requested
-//! `max_completion_tokens` / `max_tokens` (or the entry's `maxCompletionTokensDefault`),
-//! the output part capped at the entry's TPM. Buckets are checked RPM, then TPM, then
+//! rewrite), the prompt estimate, the requested output limit and how many sequences the
+//! engine may generate. The bucket set is the tenant's limit entry for that model, else its
+//! `"*"` entry; a tenant with neither has no quota for the model: 403. The pre-debit is the
+//! prompt estimate plus the output sequences (max(`n`, `best_of`, 1) × the prompts of a
+//! completions batch) times the requested `max_completion_tokens` / `max_tokens` (or the
+//! entry's `maxCompletionTokensDefault`), the output part capped at the entry's TPM. Buckets are checked RPM, then TPM, then
 //! concurrency; a refusal names its bucket in `x-llm-d-request-dropped-reason`
 //! (`rejected-quota-rpm` / `-tpm` / `-concurrency`) with `retry-after` and OpenAI's
 //! `x-ratelimit-*` headers, which an admitted response also carries.
@@ -113,6 +114,7 @@ where
             routed.prompt_tokens,
             routed.max_output_tokens,
             limit.max_completion_tokens_default.unwrap_or(0),
+            routed.output_sequences,
             limit.limits.tpm,
         );
         let key = limit.bucket_key.clone();

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use scheduler_core::request::Api;
 use serde_json::{json, Value};
 
 use super::*;
@@ -387,6 +388,86 @@ fn a_non_streamed_response_is_billed_from_its_usage() {
     let r = record(&host);
     assert_eq!(r["charged"], 13);
     assert_eq!(r["tokens_source"], "usage");
+}
+
+/// `n: 8, max_completion_tokens: 400` is pre-debited 3,200 output tokens, so a second such
+/// request in the same minute does not fit a 4,000 TPM bucket; a completions batch of eight
+/// prompts the same; without a limit, `maxCompletionTokensDefault` counts per sequence.
+#[test]
+fn output_multiplicity_is_pre_debited_in_full() {
+    let prompt_of = |api, body: &str| {
+        scheduler_core::request::parse(api, body.as_bytes())
+            .unwrap()
+            .prompt_tokens
+            .0
+    };
+    let chat = r#"{"model":"llama","n":8,"max_completion_tokens":400,"messages":[{"role":"user","content":"name a bakery"}]}"#;
+    let batch = serde_json::to_string(&json!({"model": "llama", "max_tokens": 400,
+        "prompt": (0..8).map(|i| format!("prompt {i}")).collect::<Vec<_>>()}))
+    .unwrap();
+    for (path, api, body) in [
+        (
+            "/v1/chat/completions",
+            Api::ChatCompletions,
+            chat.to_owned(),
+        ),
+        ("/v1/completions", Api::Completions, batch),
+    ] {
+        let p = pipeline(tenants(10, 4_000));
+        let host = || {
+            FakeHost::new()
+                .post(path, body.as_bytes())
+                .now(1_000)
+                .request_header("authorization", &format!("Bearer {KEY_A}"))
+        };
+        // The first is still in flight (its settlement would refund what it did not use).
+        let mut first = host();
+        let mut first_run = Run::new();
+        assert_eq!(
+            send(&p, &mut first_run, &mut first),
+            FilterStatus::Continue,
+            "{path}"
+        );
+        let mut second = host();
+        let mut run = Run::new();
+        assert_eq!(
+            send(&p, &mut run, &mut second),
+            FilterStatus::Replied,
+            "{path}"
+        );
+        assert_eq!(second.last_reply().unwrap().status, 429);
+        run.end(&p, &mut second);
+        assert_eq!(record(&second)["outcome"], "rejected-quota-tpm", "{path}");
+        first_run.end(&p, &mut first);
+        let r = record(&first);
+        assert_eq!(r["pre_debit"], prompt_of(api, &body) + 3_200, "{path}: {r}");
+    }
+    // No limit: the tenant's default (100) per sequence.
+    let p = pipeline(tenants(10, 100_000));
+    let body = r#"{"model":"llama","best_of":4,"messages":[{"role":"user","content":"hi"}]}"#;
+    let mut host = request(Some(KEY_A), body);
+    let mut run = Run::new();
+    assert_eq!(send(&p, &mut run, &mut host), FilterStatus::Continue);
+    run.end(&p, &mut host);
+    assert_eq!(
+        record(&host)["pre_debit"],
+        prompt_of(Api::ChatCompletions, body) + 400
+    );
+    // Over the router's cap: 400 before any debit, still one record.
+    let mut host = request(
+        Some(KEY_A),
+        r#"{"model":"llama","n":129,"messages":[{"role":"user","content":"hi"}]}"#,
+    );
+    let mut run = Run::new();
+    assert_eq!(send(&p, &mut run, &mut host), FilterStatus::Replied);
+    assert_eq!(host.last_reply().unwrap().status, 400);
+    run.end(&p, &mut host);
+    let r = record(&host);
+    assert_eq!(
+        (r["pre_debit"].as_u64(), r["status"].as_u64()),
+        (Some(0), Some(400)),
+        "{r}"
+    );
 }
 
 #[test]

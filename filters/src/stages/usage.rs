@@ -189,6 +189,7 @@ mod tests {
             base_model: "m".into(),
             prompt_tokens: 1,
             max_output_tokens: None,
+            output_sequences: 1,
             stream: true,
             include_usage: false,
             continuous_usage: false,

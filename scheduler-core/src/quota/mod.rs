@@ -35,7 +35,8 @@
 //!   covers the pre-debit (or the bucket is full); concurrency, 1. An rpm or tpm of 0
 //!   answers 60 (it never admits; a minute is the limits' own period).
 //!
-//! [`pre_debit`] computes a request's pre-debit; [`RateLimitInfo::headers`] writes OpenAI's
+//! [`pre_debit`] computes a request's pre-debit (the prompt and every sequence the request
+//! may generate); [`RateLimitInfo::headers`] writes OpenAI's
 //! `x-ratelimit-*` headers.
 
 mod bucket;
@@ -102,15 +103,20 @@ pub struct Rejection {
     pub info: RateLimitInfo,
 }
 
-/// The pre-debit of a request: prompt estimate + min(requested max output or the default,
-/// cap). Saturates at `u64::MAX`.
+/// The pre-debit of a request: prompt estimate + min(output sequences × (requested max
+/// output or the default), cap). `output_sequences` is how many sequences the engine may
+/// generate (`n`, `best_of`, the prompts of a batch:
+/// [`crate::request::ParsedRequest::output_sequences`]; 0 counts as 1). Saturates at
+/// `u64::MAX`.
 pub fn pre_debit(
     prompt_estimate: u64,
     requested_max_output: Option<u64>,
     default_max_output: u64,
+    output_sequences: u32,
     cap: Option<u64>,
 ) -> u64 {
-    let output = requested_max_output.unwrap_or(default_max_output);
+    let per_sequence = requested_max_output.unwrap_or(default_max_output);
+    let output = per_sequence.saturating_mul(u64::from(output_sequences.max(1)));
     let output = cap.map_or(output, |cap| output.min(cap));
     prompt_estimate.saturating_add(output)
 }

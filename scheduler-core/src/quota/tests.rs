@@ -39,11 +39,26 @@ fn dropped_reasons_and_types() {
 
 #[test]
 fn pre_debit_takes_requested_or_default_capped() {
-    assert_eq!(pre_debit(100, Some(50), 1024, None), 150);
-    assert_eq!(pre_debit(100, None, 1024, None), 1124);
-    assert_eq!(pre_debit(100, Some(5000), 1024, Some(2048)), 2148);
-    assert_eq!(pre_debit(100, None, 1024, Some(10)), 110);
-    assert_eq!(pre_debit(u64::MAX, Some(u64::MAX), 0, None), u64::MAX);
+    assert_eq!(pre_debit(100, Some(50), 1024, 1, None), 150);
+    assert_eq!(pre_debit(100, None, 1024, 1, None), 1124);
+    assert_eq!(pre_debit(100, Some(5000), 1024, 1, Some(2048)), 2148);
+    assert_eq!(pre_debit(100, None, 1024, 1, Some(10)), 110);
+    assert_eq!(pre_debit(u64::MAX, Some(u64::MAX), 0, 1, None), u64::MAX);
+}
+
+#[test]
+fn pre_debit_counts_every_output_sequence() {
+    // n = 8 × max_completion_tokens 400: the engine may generate 3,200 tokens.
+    assert_eq!(pre_debit(5, Some(400), 64, 8, None), 3205);
+    assert_eq!(pre_debit(5, Some(400), 64, 8, Some(4000)), 3205);
+    // The tenant's default per sequence, times the sequences.
+    assert_eq!(pre_debit(5, None, 64, 8, None), 517);
+    // The cap bounds the whole output part.
+    assert_eq!(pre_debit(5, Some(400), 64, 16, Some(4000)), 4005);
+    // 0 sequences count as one; huge counts saturate.
+    assert_eq!(pre_debit(5, Some(400), 64, 0, None), 405);
+    assert_eq!(pre_debit(5, Some(u64::MAX), 0, u32::MAX, None), u64::MAX);
+    assert_eq!(pre_debit(5, Some(u64::MAX / 2), 0, 3, Some(7)), 12);
 }
 
 #[test]

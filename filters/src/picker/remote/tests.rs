@@ -592,3 +592,36 @@ fn the_owner_remembers_the_adapter_a_lease_holds_until_a_worker_releases_it() {
 }
 
 mod liveness;
+
+/// A pick of `n: 8, max_completion_tokens: 400` reaches the owner with its output
+/// sequences, so the owner's in-flight token load counts all eight; a message claiming 0
+/// sequences is refused.
+#[test]
+fn a_picks_output_sequences_reach_the_owner() {
+    let body = json!({"model": "llama", "n": 8, "max_completion_tokens": 400,
+                      "messages": [{"role": "user", "content": "name a bakery"}]})
+    .to_string();
+    let mut host = FakeHost::new()
+        .request_header(BASE_MODEL, "llama")
+        .post("/v1/chat/completions", body.as_bytes())
+        .now(NOW)
+        .snapshot(1, snapshot());
+    let mut w = Worker::new(2);
+    let (_req, _ticket, message) = w.prepare(&mut host);
+    let Some(ToOwner::Pick { prepared, .. }) = ToOwner::decode(&message) else {
+        panic!("a pick");
+    };
+    let req = prepared.request();
+    assert_eq!(
+        (req.max_output_tokens, req.output_sequences),
+        (Some(400), 8)
+    );
+    assert_eq!(req.inflight_tokens().0, req.prompt_tokens.0 + 3200);
+    // The sequences follow the output cap: tag 1, state 8, queue 4, ticket 8, pool 4,
+    // released count 4, then now 8, random 8, prompt 8, flags 1, cap 8.
+    let at = 1 + 8 + 4 + 8 + 4 + 4 + 8 + 8 + 8 + 1 + 8;
+    assert_eq!(message.get(at..at + 4), Some(&8u32.to_le_bytes()[..]));
+    let mut zero = message.clone();
+    zero[at..at + 4].copy_from_slice(&0u32.to_le_bytes());
+    assert_eq!(ToOwner::decode(&zero), None);
+}

@@ -14,7 +14,7 @@ use scheduler_core::scheduling::candidates::{
     pool_candidates, PoolCandidates, PoolEndpoint, Selection,
 };
 use scheduler_core::scheduling::{Decision, RequestView};
-use scheduler_core::types::{Millis, Tokens};
+use scheduler_core::types::Millis;
 
 use super::view::record_of;
 use super::{lora, members, PickRequest, Picked, PickerShared, Rejection};
@@ -282,12 +282,7 @@ fn record(
     let Some(address) = state.endpoints.get(endpoint).cloned() else {
         return Err(Rejection::NoEndpoints);
     };
-    let tokens = Tokens(
-        req.prompt_tokens
-            .0
-            .saturating_add(req.max_output_tokens.unwrap_or(0)),
-    );
-    let Some(mut lease) = pool.load.take(endpoint, tokens) else {
+    let Some(mut lease) = pool.load.take(endpoint, req.inflight_tokens()) else {
         return Err(Rejection::NoEndpoints);
     };
     if let (Some(slots), Some(memory)) = (choice.adapter_slots, state.adapters.get_mut(endpoint)) {

@@ -193,6 +193,7 @@ fn an_undecodable_or_foreign_handoff_falls_back_to_the_body() {
         target_model: "llama".into(),
         prompt_tokens: scheduler_core::types::Tokens(1),
         max_output_tokens: None,
+        output_sequences: 1,
         block_size_tokens: 64,
         complete: true,
         block_hashes: Vec::new(),

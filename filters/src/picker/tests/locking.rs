@@ -423,6 +423,7 @@ fn a_plan_of_another_state_is_refused() {
         block_hashes: &hashes,
         prompt_tokens: scheduler_core::types::Tokens(1),
         max_output_tokens: None,
+        output_sequences: 1,
         session: None,
     };
     let mut host = host_for(b"", Some(fresh_all(&[A])));

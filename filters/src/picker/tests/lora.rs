@@ -52,6 +52,7 @@ fn request(model: &str) -> PickRequest<'_> {
         block_hashes: &[],
         prompt_tokens: Tokens(10),
         max_output_tokens: None,
+        output_sequences: 1,
         session: None,
     }
 }

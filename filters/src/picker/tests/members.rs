@@ -57,6 +57,7 @@ fn request(session: Option<&str>) -> PickRequest<'_> {
         block_hashes: &[],
         prompt_tokens: scheduler_core::types::Tokens(5),
         max_output_tokens: None,
+        output_sequences: 1,
         session,
     }
 }

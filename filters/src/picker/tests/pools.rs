@@ -250,6 +250,7 @@ fn release_leaves_the_gauges_to_its_caller() {
         block_hashes: &[],
         prompt_tokens: scheduler_core::types::Tokens(5),
         max_output_tokens: None,
+        output_sequences: 1,
         session: None,
     };
     let Ok(mut picked) = s.pick(&plan, &req, Millis(NOW), 1) else {

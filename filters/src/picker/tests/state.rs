@@ -208,3 +208,88 @@ fn shared_state_can_live_behind_a_mutex_across_threads() {
     let guard = s.lock();
     assert!(guard.is_ok_and(|g| requests_in_flight(&g, A) == 0 && requests_in_flight(&g, B) == 0));
 }
+
+/// `n: 8, max_completion_tokens: 400`: the engine may generate 3,200 tokens, and the
+/// in-flight token load counts all of them; a completions batch of three prompts with
+/// `n: 2` counts six sequences.
+#[test]
+fn the_in_flight_token_estimate_counts_every_output_sequence() {
+    let mut s = shared(pool(&[A], json!({})));
+    for (api, body, sequences) in [
+        (
+            Api::ChatCompletions,
+            json!({"model": "llama", "n": 8, "max_completion_tokens": 400,
+                   "messages": [{"role": "user", "content": "name a bakery"}]}),
+            8,
+        ),
+        (
+            Api::Completions,
+            json!({"model": "llama", "n": 2, "max_tokens": 400,
+                   "prompt": ["one", "two", "three"]}),
+            6,
+        ),
+    ] {
+        let body = body.to_string().into_bytes();
+        let prompt = scheduler_core::request::parse(api, &body)
+            .map(|p| p.prompt_tokens.0)
+            .unwrap_or_else(|e| unreachable!("{e:?}"));
+        let mut host = FakeHost::new()
+            .request_header(BASE_MODEL, "llama")
+            .post(api.path(), &body)
+            .now(NOW)
+            .snapshot(1, fresh_all(&[A]));
+        let (status, mut run) = pick_one(&mut s, &mut host);
+        assert_eq!(status, FilterStatus::Continue);
+        assert_eq!(
+            s.inflight(PoolId(0), A).map(|l| l.tokens.0),
+            Some(prompt + sequences * 400),
+            "{api:?}"
+        );
+        run.on_end(&mut s);
+        assert_eq!(s.inflight(PoolId(0), A).map(|l| l.tokens.0), Some(0));
+    }
+}
+
+/// Flow control charges a request at dispatch by its estimate (prompt + 2 × the output) and
+/// counts its tokens (prompt + the output) in token mode: the output is every sequence's.
+#[test]
+fn the_flow_estimates_count_every_output_sequence() {
+    use crate::picker::admit::{FlowPlan, Priorities};
+    use scheduler_core::flow::FlowControlConfig;
+    let s = shared(pool(&[A], json!({})));
+    let Some(plan) = s.pool_plan("llama") else {
+        unreachable!()
+    };
+    let flow = FlowPlan::new(
+        "p",
+        FlowControlConfig::default(),
+        Arc::new(Priorities::default()),
+    );
+    let estimate = |body: Value| {
+        let body = body.to_string().into_bytes();
+        let mut host = host_for(&body, None);
+        let prompt = scheduler_core::request::parse(Api::ChatCompletions, &body)
+            .map(|p| p.prompt_tokens.0)
+            .unwrap_or_else(|e| unreachable!("{e:?}"));
+        let prepared = PreparedPick::new(&plan, Api::ChatCompletions, &body, &mut host)
+            .unwrap_or_else(|e| unreachable!("{e:?}"));
+        let (arrival, tokens) = flow.arrival(&prepared);
+        (prompt, arrival.service, tokens)
+    };
+    let messages = json!([{"role": "user", "content": "name a bakery"}]);
+    let (prompt, service, tokens) = estimate(
+        json!({"model": "llama", "n": 8, "max_completion_tokens": 400, "messages": messages}),
+    );
+    assert_eq!((service, tokens), (prompt + 2 * 3200, prompt + 3200));
+    // Without an output limit, the default estimate per sequence.
+    let (prompt, service, tokens) =
+        estimate(json!({"model": "llama", "best_of": 3, "messages": messages}));
+    let default = crate::flow::DEFAULT_OUTPUT_ESTIMATE;
+    assert_eq!(
+        (service, tokens),
+        (prompt + 2 * 3 * default, prompt + 3 * default)
+    );
+    let (prompt, service, _) =
+        estimate(json!({"model": "llama", "max_tokens": 400, "messages": messages}));
+    assert_eq!(service, prompt + 800);
+}
