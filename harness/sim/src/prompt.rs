@@ -8,6 +8,12 @@
 //! the generation prompt is the start of the next turn's assistant message, a prompt followed
 //! by its completion is a prefix of the next turn's prompt, and the engine can reuse the
 //! completion's blocks as vLLM does (see [`sequence_block_hashes`]).
+//!
+//! A `/v1/completions` `prompt` that is a list of strings or of token-id lists is a batch:
+//! each element a prompt of its own, answered as vLLM answers a batch (`n` choices per
+//! prompt, indexed prompt by prompt). `n` (at least 1) is honoured for both APIs; `best_of`
+//! above 1 is refused, as vLLM's V1 engine refuses it.
+//!
 //! Blocks are `block_size` tokens × 4 bytes; a trailing partial block is not hashed. The hash
 //! chain is h₀ = xxh3(block₀, seed), hᵢ = xxh3(blockᵢ, hᵢ₋₁), with the seed derived from the
 //! model (or adapter) name and `cache_salt`, so different models never share blocks.
@@ -19,6 +25,10 @@ use super::engine::BlockHash;
 
 /// Bytes per estimated token.
 pub const BYTES_PER_TOKEN: usize = 4;
+
+/// The most sequences one request may generate (`n` × the prompts of a batch); more is a
+/// 400, so a request cannot make the simulator hold unbounded state.
+pub const MAX_SEQUENCES: u32 = 1024;
 
 /// Which OpenAI endpoint a body was sent to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,10 +46,15 @@ pub struct ParsedRequest {
     pub kind: ApiKind,
     /// The `model` field (base model or adapter name).
     pub model: String,
-    /// The prompt byte stream.
+    /// The prompt byte stream (the first prompt of a `/v1/completions` batch).
     pub prompt: Vec<u8>,
-    /// Prompt tokens (at least 1).
+    /// Prompt tokens of `prompt` (at least 1).
     pub prompt_tokens: u32,
+    /// The other prompts of a `/v1/completions` batch (a `prompt` list of strings or of
+    /// token-id lists), in order; each is answered as if sent alone.
+    pub batch: Vec<Vec<u8>>,
+    /// `n`: the sequences generated and returned for each prompt (at least 1).
+    pub n: u32,
     /// `stream`.
     pub stream: bool,
     /// `stream_options.include_usage`.
@@ -85,10 +100,32 @@ pub fn parse(kind: ApiKind, body: &[u8]) -> Result<ParsedRequest, BadRequest> {
         None => return Err(bad("field `model` is required", Some("model"))),
         Some(_) => return Err(bad("field `model` must be a string", Some("model"))),
     };
-    let prompt = match kind {
-        ApiKind::Chat => chat_prompt(obj.get("messages"))?,
-        ApiKind::Completions => completion_prompt(obj.get("prompt"))?,
+    let mut prompts = match kind {
+        ApiKind::Chat => vec![chat_prompt(obj.get("messages"))?],
+        ApiKind::Completions => completion_prompts(obj.get("prompt"))?,
     };
+    let n = match obj.get("n") {
+        None | Some(Value::Null) => 1,
+        Some(v) => match v.as_u64() {
+            Some(n) if n >= 1 => u32::try_from(n).unwrap_or(u32::MAX),
+            _ => return Err(bad("n must be an integer of at least 1", Some("n"))),
+        },
+    };
+    // vLLM's V1 engine refuses best_of; so does the simulator.
+    match obj.get("best_of") {
+        None | Some(Value::Null) => {}
+        Some(v) if v.as_u64().is_some_and(|b| b <= 1) => {}
+        Some(_) => return Err(bad("best_of is not supported", Some("best_of"))),
+    }
+    let sequences = u64::from(n).saturating_mul(prompts.len() as u64);
+    if sequences > u64::from(MAX_SEQUENCES) {
+        return Err(bad(
+            format!("at most {MAX_SEQUENCES} sequences per request, not {sequences}"),
+            Some("n"),
+        ));
+    }
+    let batch = prompts.split_off(1);
+    let prompt = prompts.pop().unwrap_or_default();
     let stream = bool_field(obj.get("stream"), "stream")?.unwrap_or(false);
     let opts = obj.get("stream_options").and_then(Value::as_object);
     let include_usage = opts
@@ -133,6 +170,8 @@ pub fn parse(kind: ApiKind, body: &[u8]) -> Result<ParsedRequest, BadRequest> {
         model,
         prompt,
         prompt_tokens,
+        batch,
+        n,
         stream,
         include_usage,
         continuous_usage,
@@ -193,27 +232,47 @@ fn chat_prompt(messages: Option<&Value>) -> Result<Vec<u8>, BadRequest> {
 /// What a chat prompt ends with: the opening of the assistant message the model writes.
 pub const GENERATION_PROMPT: &[u8] = b"<|assistant|>\n";
 
-fn completion_prompt(prompt: Option<&Value>) -> Result<Vec<u8>, BadRequest> {
+/// The prompts of a `/v1/completions` body: a string or a token-id list is one; a list of
+/// strings or of token-id lists is a batch, one prompt per element.
+fn completion_prompts(prompt: Option<&Value>) -> Result<Vec<Vec<u8>>, BadRequest> {
     match prompt {
-        Some(Value::String(s)) => Ok(s.as_bytes().to_vec()),
-        Some(Value::Array(items)) if items.len() == 1 => completion_prompt(items.first()),
-        // Token ids: 4 bytes each, so the estimate counts them exactly.
+        Some(Value::String(s)) => Ok(vec![s.as_bytes().to_vec()]),
         Some(Value::Array(items)) if !items.is_empty() && items.iter().all(Value::is_u64) => {
+            Ok(vec![token_ids(items)])
+        }
+        Some(Value::Array(items)) if !items.is_empty() && items.iter().all(Value::is_string) => {
             Ok(items
                 .iter()
-                .filter_map(Value::as_u64)
-                .flat_map(|t| (t as u32).to_le_bytes())
+                .filter_map(Value::as_str)
+                .map(|s| s.as_bytes().to_vec())
                 .collect())
         }
-        Some(Value::Array(_)) => Err(bad(
-            "the simulator accepts one prompt string or one token-id list",
-            Some("prompt"),
-        )),
+        Some(Value::Array(items))
+            if !items.is_empty()
+                && items.iter().all(|i| {
+                    i.as_array()
+                        .is_some_and(|ids| !ids.is_empty() && ids.iter().all(Value::is_u64))
+                }) =>
+        {
+            Ok(items
+                .iter()
+                .filter_map(Value::as_array)
+                .map(|ids| token_ids(ids))
+                .collect())
+        }
         _ => Err(bad(
-            "field `prompt` must be a string or a token-id list",
+            "field `prompt` must be a string, a token-id list, or a non-empty list of either",
             Some("prompt"),
         )),
     }
+}
+
+/// Token ids: 4 bytes each, so the estimate counts them exactly.
+fn token_ids(ids: &[Value]) -> Vec<u8> {
+    ids.iter()
+        .filter_map(Value::as_u64)
+        .flat_map(|t| (t as u32).to_le_bytes())
+        .collect()
 }
 
 /// Estimated tokens of a prompt: ⌈bytes ÷ 4⌉, at least 1.
@@ -306,6 +365,23 @@ mod tests {
         assert_eq!(bad.unwrap_err().param, Some("priority"));
         let ids = parse(ApiKind::Completions, br#"{"model":"m","prompt":[1,2,3]}"#).unwrap();
         assert_eq!(ids.prompt_tokens, 3);
+        assert!(ids.batch.is_empty() && ids.n == 1);
+        let batch = parse(
+            ApiKind::Completions,
+            br#"{"model":"m","prompt":["abcd","efgh","ijkl"],"n":2}"#,
+        )
+        .unwrap();
+        assert_eq!(batch.prompt, b"abcd");
+        assert_eq!(batch.batch, vec![b"efgh".to_vec(), b"ijkl".to_vec()]);
+        assert_eq!(batch.n, 2);
+        let ids = parse(
+            ApiKind::Completions,
+            br#"{"model":"m","prompt":[[1,2],[3]],"n":null}"#,
+        )
+        .unwrap();
+        assert_eq!((ids.prompt_tokens, ids.batch.len(), ids.n), (2, 1, 1));
+        let one = parse(ApiKind::Completions, br#"{"model":"m","prompt":["x"]}"#).unwrap();
+        assert!(one.batch.is_empty());
         for body in [
             &b"nope"[..],
             br#"{"prompt":"x"}"#,
@@ -313,6 +389,13 @@ mod tests {
             br#"{"model":"m"}"#,
             br#"{"model":"m","prompt":"x","max_tokens":0}"#,
             br#"{"model":"m","prompt":"x","stream":"yes"}"#,
+            br#"{"model":"m","prompt":"x","n":0}"#,
+            br#"{"model":"m","prompt":"x","n":"2"}"#,
+            br#"{"model":"m","prompt":"x","best_of":2}"#,
+            br#"{"model":"m","prompt":"x","n":1025}"#,
+            br#"{"model":"m","prompt":["a",1]}"#,
+            br#"{"model":"m","prompt":[]}"#,
+            br#"{"model":"m","prompt":[[]]}"#,
         ] {
             assert!(parse(ApiKind::Completions, body).is_err(), "{body:?}");
         }

@@ -167,21 +167,23 @@ impl ResponseMeta {
         out.push('}');
     }
 
-    /// The chat role chunk vLLM sends before the first content; `running` is
-    /// `(prompt_tokens, 0)` under continuous usage.
-    pub fn role_chunk(&self, running: Option<(u32, u32)>) -> String {
+    /// The chat role chunk vLLM sends for choice `index` before the first content; `running`
+    /// is `(prompt_tokens, 0)` under continuous usage.
+    pub fn role_chunk(&self, index: u32, running: Option<(u32, u32)>) -> String {
         let mut out = self.head(true);
-        out.push_str(
-            "{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}",
-        );
+        out.push_str(&format!(
+            "{{\"index\":{index},\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}"
+        ));
         self.chunk_tail(&mut out, running);
         out
     }
 
-    /// One content chunk; `finish` marks the last token (`"length"` or `"stop"`); `running`
-    /// is `(prompt_tokens, completion tokens so far)` under continuous usage.
+    /// One content chunk of choice `index`; `finish` marks its last token (`"length"` or
+    /// `"stop"`); `running` is `(prompt_tokens, the choice's completion tokens so far)` under
+    /// continuous usage (vLLM counts each choice on its own there).
     pub fn content_chunk(
         &self,
+        index: u32,
         text: &str,
         finish: Option<&str>,
         running: Option<(u32, u32)>,
@@ -190,7 +192,7 @@ impl ResponseMeta {
         let finish_json = finish.map(quoted);
         match self.kind {
             ApiKind::Chat => {
-                out.push_str("{\"index\":0,\"delta\":{\"content\":");
+                out.push_str(&format!("{{\"index\":{index},\"delta\":{{\"content\":"));
                 push_quoted(&mut out, text);
                 out.push_str("},\"logprobs\":null,\"finish_reason\":");
                 match &finish_json {
@@ -203,7 +205,7 @@ impl ResponseMeta {
                 }
             }
             ApiKind::Completions => {
-                out.push_str("{\"index\":0,\"text\":");
+                out.push_str(&format!("{{\"index\":{index},\"text\":"));
                 push_quoted(&mut out, text);
                 out.push_str(",\"logprobs\":null,\"finish_reason\":");
                 out.push_str(finish_json.as_deref().unwrap_or("null"));
@@ -228,35 +230,41 @@ impl ResponseMeta {
         out
     }
 
-    /// A complete non-streaming response; `usage` is `None` when the engine reports none.
+    /// A complete non-streaming response with one choice per `(text, finish reason)`, indexed
+    /// in order; `usage` is `None` when the engine reports none.
     pub fn full(
         &self,
-        text: &str,
-        finish: &str,
+        choices: &[(String, &str)],
         usage: Option<&Usage>,
         details: PromptTokensDetails,
     ) -> String {
         let mut out = self.head(false);
-        match self.kind {
-            ApiKind::Chat => {
-                out.push_str(
-                    "{\"index\":0,\"message\":{\"role\":\"assistant\",\"reasoning_content\":null,\"content\":",
-                );
-                out.push_str(&quoted(text));
-                out.push_str(",\"tool_calls\":[]},\"logprobs\":null,\"finish_reason\":");
+        for (index, (text, finish)) in choices.iter().enumerate() {
+            if index > 0 {
+                out.push(',');
             }
-            ApiKind::Completions => {
-                out.push_str("{\"index\":0,\"text\":");
-                out.push_str(&quoted(text));
-                out.push_str(",\"logprobs\":null,\"finish_reason\":");
+            match self.kind {
+                ApiKind::Chat => {
+                    out.push_str(&format!(
+                        "{{\"index\":{index},\"message\":{{\"role\":\"assistant\",\"reasoning_content\":null,\"content\":"
+                    ));
+                    out.push_str(&quoted(text));
+                    out.push_str(",\"tool_calls\":[]},\"logprobs\":null,\"finish_reason\":");
+                }
+                ApiKind::Completions => {
+                    out.push_str(&format!("{{\"index\":{index},\"text\":"));
+                    out.push_str(&quoted(text));
+                    out.push_str(",\"logprobs\":null,\"finish_reason\":");
+                }
             }
+            out.push_str(&quoted(finish));
+            out.push_str(",\"stop_reason\":null");
+            if self.kind == ApiKind::Completions {
+                out.push_str(",\"prompt_logprobs\":null");
+            }
+            out.push('}');
         }
-        out.push_str(&quoted(finish));
-        out.push_str(",\"stop_reason\":null");
-        if self.kind == ApiKind::Completions {
-            out.push_str(",\"prompt_logprobs\":null");
-        }
-        out.push_str("}]");
+        out.push(']');
         if let Some(u) = usage {
             out.push_str(",\"usage\":");
             usage_counts(&mut out, u.prompt_tokens, u.completion_tokens);
@@ -331,25 +339,25 @@ mod tests {
         let m = meta(ApiKind::Chat);
         let head = r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m\"q","choices":["#;
         assert_eq!(
-            m.role_chunk(None),
+            m.role_chunk(0, None),
             format!(
                 r#"{head}{{"index":0,"delta":{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}]}}"#
             )
         );
         assert_eq!(
-            m.role_chunk(Some((10, 0))),
+            m.role_chunk(0, Some((10, 0))),
             format!(
                 r#"{head}{{"index":0,"delta":{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}],"usage":{{"prompt_tokens":10,"total_tokens":10,"completion_tokens":0}}}}"#
             )
         );
         assert_eq!(
-            m.content_chunk("ab \n", None, None),
+            m.content_chunk(0, "ab \n", None, None),
             format!(
                 r#"{head}{{"index":0,"delta":{{"content":"ab \n"}},"logprobs":null,"finish_reason":null}}]}}"#
             )
         );
         assert_eq!(
-            m.content_chunk("x", Some("length"), Some((10, 3))),
+            m.content_chunk(0, "x", Some("length"), Some((10, 3))),
             format!(
                 r#"{head}{{"index":0,"delta":{{"content":"x"}},"logprobs":null,"finish_reason":"length","stop_reason":null}}],"usage":{{"prompt_tokens":10,"total_tokens":13,"completion_tokens":3}}}}"#
             )
@@ -383,13 +391,13 @@ mod tests {
         let m = meta(ApiKind::Completions);
         let head = r#"{"id":"chatcmpl-1","object":"text_completion","created":7,"model":"m\"q","choices":["#;
         assert_eq!(
-            m.content_chunk("a", None, None),
+            m.content_chunk(0, "a", None, None),
             format!(
                 r#"{head}{{"index":0,"text":"a","logprobs":null,"finish_reason":null,"stop_reason":null}}],"usage":null}}"#
             )
         );
         assert_eq!(
-            m.content_chunk("a", Some("stop"), Some((10, 1))),
+            m.content_chunk(0, "a", Some("stop"), Some((10, 1))),
             format!(
                 r#"{head}{{"index":0,"text":"a","logprobs":null,"finish_reason":"stop","stop_reason":null}}],"usage":{{"prompt_tokens":10,"total_tokens":11,"completion_tokens":1,"prompt_tokens_details":null}}}}"#
             )
@@ -398,13 +406,20 @@ mod tests {
 
     #[test]
     fn full_responses_have_every_field() {
-        let chat = meta(ApiKind::Chat).full("hi", "stop", Some(&U), PromptTokensDetails::Nonzero);
+        let chat = meta(ApiKind::Chat).full(
+            &[("hi".into(), "stop")],
+            Some(&U),
+            PromptTokensDetails::Nonzero,
+        );
         assert_eq!(
             chat,
             r#"{"id":"chatcmpl-1","object":"chat.completion","created":7,"model":"m\"q","choices":[{"index":0,"message":{"role":"assistant","reasoning_content":null,"content":"hi","tool_calls":[]},"logprobs":null,"finish_reason":"stop","stop_reason":null}],"usage":{"prompt_tokens":10,"total_tokens":13,"completion_tokens":3,"prompt_tokens_details":null},"prompt_logprobs":null,"kv_transfer_params":null}"#
         );
-        let cmpl =
-            meta(ApiKind::Completions).full("hi", "length", None, PromptTokensDetails::Always);
+        let cmpl = meta(ApiKind::Completions).full(
+            &[("hi".into(), "length")],
+            None,
+            PromptTokensDetails::Always,
+        );
         assert_eq!(
             cmpl,
             r#"{"id":"chatcmpl-1","object":"text_completion","created":7,"model":"m\"q","choices":[{"index":0,"text":"hi","logprobs":null,"finish_reason":"length","stop_reason":null,"prompt_logprobs":null}],"kv_transfer_params":null}"#
@@ -412,5 +427,24 @@ mod tests {
         for body in [chat, cmpl] {
             serde_json::from_str::<Value>(&body).unwrap();
         }
+    }
+
+    #[test]
+    fn several_choices_are_indexed_in_order() {
+        let m = meta(ApiKind::Completions);
+        let body = m.full(
+            &[("a".into(), "length"), ("b".into(), "stop")],
+            Some(&U),
+            PromptTokensDetails::Off,
+        );
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["choices"][0]["index"], 0);
+        assert_eq!(v["choices"][1]["index"], 1);
+        assert_eq!(v["choices"][1]["text"], "b");
+        assert_eq!(v["choices"][1]["finish_reason"], "stop");
+        let chunk: Value = serde_json::from_str(&m.content_chunk(7, "x", None, None)).unwrap();
+        assert_eq!(chunk["choices"][0]["index"], 7);
+        let role: Value = serde_json::from_str(&meta(ApiKind::Chat).role_chunk(3, None)).unwrap();
+        assert_eq!(role["choices"][0]["index"], 3);
     }
 }

@@ -1,6 +1,13 @@
 //! The HTTP surface of one replica (hyper 1, HTTP/1.1): vLLM's OpenAI routes, `/metrics`
 //! and `/health`. Streams are produced chunk by chunk as the engine generates tokens; a
 //! client that goes away drops the body, which cancels the request and frees its blocks.
+//!
+//! A request with several choices (`n`, or a `/v1/completions` batch of prompts) is one
+//! engine request per choice, submitted together: the choices of one prompt hash the same
+//! prompt blocks (so the prefix cache holds them once), each draws its own text, and the answer counts
+//! every prompt once and every choice's completion tokens, in its usage and in the served
+//! ledger. A disaggregated request's prefiller computes the first prompt of a batch; the
+//! others are computed here.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,7 +33,7 @@ use super::metrics;
 use super::prompt::{self, ApiKind, ParsedRequest};
 use super::responses::{error_body, ResponseMeta};
 use super::served::{ServedKey, ServedLedger, FAIRNESS_ID_HEADER};
-use super::stream::{CancelGuard, Generation, SimBody, StreamUsage, TokenStream};
+use super::stream::{CancelGuard, Choice, Generation, SimBody, StreamUsage, TokenStream};
 use super::text;
 
 /// Header naming the replica index that served a response.
@@ -175,91 +182,114 @@ async fn completion(
         let msg = format!("The model `{}` does not exist.", parsed.model);
         return error(StatusCode::NOT_FOUND, &msg, Some("model"));
     };
-    let (output_tokens, finish_reason) = match plan_output(cfg, &parsed) {
-        Ok(x) => x,
-        Err(msg) => return error(StatusCode::BAD_REQUEST, &msg, Some("max_tokens")),
-    };
     let seed = prompt::model_seed(&parsed.model, parsed.cache_salt.as_deref());
-    let output_seed = text::output_seed(seed, &parsed.prompt);
-    // A sequence longer than the model length is refused at submission: never build more
-    // completion text than could fit after the prompt.
-    let hashed_output = output_tokens.min(
-        cfg.engine
-            .effective_max_model_len()
-            .saturating_sub(parsed.prompt_tokens),
-    );
-    let mut sequence = parsed.prompt.clone();
-    sequence.extend_from_slice(text::completion(output_seed, hashed_output).as_bytes());
-    let engine_req = EngineRequest {
-        prompt_tokens: parsed.prompt_tokens,
-        block_hashes: prompt::block_hashes(seed, &sequence, cfg.engine.block_size),
-        output_tokens,
-        lora,
-        priority: parsed.priority,
-    };
-    // The bytes are the KV events' token ids: kept only when events are published.
-    let content: Option<Arc<[u8]>> = replica.kv_events.is_some().then(|| sequence.into());
-    let prefill = match &prefiller {
-        None => Prefill::Local,
-        Some(by) => {
+    let max_len = cfg.engine.effective_max_model_len();
+    // One engine request per choice: each prompt of a batch, `n` times, in vLLM's choice
+    // order (a prompt's `n` choices, then the next prompt's).
+    let mut planned: Vec<Planned> = Vec::new();
+    let prompts = std::iter::once(&parsed.prompt).chain(&parsed.batch);
+    for prompt_bytes in prompts {
+        let prompt_tokens = prompt::prompt_tokens(prompt_bytes);
+        let (output_tokens, finish_reason) = match plan_output(cfg, prompt_tokens, &parsed) {
+            Ok(x) => x,
+            Err(msg) => return error(StatusCode::BAD_REQUEST, &msg, Some("max_tokens")),
+        };
+        let prompt_seed = text::output_seed(seed, prompt_bytes);
+        for j in 0..parsed.n {
+            let output_seed = text::sequence_seed(prompt_seed, j);
+            // A sequence longer than the model length is refused at submission: never
+            // build more completion text than could fit after the prompt.
+            let hashed_output = output_tokens.min(max_len.saturating_sub(prompt_tokens));
+            let mut sequence = prompt_bytes.clone();
+            sequence.extend_from_slice(text::completion(output_seed, hashed_output).as_bytes());
+            let engine_req = EngineRequest {
+                prompt_tokens,
+                block_hashes: prompt::block_hashes(seed, &sequence, cfg.engine.block_size),
+                output_tokens,
+                lora: lora.clone(),
+                priority: parsed.priority,
+            };
+            // The bytes are the KV events' token ids: kept only when events are published.
+            let content: Option<Arc<[u8]>> = replica.kv_events.is_some().then(|| sequence.into());
+            planned.push(Planned {
+                choice: Choice {
+                    seed: output_seed,
+                    output_tokens,
+                    finish_reason,
+                    prompt_tokens,
+                    counts_prompt: j == 0,
+                },
+                engine_req,
+                content,
+            });
+        }
+    }
+    // A named prefiller computes the (first) prompt; the other prompts of a batch are
+    // computed here.
+    let prefill = match (&prefiller, planned.first()) {
+        (Some(by), Some(first)) => {
             let blocks = prompt::block_hashes(seed, &parsed.prompt, cfg.engine.block_size);
             let import = disagg::Import {
                 blocks,
-                content: content.clone(),
-                lora: engine_req.lora.clone(),
+                content: first.content.clone(),
+                lora: first.engine_req.lora.clone(),
             };
             disagg::prefill_remotely(replica, by, kind, &body, parsed.prompt_tokens, import).await
         }
+        _ => Prefill::Local,
     };
-    let mut resp = submit(
-        replica,
-        kind,
-        cfg,
-        parsed,
-        engine_req,
-        content,
-        seed,
-        output_seed,
-        finish_reason,
-        output_tokens,
-        fairness_id,
-    )
-    .await;
+    let mut resp = submit(replica, kind, cfg, parsed, planned, seed, fairness_id).await;
     disagg::mark(&mut resp, replica.addr, &prefill);
     resp
 }
 
-/// Submits the request to the engine and answers it (streamed or in full).
-#[allow(clippy::too_many_arguments)]
+/// One choice to generate: its engine request and how its text and usage are shaped.
+struct Planned {
+    choice: Choice,
+    engine_req: EngineRequest,
+    content: Option<Arc<[u8]>>,
+}
+
+/// Submits every choice's request to the engine and answers them (streamed or in full).
 async fn submit(
     replica: &Arc<Replica>,
     kind: ApiKind,
     cfg: &SimConfig,
     parsed: ParsedRequest,
-    engine_req: EngineRequest,
-    content: Option<Arc<[u8]>>,
+    planned: Vec<Planned>,
     seed: u64,
-    output_seed: u64,
-    finish_reason: &'static str,
-    output_tokens: u32,
     fairness_id: String,
 ) -> Response<SimBody> {
-    let (engine_id, rx) = match replica.engine.submit_with_bytes(engine_req, content).await {
-        Ok(x) => x,
-        Err(e) => {
-            let msg = match e.downcast_ref::<SubmitFailed>() {
-                Some(SubmitFailed(SubmitError::TooLong {
-                    max_model_len,
-                    requested,
-                })) => format!(
-                    "This model's maximum context length is {max_model_len} tokens. However, you requested {requested} tokens ({} in the messages, {output_tokens} in the completion). Please reduce the length of the messages or completion.",
-                    parsed.prompt_tokens
-                ),
-                _ => e.to_string(),
-            };
-            return error(StatusCode::BAD_REQUEST, &msg, None);
+    let mut guard = CancelGuard::new(replica.engine.clone(), Vec::new());
+    let mut rxs = Vec::with_capacity(planned.len());
+    let mut choices = Vec::with_capacity(planned.len());
+    for p in planned {
+        let (prompt_tokens, output_tokens) = (p.choice.prompt_tokens, p.choice.output_tokens);
+        match replica
+            .engine
+            .submit_with_bytes(p.engine_req, p.content)
+            .await
+        {
+            Ok((id, rx)) => {
+                guard.requests.push((id, false));
+                rxs.push(rx);
+                choices.push(p.choice);
+            }
+            Err(e) => {
+                // Those already submitted are cancelled with the guard.
+                let msg = match e.downcast_ref::<SubmitFailed>() {
+                    Some(SubmitFailed(SubmitError::TooLong {
+                        max_model_len,
+                        requested,
+                    })) => format!(
+                        "This model's maximum context length is {max_model_len} tokens. However, you requested {requested} tokens ({prompt_tokens} in the messages, {output_tokens} in the completion). Please reduce the length of the messages or completion."
+                    ),
+                    _ => e.to_string(),
+                };
+                return error(StatusCode::BAD_REQUEST, &msg, None);
+            }
         }
-    };
+    }
     let prefix = match kind {
         ApiKind::Chat => "chatcmpl",
         ApiKind::Completions => "cmpl",
@@ -277,10 +307,7 @@ async fn submit(
     };
     let gen = Generation {
         meta: ResponseMeta::new(kind, id, created, parsed.model.clone()),
-        seed: output_seed,
-        output_tokens,
-        finish_reason,
-        prompt_tokens: parsed.prompt_tokens,
+        choices,
         details: cfg.prompt_tokens_details,
         ledger: replica.ledger.clone(),
         key: ServedKey {
@@ -288,14 +315,9 @@ async fn submit(
             model: parsed.model.clone(),
         },
     };
-    let guard = CancelGuard {
-        engine: replica.engine.clone(),
-        id: engine_id,
-        finished: false,
-    };
     if parsed.stream {
         let usage = StreamUsage::new(parsed.include_usage, parsed.continuous_usage, cfg.no_usage);
-        let stream = TokenStream::new(rx, guard, gen, usage);
+        let stream = TokenStream::new(rxs, guard, gen, usage);
         let mut resp = Response::new(SimBody::Stream(Box::new(stream)));
         resp.headers_mut()
             .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -303,55 +325,75 @@ async fn submit(
             .insert("cache-control", HeaderValue::from_static("no-cache"));
         return resp;
     }
-    collect_full(rx, guard, gen, !cfg.no_usage).await
+    collect_full(rxs, guard, gen, !cfg.no_usage).await
 }
 
-/// Decides how many tokens to generate and the finish reason.
-fn plan_output(cfg: &SimConfig, p: &ParsedRequest) -> Result<(u32, &'static str), String> {
+/// Decides how many tokens to generate after a prompt of `prompt_tokens`, and the finish
+/// reason.
+fn plan_output(
+    cfg: &SimConfig,
+    prompt_tokens: u32,
+    p: &ParsedRequest,
+) -> Result<(u32, &'static str), String> {
     let max_len = cfg.engine.effective_max_model_len();
-    let room = max_len.saturating_sub(p.prompt_tokens);
+    let room = max_len.saturating_sub(prompt_tokens);
     let natural = cfg.output_tokens.max(1);
     match (p.max_tokens, p.ignore_eos) {
         (Some(m), true) => Ok((m, "length")),
         (Some(m), false) if m <= natural => Ok((m, "length")),
         (Some(_), false) => Ok((natural, "stop")),
         (None, _) if room == 0 => Err(format!(
-            "This model's maximum context length is {max_len} tokens. However, your prompt has {} tokens.",
-            p.prompt_tokens
+            "This model's maximum context length is {max_len} tokens. However, your prompt has {prompt_tokens} tokens."
         )),
         (None, _) if room < natural => Ok((room, "length")),
         (None, _) => Ok((natural, "stop")),
     }
 }
 
-/// Waits for every token of a non-streamed request. Dropped before the end (the client went
-/// away), the guard cancels the engine request and the ledger records a cut with nothing
-/// sent.
+/// Waits for every token of every choice of a non-streamed request. Dropped before the end
+/// (the client went away), the guard cancels the engine requests and the ledger records a
+/// cut with nothing sent.
 async fn collect_full(
-    mut rx: mpsc::UnboundedReceiver<RequestEvent>,
+    rxs: Vec<mpsc::UnboundedReceiver<RequestEvent>>,
     guard: CancelGuard,
     gen: Generation,
     report_usage: bool,
 ) -> Response<SimBody> {
     let mut pending = FullPending { guard, gen };
-    let mut text = String::new();
-    while let Some(ev) = rx.recv().await {
-        match ev {
-            RequestEvent::Token { index, .. } => {
-                text.push_str(text::token_text(pending.gen.seed, index))
-            }
-            RequestEvent::Finished(usage) => {
-                pending.guard.finished = true;
-                let g = &pending.gen;
-                g.ledger
-                    .completed(&g.key, usage.prompt_tokens, usage.completion_tokens);
-                let usage = report_usage.then_some(&usage);
-                let body = g.meta.full(&text, g.finish_reason, usage, g.details);
-                return full(StatusCode::OK, "application/json", Bytes::from(body));
+    let mut texts = vec![String::new(); rxs.len()];
+    let mut usages = vec![None; rxs.len()];
+    for (k, mut rx) in rxs.into_iter().enumerate() {
+        let seed = pending.gen.choices.get(k).map_or(0, |c| c.seed);
+        loop {
+            match rx.recv().await {
+                Some(RequestEvent::Token { index, .. }) => {
+                    if let Some(t) = texts.get_mut(k) {
+                        t.push_str(text::token_text(seed, index));
+                    }
+                }
+                Some(RequestEvent::Finished(usage)) => {
+                    pending.guard.finished(k);
+                    if let Some(u) = usages.get_mut(k) {
+                        *u = Some(usage);
+                    }
+                    break;
+                }
+                None => return error(StatusCode::INTERNAL_SERVER_ERROR, "engine stopped", None),
             }
         }
     }
-    error(StatusCode::INTERNAL_SERVER_ERROR, "engine stopped", None)
+    let g = &pending.gen;
+    let total = g.total_usage(&usages);
+    g.ledger
+        .completed(&g.key, total.prompt_tokens, total.completion_tokens);
+    let choices: Vec<(String, &str)> = texts
+        .into_iter()
+        .zip(&g.choices)
+        .map(|(text, c)| (text, c.finish_reason))
+        .collect();
+    let usage = report_usage.then_some(&total);
+    let body = g.meta.full(&choices, usage, g.details);
+    full(StatusCode::OK, "application/json", Bytes::from(body))
 }
 
 /// A non-streamed request in progress: records a cut in the ledger if dropped unfinished.
@@ -362,9 +404,9 @@ struct FullPending {
 
 impl Drop for FullPending {
     fn drop(&mut self) {
-        if !self.guard.finished {
+        if !self.guard.all_finished() {
             let g = &self.gen;
-            g.ledger.cut_off(&g.key, g.prompt_tokens, 0);
+            g.ledger.cut_off(&g.key, g.prompt_tokens(), 0);
         }
     }
 }

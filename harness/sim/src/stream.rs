@@ -12,7 +12,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::sync::mpsc;
 
 use super::driver::{EngineHandle, RequestEvent};
-use super::engine::RequestId;
+use super::engine::{RequestId, Usage};
 use super::prompt::ApiKind;
 use super::responses::{sse, PromptTokensDetails, ResponseMeta, SSE_DONE};
 use super::served::{ServedKey, ServedLedger};
@@ -53,28 +53,62 @@ impl Body for SimBody {
     }
 }
 
-/// Cancels the engine request when dropped before it finished.
+/// Cancels the engine requests of one response that have not finished when dropped.
 pub(crate) struct CancelGuard {
     pub(crate) engine: EngineHandle,
-    pub(crate) id: RequestId,
-    pub(crate) finished: bool,
+    /// Each choice's engine request and whether it finished.
+    pub(crate) requests: Vec<(RequestId, bool)>,
+}
+
+impl CancelGuard {
+    /// A guard over `ids`, none finished yet.
+    pub(crate) fn new(engine: EngineHandle, ids: Vec<RequestId>) -> Self {
+        Self {
+            engine,
+            requests: ids.into_iter().map(|id| (id, false)).collect(),
+        }
+    }
+
+    /// Choice `k`'s request finished: nothing to cancel.
+    pub(crate) fn finished(&mut self, k: usize) {
+        if let Some(r) = self.requests.get_mut(k) {
+            r.1 = true;
+        }
+    }
+
+    /// Whether every request finished.
+    pub(crate) fn all_finished(&self) -> bool {
+        self.requests.iter().all(|r| r.1)
+    }
 }
 
 impl Drop for CancelGuard {
     fn drop(&mut self) {
-        if !self.finished {
-            self.engine.cancel(self.id);
+        for (id, finished) in &self.requests {
+            if !finished {
+                self.engine.cancel(*id);
+            }
         }
     }
 }
 
-/// What shapes the text of one completion and how its usage is reported.
-pub(crate) struct Generation {
-    pub(crate) meta: ResponseMeta,
+/// One choice of a response: the sequence one engine request generates.
+pub(crate) struct Choice {
     pub(crate) seed: u64,
     pub(crate) output_tokens: u32,
     pub(crate) finish_reason: &'static str,
+    /// The tokens of its prompt.
     pub(crate) prompt_tokens: u32,
+    /// The first choice of its prompt: the one whose prompt the usage counts (vLLM counts
+    /// each prompt once, however many sequences it has).
+    pub(crate) counts_prompt: bool,
+}
+
+/// What shapes the text of one response's choices and how its usage is reported.
+pub(crate) struct Generation {
+    pub(crate) meta: ResponseMeta,
+    /// The choices, in their `index` order (for a batch: each prompt's `n` in turn).
+    pub(crate) choices: Vec<Choice>,
     /// When the final usage reports cached tokens.
     pub(crate) details: PromptTokensDetails,
     /// Where the response's tokens are accounted.
@@ -84,8 +118,36 @@ pub(crate) struct Generation {
 }
 
 impl Generation {
-    fn finish_for(&self, index: u32) -> Option<&'static str> {
-        (index + 1 >= self.output_tokens).then_some(self.finish_reason)
+    fn finish_for(&self, k: usize, index: u32) -> Option<&'static str> {
+        let c = self.choices.get(k)?;
+        (index + 1 >= c.output_tokens).then_some(c.finish_reason)
+    }
+
+    /// The prompt tokens of the whole request: each prompt once.
+    pub(crate) fn prompt_tokens(&self) -> u32 {
+        self.choices
+            .iter()
+            .filter(|c| c.counts_prompt)
+            .fold(0u32, |sum, c| sum.saturating_add(c.prompt_tokens))
+    }
+
+    /// The request's usage from its choices' engine usages: every prompt once (with its
+    /// cached tokens), every choice's completion tokens.
+    pub(crate) fn total_usage(&self, usages: &[Option<Usage>]) -> Usage {
+        let mut total = Usage {
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            cached_tokens: 0,
+        };
+        for (c, u) in self.choices.iter().zip(usages) {
+            let Some(u) = u else { continue };
+            if c.counts_prompt {
+                total.prompt_tokens = total.prompt_tokens.saturating_add(u.prompt_tokens);
+                total.cached_tokens = total.cached_tokens.saturating_add(u.cached_tokens);
+            }
+            total.completion_tokens = total.completion_tokens.saturating_add(u.completion_tokens);
+        }
+        total
     }
 }
 
@@ -110,34 +172,44 @@ impl StreamUsage {
     }
 }
 
-/// A live SSE stream. Each content chunk carries exactly one token.
+/// A live SSE stream. Each content chunk carries exactly one token of one choice; the
+/// choices' engine requests run side by side and their tokens interleave as they come.
 pub struct TokenStream {
-    rx: mpsc::UnboundedReceiver<RequestEvent>,
+    /// Each choice's engine events.
+    rxs: Vec<mpsc::UnboundedReceiver<RequestEvent>>,
     guard: CancelGuard,
     gen: Generation,
     usage: StreamUsage,
     /// Chunks to send, each with the tokens it carries (0 or 1).
     pending: VecDeque<(Bytes, u32)>,
     done: bool,
+    /// The chat role chunks went out (before the first content of any choice).
+    roles_sent: bool,
+    /// Each choice's engine usage, once it finished.
+    finished: Vec<Option<Usage>>,
     /// Content chunks handed to the connection so far.
     sent_tokens: u32,
 }
 
 impl TokenStream {
-    /// A stream over `rx`'s events, shaped by `gen` and the request's stream options.
+    /// A stream over `rxs`' events (one receiver per choice of `gen`), shaped by `gen` and
+    /// the request's stream options.
     pub(crate) fn new(
-        rx: mpsc::UnboundedReceiver<RequestEvent>,
+        rxs: Vec<mpsc::UnboundedReceiver<RequestEvent>>,
         guard: CancelGuard,
         gen: Generation,
         usage: StreamUsage,
     ) -> Self {
+        let finished = vec![None; rxs.len()];
         Self {
-            rx,
+            rxs,
             guard,
             gen,
             usage,
             pending: VecDeque::new(),
             done: false,
+            roles_sent: false,
+            finished,
             sent_tokens: 0,
         }
     }
@@ -153,35 +225,68 @@ impl TokenStream {
             if self.done {
                 return Poll::Ready(None);
             }
-            match self.rx.poll_recv(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(None) => self.done = true,
-                Poll::Ready(Some(ev)) => self.on_event(ev),
+            let mut events = Vec::new();
+            let mut closed = false;
+            for (k, rx) in self.rxs.iter_mut().enumerate() {
+                if self.finished.get(k).is_some_and(Option::is_some) {
+                    continue;
+                }
+                match rx.poll_recv(cx) {
+                    Poll::Pending => {}
+                    Poll::Ready(None) => closed = true,
+                    Poll::Ready(Some(ev)) => events.push((k, ev)),
+                }
+            }
+            if events.is_empty() && !closed {
+                return Poll::Pending;
+            }
+            for (k, ev) in events {
+                self.on_event(k, ev);
+            }
+            // An engine that stopped mid-way ends the stream where it is, as one request did.
+            if closed && !self.done {
+                self.done = true;
             }
         }
     }
 
-    fn on_event(&mut self, ev: RequestEvent) {
+    fn on_event(&mut self, k: usize, ev: RequestEvent) {
         let g = &self.gen;
         let continuous = self.usage.continuous;
+        let Some(choice) = g.choices.get(k) else {
+            return;
+        };
+        let index = k as u32;
         match ev {
-            RequestEvent::Token { index, .. } => {
-                if index == 0 && g.meta.kind == ApiKind::Chat {
-                    let running = continuous.then_some((g.prompt_tokens, 0));
-                    self.pending
-                        .push_back((sse(&g.meta.role_chunk(running)), 0));
+            RequestEvent::Token { index: token, .. } => {
+                if !self.roles_sent && g.meta.kind == ApiKind::Chat {
+                    self.roles_sent = true;
+                    for (i, c) in g.choices.iter().enumerate() {
+                        let running = continuous.then_some((c.prompt_tokens, 0));
+                        let chunk = g.meta.role_chunk(i as u32, running);
+                        self.pending.push_back((sse(&chunk), 0));
+                    }
                 }
-                let running = continuous.then_some((g.prompt_tokens, index + 1));
-                let text = text::token_text(g.seed, index);
-                let chunk = g.meta.content_chunk(text, g.finish_for(index), running);
+                let running = continuous.then_some((choice.prompt_tokens, token + 1));
+                let text = text::token_text(choice.seed, token);
+                let chunk = g
+                    .meta
+                    .content_chunk(index, text, g.finish_for(k, token), running);
                 self.pending.push_back((sse(&chunk), 1));
             }
             RequestEvent::Finished(usage) => {
-                self.guard.finished = true;
+                self.guard.finished(k);
+                if let Some(slot) = self.finished.get_mut(k) {
+                    *slot = Some(usage);
+                }
+                if !self.guard.all_finished() {
+                    return;
+                }
+                let total = g.total_usage(&self.finished);
                 g.ledger
-                    .completed(&g.key, usage.prompt_tokens, usage.completion_tokens);
+                    .completed(&g.key, total.prompt_tokens, total.completion_tokens);
                 if self.usage.final_chunk {
-                    let chunk = g.meta.usage_chunk(&usage, g.details);
+                    let chunk = g.meta.usage_chunk(&total, g.details);
                     self.pending.push_back((sse(&chunk), 0));
                 }
                 self.pending.push_back((Bytes::from_static(SSE_DONE), 0));
@@ -193,9 +298,10 @@ impl TokenStream {
 
 impl Drop for TokenStream {
     fn drop(&mut self) {
-        if !self.guard.finished {
+        if !self.guard.all_finished() {
             let g = &self.gen;
-            g.ledger.cut_off(&g.key, g.prompt_tokens, self.sent_tokens);
+            g.ledger
+                .cut_off(&g.key, g.prompt_tokens(), self.sent_tokens);
         }
     }
 }

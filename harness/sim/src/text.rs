@@ -11,6 +11,16 @@ pub fn output_seed(model_seed: u64, prompt: &[u8]) -> u64 {
     xxh3_64_with_seed(prompt, model_seed)
 }
 
+/// The seed of choice `j` of a prompt whose completion seed is `seed`: the first choice
+/// keeps it (a request with one choice reads as before), each other one draws its own text.
+pub fn sequence_seed(seed: u64, j: u32) -> u64 {
+    if j == 0 {
+        seed
+    } else {
+        xxh3_64_with_seed(&j.to_le_bytes(), seed)
+    }
+}
+
 /// A 128-bit hash of the prompt under the model's seed, for deterministic response ids.
 pub fn response_id_hash(model_seed: u64, prompt: &[u8]) -> u128 {
     xxh3_128_with_seed(prompt, model_seed)
