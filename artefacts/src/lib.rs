@@ -5,6 +5,9 @@
 //!   overridden by its variable ([`WASM_ENV`], [`NATIVE_ENV`], [`SIM_ENV`]);
 //! - [`TEST_ARTEFACT_DIR`]: the test-only builds of the modules (`cargo xtask test`),
 //!   beside, never over, the release ones ([`test_artefact`]);
+//! - [`BENCH_ARTEFACT_DIR`]: the bench builds of the modules, with the `probe` filter that
+//!   `bench overhead` runs as each host's floor and the release modules do not have
+//!   ([`Artefacts::wasm_probe_module`], [`Artefacts::native_probe_module`]);
 //! - [`Service`]: the global rate-limit service and the external processor, outside the
 //!   workspace's default members (`cargo build` needs no Debian package for them), built by
 //!   `cargo xtask` when a test or a command needs them.
@@ -37,6 +40,12 @@ pub const SIM_ENV: &str = "INFERGATE_SIM";
 /// `<target>/wasm32-wasip1/test-artefact/`), beside, never over, the release modules.
 pub const TEST_ARTEFACT_DIR: &str = "test-artefact";
 
+/// Where the bench builds of the modules are kept: `<target>/bench-artefact/` (and
+/// `<target>/wasm32-wasip1/bench-artefact/`), beside, never over, the release modules. They
+/// are built with the cargo feature `probe` (the measuring filter `bench overhead` runs as
+/// each host's floor), which the release modules, and so `cargo xtask dist`, never have.
+pub const BENCH_ARTEFACT_DIR: &str = "bench-artefact";
+
 /// The workspace root (the directory holding the root `Cargo.toml`), one level above this
 /// crate (`artefacts/`), as it was when the crate was compiled.
 pub fn workspace_root() -> PathBuf {
@@ -64,6 +73,11 @@ pub fn built(triple: Option<&str>, profile_dir: &str, file: &str) -> PathBuf {
 /// A module's test-only build: `<target>[/<triple>]/test-artefact/<file>`.
 pub fn test_artefact(triple: Option<&str>, file: &str) -> PathBuf {
     built(triple, TEST_ARTEFACT_DIR, file)
+}
+
+/// A module's bench build: `<target>[/<triple>]/bench-artefact/<file>`.
+pub fn bench_artefact(triple: Option<&str>, file: &str) -> PathBuf {
+    built(triple, BENCH_ARTEFACT_DIR, file)
 }
 
 /// Paths of the release artefacts the end-to-end tests and the demo load.
@@ -104,6 +118,18 @@ impl Artefacts {
     /// The native module to load: [`NATIVE_ENV`], else the release build.
     pub fn native_module() -> PathBuf {
         env_or(NATIVE_ENV, Self::locate().native_module)
+    }
+
+    /// The proxy-wasm module's bench build, the one with the `probe` role
+    /// ([`BENCH_ARTEFACT_DIR`]).
+    pub fn wasm_probe_module() -> PathBuf {
+        bench_artefact(Some(WASM_TARGET), WASM_FILE)
+    }
+
+    /// The native module's bench build, the one with the `probe` filter
+    /// ([`BENCH_ARTEFACT_DIR`]).
+    pub fn native_probe_module() -> PathBuf {
+        bench_artefact(None, NATIVE_FILE)
     }
 }
 
@@ -187,6 +213,14 @@ mod tests {
         assert_eq!(
             test_artefact(Some(WASM_TARGET), WASM_FILE),
             target.join("wasm32-wasip1/test-artefact/infergate_wasm.wasm")
+        );
+        assert_eq!(
+            Artefacts::wasm_probe_module(),
+            target.join("wasm32-wasip1/bench-artefact/infergate_wasm.wasm")
+        );
+        assert_eq!(
+            Artefacts::native_probe_module(),
+            target.join("bench-artefact/libinfergate_envoy.so")
         );
         assert_eq!(
             Service::RateLimit.built("debug"),

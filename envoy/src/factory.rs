@@ -3,12 +3,20 @@
 //!
 //! `router`, `picker` and `gateway` (both in one filter) are each a pipeline the filters
 //! crate's builder assembles (configured in `router.rs`, `picker.rs` and `gateway.rs`, run
-//! by the one generic adapter in `pipeline.rs`); `probe` is a measuring tool (`probe.rs`).
+//! by the one generic adapter in `pipeline.rs`); `probe` is a measuring tool (`probe.rs`),
+//! only in the bench build (feature `probe`): without it the name is unknown.
 //! A `picker` or `gateway` config that carries the process's scraper also hosts it
 //! (`scraper.rs`) for as long as it lives. Only the hooks use this module: the filter kinds
 //! it names never import it back.
 
 use crate::filter::{FilterConfigHandle, StreamFactory, StreamLogic};
+
+/// The filter names this build knows, as the unknown-name error lists them.
+#[cfg(not(feature = "probe"))]
+const NAMES: &str = "router, picker or gateway";
+/// The filter names this build knows, as the unknown-name error lists them.
+#[cfg(feature = "probe")]
+const NAMES: &str = "router, picker, gateway or probe";
 
 /// Our object behind `filter_config_module_ptr`.
 pub struct HttpConfig {
@@ -34,12 +42,9 @@ impl HttpConfig {
                 let (factory, scraper) = crate::gateway::factory(config, envoy)?;
                 (Box::new(factory), scraper)
             }
+            #[cfg(feature = "probe")]
             "probe" => (Box::new(crate::probe::ProbeFactory::new(config)?), None),
-            other => {
-                return Err(format!(
-                    "unknown filter_name `{other}` (expected router, picker, gateway or probe)"
-                ))
-            }
+            other => return Err(format!("unknown filter_name `{other}` (expected {NAMES})")),
         };
         Ok(HttpConfig { factory, scraper })
     }

@@ -17,8 +17,8 @@
 //!   by `filter_name`; [`pipeline`]: the one generic adapter that runs a pipeline the
 //!   filters crate's builder assembled; [`router`] and [`picker`]: the configs of the two
 //!   HTTP filters (`filter_name` `router` / `picker`), each a role of that builder;
-//!   [`gateway`]: both in one filter (`gateway`); [`probe`]: a measuring filter (`probe`)
-//!   that only buffers and reads the body.
+//!   [`gateway`]: both in one filter (`gateway`); `probe`: a measuring filter (`probe`)
+//!   that only buffers and reads the body, in the bench build only (feature `probe`).
 //! - [`scraper`]: the metrics scraper, one per process, hosted by the filter configs that
 //!   carry it (the picker's `scraper`): ticks from a config scheduler on the main thread,
 //!   callouts on the active config, hand-over when that config goes. No bootstrap extension.
@@ -33,7 +33,10 @@
 //!
 //! Cargo feature `panic-injection` (test builds only; this crate's unit tests too) adds
 //! `panic_injection`; `test-stages` (which it implies) lets a filter config list the filters
-//! crate's test stages under `testStages`. On a wasm
+//! crate's test stages under `testStages`. Cargo feature `probe` (the bench build that
+//! `cargo xtask bench overhead` loads for its native floor, never the release module) adds
+//! the `probe` filter; without it `filter_name: probe` is refused as any unknown name is. On
+//! a wasm
 //! target only the ABI types compile (the callbacks are Envoy symbols, not Wasm imports).
 
 pub mod abi;
@@ -65,7 +68,7 @@ pub mod picker;
 pub mod pipeline;
 #[cfg(not(target_family = "wasm"))]
 pub mod precise;
-#[cfg(not(target_family = "wasm"))]
+#[cfg(all(feature = "probe", not(target_family = "wasm")))]
 pub mod probe;
 #[cfg(not(target_family = "wasm"))]
 pub mod router;

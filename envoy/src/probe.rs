@@ -1,10 +1,12 @@
-//! The `probe` filter (`filter_name: probe`): a measuring tool, not part of the gateway.
+//! The `probe` filter (`filter_name: probe`): a measuring tool, not part of the gateway,
+//! compiled only with the crate's `probe` feature (the bench build).
 //!
 //! It holds each request until its body is complete, copies the body out of Envoy, and lets
 //! the request go on unchanged: the least any body-based filter (such as the router) does.
-//! `cargo xtask bench overhead` runs it in front of the plain routes as the native floor, so
-//! the gateway's overhead can be read against what merely reading the body costs. Config:
-//! empty or `{}`.
+//! `cargo xtask bench overhead` builds the module with `--features probe` and runs it in
+//! front of the plain routes as the native floor, so the gateway's overhead can be read
+//! against what merely reading the body costs. Config: empty or `{}`. A release module
+//! refuses the name as it refuses any unknown one (`crate::factory`).
 
 use crate::abi::{BodyStatus, HeadersStatus, TrailersStatus};
 use crate::filter::{StreamFactory, StreamLogic};

@@ -6,11 +6,11 @@
 //! | `router` | `filters::router::RouterConfig` | `instance` |
 //! | `picker` | `filters::picker::PickerConfig` (`{"pools": [...]}` or one pool) | `instance`, `snapshotKey`, `scraper` |
 //! | `headers` | nothing | `instance` |
-//! | `probe` | nothing (`{"role": "probe"}`) | — |
 //!
-//! `probe` is a measuring tool, not part of the gateway: it holds each request until its body
-//! is complete, copies the body into the VM and lets the request go on unchanged, the least
-//! any body-based filter does. `cargo xtask bench overhead` runs it as the Wasm floor.
+//! With the cargo feature `probe` (the bench build `cargo xtask bench overhead` loads for its
+//! Wasm floor, never the release module) there is one more role, `probe`, with no other key
+//! (`{"role": "probe"}`; `crate::probe`). Without it, `probe` is refused as any unknown role
+//! is.
 //!
 //! `instance` (default [`DEFAULT_INSTANCE`]) names this gateway inside the proxy: every
 //! shared-data key and queue name of the module starts with it ([`Names`]). Shared data
@@ -111,9 +111,28 @@ pub enum RoleKind {
     Picker,
     /// Applies the header edits the router left in filter state (module doc).
     Headers,
-    /// Buffers and reads each request body, nothing else (the cost floor; module doc).
+    /// Buffers and reads each request body, nothing else (the cost floor of the bench
+    /// build; `crate::probe`).
+    #[cfg(feature = "probe")]
     Probe,
 }
+
+impl RoleKind {
+    /// Whether this is the bench build's `probe` (always `false` without the feature).
+    fn is_probe(self) -> bool {
+        #[cfg(feature = "probe")]
+        return self == RoleKind::Probe;
+        #[cfg(not(feature = "probe"))]
+        return false;
+    }
+}
+
+/// The roles this build accepts, as the unknown-role error lists them.
+#[cfg(not(feature = "probe"))]
+const ROLES: &str = r#""router", "picker" or "headers""#;
+/// The roles this build accepts, as the unknown-role error lists them.
+#[cfg(feature = "probe")]
+const ROLES: &str = r#""router", "picker", "headers" or "probe""#;
 
 /// The parsed plugin configuration.
 #[derive(Clone, Debug, PartialEq)]
@@ -155,20 +174,16 @@ pub fn parse(bytes: &[u8]) -> Result<PluginConfig, String> {
                     .to_owned(),
             )
         }
+        #[cfg(feature = "probe")]
         Some(Value::String(r)) if r == "probe" => RoleKind::Probe,
         Some(Value::String(r)) if r == "headers" => RoleKind::Headers,
-        Some(other) => {
-            return Err(format!(
-                "plugin config: role must be \"router\", \"picker\", \"headers\" or \"probe\", \
-                 not {other}"
-            ))
-        }
+        Some(other) => return Err(format!("plugin config: role must be {ROLES}, not {other}")),
         None => return Err("plugin config: missing \"role\"".to_owned()),
     };
-    if role == RoleKind::Probe && !map.is_empty() {
+    if role.is_probe() && !map.is_empty() {
         return Err("plugin config: the probe takes no settings".to_owned());
     }
-    let instance = take_string(&mut map, "instance", role != RoleKind::Probe)?
+    let instance = take_string(&mut map, "instance", !role.is_probe())?
         .unwrap_or_else(|| DEFAULT_INSTANCE.to_owned());
     let names = Names::new(&instance);
     let snapshot_key = take_string(&mut map, "snapshotKey", role == RoleKind::Picker)?
@@ -294,6 +309,29 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
+    }
+
+    /// The release module has no `probe`: the role is refused with the answer any unknown
+    /// role gets, which lists the roles this build knows.
+    #[cfg(not(feature = "probe"))]
+    #[test]
+    fn the_probe_role_exists_only_in_the_bench_build() {
+        let err = r#"plugin config: role must be "router", "picker" or "headers", not "probe""#;
+        assert_eq!(parse(br#"{"role":"probe"}"#), Err(err.to_owned()));
+        let unknown = parse(br#"{"role":"balancer"}"#).map_err(|e| e.replace("balancer", "probe"));
+        assert_eq!(unknown, Err(err.to_owned()));
+    }
+
+    /// The bench build (`--features probe`) knows the role, which takes no settings.
+    #[cfg(feature = "probe")]
+    #[test]
+    fn the_bench_build_has_the_probe_role() {
+        let probe = parse(br#"{"role":"probe"}"#).map(|c| c.role);
+        assert_eq!(probe, Ok(RoleKind::Probe));
+        assert!(parse(br#"{"role":"probe","x":1}"#).is_err());
+        let unknown = parse(br#"{"role":"balancer"}"#);
+        let err = r#"plugin config: role must be "router", "picker", "headers" or "probe", not "balancer""#;
+        assert_eq!(unknown, Err(err.to_owned()));
     }
 }
 

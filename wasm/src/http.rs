@@ -1,7 +1,7 @@
 //! The HTTP contexts: [`PipelineContext`] hands each proxy-wasm callback of a gateway
 //! filter to its request pipeline (`filters::pipeline`) and turns the [`FilterStatus`] into
-//! an [`Action`]; the others answer requests of a module without a usable configuration,
-//! pass requests through the scraper's plugin, or run the `probe`.
+//! an [`Action`]; the others answer requests of a module without a usable configuration
+//! or apply the router's header edits (the bench build's `probe` is `crate::probe`).
 //!
 //! `Pause` from the request-headers callback reaches Envoy as `StopAllIterationAndWatermark`
 //! unless the plugin sets `allow_on_headers_stop_iteration: true` (which an Istio
@@ -26,7 +26,7 @@ use infergate_filters::FilterStatus;
 
 use std::cell::RefCell;
 
-use crate::abi::{hostcalls, Action, BufferType, HttpHooks, LogLevel, MapType};
+use crate::abi::{hostcalls, Action, HttpHooks, LogLevel, MapType};
 use crate::host::{
     apply_header_edits, log, HeaderEdit, Passed, PassedHeaders, VmShared, WasmHost,
     HEADER_EDITS_PROPERTY,
@@ -348,45 +348,5 @@ impl FailClosedContext {
 impl HttpHooks for FailClosedContext {
     fn on_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
         fail_closed(&self.vm, "gateway filter has no valid configuration")
-    }
-}
-
-/// The `probe` role: holds the request until its body is complete, copies the body into the
-/// VM, and lets it go on unchanged (see `config`); what any body-based filter costs at least.
-#[derive(Default)]
-pub struct ProbeContext {
-    body_len: usize,
-}
-
-impl ProbeContext {
-    fn read_body(body_size: usize) {
-        let body = hostcalls::get_buffer(BufferType::HttpRequestBody, 0, body_size);
-        // Whatever the host answered, the request goes on unchanged: the probe only reads.
-        core::hint::black_box(&body);
-    }
-}
-
-impl HttpHooks for ProbeContext {
-    fn on_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        if end_of_stream {
-            Action::Continue
-        } else {
-            Action::Pause
-        }
-    }
-
-    fn on_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        self.body_len = body_size;
-        if !end_of_stream {
-            return Action::Pause;
-        }
-        ProbeContext::read_body(body_size);
-        Action::Continue
-    }
-
-    fn on_request_trailers(&mut self, _num_trailers: usize) -> Action {
-        // Trailers end the request: the buffered body is complete.
-        ProbeContext::read_body(self.body_len);
-        Action::Continue
     }
 }

@@ -12,7 +12,8 @@
 //! exports and the context table), [`config`] (plugin configuration JSON), [`host`] (the `filters` host traits
 //! over hostcalls, and what Envoy lets a Wasm filter do for routing), [`http`] (router,
 //! picker and fail-closed HTTP contexts), [`root`] (configuration, scraper ticks and
-//! callouts).
+//! callouts). `probe`, the measuring role of `cargo xtask bench overhead`, exists only with
+//! the cargo feature `probe` (the bench build; never in the release module).
 //!
 //! Panics: a panic aborts the Wasm VM (and with it every request of that Envoy worker),
 //! so no code here panics on input or on a host answer. The module does not use the
@@ -28,5 +29,7 @@ pub mod elected;
 pub mod host;
 pub mod http;
 pub mod owner;
+#[cfg(feature = "probe")]
+pub mod probe;
 pub mod root;
 pub mod test_stages;

@@ -40,9 +40,7 @@ use crate::config::{self, Names, PluginConfig, RoleKind, DEFAULT_SNAPSHOT_KEY};
 use crate::elected::Duty;
 use crate::host::{log, SharedDataCells, VmShared, WasmHost};
 
-use crate::http::{
-    FailClosedContext, HeadersContext, HeadersMode, PipelineContext, ProbeContext, WasmPipeline,
-};
+use crate::http::{FailClosedContext, HeadersContext, HeadersMode, PipelineContext, WasmPipeline};
 use crate::owner::{Link, WasmPickerStore, WorkerLink, TIMEOUT_TICK_MS};
 use crate::test_stages;
 use infergate_filters::host::Clock;
@@ -65,6 +63,8 @@ enum Role {
     },
     /// Applies the router's header edits (see `crate::config`).
     Headers,
+    /// Holds and reads each request's body, nothing else (`crate::probe`; bench builds).
+    #[cfg(feature = "probe")]
     Probe,
 }
 
@@ -237,6 +237,7 @@ impl Root {
                 }
             }
             RoleKind::Headers => Role::Headers,
+            #[cfg(feature = "probe")]
             RoleKind::Probe => Role::Probe,
         });
         Ok(())
@@ -344,7 +345,8 @@ impl Root {
                 *mode,
             )),
             Some(Role::Headers) => Box::new(HeadersContext),
-            Some(Role::Probe) => Box::<ProbeContext>::default(),
+            #[cfg(feature = "probe")]
+            Some(Role::Probe) => Box::<crate::probe::ProbeContext>::default(),
             None => Box::new(FailClosedContext::new(vm)),
         }
     }

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::*;
-use crate::abi::{HeaderKind, TrailersStatus};
+use crate::abi::HeaderKind;
 use crate::fake_envoy::{self, dummy_ptr, request_header, set_request_header};
 use crate::filter::StreamLogic;
 use infergate_filters::picker::PoolId;
@@ -540,8 +540,24 @@ fn header_kinds_are_passed_as_envoy_numbers() {
     assert_eq!(BodyStatus::StopIterationNoBuffer as u32, 3);
 }
 
-/// The `probe` filter (the native floor of `bench overhead`) holds the request until the body
-/// is complete, then lets it go on untouched; it refuses settings.
+/// The release module has no `probe` filter: the name is refused with the answer any
+/// unknown name gets, which lists the names this build knows.
+#[cfg(not(feature = "probe"))]
+#[test]
+fn the_probe_filter_exists_only_in_the_bench_build() {
+    fake_envoy::reset();
+    assert!(new_config("probe", "{}").is_null());
+    let logs = fake_envoy::logs();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    assert!(
+        logs[0].contains("unknown filter_name `probe` (expected router, picker or gateway)"),
+        "{logs:?}"
+    );
+}
+
+/// The `probe` filter (the native floor of `bench overhead`, in the bench build) holds the
+/// request until the body is complete, then lets it go on untouched; it refuses settings.
+#[cfg(feature = "probe")]
 #[test]
 fn probe_buffers_the_body_then_continues_without_touching_the_request() {
     fake_envoy::reset();
@@ -578,7 +594,7 @@ fn probe_buffers_the_body_then_continues_without_touching_the_request() {
     let reads = fake_envoy::with(|s| s.body_reads);
     assert_eq!(
         envoy_dynamic_module_on_http_filter_request_trailers(dummy_ptr(), with_trailers),
-        TrailersStatus::Continue
+        crate::abi::TrailersStatus::Continue
     );
     assert!(fake_envoy::with(|s| s.body_reads) > reads);
     envoy_dynamic_module_on_http_filter_destroy(with_trailers);

@@ -6,8 +6,11 @@
 //! ORIGINAL_DST pool cluster), `wasm` and `native` (body router + picker + scraper), and the
 //! floors `wasm-floor` / `native-floor`: `plain` plus that module's `probe` filter, which only
 //! holds each request until its body is complete and reads the body, the least any
-//! body-based filter on that host costs. The cost targets are set against them: the Envoy
-//! CPU per request each gateway spends beyond its floor ([`targets`]). A
+//! body-based filter on that host costs. The probe is in the modules' bench builds only
+//! (`--features probe`, which `cargo xtask bench overhead` makes; see
+//! [`crate::launch::stack::probe_module`]), never in the release modules. The cost targets
+//! are set against the floors: the Envoy CPU per request each gateway spends beyond its
+//! floor ([`targets`]). A
 //! closed-loop client with a fixed number of keep-alive connections sends chat bodies of
 //! the run's size (32 KB: ~8k tokens). Each round runs every arm once (warm-up, then a measured window), the order
 //! rotating from round to round, so slow drifts of a shared machine hit every arm alike.
@@ -200,9 +203,9 @@ fn product(concurrency: &[u32], body_tokens: &[u32]) -> Vec<RunShape> {
 enum Gateway {
     /// The template of this flavour (`plain`: none).
     Flavor(Flavor),
-    /// The `plain` template plus that module's `probe` filter, which only holds the
-    /// request for its body and reads it: the least any body-based filter of that host
-    /// costs.
+    /// The `plain` template plus that module's `probe` filter (from its bench build), which
+    /// only holds the request for its body and reads it: the least any body-based filter of
+    /// that host costs.
     Probe(Flavor),
     /// The `plain` template plus Envoy's `ext_proc` filter calling an external processor.
     ExtProc(ProcessorMode, BodyMode),

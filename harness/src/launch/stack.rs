@@ -161,7 +161,8 @@ pub struct StackOptions {
     /// How long the simulator may take to print its replicas.
     pub sim_timeout: Duration,
     /// `plain` only: the `probe` filter of this flavour's module in front of Envoy's router
-    /// (see `envoy/config/plain.yaml`).
+    /// (see `envoy/config/plain.yaml`), from the module's bench build ([`probe_module`]: the
+    /// release modules have no probe).
     pub probe: Option<Flavor>,
     /// The `/rr` round-robin baseline route and cluster (on by default: every stack runs
     /// for a demo, a benchmark or a test; off renders the deployment form).
@@ -235,6 +236,16 @@ impl StackOptions {
     }
 }
 
+/// The bench build of `flavor`'s module, the one with the `probe` filter
+/// (`infergate_artefacts::BENCH_ARTEFACT_DIR`); `None` for `plain`.
+pub fn probe_module(flavor: Flavor) -> Option<std::path::PathBuf> {
+    match flavor {
+        Flavor::Plain => None,
+        Flavor::Wasm => Some(infergate_artefacts::Artefacts::wasm_probe_module()),
+        Flavor::Native => Some(infergate_artefacts::Artefacts::native_probe_module()),
+    }
+}
+
 /// A running stack; dropping it stops Envoy, then the simulator.
 #[derive(Debug)]
 pub struct Stack {
@@ -254,15 +265,28 @@ pub struct Stack {
 impl Stack {
     /// Starts the replicas (if simulated) and Envoy, and waits until Envoy is ready.
     pub async fn start(opts: StackOptions) -> Result<Stack> {
-        // The module this Envoy loads: its flavour's, or the probe's on `plain`.
-        let module_flavor = opts.probe.unwrap_or(opts.flavor);
-        if module_flavor != Flavor::Plain {
-            if let Some(module) = module_flavor.artefact() {
-                if !module.is_file() {
-                    bail!(
-                        "{module_flavor} flavour: module {} is not built (run `cargo xtask build`)",
-                        module.display()
-                    );
+        // The module this Envoy loads: its flavour's, or the probe's bench build on `plain`.
+        match opts.probe {
+            Some(probe) => {
+                if let Some(module) = probe_module(probe) {
+                    if !module.is_file() {
+                        bail!(
+                            "{probe} probe: module {} is not built (`cargo xtask bench \
+                             overhead` builds it, with `--features probe`)",
+                            module.display()
+                        );
+                    }
+                }
+            }
+            None => {
+                if let Some(module) = opts.flavor.artefact() {
+                    if !module.is_file() {
+                        bail!(
+                            "{} flavour: module {} is not built (run `cargo xtask build`)",
+                            opts.flavor,
+                            module.display()
+                        );
+                    }
                 }
             }
         }
@@ -305,7 +329,7 @@ impl Stack {
         params.objectives = opts.objectives.clone();
         if let Some(probe) = opts.probe {
             params.probe = Some(probe);
-            params.module = probe.artefact();
+            params.module = probe_module(probe);
         }
         params.plugins = opts
             .plugins

@@ -1,9 +1,17 @@
 //! How to build the artefacts: each is a `cargo build` of its crate. Where they land is
 //! `infergate-artefacts` (the one definition of every artefact path, shared with the CLI,
 //! the launcher and the tests), re-exported here.
+//!
+//! Beside the release modules (what `dist` ships) each module has two builds with extra
+//! cargo features, each in a directory of its own: the test build ([`TEST_ARTEFACT_DIR`],
+//! made by `cargo xtask test`) and the bench build ([`BENCH_ARTEFACT_DIR`], with the
+//! `probe` filter that `bench overhead` runs as each host's floor, made before that bench
+//! only). The release modules never have either's features.
 
 use anyhow::{bail, Context, Result};
-pub use infergate_artefacts::{target_dir, workspace_root, Artefacts, Service, TEST_ARTEFACT_DIR};
+pub use infergate_artefacts::{
+    target_dir, workspace_root, Artefacts, Service, BENCH_ARTEFACT_DIR, TEST_ARTEFACT_DIR,
+};
 use infergate_artefacts::{NATIVE_FILE, WASM_FILE, WASM_TARGET};
 use std::path::PathBuf;
 use std::process::Command;
@@ -24,8 +32,26 @@ pub fn cargo(args: &[&str], envs: &[(&str, PathBuf)]) -> Result<()> {
     Ok(())
 }
 
-/// Builds the release artefacts and returns where they are.
+/// Builds the release artefacts and returns where they are; when this process runs
+/// `cargo xtask bench overhead`, the one command that loads them, the bench builds of the
+/// modules too ([`build_bench_modules`]). `up`, `demo` and `bench` all build through here, and
+/// the other commands need not pay for two more builds of each module's crate.
 pub fn build_all() -> Result<Artefacts> {
+    let artefacts = build_release()?;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if runs_bench_overhead(&args) {
+        build_bench_modules()?;
+    }
+    Ok(artefacts)
+}
+
+/// Whether `args` (this process's, after its name) run `bench overhead`.
+fn runs_bench_overhead(args: &[String]) -> bool {
+    args.first().is_some_and(|c| c == "bench") && args.iter().skip(1).any(|a| a == "overhead")
+}
+
+/// Builds the release artefacts (no extra feature) and returns where they are.
+fn build_release() -> Result<Artefacts> {
     cargo(
         &[
             "build",
@@ -61,17 +87,21 @@ pub fn build_all() -> Result<Artefacts> {
     Ok(artefacts)
 }
 
-/// One module built with a test-only feature.
-struct TestBuild<'a> {
+/// One module built with extra features (a test or a bench build), kept in a directory of
+/// its own.
+struct FeatureBuild<'a> {
     package: &'a str,
     /// `--target`, if not the host.
     target: Option<&'a str>,
+    /// `--features`, comma-separated.
     feature: &'a str,
     /// The file cargo writes under `<target>[/<triple>]/release/`.
     file: &'a str,
+    /// Where the build is kept: [`TEST_ARTEFACT_DIR`] or [`BENCH_ARTEFACT_DIR`].
+    dir: &'a str,
 }
 
-impl TestBuild<'_> {
+impl FeatureBuild<'_> {
     /// `<target>[/<triple>]/<dir>/<file>`.
     fn path_in(&self, dir: &str) -> PathBuf {
         infergate_artefacts::built(self.target, dir, self.file)
@@ -88,34 +118,35 @@ impl TestBuild<'_> {
         cargo(&args, &[])
     }
 
-    /// Builds the module with its test feature under the release profile (only the module's
+    /// Builds the module with its features under the release profile (only the module's
     /// own crate is compiled again: its dependencies are the release build's), copies it to
-    /// [`TEST_ARTEFACT_DIR`], then builds the production module again, which cargo still has
-    /// (it only puts it back in place), so `release/` keeps handing out the product. Checks
-    /// that the two files differ. Returns the test build's path.
+    /// its directory, then builds the production module again (its crate once more: cargo
+    /// keeps one file per module), so `release/` keeps handing out the product. Checks that
+    /// the two files differ. Returns the feature build's path.
     fn build(&self) -> Result<PathBuf> {
         self.cargo_build(true)?;
         let released = self.path_in("release");
-        let test = self.path_in(TEST_ARTEFACT_DIR);
-        if let Some(dir) = test.parent() {
+        let kept = self.path_in(self.dir);
+        if let Some(dir) = kept.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
         // A copy, not a link: cargo's `release/` file is a hard link it replaces.
-        std::fs::copy(&released, &test)
-            .with_context(|| format!("copying {} to {}", released.display(), test.display()))?;
+        std::fs::copy(&released, &kept)
+            .with_context(|| format!("copying {} to {}", released.display(), kept.display()))?;
         self.cargo_build(false)?;
         let product =
             std::fs::read(&released).with_context(|| format!("reading {}", released.display()))?;
-        let tested = std::fs::read(&test).with_context(|| format!("reading {}", test.display()))?;
-        if product == tested {
+        let featured =
+            std::fs::read(&kept).with_context(|| format!("reading {}", kept.display()))?;
+        if product == featured {
             bail!(
-                "{} with `{}` is byte for byte the production module: the test feature did \
-                 not build, or the product was not put back",
+                "{} with `{}` is byte for byte the production module: the feature did not \
+                 build, or the product was not put back",
                 self.package,
                 self.feature
             );
         }
-        Ok(test)
+        Ok(kept)
     }
 }
 
@@ -123,26 +154,49 @@ impl TestBuild<'_> {
 /// [`TEST_ARTEFACT_DIR`]; the production module in `<target>/release/` (which the demo, the
 /// benchmarks and a user's packaging load) stays the product. Returns its path.
 pub fn build_panic_injection_module() -> Result<PathBuf> {
-    TestBuild {
+    FeatureBuild {
         package: "infergate-envoy",
         target: None,
         feature: "panic-injection",
         file: NATIVE_FILE,
+        dir: TEST_ARTEFACT_DIR,
     }
     .build()
 }
 
-/// Builds the Wasm module with its `test-stages` feature into
+/// Builds the Wasm module with its `test-stages` feature, and `probe` (the product-module
+/// tests of `infergate-wasm-host` drive the `probe` role through it), into
 /// `<target>/wasm32-wasip1/test-artefact/`, beside, never over, the release module. Returns
 /// its path.
 pub fn build_test_stages_wasm() -> Result<PathBuf> {
-    TestBuild {
+    FeatureBuild {
         package: "infergate-wasm",
         target: Some(WASM_TARGET),
-        feature: "test-stages",
+        feature: "test-stages,probe",
         file: WASM_FILE,
+        dir: TEST_ARTEFACT_DIR,
     }
     .build()
+}
+
+/// Builds both modules with their `probe` feature into [`BENCH_ARTEFACT_DIR`] (where
+/// [`Artefacts::wasm_probe_module`] and [`Artefacts::native_probe_module`] find them), the
+/// floors of `bench overhead`; the release modules stay without the probe.
+pub fn build_bench_modules() -> Result<()> {
+    for (package, target, file) in [
+        ("infergate-wasm", Some(WASM_TARGET), WASM_FILE),
+        ("infergate-envoy", None, NATIVE_FILE),
+    ] {
+        FeatureBuild {
+            package,
+            target,
+            feature: "probe",
+            file,
+            dir: BENCH_ARTEFACT_DIR,
+        }
+        .build()?;
+    }
+    Ok(())
 }
 
 /// Builds `service` (outside the workspace's default members: `cargo build` alone does not)
@@ -166,4 +220,32 @@ pub fn build_service(service: Service) -> Result<(&'static str, PathBuf)> {
 /// Builds both services ([`build_service`]) and returns the variables naming them.
 pub fn build_services() -> Result<Vec<(&'static str, PathBuf)>> {
     Service::ALL.into_iter().map(build_service).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs_bench_overhead;
+
+    fn strings(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// Only `bench overhead` builds the bench modules (the probe floors).
+    #[test]
+    fn only_the_overhead_bench_builds_the_probe() {
+        assert!(runs_bench_overhead(&strings(&[
+            "bench", "overhead", "--quick"
+        ])));
+        assert!(runs_bench_overhead(&strings(&["bench", "overhead"])));
+        assert!(!runs_bench_overhead(&strings(&[
+            "bench", "lora", "--quick"
+        ])));
+        assert!(!runs_bench_overhead(&strings(&[
+            "demo",
+            "--scenario",
+            "overhead"
+        ])));
+        assert!(!runs_bench_overhead(&strings(&["dist"])));
+        assert!(!runs_bench_overhead(&[]));
+    }
 }
