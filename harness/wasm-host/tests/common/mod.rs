@@ -39,8 +39,8 @@ pub fn testmod() -> &'static Path {
     })
 }
 
-/// The project's proxy-wasm module (`wasm/`), built for wasm32-wasip1 (release) into its own
-/// target dir, or taken from `$INFERGATE_WASM` when set (the prebuilt file `cargo xtask test`
+/// The project's proxy-wasm module (`wasm/`), built for wasm32-wasip1 (release, with the
+/// bench build's `probe` role, which some tests load) into its own target dir, or taken from `$INFERGATE_WASM` when set (the prebuilt file `cargo xtask test`
 /// names for every tier).
 pub fn product_module() -> &'static Path {
     static WASM: OnceLock<PathBuf> = OnceLock::new();
@@ -52,6 +52,7 @@ pub fn product_module() -> &'static Path {
         let target = target_dir().join("wasm-host-product");
         let status = Command::new(env!("CARGO"))
             .args(["build", "--quiet", "--release", "-p", "infergate-wasm"])
+            .args(["--features", "probe"])
             .args(["--target", "wasm32-wasip1", "--manifest-path"])
             .arg(&workspace)
             .arg("--target-dir")
