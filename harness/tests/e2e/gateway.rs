@@ -25,7 +25,8 @@
 //! - [`streaming`]: responses stream through unbuffered;
 //! - [`panics`]: a panic inside the native module fails one request, Envoy keeps serving;
 //! - [`tenants`]: API keys and JWTs, quotas (RPM, TPM, concurrency at 1 and 4 workers), usage
-//!   accounting and the billing log, over the simulator;
+//!   accounting and the billing log, output multiplicity (`n`, completions batches) in the
+//!   pre-debit and the router's cap at 1 and 4 workers, over the simulator;
 //! - [`flow`]: flow control with the pool saturated: dispatch by band then by flow, a full
 //!   band, a TTL, a client that leaves while queued, weighted and round-robin shares, and
 //!   nothing queued below saturation;
@@ -121,7 +122,8 @@ use serde_json::json;
 use simulated::simulated_kv_pressure_keeps_new_requests_off_a_full_replica;
 use streaming::streams_through_the_picker_are_not_buffered;
 use tenants::{
-    a_tenants_concurrency_holds_across_workers, tenants_are_authenticated_limited_and_billed,
+    a_tenants_concurrency_holds_across_workers, output_multiplicity_is_debited_and_capped,
+    tenants_are_authenticated_limited_and_billed,
 };
 use workers::every_turn_follows_the_first_across_four_workers;
 
@@ -138,7 +140,8 @@ for_each_flavour!(
     aborted_and_held_streams_leave_nothing_in_flight,
     every_turn_follows_the_first_across_four_workers,
     tenants_are_authenticated_limited_and_billed,
-    a_tenants_concurrency_holds_across_workers;
+    a_tenants_concurrency_holds_across_workers,
+    output_multiplicity_is_debited_and_capped;
     native_only: a_panic_fails_one_request_and_envoy_keeps_serving;
     wasm_ignored:
 );

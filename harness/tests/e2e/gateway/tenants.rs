@@ -14,6 +14,9 @@
 //!   that did not ask for usage gets the engine's bytes without it. The billing log holds one
 //!   line per request that reached the auth stage, its totals per tenant equal what the
 //!   engines served, and pre-debit − refund = charged everywhere.
+//! - Output multiplicity: `n` and a completions batch multiply the pre-debit's output part,
+//!   so a second such request within the minute is refused; more sequences than the
+//!   router's `maxOutputSequences` is a 400 naming the parameter; at 1 and 4 workers.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -608,10 +611,7 @@ pub(super) async fn tenants_are_authenticated_limited_and_billed(flavor: Flavor)
         Some(served_by),
         "{t}: no fallback happened, so the pick served: {r}"
     );
-    let no_endpoints = records
-        .iter()
-        .find(|r| r["model"] == EMPTY_MODEL)
-        .unwrap();
+    let no_endpoints = records.iter().find(|r| r["model"] == EMPTY_MODEL).unwrap();
     assert!(no_endpoints["endpoint"].is_null(), "{t}: {no_endpoints}");
     assert_eq!(r["tokens_source"], "usage", "{t}");
     assert_eq!(r["prompt_tokens"], usage["prompt_tokens"], "{t}");
@@ -756,5 +756,171 @@ pub(super) async fn a_tenants_concurrency_holds_across_workers(flavor: Flavor) {
         let s = OpenStream::open(&url, &long_stream("over", 600), &headers).await;
         assert_eq!(s.status, 429, "{t} x{workers}: a third while two run again");
         drop(again);
+    }
+}
+
+/// Keys of the output-multiplicity tenants (TPM 4,000 each).
+const KEY_N: &str = "sk-infergate-e2e-n";
+const KEY_BATCH: &str = "sk-infergate-e2e-batch";
+/// The router's `maxOutputSequences` in the multiplicity test.
+const SEQUENCE_CAP: u64 = 16;
+
+/// Output multiplicity, at 1 and at 4 workers: `n: 8, max_completion_tokens: 400` may make
+/// the engine generate 3,200 tokens, so the pre-debit counts them all (the billing line's
+/// `pre_debit` is the prompt estimate + 3,200) and a second such request in the same minute
+/// does not fit a 4,000 TPM bucket (429 `rejected-quota-tpm`, the engine never sees it);
+/// the same for a `/v1/completions` batch of 8 prompts. A request over the router's
+/// `maxOutputSequences` is a 400 naming `n` or `prompt`. The simulator answers the 8
+/// choices and bills all their tokens: `pre_debit − refund = charged` = its usage.
+pub(super) async fn output_multiplicity_is_debited_and_capped(flavor: Flavor) {
+    let t = tag(flavor);
+    let usage_sim = sim::start(SimConfig {
+        replicas: 2,
+        models: vec![MODEL.into()],
+        deterministic: true,
+        time_scale: 20.0,
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap();
+    let limit = json!({"rpm": 1000, "tpm": 4000, "concurrency": 100});
+    let mut objects = objects(2);
+    objects.push(tenant_quota(
+        "tenant-n",
+        KEY_N,
+        "standard-traffic",
+        limit.clone(),
+        None,
+    ));
+    objects.push(tenant_quota(
+        "tenant-batch",
+        KEY_BATCH,
+        "standard-traffic",
+        limit,
+        None,
+    ));
+    let chat_body = |text: &str, n: u64| {
+        json!({"model": MODEL, "n": n, "max_completion_tokens": 400, "ignore_eos": true,
+               "messages": [{"role": "user", "content": text}]})
+    };
+    let batch_body = |text: &str, n: u64| {
+        let prompts: Vec<String> = (0..8).map(|i| format!("{text} {i}")).collect();
+        json!({"model": MODEL, "prompt": prompts, "n": n, "max_tokens": 400,
+               "ignore_eos": true})
+    };
+    for workers in [1, 4] {
+        let mut plan = Plan::new(vec![PoolSpec::on(MODEL, &[0, 1])]);
+        plan.concurrency = workers;
+        plan.tenancy = Tenancy {
+            objects: objects.clone(),
+            jwt: None,
+            billing_log: Some(billing_path(flavor, &format!("multiplicity{workers}"))),
+        };
+        plan.tweak = Some(Box::new(|plugins| {
+            plugins.router["maxOutputSequences"] = json!(SEQUENCE_CAP);
+        }));
+        let Some(stack) = gw::start_over(flavor, usage_sim.addrs().to_vec(), plan).await else {
+            return;
+        };
+        let w = format!("{t} x{workers}");
+        let mut reached = 0;
+        for (path, api, key, tenant, body) in [
+            (
+                "/v1/chat/completions",
+                scheduler_core::request::Api::ChatCompletions,
+                KEY_N,
+                "tenant-n",
+                chat_body as fn(&str, u64) -> Value,
+            ),
+            (
+                "/v1/completions",
+                scheduler_core::request::Api::Completions,
+                KEY_BATCH,
+                "tenant-batch",
+                batch_body as fn(&str, u64) -> Value,
+            ),
+        ] {
+            let url = format!("{}{path}", stack.picker_url());
+            let auth = bearer(key);
+            let first = body(
+                &format!("first {workers}"),
+                if key == KEY_N { 8 } else { 1 },
+            );
+            let id = format!("multiplicity-{tenant}-{workers}");
+            let resp = post_json(
+                &url,
+                &first,
+                &[("authorization", &auth), ("x-request-id", &id)],
+            )
+            .await
+            .unwrap();
+            assert_eq!(resp.status, 200, "{w} {path}: {}", resp.text());
+            let answer = resp.json().unwrap();
+            assert_eq!(
+                answer["choices"].as_array().map(Vec::len),
+                Some(8),
+                "{w} {path}: every choice answered"
+            );
+            assert_eq!(answer["usage"]["completion_tokens"], 3200, "{w} {path}");
+            reached += 1;
+            let before = served(&[&usage_sim], tenant);
+            let second = body(
+                &format!("second {workers}"),
+                if key == KEY_N { 8 } else { 1 },
+            );
+            let resp = post_json(&url, &second, &[("authorization", &auth)])
+                .await
+                .unwrap();
+            let error = openai_error(&resp, 429);
+            assert_eq!(error["type"], "tokens", "{w} {path}");
+            assert_eq!(header(&resp, DROPPED), "rejected-quota-tpm", "{w} {path}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(
+                served(&[&usage_sim], tenant),
+                before,
+                "{w} {path}: the engine saw the refused request"
+            );
+            reached += 1;
+
+            // Over the cap: n alone, or the batch's prompts × n.
+            let (over, param) = if key == KEY_N {
+                (body("over", SEQUENCE_CAP + 1), "n")
+            } else {
+                (body("over", 4), "prompt")
+            };
+            let resp = post_json(&url, &over, &[("authorization", &auth)])
+                .await
+                .unwrap();
+            let error = openai_error(&resp, 400);
+            assert_eq!(error["param"], param, "{w} {path}: {error}");
+            assert_eq!(error["code"], "integer_above_max_value", "{w} {path}");
+            reached += 1;
+
+            // The billing line of the admitted request: the prompt estimate + 8 × 400.
+            let records = billing_records(&stack, reached, Duration::from_secs(10)).await;
+            let r = by_request_id(&records, &id);
+            let prompt = scheduler_core::request::parse(api, first.to_string().as_bytes())
+                .unwrap()
+                .prompt_tokens
+                .0;
+            assert_eq!(r["pre_debit"], prompt + 3200, "{w} {path}: {r}");
+            assert_eq!(r["outcome"], "complete", "{w} {path}: {r}");
+            assert_eq!(
+                r["charged"].as_u64().unwrap(),
+                answer["usage"]["prompt_tokens"].as_u64().unwrap() + 3200,
+                "{w} {path}: {r}"
+            );
+            assert_eq!(
+                r["pre_debit"].as_i64().unwrap() - r["refund"].as_i64().unwrap(),
+                r["charged"].as_i64().unwrap(),
+                "{w} {path}: {r}"
+            );
+        }
+        let records = billing_records(&stack, reached, Duration::from_secs(10)).await;
+        assert_eq!(
+            records.len(),
+            reached,
+            "{w}: one line per request\n{records:#?}"
+        );
     }
 }
