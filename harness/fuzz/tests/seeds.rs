@@ -1009,7 +1009,7 @@ fn write_seed_corpora() {
     write(
         &d,
         "hostile-huge-count",
-        b"IGH\x01\x10\0\0\0\x00\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\x01\0b\x01\0t\xff\xff\xff\xff",
+        b"IGH\x02\x10\0\0\0\x00\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\x01\0\0\0\x01\0b\x01\0t\xff\xff\xff\xff",
     );
     write(
         &d,

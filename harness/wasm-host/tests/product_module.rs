@@ -62,7 +62,7 @@ fn router_maps_an_adapter_to_its_base_model_and_strips_client_headers() {
     assert!(s.late_request_header_writes().is_empty());
     // The handoff for the picker: stream state under the one-element path, versioned.
     let handoff = s.property(&["infergate_handoff"]).expect("handoff stored");
-    assert_eq!(handoff.get(..4), Some(&b"IGH\x01"[..]));
+    assert_eq!(handoff.get(..4), Some(&b"IGH\x02"[..]));
     assert!(s.done().unwrap());
 }
 
