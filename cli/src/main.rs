@@ -18,6 +18,10 @@
 //! manifests (`istio`) or Envoy Gateway's (`envoy-gateway`), the field report and a
 //! README into `--out` (see `infergate_cli::render`); the fields it does not support are
 //! printed, one per line.
+//!
+//! `infergate plugins` prints the scheduling plugins' reference as Markdown, generated from
+//! the code (see `infergate_cli::catalogue`): the page the book's configuration chapter
+//! includes.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -29,12 +33,13 @@ use infergate_cli::render::{self, GatewayInputs, RenderOptions};
 use scheduler_core::types::Millis;
 use std::net::SocketAddr;
 
+/// In-Envoy LLM inference gateway tools
+///
+/// The operator's tool: `render` writes the gateway for the user's Kubernetes objects (an
+/// Envoy bootstrap, or Istio's or Envoy Gateway's manifests), `explain` schedules one request
+/// offline and shows why the picker chose what it chose.
 #[derive(Parser)]
-#[command(
-    name = "infergate",
-    version,
-    about = "In-Envoy LLM inference gateway tools"
-)]
+#[command(name = "infergate", version, verbatim_doc_comment)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -44,12 +49,23 @@ struct Cli {
 enum Command {
     /// Schedule one request offline as the gateway would and print the decision record
     /// (JSON) on stdout; a pool the gateway would reject prints the rejection.
+    ///
+    /// The pool's endpoints are classified (dead, fresh, unknown, unscraped) and the
+    /// candidates chosen by the same core rules the gateway's picker runs. The record holds
+    /// each endpoint's class and the `selection` (`fresh`, `degraded` or `every_member`),
+    /// then, per profile, which filter dropped which endpoint, each scorer's raw and
+    /// weighted score per endpoint, the totals, the pick (`picked` names the endpoint) and
+    /// the fallbacks (and, with disaggregation, the decider's verdict and the `prefiller`).
+    /// A pool the gateway would reject prints `picked: null` with the gateway's `rejected`
+    /// label and its 503 `message`.
+    #[command(verbatim_doc_comment)]
     Explain {
         /// EndpointPickerConfig file (`.json` as JSON, anything else as YAML).
         #[arg(long)]
         config: PathBuf,
-        /// Pool state: endpoints with their scrape records, in-flight load, routing
-        /// history, and the pool's failure mode and staleness bounds.
+        /// Pool state (JSON): endpoints with their scrape records, in-flight load, routing
+        /// history, and the pool's failure mode and staleness bounds (its keys: the book's CLI
+        /// reference).
         #[arg(long)]
         state: PathBuf,
         /// Request body (JSON).
@@ -66,7 +82,8 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         now_ms: u64,
         /// `InferenceModelRewrite` objects (YAML or JSON, one or more documents) the router
-        /// rewrites the request's model with before it is scheduled.
+        /// rewrites the request's model with before it is scheduled; the record then holds
+        /// `rewrite: {model, target_model, object, rule, split, sticky_key}`.
         #[arg(long)]
         rewrites: Option<PathBuf>,
         /// The request's sticky key for the rewrite's split (the session header's value,
@@ -78,6 +95,12 @@ enum Command {
     /// holding the EndpointPickerConfig, InferenceObjective, InferenceModelRewrite,
     /// TenantQuota) as a gateway: `envoy.yaml`, `istio.yaml` or `envoy-gateway.yaml` (by
     /// `--target`), `fields.md`, `README.md`.
+    ///
+    /// Writes into `--out` the Envoy bootstrap (`--target envoy`) and the pools' EDS files,
+    /// or Istio's or Envoy Gateway's manifests, the field report (`fields.md`: what each
+    /// object's fields became) and a README; prints what it wrote and each field it does
+    /// not support, one per line.
+    #[command(verbatim_doc_comment)]
     Render {
         /// The objects' directory (every *.yaml, *.yml, *.json in it).
         #[arg(long)]
@@ -136,6 +159,13 @@ enum Command {
         #[arg(long)]
         per_request_split: bool,
     },
+    /// Print the scheduling plugins' reference (Markdown): every plugin type and its
+    /// parameters.
+    ///
+    /// Every plugin type of the EndpointPickerConfig with its kind and what it does, then
+    /// every parameter with its kind, default and accepted values, read from the code that
+    /// compiles them; the book's configuration chapter includes the same page.
+    Plugins,
 }
 
 /// `POOL=IP[:PORT],...` → (pool, endpoints).
@@ -246,6 +276,7 @@ fn main() -> ExitCode {
                 },
             })
         })(),
+        Command::Plugins => infergate_cli::catalogue::markdown().map(|m| m.trim_end().to_owned()),
     };
     match result {
         Ok(json) => {
@@ -255,6 +286,38 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("infergate: error: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+    use infergate_cli::reference::{self, Page};
+
+    /// The test that checks, and with `INFERGATE_BLESS=1` rewrites, the book's page.
+    const TEST: &str = "cargo test -p infergate-cli --bin infergate cli_reference";
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    /// `docs/src/cli/infergate.md` is what this parser says.
+    #[test]
+    fn the_cli_reference_is_current() {
+        let page = Page {
+            title: "`infergate`",
+            source: "cli/src/main.rs",
+            test: TEST,
+            notes: &[],
+        };
+        let rendered = reference::markdown(Cli::command(), &page);
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src/cli/infergate.md");
+        if let Err(e) = reference::check_or_bless(&path, &rendered, TEST) {
+            panic!("{e}");
         }
     }
 }

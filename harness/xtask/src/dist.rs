@@ -39,32 +39,37 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The root contexts the Wasm module registers, one per role of its plugin configuration.
 pub const ROOT_IDS: [&str; 3] = ["router", "picker", "scraper"];
 
+/// `cargo xtask dist --help`'s text after its first line.
+pub const ABOUT: &str = "\
+dist/: both modules with sha256, the Wasm OCI image, Envoy version, examples.
+
+Writes what a user deploys from a release build: the Wasm and native modules, each with a
+`<file>.sha256`; the Wasm module as an OCI image layout (`oci/`) for Istio's `WasmPlugin`;
+`ENVOY_VERSION`, the one Envoy release the native module loads into; `examples/`, the seed
+objects of testdata/objects/ rendered by `infergate render` for each flavour; a README.
+Reads the image layout back (and inspects it with skopeo, when installed) and checks each
+example bootstrap with `envoy --mode validate`.";
+
 /// What `cargo xtask dist` was asked for.
-#[derive(Debug, PartialEq)]
-struct DistArgs {
-    /// Where to write (`<workspace>/dist` unless `--out` says otherwise).
-    out: PathBuf,
+#[derive(Debug, PartialEq, clap::Args)]
+pub struct DistArgs {
+    /// Where to write [default: <workspace>/dist]
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
 }
 
 impl DistArgs {
-    fn parse(args: &[String]) -> Result<DistArgs> {
-        let mut out = workspace_root().join("dist");
-        let mut it = args.iter();
-        while let Some(arg) = it.next() {
-            match arg.as_str() {
-                "--out" => {
-                    out = PathBuf::from(it.next().context("--out needs a directory")?);
-                }
-                other => bail!("unknown argument `{other}` (expected --out DIR)"),
-            }
-        }
-        Ok(DistArgs { out })
+    /// Where to write: `--out`, else `<workspace>/dist`.
+    fn out(&self) -> PathBuf {
+        self.out
+            .clone()
+            .unwrap_or_else(|| workspace_root().join("dist"))
     }
 }
 
 /// Builds the release artefacts and writes `dist/`.
-pub fn run(args: &[String]) -> Result<()> {
-    let DistArgs { out } = DistArgs::parse(args)?;
+pub fn run(args: DistArgs) -> Result<()> {
+    let out = args.out();
     crate::setup::ensure(false)?;
     let artefacts = build_all()?;
     let written = write(

@@ -91,43 +91,44 @@ pub fn build_targets() -> Result<()> {
     Ok(())
 }
 
+/// `cargo xtask fuzz --help`'s text after its first line.
+pub const ABOUT: &str = "\
+Each fuzz target (or one) for N seconds on nightly, or only build them.
+
+Runs each `cargo fuzz` target (request parser, canonical prompt, Prometheus parser, snapshot
+codec, handoff codec, response usage stream, tenancy objects, flow-control configuration and
+queues, worker/owner messages, model rewrite objects and the body rewrite, Envoy's admin
+/clusters answer, KV event batches) one after the other with `cargo +nightly fuzz run`:
+seeds from testdata/fuzz/<target>/, new corpus entries kept in target/fuzz-corpus/<target>/,
+a crash written to target/fuzz-artifacts/<target>/; prints each target's executions and
+coverage. Needs the nightly toolchain and cargo-fuzz:
+`rustup toolchain install nightly && cargo install cargo-fuzz --locked`.";
+
 /// The command-line arguments of `cargo xtask fuzz`.
-#[derive(Debug, PartialEq, Eq)]
-struct Args {
+#[derive(Debug, PartialEq, Eq, clap::Args)]
+pub struct FuzzArgs {
+    /// Only build every target (`cargo +nightly fuzz build`), as CI does
+    #[arg(long = "build")]
     build_only: bool,
+    /// The one target to run (a file name of harness/fuzz/fuzz/fuzz_targets/ without
+    /// `.rs`) [default: every target]
+    #[arg(verbatim_doc_comment, next_line_help = true, value_name = "TARGET")]
     target: Option<String>,
+    /// Seconds per target
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_SECONDS, value_parser = seconds)]
     seconds: u64,
+    /// Where libFuzzer's output goes, `fuzz-<target>.log` per target [default:
+    /// target/fuzz-logs]
+    #[arg(verbatim_doc_comment, next_line_help = true, long, value_name = "DIR")]
     log_dir: Option<PathBuf>,
 }
 
-fn parse_args(args: &[String]) -> Result<Args> {
-    let mut out = Args {
-        build_only: false,
-        target: None,
-        seconds: DEFAULT_SECONDS,
-        log_dir: None,
-    };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--seconds" => {
-                let v = it.next().context("--seconds needs a number")?;
-                out.seconds = v
-                    .parse()
-                    .ok()
-                    .filter(|s| *s > 0)
-                    .with_context(|| format!("--seconds: `{v}` is not a positive integer"))?;
-            }
-            "--build" => out.build_only = true,
-            "--log-dir" => out.log_dir = Some(it.next().context("--log-dir needs a path")?.into()),
-            flag if flag.starts_with('-') => bail!(
-                "unknown option `{flag}`; usage: cargo xtask fuzz [--build] [TARGET] [--seconds N] [--log-dir DIR]"
-            ),
-            name if out.target.is_none() => out.target = Some(name.to_owned()),
-            extra => bail!("one target at most (got `{extra}` too)"),
-        }
-    }
-    Ok(out)
+/// `--seconds N`: a positive integer.
+fn seconds(v: &str) -> std::result::Result<u64, String> {
+    v.parse()
+        .ok()
+        .filter(|s| *s > 0)
+        .ok_or_else(|| format!("`{v}` is not a positive integer"))
 }
 
 /// What one run reported: libFuzzer's final counts, or why there are none.
@@ -211,8 +212,7 @@ fn run_target(name: &str, seconds: u64, log: &Path) -> Result<(Stats, bool)> {
 }
 
 /// Entry point of `cargo xtask fuzz`.
-pub fn run(args: &[String]) -> Result<()> {
-    let a = parse_args(args)?;
+pub fn run(a: FuzzArgs) -> Result<()> {
     if a.build_only {
         return build_targets();
     }
@@ -269,31 +269,38 @@ mod tests {
 
     use super::*;
 
-    fn args(s: &[&str]) -> Vec<String> {
-        s.iter().map(|a| a.to_string()).collect()
+    fn parse_args(args: &[&str]) -> std::result::Result<FuzzArgs, clap::Error> {
+        match crate::tests::parse(&[&["fuzz"][..], args].concat()) {
+            Ok(crate::Command::Fuzz(args)) => Ok(args),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e),
+        }
     }
 
     #[test]
     fn arguments() {
         assert_eq!(
-            parse_args(&args(&[])).unwrap(),
-            Args {
+            parse_args(&[]).unwrap(),
+            FuzzArgs {
                 build_only: false,
                 target: None,
                 seconds: 60,
                 log_dir: None
             }
         );
-        let a = parse_args(&args(&["request_parser", "--seconds", "5"])).unwrap();
+        let a = parse_args(&["request_parser", "--seconds", "5"]).unwrap();
         assert_eq!(
             (a.target.as_deref(), a.seconds),
             (Some("request_parser"), 5)
         );
-        assert!(parse_args(&args(&["--seconds", "0"])).is_err());
-        assert!(parse_args(&args(&["--seconds"])).is_err());
-        assert!(parse_args(&args(&["a", "b"])).is_err());
-        assert!(parse_args(&args(&["--fast"])).is_err());
-        assert!(parse_args(&args(&["--build"])).unwrap().build_only);
+        let a = parse_args(&["--log-dir", "/tmp/l", "--seconds", "5", "--seconds", "7"]).unwrap();
+        assert_eq!((a.log_dir, a.seconds), (Some(PathBuf::from("/tmp/l")), 7));
+        assert!(parse_args(&["--seconds", "0"]).is_err());
+        assert!(parse_args(&["--seconds"]).is_err());
+        assert!(parse_args(&["a", "b"]).is_err());
+        assert!(parse_args(&["--fast"]).is_err());
+        assert!(parse_args(&["--build"]).unwrap().build_only);
+        assert!(parse_args(&["--build", "--build"]).unwrap().build_only);
     }
 
     #[test]

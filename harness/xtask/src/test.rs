@@ -55,49 +55,52 @@ const STATE_SUITES: &[&str] = &[
 /// The Envoy worker counts the [`STATE_SUITES`] run at.
 const STATE_WORKERS: [u32; 2] = [1, 4];
 
+/// `cargo xtask test --help`'s text after its first line.
+pub const ABOUT: &str = "\
+Every test tier, real-Envoy end-to-end and a 1-minute soak.
+
+In the order a failure is cheapest to find: the release artefacts; `cargo test --workspace`
+(unit, property, fake-host, wasmtime-host and real-Envoy end-to-end tests), then the suites
+whose properties rest on state kept once per Envoy process at 1 and at 4 Envoy workers; the
+scheduling core's tests on wasm32-wasip1 and under wasm-bindgen-test; the Python tests; the
+soak's short form (one minute per flavour, `bench soak --minutes 1`).";
+
 /// What `cargo xtask test` was asked for.
-#[derive(Debug, PartialEq)]
-struct TestArgs {
-    /// No Python tier (machines without the Python clients).
+#[derive(Debug, PartialEq, clap::Args)]
+pub struct TestArgs {
+    /// Leave out the Python tier (machines without the Python clients)
+    #[arg(long)]
     skip_python: bool,
-    /// Envoy workers of every end-to-end stack that does not pin its own.
+    /// Envoy workers of every end-to-end stack that does not pin its own (the state suites
+    /// run at 1 and at 4)
+    #[arg(
+        verbatim_doc_comment,
+        next_line_help = true,
+        long = "workers",
+        alias = "concurrency",
+        value_name = "N",
+        default_value_t = DEFAULT_E2E_WORKERS,
+        value_parser = workers
+    )]
     e2e_workers: u32,
 }
 
-impl TestArgs {
-    fn parse(args: &[String]) -> Result<TestArgs> {
-        let mut out = TestArgs {
-            skip_python: false,
-            e2e_workers: DEFAULT_E2E_WORKERS,
-        };
-        let mut it = args.iter();
-        while let Some(arg) = it.next() {
-            match arg.as_str() {
-                "--skip-python" => out.skip_python = true,
-                "--workers" | "--concurrency" => {
-                    let n = it.next().with_context(|| format!("{arg} needs a value"))?;
-                    out.e2e_workers = n.parse().with_context(|| format!("{arg} `{n}`"))?;
-                    if out.e2e_workers == 0 {
-                        bail!("{arg}: Envoy needs at least one worker");
-                    }
-                }
-                other => bail!(
-                    "unknown argument `{other}` (expected --skip-python, --workers N: Envoy \
-                     workers of the end-to-end stacks, {DEFAULT_E2E_WORKERS} by default)"
-                ),
-            }
-        }
-        Ok(out)
+/// `--workers N`: a worker count Envoy accepts.
+fn workers(s: &str) -> std::result::Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(0) => Err("Envoy needs at least one worker".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("`{s}`: {e}")),
     }
 }
 
-/// Runs every tier; `args` may hold `--skip-python` for machines without the Python deps and
-/// `--workers N` for the end-to-end suite's Envoy worker count.
-pub fn run(args: &[String]) -> Result<()> {
+/// Runs every tier; `--skip-python` for machines without the Python deps and `--workers N`
+/// for the end-to-end suite's Envoy worker count.
+pub fn run(args: TestArgs) -> Result<()> {
     let TestArgs {
         skip_python,
         e2e_workers,
-    } = TestArgs::parse(args)?;
+    } = args;
     crate::setup::ensure(!skip_python)?;
     let wasm_bindgen_runner = crate::setup::ensure_wasm_bindgen_test()?;
     let mut artefacts = build_all()?;
@@ -261,29 +264,38 @@ fn soak_short_form() -> Result<()> {
 mod tests {
     use super::*;
 
-    fn strings(a: &[&str]) -> Vec<String> {
-        a.iter().map(|s| s.to_string()).collect()
+    fn parse(args: &[&str]) -> std::result::Result<TestArgs, clap::Error> {
+        match crate::tests::parse(&[&["test"][..], args].concat()) {
+            Ok(crate::Command::Test(args)) => Ok(args),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e),
+        }
     }
 
     #[test]
     fn arguments_parse() {
-        let a = TestArgs::parse(&[]).unwrap();
+        let a = parse(&[]).unwrap();
         assert_eq!((a.skip_python, a.e2e_workers), (false, DEFAULT_E2E_WORKERS));
-        let a = TestArgs::parse(&strings(&["--workers", "4", "--skip-python"])).unwrap();
+        let a = parse(&["--workers", "4", "--skip-python"]).unwrap();
         assert_eq!((a.skip_python, a.e2e_workers), (true, 4));
-        assert_eq!(
-            TestArgs::parse(&strings(&["--concurrency", "1"]))
-                .unwrap()
-                .e2e_workers,
-            1
-        );
+        assert_eq!(parse(&["--concurrency", "1"]).unwrap().e2e_workers, 1);
+        // A flag given twice: the last value, as before.
+        let a = parse(&[
+            "--workers",
+            "4",
+            "--workers",
+            "3",
+            "--skip-python",
+            "--skip-python",
+        ]);
+        assert_eq!(a.unwrap().e2e_workers, 3);
         for bad in [
             &["--workers"][..],
             &["--workers", "0"],
             &["--workers", "x"],
             &["-v"],
         ] {
-            assert!(TestArgs::parse(&strings(bad)).is_err(), "{bad:?}");
+            assert!(parse(bad).is_err(), "{bad:?}");
         }
     }
 }

@@ -166,9 +166,18 @@ impl FlowPlugin {
             return Ok(None);
         }
         let p = Params::new(spec.effective_name(), spec.parameters.as_ref())?;
+        FlowPlugin::compile_params(ty, &p)
+    }
+
+    /// Compiles a plugin of type `ty` from its parameters `p` (in describe mode too) if the
+    /// type is a flow-control one; `None` for any other type.
+    pub(crate) fn compile_params(
+        ty: &str,
+        p: &Params<'_>,
+    ) -> Result<Option<FlowPlugin>, ConfigError> {
         let plugin = match ty {
-            "concurrency-detector" => FlowPlugin::Detector(concurrency_detector(&p)?),
-            "utilization-detector" => FlowPlugin::Detector(utilization_detector(&p)?),
+            "concurrency-detector" => FlowPlugin::Detector(concurrency_detector(p)?),
+            "utilization-detector" => FlowPlugin::Detector(utilization_detector(p)?),
             "round-robin-fairness-policy" => FlowPlugin::Fairness(FairnessPolicy::RoundRobin),
             "global-strict-fairness-policy" => FlowPlugin::Fairness(FairnessPolicy::GlobalStrict),
             "weighted-fairness-policy" => FlowPlugin::Fairness(FairnessPolicy::Weighted),
@@ -692,9 +701,13 @@ fn weights(at: &Path, section: &Map<String, Value>) -> Result<Vec<(String, u32)>
     Ok(out)
 }
 
-/// A Kubernetes quantity parameter greater than 0.
-fn positive_quantity(p: &Params<'_>, key: &str) -> Result<Option<u64>, ConfigError> {
-    match p.get(key) {
+/// A Kubernetes quantity parameter greater than 0; describe mode records `default`.
+fn positive_quantity(
+    p: &Params<'_>,
+    key: &str,
+    default: core::fmt::Arguments<'_>,
+) -> Result<Option<u64>, ConfigError> {
+    match p.raw(key, "quantity", default, Some("> 0")) {
         None => Ok(None),
         Some(v) => match parse_quantity(v) {
             Ok(0) => Err(bad(p.plugin(), key, "must be greater than 0")),
@@ -711,7 +724,12 @@ fn concurrency_detector(p: &Params<'_>) -> Result<Detector, ConfigError> {
         "maxTokenConcurrency",
         "headroom",
     ])?;
-    let mode = match p.get("concurrencyMode") {
+    let mode = match p.raw(
+        "concurrencyMode",
+        "string",
+        format_args!("requests"),
+        Some("`requests`, `tokens`"),
+    ) {
         None => ConcurrencyMode::Requests,
         Some(Value::String(m)) if m == "requests" => ConcurrencyMode::Requests,
         Some(Value::String(m)) if m == "tokens" => ConcurrencyMode::Tokens,
@@ -723,8 +741,22 @@ fn concurrency_detector(p: &Params<'_>) -> Result<Detector, ConfigError> {
             ))
         }
     };
-    let requests = positive_quantity(p, "maxConcurrency")?;
-    let tokens = positive_quantity(p, "maxTokenConcurrency")?;
+    let requests = positive_quantity(
+        p,
+        "maxConcurrency",
+        format_args!("{DEFAULT_MAX_CONCURRENCY}"),
+    )?;
+    p.note_default(
+        "maxConcurrency",
+        format_args!("{DEFAULT_MAX_CONCURRENCY} in `requests` mode"),
+    );
+    let tokens = positive_quantity(p, "maxTokenConcurrency", format_args!("none"))?;
+    p.note_default(
+        "maxTokenConcurrency",
+        format_args!(
+            "`maxConcurrency`, else {DEFAULT_MAX_TOKEN_CONCURRENCY} (the `tokens` mode limit)"
+        ),
+    );
     let max_concurrency = match mode {
         ConcurrencyMode::Requests => requests.unwrap_or(DEFAULT_MAX_CONCURRENCY),
         ConcurrencyMode::Tokens => tokens.or(requests).unwrap_or(DEFAULT_MAX_TOKEN_CONCURRENCY),
@@ -743,35 +775,22 @@ fn utilization_detector(p: &Params<'_>) -> Result<Detector, ConfigError> {
         "headroom",
         "metricsStalenessThreshold",
     ])?;
-    let queue_depth = p.f64_in(
+    let queue_depth = p.f64_positive(
         "queueDepthThreshold",
         DEFAULT_QUEUE_DEPTH_THRESHOLD,
-        0.0,
         f64::MAX,
     )?;
-    if queue_depth <= 0.0 {
-        return Err(bad(
-            p.plugin(),
-            "queueDepthThreshold",
-            "must be greater than 0",
-        ));
-    }
-    let kv = p.f64_in(
-        "kvCacheUtilThreshold",
-        DEFAULT_KV_CACHE_UTIL_THRESHOLD,
-        0.0,
-        1.0,
-    )?;
-    if kv <= 0.0 {
-        return Err(bad(
-            p.plugin(),
-            "kvCacheUtilThreshold",
-            "must be greater than 0",
-        ));
-    }
+    let kv = p.f64_positive("kvCacheUtilThreshold", DEFAULT_KV_CACHE_UTIL_THRESHOLD, 1.0)?;
     // Checked so that a typo is still an error, but inert here (see the catalogue in [`crate::scheduling::plugins`]).
     p.f64_in("headroom", 0.0, 0.0, f64::MAX)?;
-    if let Some(v) = p.get("metricsStalenessThreshold") {
+    let staleness = p.raw(
+        "metricsStalenessThreshold",
+        "duration",
+        format_args!("none"),
+        Some("> 0"),
+    );
+    p.note_default("metricsStalenessThreshold", format_args!("none"));
+    if let Some(v) = staleness {
         match parse_duration_ms(v) {
             Ok(0) => {
                 return Err(bad(

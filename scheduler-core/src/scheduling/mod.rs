@@ -21,7 +21,8 @@
 //! estimate, missing metrics), [`score`] (scorers, missing metrics), [`placement`] (where a
 //! prefix no index knows goes, the same on every replica), [`pick`] (pickers, RNG),
 //! [`disagg`] (prefill/decode disaggregation: the profile handler, the deciders) and
-//! [`roles`] (what each endpoint serves).
+//! [`roles`] (what each endpoint serves). [`describe`] reads the catalogue back as data
+//! (kinds, parameters, defaults, ranges) for the book's generated plugin reference.
 //!
 //! Layering (no module imports one that imports it back; `tests/module_cycles.rs` checks):
 //! [`crate::config`] (the document, shared with [`crate::flow`]), [`roles`] and [`input`]
@@ -32,6 +33,7 @@
 pub mod candidates;
 pub mod compile;
 pub mod decision;
+pub mod describe;
 pub mod disagg;
 pub mod filter;
 pub mod input;
@@ -56,6 +58,7 @@ pub use crate::config::{
 };
 pub use compile::{Profile, Scheduler, DEFAULT_PROFILE};
 pub use decision::{Decision, ProfileDecision};
+pub use describe::{describe_plugins, DefaultDoc, ParamDoc, PluginDoc};
 pub use disagg::{DisaggOutcome, PdVerdict, PromptCache};
 pub use filter::FilterNote;
 pub use input::{Candidate, NoPrefixIndex, PrefixMatch, RequestView};

@@ -29,6 +29,11 @@
 //! ignores it, as it does producers.
 //!
 //! Unknown parameter names are config errors (a typo must not silently become a default).
+//!
+//! Parameters are read through `Params` only, so that [`super::describe`] can read each
+//! plugin's parameters back from this code (names, kinds, defaults, ranges) for the book's
+//! generated plugin reference; a default that is not one constant is annotated where it is
+//! read (`Params::note_default`).
 
 use alloc::format;
 use alloc::vec::Vec;
@@ -42,7 +47,8 @@ use super::roles::Phase;
 use crate::config::params::{bad, number_in, Params};
 use crate::config::{ConfigError, PluginSpec};
 use crate::flow::config::FlowPlugin;
-use crate::prefix::precise::{parse_precise_producer, PreciseSettings};
+use crate::prefix::precise::settings::precise_producer;
+use crate::prefix::precise::PreciseSettings;
 use crate::prefix::PrefixConfig;
 use crate::types::Tokens;
 
@@ -273,25 +279,30 @@ pub enum Plugin {
 impl Plugin {
     /// Compiles one declared plugin, checking its parameters.
     pub fn compile(spec: &PluginSpec) -> Result<Plugin, ConfigError> {
-        let name = spec.effective_name();
-        let p = Params::new(name, spec.parameters.as_ref())?;
+        let p = Params::new(spec.effective_name(), spec.parameters.as_ref())?;
+        Plugin::compile_params(&spec.plugin_type, &p)
+    }
+
+    /// Compiles a plugin of type `plugin_type` from its parameters `p` (in describe mode
+    /// too, see [`super::describe`]).
+    pub(crate) fn compile_params(plugin_type: &str, p: &Params<'_>) -> Result<Plugin, ConfigError> {
         let scorer = |s: Scorer| -> Result<Plugin, ConfigError> {
             p.only(&[])?;
             Ok(Plugin::Scorer(s))
         };
-        match spec.plugin_type.as_str() {
-            "approx-prefix-cache-producer" => prefix_producer(&p),
-            "precise-prefix-cache-producer" => Ok(Plugin::PrecisePrefixProducer(
-                parse_precise_producer(name, spec.parameters.as_ref())?,
-            )),
+        match plugin_type {
+            "approx-prefix-cache-producer" => prefix_producer(p),
+            "precise-prefix-cache-producer" => {
+                Ok(Plugin::PrecisePrefixProducer(precise_producer(p)?))
+            }
             "inflight-load-producer" => {
                 p.only(&[])?;
                 Ok(Plugin::InflightProducer)
             }
-            "utilization-filter" => utilization_filter(&p),
-            "prefix-cache-affinity-filter" => prefix_affinity_filter(&p),
-            "prefix-cache-scorer" => prefix_cache_scorer(&p),
-            "rendezvous-placement-scorer" => placement_scorer(&p),
+            "utilization-filter" => utilization_filter(p),
+            "prefix-cache-affinity-filter" => prefix_affinity_filter(p),
+            "prefix-cache-scorer" => prefix_cache_scorer(p),
+            "rendezvous-placement-scorer" => placement_scorer(p),
             "queue-scorer" => scorer(Scorer::Queue),
             "kv-cache-utilization-scorer" => scorer(Scorer::KvCacheUtilization),
             "lora-affinity-scorer" => scorer(Scorer::LoraAffinity),
@@ -299,14 +310,14 @@ impl Plugin {
             "inflight-load-scorer" => scorer(Scorer::InflightLoad),
             "token-load-scorer" => scorer(Scorer::TokenLoad),
             "session-affinity-scorer" => scorer(Scorer::SessionAffinity),
-            "max-score-picker" => picker(&p, PickerKind::MaxScore),
-            "weighted-random-picker" => picker(&p, PickerKind::WeightedRandom),
-            "random-picker" => picker(&p, PickerKind::Random),
+            "max-score-picker" => picker(p, PickerKind::MaxScore),
+            "weighted-random-picker" => picker(p, PickerKind::WeightedRandom),
+            "random-picker" => picker(p, PickerKind::Random),
             "single-profile-handler" => {
                 p.only(&[])?;
                 Ok(Plugin::SingleProfileHandler)
             }
-            "disagg-profile-handler" => disagg_profile_handler(&p),
+            "disagg-profile-handler" => disagg_profile_handler(p),
             "prefix-based-pd-decider" => {
                 p.only(&["nonCachedTokens", "promptTokens"])?;
                 Ok(Plugin::PdDecider(PdDecider::PrefixBased {
@@ -327,10 +338,10 @@ impl Plugin {
                 Ok(Plugin::Filter(Filter::Role(Phase::Prefill)))
             }
             // The flow-control plugins compile in `flow`, which owns them.
-            other => match FlowPlugin::compile(spec)? {
+            other => match FlowPlugin::compile_params(other, p)? {
                 Some(f) => Ok(Plugin::Flow(f)),
                 None => Err(ConfigError::UnknownPluginType {
-                    plugin: name.into(),
+                    plugin: p.plugin().into(),
                     plugin_type: other.into(),
                 }),
             },
@@ -351,9 +362,14 @@ fn disagg_profile_handler(p: &Params<'_>) -> Result<Plugin, ConfigError> {
             _ => spec.prefill_profile = v.into(),
         }
     }
+    p.note_default(
+        "profiles",
+        format_args!("decode: `{DEFAULT_DECODE_PROFILE}`, prefill: `{DEFAULT_PREFILL_PROFILE}`"),
+    );
     for (_, v) in p.string_map("deciders", &["prefill"])? {
         spec.prefill_decider = Some(v.into());
     }
+    p.note_default("deciders", format_args!("none: decode only"));
     Ok(Plugin::DisaggProfileHandler(spec))
 }
 
@@ -379,6 +395,18 @@ fn prefix_producer(p: &Params<'_>) -> Result<Plugin, ConfigError> {
         1,
         max_cap,
     )?;
+    p.note_default(
+        "lruCapacityPerServer",
+        format_args!(
+            "the endpoint's KV capacity in blocks (`cache_config_info`) when scraped, else {}; \
+             at most `maxLruCapacityPerServer`",
+            d.lru_capacity_per_server
+        ),
+    );
+    p.note_range(
+        "lruCapacityPerServer",
+        format_args!("1..=`maxLruCapacityPerServer`"),
+    );
     let config = PrefixConfig {
         block_size_tokens: u32::try_from(block).unwrap_or(d.block_size_tokens),
         max_prefix_tokens_to_match: p.u64_in(
@@ -423,7 +451,8 @@ fn placement_scorer(p: &Params<'_>) -> Result<Plugin, ConfigError> {
 fn utilization_filter(p: &Params<'_>) -> Result<Plugin, ConfigError> {
     p.only(&["conditions", "fallbackOnEmpty"])?;
     let mut conditions = Vec::new();
-    for (i, c) in p.array("conditions")?.iter().enumerate() {
+    let items = "`{metric, maxValue}`";
+    for (i, c) in p.array("conditions", items)?.iter().enumerate() {
         conditions.push(condition(p.plugin(), i, c)?);
     }
     Ok(Plugin::Filter(Filter::Utilization(UtilizationFilter {
@@ -481,14 +510,7 @@ fn prefix_affinity_filter(p: &Params<'_>) -> Result<Plugin, ConfigError> {
         "maxWaitingQueue",
         "maxKVCacheUtilization",
     ])?;
-    let prefill = p.f64_in("prefillTokensPerSecond", 10_000.0, 0.0, f64::MAX)?;
-    if prefill <= 0.0 {
-        return Err(bad(
-            p.plugin(),
-            "prefillTokensPerSecond",
-            "must be greater than 0",
-        ));
-    }
+    let prefill = p.f64_positive("prefillTokensPerSecond", 10_000.0, f64::MAX)?;
     Ok(Plugin::Filter(Filter::PrefixAffinity(
         PrefixAffinityFilter {
             threshold: p.f64_in("threshold", 0.5, 0.0, 1.0)?,

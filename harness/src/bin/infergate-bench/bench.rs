@@ -24,10 +24,15 @@ use infergate_harness::launch::{runtime, Flavor};
 pub enum Bench {
     /// Requests/s and latency through Envoy: no filter vs Wasm vs native
     ///
-    /// Each gateway also with tenancy and with flow control, each host's floor (a probe
-    /// filter that only buffers and reads the body) and the ext_proc architecture; at
-    /// --concurrency 1,4 x --body-kb 32,128,512, rounds interleaved; streamed windows time
-    /// the first chunk. Fails when an arm fails more than 1% of its requests.
+    /// Requests/s, latency p50/p99 and Envoy CPU per request, a fast backend behind every
+    /// arm: Envoy with no filter (plain), the Wasm and the native filters, each gateway also
+    /// with tenancy (*-tenancy) and with flow control on but never saturated (*-flow), each
+    /// host's floor (a probe filter that only buffers and reads the body), and the ext_proc
+    /// architecture (extproc-null, extproc-parse, extproc-parse-buffered: Envoy's and the
+    /// processor's CPU apart and summed); at --concurrency 1,4 x --body-kb 32,128,512,
+    /// rounds interleaved; streamed windows time the first chunk. Each gateway's Envoy CPU
+    /// beyond its floor and against extproc-parse is judged against the cost targets, with
+    /// the budget left. Fails when an arm fails more than 1% of its requests.
     #[command(verbatim_doc_comment)]
     Overhead(OverheadFlags),
     /// The picker at several Envoy worker counts, each flavour, on the calibration workload
@@ -41,8 +46,15 @@ pub enum Bench {
         mut_arg("concurrencies", |a| a.default_value("1,2,4,8"))
     )]
     Affinity(CalibrationArgs),
-    /// TTFT and cache hits: /rr vs the picker vs the sticky ceiling.
-    #[command(mut_arg("flavors", |a| a.default_value("wasm,native")))]
+    /// TTFT and cache hits: /rr vs the picker vs the sticky ceiling
+    ///
+    /// The calibration workload through Envoy's round-robin route (/rr), through the picker
+    /// of each flavour, and pinned with no Envoy (the sticky ceiling: each conversation on
+    /// one replica); cache-hit ratio and TTFT side by side, each picker against /rr.
+    #[command(
+        verbatim_doc_comment,
+        mut_arg("flavors", |a| a.default_value("wasm,native"))
+    )]
     Ttft(CalibrationArgs),
     /// The multi-turn workload for N minutes per flavour, with faults, watching memory
     ///
@@ -57,15 +69,16 @@ pub enum Bench {
     /// The most memory one request can make Envoy take (body limit 4 MiB)
     ///
     /// Peak RSS above the level before for each worst-case body (4 MiB of 1e308 in tools,
-    /// one 4 MiB string, 100k messages, deep nesting), one alone and N at once, a fresh
-    /// Envoy each time.
+    /// one 4 MiB string, 100k messages, deep nesting, a tool object of 700k members), one
+    /// alone and N at once, a fresh Envoy each time.
     #[command(verbatim_doc_comment)]
     Memory(MemoryFlags),
     /// Flow control at saturation: dispatch rate, and Envoy's memory per queued request
     ///
     /// Enqueue + dispatch per second in process with N queued, for each fairness policy;
-    /// then N clients with 32 KB bodies queued behind one slot through each flavour;
-    /// then every client leaves and the queue must empty.
+    /// then N clients with 32 KB bodies queued behind one slot through each flavour:
+    /// Envoy's RSS per queued request; then every client leaves and the queue must empty,
+    /// each request counted rejected-context-cancelled.
     #[command(verbatim_doc_comment)]
     Flow(FlowFlags),
     /// LoRA adapter loads, /rr vs the picker with the lora-affinity-scorer
@@ -89,16 +102,19 @@ pub enum Bench {
     /// The calibration workload through 1, 2 and 4 gateway replicas
     ///
     /// Envoy processes over one simulated pool, each with its own picker state, every turn
-    /// on a new connection to a gateway drawn at random as an L4 balancer would: cache-hit
-    /// ratio (all turns, turns 2+), TTFT p50/p95 and failed requests, each against the
-    /// flavour's 1-gateway figure. Fails unless every N-gateway arm keeps 0.95x of the
+    /// on a new connection to a gateway drawn at random (seeded) as an L4 balancer would:
+    /// cache-hit ratio (all turns, turns 2+, and turns 2+ by whether their gateway served
+    /// the turn before, an earlier turn or none), TTFT p50/p95 and failed requests, each
+    /// against the flavour's 1-gateway figure. Fails unless every N-gateway arm keeps 0.95x of the
     /// turns 2+ hit ratio and TTFT p50 within 1.15x.
     #[command(verbatim_doc_comment)]
     Replicas(ReplicasFlags),
     /// The approximate vs the precise prefix index (native), the working set twice the KV
     ///
-    /// Client-seen and engine-side cache-hit ratios, evictions, TTFT p50/p95; fails unless
-    /// precise beats approx on the engine's hit ratio and TTFT p50.
+    /// The calibration workload with a working set twice the pool's KV cache (4 replicas x
+    /// 65k tokens), once per index, through the native gateway: client-seen and engine-side
+    /// cache-hit ratios, evictions, TTFT p50/p95; fails unless precise beats approx on the
+    /// engine's hit ratio and TTFT p50.
     #[command(verbatim_doc_comment)]
     Pressure(PressureOptions),
 }

@@ -33,8 +33,18 @@ struct Cli {
 enum Command {
     /// The stack on a simulated pool until Ctrl-C
     ///
-    /// Prints the picker and baseline URLs (and the billing log's path) and stays up until
-    /// SIGINT/SIGTERM.
+    /// The simulator and Envoy, for a person to poke at: prints `picker: URL` and
+    /// `baseline: URL` (Envoy's round-robin /rr), with --gateways N `gateway K: URL` each,
+    /// and with --tenants the billing log's path; stays up until SIGINT/SIGTERM and then
+    /// stops cleanly.
+    ///
+    /// The pool and route flags split a model across pools: --pool names pools, --split
+    /// weighs a model's traffic across them (per request, or with --sticky-split one pool
+    /// per conversation), --canary-header sends tagged requests to one, --routes reads
+    /// HTTPRoutes; a POOL is a --pool name or a pool index. --tenants, --billing-log,
+    /// --epp-config, --objectives and --rewrites need a gateway flavour (not plain).
+    /// --epp-config takes e.g. testdata/epp/epp-config-configmap.yaml (scheduling and flow
+    /// control).
     #[command(verbatim_doc_comment)]
     Up(UpOptions),
     /// Round robin (/rr) vs the gateway picker on a chat workload, one of four scenarios
@@ -188,6 +198,26 @@ mod tests {
         let mut cmd = command();
         cmd.build();
         walk(&mut cmd, "");
+    }
+
+    /// The test that checks, and with `INFERGATE_BLESS=1` rewrites, the book's page.
+    const REFERENCE_TEST: &str =
+        "cargo test -p infergate-harness --bin infergate-bench cli_reference";
+
+    /// `docs/src/cli/infergate-bench.md` is what this parser says.
+    #[test]
+    fn the_cli_reference_is_current() {
+        let page = infergate_cli::reference::Page {
+            title: "`cargo xtask up`, `demo` and `bench` (`infergate-bench`)",
+            source: "harness/src/bin/infergate-bench/",
+            test: REFERENCE_TEST,
+            notes: &[],
+        };
+        let rendered = infergate_cli::reference::markdown(command(), &page);
+        let path = infergate_artefacts::workspace_root().join("docs/src/cli/infergate-bench.md");
+        if let Err(e) = infergate_cli::reference::check_or_bless(&path, &rendered, REFERENCE_TEST) {
+            panic!("{e}");
+        }
     }
 
     /// `--help` of every command lists its flags; `bench help` lists the benches.

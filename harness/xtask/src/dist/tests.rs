@@ -3,7 +3,7 @@
 //! and the whole `dist/` from stand-in modules.
 
 use super::oci::{self, Digest, RuntimeConfig, WasmImage};
-use super::{skopeo, DistArgs};
+use super::skopeo;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -481,14 +481,24 @@ fn dist_never_replaces_a_directory_it_did_not_write() {
 
 #[test]
 fn dist_args() {
-    let parse = |a: &[&str]| DistArgs::parse(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    let parse = |a: &[&str]| match crate::tests::parse(&[&["dist"][..], a].concat()) {
+        Ok(crate::Command::Dist(args)) => Ok(args),
+        Ok(other) => panic!("{other:?}"),
+        Err(e) => Err(e),
+    };
     assert_eq!(
-        parse(&[]).unwrap().out,
+        parse(&[]).unwrap().out(),
         crate::artefacts::workspace_root().join("dist")
     );
     assert_eq!(
-        parse(&["--out", "/tmp/x"]).unwrap().out,
+        parse(&["--out", "/tmp/x"]).unwrap().out(),
         PathBuf::from("/tmp/x")
+    );
+    assert_eq!(
+        parse(&["--out", "/tmp/x", "--out", "/tmp/y"])
+            .unwrap()
+            .out(),
+        PathBuf::from("/tmp/y")
     );
     assert!(parse(&["--out"]).is_err());
     assert!(parse(&["--bogus"]).is_err());

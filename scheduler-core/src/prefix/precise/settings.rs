@@ -14,10 +14,9 @@
 //! errors, as for every plugin.
 
 use alloc::format;
-use alloc::string::String;
 use serde_json::{Map, Value};
 
-use crate::config::params::bad;
+use crate::config::params::{bad, Params};
 use crate::config::ConfigError;
 
 /// Tokens per block until the engine's `cache_config_info` says otherwise (vLLM's default).
@@ -110,49 +109,40 @@ const KNOWN: &[&str] = &[
     "tokenizer",
 ];
 
-/// An integer parameter in `min..=max` (absent or null: `None`).
-fn int_in(
-    plugin: &str,
-    map: Option<&Map<String, Value>>,
-    key: &str,
-    min: u64,
-    max: u64,
-) -> Result<Option<u64>, ConfigError> {
-    match map.and_then(|m| m.get(key)).filter(|v| !v.is_null()) {
-        None => Ok(None),
-        Some(v) => match v.as_u64() {
-            Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
-            _ => Err(bad(
-                plugin,
-                key,
-                &format!("must be an integer in {min}..={max}, got {v}"),
-            )),
-        },
-    }
-}
-
 /// Parses the `parameters` of the plugin instance named `plugin` (what
 /// `PluginSpec::parameters` holds; absent or null: every default).
 pub fn parse_precise_producer(
     plugin: &str,
     params: Option<&Value>,
 ) -> Result<PreciseSettings, ConfigError> {
-    let map = match params {
-        None | Some(Value::Null) => None,
-        Some(Value::Object(m)) => Some(m),
-        Some(_) => return Err(bad(plugin, "parameters", "must be a map")),
-    };
-    if let Some(k) = map.and_then(|m| m.keys().find(|k| !KNOWN.contains(&k.as_str()))) {
-        return Err(bad(
-            plugin,
-            k,
-            &format!("unknown parameter (known: {})", KNOWN.join(", ")),
-        ));
-    }
+    precise_producer(&Params::new(plugin, params)?)
+}
+
+/// Reads the parameters `p` of a `precise-prefix-cache-producer` (in describe mode too).
+pub(crate) fn precise_producer(p: &Params<'_>) -> Result<PreciseSettings, ConfigError> {
+    let plugin = p.plugin();
+    p.only(KNOWN)?;
     let d = PreciseSettings::default();
-    let block = int_in(plugin, map, "blockSizeTokens", 1, 1 << 20)?;
-    let port = int_in(plugin, map, "kvEventsPort", 1, 65_535)?;
-    let offset = int_in(plugin, map, "kvEventsPortOffset", 1, 65_535)?;
+    let block = p.u64_opt_in(
+        "blockSizeTokens",
+        1,
+        1 << 20,
+        format_args!(
+            "the engine's (`cache_config_info`, else its KV events'), {DEFAULT_BLOCK_SIZE_TOKENS} until known"
+        ),
+    )?;
+    let port = p.u64_opt_in(
+        "kvEventsPort",
+        1,
+        65_535,
+        format_args!("{DEFAULT_KV_EVENTS_PORT} unless `kvEventsPortOffset` is given"),
+    )?;
+    let offset = p.u64_opt_in(
+        "kvEventsPortOffset",
+        1,
+        65_535,
+        format_args!("none: `kvEventsPort`"),
+    )?;
     let events_port = match (port, offset) {
         (Some(_), Some(_)) => {
             return Err(bad(
@@ -161,14 +151,17 @@ pub fn parse_precise_producer(
                 "excludes kvEventsPort: give one of them",
             ))
         }
-        (Some(p), None) => EventsPort::Fixed(u16::try_from(p).unwrap_or(DEFAULT_KV_EVENTS_PORT)),
+        (Some(n), None) => EventsPort::Fixed(u16::try_from(n).unwrap_or(DEFAULT_KV_EVENTS_PORT)),
         (None, Some(o)) => EventsPort::Offset(u16::try_from(o).unwrap_or(u16::MAX)),
         (None, None) => d.events_port,
     };
-    let tokenizer = match map
-        .and_then(|m| m.get("tokenizer"))
-        .filter(|v| !v.is_null())
-    {
+    let tokenizer = p.raw(
+        "tokenizer",
+        "map",
+        format_args!("{}", d.tokenizer),
+        Some("a map with a string `type`"),
+    );
+    let tokenizer = match tokenizer {
         None => d.tokenizer,
         Some(v @ Value::Object(m)) if m.get("type").is_some_and(Value::is_string) => v.clone(),
         Some(v) => {
@@ -181,13 +174,25 @@ pub fn parse_precise_producer(
     };
     Ok(PreciseSettings {
         block_size_tokens: block.and_then(|b| u32::try_from(b).ok()),
-        max_prefix_tokens_to_match: int_in(plugin, map, "maxPrefixTokensToMatch", 1, u64::MAX)?
-            .unwrap_or(d.max_prefix_tokens_to_match),
-        max_blocks_per_server: int_in(plugin, map, "maxBlocksPerServer", 1, u32::MAX.into())?
-            .and_then(|b| u32::try_from(b).ok())
-            .unwrap_or(d.max_blocks_per_server),
-        speculative_ttl_ms: int_in(plugin, map, "speculativeTtlMs", 0, MAX_SPECULATIVE_TTL_MS)?
-            .unwrap_or(d.speculative_ttl_ms),
+        max_prefix_tokens_to_match: p.u64_in(
+            "maxPrefixTokensToMatch",
+            d.max_prefix_tokens_to_match,
+            1,
+            u64::MAX,
+        )?,
+        max_blocks_per_server: u32::try_from(p.u64_in(
+            "maxBlocksPerServer",
+            d.max_blocks_per_server.into(),
+            1,
+            u32::MAX.into(),
+        )?)
+        .unwrap_or(d.max_blocks_per_server),
+        speculative_ttl_ms: p.u64_in(
+            "speculativeTtlMs",
+            d.speculative_ttl_ms,
+            0,
+            MAX_SPECULATIVE_TTL_MS,
+        )?,
         events_port,
         tokenizer,
     })
