@@ -35,6 +35,11 @@ impl Outcome {
     }
 }
 
+/// The per-stream state key under which the picker leaves the destination list it gave
+/// Envoy, for the record's `destinations` (the Wasm router reads its own copy of the request
+/// headers, so it cannot see the picker's header).
+pub const DESTINATIONS_STATE: &str = "infergate.picker.destinations";
+
 /// The rejection reason of a request the auth stage found no tenant for.
 pub const REJECTED_UNAUTHENTICATED: &str = "rejected-unauthenticated";
 /// The rejection reason of a request for a model the tenant has no quota for.

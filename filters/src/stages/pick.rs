@@ -199,6 +199,18 @@ pub struct Picking {
     memo: Option<PickMemo>,
     /// The endpoint the request was routed to (or, after a retry, served by).
     endpoint: Option<String>,
+    /// The destination list given to Envoy: the pick, then its fallbacks.
+    destinations: Option<String>,
+    /// The router ran in this pipeline (its handoff came in the context), so a stage here
+    /// reads the destinations from this context, not from the stream's state.
+    router_in_pipeline: bool,
+}
+
+impl Picking {
+    /// The destination list given to Envoy (`pick,fallback,…`), once routed.
+    pub fn destinations(&self) -> Option<&str> {
+        self.destinations.as_deref()
+    }
 }
 
 /// Why a request is paused in the pick stage.
@@ -315,6 +327,11 @@ impl Picking {
     ) -> FilterStatus {
         let list = destination.list();
         host.set_request_header(DESTINATION_ENDPOINT, &list);
+        if !self.router_in_pipeline {
+            // For the router filter's billing record. Best effort: only the record's
+            // `destinations` is lost if the host refuses.
+            let _ = host.set_stream_state(crate::billing::DESTINATIONS_STATE, list.as_bytes());
+        }
         // At most one retry per fallback: a retry past the list would leave the pool's choice.
         host.set_request_header(MAX_RETRIES, &destination.fallbacks.len().to_string());
         self.endpoint = Some(destination.endpoint);
@@ -324,6 +341,7 @@ impl Picking {
         // Best effort: proxy-wasm cannot set dynamic metadata (the header already routes
         // the request).
         let _ = host.set_metadata_string(LB_METADATA_NAMESPACE, DESTINATION_ENDPOINT, &list);
+        self.destinations = Some(list);
         FilterStatus::Continue
     }
 
@@ -680,6 +698,9 @@ impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickSta
         drop(access);
         // The router already held the request until its body was complete and parsed it:
         // if it left a handoff that fits this pool, pick now without touching the body.
+        if offered.is_some() {
+            cx.get_or_insert_with(Picking::default).router_in_pipeline = true;
+        }
         let handoff = offered.or_else(|| {
             host.stream_state(HANDOFF_KEY)
                 .and_then(|bytes| Handoff::decode(&bytes))

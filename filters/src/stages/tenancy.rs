@@ -38,7 +38,7 @@ use scheduler_core::types::Millis;
 use scheduler_core::usage::{UsageReport, UsageSource, UsageTracker};
 use serde_json::Value;
 
-use crate::billing::{reason_of_status, BillingRecord, Outcome};
+use crate::billing::{reason_of_status, BillingRecord, Outcome, DESTINATIONS_STATE};
 use crate::flow::{read_state_number, service_of, QUEUED_MS_STATE, SERVICE_STATE};
 use crate::headers::DESTINATION_ENDPOINT;
 use crate::host::{Clock, RequestHeaders, Stats, StreamState, UsageRecordSink};
@@ -421,7 +421,14 @@ impl Tenancy {
             target_model: routed.as_ref().map(|r| r.target_model.clone()),
             pool: routed.as_ref().map(|r| r.base_model.clone()),
             endpoint: acc.served.clone(),
-            destinations: host.request_header(DESTINATION_ENDPOINT),
+            destinations: cx
+                .get::<super::pick::Picking>()
+                .and_then(|p| p.destinations().map(str::to_owned))
+                .or_else(|| {
+                    host.stream_state(DESTINATIONS_STATE)
+                        .and_then(|list| String::from_utf8(list).ok())
+                })
+                .or_else(|| host.request_header(DESTINATION_ENDPOINT)),
             tokens_source: UsageSource::None.as_str(),
             outcome: outcome.as_str().to_owned(),
             status: acc.status.or(router_replied),
