@@ -32,22 +32,11 @@ pub fn cargo(args: &[&str], envs: &[(&str, PathBuf)]) -> Result<()> {
     Ok(())
 }
 
-/// Builds the release artefacts and returns where they are; when this process runs
-/// `cargo xtask bench overhead`, the one command that loads them, the bench builds of the
-/// modules too ([`build_bench_modules`]). `up`, `demo` and `bench` all build through here, and
-/// the other commands need not pay for two more builds of each module's crate.
+/// Builds the release artefacts and returns where they are (the modules without the
+/// `probe`: [`build_bench_modules`] makes the bench builds, for the one command that
+/// loads them).
 pub fn build_all() -> Result<Artefacts> {
-    let artefacts = build_release()?;
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if runs_bench_overhead(&args) {
-        build_bench_modules()?;
-    }
-    Ok(artefacts)
-}
-
-/// Whether `args` (this process's, after its name) run `bench overhead`.
-fn runs_bench_overhead(args: &[String]) -> bool {
-    args.first().is_some_and(|c| c == "bench") && args.iter().skip(1).any(|a| a == "overhead")
+    build_release()
 }
 
 /// Builds the release artefacts (no extra feature) and returns where they are.
@@ -220,32 +209,4 @@ pub fn build_service(service: Service) -> Result<(&'static str, PathBuf)> {
 /// Builds both services ([`build_service`]) and returns the variables naming them.
 pub fn build_services() -> Result<Vec<(&'static str, PathBuf)>> {
     Service::ALL.into_iter().map(build_service).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::runs_bench_overhead;
-
-    fn strings(a: &[&str]) -> Vec<String> {
-        a.iter().map(|s| s.to_string()).collect()
-    }
-
-    /// Only `bench overhead` builds the bench modules (the probe floors).
-    #[test]
-    fn only_the_overhead_bench_builds_the_probe() {
-        assert!(runs_bench_overhead(&strings(&[
-            "bench", "overhead", "--quick"
-        ])));
-        assert!(runs_bench_overhead(&strings(&["bench", "overhead"])));
-        assert!(!runs_bench_overhead(&strings(&[
-            "bench", "lora", "--quick"
-        ])));
-        assert!(!runs_bench_overhead(&strings(&[
-            "demo",
-            "--scenario",
-            "overhead"
-        ])));
-        assert!(!runs_bench_overhead(&strings(&["dist"])));
-        assert!(!runs_bench_overhead(&[]));
-    }
 }

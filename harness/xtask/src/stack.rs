@@ -7,7 +7,7 @@
 //! measure themselves. `exec`, so the binary takes this process's place (same pid, same
 //! terminal): Ctrl-C and SIGTERM reach it directly and it shuts its stack down cleanly.
 
-use crate::artefacts::{build_all, build_service, cargo, target_dir, Service};
+use crate::artefacts::{build_all, build_bench_modules, build_service, cargo, target_dir, Service};
 use crate::setup;
 use anyhow::{Context, Result};
 use std::os::unix::process::CommandExt;
@@ -42,6 +42,11 @@ fn wants_help(args: &[String]) -> bool {
         .any(|a| matches!(a.as_str(), "-h" | "--help" | "help"))
 }
 
+/// Whether `command` with `args` runs `bench overhead`.
+fn runs_bench_overhead(command: &str, args: &[String]) -> bool {
+    command == "bench" && args.first().is_some_and(|a| a == "overhead")
+}
+
 /// Runs `command` (`up`, `demo` or `bench`) with `args` in the release harness binary.
 /// Returns only on failure.
 pub fn run(command: &str, args: &[String]) -> Result<()> {
@@ -60,6 +65,11 @@ pub fn run(command: &str, args: &[String]) -> Result<()> {
         }
         setup::ensure(false)?;
         build_all()?;
+        // The probe floors: only `bench overhead` loads the bench builds of the modules, and
+        // the other commands need not pay two more builds of each module's crate.
+        if runs_bench_overhead(command, args) {
+            build_bench_modules()?;
+        }
         // The rate-limit service is not a default member (it links Debian's librocksdb-dev).
         if args.iter().any(|a| a == "--global-quotas") {
             env.push(build_service(Service::RateLimit)?);
@@ -76,7 +86,26 @@ pub fn run(command: &str, args: &[String]) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::wants_help;
+    use super::{runs_bench_overhead, wants_help};
+
+    /// Only `bench overhead` builds the bench modules (the probe floors).
+    #[test]
+    fn only_the_overhead_bench_builds_the_probe() {
+        assert!(runs_bench_overhead(
+            "bench",
+            &strings(&["overhead", "--quick"])
+        ));
+        assert!(runs_bench_overhead("bench", &strings(&["overhead"])));
+        assert!(!runs_bench_overhead(
+            "bench",
+            &strings(&["lora", "--quick"])
+        ));
+        assert!(!runs_bench_overhead(
+            "demo",
+            &strings(&["--scenario", "overhead"])
+        ));
+        assert!(!runs_bench_overhead("bench", &[]));
+    }
 
     fn strings(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
