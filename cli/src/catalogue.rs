@@ -14,6 +14,9 @@ use scheduler_core::scheduling::{describe_plugins, DefaultDoc, PluginDoc};
 /// The page's path in the repository.
 pub const PAGE: &str = "docs/src/generated/plugins.md";
 
+/// The test that checks [`PAGE`].
+pub const TEST: &str = "cargo test -p infergate-cli --test plugins_reference";
+
 /// The command that rewrites [`PAGE`].
 pub const BLESS: &str = "INFERGATE_BLESS=1 cargo test -p infergate-cli --test plugins_reference";
 

@@ -88,7 +88,7 @@ fn compare(path: &Path, committed: &str, rendered: &str, test: &str) -> Result<(
         .unwrap_or_else(|| committed.lines().count().min(rendered.lines().count()));
     let shown = |text: &str| text.lines().nth(line).unwrap_or("(end of file)").to_owned();
     Err(format!(
-        "{} is not what the command-line parser says (line {}: committed `{}`, parser `{}`); \
+        "{} is not what the code generates (line {}: committed `{}`, generated `{}`); \
          regenerate it with `{BLESS_ENV}=1 {test}` and commit it",
         path.display(),
         line + 1,
@@ -474,7 +474,10 @@ mod tests {
         let path = Path::new("docs/page.md");
         assert!(compare(path, "a\nb\n", "a\nb\n", "cargo test -p x").is_ok());
         let err = compare(path, "a\nb\n", "a\nc\n", "cargo test -p x").unwrap_err();
-        assert!(err.contains("line 2: committed `b`, parser `c`"), "{err}");
+        assert!(
+            err.contains("line 2: committed `b`, generated `c`"),
+            "{err}"
+        );
         assert!(err.contains("INFERGATE_BLESS=1 cargo test -p x"), "{err}");
         let err = compare(path, "", "a\n", "cargo test -p x").unwrap_err();
         assert!(err.contains("line 1: committed `(end of file)`"), "{err}");

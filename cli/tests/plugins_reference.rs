@@ -6,34 +6,15 @@
 use std::path::Path;
 use std::process::Command;
 
-use infergate_cli::catalogue::{markdown, BLESS, PAGE};
+use infergate_cli::catalogue::{markdown, PAGE, TEST};
+use infergate_cli::reference::check_or_bless;
 
 #[test]
 fn the_committed_page_is_the_generated_one() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(PAGE);
-    let rendered = markdown().unwrap();
-    if std::env::var("INFERGATE_BLESS").is_ok_and(|v| v == "1") {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, &rendered).unwrap();
-        return;
+    if let Err(e) = check_or_bless(&path, &markdown().unwrap(), TEST) {
+        panic!("{e}");
     }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    if committed == rendered {
-        return;
-    }
-    let line = committed
-        .lines()
-        .zip(rendered.lines())
-        .position(|(a, b)| a != b)
-        .unwrap_or_else(|| committed.lines().count().min(rendered.lines().count()));
-    let shown = |text: &str| text.lines().nth(line).unwrap_or("(end of file)").to_owned();
-    panic!(
-        "{PAGE} is not what the plugin catalogue says (line {}: committed `{}`, code `{}`); \
-         regenerate it with `{BLESS}` and commit it",
-        line + 1,
-        shown(&committed),
-        shown(&rendered)
-    );
 }
 
 #[test]
