@@ -23,6 +23,7 @@
 //! the code (see `infergate_cli::catalogue`): the page the book's configuration chapter
 //! includes.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -280,8 +281,17 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(json) => {
-            println!("{json}");
-            ExitCode::SUCCESS
+            // A closed pipe (`infergate explain … | head`) ends the output, not the process
+            // with a panic.
+            let mut out = std::io::stdout().lock();
+            match writeln!(out, "{json}").and_then(|()| out.flush()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("infergate: error: writing the output: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Err(e) => {
             eprintln!("infergate: error: {e:#}");

@@ -30,3 +30,21 @@ fn infergate_plugins_prints_the_page() {
     );
     assert_eq!(String::from_utf8(out.stdout).unwrap(), markdown().unwrap());
 }
+
+/// A reader that stops early (`infergate plugins | head`) ends the output quietly: no panic
+/// on the closed pipe, exit 0.
+#[test]
+fn a_closed_pipe_ends_the_output_without_a_panic() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_infergate"))
+        .arg("plugins")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Closed before the child has started writing (it has yet to build its page).
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
