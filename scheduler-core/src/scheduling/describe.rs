@@ -205,6 +205,8 @@ mod tests {
     use crate::config::PluginSpec;
     use alloc::format;
     use serde_json::{Map, Value};
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     /// Every type is described, with a kind, a summary and a description of every parameter
     /// it accepts, read by a getter: a parameter added to `only` without one, or read
