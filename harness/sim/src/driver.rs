@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::engine::{
     BlockHash, CacheEvent, Engine, EngineConfig, EngineEvent, EngineRequest, EngineStats,
-    RequestId, SimTime, SubmitError, Usage,
+    RequestId, SimTime, Slowdown, SubmitError, Usage,
 };
 
 /// What a request's consumer receives.
@@ -54,6 +54,8 @@ enum Command {
     },
     /// Forget every cached block (see `Engine::reset_prefix_cache`).
     ResetPrefixCache(oneshot::Sender<()>),
+    /// Set the slowdown when given (see `Engine::set_slowdown`); answer the one in effect.
+    Slowdown(Option<Slowdown>, oneshot::Sender<Slowdown>),
 }
 
 /// Maps simulated time to the wall clock.
@@ -190,6 +192,25 @@ impl EngineHandle {
         Ok(answer.await?)
     }
 
+    /// Runs the engine's steps started from now on slower (see [`Slowdown`]); the step in
+    /// progress keeps its end. Returns the slowdown now in effect.
+    pub async fn set_slowdown(&self, slowdown: Slowdown) -> anyhow::Result<Slowdown> {
+        self.slowdown_command(Some(slowdown)).await
+    }
+
+    /// The slowdown in effect ([`Slowdown::NONE`] unless set).
+    pub async fn slowdown(&self) -> anyhow::Result<Slowdown> {
+        self.slowdown_command(None).await
+    }
+
+    async fn slowdown_command(&self, set: Option<Slowdown>) -> anyhow::Result<Slowdown> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Command::Slowdown(set, reply))
+            .map_err(|_| anyhow::anyhow!("engine stopped"))?;
+        Ok(answer.await?)
+    }
+
     /// The engine's current stats.
     pub async fn stats(&self) -> anyhow::Result<EngineStats> {
         let (reply, answer) = oneshot::channel();
@@ -273,6 +294,12 @@ async fn run(
             Command::ResetPrefixCache(reply) => {
                 engine.reset_prefix_cache();
                 let _ = reply.send(());
+            }
+            Command::Slowdown(set, reply) => {
+                if let Some(slowdown) = set {
+                    engine.set_slowdown(slowdown);
+                }
+                let _ = reply.send(engine.slowdown());
             }
         }
     }

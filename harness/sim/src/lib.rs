@@ -2,7 +2,8 @@
 //! OpenAI surface, with a KV cache, prefix caching, continuous batching, queueing and LoRA
 //! slots modelled closely enough that routing decisions matter as they do on GPUs.
 //!
-//! - [`control`]: `/tokenize`, `/reset_prefix_cache` and the KV event fault controls.
+//! - [`control`]: `/tokenize`, `/reset_prefix_cache`, the KV event fault controls and
+//!   `/sim/slowdown`, which makes one replica's engine slower while it serves.
 //! - [`engine`]: the pure engine model (no sockets, no clock), unit-tested step by step.
 //! - [`driver`]: runs one engine on tokio against a (scalable) wall clock.
 //! - [`server`]: the hyper HTTP surface of a replica; [`stream`], [`responses`] and
@@ -44,7 +45,7 @@ use tokio::task::JoinHandle;
 pub use arrivals::Arrival;
 pub use config::SimConfig;
 pub use driver::{EngineHandle, SimClock};
-pub use engine::{EngineConfig, EngineStats};
+pub use engine::{EngineConfig, EngineStats, Slowdown};
 pub use kv_events::{KvEventsControl, KvEventsStats};
 pub use responses::PromptTokensDetails;
 pub use served::{ServedKey, ServedTotals};
@@ -137,6 +138,24 @@ impl SimHandle {
     pub async fn reset_prefix_cache(&self, index: usize) -> anyhow::Result<()> {
         match self.engines.get(index) {
             Some(e) => e.reset_prefix_cache().await,
+            None => anyhow::bail!("no replica {index}"),
+        }
+    }
+
+    /// Runs replica `index`'s engine slower from its next step on, as
+    /// `POST /sim/slowdown` does ([`Slowdown::NONE`] restores it); returns the slowdown now
+    /// in effect.
+    pub async fn set_slowdown(&self, index: usize, slowdown: Slowdown) -> anyhow::Result<Slowdown> {
+        match self.engines.get(index) {
+            Some(e) => e.set_slowdown(slowdown).await,
+            None => anyhow::bail!("no replica {index}"),
+        }
+    }
+
+    /// The slowdown in effect on replica `index`.
+    pub async fn slowdown(&self, index: usize) -> anyhow::Result<Slowdown> {
+        match self.engines.get(index) {
+            Some(e) => e.slowdown().await,
             None => anyhow::bail!("no replica {index}"),
         }
     }

@@ -108,6 +108,10 @@ async fn route(replica: &Arc<Replica>, req: Request<Incoming>) -> Response<SimBo
             let action = p.trim_start_matches("/sim/kv_events/");
             control::kv_events(replica, action, req.uri().query().unwrap_or("")).await
         }
+        (&Method::GET, "/sim/slowdown") => control::slowdown(replica, false, "").await,
+        (&Method::POST, "/sim/slowdown") => {
+            control::slowdown(replica, true, req.uri().query().unwrap_or("")).await
+        }
         (&Method::GET, "/health") if replica.healthy.load(Ordering::Relaxed) => {
             full(StatusCode::OK, "text/plain", Bytes::new())
         }
@@ -116,9 +120,15 @@ async fn route(replica: &Arc<Replica>, req: Request<Incoming>) -> Response<SimBo
             "text/plain",
             Bytes::from_static(b"unhealthy"),
         ),
-        (_, "/v1/chat/completions" | "/v1/completions" | "/v1/models" | "/metrics" | "/health") => {
-            error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed", None)
-        }
+        (
+            _,
+            "/v1/chat/completions"
+            | "/v1/completions"
+            | "/v1/models"
+            | "/metrics"
+            | "/health"
+            | "/sim/slowdown",
+        ) => error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed", None),
         _ => error(StatusCode::NOT_FOUND, &format!("no route for {path}"), None),
     }
 }

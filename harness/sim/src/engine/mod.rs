@@ -13,6 +13,7 @@
 //! - **Time**: a step lasts `prefill tokens ÷ prefill throughput` plus, if it decodes,
 //!   `decode_base + decode_per_seq × decoding sequences`, plus any adapter load delay. A
 //!   sequence whose computed tokens reach its length samples one token at the end of the step.
+//!   A run-time [`Slowdown`] stretches the steps started after it is set.
 //!
 //! - **KV events** ([`cache_events`]): with the log enabled, blocks entering the cache (with
 //!   their token ids, when the request was submitted with its bytes), evictions and resets
@@ -25,6 +26,7 @@ mod blocks;
 pub mod cache_events;
 mod config;
 mod import;
+mod slowdown;
 mod stats;
 mod step;
 #[cfg(test)]
@@ -37,6 +39,7 @@ use std::sync::Arc;
 pub use blocks::{BlockHash, BlockId, BlockPool};
 pub use cache_events::CacheEvent;
 pub use config::{EngineConfig, SchedulingPolicy};
+pub use slowdown::{Slowdown, SlowdownError};
 pub use stats::{EngineCounters, EngineStats, Histogram, TTFT_BUCKETS_S};
 
 /// Simulated time in nanoseconds since the engine's epoch.
@@ -178,6 +181,8 @@ pub struct Engine {
     /// Resident adapters, least recently used first.
     loaded_loras: Vec<String>,
     counters: EngineCounters,
+    /// Applied to every step as it starts.
+    slowdown: Slowdown,
 }
 
 impl Engine {
@@ -193,6 +198,7 @@ impl Engine {
             step: None,
             loaded_loras: Vec::new(),
             counters: EngineCounters::default(),
+            slowdown: Slowdown::NONE,
         }
     }
 
@@ -312,6 +318,17 @@ impl Engine {
     /// empty cache); running sequences keep their blocks. Logs `Cleared`.
     pub fn reset_prefix_cache(&mut self) {
         self.pool.clear_prefix_cache();
+    }
+
+    /// Runs the steps started from now on slower (or, with [`Slowdown::NONE`], at the
+    /// configured speed again); the step in progress keeps its end.
+    pub fn set_slowdown(&mut self, slowdown: Slowdown) {
+        self.slowdown = slowdown;
+    }
+
+    /// The slowdown in effect.
+    pub fn slowdown(&self) -> Slowdown {
+        self.slowdown
     }
 
     /// A snapshot of queues, KV usage, adapters and counters.

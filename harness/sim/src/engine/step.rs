@@ -123,6 +123,7 @@ impl Engine {
                 / 1000.0;
         }
         secs += extra_ms / 1000.0;
+        let secs = self.slowdown.step_secs(secs, prefill_tokens > 0);
         self.step = Some(Step {
             end: at.plus_secs(secs),
             work,

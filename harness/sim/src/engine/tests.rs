@@ -552,3 +552,50 @@ fn cache_events_follow_the_cache() {
     assert!(log.is_empty(), "{log:?}");
     assert_eq!(e.stats().cached_blocks, 2);
 }
+
+#[test]
+fn a_slowdown_stretches_the_steps_started_after_it() {
+    let mut e = Engine::new(cfg(1000));
+    // Normal speed: 1600 tokens at 16k tok/s = 100 ms, then 6.08 ms per decode step.
+    e.submit(SimTime(0), RequestId(1), req(1, 1600, 3)).unwrap();
+    let ev = drain(&mut e);
+    let normal = first_token_at(&ev, RequestId(1)).as_secs_f64();
+    assert!((normal - 0.1).abs() < 1e-6, "normal TTFT {normal}");
+
+    e.set_slowdown(Slowdown::new(10.0, 0.0).unwrap());
+    let t0 = SimTime::from_secs_f64(1.0);
+    e.submit(t0, RequestId(2), req(2, 1600, 3)).unwrap();
+    let ev = drain(&mut e);
+    let ttft = first_token_at(&ev, RequestId(2)).as_secs_f64() - 1.0;
+    assert!((ttft - 1.0).abs() < 1e-6, "10x slower TTFT {ttft}");
+    let done = ev
+        .iter()
+        .find_map(|x| match x {
+            EngineEvent::Finished { at, .. } => Some(at.as_secs_f64()),
+            _ => None,
+        })
+        .unwrap();
+    let tpot = (done - 1.0 - ttft) / 2.0;
+    assert!(
+        (tpot - 0.0608).abs() < 1e-6,
+        "10x slower decode step {tpot}"
+    );
+
+    // The delay is added to prefill steps only; a cached prompt pays it too.
+    e.set_slowdown(Slowdown::new(1.0, 300.0).unwrap());
+    let t1 = SimTime::from_secs_f64(5.0);
+    e.submit(t1, RequestId(3), req(2, 1600, 3)).unwrap();
+    let ev = drain(&mut e);
+    let ttft = first_token_at(&ev, RequestId(3)).as_secs_f64() - 5.0;
+    assert!((ttft - 0.301).abs() < 1e-6, "cached TTFT + 300 ms: {ttft}");
+
+    // A step already running keeps its end when the slowdown changes.
+    e.set_slowdown(Slowdown::new(10.0, 0.0).unwrap());
+    let t2 = SimTime::from_secs_f64(10.0);
+    e.submit(t2, RequestId(4), req(4, 1600, 1)).unwrap();
+    e.set_slowdown(Slowdown::NONE);
+    assert_eq!(e.slowdown(), Slowdown::NONE);
+    let ev = drain(&mut e);
+    let ttft = first_token_at(&ev, RequestId(4)).as_secs_f64() - 10.0;
+    assert!((ttft - 1.0).abs() < 1e-6, "started slow, ends slow: {ttft}");
+}

@@ -94,6 +94,25 @@ pub async fn stream_then_cut(
     text
 }
 
+/// Sends a streamed request and times it until the first frame of its body (the first SSE
+/// chunk), which it returns with the elapsed time; the rest of the stream is abandoned.
+pub async fn time_to_first_chunk(
+    addr: &std::net::SocketAddr,
+    path: &str,
+    body: &Value,
+) -> (Duration, String) {
+    let start = Instant::now();
+    let (resp, task) = send(addr, "POST", path, Some(body), &[]).await;
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let frame = body.frame().await.unwrap().unwrap();
+    let elapsed = start.elapsed();
+    let text = String::from_utf8(frame.into_data().unwrap().to_vec()).unwrap();
+    drop(body);
+    task.abort();
+    (elapsed, text)
+}
+
 /// The `data:` payloads of a complete SSE body.
 pub fn payloads(body: &str) -> Vec<&str> {
     assert!(body.ends_with("\n\n"), "unterminated SSE body: {body:?}");
