@@ -355,6 +355,8 @@ pub fn decide_with(
             address: &e.address,
             record: record(s),
             inflight: e.inflight,
+            // The proxy's measured latency is not part of an explain state.
+            latency: None,
         });
     let mut set = match pool_candidates(endpoints, &rules, now) {
         Ok(set) => set,

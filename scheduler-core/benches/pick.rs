@@ -144,6 +144,7 @@ mod imp {
                     tokens: Tokens((i % 5) as u64 * 9000),
                 },
                 role: scheduler_core::scheduling::Role::Both,
+                latency: None,
             })
             .collect()
     }

@@ -18,6 +18,7 @@
 //! - [`scheduling`]: `EndpointPickerConfig` compiled into plugins and profiles, and the
 //!   decision record.
 //! - [`flow`]: flow control (admission and queueing while a pool is saturated).
+//! - [`latency`]: per-endpoint estimates of the latency the gateway measures itself.
 
 extern crate alloc;
 #[cfg(test)]
@@ -26,6 +27,7 @@ extern crate std;
 pub mod config;
 pub mod flow;
 pub mod kv_events;
+pub mod latency;
 pub mod metrics;
 pub mod prefix;
 pub mod quota;

@@ -49,6 +49,7 @@ use infergate_filters::host::{Stats, Waker};
 use infergate_filters::picker::remote::{
     Answers, Owner, Released, StateKey, ToOwner, ToWorker, HEARTBEAT_MS,
 };
+use infergate_filters::picker::timing::ResponseTiming;
 use infergate_filters::picker::{PickerShared, PoolId, PreparedPick, ServedElsewhere};
 use infergate_filters::stages::{PickerStore, RemoteAnswer, RemotePicks};
 use infergate_filters::stats::StatKey;
@@ -556,6 +557,8 @@ pub struct RemoteLease {
     flow_controlled: bool,
     /// The service its request received, when the usage showed it (0: unknown).
     service: u64,
+    /// The endpoint's latency as its request measured it.
+    timing: ResponseTiming,
 }
 
 impl Drop for RemoteLease {
@@ -565,6 +568,7 @@ impl Drop for RemoteLease {
                 link.release(Released {
                     lease: self.lease,
                     service: self.service,
+                    timing: self.timing,
                 });
                 // Queued requests wait for the capacity this lease holds: send it now.
                 if self.flow {
@@ -636,6 +640,7 @@ impl RemotePicks for WasmPickerStore {
                     flow: release_at_once,
                     flow_controlled: queued_ms.is_some(),
                     service: 0,
+                    timing: ResponseTiming::default(),
                 }),
                 queued_ms,
             },
@@ -669,6 +674,12 @@ impl RemotePicks for WasmPickerStore {
             if lease.flow_controlled {
                 lease.service = service().unwrap_or(0);
             }
+        }
+    }
+
+    fn report_timing(&self, lease: &mut dyn std::any::Any, timing: ResponseTiming) {
+        if let Some(lease) = lease.downcast_mut::<RemoteLease>() {
+            lease.timing = timing;
         }
     }
 

@@ -34,9 +34,11 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use scheduler_core::types::{InFlight, Tokens};
+use scheduler_core::latency::{LatencyEstimate, LatencySettings, Observation, ObservedLatency};
+use scheduler_core::types::{InFlight, Millis, Tokens};
 
 use super::state::lora::AdapterMark;
+use super::timing::ResponseTiming;
 use crate::host::Stats;
 use crate::stats::StatKey;
 
@@ -48,6 +50,10 @@ pub(super) struct SlotKeys {
     pub(super) address: String,
     pub(super) picks: StatKey,
     pub(super) inflight: StatKey,
+    /// The measured TTFT gauge (µs, the estimate's mean).
+    pub(super) ttft: StatKey,
+    /// The measured time-per-output-token gauge (µs).
+    pub(super) tpot: StatKey,
 }
 
 impl SlotKeys {
@@ -57,6 +63,8 @@ impl SlotKeys {
             address: address.to_owned(),
             picks: StatKey::new("infergate.picker.picks", &labels),
             inflight: StatKey::new(INFLIGHT, &labels),
+            ttft: StatKey::new("infergate.picker.observed_ttft_us", &labels),
+            tpot: StatKey::new("infergate.picker.observed_tpot_us", &labels),
         })
     }
 }
@@ -78,6 +86,8 @@ struct EndpointLoad {
     /// The slot's stat keys (`None`: never assigned). A leaf lock: held only to clone or
     /// replace the `Arc`, never across any other call, so no path can take it twice.
     keys: Mutex<Option<Arc<SlotKeys>>>,
+    /// The latency measured at the address the slot holds. A leaf lock like `keys`.
+    latency: Mutex<LatencyEstimate>,
 }
 
 impl EndpointLoad {
@@ -86,6 +96,10 @@ impl EndpointLoad {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    fn latency(&self) -> std::sync::MutexGuard<'_, LatencyEstimate> {
+        self.latency.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -98,12 +112,19 @@ pub struct PoolLoad {
     pool_gauge: StatKey,
     /// Set when some endpoint has an owed decrement, so paying costs one load otherwise.
     owes: AtomicBool,
+    /// How the slots' measured-latency estimates are kept.
+    latency: LatencySettings,
 }
 
 impl PoolLoad {
     /// `slots` slots, the first ones holding `initial`'s keys; in-flight gauges of the pool
-    /// under `pool_gauge`.
-    pub(super) fn new(pool_gauge: StatKey, slots: usize, initial: &[Arc<SlotKeys>]) -> Self {
+    /// under `pool_gauge`; latency estimates kept by `latency`.
+    pub(super) fn new(
+        pool_gauge: StatKey,
+        slots: usize,
+        initial: &[Arc<SlotKeys>],
+        latency: LatencySettings,
+    ) -> Self {
         let endpoints = (0..slots.max(initial.len()))
             .map(|i| EndpointLoad {
                 keys: Mutex::new(initial.get(i).cloned()),
@@ -114,6 +135,7 @@ impl PoolLoad {
             endpoints,
             pool_gauge,
             owes: AtomicBool::new(false),
+            latency,
         }
     }
 
@@ -154,7 +176,22 @@ impl PoolLoad {
             return false;
         }
         *e.keys.lock().unwrap_or_else(PoisonError::into_inner) = Some(keys);
+        // What was measured belongs to the old address.
+        *e.latency() = LatencyEstimate::default();
         true
+    }
+
+    /// What a request sent now to slot `endpoint` should expect, from the latency measured
+    /// there, if its estimate counts at `now`.
+    pub fn observed(&self, endpoint: usize, now: Millis) -> Option<ObservedLatency> {
+        let e = self.endpoints.get(endpoint)?;
+        let requests = e.requests.load(Ordering::Relaxed);
+        e.latency().view(&self.latency, now, requests)
+    }
+
+    /// The measured-latency estimate of slot `endpoint` (tests and diagnostics).
+    pub fn latency_estimate(&self, endpoint: usize) -> Option<LatencyEstimate> {
+        self.endpoints.get(endpoint).map(|e| *e.latency())
     }
 
     /// The load of endpoint slot `endpoint`.
@@ -181,11 +218,16 @@ impl PoolLoad {
             .sum()
     }
 
-    /// Count one request of `tokens` against endpoint `endpoint`; `None` for an index the
-    /// pool does not have.
-    pub(super) fn take(self: &Arc<Self>, endpoint: usize, tokens: Tokens) -> Option<InFlightLease> {
+    /// Count one request of `tokens` (`prompt` of them its prompt's) against endpoint
+    /// `endpoint`; `None` for an index the pool does not have.
+    pub(super) fn take(
+        self: &Arc<Self>,
+        endpoint: usize,
+        tokens: Tokens,
+        prompt: Tokens,
+    ) -> Option<InFlightLease> {
         let e = self.endpoints.get(endpoint)?;
-        e.requests.fetch_add(1, Ordering::SeqCst);
+        let before = e.requests.fetch_add(1, Ordering::SeqCst);
         e.tokens.fetch_add(tokens.0, Ordering::Relaxed);
         Some(InFlightLease {
             load: Arc::clone(self),
@@ -194,6 +236,8 @@ impl PoolLoad {
             keys: e.keys(),
             gauged: false,
             adapter: None,
+            inflight_at_dispatch: before,
+            prompt,
         })
     }
 
@@ -269,6 +313,10 @@ pub struct InFlightLease {
     /// The request's LoRA adapter counted in flight at the picked endpoint (the picker's
     /// memory of what it sent there), given back with the lease.
     adapter: Option<AdapterMark>,
+    /// Requests this process had in flight to the endpoint when this one was counted.
+    inflight_at_dispatch: u32,
+    /// The request's estimated prompt tokens.
+    prompt: Tokens,
 }
 
 impl InFlightLease {
@@ -291,6 +339,39 @@ impl InFlightLease {
         self.load.pay_owed(stats);
         self.load.add_gauges(self.keys.as_deref(), 1, stats);
         self.gauged = true;
+    }
+
+    /// The request ended at `now` having measured `timing` of its endpoint: fold it into
+    /// the endpoint's latency estimate and set its measured-latency gauges. Nothing for a
+    /// request that measured nothing, or whose slot holds another address by now.
+    pub fn observe<S: Stats + ?Sized>(&self, timing: &ResponseTiming, now: Millis, stats: &mut S) {
+        if timing.is_empty() {
+            return;
+        }
+        let Some(e) = self.load.endpoints.get(self.endpoint) else {
+            return;
+        };
+        let observation = Observation {
+            at: now,
+            ttft_ms: timing.ttft_ms(),
+            tpot_ms: timing.tpot_ms(),
+            inflight_at_dispatch: self.inflight_at_dispatch,
+            prompt_tokens: self.prompt.0,
+        };
+        let (ttft, tpot) = {
+            let mut estimate = e.latency();
+            estimate.observe(&self.load.latency, &observation);
+            (estimate.mean_ttft_ms(), estimate.mean_tpot_ms())
+        };
+        if let Some(keys) = &self.keys {
+            let micros = |ms: f64| (ms * 1_000.0) as u64;
+            if let Some(ttft) = ttft {
+                stats.gauge_set(&keys.ttft, micros(ttft));
+            }
+            if let Some(tpot) = tpot {
+                stats.gauge_set(&keys.tpot, micros(tpot));
+            }
+        }
     }
 
     /// The request ended with a host at hand: lower the gauges it raised (and any the

@@ -30,10 +30,12 @@ pub mod prepare;
 pub mod remote;
 pub mod sessions;
 pub mod state;
+pub mod timing;
 
 use crate::host::{
     Clock, DynamicMetadata, EditResponseHeaders, LocalReply, Random, ReadMetadata, RequestBody,
-    RequestHeaders, RoutedCluster, ServedUpstream, SnapshotSource, Stats, StreamState,
+    RequestHeaders, ResponseHeaders, RoutedCluster, ServedUpstream, SnapshotSource, Stats,
+    StreamState,
 };
 use scheduler_core::types::BlockHash;
 
@@ -60,6 +62,7 @@ pub trait PickerHost:
     + RoutedCluster
     + ServedUpstream
     + EditResponseHeaders
+    + ResponseHeaders
     + StreamState
 {
 }
@@ -77,6 +80,7 @@ impl<T> PickerHost for T where
         + RoutedCluster
         + ServedUpstream
         + EditResponseHeaders
+        + ResponseHeaders
         + StreamState
         + ?Sized
 {

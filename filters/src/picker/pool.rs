@@ -181,9 +181,10 @@ impl Pool {
         } else {
             slots.len()
         };
+        let latency = scheduler.latency_settings();
         Pool {
             state: Mutex::new(PoolState::new(cfg, scheduler, precise)),
-            load: Arc::new(PoolLoad::new(gauge, room, slots)),
+            load: Arc::new(PoolLoad::new(gauge, room, slots, latency)),
         }
     }
 

@@ -54,11 +54,12 @@ use super::lease::InFlightLease;
 use super::plan::PoolPlan;
 use super::prepare::PreparedPick;
 use super::state::{PickerShared, PoolId, Rejection};
+use super::timing::ResponseTiming;
 use crate::codec::{put_string, put_u64s, Reader};
 use crate::flow::{Admission, DropReason, FlowTicket};
 use crate::host::{Clock, SnapshotSource, Stats};
 use scheduler_core::flow::QueueKey;
-use scheduler_core::types::BlockHash;
+use scheduler_core::types::{BlockHash, Millis};
 
 /// The owner's queue name (scoped by Envoy to the `vm_id` the owner and workers share).
 pub const OWNER_QUEUE: &str = "infergate.picker.owner";
@@ -74,41 +75,55 @@ impl StateKey {
     }
 }
 
-/// A lease given back: its id, and the service its request received (prompt + 2 ×
+/// A lease given back: its id, the service its request received (prompt + 2 ×
 /// completion tokens, as its usage showed; 0 when unknown), with which flow control's
-/// weighted policy corrects the estimate it charged at dispatch.
+/// weighted policy corrects the estimate it charged at dispatch, and what the request
+/// measured of its endpoint's latency.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Released {
     /// The lease id of [`ToWorker::Picked`].
     pub lease: u64,
     /// The service received; 0: unknown (the estimate stands).
     pub service: u64,
+    /// The endpoint's TTFT and time per chunk as the request saw them.
+    pub timing: ResponseTiming,
 }
 
 impl Released {
-    /// A lease whose request's service is unknown.
+    /// A lease whose request's service and timing are unknown.
     pub fn lease(lease: u64) -> Released {
-        Released { lease, service: 0 }
+        Released {
+            lease,
+            service: 0,
+            timing: ResponseTiming::default(),
+        }
     }
 }
 
-/// `u32` count ‖ count × (`u64` lease ‖ `u64` service).
+/// `u32` count ‖ count × (`u64` lease ‖ `u64` service ‖ 2 × `u64` timing).
 fn put_released(out: &mut Vec<u8>, released: &[Released]) -> Option<()> {
-    let flat: Vec<u64> = released.iter().flat_map(|r| [r.lease, r.service]).collect();
+    let flat: Vec<u64> = released
+        .iter()
+        .flat_map(|r| {
+            let [ttft, tpot] = r.timing.encode();
+            [r.lease, r.service, ttft, tpot]
+        })
+        .collect();
     put_u64s(out, flat.into_iter())
 }
 
 fn read_released(r: &mut Reader<'_>) -> Option<Vec<Released>> {
     let values = r.u64s()?;
-    if values.len() % 2 != 0 {
+    if values.len() % 4 != 0 {
         return None;
     }
     Some(
         values
-            .chunks_exact(2)
-            .map(|pair| Released {
-                lease: pair[0],
-                service: pair[1],
+            .chunks_exact(4)
+            .map(|v| Released {
+                lease: v[0],
+                service: v[1],
+                timing: ResponseTiming::decode([v[2], v[3]]),
             })
             .collect(),
     )
@@ -677,7 +692,7 @@ impl Owner {
     ) {
         let mut freed: Vec<Arc<PoolPlan>> = Vec::new();
         for &released in leases {
-            if let Some(plan) = self.release(host, key, released) {
+            if let Some(plan) = self.release(host, key, released, host.now()) {
                 if !freed.iter().any(|p| Arc::ptr_eq(p, &plan)) {
                     freed.push(plan);
                 }
@@ -916,6 +931,7 @@ impl Owner {
         host: &mut H,
         key: StateKey,
         released: Released,
+        now: Millis,
     ) -> Option<Arc<PoolPlan>> {
         let state = self.states.get_mut(&key)?;
         let Kept {
@@ -924,6 +940,7 @@ impl Owner {
             ticket,
             ..
         } = state.leases.remove(&released.lease)?;
+        lease.observe(&released.timing, now, host);
         lease.end(host);
         let admitted = ticket?;
         if let Some(flow) = plan.flow() {

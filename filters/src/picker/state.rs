@@ -59,9 +59,10 @@ use scheduler_core::flow::saturation::all_saturated;
 use scheduler_core::flow::Detector;
 
 use crate::precise::PreciseShared;
+use scheduler_core::latency::ObservedLatency;
 use scheduler_core::scheduling::candidates::NoCandidates;
 use scheduler_core::snapshot::Snapshot;
-use scheduler_core::types::{BlockHash, InFlight, Tokens};
+use scheduler_core::types::{BlockHash, InFlight, Millis, Tokens};
 
 use self::snapshot::SnapshotSlot;
 use self::view::reindex;
@@ -550,6 +551,18 @@ impl PickerShared {
     pub fn inflight(&self, pool: PoolId, address: &str) -> Option<InFlight> {
         let p = self.inner.pools.get(pool.0)?;
         p.load.get(p.load.slot_of(address)?)
+    }
+
+    /// What a request sent to endpoint `address` of `pool` at `now` should expect from the
+    /// latency this state measured there, when its estimate counts (tests and diagnostics).
+    pub fn observed_latency(
+        &self,
+        pool: PoolId,
+        address: &str,
+        now: Millis,
+    ) -> Option<ObservedLatency> {
+        let p = self.inner.pools.get(pool.0)?;
+        p.load.observed(p.load.slot_of(address)?, now)
     }
 
     /// Requests in flight in `pool`, over every slot (tests and diagnostics).

@@ -53,7 +53,7 @@ use std::sync::Arc;
 
 use scheduler_core::flow::QueueKey;
 use scheduler_core::request::Api;
-use scheduler_core::types::BlockHash;
+use scheduler_core::types::{BlockHash, Millis};
 
 use crate::flow::{
     read_state_number, record_queued_ms, Admission, DropReason, QueueSlot, Verdict, SERVICE_STATE,
@@ -65,6 +65,7 @@ use crate::headers::{
 use crate::host::{Clock, LocalReply, RequestWaker, Stats, StreamState, Waker};
 use crate::picker::admit::{Admitted, Waiter};
 use crate::picker::disagg::PREFILLER_HEADER;
+use crate::picker::timing::{ResponseTimer, ResponseTiming};
 use crate::picker::{
     pick_counted, InFlightLease, PickerAccess, PickerHost, PickerShared, PoolId, PoolPlan,
     PreparedPick, Rejection, ServedElsewhere, SharedPicker,
@@ -109,6 +110,12 @@ pub trait RemotePicks {
     /// store calls it only for leases of a pool with flow control (it is a host call).
     fn report_service(&self, lease: &mut dyn Any, service: &mut dyn FnMut() -> Option<u64>) {
         let _ = (lease, service);
+    }
+
+    /// The request holding `lease` ends having measured `timing` of its endpoint, for the
+    /// lease to carry back to the state's latency estimates.
+    fn report_timing(&self, lease: &mut dyn Any, timing: ResponseTiming) {
+        let _ = (lease, timing);
     }
 
     /// The request holding `lease` was served by another endpoint of its pool than the
@@ -204,6 +211,8 @@ pub struct Picking {
     /// The router ran in this pipeline (its handoff came in the context), so a stage here
     /// reads the destinations from this context, not from the stream's state.
     router_in_pipeline: bool,
+    /// The response's clock, from the moment the request was routed.
+    timer: Option<ResponseTimer>,
 }
 
 impl Picking {
@@ -342,6 +351,7 @@ impl Picking {
         // the request).
         let _ = host.set_metadata_string(LB_METADATA_NAMESPACE, DESTINATION_ENDPOINT, &list);
         self.destinations = Some(list);
+        self.timer = Some(ResponseTimer::dispatched(host.now()));
         FilterStatus::Continue
     }
 
@@ -349,7 +359,11 @@ impl Picking {
     /// still queued leaves the queue (counted `rejected-context-cancelled`, or as what its
     /// verdict made it); the capacity its end frees is offered to the pool's queued
     /// requests.
-    fn end<H: Stats + Clock + StreamState + ?Sized>(&mut self, host: &mut H) {
+    fn end<H: Stats + Clock + StreamState + ?Sized>(
+        &mut self,
+        host: &mut H,
+        timing: ResponseTiming,
+    ) {
         let now = host.now().0;
         if let Some(Waiting::Queued {
             plan,
@@ -377,6 +391,7 @@ impl Picking {
             }
         }
         if let Some(lease) = self.lease.take() {
+            lease.observe(&timing, Millis(now), host);
             lease.end(host);
         }
         if let Some((admitted, plan)) = self.ticket.take() {
@@ -758,6 +773,9 @@ impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickSta
         let Some(picking) = cx.get_mut::<Picking>() else {
             return;
         };
+        if let Some(timer) = &mut picking.timer {
+            timer.content_type(host.response_header("content-type").as_deref());
+        }
         let Some(picked) = picking.endpoint.as_deref() else {
             return;
         };
@@ -803,13 +821,27 @@ impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickSta
         });
     }
 
+    /// Count a streamed response's chunks; the first one's time is its endpoint's TTFT.
+    fn on_response_chunk(&self, cx: &mut RequestContext, host: &mut H, _end_of_stream: bool) {
+        if let Some(timer) = cx.get_mut::<Picking>().and_then(|p| p.timer.as_mut()) {
+            timer.chunk(|| host.now());
+        }
+    }
+
     /// Give back what the request holds: stop waiting for a remote answer, report the
-    /// service a remote lease's request received, and end what this process's state holds
-    /// (lease, flow ticket, a place in a queue). Later calls find nothing to give back.
-    fn on_end(&self, cx: &mut RequestContext, host: &mut H, _cause: EndCause) {
+    /// service a remote lease's request received and the latency it measured, and end what
+    /// this process's state holds (lease, flow ticket, a place in a queue). Later calls
+    /// find nothing to give back.
+    fn on_end(&self, cx: &mut RequestContext, host: &mut H, cause: EndCause) {
         let Some(picking) = cx.get_mut::<Picking>() else {
             return;
         };
+        let timing = picking
+            .timer
+            .take()
+            .map_or_else(ResponseTiming::default, |t| {
+                t.timing(host.now(), cause == EndCause::Completed)
+            });
         if let Some(remote) = self.store.remote() {
             if let Some(Waiting::Answer { ticket, .. }) = &picking.waiting {
                 remote.forget(*ticket);
@@ -819,10 +851,13 @@ impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickSta
                 remote.report_service(lease.as_mut(), &mut || {
                     read_state_number(&*host, SERVICE_STATE)
                 });
+                if !timing.is_empty() {
+                    remote.report_timing(lease.as_mut(), timing);
+                }
             }
         }
         if picking.holds_lease() && self.store.access().is_some() {
-            picking.end(host);
+            picking.end(host, timing);
         }
     }
 }

@@ -15,6 +15,7 @@ use crate::picker::{PickerShared, SharedPicker};
 use crate::pipeline::{Pipeline, Run, Stage};
 use crate::router::Router;
 use crate::FilterStatus;
+use scheduler_core::types::Millis;
 
 const BODY: &[u8] = br#"{"model":"llama","messages":[{"role":"user","content":"hello there"}]}"#;
 
@@ -519,4 +520,95 @@ fn a_remote_pick_served_by_its_fallback_moves_the_owners_lease() {
         1
     );
     run.end(&pipeline, &mut host);
+}
+
+/// The endpoint gauge `name` of the one-endpoint pool of [`pick_stage`].
+fn endpoint_gauge(host: &FakeHost, name: &str) -> Option<u64> {
+    host.gauges
+        .iter()
+        .find(|(k, _)| k.starts_with(name) && k.contains("10_0_0_1_8000"))
+        .map(|(_, v)| *v)
+}
+
+/// One streamed request through the picker pipeline: routed at `at`, its first chunk
+/// `ttft` ms later, then `chunks` more `gap` ms apart, and its end.
+fn streamed(picker: &Pipeline<FakeHost>, at: u64, ttft: u64, chunks: u64, gap: u64) -> FakeHost {
+    let mut host = FakeHost::new().post("/v1/chat/completions", BODY).now(at);
+    host.request_headers
+        .push((BASE_MODEL.to_owned(), "llama".to_owned()));
+    let mut run = Run::new();
+    run.request_headers(picker, &mut host, false);
+    let len = host.body.len();
+    assert_eq!(
+        run.request_body(picker, &mut host, len, true),
+        FilterStatus::Continue
+    );
+    assert_eq!(host.header(DESTINATION_ENDPOINT), Some("10.0.0.1:8000"));
+    host.response_headers
+        .push(("content-type".to_owned(), "text/event-stream".to_owned()));
+    run.response_headers(picker, &mut host, false);
+    host.now = Millis(at + ttft);
+    run.response_chunk(picker, &mut host, false);
+    for i in 0..chunks {
+        host.now = Millis(host.now.0 + gap);
+        run.response_chunk(picker, &mut host, i + 1 == chunks);
+    }
+    run.end(picker, &mut host);
+    host
+}
+
+#[test]
+fn a_streamed_response_feeds_its_endpoints_measured_latency() {
+    let (picker, shared) = picker_pipeline();
+    let host = streamed(&picker, 1_000, 40, 10, 5);
+    assert_eq!(
+        endpoint_gauge(&host, "infergate.picker.observed_ttft_us"),
+        Some(40_000)
+    );
+    assert_eq!(
+        endpoint_gauge(&host, "infergate.picker.observed_tpot_us"),
+        Some(5_000)
+    );
+    // Two more make the estimate count (`minSamples` 3): the next pick sees it.
+    streamed(&picker, 2_000, 40, 1, 5);
+    streamed(&picker, 3_000, 40, 1, 5);
+    let state = shared.state();
+    let pool = state.pool_for_base_model("llama").unwrap();
+    let seen = state.observed_latency(pool, "10.0.0.1:8000", Millis(3_100));
+    assert_eq!(seen.map(|l| l.ttft_ms), Some(40.0));
+    assert_eq!(
+        state.observed_latency(pool, "10.0.0.1:8000", Millis(3_100 + 10_001)),
+        None,
+        "stale after `staleAfterMs`"
+    );
+}
+
+#[test]
+fn a_response_that_is_not_streamed_measures_no_ttft() {
+    let (picker, shared) = picker_pipeline();
+    for at in [1_000, 2_000, 3_000] {
+        let mut host = FakeHost::new().post("/v1/chat/completions", BODY).now(at);
+        host.request_headers
+            .push((BASE_MODEL.to_owned(), "llama".to_owned()));
+        let mut run = Run::new();
+        run.request_headers(&picker, &mut host, false);
+        let len = host.body.len();
+        run.request_body(&picker, &mut host, len, true);
+        host.response_headers
+            .push(("content-type".to_owned(), "application/json".to_owned()));
+        run.response_headers(&picker, &mut host, false);
+        host.now = Millis(at + 900);
+        run.response_chunk(&picker, &mut host, true);
+        run.end(&picker, &mut host);
+        assert_eq!(
+            endpoint_gauge(&host, "infergate.picker.observed_ttft_us"),
+            None
+        );
+    }
+    let state = shared.state();
+    let pool = state.pool_for_base_model("llama").unwrap();
+    assert_eq!(
+        state.observed_latency(pool, "10.0.0.1:8000", Millis(3_900)),
+        None
+    );
 }

@@ -35,6 +35,7 @@ use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
 
 use super::Candidate;
+use crate::latency::ObservedLatency;
 use crate::metrics::EndpointMetrics;
 use crate::snapshot::{EndpointSample, DEFAULT_MAX_AGE_MS};
 use crate::types::{InFlight, Millis};
@@ -222,6 +223,8 @@ pub struct PoolEndpoint<'a> {
     pub record: SnapshotRecord<'a>,
     /// What this proxy has in flight to it.
     pub inflight: InFlight,
+    /// The latency this proxy measured there, when its estimate counts.
+    pub latency: Option<ObservedLatency>,
 }
 
 /// A pool's candidate set, ready for [`super::Scheduler::schedule`].
@@ -270,6 +273,7 @@ where
             inflight: endpoint.inflight,
             // Roles are the pool's configuration; the host sets them (see `super::roles`).
             role: super::Role::Both,
+            latency: endpoint.latency,
         });
         pool_index.push(i);
     }

@@ -10,6 +10,7 @@ use super::disagg::{DisaggPlan, PrefillStage};
 use super::input::ROLE_DROPPED;
 use super::plugins::{Filter, Picker, Plugin, PrefixSettings, Scorer};
 use crate::config::{ConfigError, EndpointPickerConfig, PluginRef, ProfileSpec, MAX_WEIGHT};
+use crate::latency::LatencySettings;
 use crate::prefix::precise::PreciseSettings;
 use crate::prefix::{PrefixConfig, PrefixIndex};
 
@@ -54,6 +55,8 @@ pub struct Profile {
 pub struct Scheduler {
     pub(crate) profiles: Vec<Profile>,
     pub(crate) prefix: PrefixSettings,
+    /// `latency-observer-producer`'s settings, or its defaults.
+    latency: LatencySettings,
     /// `precise-prefix-cache-producer`'s settings, when the config declares it.
     precise: Option<PreciseSettings>,
     pub(crate) needs_prefix: bool,
@@ -73,6 +76,7 @@ impl Default for Scheduler {
                 picker: default_picker(),
             }],
             prefix: PrefixSettings::default(),
+            latency: LatencySettings::default(),
             precise: None,
             needs_prefix: false,
             disagg: None,
@@ -95,6 +99,7 @@ impl Scheduler {
         let mut declared: Vec<(&str, &str, Plugin)> = Vec::with_capacity(cfg.plugins.len());
         let mut prefix: Option<PrefixSettings> = None;
         let mut precise: Option<PreciseSettings> = None;
+        let mut latency: Option<LatencySettings> = None;
         for spec in &cfg.plugins {
             let name = spec.effective_name();
             if declared.iter().any(|(n, _, _)| *n == name) {
@@ -115,6 +120,14 @@ impl Scheduler {
                 return Err(ConfigError::MultiplePrefixProducers {
                     plugin: name.into(),
                 });
+            }
+            if let Plugin::LatencyProducer(s) = &plugin {
+                if latency.replace(*s).is_some() {
+                    return Err(ConfigError::Syntax(alloc::format!(
+                        "plugin `{name}`: `latency-observer-producer` is declared twice \
+                         (the estimates are kept once per pool)"
+                    )));
+                }
             }
             declared.push((name, spec.plugin_type.as_str(), plugin));
         }
@@ -170,6 +183,7 @@ impl Scheduler {
         Ok(Scheduler {
             profiles,
             prefix,
+            latency: latency.unwrap_or_default(),
             precise,
             needs_prefix,
             disagg,
@@ -210,6 +224,12 @@ impl Scheduler {
     /// ([`crate::prefix::precise::token_block_keys`]) as its block hashes.
     pub fn precise_settings(&self) -> Option<&PreciseSettings> {
         self.precise.as_ref()
+    }
+
+    /// How the host keeps its measured-latency estimates (`latency-observer-producer`, or
+    /// defaults).
+    pub fn latency_settings(&self) -> LatencySettings {
+        self.latency
     }
 
     /// Prefix index settings (`approx-prefix-cache-producer`, or defaults).
@@ -296,6 +316,7 @@ fn compile_profile(
             Plugin::PrefixProducer(_)
             | Plugin::PrecisePrefixProducer(_)
             | Plugin::InflightProducer
+            | Plugin::LatencyProducer(_)
             | Plugin::SingleProfileHandler
             | Plugin::DisaggProfileHandler(_)
             | Plugin::PdDecider(_)

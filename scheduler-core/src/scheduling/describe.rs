@@ -100,9 +100,10 @@ pub(crate) fn describe(plugin_type: &'static str) -> Result<Described, ConfigErr
 /// The kind of a compiled plugin.
 fn kind(plugin: &Plugin) -> &'static str {
     match plugin {
-        Plugin::PrefixProducer(_) | Plugin::PrecisePrefixProducer(_) | Plugin::InflightProducer => {
-            "producer"
-        }
+        Plugin::PrefixProducer(_)
+        | Plugin::PrecisePrefixProducer(_)
+        | Plugin::InflightProducer
+        | Plugin::LatencyProducer(_) => "producer",
         Plugin::Filter(_) => "filter",
         Plugin::Scorer(_) => "scorer",
         Plugin::Picker(_) => "picker",
@@ -129,6 +130,10 @@ fn summary(plugin_type: &str) -> &'static str {
         "inflight-load-producer" => {
             "Counts what this proxy sent to each endpoint and has not seen finish (requests, \
              estimated tokens)."
+        }
+        "latency-observer-producer" => {
+            "Keeps, per endpoint, decaying estimates of the TTFT and time per output token this \
+             proxy measured, against the load each request met."
         }
         "utilization-filter" => {
             "Drops an endpoint when one of its metrics exceeds a condition's `maxValue` (an \
@@ -158,6 +163,10 @@ fn summary(plugin_type: &str) -> &'static str {
         "session-affinity-scorer" => {
             "1 for the endpoint that last served the request's session (the pool's \
              `sessionHeader`)."
+        }
+        "latency-observation-scorer" => {
+            "Prefers the endpoint whose measured TTFT (at its load now) is lowest: the best's \
+             cost over each one's; unmeasured endpoints score as the best."
         }
         "max-score-picker" => "Picks the highest total, ties uniformly at random.",
         "weighted-random-picker" => "Picks with a probability proportional to the total.",

@@ -12,7 +12,12 @@
 //! `waiting × queuedRequestMs + uncached_prompt_tokens × 1000 ÷ prefillTokensPerSecond`,
 //! where `uncached_prompt_tokens = prompt_tokens − matched_blocks × blockSizeTokens`
 //! (floored at 0). It is deliberately crude: it only has to rank the sticky set against the
-//! rest, and both terms are what dominates TTFT on a loaded engine.
+//! rest, and both terms are what dominates TTFT on a loaded engine. When this proxy has
+//! measured the endpoint lately ([`crate::latency`]), the estimate is the larger of that
+//! and the TTFT it measured (predicted at the endpoint's current in-flight load): a
+//! replica that holds the prefix but has slowed down (a noisy neighbour, a throttled GPU)
+//! shows no queue, yet answers late, and loses the sticky set once it is worse than the
+//! best other by more than `maxTTFTPenaltyMs`.
 
 use serde::Serialize;
 
@@ -175,6 +180,12 @@ pub(crate) fn ttft_ms(f: &PrefixAffinityFilter, ctx: &Ctx<'_, '_>, c: usize) -> 
         .unwrap_or(0);
     let cached = (ctx.matched(c) as u64).saturating_mul(u64::from(ctx.block_size_tokens));
     let uncached = ctx.req.prompt_tokens.0.saturating_sub(cached);
-    f64::from(waiting) * f.queued_request_ms
-        + uncached as f64 * 1000.0 / f.prefill_tokens_per_second
+    let formula = f64::from(waiting) * f.queued_request_ms
+        + uncached as f64 * 1000.0 / f.prefill_tokens_per_second;
+    let measured = ctx
+        .cands
+        .get(c)
+        .and_then(|cand| cand.latency)
+        .map_or(0.0, |l| l.ttft_ms);
+    formula.max(measured)
 }

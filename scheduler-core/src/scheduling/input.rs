@@ -10,6 +10,7 @@
 use alloc::vec::Vec;
 
 use super::roles::Role;
+use crate::latency::ObservedLatency;
 use crate::metrics::EndpointMetrics;
 use crate::prefix::PrefixIndex;
 use crate::types::{BlockHash, InFlight, Tokens};
@@ -40,6 +41,9 @@ pub struct Candidate<'a> {
     pub inflight: InFlight,
     /// Which phase it serves (prefill/decode disaggregation); [`Role::Both`] by default.
     pub role: Role,
+    /// The latency this proxy measured there, when its estimate counts (see
+    /// [`crate::latency`]); `None`: not measured (lately).
+    pub latency: Option<ObservedLatency>,
 }
 
 /// "How many leading blocks of `hashes` does this endpoint hold?" — the one question the

@@ -30,6 +30,19 @@
 //!    abstains and the prefix scorer decides: an earlier turn went there, and the cache
 //!    there is worth more than agreement.
 //!
+//! 5. **A sole gateway balances.** When this proxy's own in-flight requests make up at
+//!    least `soleShare` (default 0.75) of the pool's scraped `running + waiting`, no other
+//!    gateway sends the pool much: later turns of a conversation come back here, where the
+//!    prefix index keeps them on the endpoint of their first turn, and agreement with other
+//!    replicas buys nothing. The bound's factor is then `soleLoadFactor` (default 1: a
+//!    cold prefix goes to the least loaded endpoints, the heaviest of them by rendezvous
+//!    weight), so new conversations spread over the endpoints as evenly as round robin's
+//!    requests, and no endpoint collects twice its share of cold prefills. With several
+//!    gateways each carries a fraction of the load and `loadFactor` holds. The share is a
+//!    function of what every replica sees too (its own traffic against the pool's scraped
+//!    load), so gateways of one fleet switch together; with no scraped load at all (an idle
+//!    pool, or metrics unknown) the scorer keeps `loadFactor`.
+//!
 //! The choice scores 1, every other candidate 0; abstaining scores 0 everywhere. The
 //! decision record shows the key's depth, the bound, the choice and the outcome
 //! ([`PlacementNote`]).
@@ -85,6 +98,14 @@ pub const MAX_KEY_BLOCKS: u32 = 1 << 16;
 /// Largest `loadFactor` accepted (beyond it the bound never binds).
 pub const MAX_LOAD_FACTOR: f64 = 1_000.0;
 
+/// Default `soleLoadFactor`: a sole gateway sends a cold prefix to the least loaded
+/// endpoints.
+pub const DEFAULT_SOLE_LOAD_FACTOR: f64 = 1.0;
+
+/// Default `soleShare`: the share of the pool's scraped load this proxy's in-flight
+/// requests must reach for it to count as the pool's sole gateway.
+pub const DEFAULT_SOLE_SHARE: f64 = 0.75;
+
 /// `rendezvous-placement-scorer` settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PlacementScorer {
@@ -92,6 +113,11 @@ pub struct PlacementScorer {
     pub key_blocks: u32,
     /// `loadFactor`, ≥ 1: the bound on an endpoint's load, as a multiple of the mean.
     pub load_factor: f64,
+    /// `soleLoadFactor`, ≥ 1: the factor of a sole gateway (rule 5 of the module doc).
+    pub sole_load_factor: f64,
+    /// `soleShare`, in (0, 1]: this proxy's share of the pool's scraped load from which it
+    /// counts as the sole gateway.
+    pub sole_share: f64,
 }
 
 impl Default for PlacementScorer {
@@ -99,6 +125,8 @@ impl Default for PlacementScorer {
         PlacementScorer {
             key_blocks: DEFAULT_KEY_BLOCKS,
             load_factor: DEFAULT_LOAD_FACTOR,
+            sole_load_factor: DEFAULT_SOLE_LOAD_FACTOR,
+            sole_share: DEFAULT_SOLE_SHARE,
         }
     }
 }
@@ -124,6 +152,8 @@ pub struct PlacementNote {
     pub key_blocks: usize,
     /// The load bound `⌈c · (L + 1) / n⌉`.
     pub bound: u64,
+    /// Whether this proxy counted as the pool's sole gateway (`c` = `soleLoadFactor`).
+    pub sole: bool,
     /// The chosen candidate (its index), also when the scorer abstained because the prefix
     /// is known elsewhere.
     pub choice: Option<usize>,
@@ -175,6 +205,7 @@ pub(crate) fn score(
     let mut note = PlacementNote {
         key_blocks: depth,
         bound: 0,
+        sole: false,
         choice: None,
         outcome: PlacementOutcome::NoFullBlock,
     };
@@ -185,16 +216,26 @@ pub(crate) fn score(
     else {
         return note;
     };
-    let (mut total, mut n) = (0u64, 0usize);
+    let (mut total, mut n, mut own, mut scraped) = (0u64, 0usize, 0u64, 0u64);
     for c in alive() {
         total = total.saturating_add(load(ctx, c));
         n += 1;
+        if let Some(cand) = ctx.cands.get(c) {
+            own = own.saturating_add(u64::from(cand.inflight.requests));
+            scraped = scraped.saturating_add(scraped_load(cand).unwrap_or(0));
+        }
     }
     if n == 0 {
         note.outcome = PlacementOutcome::NoCandidate;
         return note;
     }
-    let bound = load_bound(p.load_factor, total, n);
+    note.sole = scraped > 0 && own as f64 >= p.sole_share * scraped as f64;
+    let factor = if note.sole {
+        p.sole_load_factor
+    } else {
+        p.load_factor
+    };
+    let bound = load_bound(factor, total, n);
     note.bound = bound;
     // Descending weight, first under the bound = the heaviest eligible candidate. Address
     // order breaks the (astronomically unlikely) tie, so every replica still agrees.
@@ -240,8 +281,13 @@ fn load(ctx: &Ctx<'_, '_>, c: usize) -> u64 {
     let Some(cand) = ctx.cands.get(c) else {
         return 0;
     };
-    let scraped = cand.metrics.map_or(0, |m| {
-        u64::from(m.running.unwrap_or(0)) + u64::from(m.waiting.unwrap_or(0))
-    });
-    scraped.max(u64::from(cand.inflight.requests))
+    scraped_load(cand)
+        .unwrap_or(0)
+        .max(u64::from(cand.inflight.requests))
+}
+
+/// A candidate's scraped `running + waiting`, when its metrics are fresh.
+fn scraped_load(cand: &super::input::Candidate<'_>) -> Option<u64> {
+    cand.metrics
+        .map(|m| u64::from(m.running.unwrap_or(0)) + u64::from(m.waiting.unwrap_or(0)))
 }

@@ -6,14 +6,16 @@
 //! | `approx-prefix-cache-producer` | producer | `blockSizeTokens` (64), `maxPrefixTokensToMatch` (131072), `lruCapacityPerServer` (31250, or the endpoint's KV capacity when known), `maxLruCapacityPerServer` (262144: no endpoint's LRU exceeds it, whatever its metrics claim; `lruCapacityPerServer` may not either) | — |
 //! | `precise-prefix-cache-producer` | producer | see [`crate::prefix::precise::settings`] (the engines' KV events; native flavour) | — |
 //! | `inflight-load-producer` | producer | none | — (the host's own counts) |
+//! | `latency-observer-producer` | producer | `smoothing` (0.2, in (0, 1]), `staleAfterMs` (10000, ≥ 1), `minSamples` (3, ≥ 1): how the measured-latency estimates are kept (see [`crate::latency`]; the defaults hold when it is not declared) | — (the proxy's own timings) |
 //! | `utilization-filter` | filter | `conditions: [{metric, maxValue}]` (metric: `kv-cache-utilization` 0..1, `waiting-queue`, `running-requests`), `fallbackOnEmpty` (false) | kept (an unknown or NaN value never exceeds) |
 //! | `prefix-cache-affinity-filter` | filter | `threshold` (0.5), `maxTTFTPenaltyMs` (1000), `prefillTokensPerSecond` (10000), `queuedRequestMs` (250), `maxWaitingQueue` (16), `maxKVCacheUtilization` (0.95) | not overloaded; queue counts as 0 in the TTFT estimate |
-//! | `rendezvous-placement-scorer` | scorer | `keyBlocks` (8, an integer ≥ 1), `loadFactor` (2, ≥ 1) | load from in-flight requests alone (see [`super::placement`]) |
+//! | `rendezvous-placement-scorer` | scorer | `keyBlocks` (8, an integer ≥ 1), `loadFactor` (2, ≥ 1), `soleLoadFactor` (1, ≥ 1), `soleShare` (0.75, in (0, 1]) | load from in-flight requests alone (see [`super::placement`]) |
 //! | `prefix-cache-scorer` | scorer | `matchLengthWeight` (0, in [0, 1]), `matchLengthScaleTokens` (8192, an integer ≥ 1) | — (the index is the proxy's own) |
 //! | `queue-scorer`, `running-requests-scorer` | scorer | none | 0, and left out of the min/max |
 //! | `kv-cache-utilization-scorer` | scorer | none | 0 (also for NaN) |
 //! | `lora-affinity-scorer` | scorer | none | 0 unless the request is for the base model (1) |
 //! | `inflight-load-scorer`, `token-load-scorer`, `session-affinity-scorer` | scorer | none | — (no scraped metric used) |
+//! | `latency-observation-scorer` | scorer | `tpotTokens` (0: TTFT alone) | an endpoint not measured lately scores as the best measured one (see [`super::score`]) |
 //! | `max-score-picker`, `weighted-random-picker`, `random-picker` | picker | `maxFallbacks` (3, at most 64) | — |
 //! | `concurrency-detector` | flow control | `maxConcurrency` (100, a quantity > 0), `concurrencyMode` (`requests` or `tokens`), `maxTokenConcurrency` (the `tokens` limit: else `maxConcurrency`, else 1,000,000), `headroom` (0, ≥ 0) | — (the proxy's own in-flight load) |
 //! | `utilization-detector` | flow control | `queueDepthThreshold` (5, > 0), `kvCacheUtilThreshold` (0.8, in (0, 1]); llm-d's `headroom` and `metricsStalenessThreshold` are checked and inert (endpoint filtering is the `utilization-filter`'s, staleness the pool's `failureMode`'s) | not saturated |
@@ -47,6 +49,7 @@ use super::roles::Phase;
 use crate::config::params::{bad, number_in, Params};
 use crate::config::{ConfigError, PluginSpec};
 use crate::flow::config::FlowPlugin;
+use crate::latency::LatencySettings;
 use crate::prefix::precise::settings::precise_producer;
 use crate::prefix::precise::PreciseSettings;
 use crate::prefix::PrefixConfig;
@@ -57,6 +60,7 @@ pub const PLUGIN_TYPES: &[&str] = &[
     "approx-prefix-cache-producer",
     "precise-prefix-cache-producer",
     "inflight-load-producer",
+    "latency-observer-producer",
     "utilization-filter",
     "prefix-cache-affinity-filter",
     "prefix-cache-scorer",
@@ -68,6 +72,7 @@ pub const PLUGIN_TYPES: &[&str] = &[
     "inflight-load-scorer",
     "token-load-scorer",
     "session-affinity-scorer",
+    "latency-observation-scorer",
     "max-score-picker",
     "weighted-random-picker",
     "random-picker",
@@ -218,6 +223,16 @@ pub enum Scorer {
     TokenLoad,
     /// `session-affinity-scorer`.
     SessionAffinity,
+    /// `latency-observation-scorer`.
+    LatencyObservation(LatencyScorer),
+}
+
+/// `latency-observation-scorer` settings (see [`super::score`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LatencyScorer {
+    /// `tpotTokens`: output tokens to weigh the measured time per output token with (the
+    /// cost is `TTFT + tpotTokens × TPOT`); 0: TTFT alone.
+    pub tpot_tokens: u32,
 }
 
 /// How a picker chooses among the totals.
@@ -258,6 +273,8 @@ pub enum Plugin {
     PrecisePrefixProducer(PreciseSettings),
     /// `inflight-load-producer` (the host tracks in-flight load; nothing to compute here).
     InflightProducer,
+    /// `latency-observer-producer`: how the host keeps its measured-latency estimates.
+    LatencyProducer(LatencySettings),
     /// A filter.
     Filter(Filter),
     /// A scorer.
@@ -299,6 +316,7 @@ impl Plugin {
                 p.only(&[])?;
                 Ok(Plugin::InflightProducer)
             }
+            "latency-observer-producer" => latency_producer(p),
             "utilization-filter" => utilization_filter(p),
             "prefix-cache-affinity-filter" => prefix_affinity_filter(p),
             "prefix-cache-scorer" => prefix_cache_scorer(p),
@@ -310,6 +328,13 @@ impl Plugin {
             "inflight-load-scorer" => scorer(Scorer::InflightLoad),
             "token-load-scorer" => scorer(Scorer::TokenLoad),
             "session-affinity-scorer" => scorer(Scorer::SessionAffinity),
+            "latency-observation-scorer" => {
+                p.only(&["tpotTokens"])?;
+                let tpot = p.u64_in("tpotTokens", 0, 0, 1 << 20)?;
+                Ok(Plugin::Scorer(Scorer::LatencyObservation(LatencyScorer {
+                    tpot_tokens: u32::try_from(tpot).unwrap_or(0),
+                })))
+            }
             "max-score-picker" => picker(p, PickerKind::MaxScore),
             "weighted-random-picker" => picker(p, PickerKind::WeightedRandom),
             "random-picker" => picker(p, PickerKind::Random),
@@ -424,6 +449,17 @@ fn prefix_producer(p: &Params<'_>) -> Result<Plugin, ConfigError> {
     }))
 }
 
+fn latency_producer(p: &Params<'_>) -> Result<Plugin, ConfigError> {
+    p.only(&["smoothing", "staleAfterMs", "minSamples"])?;
+    let d = LatencySettings::default();
+    let min = p.u64_in("minSamples", d.min_samples.into(), 1, u32::MAX.into())?;
+    Ok(Plugin::LatencyProducer(LatencySettings {
+        smoothing: p.f64_positive("smoothing", d.smoothing, 1.0)?,
+        stale_after_ms: p.u64_in("staleAfterMs", d.stale_after_ms, 1, u64::MAX)?,
+        min_samples: u32::try_from(min).unwrap_or(d.min_samples),
+    }))
+}
+
 fn prefix_cache_scorer(p: &Params<'_>) -> Result<Plugin, ConfigError> {
     p.only(&["matchLengthWeight", "matchLengthScaleTokens"])?;
     let d = PrefixCacheScorer::default();
@@ -439,12 +475,14 @@ fn prefix_cache_scorer(p: &Params<'_>) -> Result<Plugin, ConfigError> {
 }
 
 fn placement_scorer(p: &Params<'_>) -> Result<Plugin, ConfigError> {
-    p.only(&["keyBlocks", "loadFactor"])?;
+    p.only(&["keyBlocks", "loadFactor", "soleLoadFactor", "soleShare"])?;
     let d = PlacementScorer::default();
     let k = p.u64_in("keyBlocks", d.key_blocks.into(), 1, MAX_KEY_BLOCKS.into())?;
     Ok(Plugin::Scorer(Scorer::Placement(PlacementScorer {
         key_blocks: u32::try_from(k).unwrap_or(d.key_blocks),
         load_factor: p.f64_in("loadFactor", d.load_factor, 1.0, MAX_LOAD_FACTOR)?,
+        sole_load_factor: p.f64_in("soleLoadFactor", d.sole_load_factor, 1.0, MAX_LOAD_FACTOR)?,
+        sole_share: p.f64_positive("soleShare", d.sole_share, 1.0)?,
     })))
 }
 

@@ -10,8 +10,8 @@
 //! ```
 //!
 //! Only candidates still alive when scorers ran appear under `scores` and `totals`. A
-//! `rendezvous-placement-scorer` also has `"placement": {"key_blocks", "bound", "choice",
-//! "outcome"}` (see [`super::placement`]).
+//! `rendezvous-placement-scorer` also has `"placement": {"key_blocks", "bound", "sole",
+//! "choice", "outcome"}` (see [`super::placement`]).
 //!
 //! Under `disagg-profile-handler` the record also has `"prefiller"` (the prefill endpoint
 //! or null) and `"disaggregation": {"handler", "decode_profile", "prefill_profile",
@@ -270,7 +270,8 @@ impl<M: Serialize> Serialize for ScorerRecord<'_, M> {
     }
 }
 
-/// `rendezvous-placement-scorer`'s outcome: `{"key_blocks", "bound", "choice", "outcome"}`.
+/// `rendezvous-placement-scorer`'s outcome: `{"key_blocks", "bound", "sole", "choice",
+/// "outcome"}`.
 struct PlacementRecord<'r> {
     note: &'r PlacementNote,
     choice: Option<&'r str>,
@@ -278,9 +279,10 @@ struct PlacementRecord<'r> {
 
 impl Serialize for PlacementRecord<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_struct("Placement", 4)?;
+        let mut m = s.serialize_struct("Placement", 5)?;
         m.serialize_field("key_blocks", &self.note.key_blocks)?;
         m.serialize_field("bound", &self.note.bound)?;
+        m.serialize_field("sole", &self.note.sole)?;
         m.serialize_field("choice", &self.choice)?;
         m.serialize_field("outcome", &self.note.outcome)?;
         m.end()

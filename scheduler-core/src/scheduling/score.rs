@@ -24,6 +24,22 @@
 //! difference: llm-d checks `s > 0` only when `w > 0`; here a scale below 1 is always a
 //! config error.
 //!
+//! `latency-observation-scorer` reads what this proxy measured ([`crate::latency`]): each
+//! candidate's cost is its predicted TTFT for a request sent now (at its current in-flight
+//! load) plus `tpotTokens` × its measured time per output token, and its score is
+//! `(best + 1) / (cost + 1)`, costs in ms and `best` the lowest cost among the alive
+//! candidates: 1 for the fastest, ½ for one twice as slow (beyond the 1 ms that keeps
+//! sub-millisecond noise from counting). A candidate without a fresh estimate scores 1,
+//! as good as the best, so an endpoint the picker has not measured lately is tried again,
+//! and with no estimate anywhere every candidate scores 1 (the scorer has no opinion).
+//! llm-d's scorer of that name (llm-d-router, unreleased) differs: it keeps a window of
+//! TTFT samples per endpoint and predicts from its percentiles, piecewise linear in the
+//! in-flight load; normalises min-max (fastest 1, slowest 0, however close they are);
+//! tries cold endpoints at an `explorationRate`; and measures nothing but TTFT. Here the
+//! estimate is a weighted line (constant memory per endpoint), the ratio keeps endpoints
+//! within noise of each other alike, a stale estimate (not an exploration draw) makes an
+//! endpoint try again, and the time per output token can count.
+//!
 //! Missing metrics: a scorer that needs a scraped metric gives 0 to an endpoint whose value
 //! is unknown (and leaves it out of the linear ranking's min/max), so an endpoint we know
 //! nothing about is still routable but never preferred over one that reports being idle.
@@ -31,7 +47,7 @@
 
 use super::input::{Ctx, ALIVE};
 use super::placement::{self, PlacementNote};
-use super::plugins::{PrefixCacheScorer, Scorer};
+use super::plugins::{LatencyScorer, PrefixCacheScorer, Scorer};
 
 /// Clamps a raw score into [0, 1]; NaN → 0.
 pub fn clamp_score(x: f64) -> f64 {
@@ -88,8 +104,27 @@ pub(crate) fn score(
             }
         }),
         Scorer::LoraAffinity => lora(ctx, dropped_by, out),
+        Scorer::LatencyObservation(p) => observed_latency(p, ctx, dropped_by, out),
     }
     None
+}
+
+/// `latency-observation-scorer` (see the module doc).
+fn observed_latency(p: LatencyScorer, ctx: &Ctx<'_, '_>, dropped_by: &[u16], out: &mut [f64]) {
+    let cost = |c: usize| {
+        let l = ctx.cands.get(c)?.latency?;
+        Some(l.ttft_ms + f64::from(p.tpot_tokens) * l.tpot_ms.unwrap_or(0.0))
+    };
+    let best = dropped_by
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| **d == ALIVE)
+        .filter_map(|(c, _)| cost(c))
+        .fold(f64::INFINITY, f64::min);
+    each(dropped_by, out, |c| match cost(c) {
+        None => 1.0,
+        Some(v) => (best + 1.0) / (v + 1.0),
+    });
 }
 
 /// `prefix-cache-scorer`'s raw score for a candidate holding `matched_blocks` of the

@@ -374,6 +374,10 @@ fn the_codec_round_trips_and_rejects_every_truncation_and_trailing_byte() {
             Released {
                 lease: 3,
                 service: 1200,
+                timing: ResponseTiming {
+                    ttft_us: Some(41_000),
+                    tpot_us: None,
+                },
             },
         ],
     }
@@ -624,4 +628,41 @@ fn a_picks_output_sequences_reach_the_owner() {
     let mut zero = message.clone();
     zero[at..at + 4].copy_from_slice(&0u32.to_le_bytes());
     assert_eq!(ToOwner::decode(&zero), None);
+}
+
+#[test]
+fn a_released_lease_carries_its_requests_timing_to_the_owners_estimate() {
+    let mut owner = Owner::new();
+    let mut stats = FakeHost::new();
+    owner.handle(&mut stats, &hello());
+    let key = StateKey::of_config(&config());
+    let mut worker = Worker::new(1);
+    let (endpoint, lease) = turn(&mut owner, &mut worker, "a timed request");
+    let timing = ResponseTiming {
+        ttft_us: Some(73_000),
+        tpot_us: Some(4_000),
+    };
+    owner.handle(
+        &mut stats,
+        &ToOwner::Release {
+            state: key,
+            reply_queue: worker.queue,
+            leases: vec![Released {
+                timing,
+                ..Released::lease(lease)
+            }],
+        }
+        .encode()
+        .unwrap(),
+    );
+    let gauge = |name: &str| {
+        let slug = endpoint.replace(['.', ':'], "_");
+        stats
+            .gauges
+            .iter()
+            .find(|(k, _)| k.starts_with(name) && k.ends_with(&slug))
+            .map(|(_, v)| *v)
+    };
+    assert_eq!(gauge("infergate.picker.observed_ttft_us"), Some(73_000));
+    assert_eq!(gauge("infergate.picker.observed_tpot_us"), Some(4_000));
 }

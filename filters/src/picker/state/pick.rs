@@ -134,6 +134,7 @@ fn gather<'a>(
             address: state.endpoints.get(i)?,
             record: record_of(samples, state.sample_of.get(i).copied().flatten()),
             inflight: pool.load.get(i).unwrap_or_default(),
+            latency: pool.load.observed(i, now),
         })
     });
     let mut set = pool_candidates(endpoints, &state.rules, now)?;
@@ -282,7 +283,10 @@ fn record(
     let Some(address) = state.endpoints.get(endpoint).cloned() else {
         return Err(Rejection::NoEndpoints);
     };
-    let Some(mut lease) = pool.load.take(endpoint, req.inflight_tokens()) else {
+    let Some(mut lease) = pool
+        .load
+        .take(endpoint, req.inflight_tokens(), req.prompt_tokens)
+    else {
         return Err(Rejection::NoEndpoints);
     };
     if let (Some(slots), Some(memory)) = (choice.adapter_slots, state.adapters.get_mut(endpoint)) {

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::*;
-use crate::host::{HostError, SnapshotFetch, SnapshotVersion, StreamState};
+use crate::host::{HostError, ResponseHeaders, SnapshotFetch, SnapshotVersion, StreamState};
 use crate::stats::StatKey;
 use scheduler_core::request::Api;
 
@@ -202,6 +202,13 @@ impl ServedUpstream for ProbeHost<'_> {
     fn served_upstream(&self) -> Option<String> {
         self.probe.note("served");
         self.inner.served_upstream()
+    }
+}
+
+impl ResponseHeaders for ProbeHost<'_> {
+    fn response_header(&self, name: &str) -> Option<String> {
+        self.probe.note("response header read");
+        self.inner.response_header(name)
     }
 }
 

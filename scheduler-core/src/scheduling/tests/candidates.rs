@@ -145,6 +145,7 @@ fn endpoints<'a>(samples: &'a [EndpointSample], addresses: &'a [&'a str]) -> Vec
                 requests: i as u32,
                 tokens: Tokens(10 * i as u64),
             },
+            latency: None,
         })
         .collect()
 }

@@ -3,6 +3,7 @@
 
 use alloc::vec::Vec;
 
+use super::super::Candidate;
 use super::super::FilterNote;
 use super::{cand, hashes, m, req, run, sched, FakePrefix};
 use crate::metrics::EndpointMetrics;
@@ -154,6 +155,47 @@ fn affinity_is_broken_when_the_sticky_set_is_too_slow() {
         })
     );
     assert!(d.profiles()[0].alive(0) && d.profiles()[0].alive(1));
+}
+
+#[test]
+fn a_sticky_replica_measured_slow_loses_the_sticky_set_and_wins_it_back() {
+    use crate::latency::ObservedLatency;
+    let s = sched(AFFINITY);
+    let idle = m(0, 0, 0.1); // no queue anywhere: only the measurement shows the slowdown
+    let measured = |ttft_ms: f64| {
+        Some(ObservedLatency {
+            ttft_ms,
+            tpot_ms: None,
+        })
+    };
+    let h = hashes(10);
+    let prefix = FakePrefix::with(&[("warm", 10)]);
+    let at = |warm_ttft: f64| {
+        let c = [
+            Candidate {
+                latency: measured(warm_ttft),
+                ..cand("warm", Some(&idle))
+            },
+            Candidate {
+                latency: measured(20.0),
+                ..cand("cold", Some(&idle))
+            },
+        ];
+        let d = s.schedule(&req(&h), &c, &prefix, 1, Millis(0));
+        d.profiles()[0].filter_note(0).copied()
+    };
+    // cold: 640 uncached tokens at 1000 tok/s = 640 ms (above its measured 20 ms).
+    // Measured 1100 ms on the warm replica: 460 ms worse, within 500: still sticky.
+    assert!(matches!(at(1_100.0), Some(FilterNote::Sticky { .. })));
+    assert_eq!(
+        at(1_200.0),
+        Some(FilterNote::AffinityBroken {
+            sticky_ttft_ms: 1_200.0,
+            best_other_ttft_ms: 640.0
+        })
+    );
+    // Recovered: its formula estimate (0 uncached tokens) and its measurement are small.
+    assert!(matches!(at(15.0), Some(FilterNote::Sticky { .. })));
 }
 
 #[test]

@@ -70,6 +70,7 @@ pub(super) fn cand<'a>(address: &'a str, metrics: Option<&'a EndpointMetrics>) -
         metrics,
         inflight: InFlight::default(),
         role: super::Role::Both,
+        latency: None,
     }
 }
 

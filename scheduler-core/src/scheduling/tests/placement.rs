@@ -262,6 +262,58 @@ fn keys_spread_over_the_pool() {
     assert!(counts.iter().all(|n| (400..=600).contains(n)), "{counts:?}");
 }
 
+/// Place `keys` cold prompts one after another, each staying in flight, over 4 endpoints
+/// whose scraped load is `scraped_per_own` × this proxy's in-flight requests (1: this
+/// proxy is the only gateway; 4: it carries a quarter). Requests placed per endpoint, and
+/// whether the last placement counted as sole.
+fn place_in_turn(keys: u64, scraped_per_own: u32) -> ([u32; 4], bool) {
+    let s = placement("");
+    let mut placed = [0u32; 4];
+    let mut sole = false;
+    for key in 1..=keys {
+        let ms: Vec<EndpointMetrics> = placed
+            .iter()
+            .map(|p| m(0, p * scraped_per_own, 0.1))
+            .collect();
+        let c: Vec<Candidate<'_>> = ADDRS
+            .iter()
+            .zip(&ms)
+            .zip(&placed)
+            .map(|((a, mm), p)| Candidate {
+                inflight: InFlight {
+                    requests: *p,
+                    ..InFlight::default()
+                },
+                ..cand(a, Some(mm))
+            })
+            .collect();
+        let blocks = [BlockHash(key.wrapping_mul(0x9e37_79b9_7f4a_7c15))];
+        let d = s.schedule(&req(&blocks), &c, &FakePrefix::default(), 7, Millis(0));
+        let note = d.profiles()[0].placement(0).copied().expect("a note");
+        sole = note.sole;
+        let i = note.choice.expect("a choice");
+        placed[i] += 1;
+    }
+    (placed, sole)
+}
+
+#[test]
+fn a_sole_gateway_spreads_cold_prefixes_as_evenly_as_round_robin() {
+    let (placed, sole) = place_in_turn(16, 1);
+    assert!(sole);
+    assert_eq!(placed, [4, 4, 4, 4]);
+}
+
+#[test]
+fn one_of_several_gateways_keeps_the_wide_bound() {
+    // A quarter of the pool's load: `loadFactor` 2 lets rendezvous variance through, which
+    // is what keeps replicas agreeing.
+    let (placed, sole) = place_in_turn(16, 4);
+    assert!(!sole);
+    assert_ne!(placed, [4, 4, 4, 4], "{placed:?}");
+    assert!(placed.iter().all(|p| *p <= 8), "{placed:?}");
+}
+
 fn addresses(n: usize) -> Vec<String> {
     (0..n)
         .map(|i| format!("10.1.{}.{}:8000", i / 250, i % 250))
@@ -316,7 +368,11 @@ proptest! {
             u64::from(r + w).max(u64::from(f))
         };
         let total: u64 = (0..loads.len()).map(load).sum();
-        let bound = load_bound(factor, total, loads.len());
+        // A proxy carrying ≥ 75% of the scraped load is the sole gateway: factor 1.
+        let own: u64 = loads.iter().map(|l| u64::from(l.2)).sum();
+        let scraped: u64 = loads.iter().map(|l| u64::from(l.0 + l.1)).sum();
+        let sole = scraped > 0 && own as f64 >= 0.75 * scraped as f64;
+        let bound = load_bound(if sole { 1.0 } else { factor }, total, loads.len());
         let pick = chosen(&s, &[BlockHash(key)], &c, &FakePrefix::default()).0.unwrap();
         let i = addrs.iter().position(|a| a == pick).unwrap();
         prop_assert!(load(i) < bound);

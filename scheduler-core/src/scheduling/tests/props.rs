@@ -147,6 +147,7 @@ proptest! {
             metrics: m.as_ref(),
             inflight: InFlight { requests: *r, tokens: Tokens(*t) },
             role: crate::scheduling::Role::Both,
+            latency: None,
         }).collect();
         let prefix = FakePrefix(endpoints.iter().zip(&addresses).map(|((_, _, _, n), a)| (a.clone(), *n)).collect());
         let hashes: Vec<_> = (0..blocks).map(crate::types::BlockHash).collect();

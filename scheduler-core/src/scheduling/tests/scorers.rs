@@ -157,6 +157,7 @@ fn loaded(address: &str, requests: u32, tokens: u64) -> Candidate<'_> {
             tokens: Tokens(tokens),
         },
         role: crate::scheduling::Role::Both,
+        latency: None,
     }
 }
 
@@ -213,5 +214,46 @@ fn linear_scorers_rank_only_the_remaining_candidates() {
     assert_eq!(
         [p.raw_score(0, 0), p.raw_score(0, 1), p.raw_score(0, 2)],
         [None, Some(1.0), Some(0.0)]
+    );
+}
+
+#[test]
+fn latency_observation_scorer_is_the_best_cost_over_each_ones() {
+    use crate::latency::ObservedLatency;
+    let with = |address, ttft_ms: f64, tpot_ms: Option<f64>| Candidate {
+        latency: Some(ObservedLatency { ttft_ms, tpot_ms }),
+        ..cand(address, None)
+    };
+    let c = [
+        with("fast", 9.0, Some(1.0)),
+        with("slow", 19.0, Some(0.0)),
+        cand("unmeasured", None),
+    ];
+    let h = hashes(2);
+    let scores = raw(
+        "latency-observation-scorer",
+        &req(&h),
+        &c,
+        &FakePrefix::default(),
+    );
+    assert_eq!(scores, [1.0, 0.5, 1.0]);
+    // `tpotTokens` 20: fast costs 9 + 20 = 29, slow 19.
+    let s = super::sched(
+        r#"{"plugins": [{"type": "latency-observation-scorer", "parameters": {"tpotTokens": 20}}]}"#,
+    );
+    let d = s.schedule(&req(&h), &c, &FakePrefix::default(), 0, Millis(0));
+    let p = &d.profiles()[0];
+    assert_eq!(p.raw_score(0, 0), Some(20.0 / 30.0));
+    assert_eq!(p.raw_score(0, 1), Some(1.0));
+    // Nothing measured: no opinion.
+    let none = [cand("a", None), cand("b", None)];
+    assert_eq!(
+        raw(
+            "latency-observation-scorer",
+            &req(&h),
+            &none,
+            &FakePrefix::default()
+        ),
+        [1.0, 1.0]
     );
 }
