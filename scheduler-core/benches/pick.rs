@@ -142,6 +142,7 @@ mod imp {
                 inflight: InFlight {
                     requests: (i % 5) as u32,
                     tokens: Tokens((i % 5) as u64 * 9000),
+                    prefilling: 0,
                 },
                 role: scheduler_core::scheduling::Role::Both,
                 latency: None,

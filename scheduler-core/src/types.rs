@@ -37,4 +37,8 @@ pub struct InFlight {
     pub requests: u32,
     /// Estimated tokens (prompt + expected output) of those requests.
     pub tokens: Tokens,
+    /// Those of the requests whose response has not started yet: prefills in progress (or
+    /// waiting in the engine's queue).
+    #[serde(default)]
+    pub prefilling: u32,
 }

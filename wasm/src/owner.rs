@@ -186,6 +186,8 @@ pub struct WorkerLink {
     arrived: BTreeMap<u64, Arrived>,
     /// Leases of requests that ended, to give back with the next pick or tick.
     releases: Vec<Released>,
+    /// Leases whose responses started, to report the same way.
+    started: Vec<u64>,
     /// When a message that names this link (a pick or a release) last went to the owner.
     last_sent_ms: u64,
     next_ticket: u64,
@@ -229,6 +231,7 @@ impl WorkerLink {
             pending: BTreeMap::new(),
             arrived: BTreeMap::new(),
             releases: Vec::new(),
+            started: Vec::new(),
             last_sent_ms: 0,
             next_ticket: 0,
             fallbacks: StatKey::new(OWNER_FALLBACKS, &[]),
@@ -361,6 +364,7 @@ impl WorkerLink {
             pool,
             prepared: prepared.clone(),
             releases: self.releases.clone(),
+            started: self.started.clone(),
         };
         let sent = match pick.encode() {
             Some(message) => self
@@ -371,6 +375,7 @@ impl WorkerLink {
         };
         let message = sent.inspect_err(|why| self.fall_back(why))?;
         self.releases.clear();
+        self.started.clear();
         self.next_ticket = ticket;
         let now = hostcalls::current_time_nanos().unwrap_or(0) / 1_000_000;
         self.last_sent_ms = now;
@@ -392,6 +397,11 @@ impl WorkerLink {
         self.releases.push(released);
     }
 
+    /// Report that the response of `lease` started: with the next pick, or at the next tick.
+    fn started(&mut self, lease: u64) {
+        self.started.push(lease);
+    }
+
     /// Send the leases waiting to go back, if any (best effort: a lost release is logged;
     /// the owner then counts that request in flight until this link falls silent).
     pub fn flush_releases(&mut self) {
@@ -406,18 +416,21 @@ impl WorkerLink {
     /// reached an owner holds no lease and stays quiet.
     pub fn on_tick(&mut self, now_ms: u64) {
         let silent = now_ms.saturating_sub(self.last_sent_ms) >= HEARTBEAT_MS;
-        if !self.releases.is_empty() || (silent && self.last_sent_ms > 0) {
+        let waiting = !self.releases.is_empty() || !self.started.is_empty();
+        if waiting || (silent && self.last_sent_ms > 0) {
             self.send_release();
         }
     }
 
     fn send_release(&mut self) {
         let leases = std::mem::take(&mut self.releases);
+        let started = std::mem::take(&mut self.started);
         let heartbeat = leases.is_empty();
         let message = ToOwner::Release {
             state: self.state,
             reply_queue: self.reply_queue,
             leases,
+            started,
         };
         let sent = match message.encode() {
             Some(bytes) => self.send_bytes(&bytes),
@@ -674,6 +687,15 @@ impl RemotePicks for WasmPickerStore {
             if lease.flow_controlled {
                 lease.service = service().unwrap_or(0);
             }
+        }
+    }
+
+    fn report_started(&self, lease: &mut dyn std::any::Any) {
+        let Some(lease) = lease.downcast_ref::<RemoteLease>() else {
+            return;
+        };
+        if let Ok(mut link) = lease.link.try_borrow_mut() {
+            link.started(lease.lease);
         }
     }
 

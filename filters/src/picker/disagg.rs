@@ -382,6 +382,7 @@ mod pick_tests {
             pool,
             prepared: prepared.clone(),
             releases: Vec::new(),
+            started: Vec::new(),
         };
         let (_, answer) = owner
             .handle(&mut owner_host, &pick.encode().unwrap())

@@ -1,4 +1,9 @@
-//! In-flight accounting that cannot leak or double count.
+//! In-flight accounting that cannot leak or double count, and what was measured there.
+//!
+//! Per endpoint slot: requests and estimated tokens in flight, those of them whose
+//! response has not started (prefills in progress: [`InFlightLease::response_started`]),
+//! and the latency measured at the slot's address ([`InFlightLease::observe`], a leaf lock
+//! per slot).
 //!
 //! Each pool keeps its endpoints' in-flight load in a [`PoolLoad`]: counters shared by
 //! `Arc` between the pool and every lease it issued (tower's `PendingRequests` handle is
@@ -81,6 +86,8 @@ pub(super) fn pool_inflight_key(pool: &str) -> StatKey {
 struct EndpointLoad {
     requests: AtomicU32,
     tokens: AtomicU64,
+    /// Requests counted in `requests` whose response has not started.
+    prefilling: AtomicU32,
     /// Gauge decrements owed by leases dropped without [`InFlightLease::end`].
     owed: AtomicU32,
     /// The slot's stat keys (`None`: never assigned). A leaf lock: held only to clone or
@@ -199,6 +206,7 @@ impl PoolLoad {
         self.endpoints.get(endpoint).map(|e| InFlight {
             requests: e.requests.load(Ordering::Relaxed),
             tokens: Tokens(e.tokens.load(Ordering::Relaxed)),
+            prefilling: e.prefilling.load(Ordering::Relaxed),
         })
     }
 
@@ -229,6 +237,7 @@ impl PoolLoad {
         let e = self.endpoints.get(endpoint)?;
         let before = e.requests.fetch_add(1, Ordering::SeqCst);
         e.tokens.fetch_add(tokens.0, Ordering::Relaxed);
+        e.prefilling.fetch_add(1, Ordering::Relaxed);
         Some(InFlightLease {
             load: Arc::clone(self),
             endpoint,
@@ -238,7 +247,19 @@ impl PoolLoad {
             adapter: None,
             inflight_at_dispatch: before,
             prompt,
+            prefilling: true,
         })
+    }
+
+    /// Take one request off endpoint `endpoint`'s prefills in progress.
+    fn prefill_done(&self, endpoint: usize) {
+        if let Some(e) = self.endpoints.get(endpoint) {
+            let _ = e
+                .prefilling
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    Some(n.saturating_sub(1))
+                });
+        }
     }
 
     fn give_back(&self, endpoint: usize, tokens: Tokens) {
@@ -317,6 +338,9 @@ pub struct InFlightLease {
     inflight_at_dispatch: u32,
     /// The request's estimated prompt tokens.
     prompt: Tokens,
+    /// Whether the request counts in its endpoint's prefills in progress (its response has
+    /// not started).
+    prefilling: bool,
 }
 
 impl InFlightLease {
@@ -339,6 +363,14 @@ impl InFlightLease {
         self.load.pay_owed(stats);
         self.load.add_gauges(self.keys.as_deref(), 1, stats);
         self.gauged = true;
+    }
+
+    /// The request's response started (its first chunk passed): it no longer counts in
+    /// its endpoint's prefills in progress. Later calls do nothing.
+    pub fn response_started(&mut self) {
+        if std::mem::take(&mut self.prefilling) {
+            self.load.prefill_done(self.endpoint);
+        }
     }
 
     /// The request ended at `now` having measured `timing` of its endpoint: fold it into
@@ -396,6 +428,10 @@ impl InFlightLease {
         };
         to.requests.fetch_add(1, Ordering::SeqCst);
         to.tokens.fetch_add(self.tokens.0, Ordering::Relaxed);
+        if self.prefilling {
+            to.prefilling.fetch_add(1, Ordering::Relaxed);
+            self.load.prefill_done(self.endpoint);
+        }
         let to_keys = to.keys();
         self.load.give_back(self.endpoint, self.tokens);
         if self.gauged {
@@ -433,6 +469,7 @@ impl Drop for InFlightLease {
         if self.gauged {
             self.load.owe(self.endpoint);
         }
+        self.response_started();
         self.load.give_back(self.endpoint, self.tokens);
     }
 }

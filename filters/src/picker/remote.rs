@@ -156,6 +156,9 @@ pub enum ToOwner {
         prepared: PreparedPick,
         /// Lease ids of [`ToWorker::Picked`] whose requests ended.
         releases: Vec<Released>,
+        /// Lease ids of [`ToWorker::Picked`] whose responses started (their prefills are
+        /// over), sent the same way.
+        started: Vec<u64>,
     },
     /// The requests holding `leases` ended: give their in-flight load back (a worker with
     /// no pick to send them with sends them on its next tick, or at once when a lease
@@ -168,6 +171,8 @@ pub enum ToOwner {
         reply_queue: u32,
         /// Lease ids of [`ToWorker::Picked`], with the service their requests received.
         leases: Vec<Released>,
+        /// Lease ids of [`ToWorker::Picked`] whose responses started.
+        started: Vec<u64>,
     },
     /// The request holding `lease` was served by `endpoint`, not where it was picked (a
     /// retry took a fallback): if it is a current member of the lease's pool, move the lease
@@ -293,25 +298,31 @@ impl ToOwner {
                 pool,
                 prepared,
                 releases,
+                started,
             } => {
-                out.reserve(64 + 8 * (prepared.block_hashes().len() + releases.len()));
+                out.reserve(
+                    64 + 8 * (prepared.block_hashes().len() + 4 * releases.len() + started.len()),
+                );
                 out.push(PICK);
                 out.extend_from_slice(&state.0.to_le_bytes());
                 out.extend_from_slice(&reply_queue.to_le_bytes());
                 out.extend_from_slice(&ticket.to_le_bytes());
                 out.extend_from_slice(&u32::try_from(pool.0).ok()?.to_le_bytes());
                 put_released(&mut out, releases)?;
+                put_u64s(&mut out, started.iter().copied())?;
                 prepared.encode_into(&mut out)?;
             }
             ToOwner::Release {
                 state,
                 reply_queue,
                 leases,
+                started,
             } => {
                 out.push(RELEASE);
                 out.extend_from_slice(&state.0.to_le_bytes());
                 out.extend_from_slice(&reply_queue.to_le_bytes());
                 put_released(&mut out, leases)?;
+                put_u64s(&mut out, started.iter().copied())?;
             }
             ToOwner::Cancel {
                 state,
@@ -361,12 +372,14 @@ impl ToOwner {
                 ticket: r.u64()?,
                 pool: PoolId(usize::try_from(r.u32()?).ok()?),
                 releases: read_released(&mut r)?,
+                started: r.u64s()?,
                 prepared: PreparedPick::decode_from(&mut r)?,
             },
             RELEASE => ToOwner::Release {
                 state,
                 reply_queue: r.u32()?,
                 leases: read_released(&mut r)?,
+                started: r.u64s()?,
             },
             CANCEL => ToOwner::Cancel {
                 state,
@@ -622,14 +635,22 @@ impl Owner {
                 pool,
                 prepared,
                 releases,
+                started,
             } => {
+                self.started(state, &started);
                 self.release_all(host, state, &releases, &mut answers);
                 answers.push((
                     reply_queue,
                     self.pick(host, state, reply_queue, ticket, pool, prepared),
                 ));
             }
-            ToOwner::Release { state, leases, .. } => {
+            ToOwner::Release {
+                state,
+                leases,
+                started,
+                ..
+            } => {
+                self.started(state, &started);
                 self.release_all(host, state, &leases, &mut answers);
             }
             ToOwner::Cancel {
@@ -948,6 +969,19 @@ impl Owner {
         }
         admitted.release();
         Some(plan)
+    }
+
+    /// The responses of `leases` started: their requests leave their endpoints' prefills in
+    /// progress. Unknown leases (released meanwhile) are ignored.
+    fn started(&mut self, key: StateKey, leases: &[u64]) {
+        let Some(state) = self.states.get_mut(&key) else {
+            return;
+        };
+        for lease in leases {
+            if let Some(kept) = state.leases.get_mut(lease) {
+                kept.lease.response_started();
+            }
+        }
     }
 
     /// The request of `lease` was served by `endpoint`: if it is a current member of the

@@ -112,6 +112,12 @@ pub trait RemotePicks {
         let _ = (lease, service);
     }
 
+    /// The response of the request holding `lease` started: tell the state, for which the
+    /// request no longer counts among its endpoint's prefills in progress. Best effort.
+    fn report_started(&self, lease: &mut dyn Any) {
+        let _ = lease;
+    }
+
     /// The request holding `lease` ends having measured `timing` of its endpoint, for the
     /// lease to carry back to the state's latency estimates.
     fn report_timing(&self, lease: &mut dyn Any, timing: ResponseTiming) {
@@ -213,6 +219,8 @@ pub struct Picking {
     router_in_pipeline: bool,
     /// The response's clock, from the moment the request was routed.
     timer: Option<ResponseTimer>,
+    /// The response's first chunk passed (its prefill is over).
+    started: bool,
 }
 
 impl Picking {
@@ -821,10 +829,23 @@ impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickSta
         });
     }
 
-    /// Count a streamed response's chunks; the first one's time is its endpoint's TTFT.
+    /// Count a streamed response's chunks; the first one's time is its endpoint's TTFT,
+    /// and the first chunk of any response ends the request's prefill in progress.
     fn on_response_chunk(&self, cx: &mut RequestContext, host: &mut H, _end_of_stream: bool) {
-        if let Some(timer) = cx.get_mut::<Picking>().and_then(|p| p.timer.as_mut()) {
+        let Some(picking) = cx.get_mut::<Picking>() else {
+            return;
+        };
+        if let Some(timer) = &mut picking.timer {
             timer.chunk(|| host.now());
+        }
+        if std::mem::replace(&mut picking.started, true) {
+            return;
+        }
+        if let Some(lease) = &mut picking.lease {
+            lease.response_started();
+        } else if let (Some(remote), Some(lease)) = (self.store.remote(), &mut picking.remote_lease)
+        {
+            remote.report_started(lease.as_mut());
         }
     }
 

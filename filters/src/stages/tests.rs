@@ -289,6 +289,7 @@ mod remote_store {
                 state: StateKey::of_config(CONFIG.as_bytes()),
                 reply_queue: 1,
                 leases: vec![crate::picker::remote::Released::lease(lease)],
+                started: Vec::new(),
             };
             let mut host = self.owner_host.borrow_mut();
             self.owner
@@ -323,6 +324,7 @@ mod remote_store {
                 pool,
                 prepared: prepared.clone(),
                 releases: Vec::new(),
+                started: Vec::new(),
             };
             if !self.silent {
                 let mut host = self.owner_host.borrow_mut();
@@ -611,4 +613,34 @@ fn a_response_that_is_not_streamed_measures_no_ttft() {
         state.observed_latency(pool, "10.0.0.1:8000", Millis(3_900)),
         None
     );
+}
+
+#[test]
+fn a_request_counts_as_prefilling_until_its_response_starts() {
+    let (picker, shared) = picker_pipeline();
+    let prefilling = |shared: &SharedPicker| {
+        let state = shared.state();
+        let pool = state.pool_for_base_model("llama").unwrap();
+        state.inflight(pool, "10.0.0.1:8000").unwrap().prefilling
+    };
+    let mut host = FakeHost::new().post("/v1/chat/completions", BODY);
+    host.request_headers
+        .push((BASE_MODEL.to_owned(), "llama".to_owned()));
+    let mut run = Run::new();
+    run.request_headers(&picker, &mut host, false);
+    let len = host.body.len();
+    run.request_body(&picker, &mut host, len, true);
+    assert_eq!(prefilling(&shared), 1);
+    run.response_headers(&picker, &mut host, false);
+    assert_eq!(
+        prefilling(&shared),
+        1,
+        "headers come before the first token"
+    );
+    run.response_chunk(&picker, &mut host, false);
+    assert_eq!(prefilling(&shared), 0);
+    run.response_chunk(&picker, &mut host, true);
+    run.end(&picker, &mut host);
+    assert_eq!(prefilling(&shared), 0);
+    assert_eq!(counted(&shared), 0);
 }

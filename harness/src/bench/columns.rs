@@ -76,12 +76,43 @@ impl Columns {
                 .map(|s| format!("{:.1} ms", s.ttft_p50_s * 1000.0))
                 .collect(),
         ));
+        // First turns: the cold prefills, where a router's tail comes from.
+        let first: Vec<(Summary, BTreeMap<String, u64>)> = self
+            .reports
+            .iter()
+            .map(|r| {
+                let first: Vec<load::RequestRecord> =
+                    r.records.iter().filter(|r| r.turn == 0).cloned().collect();
+                (
+                    Summary::from_records(&r.summary.label, &first, 0.0),
+                    spread(&first),
+                )
+            })
+            .collect();
+        rows.push((
+            "turn 1: TTFT p50 / p90 / p99".into(),
+            first
+                .iter()
+                .map(|(s, _)| {
+                    format!(
+                        "{:.0} / {:.0} / {:.0} ms",
+                        s.ttft_p50_s * 1000.0,
+                        s.ttft_p90_s * 1000.0,
+                        s.ttft_p99_s * 1000.0
+                    )
+                })
+                .collect(),
+        ));
         rows.extend(replicas.iter().map(|rep| {
             let cells = spreads
                 .iter()
-                .map(|s| s.get(*rep).copied().unwrap_or(0).to_string())
+                .zip(&first)
+                .map(|(s, (_, f))| {
+                    let turn1 = f.get(*rep).copied().unwrap_or(0);
+                    format!("{} ({turn1})", s.get(*rep).copied().unwrap_or(0))
+                })
                 .collect();
-            (format!("requests on {rep}"), cells)
+            (format!("requests (turn 1) on {rep}"), cells)
         }));
         if !rows.is_empty() {
             out.push('\n');

@@ -34,14 +34,18 @@
 //!    least `soleShare` (default 0.75) of the pool's scraped `running + waiting`, no other
 //!    gateway sends the pool much: later turns of a conversation come back here, where the
 //!    prefix index keeps them on the endpoint of their first turn, and agreement with other
-//!    replicas buys nothing. The bound's factor is then `soleLoadFactor` (default 1: a
-//!    cold prefix goes to the least loaded endpoints, the heaviest of them by rendezvous
-//!    weight), so new conversations spread over the endpoints as evenly as round robin's
-//!    requests, and no endpoint collects twice its share of cold prefills. With several
-//!    gateways each carries a fraction of the load and `loadFactor` holds. The share is a
-//!    function of what every replica sees too (its own traffic against the pool's scraped
-//!    load), so gateways of one fleet switch together; with no scraped load at all (an idle
-//!    pool, or metrics unknown) the scorer keeps `loadFactor`.
+//!    replicas buys nothing. The choice is then the candidate with the fewest prefills in
+//!    progress (this proxy's requests there whose response has not started), then the
+//!    least load, then the heaviest rendezvous weight; the bound is not applied. New
+//!    conversations spread over the endpoints as evenly as round robin's requests, and two
+//!    cold prefills meet on one endpoint only when every endpoint has one. That matters
+//!    because conversations placed together run in step: those that started on one
+//!    endpoint together end together, and least-load alone would send all their
+//!    successors' cold prompts back there at once. With several gateways each carries a
+//!    fraction of the load and the bounded rendezvous holds. The share is a function of
+//!    what every replica sees too (its own traffic against the pool's scraped load), so
+//!    gateways of one fleet keep the shared rule together; with no scraped load at all (an
+//!    idle pool, or metrics unknown) the scorer keeps it.
 //!
 //! The choice scores 1, every other candidate 0; abstaining scores 0 everywhere. The
 //! decision record shows the key's depth, the bound, the choice and the outcome
@@ -98,10 +102,6 @@ pub const MAX_KEY_BLOCKS: u32 = 1 << 16;
 /// Largest `loadFactor` accepted (beyond it the bound never binds).
 pub const MAX_LOAD_FACTOR: f64 = 1_000.0;
 
-/// Default `soleLoadFactor`: a sole gateway sends a cold prefix to the least loaded
-/// endpoints.
-pub const DEFAULT_SOLE_LOAD_FACTOR: f64 = 1.0;
-
 /// Default `soleShare`: the share of the pool's scraped load this proxy's in-flight
 /// requests must reach for it to count as the pool's sole gateway.
 pub const DEFAULT_SOLE_SHARE: f64 = 0.75;
@@ -113,8 +113,6 @@ pub struct PlacementScorer {
     pub key_blocks: u32,
     /// `loadFactor`, ≥ 1: the bound on an endpoint's load, as a multiple of the mean.
     pub load_factor: f64,
-    /// `soleLoadFactor`, ≥ 1: the factor of a sole gateway (rule 5 of the module doc).
-    pub sole_load_factor: f64,
     /// `soleShare`, in (0, 1]: this proxy's share of the pool's scraped load from which it
     /// counts as the sole gateway.
     pub sole_share: f64,
@@ -125,7 +123,6 @@ impl Default for PlacementScorer {
         PlacementScorer {
             key_blocks: DEFAULT_KEY_BLOCKS,
             load_factor: DEFAULT_LOAD_FACTOR,
-            sole_load_factor: DEFAULT_SOLE_LOAD_FACTOR,
             sole_share: DEFAULT_SOLE_SHARE,
         }
     }
@@ -152,7 +149,8 @@ pub struct PlacementNote {
     pub key_blocks: usize,
     /// The load bound `⌈c · (L + 1) / n⌉`.
     pub bound: u64,
-    /// Whether this proxy counted as the pool's sole gateway (`c` = `soleLoadFactor`).
+    /// Whether this proxy counted as the pool's sole gateway (rule 5: the bound was not
+    /// applied).
     pub sole: bool,
     /// The chosen candidate (its index), also when the scorer abstained because the prefix
     /// is known elsewhere.
@@ -230,24 +228,28 @@ pub(crate) fn score(
         return note;
     }
     note.sole = scraped > 0 && own as f64 >= p.sole_share * scraped as f64;
-    let factor = if note.sole {
-        p.sole_load_factor
-    } else {
-        p.load_factor
-    };
-    let bound = load_bound(factor, total, n);
+    let bound = load_bound(p.load_factor, total, n);
     note.bound = bound;
-    // Descending weight, first under the bound = the heaviest eligible candidate. Address
-    // order breaks the (astronomically unlikely) tie, so every replica still agrees.
-    let mut best: Option<(u64, &str, usize)> = None;
+    // Fleet: descending weight, first under the bound = the heaviest eligible candidate.
+    // Sole: the fewest prefills in progress, then the least load, then the heaviest weight.
+    // Address order breaks the (astronomically unlikely) tie, so every replica still agrees.
+    let rank = |c: usize, w: u64| {
+        let prefilling = ctx.cands.get(c).map_or(0, |cand| cand.inflight.prefilling);
+        if note.sole {
+            (u64::MAX - u64::from(prefilling), u64::MAX - load(ctx, c), w)
+        } else {
+            (0, 0, w)
+        }
+    };
+    let mut best: Option<((u64, u64, u64), &str, usize)> = None;
     for c in alive() {
-        if load(ctx, c).saturating_add(1) > bound {
+        if !note.sole && load(ctx, c).saturating_add(1) > bound {
             continue;
         }
         let address = ctx.cands.get(c).map_or("", |cand| cand.address);
-        let w = rendezvous_weight(key, address);
-        if best.is_none_or(|(bw, ba, _)| (w, address) > (bw, ba)) {
-            best = Some((w, address, c));
+        let r = rank(c, rendezvous_weight(key, address));
+        if best.is_none_or(|(br, ba, _)| (r, address) > (br, ba)) {
+            best = Some((r, address, c));
         }
     }
     let Some((_, _, choice)) = best else {

@@ -100,6 +100,7 @@ impl Worker {
             pool,
             prepared: prepared.clone(),
             releases: Vec::new(),
+            started: Vec::new(),
         };
         (req, self.next_ticket, message.encode().unwrap())
     }
@@ -171,6 +172,7 @@ fn conversations_keep_their_endpoint_whichever_worker_carries_each_turn() {
                     state: key,
                     reply_queue: worker.queue,
                     leases: vec![Released::lease(lease)],
+                    started: Vec::new(),
                 }
                 .encode()
                 .unwrap(),
@@ -205,6 +207,7 @@ fn in_flight_load_is_counted_once_for_every_worker_and_released_once() {
             state: key,
             reply_queue: 1,
             leases: vec![Released::lease(lease)],
+            started: Vec::new(),
         }
         .encode()
         .unwrap()
@@ -248,6 +251,7 @@ fn a_pick_gives_back_the_leases_it_carries_before_it_picks() {
             Released::lease(second),
             Released::lease(999),
         ],
+        started: Vec::new(),
     };
     let mut owner_host = FakeHost::new().now(NOW).snapshot(1, snapshot());
     let answer = owner.handle(&mut owner_host, &carrying.encode().unwrap());
@@ -291,6 +295,7 @@ fn a_pick_for_a_pool_the_state_lacks_is_rejected_and_answered_503() {
         pool: PoolId(5),
         prepared,
         releases: Vec::new(),
+        started: Vec::new(),
     };
     let (_, answer) = owner
         .handle(&mut stats, &wrong_pool.encode().unwrap())
@@ -380,6 +385,7 @@ fn the_codec_round_trips_and_rejects_every_truncation_and_trailing_byte() {
                 },
             },
         ],
+        started: vec![4, 5],
     }
     .encode()
     .unwrap();
@@ -502,6 +508,7 @@ fn a_request_a_fallback_served_moves_its_lease_at_the_owner() {
         state,
         reply_queue: 1,
         leases: vec![Released::lease(lease)],
+        started: Vec::new(),
     };
     owner.handle(&mut owner_host, &release.encode().unwrap());
     assert_eq!(owner.inflight(state, PoolId(0), other).unwrap().requests, 0);
@@ -588,6 +595,7 @@ fn the_owner_remembers_the_adapter_a_lease_holds_until_a_worker_releases_it() {
         state: key,
         reply_queue: 1,
         leases: vec![Released::lease(lease)],
+        started: Vec::new(),
     };
     owner.handle(&mut owner_host, &release.encode().unwrap());
     assert_eq!(owner.leases(), 0);
@@ -622,8 +630,8 @@ fn a_picks_output_sequences_reach_the_owner() {
     );
     assert_eq!(req.inflight_tokens().0, req.prompt_tokens.0 + 3200);
     // The sequences follow the output cap: tag 1, state 8, queue 4, ticket 8, pool 4,
-    // released count 4, then now 8, random 8, prompt 8, flags 1, cap 8.
-    let at = 1 + 8 + 4 + 8 + 4 + 4 + 8 + 8 + 8 + 1 + 8;
+    // released count 4, started count 4, then now 8, random 8, prompt 8, flags 1, cap 8.
+    let at = 1 + 8 + 4 + 8 + 4 + 4 + 4 + 8 + 8 + 8 + 1 + 8;
     assert_eq!(message.get(at..at + 4), Some(&8u32.to_le_bytes()[..]));
     let mut zero = message.clone();
     zero[at..at + 4].copy_from_slice(&0u32.to_le_bytes());
@@ -651,6 +659,7 @@ fn a_released_lease_carries_its_requests_timing_to_the_owners_estimate() {
                 timing,
                 ..Released::lease(lease)
             }],
+            started: Vec::new(),
         }
         .encode()
         .unwrap(),
@@ -665,4 +674,39 @@ fn a_released_lease_carries_its_requests_timing_to_the_owners_estimate() {
     };
     assert_eq!(gauge("infergate.picker.observed_ttft_us"), Some(73_000));
     assert_eq!(gauge("infergate.picker.observed_tpot_us"), Some(4_000));
+}
+
+#[test]
+fn a_started_notice_ends_the_prefill_the_owner_counts() {
+    let mut owner = Owner::new();
+    let mut stats = FakeHost::new();
+    owner.handle(&mut stats, &hello());
+    let key = StateKey::of_config(&config());
+    let mut worker = Worker::new(1);
+    let (endpoint, lease) = turn(&mut owner, &mut worker, "a prefill in progress");
+    let prefilling = |owner: &Owner| {
+        owner
+            .inflight(key, PoolId(0), &endpoint)
+            .unwrap()
+            .prefilling
+    };
+    assert_eq!(prefilling(&owner), 1);
+    let notice = |started: Vec<u64>| {
+        ToOwner::Release {
+            state: key,
+            reply_queue: worker.queue,
+            leases: Vec::new(),
+            started,
+        }
+        .encode()
+        .unwrap()
+    };
+    owner.handle(&mut stats, &notice(vec![lease, 999]));
+    assert_eq!(prefilling(&owner), 0);
+    assert_eq!(
+        owner.inflight(key, PoolId(0), &endpoint).unwrap().requests,
+        1
+    );
+    owner.handle(&mut stats, &notice(vec![lease]));
+    assert_eq!(prefilling(&owner), 0, "a second notice changes nothing");
 }

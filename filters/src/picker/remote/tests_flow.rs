@@ -53,6 +53,7 @@ fn pick(ticket: u64, flow: &str, now: u64) -> Vec<u8> {
         pool,
         prepared: prepared.clone(),
         releases: Vec::new(),
+        started: Vec::new(),
     }
     .encode()
     .unwrap()
@@ -74,6 +75,7 @@ fn release(lease: u64) -> Vec<u8> {
         state: key(),
         reply_queue: 1,
         leases: vec![Released::lease(lease)],
+        started: Vec::new(),
     }
     .encode()
     .unwrap()
@@ -176,6 +178,7 @@ fn a_full_band_a_cancel_and_a_ttl_are_answered_by_the_owner() {
         state: key(),
         reply_queue: 7,
         leases: Vec::new(),
+        started: Vec::new(),
     };
     assert!(owner
         .handle(&mut host, &heartbeat.encode().unwrap())
@@ -219,6 +222,7 @@ fn pick_from(queue: u32, ticket: u64, flow: &str, now: u64) -> Vec<u8> {
         pool,
         prepared,
         releases,
+        started: Vec::new(),
     }
     .encode()
     .unwrap()

@@ -144,6 +144,7 @@ fn endpoints<'a>(samples: &'a [EndpointSample], addresses: &'a [&'a str]) -> Vec
             inflight: InFlight {
                 requests: i as u32,
                 tokens: Tokens(10 * i as u64),
+                prefilling: 0,
             },
             latency: None,
         })

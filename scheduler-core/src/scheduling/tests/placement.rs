@@ -305,6 +305,33 @@ fn a_sole_gateway_spreads_cold_prefixes_as_evenly_as_round_robin() {
 }
 
 #[test]
+fn a_sole_gateway_keeps_cold_prefills_apart() {
+    // Equal load everywhere; the heaviest weight's endpoint has a prefill in progress, so
+    // the cold prompt goes to the next heaviest, which has none.
+    let s = placement("");
+    let idle = m(0, 2, 0.1);
+    let key = BlockHash(42);
+    let first = heaviest(key, &ADDRS);
+    let rest: Vec<&str> = ADDRS.iter().copied().filter(|a| *a != first).collect();
+    let second = heaviest(key, &rest);
+    let c: Vec<Candidate<'_>> = ADDRS
+        .iter()
+        .map(|a| Candidate {
+            inflight: InFlight {
+                requests: 2,
+                prefilling: u32::from(*a == first),
+                ..InFlight::default()
+            },
+            ..cand(a, Some(&idle))
+        })
+        .collect();
+    assert_eq!(
+        chosen(&s, &[key], &c, &FakePrefix::default()),
+        (Some(second), PlacementOutcome::Placed)
+    );
+}
+
+#[test]
 fn one_of_several_gateways_keeps_the_wide_bound() {
     // A quarter of the pool's load: `loadFactor` 2 lets rendezvous variance through, which
     // is what keeps replicas agreeing.
@@ -368,11 +395,16 @@ proptest! {
             u64::from(r + w).max(u64::from(f))
         };
         let total: u64 = (0..loads.len()).map(load).sum();
-        // A proxy carrying ≥ 75% of the scraped load is the sole gateway: factor 1.
+        // A proxy carrying ≥ 75% of the scraped load is the sole gateway: least load
+        // (no prefills in progress here), then weight; else the bounded rendezvous.
         let own: u64 = loads.iter().map(|l| u64::from(l.2)).sum();
         let scraped: u64 = loads.iter().map(|l| u64::from(l.0 + l.1)).sum();
         let sole = scraped > 0 && own as f64 >= 0.75 * scraped as f64;
-        let bound = load_bound(if sole { 1.0 } else { factor }, total, loads.len());
+        let bound = if sole {
+            (0..loads.len()).map(load).min().unwrap() + 1
+        } else {
+            load_bound(factor, total, loads.len())
+        };
         let pick = chosen(&s, &[BlockHash(key)], &c, &FakePrefix::default()).0.unwrap();
         let i = addrs.iter().position(|a| a == pick).unwrap();
         prop_assert!(load(i) < bound);

@@ -145,7 +145,7 @@ proptest! {
         let cands: Vec<Candidate<'_>> = endpoints.iter().zip(&addresses).map(|((m, r, t, _), a)| Candidate {
             address: a,
             metrics: m.as_ref(),
-            inflight: InFlight { requests: *r, tokens: Tokens(*t) },
+            inflight: InFlight { requests: *r, tokens: Tokens(*t), prefilling: 0 },
             role: crate::scheduling::Role::Both,
             latency: None,
         }).collect();

@@ -155,6 +155,7 @@ fn loaded(address: &str, requests: u32, tokens: u64) -> Candidate<'_> {
         inflight: InFlight {
             requests,
             tokens: Tokens(tokens),
+            prefilling: 0,
         },
         role: crate::scheduling::Role::Both,
         latency: None,

@@ -27,6 +27,7 @@ fn heartbeat(queue: u32) -> Vec<u8> {
         state: StateKey::of_config(&config()),
         reply_queue: queue,
         leases: Vec::new(),
+        started: Vec::new(),
     }
     .encode()
     .unwrap()
@@ -105,6 +106,7 @@ fn a_silent_workers_leases_expire_and_a_living_workers_long_request_keeps_its_le
         state: StateKey::of_config(&config()),
         reply_queue: dies.queue,
         leases: dead_leases.iter().map(|&l| Released::lease(l)).collect(),
+        started: Vec::new(),
     };
     owner.handle(&mut owner_host, &late.encode().unwrap());
     assert_eq!(owner.leases(), 1);
@@ -113,6 +115,7 @@ fn a_silent_workers_leases_expire_and_a_living_workers_long_request_keeps_its_le
         state: StateKey::of_config(&config()),
         reply_queue: lives.queue,
         leases: vec![Released::lease(long)],
+        started: Vec::new(),
     };
     owner.handle(&mut owner_host, &end.encode().unwrap());
     assert_eq!(owner.leases(), 0);
@@ -171,6 +174,7 @@ fn every_message_naming_the_worker_counts_as_its_heartbeat() {
         state: StateKey::of_config(&config()),
         reply_queue: busy.queue,
         leases: vec![Released::lease(first)],
+        started: Vec::new(),
     };
     owner.handle(&mut owner_host, &late.encode().unwrap());
     assert_eq!(owner_host.gauge_underflows, 0);
