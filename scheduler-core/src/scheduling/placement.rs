@@ -34,18 +34,21 @@
 //!    least `soleShare` (default 0.75) of the pool's scraped `running + waiting`, no other
 //!    gateway sends the pool much: later turns of a conversation come back here, where the
 //!    prefix index keeps them on the endpoint of their first turn, and agreement with other
-//!    replicas buys nothing. The choice is then the candidate with the fewest prefills in
-//!    progress (this proxy's requests there whose response has not started), then the
-//!    least load, then the heaviest rendezvous weight; the bound is not applied. New
-//!    conversations spread over the endpoints as evenly as round robin's requests, and two
-//!    cold prefills meet on one endpoint only when every endpoint has one. That matters
-//!    because conversations placed together run in step: those that started on one
-//!    endpoint together end together, and least-load alone would send all their
-//!    successors' cold prompts back there at once. With several gateways each carries a
+//!    replicas buys nothing. The choice is then the candidate with the least *sole load*,
+//!    the heaviest rendezvous weight among equals, and the bound is not applied. The sole
+//!    load is this proxy's own in-flight requests there (exact and current, where the
+//!    scrape lags by up to its interval) plus its prefills in progress (its requests there
+//!    whose response has not started): a prefill weighs double. New conversations spread
+//!    over the endpoints as evenly as round robin spreads requests, and cold prefills
+//!    spread too: conversations placed together run in step, those that started on one
+//!    endpoint together end together, and least-requests alone would send every one of
+//!    their successors' cold prompts back there at once. With several gateways each carries a
 //!    fraction of the load and the bounded rendezvous holds. The share is a function of
 //!    what every replica sees too (its own traffic against the pool's scraped load), so
-//!    gateways of one fleet keep the shared rule together; with no scraped load at all (an
-//!    idle pool, or metrics unknown) the scorer keeps it.
+//!    gateways of one fleet keep the shared rule together. An idle pool counts as this
+//!    proxy's alone (its first burst of new conversations is where an uneven spread would
+//!    last: conversations stay where they start); with no fresh metrics at all the scorer
+//!    keeps the shared rule.
 //!
 //! The choice scores 1, every other candidate 0; abstaining scores 0 everywhere. The
 //! decision record shows the key's depth, the bound, the choice and the outcome
@@ -214,34 +217,36 @@ pub(crate) fn score(
     else {
         return note;
     };
-    let (mut total, mut n, mut own, mut scraped) = (0u64, 0usize, 0u64, 0u64);
+    let (mut total, mut n, mut own) = (0u64, 0usize, 0u64);
+    let mut scraped: Option<u64> = None;
     for c in alive() {
         total = total.saturating_add(load(ctx, c));
         n += 1;
         if let Some(cand) = ctx.cands.get(c) {
             own = own.saturating_add(u64::from(cand.inflight.requests));
-            scraped = scraped.saturating_add(scraped_load(cand).unwrap_or(0));
+            if let Some(l) = scraped_load(cand) {
+                scraped = Some(scraped.unwrap_or(0).saturating_add(l));
+            }
         }
     }
     if n == 0 {
         note.outcome = PlacementOutcome::NoCandidate;
         return note;
     }
-    note.sole = scraped > 0 && own as f64 >= p.sole_share * scraped as f64;
+    note.sole = scraped.is_some_and(|s| own as f64 >= p.sole_share * s as f64);
     let bound = load_bound(p.load_factor, total, n);
     note.bound = bound;
     // Fleet: descending weight, first under the bound = the heaviest eligible candidate.
-    // Sole: the fewest prefills in progress, then the least load, then the heaviest weight.
-    // Address order breaks the (astronomically unlikely) tie, so every replica still agrees.
+    // Sole: the least sole load, then the heaviest weight. Address order breaks the
+    // (astronomically unlikely) tie, so every replica still agrees.
     let rank = |c: usize, w: u64| {
-        let prefilling = ctx.cands.get(c).map_or(0, |cand| cand.inflight.prefilling);
         if note.sole {
-            (u64::MAX - u64::from(prefilling), u64::MAX - load(ctx, c), w)
+            (u64::MAX - sole_load(ctx, c), w)
         } else {
-            (0, 0, w)
+            (0, w)
         }
     };
-    let mut best: Option<((u64, u64, u64), &str, usize)> = None;
+    let mut best: Option<((u64, u64), &str, usize)> = None;
     for c in alive() {
         if !note.sole && load(ctx, c).saturating_add(1) > bound {
             continue;
@@ -286,6 +291,14 @@ fn load(ctx: &Ctx<'_, '_>, c: usize) -> u64 {
     scraped_load(cand)
         .unwrap_or(0)
         .max(u64::from(cand.inflight.requests))
+}
+
+/// A candidate's load as a sole gateway sees it: its own in-flight requests plus its
+/// prefills in progress.
+fn sole_load(ctx: &Ctx<'_, '_>, c: usize) -> u64 {
+    ctx.cands.get(c).map_or(0, |cand| {
+        u64::from(cand.inflight.requests) + u64::from(cand.inflight.prefilling)
+    })
 }
 
 /// A candidate's scraped `running + waiting`, when its metrics are fresh.

@@ -148,8 +148,10 @@ fn the_bound_spills_to_the_next_heaviest() {
         chosen(&placement(""), &h, &c, &FakePrefix::default()).0,
         Some(order[1])
     );
-    // In-flight load counts when it exceeds the scraped load (between scrapes).
-    let mut c: Vec<Candidate<'_>> = order.iter().map(|a| cand(a, Some(&idle))).collect();
+    // In-flight load counts when it exceeds the scraped load (between scrapes), and alone
+    // without fresh metrics (which also keeps the shared rule: nothing says this proxy is
+    // the only gateway).
+    let mut c: Vec<Candidate<'_>> = order.iter().map(|a| cand(a, None)).collect();
     c[0].inflight = InFlight {
         requests: 3,
         ..InFlight::default()
@@ -306,8 +308,8 @@ fn a_sole_gateway_spreads_cold_prefixes_as_evenly_as_round_robin() {
 
 #[test]
 fn a_sole_gateway_keeps_cold_prefills_apart() {
-    // Equal load everywhere; the heaviest weight's endpoint has a prefill in progress, so
-    // the cold prompt goes to the next heaviest, which has none.
+    // Equal requests everywhere; the heaviest weight's endpoint has a prefill in progress,
+    // which weighs like one more request, so the cold prompt goes to the next heaviest.
     let s = placement("");
     let idle = m(0, 2, 0.1);
     let key = BlockHash(42);
@@ -395,11 +397,13 @@ proptest! {
             u64::from(r + w).max(u64::from(f))
         };
         let total: u64 = (0..loads.len()).map(load).sum();
-        // A proxy carrying ≥ 75% of the scraped load is the sole gateway: least load
-        // (no prefills in progress here), then weight; else the bounded rendezvous.
+        // A proxy carrying ≥ 75% of the scraped load is the sole gateway: least own
+        // in-flight (no prefills in progress here), then weight; else the bounded
+        // rendezvous.
         let own: u64 = loads.iter().map(|l| u64::from(l.2)).sum();
         let scraped: u64 = loads.iter().map(|l| u64::from(l.0 + l.1)).sum();
-        let sole = scraped > 0 && own as f64 >= 0.75 * scraped as f64;
+        let sole = own as f64 >= 0.75 * scraped as f64;
+        let load = |i: usize| if sole { u64::from(loads[i].2) } else { load(i) };
         let bound = if sole {
             (0..loads.len()).map(load).min().unwrap() + 1
         } else {
