@@ -71,6 +71,8 @@ pub const FAMILIES: &[StatFamily] = &[
     counter("infergate.picker.no_pool_rejects", &[]),
     gauge("infergate.picker.inflight_requests", &["pool"]),
     gauge("infergate.picker.inflight_requests", &["pool", "endpoint"]),
+    gauge("infergate.picker.observed_ttft_us", &["pool", "endpoint"]),
+    gauge("infergate.picker.observed_tpot_us", &["pool", "endpoint"]),
     gauge("infergate.picker.unscraped_endpoints", &["pool"]),
     counter("infergate.scraper.scrapes", &["endpoint", "result"]),
     counter("infergate.scraper.publishes", &[]),
@@ -187,15 +189,27 @@ mod tests {
                 br#"{"model":"m","prompt":"hello there"}"#,
             )
             .snapshot(1, b"garbage".to_vec());
-        let shared = PickerShared::from_json(serde_json::json!({
-            "pool": "p", "baseModel": "m", "endpoints": ["127.0.0.1:1"]
-        }));
-        if let Ok(shared) = shared {
+        // FailClose rejects on the undecodable snapshot; FailOpen picks, and its response
+        // is streamed to its end.
+        for mode in ["FailClose", "FailOpen"] {
+            let Ok(shared) = PickerShared::from_json(serde_json::json!({
+                "pool": "p", "baseModel": "m", "endpoints": ["127.0.0.1:1"],
+                "failureMode": mode
+            })) else {
+                continue;
+            };
             let picker: Pipeline<FakeHost> = Pipeline::new(vec![Box::new(PickStage::new(shared))]);
             let mut run = Run::new();
             run.request_headers(&picker, &mut host, false);
             let len = host.body.len();
             run.request_body(&picker, &mut host, len, true);
+            // A streamed response sets the measured-latency gauges at its end.
+            host.response_headers
+                .push(("content-type".to_owned(), "text/event-stream".to_owned()));
+            run.response_headers(&picker, &mut host, false);
+            run.response_chunk(&picker, &mut host, false);
+            run.response_chunk(&picker, &mut host, true);
+            run.end(&picker, &mut host);
         }
         let mut scraper = Scraper::new(crate::scraper::ScraperConfig {
             endpoints: vec!["127.0.0.1:1".to_owned()],

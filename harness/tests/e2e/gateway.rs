@@ -23,6 +23,9 @@
 //! - [`workers`]: every turn of a conversation lands on its first turn's replica, with
 //!   four Envoy workers and each turn on a new connection;
 //! - [`streaming`]: responses stream through unbuffered;
+//! - [`latency`]: a replica slowed down loses the affinity filter's sticky set on the TTFT
+//!   the gateway measured and wins it back once restored, at 1 and 4 workers, over the
+//!   simulator;
 //! - [`panics`]: a panic inside the native module fails one request, Envoy keeps serving;
 //! - [`tenants`]: API keys and JWTs, quotas (RPM, TPM, concurrency at 1 and 4 workers), usage
 //!   accounting and the billing log, output multiplicity (`n`, completions batches) in the
@@ -89,6 +92,7 @@ mod errors;
 mod faults;
 mod flow;
 mod global_quotas;
+mod latency;
 mod lora;
 mod membership;
 mod owner;
@@ -112,6 +116,10 @@ use faults::{
 };
 use infergate_harness::launch::client::{post_json, HttpResponse};
 use infergate_harness::launch::{Flavor, Stack};
+use latency::{
+    a_slowed_replica_loses_the_sticky_set_at_four_workers,
+    a_slowed_replica_loses_the_sticky_set_at_one_worker,
+};
 use panics::a_panic_fails_one_request_and_envoy_keeps_serving;
 use routing::routes_by_model_and_adapter_and_ignores_client_steering;
 use scheduling::{
@@ -141,7 +149,9 @@ for_each_flavour!(
     every_turn_follows_the_first_across_four_workers,
     tenants_are_authenticated_limited_and_billed,
     a_tenants_concurrency_holds_across_workers,
-    output_multiplicity_is_debited_and_capped;
+    output_multiplicity_is_debited_and_capped,
+    a_slowed_replica_loses_the_sticky_set_at_one_worker,
+    a_slowed_replica_loses_the_sticky_set_at_four_workers;
     native_only: a_panic_fails_one_request_and_envoy_keeps_serving;
     wasm_ignored:
 );
