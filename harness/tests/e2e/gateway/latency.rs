@@ -178,10 +178,10 @@ async fn a_slowed_replica_loses_the_sticky_set_and_wins_it_back(flavor: Flavor, 
     };
 
     // Settle: two turns each; a conversation lives where its second turn went.
-    let mut home = vec![0; CONVERSATIONS];
+    let mut home = Vec::with_capacity(CONVERSATIONS);
     for c in 0..CONVERSATIONS {
         run.turn(c, usize::MAX).await;
-        home[c] = run.turn(c, usize::MAX).await;
+        home.push(run.turn(c, usize::MAX).await);
     }
     let mut held: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for (c, h) in home.iter().enumerate() {
