@@ -402,7 +402,7 @@ proptest! {
         // rendezvous.
         let own: u64 = loads.iter().map(|l| u64::from(l.2)).sum();
         let scraped: u64 = loads.iter().map(|l| u64::from(l.0 + l.1)).sum();
-        let sole = own as f64 >= 0.75 * scraped as f64;
+        let sole = scraped > 0 && own as f64 >= 0.75 * scraped as f64;
         let load = |i: usize| if sole { u64::from(loads[i].2) } else { load(i) };
         let bound = if sole {
             (0..loads.len()).map(load).min().unwrap() + 1
