@@ -9,6 +9,7 @@
 
 use infergate_filters::flow::DropReason;
 use infergate_filters::picker::remote::{Released, StateKey, ToOwner, ToWorker};
+use infergate_filters::picker::timing::ResponseTiming;
 use infergate_filters::picker::Rejection;
 
 use crate::meter::peak_during;
@@ -62,12 +63,16 @@ fn word_at(data: &[u8], i: usize) -> u64 {
     data.get(8 * i..).map_or(0, word)
 }
 
-/// Leases and services from the input's words.
+/// Leases, services and timings from the input's words.
 fn releases(data: &[u8]) -> Vec<Released> {
-    data.chunks(16)
+    data.chunks(32)
         .map(|c| Released {
             lease: word(c),
             service: c.get(8..).map_or(0, word),
+            timing: ResponseTiming::decode([
+                c.get(16..).map_or(0, word),
+                c.get(24..).map_or(0, word),
+            ]),
         })
         .collect()
 }
@@ -85,6 +90,7 @@ fn owner_messages_from(data: &[u8], decoded: Option<ToOwner>) -> Vec<ToOwner> {
             state,
             reply_queue: word_at(data, 1) as u32,
             leases: releases(data),
+            started: data.chunks(8).map(word).collect(),
         },
         ToOwner::Cancel {
             state,
@@ -106,6 +112,7 @@ fn owner_messages_from(data: &[u8], decoded: Option<ToOwner>) -> Vec<ToOwner> {
         pool,
         prepared,
         releases: own,
+        started,
     }) = decoded
     {
         let mut others = releases(data);
@@ -117,6 +124,7 @@ fn owner_messages_from(data: &[u8], decoded: Option<ToOwner>) -> Vec<ToOwner> {
             pool,
             prepared,
             releases: others,
+            started: started.into_iter().rev().collect(),
         });
     }
     out

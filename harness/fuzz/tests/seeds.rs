@@ -602,6 +602,7 @@ fn prepared_pick(
 fn owner_message_seeds() -> Vec<(String, Vec<u8>)> {
     use infergate_filters::flow::DropReason;
     use infergate_filters::picker::remote::{Released, StateKey, ToOwner, ToWorker};
+    use infergate_filters::picker::timing::ResponseTiming;
     use infergate_filters::picker::Rejection;
     use serde_json::json;
     let config = serde_json::to_vec(&picker_config()).unwrap();
@@ -618,6 +619,10 @@ fn owner_message_seeds() -> Vec<(String, Vec<u8>)> {
         Released {
             lease: 2,
             service: 1234,
+            timing: ResponseTiming {
+                ttft_us: Some(41_000),
+                tpot_us: Some(9_500),
+            },
         },
     ];
     let owner: Vec<(&str, ToOwner)> = vec![
@@ -631,6 +636,7 @@ fn owner_message_seeds() -> Vec<(String, Vec<u8>)> {
                 pool,
                 prepared: plain.clone(),
                 releases: Vec::new(),
+                started: Vec::new(),
             },
         ),
         (
@@ -642,6 +648,7 @@ fn owner_message_seeds() -> Vec<(String, Vec<u8>)> {
                 pool,
                 prepared: full.clone(),
                 releases: releases.clone(),
+                started: vec![3, 4],
             },
         ),
         (
@@ -650,6 +657,7 @@ fn owner_message_seeds() -> Vec<(String, Vec<u8>)> {
                 state,
                 reply_queue: 7,
                 leases: releases,
+                started: vec![5],
             },
         ),
         (
