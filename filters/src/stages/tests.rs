@@ -532,9 +532,9 @@ fn endpoint_gauge(host: &FakeHost, name: &str) -> Option<u64> {
         .map(|(_, v)| *v)
 }
 
-/// One streamed request through the picker pipeline: routed at `at`, its first chunk
-/// `ttft` ms later, then `chunks` more `gap` ms apart, and its end.
-fn streamed(picker: &Pipeline<FakeHost>, at: u64, ttft: u64, chunks: u64, gap: u64) -> FakeHost {
+/// A request for `llama` through the picker pipeline, routed at `at` (picked from its
+/// body), its response not begun.
+fn routed(picker: &Pipeline<FakeHost>, at: u64) -> (FakeHost, Run) {
     let mut host = FakeHost::new().post("/v1/chat/completions", BODY).now(at);
     host.request_headers
         .push((BASE_MODEL.to_owned(), "llama".to_owned()));
@@ -546,6 +546,13 @@ fn streamed(picker: &Pipeline<FakeHost>, at: u64, ttft: u64, chunks: u64, gap: u
         FilterStatus::Continue
     );
     assert_eq!(host.header(DESTINATION_ENDPOINT), Some("10.0.0.1:8000"));
+    (host, run)
+}
+
+/// One streamed request through the picker pipeline: routed at `at`, its first chunk
+/// `ttft` ms later, then `chunks` more `gap` ms apart, and its end.
+fn streamed(picker: &Pipeline<FakeHost>, at: u64, ttft: u64, chunks: u64, gap: u64) -> FakeHost {
+    let (mut host, mut run) = routed(picker, at);
     host.response_headers
         .push(("content-type".to_owned(), "text/event-stream".to_owned()));
     run.response_headers(picker, &mut host, false);
@@ -589,13 +596,7 @@ fn a_streamed_response_feeds_its_endpoints_measured_latency() {
 fn a_response_that_is_not_streamed_measures_no_ttft() {
     let (picker, shared) = picker_pipeline();
     for at in [1_000, 2_000, 3_000] {
-        let mut host = FakeHost::new().post("/v1/chat/completions", BODY).now(at);
-        host.request_headers
-            .push((BASE_MODEL.to_owned(), "llama".to_owned()));
-        let mut run = Run::new();
-        run.request_headers(&picker, &mut host, false);
-        let len = host.body.len();
-        run.request_body(&picker, &mut host, len, true);
+        let (mut host, mut run) = routed(&picker, at);
         host.response_headers
             .push(("content-type".to_owned(), "application/json".to_owned()));
         run.response_headers(&picker, &mut host, false);
@@ -623,13 +624,7 @@ fn a_request_counts_as_prefilling_until_its_response_starts() {
         let pool = state.pool_for_base_model("llama").unwrap();
         state.inflight(pool, "10.0.0.1:8000").unwrap().prefilling
     };
-    let mut host = FakeHost::new().post("/v1/chat/completions", BODY);
-    host.request_headers
-        .push((BASE_MODEL.to_owned(), "llama".to_owned()));
-    let mut run = Run::new();
-    run.request_headers(&picker, &mut host, false);
-    let len = host.body.len();
-    run.request_body(&picker, &mut host, len, true);
+    let (mut host, mut run) = routed(&picker, 0);
     assert_eq!(prefilling(&shared), 1);
     run.response_headers(&picker, &mut host, false);
     assert_eq!(
