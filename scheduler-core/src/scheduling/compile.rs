@@ -60,6 +60,9 @@ pub struct Scheduler {
     /// `precise-prefix-cache-producer`'s settings, when the config declares it.
     precise: Option<PreciseSettings>,
     pub(crate) needs_prefix: bool,
+    /// Whether some profile reads measured latency (`latency-observation-scorer`,
+    /// `prefix-cache-affinity-filter`).
+    needs_latency: bool,
     /// `disagg-profile-handler`, when declared: which profiles run, and when.
     pub(crate) disagg: Option<DisaggPlan>,
     flow_control: Option<Value>,
@@ -79,6 +82,7 @@ impl Default for Scheduler {
             latency: LatencySettings::default(),
             precise: None,
             needs_prefix: false,
+            needs_latency: false,
             disagg: None,
             flow_control: None,
         }
@@ -170,6 +174,14 @@ impl Scheduler {
                         .iter()
                         .any(|f| matches!(f.plugin, Filter::PrefixAffinity(_)))
             });
+        let needs_latency = profiles.iter().any(|p| {
+            p.scorers
+                .iter()
+                .any(|s| matches!(s.step.plugin, Scorer::LatencyObservation(_)))
+                || p.filters
+                    .iter()
+                    .any(|f| matches!(f.plugin, Filter::PrefixAffinity(_)))
+        });
         let mut prefix = prefix.unwrap_or_default();
         if let Some(p) = &precise {
             // The host hashes tokens into blocks of the engine's size and cuts them at
@@ -186,6 +198,7 @@ impl Scheduler {
             latency: latency.unwrap_or_default(),
             precise,
             needs_prefix,
+            needs_latency,
             disagg,
             flow_control: cfg.flow_control.clone(),
         })
@@ -251,6 +264,12 @@ impl Scheduler {
     /// Whether any profile reads the prefix index (so hosts may skip hashing otherwise).
     pub fn uses_prefix_index(&self) -> bool {
         self.needs_prefix
+    }
+
+    /// Whether any profile reads the candidates' measured latency (so hosts may leave it
+    /// out of the candidates otherwise; it is still measured and exported).
+    pub fn uses_measured_latency(&self) -> bool {
+        self.needs_latency
     }
 
     /// The `flowControl` section, verbatim.

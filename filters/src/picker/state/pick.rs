@@ -134,10 +134,21 @@ fn gather<'a>(
             address: state.endpoints.get(i)?,
             record: record_of(samples, state.sample_of.get(i).copied().flatten()),
             inflight: pool.load.get(i).unwrap_or_default(),
-            latency: pool.load.observed(i, now),
+            // Read once per candidate below (the rules walk these endpoints twice).
+            latency: None,
         })
     });
     let mut set = pool_candidates(endpoints, &state.rules, now)?;
+    // A leaf lock per candidate: only for a config that reads the measured latency.
+    if state.scheduler.uses_measured_latency() {
+        for c in 0..set.candidates.len() {
+            let observed =
+                slot_of(&set.pool_index, members, c).and_then(|slot| pool.load.observed(slot, now));
+            if let Some(cand) = set.candidates.get_mut(c) {
+                cand.latency = observed;
+            }
+        }
+    }
     let pool_index_of = |c: usize| slot_of(&set.pool_index, members, c);
     disagg::assign_roles(&mut set.candidates, &state.roles, pool_index_of);
     if adapter {
