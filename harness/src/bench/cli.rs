@@ -273,8 +273,8 @@ pub struct DemoFlags {
     #[arg(long, visible_alias = "concurrency", value_name = "N", value_delimiter = ',', value_parser = workers)]
     pub workers: Vec<u32>,
     /// hotspot: the picker's scheduling configuration (kv-filter: a utilization-filter at
-    /// 0.9 KV ahead of the default scorers; default: the picker's built-in config)
-    /// [default: default].
+    /// 0.9 KV ahead of the default scorers; latency: the default plus the measured-latency
+    /// scorer; default: the picker's built-in config) [default: default].
     #[arg(verbatim_doc_comment, long, value_enum)]
     pub picker_config: Option<PickerChoice>,
     /// tenants: TenantQuota objects giving the test keys of testdata/README.md to tenant-a,

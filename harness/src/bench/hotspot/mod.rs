@@ -41,7 +41,7 @@ pub const DEFAULT_WORKERS: u32 = 2;
 /// The KV threshold of [`PickerChoice::KvFilter`].
 pub const KV_FILTER_MAX: f64 = 0.9;
 
-/// Which scheduling configuration the picker runs (`--picker-config default|kv-filter`).
+/// Which scheduling configuration the picker runs (`--picker-config default|kv-filter|latency`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum PickerChoice {
     /// The pool sets no eppConfig: the picker's built-in default.
@@ -51,6 +51,9 @@ pub enum PickerChoice {
     // As an operator who wants no request on a full replica would write it
     // ([`kv_filter_config`]).
     KvFilter,
+    /// The default with the gateway's measured latency scored too
+    /// ([`latency_scorer_config`]).
+    Latency,
 }
 
 impl PickerChoice {
@@ -59,6 +62,7 @@ impl PickerChoice {
         match self {
             PickerChoice::Default => serde_json::Value::Null,
             PickerChoice::KvFilter => kv_filter_config(KV_FILTER_MAX),
+            PickerChoice::Latency => latency_scorer_config(),
         }
     }
 
@@ -74,6 +78,9 @@ impl PickerChoice {
                 "an operator's config: the default's scorers behind a utilization-filter \
                  dropping endpoints above {KV_FILTER_MAX} KV usage"
             ),
+            PickerChoice::Latency => "the picker's default scheduling config with \
+                 latency-observation-scorer (weight 2) added: the TTFT the gateway measured"
+                .into(),
         }
     }
 }
@@ -89,6 +96,24 @@ pub fn kv_filter_config(max_kv: f64) -> serde_json::Value {
     });
     if let Some(filter) = filter {
         filter["parameters"]["conditions"][0]["maxValue"] = max_kv.into();
+    }
+    config
+}
+
+/// The picker's built-in default config with `latency-observation-scorer` (weight 2) in
+/// its profile: endpoints are also scored by the TTFT the gateway measured on them.
+pub fn latency_scorer_config() -> serde_json::Value {
+    let mut config = infergate_filters::picker::config::default_epp_config();
+    if let Some(plugins) = config["plugins"].as_array_mut() {
+        plugins.insert(2, serde_json::json!({"type": "latency-observer-producer"}));
+        plugins.insert(3, serde_json::json!({"type": "latency-observation-scorer"}));
+    }
+    if let Some(profile) = config["schedulingProfiles"][0]["plugins"].as_array_mut() {
+        let picker = profile.len().saturating_sub(1);
+        profile.insert(
+            picker,
+            serde_json::json!({"pluginRef": "latency-observation-scorer", "weight": 2}),
+        );
     }
     config
 }
@@ -472,6 +497,13 @@ mod tests {
             full.system_tokens,
             calibration::workload(false).system_tokens
         );
+    }
+
+    #[test]
+    fn latency_scorer_config_compiles() {
+        let compiled = scheduler_core::scheduling::Scheduler::from_value(latency_scorer_config());
+        assert!(compiled.is_ok(), "{:?}", compiled.err());
+        assert!(compiled.is_ok_and(|s| s.uses_measured_latency()));
     }
 
     #[test]
