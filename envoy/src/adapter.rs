@@ -13,9 +13,9 @@ use std::sync::Arc;
 
 use infergate_filters::host::{
     BodyBufferLimit, Clock, DynamicMetadata, EditResponseHeaders, HostError, LocalReply, Random,
-    ReadMetadata, RequestBody, RequestHeaders, RequestWaker, ResponseChunk, ResponseHeaders,
-    RouteRefresh, RoutedCluster, ServedUpstream, SnapshotFetch, SnapshotSource, SnapshotVersion,
-    Stats, StreamState, UsageRecordSink, VerifiedJwt, Waker,
+    ReadMetadata, RequestBody, RequestHeaders, RequestWaker, ResetStream, ResponseChunk,
+    ResponseHeaders, RouteRefresh, RoutedCluster, ServedUpstream, SnapshotFetch, SnapshotSource,
+    SnapshotVersion, Stats, StreamState, UsageRecordSink, VerifiedJwt, Waker,
 };
 use infergate_filters::reply::Reply;
 use infergate_filters::stats::{StatKey, StatKind};
@@ -58,6 +58,17 @@ pub struct StreamHost {
     /// response hooks for that module's own local reply, so the pipeline delivers its
     /// headers to the stages itself (`crate::pipeline`), answered from here.
     sent_reply: Option<SentReply>,
+    /// Inside a scheduled event, a local reply or reset is held here until the run ended
+    /// ([`StreamHost::defer_stops`]).
+    deferring: bool,
+    deferred: Option<DeferredStop>,
+}
+
+/// A local reply or reset a stage asked for while stops were deferred.
+#[derive(Debug)]
+enum DeferredStop {
+    Reply(Reply),
+    Reset(String),
 }
 
 /// A local reply as sent: its status and headers.
@@ -78,7 +89,47 @@ impl StreamHost {
             body_complete: false,
             scheduler: None,
             sent_reply: None,
+            deferring: false,
+            deferred: None,
         }
+    }
+
+    /// Hold a local reply or reset a stage asks for until [`StreamHost::apply_deferred_stop`]
+    /// (`on`), or send them at once (off). Outside the request path's own hooks (a scheduled
+    /// event), Envoy completes and logs the stream inside the call that stops it, re-entering
+    /// no hook of this module: the run must end first, so that what it leaves for the access
+    /// log (the billing record) is there.
+    pub fn defer_stops(&mut self, on: bool) {
+        self.deferring = on;
+    }
+
+    /// Whether a stop waits for [`StreamHost::apply_deferred_stop`].
+    pub fn has_deferred_stop(&self) -> bool {
+        self.deferred.is_some()
+    }
+
+    /// Send the local reply or reset held since [`StreamHost::defer_stops`], if any.
+    pub fn apply_deferred_stop(&mut self) {
+        self.deferring = false;
+        match self.deferred.take() {
+            Some(DeferredStop::Reply(reply)) => self.send_now(&reply),
+            Some(DeferredStop::Reset(details)) => self.envoy.reset_stream(&details),
+            None => {}
+        }
+    }
+
+    fn send_now(&mut self, reply: &Reply) {
+        let headers: Vec<(&str, &[u8])> = reply
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_bytes()))
+            .collect();
+        self.envoy.send_response(
+            u32::from(reply.status),
+            &headers,
+            &reply.body,
+            "infergate_local_reply",
+        );
     }
 
     /// Whether a stage of this stream sent a local reply.
@@ -323,23 +374,27 @@ impl BodyBufferLimit for StreamHost {
     }
 }
 
+impl ResetStream for StreamHost {
+    fn reset_stream(&mut self, details: &str) {
+        if self.deferring {
+            self.deferred = Some(DeferredStop::Reset(details.to_owned()));
+        } else {
+            self.envoy.reset_stream(details);
+        }
+    }
+}
+
 impl LocalReply for StreamHost {
     fn send_local_reply(&mut self, reply: &Reply) {
         self.sent_reply = Some(SentReply {
             status: reply.status,
             headers: reply.headers.clone(),
         });
-        let headers: Vec<(&str, &[u8])> = reply
-            .headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_bytes()))
-            .collect();
-        self.envoy.send_response(
-            u32::from(reply.status),
-            &headers,
-            &reply.body,
-            "infergate_local_reply",
-        );
+        if self.deferring {
+            self.deferred = Some(DeferredStop::Reply(reply.clone()));
+        } else {
+            self.send_now(reply);
+        }
     }
 }
 

@@ -150,8 +150,11 @@ impl StreamLogic for PipelineStream {
 
     fn on_scheduled(&mut self, envoy: &mut EnvoyStream, _event_id: u64) {
         self.host.bind(envoy, HookKind::Other);
+        // A stop asked for here completes the stream inside Envoy's call, and Envoy logs it
+        // there: the run ends first (`StreamHost::defer_stops`).
+        self.host.defer_stops(true);
         // Only a run that held the stream and is now done with the request side restarts
-        // it; a late wake (nothing paused) leaves the stream alone.
+        // it; a late wake (nothing paused) leaves the stream alone; a signal may stop it.
         match self.run.wake(&self.pipeline, &mut self.host) {
             Some(FilterStatus::Continue) => envoy.continue_decoding(),
             Some(status) => {
@@ -159,6 +162,10 @@ impl StreamLogic for PipelineStream {
             }
             None => {}
         }
+        if self.host.has_deferred_stop() {
+            self.run.end(&self.pipeline, &mut self.host);
+        }
+        self.host.apply_deferred_stop();
     }
 
     fn on_response_headers(

@@ -18,6 +18,10 @@ pub enum Outcome {
     ClientDisconnect,
     /// The upstream failed (a 5xx the engine or Envoy produced).
     UpstreamError,
+    /// Flow control evicted the admitted request for one of a higher band
+    /// (`evicted-by-priority`): answered 429 before its response started, reset after. It
+    /// is billed for what was generated.
+    Evicted,
     /// The gateway refused the request before any engine saw it; the value is the reason
     /// (`rejected-quota-tpm`, `rejected-unauthenticated`, `rejected-no-endpoints`, …).
     Rejected(String),
@@ -30,6 +34,7 @@ impl Outcome {
             Outcome::Complete => "complete",
             Outcome::ClientDisconnect => "client_disconnect",
             Outcome::UpstreamError => "upstream_error",
+            Outcome::Evicted => scheduler_core::flow::EVICTED_BY_PRIORITY,
             Outcome::Rejected(reason) => reason,
         }
     }

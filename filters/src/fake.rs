@@ -16,9 +16,9 @@ use scheduler_core::types::Millis;
 use crate::host::{
     BodyBufferLimit, CalloutRequest, CalloutToken, Clock, ClusterMembership, DynamicMetadata,
     EditResponseHeaders, HostError, HttpCallout, LocalReply, Random, ReadMetadata, RequestBody,
-    RequestHeaders, RequestWaker, ResponseChunk, ResponseHeaders, RouteRefresh, RoutedCluster,
-    ServedUpstream, SnapshotFetch, SnapshotSink, SnapshotSource, SnapshotVersion, Stats,
-    StreamState, UsageRecordSink, VerifiedJwt, WakeSignal, Waker,
+    RequestHeaders, RequestWaker, ResetStream, ResponseChunk, ResponseHeaders, RouteRefresh,
+    RoutedCluster, ServedUpstream, SnapshotFetch, SnapshotSink, SnapshotSource, SnapshotVersion,
+    Stats, StreamState, UsageRecordSink, VerifiedJwt, WakeSignal, Waker,
 };
 use crate::reply::Reply;
 use crate::stats::StatKey;
@@ -39,6 +39,8 @@ pub struct FakeHost {
     pub response_chunk: Vec<u8>,
     /// Local replies sent, in order.
     pub replies: Vec<Reply>,
+    /// Stream resets asked for, with their details, in order.
+    pub resets: Vec<String>,
     /// Wakers handed out by `request_waker`.
     pub wakers_made: u32,
     /// Times a waker of this host was woken (from any thread).
@@ -109,6 +111,7 @@ impl FakeHost {
             body: Vec::new(),
             response_chunk: Vec::new(),
             replies: Vec::new(),
+            resets: Vec::new(),
             wakers_made: 0,
             wakes: Arc::new(AtomicU32::new(0)),
             route_refreshes: 0,
@@ -324,6 +327,12 @@ impl ResponseChunk for FakeHost {
 impl LocalReply for FakeHost {
     fn send_local_reply(&mut self, reply: &Reply) {
         self.replies.push(reply.clone());
+    }
+}
+
+impl ResetStream for FakeHost {
+    fn reset_stream(&mut self, details: &str) {
+        self.resets.push(details.to_owned());
     }
 }
 

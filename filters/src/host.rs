@@ -97,6 +97,13 @@ pub trait LocalReply {
     fn send_local_reply(&mut self, reply: &Reply);
 }
 
+/// Stop a request whose response has started: nothing can be answered any more.
+pub trait ResetStream {
+    /// Reset the stream in both directions (the client sees it cut off); `details` says
+    /// why, where the host records it (Envoy's response code details).
+    fn reset_stream(&mut self, details: &str);
+}
+
 /// What a [`Waker`] does when woken: tell the host to resume the request it was made for.
 pub trait WakeSignal: Send {
     /// Resume the request (a no-op once the request is gone).

@@ -104,6 +104,10 @@ pub const FAMILIES: &[StatFamily] = &[
         &["pool", "band", "flow", "reason"],
     ),
     histogram("infergate.flow.queue_time_ms", &["pool", "band"]),
+    counter(
+        "infergate.flow.evictions",
+        &["pool", "band", "flow", "when"],
+    ),
     counter("infergate.usage.record_errors", &[]),
 ];
 

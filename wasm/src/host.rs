@@ -58,9 +58,9 @@ use std::rc::Rc;
 use infergate_filters::host::{
     BodyBufferLimit, CalloutRequest, CalloutToken, Clock, ClusterMembership, DynamicMetadata,
     EditResponseHeaders, HostError, HttpCallout, LocalReply, Random, ReadMetadata, RequestBody,
-    RequestHeaders, RequestWaker, ResponseChunk, ResponseHeaders, RouteRefresh, RoutedCluster,
-    ServedUpstream, SnapshotFetch, SnapshotSink, SnapshotSource, SnapshotVersion, Stats,
-    StreamState, UsageRecordSink, VerifiedJwt, WakeSignal, Waker,
+    RequestHeaders, RequestWaker, ResetStream, ResponseChunk, ResponseHeaders, RouteRefresh,
+    RoutedCluster, ServedUpstream, SnapshotFetch, SnapshotSink, SnapshotSource, SnapshotVersion,
+    Stats, StreamState, UsageRecordSink, VerifiedJwt, WakeSignal, Waker,
 };
 use infergate_filters::reply::Reply;
 use infergate_filters::stats::{StatKey, StatKind};
@@ -524,6 +524,19 @@ impl RouteRefresh for WasmHost {
 /// Envoy config (set above the router's limit); a Wasm filter cannot raise it.
 impl BodyBufferLimit for WasmHost {
     fn ensure_body_buffer(&mut self, _bytes: u64) {}
+}
+
+impl ResetStream for WasmHost {
+    /// proxy-wasm's `proxy_close_stream` takes no details: Envoy records its own
+    /// (`wasm_close_stream`), so `details` only reaches the log.
+    fn reset_stream(&mut self, details: &str) {
+        if let Err(status) = hostcalls::reset_http_stream() {
+            log(
+                LogLevel::Error,
+                &format!("resetting the stream ({details}) failed: {status:?}"),
+            );
+        }
+    }
 }
 
 impl LocalReply for WasmHost {

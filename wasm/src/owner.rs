@@ -41,10 +41,12 @@
 
 use std::cell::RefCell;
 use std::collections::hash_map::RandomState;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hasher};
 use std::rc::Rc;
+use std::sync::Arc;
 
+use infergate_filters::flow::EvictSignal;
 use infergate_filters::host::{Stats, Waker};
 use infergate_filters::picker::remote::{
     Answers, Owner, Released, StateKey, ToOwner, ToWorker, HEARTBEAT_MS,
@@ -188,6 +190,9 @@ pub struct WorkerLink {
     releases: Vec<Released>,
     /// Leases whose responses started, to report the same way.
     started: Vec<u64>,
+    /// The eviction signals of evictable leases ([`ToWorker::Picked`]'s `evictable`), from
+    /// their answer's arrival until they are released.
+    evictions: HashMap<u64, Arc<EvictSignal>>,
     /// When a message that names this link (a pick or a release) last went to the owner.
     last_sent_ms: u64,
     next_ticket: u64,
@@ -232,6 +237,7 @@ impl WorkerLink {
             arrived: BTreeMap::new(),
             releases: Vec::new(),
             started: Vec::new(),
+            evictions: HashMap::new(),
             last_sent_ms: 0,
             next_ticket: 0,
             fallbacks: StatKey::new(OWNER_FALLBACKS, &[]),
@@ -394,6 +400,7 @@ impl WorkerLink {
 
     /// Give a lease back to the owner: with the next pick, or at the next tick.
     fn release(&mut self, released: Released) {
+        self.evictions.remove(&released.lease);
         self.releases.push(released);
     }
 
@@ -476,6 +483,22 @@ impl WorkerLink {
                 );
                 continue;
             };
+            if let ToWorker::Evict { lease } = answer {
+                // Its stream acts when woken; a lease released meanwhile is gone already.
+                if let Some(signal) = self.evictions.remove(&lease) {
+                    signal.raise();
+                }
+                continue;
+            }
+            if let ToWorker::Picked {
+                lease,
+                evictable: true,
+                ..
+            } = answer
+            {
+                // Kept from now: an eviction may follow before the stream takes the answer.
+                self.evictions.insert(lease, EvictSignal::new());
+            }
             let ticket = answer.ticket();
             let Some(mut pending) = self.pending.remove(&ticket) else {
                 self.release_unclaimed(&answer);
@@ -644,6 +667,7 @@ impl RemotePicks for WasmPickerStore {
                 release_at_once,
                 ..
             }) => RemoteAnswer::Picked {
+                eviction: link.evictions.get(&lease).cloned(),
                 endpoint,
                 fallbacks,
                 prefiller,
@@ -660,8 +684,9 @@ impl RemotePicks for WasmPickerStore {
             Arrived::Answer(ToWorker::Dropped {
                 reason, queued_ms, ..
             }) => RemoteAnswer::Dropped { reason, queued_ms },
-            // Never filed: a `Queued` answer keeps the request pending.
-            Arrived::Answer(ToWorker::Queued { .. }) => {
+            // Never filed: a `Queued` answer keeps the request pending, an eviction goes to
+            // its lease's signal.
+            Arrived::Answer(ToWorker::Queued { .. } | ToWorker::Evict { .. }) => {
                 RemoteAnswer::PickHere("an out-of-order queue answer".to_owned())
             }
             Arrived::Answer(ToWorker::Rejected { rejection, .. }) => {

@@ -168,6 +168,12 @@ impl ResponseChunk for Host {
     }
 }
 
+/// This host delivers no wake after a request is routed, so no stage resets a stream here
+/// (flow control's eviction, the one user, needs a host that does: Envoy's).
+impl ResetStream for Host {
+    fn reset_stream(&mut self, _details: &str) {}
+}
+
 impl LocalReply for Host {
     fn send_local_reply(&mut self, reply: &Reply) {
         self.reply = Some(reply.clone());

@@ -5,8 +5,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use scheduler_core::flow::saturation::InFlightLoad;
 use scheduler_core::flow::{
-    Arrival, Detector, Dispatched, FlowControlConfig, FlowQueues, QueueKey, Removed,
+    Arrival, ConcurrencyMode, Detector, Dispatched, FlowControlConfig, FlowQueues, Need, QueueKey,
+    Removed, VictimKey, Victims,
 };
+
+use super::Evictee;
 
 /// A queued request: the host's item, and the load its ticket will count.
 #[derive(Debug)]
@@ -17,18 +20,42 @@ pub struct Entry<T> {
     pub item: T,
 }
 
-/// The load of the requests admitted and not yet ended.
+/// The load of the requests admitted and not yet ended, and those of them that may be
+/// evicted.
 #[derive(Debug, Default)]
 struct GateLoad {
     requests: AtomicU64,
     tokens: AtomicU64,
+    victims: Mutex<Victims<Evictee>>,
 }
 
-/// An admitted request's share of the pool's load; dropping it gives the share back.
+impl GateLoad {
+    fn victims(&self) -> MutexGuard<'_, Victims<Evictee>> {
+        // Every mutation is one call on the candidates: a poisoned lock holds a whole state.
+        self.victims.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// An admitted request's share of the pool's load; dropping it gives the share back (and
+/// takes the request out of the eviction candidates).
 #[derive(Debug)]
 pub struct FlowTicket {
     load: Arc<GateLoad>,
     tokens: u64,
+    victim: Option<VictimKey>,
+}
+
+impl FlowTicket {
+    /// Offer the request for eviction, reached through `evictee`, as a request of `band`
+    /// (only a sheddable band's request, and only once; `false` otherwise). The caller
+    /// checks [`FlowGate::evicts`].
+    pub fn make_evictable(&mut self, band: i32, evictee: Evictee) -> bool {
+        if self.victim.is_some() {
+            return false;
+        }
+        self.victim = self.load.victims().insert(band, self.tokens, evictee);
+        self.victim.is_some()
+    }
 }
 
 impl Drop for FlowTicket {
@@ -36,6 +63,9 @@ impl Drop for FlowTicket {
         // Only what this ticket added is taken away, so the counts cannot underflow.
         self.load.requests.fetch_sub(1, Ordering::AcqRel);
         self.load.tokens.fetch_sub(self.tokens, Ordering::AcqRel);
+        if let Some(key) = self.victim.take() {
+            self.load.victims().remove(key);
+        }
     }
 }
 
@@ -44,8 +74,15 @@ impl Drop for FlowTicket {
 pub enum Admission {
     /// Go now; hold the ticket until the request ends.
     Admitted(FlowTicket),
-    /// Wait: the item is queued under this key.
-    Queued(QueueKey),
+    /// Wait: the item is queued under `key`. With eviction on, `evict` are the admitted
+    /// requests chosen to make room for it (already out of the candidates): the caller
+    /// stops them.
+    Queued {
+        /// Where it waits.
+        key: QueueKey,
+        /// The requests to evict.
+        evict: Vec<Evictee>,
+    },
     /// Its band or the queues are full: answer 429 `rejected-saturated`.
     Refused,
 }
@@ -77,6 +114,12 @@ impl<T> FlowGate<T> {
     /// The configuration.
     pub fn config(&self) -> &FlowControlConfig {
         &self.config
+    }
+
+    /// Whether a request admitted in `band` is offered for eviction (`enableEviction`, and a
+    /// sheddable band).
+    pub fn evicts(&self, band: i32) -> bool {
+        self.config.enable_eviction && Victims::<Evictee>::sheddable(band)
     }
 
     /// The priority of the band a request of `priority` waits in: its own band, else the
@@ -124,6 +167,7 @@ impl<T> FlowGate<T> {
         FlowTicket {
             load: Arc::clone(&self.load),
             tokens,
+            victim: None,
         }
     }
 
@@ -165,10 +209,34 @@ impl<T> FlowGate<T> {
         match queues.enqueue(entry) {
             Ok(key) => {
                 self.queued.store(queues.len(), Ordering::Release);
-                Admission::Queued(key)
+                drop(queues);
+                // Only saturation evicts: a request merely behind others of its band or a
+                // higher one waits for their dispatch.
+                let evict = if self.saturated() {
+                    self.victims_for(priority, load_tokens)
+                } else {
+                    Vec::new()
+                };
+                Admission::Queued { key, evict }
             }
             Err(_) => Admission::Refused,
         }
+    }
+
+    /// The admitted requests a request of `priority` queued now evicts (none without
+    /// `enableEviction`, or when no lower sheddable band has any).
+    fn victims_for(&self, priority: i32, load_tokens: u64) -> Vec<Evictee> {
+        if !self.config.enable_eviction {
+            return Vec::new();
+        }
+        let need = match self.config.detector {
+            Detector::Concurrency {
+                mode: ConcurrencyMode::Tokens,
+                ..
+            } => Need::Tokens(load_tokens),
+            _ => Need::Requests(1),
+        };
+        self.load.victims().select(self.band_for(priority), need)
     }
 
     /// Take queued requests while the pool is not saturated, each with its ticket counted

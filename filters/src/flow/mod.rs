@@ -14,6 +14,11 @@
 //!   pool is not saturated, each with its ticket already counted, so no request admitted in
 //!   between can take the capacity it was dispatched for. The request then resumes on its
 //!   own worker and is picked for.
+//! - **Evicted** (`enableEviction`): a request queued while the pool is saturated may evict
+//!   admitted requests of lower, sheddable (negative) bands ([`Evictee`],
+//!   [`scheduler_core::flow::eviction`]). An evicted request whose response has not started
+//!   gets 429 `evicted-by-priority`; one whose response has started is reset, and billed for
+//!   what it generated.
 //! - **Refused** at once when its band or the queues are full (429 `rejected-saturated`),
 //!   after its TTL (429 `rejected-ttl-expired`), or when the client leaves
 //!   (`rejected-context-cancelled`, nothing sent upstream). No engine has seen any of them,
@@ -28,9 +33,11 @@
 //! afterwards, and the host's timer does too, so a ticket dropped elsewhere delays a
 //! dispatch by one tick at most.
 
+mod evict;
 mod gate;
 mod slot;
 
+pub use evict::{EvictSignal, Evictee};
 pub use gate::{Admission, Entry, FlowGate, FlowTicket};
 pub use slot::{QueueSlot, Verdict};
 
@@ -43,6 +50,10 @@ pub const QUEUED_MS_STATE: &str = "infergate.flow.queued_ms";
 pub fn record_queued_ms<H: crate::host::StreamState + ?Sized>(host: &mut H, queued_ms: u64) {
     let _ = host.set_stream_state(QUEUED_MS_STATE, queued_ms.to_string().as_bytes());
 }
+
+/// The per-stream state key under which the picker leaves why it stopped an admitted
+/// request (`evicted-by-priority`), for the billing record's outcome.
+pub const EVICTED_STATE: &str = "infergate.flow.evicted";
 
 /// The per-stream state key under which the usage stage's settlement leaves the service a
 /// request received (decimal prompt + 2 × completion tokens), for the weighted policy to
@@ -77,6 +88,9 @@ pub enum DropReason {
     TtlExpired,
     /// The client left while it waited.
     ContextCancelled,
+    /// It was admitted, and a request of a higher band evicted it before its response
+    /// started.
+    Evicted,
 }
 
 impl DropReason {
@@ -86,6 +100,7 @@ impl DropReason {
             DropReason::Saturated => "rejected-saturated",
             DropReason::TtlExpired => "rejected-ttl-expired",
             DropReason::ContextCancelled => "rejected-context-cancelled",
+            DropReason::Evicted => scheduler_core::flow::EVICTED_BY_PRIORITY,
         }
     }
 
@@ -99,6 +114,10 @@ impl DropReason {
                 "the pool stayed saturated for longer than this request may wait; retry later"
             }
             DropReason::ContextCancelled => "the client left while the request was queued",
+            DropReason::Evicted => {
+                "a request of a higher priority needed the capacity this sheddable request \
+                 held; retry later"
+            }
         }
     }
 }

@@ -131,6 +131,22 @@ impl Admitted {
     pub fn release(self) {
         drop(self.ticket);
     }
+
+    /// The band it was admitted in.
+    pub fn band(&self) -> i32 {
+        self.band
+    }
+
+    /// Its flow (fairness id).
+    pub fn flow(&self) -> &str {
+        &self.flow
+    }
+
+    /// Offer it for eviction, reached through `evictee` (see
+    /// [`FlowTicket::make_evictable`]).
+    pub fn make_evictable(&mut self, evictee: crate::flow::Evictee) -> bool {
+        self.ticket.make_evictable(self.band, evictee)
+    }
 }
 
 /// One pool's flow control (module doc).
@@ -265,6 +281,23 @@ impl FlowPlan {
         stats.histogram_record(&self.key(QUEUE_TIME, band, "", None), queued_ms);
     }
 
+    /// An admitted request of `band` and `flow` was evicted (`responding`: its response had
+    /// started, so it was reset rather than answered 429).
+    pub fn count_evicted<S: Stats + ?Sized>(
+        &self,
+        stats: &mut S,
+        band: i32,
+        flow: &str,
+        responding: bool,
+    ) {
+        let when = if responding {
+            "responding"
+        } else {
+            "before_response"
+        };
+        stats.counter_add(&self.key(EVICTIONS, band, flow, Some(("when", when))), 1);
+    }
+
     /// A request of `fields` was refused, or left the queue unserved, for `reason`.
     pub fn count_rejected<S: Stats + ?Sized>(
         &self,
@@ -289,5 +322,8 @@ pub const QUEUED: &str = "infergate.flow.queued";
 pub const DISPATCHES: &str = "infergate.flow.dispatches";
 /// Counter: requests refused or dropped from the queue, pool × band × flow × reason.
 pub const REJECTIONS: &str = "infergate.flow.rejections";
+/// Counter: admitted requests evicted for a higher band, pool × band × flow × when
+/// (`before_response`: answered 429; `responding`: reset).
+pub const EVICTIONS: &str = "infergate.flow.evictions";
 /// Histogram: time queued of dispatched requests (ms), pool × band.
 pub const QUEUE_TIME: &str = "infergate.flow.queue_time_ms";

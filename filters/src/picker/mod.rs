@@ -34,8 +34,8 @@ pub mod timing;
 
 use crate::host::{
     Clock, DynamicMetadata, EditResponseHeaders, LocalReply, Random, ReadMetadata, RequestBody,
-    RequestHeaders, ResponseHeaders, RoutedCluster, ServedUpstream, SnapshotSource, Stats,
-    StreamState,
+    RequestHeaders, ResetStream, ResponseHeaders, RoutedCluster, ServedUpstream, SnapshotSource,
+    Stats, StreamState,
 };
 use scheduler_core::types::BlockHash;
 
@@ -53,6 +53,7 @@ pub trait PickerHost:
     RequestHeaders
     + RequestBody
     + LocalReply
+    + ResetStream
     + SnapshotSource
     + Clock
     + Random
@@ -71,6 +72,7 @@ impl<T> PickerHost for T where
     T: RequestHeaders
         + RequestBody
         + LocalReply
+        + ResetStream
         + SnapshotSource
         + Clock
         + Random

@@ -154,15 +154,6 @@ pub(super) fn compile(
     let epp = EndpointPickerConfig::from_value(epp).map_err(error)?;
     let scheduler = Scheduler::new(&epp).map_err(error)?;
     let flow = FlowControlConfig::compile(&epp).map_err(error)?;
-    if flow.as_ref().is_some_and(|f| f.enable_eviction) {
-        // Refused rather than ignored: an operator who asks for it expects it.
-        return Err(PickerConfigError::Scheduler {
-            pool: cfg.pool.clone(),
-            error: "flowControl.enableEviction: evicting in-flight requests is not supported \
-                    by this gateway; remove it or set it to false"
-                .into(),
-        });
-    }
     Ok((scheduler, flow))
 }
 

@@ -56,7 +56,7 @@ use super::prepare::PreparedPick;
 use super::state::{PickerShared, PoolId, Rejection};
 use super::timing::ResponseTiming;
 use crate::codec::{put_string, put_u64s, Reader};
-use crate::flow::{Admission, DropReason, FlowTicket};
+use crate::flow::{Admission, DropReason, Evictee, FlowTicket};
 use crate::host::{Clock, SnapshotSource, Stats};
 use scheduler_core::flow::QueueKey;
 use scheduler_core::types::{BlockHash, Millis};
@@ -228,6 +228,16 @@ pub enum ToWorker {
         /// releases reach the owner with the queued requests' own picks or the worker's
         /// tick, and the owner's tick dispatches.)
         release_at_once: bool,
+        /// The request may be evicted: the owner may send [`ToWorker::Evict`] for its
+        /// lease, and the worker keeps a signal for it.
+        evictable: bool,
+    },
+    /// Evict the request holding `lease` (a request of a higher band waits for its
+    /// capacity): a 429 before its response started, a reset after. Not an answer to a
+    /// pick: the lease names the request.
+    Evict {
+        /// The lease id of [`ToWorker::Picked`].
+        lease: u64,
     },
     /// The pool is saturated: the request waits in its queue, and the answer comes when
     /// it is dispatched or dropped (the worker waits past its usual answer timeout).
@@ -266,6 +276,7 @@ const REJECTED: u8 = 12;
 const UNKNOWN_STATE: u8 = 13;
 const QUEUED: u8 = 14;
 const DROPPED: u8 = 15;
+const EVICT: u8 = 16;
 const CANCEL: u8 = 4;
 const SERVED: u8 = 5;
 
@@ -409,7 +420,8 @@ impl ToOwner {
 }
 
 impl ToWorker {
-    /// The ticket of the pick this answers.
+    /// The ticket of the pick this answers; for [`ToWorker::Evict`], which answers no
+    /// pick, its lease (the word after the tag either way).
     pub fn ticket(&self) -> u64 {
         match self {
             ToWorker::Picked { ticket, .. }
@@ -417,6 +429,7 @@ impl ToWorker {
             | ToWorker::UnknownState { ticket }
             | ToWorker::Queued { ticket }
             | ToWorker::Dropped { ticket, .. } => *ticket,
+            ToWorker::Evict { lease } => *lease,
         }
     }
 
@@ -432,6 +445,7 @@ impl ToWorker {
                 prefiller,
                 queued_ms,
                 release_at_once,
+                evictable,
             } => {
                 out.push(PICKED);
                 out.extend_from_slice(&ticket.to_le_bytes());
@@ -444,11 +458,13 @@ impl ToWorker {
                 for fallback in fallbacks.iter().take(usize::from(count)) {
                     let _ = put_string(&mut out, fallback);
                 }
-                // Flags: bit 0 queue time, bit 1 release at once, bit 2 a prefiller follows.
+                // Flags: bit 0 queue time, bit 1 release at once, bit 2 a prefiller follows,
+                // bit 3 evictable.
                 out.push(
                     u8::from(queued_ms.is_some())
                         | u8::from(*release_at_once) << 1
-                        | u8::from(prefiller.is_some()) << 2,
+                        | u8::from(prefiller.is_some()) << 2
+                        | u8::from(*evictable) << 3,
                 );
                 out.extend_from_slice(&queued_ms.unwrap_or(0).to_le_bytes());
                 if let Some(prefiller) = prefiller {
@@ -458,6 +474,10 @@ impl ToWorker {
             ToWorker::Queued { ticket } => {
                 out.push(QUEUED);
                 out.extend_from_slice(&ticket.to_le_bytes());
+            }
+            ToWorker::Evict { lease } => {
+                out.push(EVICT);
+                out.extend_from_slice(&lease.to_le_bytes());
             }
             ToWorker::Dropped {
                 ticket,
@@ -470,6 +490,7 @@ impl ToWorker {
                     DropReason::Saturated => 0,
                     DropReason::TtlExpired => 1,
                     DropReason::ContextCancelled => 2,
+                    DropReason::Evicted => 3,
                 });
                 out.extend_from_slice(&queued_ms.to_le_bytes());
             }
@@ -505,7 +526,7 @@ impl ToWorker {
                     .collect::<Option<Vec<String>>>()?;
                 let flags = r.u8()?;
                 let queued_ms = r.u64()?;
-                if flags & !0b111 != 0 || (flags & 1 == 0 && queued_ms != 0) {
+                if flags & !0b1111 != 0 || (flags & 1 == 0 && queued_ms != 0) {
                     return None;
                 }
                 let prefiller = if flags & 4 != 0 {
@@ -521,15 +542,18 @@ impl ToWorker {
                     prefiller,
                     queued_ms: (flags & 1 != 0).then_some(queued_ms),
                     release_at_once: flags & 2 != 0,
+                    evictable: flags & 8 != 0,
                 }
             }
             QUEUED => ToWorker::Queued { ticket },
+            EVICT => ToWorker::Evict { lease: ticket },
             DROPPED => ToWorker::Dropped {
                 ticket,
                 reason: match r.u8()? {
                     0 => DropReason::Saturated,
                     1 => DropReason::TtlExpired,
                     2 => DropReason::ContextCancelled,
+                    3 => DropReason::Evicted,
                     _ => return None,
                 },
                 queued_ms: r.u64()?,
@@ -639,10 +663,15 @@ impl Owner {
             } => {
                 self.started(state, &started);
                 self.release_all(host, state, &releases, &mut answers);
-                answers.push((
-                    reply_queue,
-                    self.pick(host, state, reply_queue, ticket, pool, prepared),
-                ));
+                let answer = self.pick(
+                    host,
+                    state,
+                    (reply_queue, ticket),
+                    pool,
+                    prepared,
+                    &mut answers,
+                );
+                answers.push((reply_queue, answer));
             }
             ToOwner::Release {
                 state,
@@ -829,15 +858,16 @@ impl Owner {
     }
 
     /// Admit, queue or refuse the request through its pool's flow gate, then pick for it
-    /// if admitted.
+    /// if admitted. A request queued with eviction on adds the evictions it makes to
+    /// `evictions`, one message to each victim's holder.
     fn pick<H: SnapshotSource + Stats + ?Sized>(
         &mut self,
         host: &mut H,
         key: StateKey,
-        reply_queue: u32,
-        ticket: u64,
+        (reply_queue, ticket): (u32, u64),
         pool: PoolId,
         prepared: PreparedPick,
+        evictions: &mut Answers,
     ) -> ToWorker {
         let Some(state) = self.states.get_mut(&key) else {
             return ToWorker::UnknownState { ticket };
@@ -878,7 +908,13 @@ impl Owner {
                 Some(flow_ticket),
                 Some(0),
             ),
-            Admission::Queued(queued) => {
+            Admission::Queued { key: queued, evict } => {
+                for evictee in evict {
+                    // The owner's gate only holds workers' requests.
+                    if let Evictee::Remote { reply_queue, lease } = evictee {
+                        evictions.push((reply_queue, ToWorker::Evict { lease }));
+                    }
+                }
                 flow.count_queued(host, prepared.flow(), 1);
                 state
                     .waiting
@@ -916,15 +952,24 @@ impl Owner {
             Ok(picked) => {
                 self.next_lease = self.next_lease.wrapping_add(1);
                 let lease = self.next_lease;
+                let mut admitted = flow_ticket
+                    .zip(plan.flow())
+                    .map(|(t, flow)| flow.admitted(t, prepared));
+                let evictable = match (&mut admitted, plan.flow()) {
+                    (Some(admitted), Some(flow)) if flow.gate().evicts(admitted.band()) => admitted
+                        .make_evictable(Evictee::Remote {
+                            reply_queue: holder,
+                            lease,
+                        }),
+                    _ => false,
+                };
                 state.leases.insert(
                     lease,
                     Kept {
                         holder,
                         lease: picked.lease,
                         plan: Arc::clone(plan),
-                        ticket: flow_ticket
-                            .zip(plan.flow())
-                            .map(|(t, flow)| flow.admitted(t, prepared)),
+                        ticket: admitted,
                     },
                 );
                 let release_at_once = plan
@@ -938,6 +983,7 @@ impl Owner {
                     prefiller: picked.prefiller,
                     queued_ms,
                     release_at_once,
+                    evictable,
                 }
             }
             // The flow ticket is dropped here: the capacity goes to the next in line.

@@ -163,20 +163,28 @@ impl Run {
         self.advance(pipeline, host)
     }
 
-    /// The host woke the request. `None` when no stage is paused (a spurious or late wake):
-    /// the adapter then leaves the stream as it is. Otherwise what to do now; `Continue`
-    /// means the adapter must restart the stream it held.
+    /// The host woke the request. A paused stage resumes, and the answer is what to do now
+    /// (`Continue`: the adapter must restart the stream it held). A request no stage holds
+    /// is signalled instead ([`Stage::on_signal`], every stage in order, until one answers):
+    /// `Some(Replied)` if one answered it, else `None`. `None` also for a wake after the
+    /// end or the answer (late or spurious): the adapter then leaves the stream as it is.
     pub fn wake<H, S>(&mut self, pipeline: &Pipeline<H, S>, host: &mut H) -> Option<FilterStatus>
     where
         H: ?Sized,
         S: Stage<H> + ?Sized,
     {
-        let Phase::Paused { from } = self.phase else {
-            return None;
-        };
         if self.answered || self.ended {
             return None;
         }
+        let Phase::Paused { from } = self.phase else {
+            for stage in &pipeline.stages {
+                if stage.on_signal(&mut self.cx, host) == FilterStatus::Replied {
+                    self.answered = true;
+                    return Some(FilterStatus::Replied);
+                }
+            }
+            return None;
+        };
         let stage = pipeline.stages.get(self.cursor)?;
         let status = match stage.on_resume(&mut self.cx, host) {
             FilterStatus::Continue => {

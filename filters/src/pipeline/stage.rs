@@ -86,6 +86,15 @@ pub trait Stage<H: ?Sized> {
         FilterStatus::Continue
     }
 
+    /// The host woke the request while no stage held it: another request signalled it
+    /// (flow control evicting it). A stage that stops the request answers it through
+    /// [`reply`] and returns `Replied`, or resets the stream once its response has started
+    /// and returns `Continue` (the end follows); a stage the wake is not for returns
+    /// `Continue`. Wakes may be spurious.
+    fn on_signal(&self, _cx: &mut RequestContext, _host: &mut H) -> FilterStatus {
+        FilterStatus::Continue
+    }
+
     /// Response headers arrived (`end_of_stream`: the response has no body).
     fn on_response_headers(&self, _cx: &mut RequestContext, _host: &mut H, _end_of_stream: bool) {}
 

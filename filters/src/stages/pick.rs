@@ -56,7 +56,8 @@ use scheduler_core::request::Api;
 use scheduler_core::types::{BlockHash, Millis};
 
 use crate::flow::{
-    read_state_number, record_queued_ms, Admission, DropReason, QueueSlot, Verdict, SERVICE_STATE,
+    read_state_number, record_queued_ms, Admission, DropReason, EvictSignal, Evictee, QueueSlot,
+    Verdict, EVICTED_STATE, SERVICE_STATE,
 };
 use crate::handoff::{Handoff, HANDOFF_KEY};
 use crate::headers::{
@@ -146,6 +147,8 @@ pub enum RemoteAnswer {
         lease: Box<dyn Any>,
         /// How long the request waited in its pool's queue, if the pool has flow control.
         queued_ms: Option<u64>,
+        /// The signal the remote state raises to evict the request, when it may be.
+        eviction: Option<Arc<EvictSignal>>,
     },
     /// Answer 503 for this reason.
     Rejected(Rejection),
@@ -221,6 +224,93 @@ pub struct Picking {
     timer: Option<ResponseTimer>,
     /// The response's first chunk passed (its prefill is over).
     started: bool,
+    /// The response's headers passed: from here on, stopping the request resets it.
+    responding: bool,
+    /// Set while the request may be evicted: the signal that says it was, and what its
+    /// count needs.
+    eviction: Option<Eviction>,
+}
+
+/// What an evictable request keeps: the signal, and its pool, band and flow to count it.
+struct Eviction {
+    signal: Arc<EvictSignal>,
+    plan: Arc<PoolPlan>,
+    band: i32,
+    flow: String,
+}
+
+impl Picking {
+    /// Offer the request, admitted in its pool's flow gate and just routed, for eviction
+    /// when its band is sheddable and the pool evicts: its signal wakes it through a waker
+    /// of its own. Best effort: without a waker, the request is simply not offered.
+    fn offer_for_eviction<H: RequestWaker + ?Sized>(&mut self, host: &mut H) {
+        let Some((admitted, plan)) = &mut self.ticket else {
+            return;
+        };
+        let Some(flow) = plan.flow() else {
+            return;
+        };
+        if !flow.gate().evicts(admitted.band()) {
+            return;
+        }
+        let Ok(waker) = host.request_waker() else {
+            return;
+        };
+        let signal = EvictSignal::new();
+        signal.arm(waker);
+        if admitted.make_evictable(Evictee::Local(Arc::clone(&signal))) {
+            self.eviction = Some(Eviction {
+                signal,
+                plan: Arc::clone(plan),
+                band: admitted.band(),
+                flow: admitted.flow().to_owned(),
+            });
+        }
+    }
+
+    /// Keep the remote state's eviction signal of a routed request, armed with a waker (a
+    /// signal raised before the request took its answer is acted on by the caller).
+    fn keep_remote_eviction<H: RequestWaker + ?Sized>(
+        &mut self,
+        host: &mut H,
+        signal: Arc<EvictSignal>,
+        plan: &Arc<PoolPlan>,
+        prepared: &PreparedPick,
+    ) {
+        let Some(flow) = plan.flow() else {
+            return;
+        };
+        if let Ok(waker) = host.request_waker() {
+            signal.arm(waker);
+        }
+        self.eviction = Some(Eviction {
+            signal,
+            plan: Arc::clone(plan),
+            band: flow.gate().band_for(prepared.flow().priority),
+            flow: prepared.flow().fairness_id.clone(),
+        });
+    }
+
+    /// The request was evicted: count it, leave the reason for the billing record, and stop
+    /// it: 429 `evicted-by-priority` before its response started, a reset after. `None` when
+    /// it was not (a spurious wake).
+    fn evict_if_signalled<H: PickerHost + ?Sized>(&mut self, host: &mut H) -> Option<FilterStatus> {
+        if !self.eviction.as_ref()?.signal.raised() {
+            return None;
+        }
+        let eviction = self.eviction.take()?;
+        if let Some(flow) = eviction.plan.flow() {
+            flow.count_evicted(host, eviction.band, &eviction.flow, self.responding);
+        }
+        let reason = DropReason::Evicted;
+        // Best effort: only the record's outcome is lost if the host refuses.
+        let _ = host.set_stream_state(EVICTED_STATE, reason.wire().as_bytes());
+        if self.responding {
+            host.reset_stream(reason.wire());
+            return Some(FilterStatus::Continue);
+        }
+        Some(reply(host, &Reply::dropped(reason)))
+    }
 }
 
 impl Picking {
@@ -528,7 +618,13 @@ impl<P: PickerStore> PickStage<P> {
                 Admission::Admitted(ticket) => {
                     picking.ticket = Some((flow.admitted(ticket, &prepared), Arc::clone(&plan)));
                 }
-                Admission::Queued(key) => {
+                Admission::Queued { key, evict } => {
+                    for evictee in evict {
+                        // The local gate only holds this process's requests.
+                        if let Evictee::Local(signal) = evictee {
+                            signal.raise();
+                        }
+                    }
                     flow.count_queued(host, prepared.flow(), 1);
                     picking.waiting = Some(Waiting::Queued {
                         plan: Arc::clone(&plan),
@@ -556,6 +652,7 @@ impl<P: PickerStore> PickStage<P> {
         });
         if outcome.is_ok() {
             picking.keep_memo(&plan, &mut prepared);
+            picking.offer_for_eviction(host);
         }
         picking.settle(host, outcome)
     }
@@ -654,9 +751,13 @@ impl<P: PickerStore> PickStage<P> {
                 prefiller,
                 lease,
                 queued_ms,
+                eviction,
             } => {
                 // Held from here on, so the request's end gives it back whatever happens.
                 picking.remote_lease = Some(lease);
+                if let Some(signal) = eviction {
+                    picking.keep_remote_eviction(host, signal, &plan, &prepared);
+                }
                 if let Some(queued_ms) = queued_ms.filter(|&ms| ms > 0) {
                     record_queued_ms(host, queued_ms);
                 }
@@ -666,7 +767,12 @@ impl<P: PickerStore> PickStage<P> {
                     fallbacks,
                     prefiller,
                 };
-                picking.settle(host, Ok(destination))
+                let status = picking.settle(host, Ok(destination));
+                // Evicted before it went on (the eviction came with the answer).
+                match picking.evict_if_signalled(host) {
+                    Some(stopped) if status == FilterStatus::Continue => stopped,
+                    _ => status,
+                }
             }
             RemoteAnswer::Rejected(rejection) => picking.settle(host, Err(rejection)),
             RemoteAnswer::Dropped { reason, queued_ms } => {
@@ -758,6 +864,13 @@ impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickSta
         }
     }
 
+    /// An evicted request stops here (see [`Picking::evict_if_signalled`]).
+    fn on_signal(&self, cx: &mut RequestContext, host: &mut H) -> FilterStatus {
+        cx.get_mut::<Picking>()
+            .and_then(|p| p.evict_if_signalled(host))
+            .unwrap_or(FilterStatus::Continue)
+    }
+
     fn on_resume(&self, cx: &mut RequestContext, host: &mut H) -> FilterStatus {
         match cx.get::<Picking>().and_then(|p| p.waiting.as_ref()) {
             Some(Waiting::Queued { .. }) => self.take_verdict(cx, host),
@@ -775,6 +888,9 @@ impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickSta
     /// blocks and session are recorded for it (a lease the remote state holds: the
     /// correction is sent there). Once per request.
     fn on_response_headers(&self, cx: &mut RequestContext, host: &mut H, _end_of_stream: bool) {
+        if let Some(picking) = cx.get_mut::<Picking>() {
+            picking.responding = true;
+        }
         let Some(mut access) = self.store.access() else {
             return;
         };

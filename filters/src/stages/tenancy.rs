@@ -39,7 +39,7 @@ use scheduler_core::usage::{UsageReport, UsageSource, UsageTracker};
 use serde_json::Value;
 
 use crate::billing::{reason_of_status, BillingRecord, Outcome, DESTINATIONS_STATE};
-use crate::flow::{read_state_number, service_of, QUEUED_MS_STATE, SERVICE_STATE};
+use crate::flow::{read_state_number, service_of, EVICTED_STATE, QUEUED_MS_STATE, SERVICE_STATE};
 use crate::headers::DESTINATION_ENDPOINT;
 use crate::host::{Clock, RequestHeaders, Stats, StreamState, UsageRecordSink};
 use crate::pipeline::{EndCause, RequestContext};
@@ -406,7 +406,14 @@ impl Tenancy {
         let acc = acc.clone();
         let routed = cx.get::<RoutedRequest>().cloned();
         let router_replied = cx.get::<RouterReplied>().map(|r| r.0);
-        let outcome = outcome(&acc, router_replied, end);
+        // The picker (this pipeline's, or a filter after this one) leaves it when it
+        // evicted the request.
+        let evicted = host.stream_state(EVICTED_STATE).is_some();
+        let outcome = if evicted {
+            Outcome::Evicted
+        } else {
+            outcome(&acc, router_replied, end)
+        };
         let report = cx.get::<Metering>().map(|m| m.tracker.report());
         let admission = cx.get::<Admission>().cloned();
         let tenant = acc.tenant.and_then(|id| self.tenants.tenant(id));

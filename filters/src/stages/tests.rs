@@ -357,6 +357,7 @@ mod remote_store {
                     prefiller,
                     lease: Box::new(lease),
                     queued_ms: None,
+                    eviction: None,
                 }),
                 ToWorker::Rejected { rejection, .. } => Some(RemoteAnswer::Rejected(rejection)),
                 ToWorker::UnknownState { .. } => Some(RemoteAnswer::PickHere("unknown".into())),
@@ -364,7 +365,9 @@ mod remote_store {
                     reason, queued_ms, ..
                 } => Some(RemoteAnswer::Dropped { reason, queued_ms }),
                 // This test owner has no flow control configured.
-                ToWorker::Queued { .. } => Some(RemoteAnswer::PickHere("queued".into())),
+                ToWorker::Queued { .. } | ToWorker::Evict { .. } => {
+                    Some(RemoteAnswer::PickHere("queued".into()))
+                }
             }
         }
 

@@ -206,26 +206,115 @@ fn a_client_that_leaves_the_queue_frees_its_place_and_is_never_routed() {
     assert_eq!(leaving.woken(), 0);
 }
 
-#[test]
-fn eviction_is_refused_by_name_rather_than_ignored() {
+/// A pool of one endpoint admitting `max` requests, with a sheddable band (`batch`, -1)
+/// under the default one, and `enableEviction` as given.
+fn eviction_pipeline(max: u32, evict: bool) -> (Pipeline<FakeHost>, Arc<SharedPicker>) {
     let mut epp = crate::picker::config::default_epp_config();
+    let plugins = epp["plugins"].as_array_mut().unwrap();
+    plugins.push(serde_json::json!({"type": "concurrency-detector",
+        "parameters": {"maxConcurrency": max}}));
     epp["featureGates"] = serde_json::json!(["flowControl"]);
-    epp["flowControl"] = serde_json::json!({"enableEviction": true});
-    let e = PickerShared::from_json(serde_json::json!({
-        "pool": "p", "baseModel": "llama", "endpoints": [], "eppConfig": epp
+    epp["flowControl"] = serde_json::json!({
+        "saturationDetector": {"pluginRef": "concurrency-detector"},
+        "priorityBands": [{"priority": 0}, {"priority": -1}],
+        "enableEviction": evict
+    });
+    let state = PickerShared::from_json(serde_json::json!({
+        "pools": [{"pool": "p", "baseModel": "llama", "endpoints": ["10.0.0.1:8000"],
+                   "failureMode": "FailOpen", "eppConfig": epp}],
+        "objectives": [{"apiVersion": "llm-d.ai/v1alpha2", "kind": "InferenceObjective",
+                        "metadata": {"name": "batch"}, "spec": {"priority": -1}}]
     }))
-    .err()
-    .map(|e| e.to_string())
-    .unwrap_or_default();
-    assert!(
-        e.contains("pool `p`") && e.contains("flowControl.enableEviction"),
-        "{e}"
+    .unwrap();
+    let shared = Arc::new(SharedPicker::new(state));
+    let stage: Box<dyn Stage<FakeHost>> = Box::new(PickStage::new(Arc::clone(&shared)));
+    (Pipeline::new(vec![stage]), shared)
+}
+
+#[test]
+fn a_blocked_request_evicts_the_latest_sheddable_one_429_before_its_response_reset_after() {
+    let (picker, _shared) = eviction_pipeline(2, true);
+    // Two sheddable requests fill the pool; the older one's response has started.
+    let mut older = stream("batch-flow", Some("batch"), 0);
+    let (mut older_run, status) = send(&picker, &mut older);
+    assert_eq!(status, FilterStatus::Continue);
+    older_run.response_headers(&picker, &mut older, false);
+    let mut newer = stream("batch-flow", Some("batch"), 1);
+    let (mut newer_run, status) = send(&picker, &mut newer);
+    assert_eq!(status, FilterStatus::Continue);
+
+    // A default-band request is blocked: it waits, and evicts the most recent one.
+    let mut first = stream("std", None, 2);
+    let (mut first_run, status) = send(&picker, &mut first);
+    assert_eq!(status, FilterStatus::Pause);
+    assert_eq!((older.woken(), newer.woken()), (0, 1));
+    assert_eq!(
+        newer_run.wake(&picker, &mut newer),
+        Some(FilterStatus::Replied)
     );
-    epp["flowControl"] = serde_json::json!({"enableEviction": false});
-    assert!(PickerShared::from_json(serde_json::json!({
-        "pool": "p", "baseModel": "llama", "endpoints": [], "eppConfig": epp
-    }))
-    .is_ok());
+    assert_eq!(newer.replies.last().map(|r| r.status), Some(429));
+    assert_eq!(reason(&newer).as_deref(), Some("evicted-by-priority"));
+    assert_eq!(
+        newer
+            .stream_state
+            .get(crate::flow::EVICTED_STATE)
+            .map(Vec::as_slice),
+        Some(&b"evicted-by-priority"[..])
+    );
+    assert_eq!(
+        newer
+            .counters
+            .get("infergate.flow.evictions.pool.p.band.-1.flow.batch-flow.when.before_response"),
+        Some(&1)
+    );
+    // Its end frees the slot the blocked request waits for.
+    newer_run.end(&picker, &mut newer);
+    assert_eq!(first.woken(), 1);
+    assert_eq!(
+        first_run.wake(&picker, &mut first),
+        Some(FilterStatus::Continue)
+    );
+    assert_eq!(first.header(DESTINATION_ENDPOINT), Some("10.0.0.1:8000"));
+
+    // The next blocked request evicts the older one, whose response started: a reset.
+    let mut second = stream("std", None, 3);
+    let (_second_run, status) = send(&picker, &mut second);
+    assert_eq!(status, FilterStatus::Pause);
+    assert_eq!(older.woken(), 1);
+    assert_eq!(older_run.wake(&picker, &mut older), None);
+    assert_eq!(older.resets, ["evicted-by-priority"]);
+    assert!(
+        older.replies.is_empty(),
+        "nothing answered after the response started"
+    );
+    // A later wake finds nothing to do: the request is evicted once.
+    assert_eq!(older_run.wake(&picker, &mut older), None);
+    assert_eq!(older.resets.len(), 1);
+
+    // Nothing sheddable is left: a third blocked request only waits.
+    let mut third = stream("std", None, 4);
+    let (_third_run, status) = send(&picker, &mut third);
+    assert_eq!(status, FilterStatus::Pause);
+    assert_eq!(first.woken(), 1);
+}
+
+#[test]
+fn without_enable_eviction_and_for_its_own_band_nothing_is_evicted() {
+    let (picker, _shared) = eviction_pipeline(1, false);
+    let mut batch = stream("b", Some("batch"), 0);
+    let (_batch_run, _) = send(&picker, &mut batch);
+    let mut std = stream("std", None, 1);
+    let (_std_run, status) = send(&picker, &mut std);
+    assert_eq!(status, FilterStatus::Pause);
+    assert_eq!(batch.woken(), 0, "eviction is off");
+
+    let (picker, _shared) = eviction_pipeline(1, true);
+    let mut batch = stream("b", Some("batch"), 0);
+    let (_batch_run, _) = send(&picker, &mut batch);
+    let mut same_band = stream("b2", Some("batch"), 1);
+    let (_run, status) = send(&picker, &mut same_band);
+    assert_eq!(status, FilterStatus::Pause);
+    assert_eq!(batch.woken(), 0, "a band never evicts its own requests");
 }
 
 #[test]

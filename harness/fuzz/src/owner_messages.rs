@@ -153,7 +153,8 @@ fn worker_messages_from(data: &[u8]) -> Vec<ToWorker> {
         DropReason::Saturated,
         DropReason::TtlExpired,
         DropReason::ContextCancelled,
-    ][usize::from(pick) % 3];
+        DropReason::Evicted,
+    ][usize::from(pick) % 4];
     let rejection = [
         Rejection::NoEndpoints,
         Rejection::StaleMetrics,
@@ -168,8 +169,10 @@ fn worker_messages_from(data: &[u8]) -> Vec<ToWorker> {
             prefiller: (pick & 4 != 0).then(|| text_of(data, 21)),
             queued_ms,
             release_at_once: pick & 2 != 0,
+            evictable: pick & 8 != 0,
         },
         ToWorker::Queued { ticket },
+        ToWorker::Evict { lease: ticket },
         ToWorker::Dropped {
             ticket,
             reason,

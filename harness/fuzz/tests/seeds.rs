@@ -691,6 +691,7 @@ fn owner_message_seeds() -> Vec<(String, Vec<u8>)> {
                 prefiller: None,
                 queued_ms: None,
                 release_at_once: false,
+                evictable: false,
             },
         ),
         (
@@ -703,6 +704,7 @@ fn owner_message_seeds() -> Vec<(String, Vec<u8>)> {
                 prefiller: Some("10.0.0.4:8000".into()),
                 queued_ms: None,
                 release_at_once: false,
+                evictable: false,
             },
         ),
         (
@@ -715,6 +717,7 @@ fn owner_message_seeds() -> Vec<(String, Vec<u8>)> {
                 prefiller: None,
                 queued_ms: Some(1_250),
                 release_at_once: true,
+                evictable: false,
             },
         ),
         (
@@ -727,8 +730,10 @@ fn owner_message_seeds() -> Vec<(String, Vec<u8>)> {
                 prefiller: None,
                 queued_ms: Some(0),
                 release_at_once: true,
+                evictable: true,
             },
         ),
+        ("evict", ToWorker::Evict { lease: 11 }),
         (
             "rejected-no-endpoints",
             ToWorker::Rejected {
@@ -745,6 +750,14 @@ fn owner_message_seeds() -> Vec<(String, Vec<u8>)> {
         ),
         ("unknown-state", ToWorker::UnknownState { ticket: 5 }),
         ("queued", ToWorker::Queued { ticket: 6 }),
+        (
+            "dropped-evicted",
+            ToWorker::Dropped {
+                ticket: 14,
+                reason: DropReason::Evicted,
+                queued_ms: 0,
+            },
+        ),
         (
             "dropped-ttl",
             ToWorker::Dropped {

@@ -162,7 +162,7 @@ pub fn dispatch_cost(
         bail!("the first request was not admitted");
     };
     for i in 1..=queued as u64 {
-        if !matches!(arrive(i), Admission::Queued(_)) {
+        if !matches!(arrive(i), Admission::Queued { .. }) {
             bail!("request {i} was not queued");
         }
     }
@@ -184,7 +184,7 @@ pub fn dispatch_cost(
                 Some(Verdict::Dispatched { ticket, .. }) => ticket,
                 _ => bail!("the verdict did not reach its slot"),
             };
-            if !matches!(arrive(now), Admission::Queued(_)) {
+            if !matches!(arrive(now), Admission::Queued { .. }) {
                 bail!("a new request was not queued");
             }
             now += 1;

@@ -33,6 +33,8 @@
 //! - [`flow`]: flow control with the pool saturated: dispatch by band then by flow, a full
 //!   band, a TTL, a client that leaves while queued, weighted and round-robin shares, and
 //!   nothing queued below saturation;
+//! - [`eviction`]: a blocked request evicts sheddable ones, at 1 and 4 workers: 429
+//!   `evicted-by-priority` before the response started, a reset stream after, both billed;
 //! - [`faults`]: the fault suite: hostile headers and bodies (HTTP/1.1 and HTTP/2),
 //!   failing engines, aborted and held streams; Envoy keeps serving, nothing stays in flight.
 
@@ -89,6 +91,7 @@ macro_rules! for_each_flavour {
 mod capabilities;
 mod disagg;
 mod errors;
+mod eviction;
 mod faults;
 mod flow;
 mod global_quotas;

@@ -7,6 +7,8 @@
 //!   `featureGates: [flowControl]`) compiled into a [`FlowControlConfig`], with its defaults.
 //! - [`quantity`]: Kubernetes quantities (`"1k"`, `"10Gi"`) and durations (`"60s"`).
 //! - [`saturation`]: whether the pool is saturated (concurrency and utilization detectors).
+//! - [`eviction`]: which in-flight requests of sheddable bands a queued request may
+//!   evict (`enableEviction`), and in what order ([`Victims`]).
 //! - [`queues`]: the bands, flows and their fairness and ordering policies, limits, TTLs and
 //!   cancellation ([`FlowQueues`]).
 //!
@@ -18,6 +20,7 @@
 //! real service of a weighted flow's request is known, [`FlowQueues::charge`] corrects it.
 
 pub mod config;
+pub mod eviction;
 pub mod quantity;
 pub mod queues;
 pub mod saturation;
@@ -26,6 +29,7 @@ pub use config::{
     BandConfig, ConcurrencyMode, Detector, FairnessPolicy, FlowControlConfig, FlowPlugin,
     OrderingPolicy, UtilizationThresholds, DEFAULT_FLOW,
 };
+pub use eviction::{Need, VictimKey, Victims, EVICTED_BY_PRIORITY};
 pub use queues::{Arrival, Dispatched, FlowQueues, QueueKey, Refusal, Removed};
 pub use saturation::{all_saturated, InFlightLoad};
 

@@ -74,6 +74,7 @@ extern "C" {
         grpc_status: i32,
     ) -> u32;
     fn proxy_continue_stream(stream: u32) -> u32;
+    fn proxy_close_stream(stream: u32) -> u32;
     fn proxy_get_shared_data(
         key: *const u8,
         key_len: usize,
@@ -288,6 +289,13 @@ pub fn send_local_response(
 pub fn resume_http_request() -> Result<(), Status> {
     // SAFETY: no pointers.
     Status::check(unsafe { proxy_continue_stream(STREAM_HTTP_REQUEST) })
+}
+
+/// Reset the current HTTP stream (Envoy: the decoder callbacks' `resetStream`, after the
+/// callback returns; the response code details read `wasm_close_stream`).
+pub fn reset_http_stream() -> Result<(), Status> {
+    // SAFETY: no pointers.
+    Status::check(unsafe { proxy_close_stream(STREAM_HTTP_REQUEST) })
 }
 
 /// The shared value under `key` and its CAS; `None` if the key is absent.

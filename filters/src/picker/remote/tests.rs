@@ -330,6 +330,7 @@ fn the_codec_round_trips_and_rejects_every_truncation_and_trailing_byte() {
             prefiller: None,
             queued_ms: None,
             release_at_once: false,
+            evictable: false,
         },
         ToWorker::Picked {
             ticket: 5,
@@ -339,6 +340,7 @@ fn the_codec_round_trips_and_rejects_every_truncation_and_trailing_byte() {
             prefiller: Some("10.0.0.4:8000".into()),
             queued_ms: None,
             release_at_once: false,
+            evictable: false,
         },
         ToWorker::Picked {
             ticket: 5,
@@ -348,7 +350,9 @@ fn the_codec_round_trips_and_rejects_every_truncation_and_trailing_byte() {
             prefiller: None,
             queued_ms: Some(1234),
             release_at_once: true,
+            evictable: true,
         },
+        ToWorker::Evict { lease: 11 },
         ToWorker::Rejected {
             ticket: 6,
             rejection: Rejection::Unscraped,
@@ -359,6 +363,11 @@ fn the_codec_round_trips_and_rejects_every_truncation_and_trailing_byte() {
             ticket: 9,
             reason: crate::flow::DropReason::TtlExpired,
             queued_ms: 2000,
+        },
+        ToWorker::Dropped {
+            ticket: 10,
+            reason: crate::flow::DropReason::Evicted,
+            queued_ms: 0,
         },
     ];
     for answer in &answers {

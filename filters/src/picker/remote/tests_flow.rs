@@ -31,13 +31,21 @@ fn key() -> StateKey {
 
 /// The `Pick` a worker sends for a request of `flow` with `ticket`, at `now`.
 fn pick(ticket: u64, flow: &str, now: u64) -> Vec<u8> {
-    let mut local = PickerShared::from_json(serde_json::from_slice(&config()).unwrap()).unwrap();
+    pick_in(&config(), ticket, flow, None, now)
+}
+
+/// The `Pick` of a request of `flow` (and `objective`, if any) in the state of `config`.
+fn pick_in(config: &[u8], ticket: u64, flow: &str, objective: Option<&str>, now: u64) -> Vec<u8> {
+    let mut local = PickerShared::from_json(serde_json::from_slice(config).unwrap()).unwrap();
     let body = json!({"model": "llama", "messages": [{"role": "user", "content": "hi"}]});
     let mut host = FakeHost::new()
         .request_header(BASE_MODEL, "llama")
         .request_header(FAIRNESS_ID, flow)
         .post("/v1/chat/completions", body.to_string().as_bytes())
         .now(now);
+    if let Some(objective) = objective {
+        host = host.request_header(crate::headers::OBJECTIVE, objective);
+    }
     let mut req = PickRun::deferred();
     req.on_request_headers(&mut local, &mut host, false);
     let len = host.body.len();
@@ -47,7 +55,7 @@ fn pick(ticket: u64, flow: &str, now: u64) -> Vec<u8> {
     );
     let (pool, prepared) = req.pending_pick().unwrap();
     ToOwner::Pick {
-        state: key(),
+        state: StateKey::of_config(config),
         reply_queue: 7,
         ticket,
         pool,
@@ -260,4 +268,80 @@ fn a_silent_workers_lease_and_queued_pick_make_room_for_a_living_workers_request
         "the dead worker's queued pick left the queue"
     );
     assert_eq!(owner.leases(), 1);
+}
+
+/// One slot, a sheddable band (`batch`, -1) under the default one, eviction on.
+fn eviction_config() -> Vec<u8> {
+    let mut epp = crate::picker::config::default_epp_config();
+    let plugins = epp["plugins"].as_array_mut().unwrap();
+    plugins.push(json!({"type": "concurrency-detector", "parameters": {"maxConcurrency": 1}}));
+    epp["featureGates"] = json!(["flowControl"]);
+    epp["flowControl"] = json!({"priorityBands": [{"priority": 0}, {"priority": -1}],
+        "enableEviction": true});
+    serde_json::to_vec(&json!({
+        "pools": [{"pool": "p", "baseModel": "llama", "endpoints": ["10.0.0.1:8000"],
+                   "failureMode": "FailOpen", "eppConfig": epp}],
+        "objectives": [{"apiVersion": "llm-d.ai/v1alpha2", "kind": "InferenceObjective",
+                        "metadata": {"name": "batch"}, "spec": {"priority": -1}}]}))
+    .unwrap()
+}
+
+#[test]
+fn a_blocked_request_sends_an_eviction_to_the_sheddable_leases_holder() {
+    let config = eviction_config();
+    let key = StateKey::of_config(&config);
+    let mut owner = Owner::new();
+    let mut host = FakeHost::new().now(0);
+    let hello = ToOwner::Hello {
+        state: key,
+        config: config.clone(),
+    };
+    assert!(owner.handle(&mut host, &hello.encode().unwrap()).is_empty());
+
+    let first = owner.handle(&mut host, &pick_in(&config, 1, "b", Some("batch"), 0));
+    let [(
+        7,
+        ToWorker::Picked {
+            lease, evictable, ..
+        },
+    )] = first.as_slice()
+    else {
+        panic!("{first:?}");
+    };
+    assert!(*evictable, "a sheddable band's lease may be evicted");
+    let lease = *lease;
+
+    // A default-band request is queued, and the holder of the sheddable lease is told.
+    let answers = owner.handle(&mut host, &pick_in(&config, 2, "s", None, 1));
+    assert_eq!(
+        answers,
+        vec![
+            (7, ToWorker::Evict { lease }),
+            (7, ToWorker::Queued { ticket: 2 })
+        ]
+    );
+    // Another blocked request finds no candidate left: it only waits.
+    let answers = owner.handle(&mut host, &pick_in(&config, 3, "s", None, 2));
+    assert_eq!(answers, vec![(7, ToWorker::Queued { ticket: 3 })]);
+
+    // The evicted request ends: its release dispatches the first waiting one, whose lease
+    // is not evictable (its band is not sheddable).
+    let release = ToOwner::Release {
+        state: key,
+        reply_queue: 7,
+        leases: vec![Released::lease(lease)],
+        started: Vec::new(),
+    };
+    let answers = owner.handle(&mut host, &release.encode().unwrap());
+    let [(
+        7,
+        ToWorker::Picked {
+            ticket: 2,
+            evictable: false,
+            ..
+        },
+    )] = answers.as_slice()
+    else {
+        panic!("{answers:?}");
+    };
 }

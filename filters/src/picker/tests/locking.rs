@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::*;
-use crate::host::{HostError, ResponseHeaders, SnapshotFetch, SnapshotVersion, StreamState};
+use crate::host::{
+    HostError, ResetStream, ResponseHeaders, SnapshotFetch, SnapshotVersion, StreamState,
+};
 use crate::stats::StatKey;
 use scheduler_core::request::Api;
 
@@ -97,6 +99,13 @@ impl RequestBody for ProbeHost<'_> {
     fn replace_request_body(&mut self, body: &[u8]) -> Result<(), HostError> {
         self.probe.note("replace body");
         self.inner.replace_request_body(body)
+    }
+}
+
+impl ResetStream for ProbeHost<'_> {
+    fn reset_stream(&mut self, details: &str) {
+        self.probe.note("reset");
+        self.inner.reset_stream(details);
     }
 }
 

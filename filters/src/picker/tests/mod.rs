@@ -283,6 +283,7 @@ impl PickRun {
                 prefiller: prefiller.map(str::to_owned),
                 lease: Box::new(()),
                 queued_ms: None,
+                eviction: None,
             },
             Err(rejection) => RemoteAnswer::Rejected(rejection),
         };

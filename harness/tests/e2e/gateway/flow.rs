@@ -47,9 +47,11 @@ use infergate_harness::sim::{self, SimConfig, SimHandle};
 const MODEL: &str = "sim-model";
 const DROPPED: &str = "x-llm-d-request-dropped-reason";
 const PREMIUM: &str = "premium-traffic";
-const STANDARD: &str = "standard-traffic";
+pub(super) const STANDARD: &str = "standard-traffic";
+/// A sheddable objective (priority -1), which eviction may stop.
+pub(super) const BATCH: &str = "batch-traffic";
 /// How long any wait for the gateway may take on a loaded machine before the test fails.
-const PATIENCE: Duration = Duration::from_secs(20);
+pub(super) const PATIENCE: Duration = Duration::from_secs(20);
 
 for_each_flavour!(
     queued_requests_leave_by_band_then_by_flow,
@@ -75,7 +77,7 @@ fn quota(tenant: &str, objective: &str) -> Value {
 }
 
 /// One priority band with FCFS order within each flow.
-fn band(priority: i64, max_requests: u64, fairness: &str) -> Value {
+pub(super) fn band(priority: i64, max_requests: u64, fairness: &str) -> Value {
     json!({"priority": priority, "maxRequests": max_requests.to_string(),
            "fairnessPolicyRef": fairness, "orderingPolicyRef": "fcfs-ordering-policy"})
 }
@@ -83,7 +85,12 @@ fn band(priority: i64, max_requests: u64, fairness: &str) -> Value {
 /// The picker's default scheduling plus flow control: saturated at `max_concurrency`
 /// in-flight requests, `ttl` for every queued request, `bands`, and the weights `flows`
 /// (none: left out).
-fn epp_config(max_concurrency: u64, ttl: &str, bands: Vec<Value>, flows: Vec<Value>) -> Value {
+pub(super) fn epp_config(
+    max_concurrency: u64,
+    ttl: &str,
+    bands: Vec<Value>,
+    flows: Vec<Value>,
+) -> Value {
     let mut cfg = default_epp_config();
     cfg["featureGates"] = json!(["flowControl"]);
     let mut policies: Vec<String> = Vec::new();
@@ -117,16 +124,28 @@ fn epp_config(max_concurrency: u64, ttl: &str, bands: Vec<Value>, flows: Vec<Val
 // The stack
 
 /// One simulated replica behind a gateway with tenants and a billing log.
-struct Rig {
+pub(super) struct Rig {
     flavor: Flavor,
-    stack: Stack,
-    sim: SimHandle,
+    workers: u32,
+    pub(super) stack: Stack,
+    pub(super) sim: SimHandle,
     url: String,
 }
 
 /// Starts the rig: `epp` as the pool's config, a tenant per `(name, objective)`. `None`
 /// when the flavour's module is not built.
 async fn rig(flavor: Flavor, what: &str, epp: Value, tenants: &[(&str, &str)]) -> Option<Rig> {
+    rig_at(flavor, what, epp, tenants, crate::support::workers()).await
+}
+
+/// [`rig`] with Envoy at `workers` workers.
+pub(super) async fn rig_at(
+    flavor: Flavor,
+    what: &str,
+    epp: Value,
+    tenants: &[(&str, &str)],
+    workers: u32,
+) -> Option<Rig> {
     let sim = sim::start(SimConfig {
         replicas: 1,
         models: vec![MODEL.into()],
@@ -138,8 +157,9 @@ async fn rig(flavor: Flavor, what: &str, epp: Value, tenants: &[(&str, &str)]) -
     let mut objects: Vec<Value> = tenants.iter().map(|(t, o)| quota(t, o)).collect();
     objects.push(objective(PREMIUM, 100));
     objects.push(objective(STANDARD, 0));
+    objects.push(objective(BATCH, -1));
     let log = std::env::temp_dir().join(format!(
-        "infergate-e2e-flow-{}-{}-{what}.log",
+        "infergate-e2e-flow-{}-{}-x{workers}-{what}.log",
         std::process::id(),
         tag(flavor)
     ));
@@ -148,6 +168,7 @@ async fn rig(flavor: Flavor, what: &str, epp: Value, tenants: &[(&str, &str)]) -
         picker_config: epp,
         ..PoolSpec::all(MODEL)
     }]);
+    plan.concurrency = workers;
     plan.tenancy = Tenancy {
         objects,
         jwt: None,
@@ -157,6 +178,7 @@ async fn rig(flavor: Flavor, what: &str, epp: Value, tenants: &[(&str, &str)]) -
     let url = format!("{}/v1/chat/completions", stack.picker_url());
     Some(Rig {
         flavor,
+        workers,
         stack,
         sim,
         url,
@@ -165,25 +187,25 @@ async fn rig(flavor: Flavor, what: &str, epp: Value, tenants: &[(&str, &str)]) -
 
 /// What a client saw.
 #[derive(Debug)]
-struct Outcome {
-    status: u16,
-    reason: String,
-    elapsed: Duration,
-    body: String,
+pub(super) struct Outcome {
+    pub(super) status: u16,
+    pub(super) reason: String,
+    pub(super) elapsed: Duration,
+    pub(super) body: String,
 }
 
-fn short(text: &str, tokens: u32) -> Value {
+pub(super) fn short(text: &str, tokens: u32) -> Value {
     json!({"model": MODEL, "max_tokens": tokens, "ignore_eos": true,
            "messages": [{"role": "user", "content": text}]})
 }
 
 impl Rig {
-    fn t(&self) -> String {
-        format!("{} x{}", tag(self.flavor), crate::support::workers())
+    pub(super) fn t(&self) -> String {
+        format!("{} x{}", tag(self.flavor), self.workers)
     }
 
     /// Sends `body` as `tenant` with `x-request-id: id` on a task of its own.
-    fn send(&self, tenant: &str, id: &str, body: Value) -> JoinHandle<Outcome> {
+    pub(super) fn send(&self, tenant: &str, id: &str, body: Value) -> JoinHandle<Outcome> {
         let url = self.url.clone();
         let auth = format!("Bearer {}", api_key(tenant));
         let id = id.to_owned();
@@ -208,12 +230,12 @@ impl Rig {
         })
     }
 
-    async fn stats(&self) -> Stats {
+    pub(super) async fn stats(&self) -> Stats {
         self.stack.envoy().stats().await.unwrap()
     }
 
     /// The failure context: the gateway's stats and Envoy's log tail.
-    async fn context(&self) -> String {
+    pub(super) async fn context(&self) -> String {
         format!(
             "--- gateway stats:\n{}\n--- envoy log:\n{}",
             gw::gateway_stats(&self.stats().await),
@@ -222,7 +244,7 @@ impl Rig {
     }
 
     /// Waits until `f(stats)` holds, at most [`PATIENCE`]; `what` names the wait.
-    async fn wait_stats(&self, what: &str, f: impl Fn(&Stats) -> bool) {
+    pub(super) async fn wait_stats(&self, what: &str, f: impl Fn(&Stats) -> bool) {
         let deadline = Instant::now() + PATIENCE;
         loop {
             if f(&self.stats().await) {
@@ -248,7 +270,7 @@ impl Rig {
     /// Opens a long stream as `tenant` on a raw connection and waits for its first event:
     /// it then holds one of the pool's in-flight slots until the [`Holder`] is dropped
     /// (its client leaves).
-    async fn hold(&self, tenant: &str, id: &str) -> Holder {
+    pub(super) async fn hold(&self, tenant: &str, id: &str) -> Holder {
         let body = json!({"model": MODEL, "stream": true, "max_tokens": 20000,
                           "ignore_eos": true,
                           "messages": [{"role": "user", "content": format!("hold {id}")}]})
@@ -328,7 +350,7 @@ impl Rig {
     }
 
     /// The billing record of request `id`, once the log has it (at most [`PATIENCE`]).
-    async fn record_of(&self, id: &str) -> Value {
+    pub(super) async fn record_of(&self, id: &str) -> Value {
         let path = self.stack.billing_log().unwrap().to_path_buf();
         let deadline = Instant::now() + PATIENCE;
         loop {
@@ -336,7 +358,9 @@ impl Rig {
             if let Some(r) = records.into_iter().find(|r| r["request_id"] == id) {
                 return r;
             }
-            assert!(Instant::now() < deadline, "{}: no record of {id}", self.t());
+            if Instant::now() > deadline {
+                panic!("{}: no record of {id}\n{}", self.t(), self.context().await);
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -359,8 +383,28 @@ struct Served {
 }
 
 /// A request holding an in-flight slot; dropping it closes its connection.
-struct Holder {
+pub(super) struct Holder {
     _stream: TcpStream,
+}
+
+impl Holder {
+    /// Reads the rest of the stream until the connection ends (at most `within`): what
+    /// arrived, and whether it ended in time.
+    pub(super) async fn rest(mut self, within: Duration) -> (String, bool) {
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 16 << 10];
+        let ended = tokio::time::timeout(within, async {
+            loop {
+                match self._stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+        })
+        .await
+        .is_ok();
+        (String::from_utf8_lossy(&got).into_owned(), ended)
+    }
 }
 
 /// Requests queued now, in every band and flow (`flow`: that flow's only).
@@ -389,7 +433,7 @@ fn rejections(stats: &Stats, reason: &str) -> i64 {
         .sum()
 }
 
-async fn outcome(h: JoinHandle<Outcome>) -> Outcome {
+pub(super) async fn outcome(h: JoinHandle<Outcome>) -> Outcome {
     tokio::time::timeout(PATIENCE * 3, h)
         .await
         .expect("a request never ended")
