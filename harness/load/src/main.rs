@@ -82,6 +82,13 @@ struct Args {
     /// Tokens of the system prompt shared by each adapter's conversations.
     #[arg(long, default_value_t = 0)]
     adapter_prefix_tokens: u32,
+    /// Groups of conversations sharing a system prompt (conversation i in group i mod N;
+    /// 0: none). With `--turns 1 --system-tokens 0`, inference-perf's shared-prefix shape.
+    #[arg(long, default_value_t = 0)]
+    prefix_groups: u32,
+    /// Tokens of each group's shared system prompt.
+    #[arg(long, default_value_t = 0)]
+    group_prefix_tokens: u32,
     /// Requests in flight at most.
     #[arg(long, default_value_t = 16)]
     concurrency: u32,
@@ -226,6 +233,8 @@ async fn main() -> anyhow::Result<()> {
                 .collect(),
             adapter_zipf: a.adapter_zipf,
             adapter_prefix_tokens: a.adapter_prefix_tokens,
+            prefix_groups: a.prefix_groups,
+            group_prefix_tokens: a.group_prefix_tokens,
         },
         targets,
         concurrency: a.concurrency,

@@ -9,6 +9,11 @@
 //! law over the list (the first the most popular), from the seed alone: every target of a
 //! run gets the same adapter per conversation, whatever its text salt. The conversations of
 //! one adapter share that adapter's system prompt (its instructions) ahead of their own.
+//!
+//! With [`Workload::prefix_groups`], conversation `i` belongs to group `i mod groups`, whose
+//! conversations share a system prompt of [`Workload::group_prefix_tokens`] ahead of their
+//! own: with one turn and no prompt of their own, inference-perf's shared-prefix shape
+//! (groups of prompts that differ only in their question).
 
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
@@ -54,6 +59,12 @@ pub struct Workload {
     /// Tokens of the system prompt each adapter's conversations share, after the shared
     /// preamble and before each conversation's own system prompt.
     pub adapter_prefix_tokens: u32,
+    /// Groups of conversations sharing a system prompt (0: none); conversation `i` is in
+    /// group `i mod prefix_groups`.
+    pub prefix_groups: u32,
+    /// Tokens of each group's shared system prompt, after the adapter's instructions and
+    /// before each conversation's own system prompt.
+    pub group_prefix_tokens: u32,
 }
 
 impl Default for Workload {
@@ -78,6 +89,8 @@ impl Default for Workload {
             adapters: Vec::new(),
             adapter_zipf: 1.0,
             adapter_prefix_tokens: 0,
+            prefix_groups: 0,
+            group_prefix_tokens: 0,
         }
     }
 }
@@ -161,6 +174,12 @@ impl Workload {
                 filler(key, self.adapter_prefix_tokens)
             })
             .collect();
+        let per_group: Vec<String> = (0..u64::from(self.prefix_groups))
+            .map(|g| {
+                let key = xxh3_64_with_seed(&g.to_le_bytes(), self.seed ^ salt ^ 0x6e0);
+                filler(key, self.group_prefix_tokens)
+            })
+            .collect();
         (0..self.conversations)
             .map(|i| {
                 let key = xxh3_64_with_seed(&i.to_le_bytes(), self.seed ^ salt);
@@ -169,7 +188,15 @@ impl Workload {
                     .and_then(|k| per_adapter.get(k))
                     .map(String::as_str)
                     .unwrap_or("");
-                let system = format!("{shared}{instructions}{}", filler(key, self.system_tokens));
+                let group = i
+                    .checked_rem(self.prefix_groups)
+                    .and_then(|g| per_group.get(g as usize))
+                    .map(String::as_str)
+                    .unwrap_or("");
+                let system = format!(
+                    "{shared}{instructions}{group}{}",
+                    filler(key, self.system_tokens)
+                );
                 let mut c = Conversation {
                     index: i,
                     turns_sent: 0,
@@ -323,6 +350,32 @@ mod tests {
         let body: Value = serde_json::from_str(&w.next_body(7, &mut c)).unwrap();
         assert_eq!(body["model"], w.adapters[w.adapter_of(a).unwrap()].as_str());
         assert_eq!(Workload::default().model_of(3), "sim-model");
+    }
+
+    #[test]
+    fn a_group_shares_its_prompt_and_groups_differ() {
+        let w = Workload {
+            conversations: 8,
+            turns: 1,
+            system_tokens: 0,
+            prefix_groups: 4,
+            group_prefix_tokens: 30,
+            ..Workload::default()
+        };
+        let system = |c: &Conversation| -> String {
+            let v: Value = serde_json::from_str(&c.messages[0]).unwrap();
+            v["content"].as_str().unwrap().to_string()
+        };
+        let convs = w.conversations(3);
+        assert_eq!(system(&convs[1]).len(), 120);
+        assert_eq!(system(&convs[1]), system(&convs[5]), "group 1");
+        assert_ne!(system(&convs[1]), system(&convs[2]));
+        assert_ne!(system(&convs[1]), system(&w.conversations(4)[1]), "salted");
+        assert_ne!(
+            w.user_message(3, 1, 0),
+            w.user_message(3, 5, 0),
+            "each prompt of a group asks its own question"
+        );
     }
 
     #[test]

@@ -92,19 +92,82 @@ pub fn workload(quick: bool) -> Workload {
     }
 }
 
-/// Starts the simulated pool, runs every column in order, stops everything.
-pub async fn run(time_scale: f64, quick: bool, specs: &[RunSpec]) -> Result<Columns> {
+/// Which workload a calibration command sends (`--workload`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Shape {
+    /// [`workload`]: 64 conversations × 6 turns with ~4,000-token system prompts of their
+    /// own and 600-token answers.
+    #[default]
+    Calibration,
+    /// Multi-turn chat as the platform's seed clients send it: 64 conversations × 6 turns
+    /// with ~2,000-token system prompts, 128-token questions and 256-token answers.
+    Seed,
+    /// inference-perf's shared-prefix shape: 16 groups × 16 one-turn prompts, each group
+    /// sharing a ~2,048-token system prompt, with 256-token questions and answers.
+    SharedPrefix,
+}
+
+impl Shape {
+    /// The workload (`quick`: 3 turns of the multi-turn ones, 8 prompts per group).
+    pub fn workload(self, quick: bool) -> Workload {
+        match self {
+            Shape::Calibration => workload(quick),
+            Shape::Seed => Workload {
+                conversations: 64,
+                turns: if quick { 3 } else { 6 },
+                system_tokens: 2_000,
+                user_tokens: 128,
+                max_tokens: 256,
+                ..Workload::default()
+            },
+            Shape::SharedPrefix => Workload {
+                conversations: if quick { 128 } else { 256 },
+                turns: 1,
+                system_tokens: 0,
+                prefix_groups: 16,
+                group_prefix_tokens: 2_048,
+                user_tokens: 256,
+                max_tokens: 256,
+                ..Workload::default()
+            },
+        }
+    }
+
+    /// The workload in a report's title block.
+    pub fn describe(self, quick: bool) -> String {
+        let w = self.workload(quick);
+        match self {
+            Shape::SharedPrefix => format!(
+                "shared prefix: {} groups × {} one-turn prompts, ~{}-token group system                  prompts, {}-token questions and answers",
+                w.prefix_groups,
+                w.conversations / w.prefix_groups.max(1),
+                w.group_prefix_tokens,
+                w.user_tokens
+            ),
+            Shape::Calibration | Shape::Seed => format!(
+                "{}: {} conversations × {} turns, ~{}-token system prompts",
+                if self == Shape::Seed { "seed-like" } else { "calibration" },
+                w.conversations,
+                w.turns,
+                w.system_tokens
+            ),
+        }
+    }
+}
+
+/// Starts the simulated pool, runs every column in order with `workload`, stops everything.
+pub async fn run(time_scale: f64, workload: Workload, specs: &[RunSpec]) -> Result<Columns> {
     let sim = sim::start(sim_config(time_scale))
         .await
         .context("starting the simulator")?;
-    let result = run_on(&sim, quick, specs).await;
+    let result = run_on(&sim, workload, specs).await;
     sim.shutdown().await;
     result
 }
 
-async fn run_on(sim: &SimHandle, quick: bool, specs: &[RunSpec]) -> Result<Columns> {
+async fn run_on(sim: &SimHandle, workload: Workload, specs: &[RunSpec]) -> Result<Columns> {
     let cfg = LoadConfig {
-        workload: workload(quick),
+        workload,
         concurrency: 16,
         progress: true,
         ..LoadConfig::default()

@@ -158,6 +158,9 @@ pub struct CalibrationArgs {
     /// The smaller workload: 3 turns per conversation instead of 6.
     #[arg(long)]
     pub quick: bool,
+    /// The workload (bench ttft and affinity; the demo sends the calibration one).
+    #[arg(long, value_enum, default_value = "calibration")]
+    pub workload: super::calibration::Shape,
     /// Gateway flavours, comma-separated: wasm, native.
     #[arg(
         long = "flavor",
@@ -328,6 +331,7 @@ impl DemoFlags {
         Ok(CalibrationArgs {
             time_scale: self.time_scale.unwrap_or(DEFAULT_TIME_SCALE),
             quick: self.quick,
+            workload: super::calibration::Shape::Calibration,
             flavors: if self.flavor.is_empty() {
                 vec![Flavor::Wasm]
             } else {

@@ -55,6 +55,8 @@ pub struct ReplicasOptions {
     pub time_scale: f64,
     /// 3 turns per conversation instead of 6.
     pub quick: bool,
+    /// The workload.
+    pub workload: calibration::Shape,
     /// Gateway flavours, one arm per flavour × gateway count.
     pub flavors: Vec<Flavor>,
     /// Gateway counts.
@@ -71,6 +73,7 @@ impl Default for ReplicasOptions {
         ReplicasOptions {
             time_scale: DEFAULT_TIME_SCALE,
             quick: false,
+            workload: calibration::Shape::Calibration,
             flavors: vec![Flavor::Wasm, Flavor::Native],
             gateways: DEFAULT_GATEWAYS.to_vec(),
             workers: 1,
@@ -88,6 +91,9 @@ pub struct ReplicasFlags {
     /// 3 turns per conversation instead of 6.
     #[arg(long)]
     pub quick: bool,
+    /// The workload.
+    #[arg(long, value_enum, default_value = "calibration")]
+    pub workload: calibration::Shape,
     /// Gateway flavours, one arm per flavour x gateway count, comma-separated: wasm,
     /// native or both [default: both].
     #[arg(
@@ -133,6 +139,7 @@ impl ReplicasFlags {
         ReplicasOptions {
             time_scale: self.time_scale,
             quick: self.quick,
+            workload: self.workload,
             flavors: flavors(&self.flavor, &d.flavors),
             gateways: self.gateways,
             workers: self.workers,
@@ -380,7 +387,7 @@ pub async fn run_arm(
 /// Every arm of `opts` in order (flavour by flavour, gateway counts in the order given),
 /// each on a fresh calibration pool, so no arm starts with another's cache.
 pub async fn run_arms(opts: &ReplicasOptions) -> Result<Vec<Arm>> {
-    let workload = calibration::workload(opts.quick);
+    let workload = opts.workload.workload(opts.quick);
     let mut arms = Vec::new();
     let mut salt = 0;
     for &flavor in &opts.flavors {
@@ -468,7 +475,6 @@ pub fn verdicts(arms: &[Arm]) -> Vec<Verdict> {
 
 /// The report: a title block, [`arms_table`] and the [`verdicts`].
 pub fn report(opts: &ReplicasOptions, arms: &[Arm]) -> String {
-    let w = calibration::workload(opts.quick);
     let verdict: String = verdicts(arms)
         .iter()
         .map(|v| format!("{}\n", v.line()))
@@ -476,14 +482,11 @@ pub fn report(opts: &ReplicasOptions, arms: &[Arm]) -> String {
     format!(
         "prefix affinity across gateway replicas (each its own Envoy process and picker \
          state)\nsimulated pool: 4 replicas x 160k tokens KV, 16k tokens/s prefill, time \
-         scale {} (times below are wall-clock); workload: {} conversations x {} turns, \
-         ~{}-token system prompts, concurrency {CONCURRENCY}; Envoy workers per gateway: {}; \
-         pool membership: {}; each turn on a new connection to a gateway drawn at random \
-         (an L4 balancer)\n\n{}\n{verdict}",
+         scale {} (times below are wall-clock); workload: {}, concurrency {CONCURRENCY}; \
+         Envoy workers per gateway: {}; pool membership: {}; each turn on a new connection \
+         to a gateway drawn at random (an L4 balancer)\n\n{}\n{verdict}",
         opts.time_scale,
-        w.conversations,
-        w.turns,
-        w.system_tokens,
+        opts.workload.describe(opts.quick),
         opts.workers,
         match opts.membership {
             Membership::Eds => "EDS, one set of files for every gateway",

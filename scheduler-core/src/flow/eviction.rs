@@ -196,6 +196,87 @@ mod tests {
         assert!(v.is_empty());
     }
 
+    mod props {
+        use super::super::*;
+        use alloc::collections::BTreeSet;
+        use proptest::prelude::*;
+
+        #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+        use wasm_bindgen_test::wasm_bindgen_test as test;
+
+        /// One step: admit a request of a band with tokens, end the `i`-th live one, or a
+        /// waiter of a band asks for victims (in requests or in tokens).
+        #[derive(Clone, Debug)]
+        enum Op {
+            Admit(i32, u64),
+            End(usize),
+            Select(i32, bool, u64),
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                (-4i32..3, 1u64..500).prop_map(|(b, t)| Op::Admit(b, t)),
+                (0usize..32).prop_map(Op::End),
+                (-4i32..3, any::<bool>(), 0u64..1200).prop_map(|(b, tok, n)| Op::Select(b, tok, n)),
+            ]
+        }
+
+        proptest! {
+            /// Whatever the sequence: a victim is sheddable and below the waiter's band, is
+            /// chosen once and only while admitted, at most two per decision, lowest band
+            /// then latest admission first, and no more than the need calls for.
+            #[test]
+            fn victims_follow_the_rules(ops in proptest::collection::vec(op(), 0..80)) {
+                let mut v: Victims<u64> = Victims::new();
+                // Live candidates: id → (key, band, tokens, admission order).
+                let mut live: Vec<(u64, VictimKey, i32, u64)> = Vec::new();
+                let mut chosen: BTreeSet<u64> = BTreeSet::new();
+                let mut next = 0u64;
+                for op in ops {
+                    match op {
+                        Op::Admit(band, tokens) => {
+                            next += 1;
+                            match v.insert(band, tokens, next) {
+                                Some(key) => live.push((next, key, band, tokens)),
+                                None => prop_assert!(band >= 0),
+                            }
+                        }
+                        Op::End(i) => {
+                            if !live.is_empty() {
+                                let (id, key, ..) = live.remove(i % live.len());
+                                prop_assert_eq!(v.remove(key), Some(id));
+                            }
+                        }
+                        Op::Select(band, tokens, n) => {
+                            let need = if tokens { Need::Tokens(n) } else { Need::Requests(n) };
+                            let mut eligible: Vec<_> = live
+                                .iter()
+                                .filter(|c| c.2 < band)
+                                .copied()
+                                .collect();
+                            eligible.sort_by_key(|c| (c.2, core::cmp::Reverse(c.0)));
+                            let got = v.select(band, need);
+                            prop_assert!(got.len() <= MAX_VICTIMS_PER_DECISION);
+                            let want = n.max(1);
+                            let mut freed = 0u64;
+                            for (k, id) in got.iter().enumerate() {
+                                prop_assert_eq!(Some(*id), eligible.get(k).map(|c| c.0));
+                                prop_assert!(freed < want, "no victim beyond the need");
+                                freed += if tokens { eligible[k].3 } else { 1 };
+                                prop_assert!(chosen.insert(*id), "chosen once");
+                            }
+                            if got.len() < MAX_VICTIMS_PER_DECISION && freed < want {
+                                prop_assert_eq!(got.len(), eligible.len(), "stops only when none is left");
+                            }
+                            live.retain(|c| !got.contains(&c.0));
+                        }
+                    }
+                    prop_assert_eq!(v.len(), live.len());
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_removed_request_is_never_chosen() {
         let mut v = Victims::new();

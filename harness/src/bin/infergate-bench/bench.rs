@@ -219,7 +219,11 @@ fn affinity(a: &CalibrationArgs) -> Result<()> {
             specs.push(RunSpec::new(format!("{f} x{c}"), f, c, Route::Picker));
         }
     }
-    let cols = runtime()?.block_on(calibration::run(a.time_scale, a.quick, &specs))?;
+    let cols = runtime()?.block_on(calibration::run(
+        a.time_scale,
+        a.workload.workload(a.quick),
+        &specs,
+    ))?;
     let mut out = header("prefix affinity across Envoy workers", a);
     out.push_str(&cols.table());
     let mut missed = Vec::new();
@@ -287,12 +291,11 @@ fn first(a: &CalibrationArgs) -> Result<(Flavor, u32)> {
 
 /// The title block of a calibration report.
 pub fn header(title: &str, a: &CalibrationArgs) -> String {
-    let w = calibration::workload(a.quick);
     format!(
         "{title}\nsimulated pool: 4 replicas × 160k tokens KV, 16k tokens/s prefill, time scale \
-         {} (times below are wall-clock); workload: {} conversations × {} turns, ~{}-token \
-         system prompts, concurrency 16\n\n",
-        a.time_scale, w.conversations, w.turns, w.system_tokens
+         {} (times below are wall-clock); workload: {}, concurrency 16\n\n",
+        a.time_scale,
+        a.workload.describe(a.quick)
     )
 }
 
@@ -306,7 +309,11 @@ pub fn compare_with_baseline(
     specs: &[RunSpec],
     with_targets: bool,
 ) -> Result<(String, calibration::Columns)> {
-    let cols = runtime()?.block_on(calibration::run(a.time_scale, a.quick, specs))?;
+    let cols = runtime()?.block_on(calibration::run(
+        a.time_scale,
+        a.workload.workload(a.quick),
+        specs,
+    ))?;
     let mut out = header(title, a);
     out.push_str(&cols.table());
     out.push('\n');
