@@ -23,6 +23,12 @@
 //! 5. **End.** The lease and the flow ticket are given back, once, whatever ends the
 //!    request; a request still queued leaves its queue.
 //!
+//! **Eviction.** A routed request of a sheddable band, in a pool with `enableEviction`,
+//! keeps an [`EvictSignal`] armed with its waker. When a request of a higher band is queued
+//! and chooses it, the signal is raised and the request woken while no stage holds it:
+//! [`Stage::on_signal`] answers 429 `evicted-by-priority` if no response header passed, or
+//! resets the stream, and leaves the reason in the stream's state for the billing record.
+//!
 //! The pipeline tracks the wait for the body and the pauses; the stage keeps what it knows
 //! about the request in the context ([`Picking`]): the pool and API while the body comes,
 //! why it is paused, and what it holds once routed.
@@ -769,10 +775,7 @@ impl<P: PickerStore> PickStage<P> {
                 };
                 let status = picking.settle(host, Ok(destination));
                 // Evicted before it went on (the eviction came with the answer).
-                match picking.evict_if_signalled(host) {
-                    Some(stopped) if status == FilterStatus::Continue => stopped,
-                    _ => status,
-                }
+                picking.evict_if_signalled(host).unwrap_or(status)
             }
             RemoteAnswer::Rejected(rejection) => picking.settle(host, Err(rejection)),
             RemoteAnswer::Dropped { reason, queued_ms } => {
@@ -864,7 +867,8 @@ impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickSta
         }
     }
 
-    /// An evicted request stops here (see [`Picking::evict_if_signalled`]).
+    /// An evicted request stops here: 429 `evicted-by-priority`, or a reset once its
+    /// response started (module doc).
     fn on_signal(&self, cx: &mut RequestContext, host: &mut H) -> FilterStatus {
         cx.get_mut::<Picking>()
             .and_then(|p| p.evict_if_signalled(host))
