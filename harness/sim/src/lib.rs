@@ -216,30 +216,47 @@ pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
         } else {
             u16::try_from(u32::from(cfg.port) + k)?
         };
-        let listener = match cfg.listen.get(k as usize) {
-            Some(addr) => TcpListener::bind(addr).await?,
-            None => TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await?,
+        let explicit = cfg.listen.get(k as usize);
+        // An ephemeral HTTP port puts the KV-event port at a port nobody reserved: when
+        // that one is taken, the replica takes another HTTP port.
+        let attempts = if port == 0 && explicit.is_none() {
+            8
+        } else {
+            1
         };
-        let addr = listener.local_addr()?;
-        let (kill, kill_rx) = watch::channel(false);
-        let (engine, kv_control) = match cfg.kv_events_port_offset {
-            Some(offset) => {
-                let port = u16::try_from(u32::from(addr.port()) + u32::from(offset))?;
-                let (tx, rx) = mpsc::unbounded_channel();
-                let shape = kv_events::BatchShape {
-                    block_size: cfg.engine.block_size,
-                    loras: cfg.loras.clone(),
-                    dp_rank: Some(0),
-                };
-                let topic = kv_events::topic(&addr.to_string(), cfg.base_model());
-                let stops = [shutdown_rx.clone(), kill_rx.clone()];
-                let (control, task) =
-                    kv_events::publisher::spawn(addr.ip(), port, topic, shape, rx, stops).await?;
-                handle.tasks.push(task);
-                let engine = EngineHandle::spawn_with_events(cfg.engine.clone(), clock, Some(tx));
-                (engine, Some(control))
+        let mut attempt = 0;
+        let (listener, addr, kill, kill_rx, engine, kv_control) = loop {
+            attempt += 1;
+            let listener = match explicit {
+                Some(addr) => TcpListener::bind(addr).await?,
+                None => TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await?,
+            };
+            let addr = listener.local_addr()?;
+            let (kill, kill_rx) = watch::channel(false);
+            let Some(offset) = cfg.kv_events_port_offset else {
+                let engine = EngineHandle::spawn(cfg.engine.clone(), clock);
+                break (listener, addr, kill, kill_rx, engine, None);
+            };
+            let events_port = u16::try_from(u32::from(addr.port()) + u32::from(offset))?;
+            let (tx, rx) = mpsc::unbounded_channel();
+            let shape = kv_events::BatchShape {
+                block_size: cfg.engine.block_size,
+                loras: cfg.loras.clone(),
+                dp_rank: Some(0),
+            };
+            let topic = kv_events::topic(&addr.to_string(), cfg.base_model());
+            let stops = [shutdown_rx.clone(), kill_rx.clone()];
+            match kv_events::publisher::spawn(addr.ip(), events_port, topic, shape, rx, stops).await
+            {
+                Ok((control, task)) => {
+                    handle.tasks.push(task);
+                    let engine =
+                        EngineHandle::spawn_with_events(cfg.engine.clone(), clock, Some(tx));
+                    break (listener, addr, kill, kill_rx, engine, Some(control));
+                }
+                Err(_) if attempt < attempts => continue,
+                Err(e) => return Err(e),
             }
-            None => (EngineHandle::spawn(cfg.engine.clone(), clock), None),
         };
         let mut replica = server::Replica::new(k as usize, addr, engine.clone(), cfg.clone());
         replica.arrivals = handle.arrivals.clone();

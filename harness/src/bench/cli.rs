@@ -158,8 +158,8 @@ pub struct CalibrationArgs {
     /// The smaller workload: 3 turns per conversation instead of 6.
     #[arg(long)]
     pub quick: bool,
-    /// The workload (bench ttft and affinity; the demo sends the calibration one).
-    #[arg(long, value_enum, default_value = "calibration")]
+    /// The workload (only `bench ttft` and `bench affinity` choose it: [`ShapedArgs`]).
+    #[arg(skip)]
     pub workload: super::calibration::Shape,
     /// Gateway flavours, comma-separated: wasm, native.
     #[arg(
@@ -181,6 +181,35 @@ pub struct CalibrationArgs {
         default_value = "1"
     )]
     pub concurrencies: Vec<u32>,
+}
+
+/// `bench ttft` and `bench affinity`: the calibration flags and `--workload`.
+#[derive(clap::Args, Clone, Debug, PartialEq)]
+pub struct ShapedArgs {
+    /// The shared flags.
+    #[command(flatten)]
+    pub args: CalibrationArgs,
+    /// The workload: calibration (64 x 6 turns, 4k-token system prompts), seed (64 x 6,
+    /// 2k), shared-prefix (16 groups x 16 one-turn prompts) [default: calibration].
+    #[arg(
+        verbatim_doc_comment,
+        long,
+        value_enum,
+        default_value = "calibration",
+        hide_possible_values = true,
+        hide_default_value = true
+    )]
+    pub workload: super::calibration::Shape,
+}
+
+impl ShapedArgs {
+    /// The shared flags with the workload chosen.
+    pub fn into_args(self) -> CalibrationArgs {
+        CalibrationArgs {
+            workload: self.workload,
+            ..self.args
+        }
+    }
 }
 
 impl CalibrationArgs {
@@ -277,7 +306,8 @@ pub struct DemoFlags {
     pub workers: Vec<u32>,
     /// hotspot: the picker's scheduling configuration (kv-filter: a utilization-filter at
     /// 0.9 KV ahead of the default scorers; latency: the default plus the measured-latency
-    /// scorer; default: the picker's built-in config) [default: default].
+    /// scorer; default: the picker's built-in config)
+    /// [default: default].
     #[arg(verbatim_doc_comment, long, value_enum)]
     pub picker_config: Option<PickerChoice>,
     /// tenants: TenantQuota objects giving the test keys of testdata/README.md to tenant-a,

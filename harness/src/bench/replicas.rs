@@ -91,8 +91,16 @@ pub struct ReplicasFlags {
     /// 3 turns per conversation instead of 6.
     #[arg(long)]
     pub quick: bool,
-    /// The workload.
-    #[arg(long, value_enum, default_value = "calibration")]
+    /// The workload: calibration (64 x 6 turns, 4k-token system prompts), seed (64 x 6,
+    /// 2k), shared-prefix (16 groups x 16 one-turn prompts) [default: calibration].
+    #[arg(
+        verbatim_doc_comment,
+        long,
+        value_enum,
+        default_value = "calibration",
+        hide_possible_values = true,
+        hide_default_value = true
+    )]
     pub workload: calibration::Shape,
     /// Gateway flavours, one arm per flavour x gateway count, comma-separated: wasm,
     /// native or both [default: both].

@@ -51,8 +51,9 @@ pub enum PickerChoice {
     // As an operator who wants no request on a full replica would write it
     // ([`kv_filter_config`]).
     KvFilter,
-    /// The default with the gateway's measured latency scored too
-    /// ([`latency_scorer_config`]).
+    /// The default's scorers and the measured-latency scorer.
+    //
+    // [`latency_scorer_config`].
     Latency,
 }
 

@@ -9,6 +9,7 @@ use super::Mode;
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 use infergate_harness::bench::calibration::{self, CalibrationArgs, Route, RunSpec};
+use infergate_harness::bench::cli::ShapedArgs;
 use infergate_harness::bench::flow::{self, FlowFlags};
 use infergate_harness::bench::lora::{self, LoraFlags};
 use infergate_harness::bench::overhead::{self, OverheadFlags};
@@ -45,7 +46,7 @@ pub enum Bench {
         mut_arg("flavors", |a| a.default_value("wasm,native")),
         mut_arg("concurrencies", |a| a.default_value("1,2,4,8"))
     )]
-    Affinity(CalibrationArgs),
+    Affinity(ShapedArgs),
     /// TTFT and cache hits: /rr vs the picker vs the sticky ceiling
     ///
     /// The calibration workload through Envoy's round-robin route (/rr), through the picker
@@ -55,7 +56,7 @@ pub enum Bench {
         verbatim_doc_comment,
         mut_arg("flavors", |a| a.default_value("wasm,native"))
     )]
-    Ttft(CalibrationArgs),
+    Ttft(ShapedArgs),
     /// The multi-turn workload for N minutes per flavour, with faults, watching memory
     ///
     /// Flavours one after the other; a replica killed and restarted every 30 s, 10% of
@@ -124,8 +125,8 @@ pub enum Bench {
 pub fn run(which: Bench, mode: Mode) -> Result<()> {
     let which = match which {
         Bench::Overhead(f) => Run::Overhead(f.options()),
-        Bench::Affinity(a) => Run::Affinity(a),
-        Bench::Ttft(a) => Run::Ttft(a),
+        Bench::Affinity(a) => Run::Affinity(a.into_args()),
+        Bench::Ttft(a) => Run::Ttft(a.into_args()),
         Bench::Soak(f) => Run::Soak(f.options()),
         Bench::Memory(f) => Run::Memory(f.options()),
         Bench::Flow(f) => Run::Flow(f.options()),
