@@ -12,6 +12,9 @@
 //! (one answer per endpoint, as the scheduler needs) adds one name lookup per endpoint.
 //! Also prints the index's memory per million stored blocks.
 //!
+//! `prefix_record_*`: recording a request: one of 128 new blocks into a full LRU, a
+//! conversation's next turn (120 blocks stored, 8 new), the same request again.
+//!
 //! Run: `cargo bench -p scheduler-core --bench prefix_index`.
 
 #[cfg(not(target_family = "wasm"))]
@@ -115,6 +118,39 @@ mod imp {
         });
     }
 
+    /// A conversation's next turn: its 120 blocks stored by the previous turn (behind a
+    /// system prompt another request touched since), plus 8 new ones; and the same request
+    /// again (a retry, or a client resending), all 128 stored.
+    fn prefix_record_next_turn(c: &mut Criterion) {
+        let cfg = PrefixConfig::default();
+        let base: Vec<BlockHash> = chain(&[], 0, 128, 1);
+        let turn = chain(&base, 32, 128, 42);
+        let setup = || {
+            let mut index = PrefixIndex::new(cfg);
+            for r in 0..100 {
+                index.record("10.0.0.1:8000", &chain(&base, 32, 128, r + 10));
+            }
+            index.record("10.0.0.1:8000", &turn[..120]);
+            index.record("10.0.0.1:8000", &chain(&base, 32, 128, 7));
+            index
+        };
+        c.bench_function("prefix_record_next_turn_128_blocks", |b| {
+            b.iter_batched(
+                setup,
+                |mut index| {
+                    index.record(black_box("10.0.0.1:8000"), &turn);
+                    index
+                },
+                criterion::BatchSize::LargeInput,
+            )
+        });
+        c.bench_function("prefix_record_same_turn_128_blocks", |b| {
+            let mut index = setup();
+            index.record("10.0.0.1:8000", &turn);
+            b.iter(|| index.record(black_box("10.0.0.1:8000"), &turn))
+        });
+    }
+
     /// `n` endpoints with 32 other 128-block requests each; endpoints 1, 3 and `n / 2` also
     /// hold the request's first 120 blocks.
     fn few_holders_index(n: usize, request: &[BlockHash]) -> (PrefixIndex, Vec<String>) {
@@ -178,7 +214,13 @@ mod imp {
         });
     }
 
-    criterion_group!(benches, prefix_match, prefix_record, prefix_few_holders);
+    criterion_group!(
+        benches,
+        prefix_match,
+        prefix_record,
+        prefix_record_next_turn,
+        prefix_few_holders
+    );
 }
 
 #[cfg(not(target_family = "wasm"))]

@@ -7,7 +7,11 @@
 //! frees a finished request's blocks tail first). Together with chaining (hᵢ occurs only
 //! after hᵢ₋₁ in any request), this keeps every endpoint's stored set *prefix-closed*: if it
 //! holds hᵢ it holds h₀..hᵢ₋₁. A request longer than the bound stores only its first
-//! `capacity` blocks.
+//! `capacity` blocks. The blocks an endpoint already holds (a conversation's previous
+//! turn) are moved to the front a segment of its list at a time, with the same result as
+//! touching them one by one: one table probe per segment instead of one per block. The new
+//! blocks go in first, and only when they evict nothing (otherwise every block is touched
+//! one by one: the held ones could be the ones evicted).
 //!
 //! # Matching
 //!
@@ -231,10 +235,25 @@ impl PrefixIndex {
         };
         // Blocks past the bound would be evicted by the earlier blocks anyway.
         let keep = hashes.len().min(ep.lru.capacity() as usize);
-        for &h in hashes.iter().take(keep).rev() {
+        // The blocks it already holds move to the front by segments of the list (a
+        // conversation's previous turn: one or two); only new ones are touched one by one.
+        // New blocks go in first, which must not evict: the held ones could be the victims.
+        let request = hashes.get(..keep).unwrap_or(&[]);
+        let stored = ep.lru.stored_prefix(request);
+        let (fresh, stored) = match (request.get(stored..), request.get(..stored)) {
+            (Some(fresh), Some(run)) if stored > 0 && fresh.len() <= ep.lru.room() => (fresh, run),
+            _ => (request, &[][..]),
+        };
+        for &h in fresh.iter().rev() {
             if let Some(evicted) = ep.lru.touch(h) {
                 ep.evictions = ep.evictions.saturating_add(1);
                 drop_head(ep, &mut self.heads, evicted);
+            }
+        }
+        if !ep.lru.touch_stored_run(stored) {
+            for &h in stored.iter().rev() {
+                // Stored, so nothing is evicted.
+                let _ = ep.lru.touch(h);
             }
         }
         let (Some(&first), Some(&last)) = (

@@ -113,6 +113,105 @@ impl EndpointLru {
         evicted
     }
 
+    /// Marks the stored blocks `run` most recently used, `run[0]` the most recent: the same
+    /// order as touching them last first, with one table probe per *segment* of the run
+    /// that the list already holds in order (a conversation's previous turn is one segment,
+    /// or two when its system prompt was touched by another request since) instead of one
+    /// per block. `false`, and nothing changed, if a block of `run` is not stored.
+    pub fn touch_stored_run(&mut self, run: &[BlockHash]) -> bool {
+        // Segments as (first slot, last slot), in run order; found before anything moves.
+        let mut segments: Vec<(u32, u32)> = Vec::new();
+        let mut i = 0;
+        while let Some(start) = run.get(i) {
+            let nodes = &self.nodes;
+            let Some(&first) = self
+                .table
+                .find(start.0, |&s| node_hash(nodes, s) == start.0)
+            else {
+                return false;
+            };
+            let mut last = first;
+            i += 1;
+            while let (Some(next), Some(want)) = (self.nodes.get(last as usize), run.get(i)) {
+                if node_hash(&self.nodes, next.next) != want.0 {
+                    break;
+                }
+                last = next.next;
+                i += 1;
+            }
+            segments.push((first, last));
+        }
+        // The last segment first, so `run[0]`'s ends up at the head.
+        for &(first, last) in segments.iter().rev() {
+            self.move_to_front(first, last);
+        }
+        true
+    }
+
+    /// Moves the list segment `first..=last` (linked in that order) to the front.
+    fn move_to_front(&mut self, first: u32, last: u32) {
+        if first == self.head {
+            return;
+        }
+        let (Some(&Node { prev, .. }), Some(&Node { next, .. })) = (
+            self.nodes.get(first as usize),
+            self.nodes.get(last as usize),
+        ) else {
+            return;
+        };
+        // Unlink the segment (`prev` exists: `first` is not the head).
+        if let Some(p) = self.nodes.get_mut(prev as usize) {
+            p.next = next;
+        }
+        match self.nodes.get_mut(next as usize) {
+            Some(n) => n.prev = prev,
+            None => self.tail = prev,
+        }
+        // Link it in at the head.
+        let old_head = self.head;
+        if let Some(n) = self.nodes.get_mut(first as usize) {
+            n.prev = NIL;
+        }
+        if let Some(n) = self.nodes.get_mut(last as usize) {
+            n.next = old_head;
+        }
+        if let Some(h) = self.nodes.get_mut(old_head as usize) {
+            h.prev = last;
+        }
+        self.head = first;
+    }
+
+    /// How many leading blocks of `run` are stored, found a segment of the list at a time
+    /// (one table probe per segment the list holds in `run`'s order, and one for the first
+    /// block missing).
+    pub fn stored_prefix(&self, run: &[BlockHash]) -> usize {
+        let mut i = 0;
+        while let Some(start) = run.get(i) {
+            let nodes = &self.nodes;
+            let Some(&first) = self
+                .table
+                .find(start.0, |&s| node_hash(nodes, s) == start.0)
+            else {
+                return i;
+            };
+            let mut slot = first;
+            i += 1;
+            while let (Some(node), Some(want)) = (self.nodes.get(slot as usize), run.get(i)) {
+                if node_hash(&self.nodes, node.next) != want.0 {
+                    break;
+                }
+                slot = node.next;
+                i += 1;
+            }
+        }
+        i
+    }
+
+    /// Blocks that can be added before the bound evicts one.
+    pub fn room(&self) -> usize {
+        (self.capacity as usize).saturating_sub(self.nodes.len())
+    }
+
     /// Changes the bound; when shrinking, keeps the most recent blocks and releases memory.
     pub fn set_capacity(&mut self, capacity: u32) {
         self.capacity = capacity;

@@ -496,6 +496,51 @@ proptest! {
     }
 
     #[test]
+    fn a_stored_run_moves_as_touching_it_last_first_would(
+        touches in proptest::collection::vec(0u64..40, 0..200),
+        cap in 1u32..48,
+        picks in proptest::collection::vec(0usize..64, 0..24),
+        slice in any::<bool>(),
+    ) {
+        let build = || {
+            let mut lru = EndpointLru::new(cap);
+            for &t in &touches {
+                let _ = lru.touch(BlockHash(t));
+            }
+            lru
+        };
+        let (mut fast, mut slow) = (build(), build());
+        let order = fast.recency_order();
+        // A run the list holds in order (a slice of it), or any picks, stored or not.
+        let mut run: Vec<u64> = if slice && !order.is_empty() {
+            let from = picks.first().copied().unwrap_or(0) % order.len();
+            let len = picks.len().min(order.len() - from);
+            order[from..from + len].to_vec()
+        } else {
+            picks.iter().map(|&p| p as u64).collect()
+        };
+        run.dedup();
+        let mut seen = Vec::new();
+        run.retain(|x| if seen.contains(x) { false } else { seen.push(*x); true });
+        let all_stored = run.iter().all(|x| order.contains(x));
+        let hashes: Vec<BlockHash> = run.iter().map(|&x| BlockHash(x)).collect();
+        let leading = run.iter().take_while(|x| order.contains(x)).count();
+        prop_assert_eq!(fast.stored_prefix(&hashes), leading);
+        prop_assert_eq!(fast.touch_stored_run(&hashes), all_stored);
+        if all_stored {
+            for &h in hashes.iter().rev() {
+                prop_assert_eq!(slow.touch(h), None);
+            }
+        }
+        prop_assert_eq!(fast.recency_order(), slow.recency_order());
+        // The links stay whole: later touches and evictions agree too.
+        for t in 40..(40 + u64::from(cap) + 3) {
+            prop_assert_eq!(fast.touch(BlockHash(t)), slow.touch(BlockHash(t)));
+        }
+        prop_assert_eq!(fast.recency_order(), slow.recency_order());
+    }
+
+    #[test]
     fn lru_order_matches_model(touches in proptest::collection::vec(0u64..40, 0..200), cap in 0u32..20) {
         let mut lru = EndpointLru::new(cap);
         let mut model: Vec<u64> = Vec::new();
