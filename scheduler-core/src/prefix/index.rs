@@ -108,6 +108,8 @@ pub struct PrefixIndex {
     /// Slots freed by [`PrefixIndex::remove_endpoint`], reused first.
     free_slots: Vec<u32>,
     heads: Heads,
+    /// Scratch of [`PrefixIndex::record`]: the list segments of the blocks it holds.
+    segments: Vec<(u32, u32)>,
 }
 
 impl PrefixIndex {
@@ -119,6 +121,7 @@ impl PrefixIndex {
             slots: Vec::new(),
             free_slots: Vec::new(),
             heads: Heads::new(),
+            segments: Vec::new(),
         }
     }
 
@@ -239,10 +242,13 @@ impl PrefixIndex {
         // conversation's previous turn: one or two); only new ones are touched one by one.
         // New blocks go in first, which must not evict: the held ones could be the victims.
         let request = hashes.get(..keep).unwrap_or(&[]);
-        let stored = ep.lru.stored_prefix(request);
-        let (fresh, stored) = match (request.get(stored..), request.get(..stored)) {
-            (Some(fresh), Some(run)) if stored > 0 && fresh.len() <= ep.lru.room() => (fresh, run),
-            _ => (request, &[][..]),
+        let held = ep.lru.stored_segments(request, &mut self.segments);
+        let fresh = match request.get(held..) {
+            Some(fresh) if held > 0 && fresh.len() <= ep.lru.room() => fresh,
+            _ => {
+                self.segments.clear();
+                request
+            }
         };
         for &h in fresh.iter().rev() {
             if let Some(evicted) = ep.lru.touch(h) {
@@ -250,12 +256,7 @@ impl PrefixIndex {
                 drop_head(ep, &mut self.heads, evicted);
             }
         }
-        if !ep.lru.touch_stored_run(stored) {
-            for &h in stored.iter().rev() {
-                // Stored, so nothing is evicted.
-                let _ = ep.lru.touch(h);
-            }
-        }
+        ep.lru.move_segments_to_front(&self.segments);
         let (Some(&first), Some(&last)) = (
             hashes.first().filter(|_| keep > 0),
             hashes.get(keep.wrapping_sub(1)),

@@ -117,10 +117,23 @@ impl EndpointLru {
     /// order as touching them last first, with one table probe per *segment* of the run
     /// that the list already holds in order (a conversation's previous turn is one segment,
     /// or two when its system prompt was touched by another request since) instead of one
-    /// per block. `false`, and nothing changed, if a block of `run` is not stored.
+    /// per block. `false`, and nothing changed, if a block of `run` is not stored. (The
+    /// index does the same in two steps, adding new blocks in between.)
+    #[cfg(test)]
     pub fn touch_stored_run(&mut self, run: &[BlockHash]) -> bool {
-        // Segments as (first slot, last slot), in run order; found before anything moves.
-        let mut segments: Vec<(u32, u32)> = Vec::new();
+        let mut segments = Vec::new();
+        if self.stored_segments(run, &mut segments) < run.len() {
+            return false;
+        }
+        self.move_segments_to_front(&segments);
+        true
+    }
+
+    /// How many leading blocks of `run` are stored, found a segment of the list at a time
+    /// (one table probe per segment the list holds in `run`'s order, and one for the first
+    /// block missing); `segments` receives them, `(first slot, last slot)` in run order.
+    pub fn stored_segments(&self, run: &[BlockHash], segments: &mut Vec<(u32, u32)>) -> usize {
+        segments.clear();
         let mut i = 0;
         while let Some(start) = run.get(i) {
             let nodes = &self.nodes;
@@ -128,24 +141,29 @@ impl EndpointLru {
                 .table
                 .find(start.0, |&s| node_hash(nodes, s) == start.0)
             else {
-                return false;
+                break;
             };
             let mut last = first;
             i += 1;
-            while let (Some(next), Some(want)) = (self.nodes.get(last as usize), run.get(i)) {
-                if node_hash(&self.nodes, next.next) != want.0 {
+            while let (Some(node), Some(want)) = (self.nodes.get(last as usize), run.get(i)) {
+                if node_hash(&self.nodes, node.next) != want.0 {
                     break;
                 }
-                last = next.next;
+                last = node.next;
                 i += 1;
             }
             segments.push((first, last));
         }
-        // The last segment first, so `run[0]`'s ends up at the head.
+        i
+    }
+
+    /// Moves `segments` (of [`EndpointLru::stored_segments`], in run order) to the front,
+    /// the first segment's first block most recent. Blocks added or touched since must not
+    /// be inside a segment (the caller adds only blocks the run does not hold).
+    pub fn move_segments_to_front(&mut self, segments: &[(u32, u32)]) {
         for &(first, last) in segments.iter().rev() {
             self.move_to_front(first, last);
         }
-        true
     }
 
     /// Moves the list segment `first..=last` (linked in that order) to the front.
@@ -179,32 +197,6 @@ impl EndpointLru {
             h.prev = last;
         }
         self.head = first;
-    }
-
-    /// How many leading blocks of `run` are stored, found a segment of the list at a time
-    /// (one table probe per segment the list holds in `run`'s order, and one for the first
-    /// block missing).
-    pub fn stored_prefix(&self, run: &[BlockHash]) -> usize {
-        let mut i = 0;
-        while let Some(start) = run.get(i) {
-            let nodes = &self.nodes;
-            let Some(&first) = self
-                .table
-                .find(start.0, |&s| node_hash(nodes, s) == start.0)
-            else {
-                return i;
-            };
-            let mut slot = first;
-            i += 1;
-            while let (Some(node), Some(want)) = (self.nodes.get(slot as usize), run.get(i)) {
-                if node_hash(&self.nodes, node.next) != want.0 {
-                    break;
-                }
-                slot = node.next;
-                i += 1;
-            }
-        }
-        i
     }
 
     /// Blocks that can be added before the bound evicts one.

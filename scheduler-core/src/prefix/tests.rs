@@ -525,7 +525,8 @@ proptest! {
         let all_stored = run.iter().all(|x| order.contains(x));
         let hashes: Vec<BlockHash> = run.iter().map(|&x| BlockHash(x)).collect();
         let leading = run.iter().take_while(|x| order.contains(x)).count();
-        prop_assert_eq!(fast.stored_prefix(&hashes), leading);
+        let mut segments = Vec::new();
+        prop_assert_eq!(fast.stored_segments(&hashes, &mut segments), leading);
         prop_assert_eq!(fast.touch_stored_run(&hashes), all_stored);
         if all_stored {
             for &h in hashes.iter().rev() {
