@@ -136,6 +136,10 @@ async fn evicts(flavor: Flavor, workers: u32) {
     );
     let served = rig.record_of("std-2").await;
     assert_eq!(served["outcome"], "complete", "{t}: {served}");
+    // The engine's requests went with them: neither batch request ran to its end there
+    // (the held one's prefill was over well after its eviction).
+    tokio::time::sleep(Duration::from_millis(HELD_PREFILL_MS)).await;
+    assert_eq!(rig.served("tenant-batch").completed, 0, "{t}");
 }
 
 /// Waits until the engine has received request `id` (at most [`PATIENCE`]).

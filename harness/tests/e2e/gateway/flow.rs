@@ -336,7 +336,7 @@ impl Rig {
 
     /// Completed requests, and the prompt and the completion tokens the engine served for
     /// `tenant`.
-    fn served(&self, tenant: &str) -> Served {
+    pub(super) fn served(&self, tenant: &str) -> Served {
         self.sim
             .served(0)
             .unwrap()
@@ -373,9 +373,9 @@ impl Rig {
 
 /// What the engine served one tenant.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-struct Served {
+pub(super) struct Served {
     /// Requests completed.
-    completed: u64,
+    pub(super) completed: u64,
     /// Their prompt tokens.
     prompt: u64,
     /// Their completion tokens.
