@@ -183,12 +183,9 @@ pub struct CalibrationArgs {
     pub concurrencies: Vec<u32>,
 }
 
-/// `bench ttft` and `bench affinity`: the calibration flags and `--workload`.
-#[derive(clap::Args, Clone, Debug, PartialEq)]
-pub struct ShapedArgs {
-    /// The shared flags.
-    #[command(flatten)]
-    pub args: CalibrationArgs,
+/// `--workload`, for the commands that choose it (`bench ttft`, `affinity`, `replicas`).
+#[derive(clap::Args, Clone, Copy, Debug, PartialEq)]
+pub struct WorkloadFlag {
     /// The workload: calibration (64 x 6 turns, 4k-token system prompts), seed (64 x 6,
     /// 2k), shared-prefix (16 groups x 16 one-turn prompts) [default: calibration].
     #[arg(
@@ -202,11 +199,22 @@ pub struct ShapedArgs {
     pub workload: super::calibration::Shape,
 }
 
+/// `bench ttft` and `bench affinity`: the calibration flags and `--workload`.
+#[derive(clap::Args, Clone, Debug, PartialEq)]
+pub struct ShapedArgs {
+    /// The shared flags.
+    #[command(flatten)]
+    pub args: CalibrationArgs,
+    /// The workload.
+    #[command(flatten)]
+    pub workload: WorkloadFlag,
+}
+
 impl ShapedArgs {
     /// The shared flags with the workload chosen.
     pub fn into_args(self) -> CalibrationArgs {
         CalibrationArgs {
-            workload: self.workload,
+            workload: self.workload.workload,
             ..self.args
         }
     }

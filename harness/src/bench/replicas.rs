@@ -91,17 +91,9 @@ pub struct ReplicasFlags {
     /// 3 turns per conversation instead of 6.
     #[arg(long)]
     pub quick: bool,
-    /// The workload: calibration (64 x 6 turns, 4k-token system prompts), seed (64 x 6,
-    /// 2k), shared-prefix (16 groups x 16 one-turn prompts) [default: calibration].
-    #[arg(
-        verbatim_doc_comment,
-        long,
-        value_enum,
-        default_value = "calibration",
-        hide_possible_values = true,
-        hide_default_value = true
-    )]
-    pub workload: calibration::Shape,
+    /// The workload.
+    #[command(flatten)]
+    pub workload: super::cli::WorkloadFlag,
     /// Gateway flavours, one arm per flavour x gateway count, comma-separated: wasm,
     /// native or both [default: both].
     #[arg(
@@ -147,7 +139,7 @@ impl ReplicasFlags {
         ReplicasOptions {
             time_scale: self.time_scale,
             quick: self.quick,
-            workload: self.workload,
+            workload: self.workload.workload,
             flavors: flavors(&self.flavor, &d.flavors),
             gateways: self.gateways,
             workers: self.workers,

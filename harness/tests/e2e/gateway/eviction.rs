@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::flow::{band, epp_config, outcome, rig_at, short, Rig, BATCH, PATIENCE, STANDARD};
+use super::flow::{
+    band, counted, epp_config, outcome, rig_at, short, Rig, BATCH, PATIENCE, STANDARD,
+};
 use infergate_harness::launch::stats::Stats;
 use infergate_harness::launch::Flavor;
 use infergate_harness::sim::Slowdown;
@@ -40,11 +42,7 @@ async fn a_blocked_request_evicts_sheddable_ones_at_four_workers(flavor: Flavor)
 
 /// Evictions counted for `when` (`before_response` or `responding`), any band and flow.
 fn evictions(stats: &Stats, when: &str) -> i64 {
-    stats
-        .containing("infergate.flow.evictions.")
-        .filter(|(name, _)| name.ends_with(&format!(".when.{when}")))
-        .map(|(_, v)| v)
-        .sum()
+    counted(stats, "evictions", ("when", when))
 }
 
 fn config() -> Value {

@@ -426,9 +426,16 @@ fn dispatches(stats: &Stats) -> i64 {
 
 /// Rejections counted for `reason` (any band and flow).
 fn rejections(stats: &Stats, reason: &str) -> i64 {
+    counted(stats, "rejections", ("reason", reason))
+}
+
+/// The flow counter `infergate.flow.<family>` summed over every band and flow, for one
+/// value of its last label.
+pub(super) fn counted(stats: &Stats, family: &str, (label, value): (&str, &str)) -> i64 {
+    let suffix = format!(".{label}.{value}");
     stats
-        .containing("infergate.flow.rejections.")
-        .filter(|(name, _)| name.ends_with(&format!(".reason.{reason}")))
+        .containing(&format!("infergate.flow.{family}."))
+        .filter(|(name, _)| name.ends_with(&suffix))
         .map(|(_, v)| v)
         .sum()
 }
