@@ -82,8 +82,8 @@ struct Args {
     /// Tokens of the system prompt shared by each adapter's conversations.
     #[arg(long, default_value_t = 0)]
     adapter_prefix_tokens: u32,
-    /// Groups of conversations sharing a system prompt (conversation i in group i mod N;
-    /// 0: none). With `--turns 1 --system-tokens 0`, inference-perf's shared-prefix shape.
+    /// Groups of conversations sharing a system prompt (equal groups dealt in a seeded
+    /// shuffle; 0: none). With `--turns 1 --system-tokens 0`, inference-perf's shared-prefix shape.
     #[arg(long, default_value_t = 0)]
     prefix_groups: u32,
     /// Tokens of each group's shared system prompt.

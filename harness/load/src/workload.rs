@@ -10,10 +10,12 @@
 //! run gets the same adapter per conversation, whatever its text salt. The conversations of
 //! one adapter share that adapter's system prompt (its instructions) ahead of their own.
 //!
-//! With [`Workload::prefix_groups`], conversation `i` belongs to group `i mod groups`, whose
-//! conversations share a system prompt of [`Workload::group_prefix_tokens`] ahead of their
-//! own: with one turn and no prompt of their own, inference-perf's shared-prefix shape
-//! (groups of prompts that differ only in their question).
+//! With [`Workload::prefix_groups`], the conversations are dealt into that many groups of
+//! equal size (give or take one) in an order shuffled with the seed, as inference-perf
+//! shuffles its prompts; a group's conversations share a system prompt of
+//! [`Workload::group_prefix_tokens`] ahead of their own. With one turn and no prompt of
+//! their own, that is inference-perf's shared-prefix shape (groups of prompts that differ
+//! only in their question, arriving in no particular order).
 
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
@@ -59,8 +61,7 @@ pub struct Workload {
     /// Tokens of the system prompt each adapter's conversations share, after the shared
     /// preamble and before each conversation's own system prompt.
     pub adapter_prefix_tokens: u32,
-    /// Groups of conversations sharing a system prompt (0: none); conversation `i` is in
-    /// group `i mod prefix_groups`.
+    /// Groups of conversations sharing a system prompt (0: none); see [`Workload::group_of`].
     pub prefix_groups: u32,
     /// Tokens of each group's shared system prompt, after the adapter's instructions and
     /// before each conversation's own system prompt.
@@ -155,6 +156,24 @@ impl Workload {
         Some(self.adapters.len() - 1)
     }
 
+    /// The group of every conversation (empty without [`Workload::prefix_groups`]): group
+    /// `i mod prefix_groups` for the `i`-th entry of a seeded shuffle of the conversations,
+    /// so the groups are of equal size and a run sends them in no particular order.
+    pub fn groups(&self) -> Vec<u32> {
+        if self.prefix_groups == 0 {
+            return Vec::new();
+        }
+        let mut order: Vec<u32> = (0..self.conversations).collect();
+        order.shuffle(&mut SmallRng::seed_from_u64(self.seed ^ 0x6e0));
+        let mut group = vec![0; order.len()];
+        for (i, conv) in order.iter().enumerate() {
+            if let Some(g) = group.get_mut(*conv as usize) {
+                *g = i as u32 % self.prefix_groups;
+            }
+        }
+        group
+    }
+
     /// The `model` of conversation `conv`: its adapter, or [`Workload::model`].
     pub fn model_of(&self, conv: u32) -> &str {
         self.adapter_of(conv)
@@ -180,6 +199,7 @@ impl Workload {
                 filler(key, self.group_prefix_tokens)
             })
             .collect();
+        let groups = self.groups();
         (0..self.conversations)
             .map(|i| {
                 let key = xxh3_64_with_seed(&i.to_le_bytes(), self.seed ^ salt);
@@ -188,9 +208,9 @@ impl Workload {
                     .and_then(|k| per_adapter.get(k))
                     .map(String::as_str)
                     .unwrap_or("");
-                let group = i
-                    .checked_rem(self.prefix_groups)
-                    .and_then(|g| per_group.get(g as usize))
+                let group = groups
+                    .get(i as usize)
+                    .and_then(|g| per_group.get(*g as usize))
                     .map(String::as_str)
                     .unwrap_or("");
                 let system = format!(
@@ -366,14 +386,28 @@ mod tests {
             let v: Value = serde_json::from_str(&c.messages[0]).unwrap();
             v["content"].as_str().unwrap().to_string()
         };
+        let groups = w.groups();
+        let mut sizes = [0; 4];
+        for g in &groups {
+            sizes[*g as usize] += 1;
+        }
+        assert_eq!(sizes, [2, 2, 2, 2], "{groups:?}");
+        assert_eq!(groups, w.groups(), "seeded");
+        assert_ne!(
+            groups,
+            [0, 1, 2, 3, 0, 1, 2, 3],
+            "shuffled (this seed's order is not the plain one)"
+        );
         let convs = w.conversations(3);
+        let mate = (2..8).find(|i| groups[*i] == groups[1]).unwrap();
+        let other = (0..8).find(|i| groups[*i] != groups[1]).unwrap();
         assert_eq!(system(&convs[1]).len(), 120);
-        assert_eq!(system(&convs[1]), system(&convs[5]), "group 1");
-        assert_ne!(system(&convs[1]), system(&convs[2]));
+        assert_eq!(system(&convs[1]), system(&convs[mate]), "one group");
+        assert_ne!(system(&convs[1]), system(&convs[other]));
         assert_ne!(system(&convs[1]), system(&w.conversations(4)[1]), "salted");
         assert_ne!(
             w.user_message(3, 1, 0),
-            w.user_message(3, 5, 0),
+            w.user_message(3, mate as u32, 0),
             "each prompt of a group asks its own question"
         );
     }

@@ -133,45 +133,81 @@ impl Shape {
         }
     }
 
+    /// How the workload is offered: 16 clients in a closed loop, each sending its next
+    /// request when the last one ends, except shared-prefix, whose requests arrive at a
+    /// seeded Poisson rate as inference-perf offers them (12 per second, about two thirds
+    /// of what the pool serves to 16 closed-loop clients, at most 64 in flight). A closed
+    /// loop of one-turn prompts of equal length runs in lock step: prompts that arrive
+    /// together end together and arrive together again, on every route alike, which says
+    /// more about the client than about the router.
+    pub fn load(self, quick: bool) -> LoadConfig {
+        let (concurrency, rate) = match self {
+            Shape::SharedPrefix => (64, Some(12.0)),
+            Shape::Calibration | Shape::Seed => (16, None),
+        };
+        LoadConfig {
+            workload: self.workload(quick),
+            concurrency,
+            rate,
+            progress: true,
+            ..LoadConfig::default()
+        }
+    }
+
     /// The workload in a report's title block.
     pub fn describe(self, quick: bool) -> String {
         let w = self.workload(quick);
         match self {
-            Shape::SharedPrefix => format!(
-                "shared prefix: {} groups × {} one-turn prompts, ~{}-token group system                  prompts, {}-token questions and answers",
-                w.prefix_groups,
-                w.conversations / w.prefix_groups.max(1),
-                w.group_prefix_tokens,
-                w.user_tokens
-            ),
-            Shape::Calibration | Shape::Seed => format!(
-                "{}: {} conversations × {} turns, ~{}-token system prompts",
-                if self == Shape::Seed { "seed-like" } else { "calibration" },
-                w.conversations,
-                w.turns,
-                w.system_tokens
-            ),
+            Shape::SharedPrefix => {
+                format!(
+                    "shared prefix: {} groups × {} one-turn prompts, ~{}-token group system \
+                 prompts, {}-token questions and answers",
+                    w.prefix_groups,
+                    w.conversations / w.prefix_groups.max(1),
+                    w.group_prefix_tokens,
+                    w.user_tokens
+                ) + ", Poisson arrivals at 12 requests/s (at most 64 in flight)"
+            }
+            Shape::Calibration | Shape::Seed => {
+                format!(
+                    "{}: {} conversations × {} turns, ~{}-token system prompts",
+                    if self == Shape::Seed {
+                        "seed-like"
+                    } else {
+                        "calibration"
+                    },
+                    w.conversations,
+                    w.turns,
+                    w.system_tokens
+                ) + ", concurrency 16"
+            }
         }
     }
 }
 
-/// Starts the simulated pool, runs every column in order with `workload`, stops everything.
-pub async fn run(time_scale: f64, workload: Workload, specs: &[RunSpec]) -> Result<Columns> {
+/// Starts the simulated pool, runs every column in order with `load` (its targets are the
+/// columns'), stops everything. The gateways' pool has `picker_config` as its `eppConfig`
+/// (`null`: the built-in default).
+pub async fn run(
+    time_scale: f64,
+    load: LoadConfig,
+    picker_config: &serde_json::Value,
+    specs: &[RunSpec],
+) -> Result<Columns> {
     let sim = sim::start(sim_config(time_scale))
         .await
         .context("starting the simulator")?;
-    let result = run_on(&sim, workload, specs).await;
+    let result = run_on(&sim, &load, picker_config, specs).await;
     sim.shutdown().await;
     result
 }
 
-async fn run_on(sim: &SimHandle, workload: Workload, specs: &[RunSpec]) -> Result<Columns> {
-    let cfg = LoadConfig {
-        workload,
-        concurrency: 16,
-        progress: true,
-        ..LoadConfig::default()
-    };
+async fn run_on(
+    sim: &SimHandle,
+    cfg: &LoadConfig,
+    picker_config: &serde_json::Value,
+    specs: &[RunSpec],
+) -> Result<Columns> {
     let mut stack: Option<(Flavor, u32, Stack)> = None;
     let mut reports = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
@@ -183,7 +219,8 @@ async fn run_on(sim: &SimHandle, workload: Workload, specs: &[RunSpec]) -> Resul
                 if !reuse {
                     // The previous Envoy stops before the next one starts.
                     drop(stack.take());
-                    let s = start_stack(sim, spec.flavor, spec.envoy_concurrency).await?;
+                    let s = start_stack(sim, spec.flavor, spec.envoy_concurrency, picker_config)
+                        .await?;
                     stack = Some((spec.flavor, spec.envoy_concurrency, s));
                 }
                 let Some((_, _, s)) = &stack else {
@@ -210,7 +247,7 @@ async fn run_on(sim: &SimHandle, workload: Workload, specs: &[RunSpec]) -> Resul
             },
         };
         // A distinct salt per column: distinct text, so no column warms another's cache.
-        let report = run_target(&cfg, &target, i as u64 + 1).await?;
+        let report = run_target(cfg, &target, i as u64 + 1).await?;
         if !report.summary.errors.is_empty() {
             if let Some((_, _, s)) = &stack {
                 eprintln!(
@@ -229,9 +266,16 @@ async fn run_on(sim: &SimHandle, workload: Workload, specs: &[RunSpec]) -> Resul
     })
 }
 
-async fn start_stack(sim: &SimHandle, flavor: Flavor, workers: u32) -> Result<Stack> {
+async fn start_stack(
+    sim: &SimHandle,
+    flavor: Flavor,
+    workers: u32,
+    picker_config: &serde_json::Value,
+) -> Result<Stack> {
     let mut so = stack_options(sim, flavor, workers);
-    so.pools = vec![PoolSpec::all(crate::launch::DEFAULT_MODEL)];
+    let mut pool = PoolSpec::all(crate::launch::DEFAULT_MODEL);
+    pool.picker_config = picker_config.clone();
+    so.pools = vec![pool];
     // Each probe is a new connection, which the kernel hands to some worker: with several
     // workers, several probes in a row make it likely that every worker answered once.
     let probes = (2 * workers).max(4);

@@ -161,6 +161,9 @@ pub struct CalibrationArgs {
     /// The workload (only `bench ttft` and `bench affinity` choose it: [`ShapedArgs`]).
     #[arg(skip)]
     pub workload: super::calibration::Shape,
+    /// The picker's `idleRule` (`demo`, `bench ttft` and `bench affinity` choose it).
+    #[arg(skip)]
+    pub idle_rule: IdleRuleChoice,
     /// Gateway flavours, comma-separated: wasm, native.
     #[arg(
         long = "flavor",
@@ -199,7 +202,64 @@ pub struct WorkloadFlag {
     pub workload: super::calibration::Shape,
 }
 
-/// `bench ttft` and `bench affinity`: the calibration flags and `--workload`.
+/// The `idleRule` of the default config's `rendezvous-placement-scorer` in a run with one
+/// gateway: how it places cold prompts while the pool shows no scraped load.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum IdleRuleChoice {
+    /// The built-in default, which a fleet of gateways needs to agree on a first burst.
+    Shared,
+    /// As one gateway per pool should be configured: a first burst spreads evenly.
+    #[default]
+    Sole,
+}
+
+impl IdleRuleChoice {
+    /// The pool's `eppConfig`: `config` (`null`: the built-in default) with every
+    /// `rendezvous-placement-scorer` given this `idleRule`. `shared` leaves it as it is.
+    pub fn apply(self, config: serde_json::Value) -> serde_json::Value {
+        if self == IdleRuleChoice::Shared {
+            return config;
+        }
+        let mut config = if config.is_null() {
+            infergate_filters::picker::config::default_epp_config()
+        } else {
+            config
+        };
+        let plugins = config["plugins"].as_array_mut().into_iter().flatten();
+        for p in plugins.filter(|p| p["type"] == "rendezvous-placement-scorer") {
+            p["parameters"]["idleRule"] = "sole".into();
+        }
+        config
+    }
+
+    /// How a report names it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            IdleRuleChoice::Shared => "idleRule shared (the built-in default, for fleets)",
+            IdleRuleChoice::Sole => "idleRule sole (one gateway per pool)",
+        }
+    }
+}
+
+/// `--idle-rule`, for the commands that run one gateway over the calibration pool.
+#[derive(clap::Args, Clone, Copy, Debug, PartialEq)]
+pub struct IdleRuleFlag {
+    /// The picker's idleRule: how cold prompts are placed while the pool shows no load
+    /// (sole: evenly, as one gateway per pool is configured; shared: the built-in default,
+    /// which keeps a fleet's gateways agreeing) [default: sole].
+    #[arg(
+        verbatim_doc_comment,
+        long,
+        value_enum,
+        default_value = "sole",
+        hide_possible_values = true,
+        hide_default_value = true
+    )]
+    pub idle_rule: IdleRuleChoice,
+}
+
+/// `bench ttft` and `bench affinity`: the calibration flags, `--workload` and
+/// `--idle-rule`.
 #[derive(clap::Args, Clone, Debug, PartialEq)]
 pub struct ShapedArgs {
     /// The shared flags.
@@ -208,13 +268,17 @@ pub struct ShapedArgs {
     /// The workload.
     #[command(flatten)]
     pub workload: WorkloadFlag,
+    /// The placement rule on an idle pool.
+    #[command(flatten)]
+    pub idle_rule: IdleRuleFlag,
 }
 
 impl ShapedArgs {
-    /// The shared flags with the workload chosen.
+    /// The shared flags with the workload and the idle rule chosen.
     pub fn into_args(self) -> CalibrationArgs {
         CalibrationArgs {
             workload: self.workload.workload,
+            idle_rule: self.idle_rule.idle_rule,
             ..self.args
         }
     }
@@ -318,6 +382,10 @@ pub struct DemoFlags {
     /// [default: default].
     #[arg(verbatim_doc_comment, long, value_enum)]
     pub picker_config: Option<PickerChoice>,
+    /// calibration: the picker's idleRule, sole or shared (see bench ttft --help)
+    /// [default: sole].
+    #[arg(verbatim_doc_comment, long, value_enum, hide_possible_values = true)]
+    pub idle_rule: Option<IdleRuleChoice>,
     /// tenants: TenantQuota objects giving the test keys of testdata/README.md to tenant-a,
     /// tenant-b and tenant-c, a directory or a file [default: testdata/tenants/demo].
     #[arg(verbatim_doc_comment, long, value_name = "PATH")]
@@ -359,6 +427,9 @@ impl DemoFlags {
         if self.tenants.is_some() && self.scenario != Scenario::Tenants {
             bail!("--tenants is a flag of --scenario tenants");
         }
+        if self.idle_rule.is_some() && self.scenario != Scenario::Calibration {
+            bail!("--idle-rule is a flag of --scenario calibration");
+        }
         Ok(())
     }
 
@@ -370,6 +441,7 @@ impl DemoFlags {
             time_scale: self.time_scale.unwrap_or(DEFAULT_TIME_SCALE),
             quick: self.quick,
             workload: super::calibration::Shape::Calibration,
+            idle_rule: self.idle_rule.unwrap_or_default(),
             flavors: if self.flavor.is_empty() {
                 vec![Flavor::Wasm]
             } else {
@@ -414,6 +486,23 @@ mod tests {
 
     fn strings(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn idle_rule_sole_sets_the_placement_scorers_rule_and_shared_leaves_the_config() {
+        use scheduler_core::scheduling::Scheduler;
+        assert!(IdleRuleChoice::Shared
+            .apply(serde_json::Value::Null)
+            .is_null());
+        let sole = IdleRuleChoice::Sole.apply(serde_json::Value::Null);
+        let placement = sole["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["type"] == "rendezvous-placement-scorer")
+            .unwrap();
+        assert_eq!(placement["parameters"]["idleRule"], "sole");
+        assert!(Scheduler::from_value(sole).is_ok());
     }
 
     #[test]

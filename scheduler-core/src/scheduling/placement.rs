@@ -45,11 +45,19 @@
 //!    their successors' cold prompts back there at once. With several gateways each carries a
 //!    fraction of the load and the bounded rendezvous holds. The share is a function of
 //!    what every replica sees too (its own traffic against the pool's scraped load), so
-//!    gateways of one fleet keep the shared rule together. With no scraped load at all (an
-//!    idle pool, or no fresh metrics) the scorer keeps the shared rule: counting an idle
-//!    pool as one's own made every gateway of a fleet place its share of the first burst
-//!    of conversations away from the rendezvous choice (`bench replicas`, 2 native
-//!    gateways: turns 2+ kept 0.955× of one gateway's hit ratio, against 0.990× without).
+//!    gateways of one fleet keep the shared rule together.
+//! 6. **An idle pool follows `idleRule`.** With no scraped load at all (an idle pool, or no
+//!    fresh metrics) nothing tells a gateway whether it is alone, and the two rules trade
+//!    against each other on the first burst of conversations. `shared` (the default) keeps
+//!    the bounded rendezvous: every gateway of a fleet places a common first burst alike,
+//!    and one gateway alone lets an endpoint take up to `loadFactor` times its share of
+//!    those cold prefills. `sole` balances as rule 5 does: one gateway's first burst spreads
+//!    evenly, and each gateway of a fleet places its share of a common burst away from the
+//!    rendezvous choice, where a later turn sent to another gateway misses (`bench
+//!    replicas`, 2 native gateways: turns 2+ kept 0.955× of one gateway's hit ratio under
+//!    `sole`, against 0.990× under `shared`). `sole` suits one gateway per pool, a fleet
+//!    behind a session-affine balancer, and the precise (KV-event) index, with which every
+//!    gateway finds the blocks wherever they went.
 //!
 //! The choice scores 1, every other candidate 0; abstaining scores 0 everywhere. The
 //! decision record shows the key's depth, the bound, the choice and the outcome
@@ -110,6 +118,17 @@ pub const MAX_LOAD_FACTOR: f64 = 1_000.0;
 /// requests must reach for it to count as the pool's sole gateway.
 pub const DEFAULT_SOLE_SHARE: f64 = 0.75;
 
+/// `idleRule`: how a cold prompt is placed while the pool shows no scraped load (rule 6 of
+/// the module doc).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IdleRule {
+    /// The bounded rendezvous every gateway of a fleet applies alike.
+    #[default]
+    Shared,
+    /// The least loaded endpoint by this proxy's own in-flight requests and prefills.
+    Sole,
+}
+
 /// `rendezvous-placement-scorer` settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PlacementScorer {
@@ -120,6 +139,8 @@ pub struct PlacementScorer {
     /// `soleShare`, in (0, 1]: this proxy's share of the pool's scraped load from which it
     /// counts as the sole gateway.
     pub sole_share: f64,
+    /// `idleRule`: the rule while the pool shows no scraped load.
+    pub idle_rule: IdleRule,
 }
 
 impl Default for PlacementScorer {
@@ -128,6 +149,7 @@ impl Default for PlacementScorer {
             key_blocks: DEFAULT_KEY_BLOCKS,
             load_factor: DEFAULT_LOAD_FACTOR,
             sole_share: DEFAULT_SOLE_SHARE,
+            idle_rule: IdleRule::Shared,
         }
     }
 }
@@ -153,8 +175,8 @@ pub struct PlacementNote {
     pub key_blocks: usize,
     /// The load bound `⌈c · (L + 1) / n⌉`.
     pub bound: u64,
-    /// Whether this proxy counted as the pool's sole gateway (rule 5: the bound was not
-    /// applied).
+    /// Whether this proxy counted as the pool's sole gateway (rules 5 and 6: the bound was
+    /// not applied).
     pub sole: bool,
     /// The chosen candidate (its index), also when the scorer abstained because the prefix
     /// is known elsewhere.
@@ -234,7 +256,10 @@ pub(crate) fn score(
         note.outcome = PlacementOutcome::NoCandidate;
         return note;
     }
-    note.sole = scraped.is_some_and(|s| s > 0 && own as f64 >= p.sole_share * s as f64);
+    note.sole = match scraped {
+        Some(s) if s > 0 => own as f64 >= p.sole_share * s as f64,
+        _ => p.idle_rule == IdleRule::Sole,
+    };
     let bound = load_bound(p.load_factor, total, n);
     note.bound = bound;
     // Fleet: descending weight, first under the bound = the heaviest eligible candidate.

@@ -9,7 +9,7 @@
 //! | `latency-observer-producer` | producer | `smoothing` (0.2, in (0, 1]), `staleAfterMs` (10000, ≥ 1), `minSamples` (3, ≥ 1): how the measured-latency estimates are kept (see [`crate::latency`]; the defaults hold when it is not declared) | — (the proxy's own timings) |
 //! | `utilization-filter` | filter | `conditions: [{metric, maxValue}]` (metric: `kv-cache-utilization` 0..1, `waiting-queue`, `running-requests`), `fallbackOnEmpty` (false) | kept (an unknown or NaN value never exceeds) |
 //! | `prefix-cache-affinity-filter` | filter | `threshold` (0.5), `maxTTFTPenaltyMs` (1000), `prefillTokensPerSecond` (10000), `queuedRequestMs` (250), `maxWaitingQueue` (16), `maxKVCacheUtilization` (0.95) | not overloaded; queue counts as 0 in the TTFT estimate |
-//! | `rendezvous-placement-scorer` | scorer | `keyBlocks` (8, an integer ≥ 1), `loadFactor` (2, ≥ 1), `soleShare` (0.75, in (0, 1]) | load from in-flight requests alone (see [`super::placement`]) |
+//! | `rendezvous-placement-scorer` | scorer | `keyBlocks` (8, an integer ≥ 1), `loadFactor` (2, ≥ 1), `soleShare` (0.75, in (0, 1]), `idleRule` (`shared` or `sole`) | load from in-flight requests alone (see [`super::placement`]) |
 //! | `prefix-cache-scorer` | scorer | `matchLengthWeight` (0, in [0, 1]), `matchLengthScaleTokens` (8192, an integer ≥ 1) | — (the index is the proxy's own) |
 //! | `queue-scorer`, `running-requests-scorer` | scorer | none | 0, and left out of the min/max |
 //! | `kv-cache-utilization-scorer` | scorer | none | 0 (also for NaN) |
@@ -44,7 +44,7 @@ use serde_json::Value;
 use super::disagg::{
     DisaggHandlerSpec, PdDecider, DEFAULT_DECODE_PROFILE, DEFAULT_PREFILL_PROFILE,
 };
-use super::placement::{PlacementScorer, MAX_KEY_BLOCKS, MAX_LOAD_FACTOR};
+use super::placement::{IdleRule, PlacementScorer, MAX_KEY_BLOCKS, MAX_LOAD_FACTOR};
 use super::roles::Phase;
 use crate::config::params::{bad, number_in, Params};
 use crate::config::{ConfigError, PluginSpec};
@@ -475,13 +475,31 @@ fn prefix_cache_scorer(p: &Params<'_>) -> Result<Plugin, ConfigError> {
 }
 
 fn placement_scorer(p: &Params<'_>) -> Result<Plugin, ConfigError> {
-    p.only(&["keyBlocks", "loadFactor", "soleShare"])?;
+    p.only(&["keyBlocks", "loadFactor", "soleShare", "idleRule"])?;
     let d = PlacementScorer::default();
     let k = p.u64_in("keyBlocks", d.key_blocks.into(), 1, MAX_KEY_BLOCKS.into())?;
+    let idle_rule = match p.raw(
+        "idleRule",
+        "string",
+        format_args!("shared"),
+        Some("`shared`, `sole`"),
+    ) {
+        None => d.idle_rule,
+        Some(Value::String(r)) if r == "shared" => IdleRule::Shared,
+        Some(Value::String(r)) if r == "sole" => IdleRule::Sole,
+        Some(v) => {
+            return Err(bad(
+                p.plugin(),
+                "idleRule",
+                &format!("must be `shared` or `sole`, got {v}"),
+            ))
+        }
+    };
     Ok(Plugin::Scorer(Scorer::Placement(PlacementScorer {
         key_blocks: u32::try_from(k).unwrap_or(d.key_blocks),
         load_factor: p.f64_in("loadFactor", d.load_factor, 1.0, MAX_LOAD_FACTOR)?,
         sole_share: p.f64_positive("soleShare", d.sole_share, 1.0)?,
+        idle_rule,
     })))
 }
 

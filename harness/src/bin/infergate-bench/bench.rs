@@ -222,7 +222,8 @@ fn affinity(a: &CalibrationArgs) -> Result<()> {
     }
     let cols = runtime()?.block_on(calibration::run(
         a.time_scale,
-        a.workload.workload(a.quick),
+        a.workload.load(a.quick),
+        &a.idle_rule.apply(serde_json::Value::Null),
         &specs,
     ))?;
     let mut out = header("prefix affinity across Envoy workers", a);
@@ -294,9 +295,11 @@ fn first(a: &CalibrationArgs) -> Result<(Flavor, u32)> {
 pub fn header(title: &str, a: &CalibrationArgs) -> String {
     format!(
         "{title}\nsimulated pool: 4 replicas × 160k tokens KV, 16k tokens/s prefill, time scale \
-         {} (times below are wall-clock); workload: {}, concurrency 16\n\n",
+         {} (times below are wall-clock); workload: {}; picker: the default \
+         config with {}\n\n",
         a.time_scale,
-        a.workload.describe(a.quick)
+        a.workload.describe(a.quick),
+        a.idle_rule.describe()
     )
 }
 
@@ -312,7 +315,8 @@ pub fn compare_with_baseline(
 ) -> Result<(String, calibration::Columns)> {
     let cols = runtime()?.block_on(calibration::run(
         a.time_scale,
-        a.workload.workload(a.quick),
+        a.workload.load(a.quick),
+        &a.idle_rule.apply(serde_json::Value::Null),
         specs,
     ))?;
     let mut out = header(title, a);

@@ -220,6 +220,8 @@ fn parameters_are_checked() {
         (r#"{"loadFactor":0.5}"#, "loadFactor"),
         (r#"{"loadFactor":"x"}"#, "loadFactor"),
         (r#"{"keyBlock":3}"#, "keyBlock"),
+        (r#"{"idleRule":"alone"}"#, "idleRule"),
+        (r#"{"idleRule":1}"#, "idleRule"),
     ] {
         let cfg = format!(
             r#"{{"plugins":[{{"type":"rendezvous-placement-scorer","parameters":{params}}}]}}"#
@@ -234,6 +236,12 @@ fn parameters_are_checked() {
         r#"{"plugins":[{"type":"rendezvous-placement-scorer","parameters":{"keyBlocks":1,"loadFactor":1}}]}"#
     )
     .is_ok());
+    for rule in ["shared", "sole"] {
+        let cfg = format!(
+            r#"{{"plugins":[{{"type":"rendezvous-placement-scorer","parameters":{{"idleRule":"{rule}"}}}}]}}"#
+        );
+        assert!(Scheduler::from_json_str(&cfg).is_ok(), "{rule}");
+    }
 }
 
 #[test]
@@ -266,10 +274,15 @@ fn keys_spread_over_the_pool() {
 
 /// Place `keys` cold prompts one after another, each staying in flight, over 4 endpoints
 /// whose scraped load is `scraped_per_own` × this proxy's in-flight requests (1: this
-/// proxy is the only gateway; 4: it carries a quarter). Requests placed per endpoint, and
-/// whether the last placement counted as sole.
+/// proxy is the only gateway; 4: it carries a quarter; 0: the scrapes have not seen the
+/// burst yet, as on an idle pool). Requests placed per endpoint, and whether the last
+/// placement counted as sole.
 fn place_in_turn(keys: u64, scraped_per_own: u32) -> ([u32; 4], bool) {
-    let s = placement("");
+    place_in_turn_with("", keys, scraped_per_own)
+}
+
+fn place_in_turn_with(params: &str, keys: u64, scraped_per_own: u32) -> ([u32; 4], bool) {
+    let s = placement(params);
     let mut placed = [0u32; 4];
     let mut sole = false;
     for key in 1..=keys {
@@ -341,6 +354,34 @@ fn one_of_several_gateways_keeps_the_wide_bound() {
     assert!(!sole);
     assert_ne!(placed, [4, 4, 4, 4], "{placed:?}");
     assert!(placed.iter().all(|p| *p <= 8), "{placed:?}");
+}
+
+#[test]
+fn an_idle_pool_keeps_the_shared_rule_by_default_and_balances_under_idle_rule_sole() {
+    // The first burst lands before any scrape shows it: the scraped load stays 0.
+    let (placed, sole) = place_in_turn(16, 0);
+    assert!(!sole);
+    assert_ne!(placed, [4, 4, 4, 4], "{placed:?}");
+    let (placed, sole) = place_in_turn_with(r#","parameters":{"idleRule":"sole"}"#, 16, 0);
+    assert!(sole);
+    assert_eq!(placed, [4, 4, 4, 4]);
+    // Once the scrapes show the load, `soleShare` decides, whatever the idle rule.
+    let (placed, sole) = place_in_turn_with(r#","parameters":{"idleRule":"sole"}"#, 16, 4);
+    assert!(!sole);
+    assert_ne!(placed, [4, 4, 4, 4], "{placed:?}");
+}
+
+#[test]
+fn under_idle_rule_sole_the_first_cold_prompt_still_goes_to_the_rendezvous_choice() {
+    // Nothing in flight anywhere: every sole load is 0, and the heaviest weight wins, so a
+    // fleet's gateways agree on a lone first request.
+    let s = placement(r#","parameters":{"idleRule":"sole"}"#);
+    let c: Vec<Candidate<'_>> = ADDRS.iter().map(|a| cand(a, None)).collect();
+    let key = BlockHash(7);
+    assert_eq!(
+        chosen(&s, &[key], &c, &FakePrefix::default()),
+        (Some(heaviest(key, &ADDRS)), PlacementOutcome::Placed)
+    );
 }
 
 fn addresses(n: usize) -> Vec<String> {
