@@ -15,6 +15,13 @@
 //! the run's size (32 KB: ~8k tokens). Each round runs every arm once (warm-up, then a measured window), the order
 //! rotating from round to round, so slow drifts of a shared machine hit every arm alike.
 //!
+//! The default gateways against their own Envoy: each round, right after its measured
+//! window, `native` and `wasm` send the same bodies for as long through their own Envoy's
+//! `/rr/` route (the gateway filters disabled per route, round robin over the same
+//! backend). Envoy CPU per request through the gateway ÷ through that route, per round and
+//! over the totals, is the figure the cost targets are set on ([`targets::SameEnvoy`]): one
+//! process and one configuration, so nothing but the filters differs.
+//!
 //! Reported per arm: requests/s, latency p50/p99, the latency added over `plain`, and the
 //! Envoy process's CPU time per request (read from `/proc`, so it is the proxy's own cost
 //! whatever else the machine was doing). Ratios are computed on totals over all rounds and,
@@ -79,7 +86,7 @@ use serde_json::json;
 
 use super::cli::{parse_flags, positive, seconds};
 use super::closed_loop::{ClosedLoop, LoopResult, RequestTemplate};
-use super::overhead_table::{render, summary, Arm, Proxy, RunSummary, StreamArm};
+use super::overhead_table::{render, summary, Arm, Proxy, RunSummary, SameEnvoyPlain, StreamArm};
 use super::report::process_cpu;
 use crate::launch::extproc::{
     processor_binary, BodyMode, ExtProcOptions, ExtProcStack, ProcessorMode,
@@ -677,10 +684,17 @@ async fn run_one(
     let mut arms = Vec::with_capacity(started.len());
     for s in started {
         let templates = templates_for(&s, addrs, &bodies, &streamed);
-        arms.push(arm(s.label, s.proxy, templates, &s.target, opts));
+        let mut a = arm(s.label, s.proxy, templates, &s.target, opts);
+        if DEFAULT_GATEWAYS.contains(&a.label) {
+            a.same_envoy_plain = Some(same_envoy_plain(s.target, &bodies, opts));
+        }
+        arms.push(a);
     }
     for a in &arms {
         wait_until_served(&a.client, a.label).await?;
+        if let Some(p) = &a.same_envoy_plain {
+            wait_until_served(&p.client, a.label).await?;
+        }
     }
     eprintln!(
         "bench overhead: {} rounds × {} arms, {} connections, Envoy --concurrency {}, \
@@ -728,6 +742,7 @@ async fn run_one(
                 r.errors
             );
             a.total.merge(r);
+            same_envoy_window(a, opts, round).await;
             stream_window(a, backend, opts, round).await;
         }
     }
@@ -904,7 +919,58 @@ fn arm(
         backend_posts: 0,
         backend_bytes: 0,
         stream,
+        same_envoy_plain: None,
     }
+}
+
+/// The default gateway arms, which also measure their own Envoy's plain route
+/// ([`SameEnvoyPlain`]).
+const DEFAULT_GATEWAYS: [&str; 2] = ["native", "wasm"];
+
+/// The plain-route windows of a default gateway arm aimed at `target`.
+fn same_envoy_plain(
+    target: SocketAddr,
+    bodies: &[Bytes],
+    opts: &OverheadOptions,
+) -> SameEnvoyPlain {
+    SameEnvoyPlain {
+        client: ClosedLoop {
+            target,
+            path: "/rr/v1/chat/completions".into(),
+            templates: Arc::new(direct_templates(bodies, &[])),
+            connections: opts.connections,
+        },
+        total: LoopResult::default(),
+        envoy_cpu: Duration::ZERO,
+        round_cpu_us: Vec::new(),
+    }
+}
+
+/// A default gateway arm's window through its own Envoy's plain route, right after its
+/// gateway window: warm-up, then the measured window, timed on the same Envoy process.
+async fn same_envoy_window(a: &mut Arm, opts: &OverheadOptions, round: usize) {
+    let pid = a.envoy_pid();
+    let label = a.label;
+    let Some(p) = a.same_envoy_plain.as_mut() else {
+        return;
+    };
+    let _ = p.client.run(opts.warmup).await;
+    let cpu0 = pid.and_then(process_cpu);
+    let r = p.client.run(opts.measure).await;
+    if let (Some(c0), Some(c1)) = (cpu0, pid.and_then(process_cpu)) {
+        let cpu = c1.saturating_sub(c0);
+        p.envoy_cpu += cpu;
+        p.round_cpu_us.push(per_request_us(cpu, r.ok));
+    }
+    eprintln!(
+        "  round {}/{} {:>22}: {:>7.0} req/s, {} errors (its Envoy's /rr/ route)",
+        round + 1,
+        opts.rounds,
+        label,
+        r.rps(),
+        r.errors
+    );
+    p.total.merge(r);
 }
 
 fn direct_templates(bodies: &[Bytes], extra: &[(String, String)]) -> Vec<RequestTemplate> {

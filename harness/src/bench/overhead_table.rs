@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::closed_loop::{ClosedLoop, LoopResult};
 use super::logic::LogicCost;
 use super::overhead::first_chunk::{StreamLoop, StreamResult};
-use super::overhead::targets::{self, run_name, BeyondFloor};
+use super::overhead::targets::{self, run_name, BeyondFloor, SameEnvoy};
 use super::overhead::{OverheadOptions, RunShape, FLOW_PAIRS, TENANCY_PAIRS};
 use super::report::{median, ms, percentile_us, table};
 use crate::launch::extproc::ExtProcStack;
@@ -70,6 +70,30 @@ pub(super) struct Arm {
     pub(super) backend_bytes: u64,
     /// The streamed windows (none for the floors, or when they are off).
     pub(super) stream: Option<StreamArm>,
+    /// A default gateway's windows through its own Envoy's plain route.
+    pub(super) same_envoy_plain: Option<SameEnvoyPlain>,
+}
+
+/// A default gateway arm's second window each round: the same Envoy, the same bodies, on
+/// its `/rr/` route, where the gateway filters are disabled per route and Envoy alone
+/// round-robins over the same backend. Its Envoy CPU per request is the denominator of the
+/// gateway's cost ratio: one process, one configuration, the filters on or off by route.
+pub(super) struct SameEnvoyPlain {
+    /// The closed-loop client aimed at `/rr/v1/chat/completions`.
+    pub(super) client: ClosedLoop,
+    /// Every window, merged.
+    pub(super) total: LoopResult,
+    /// Envoy CPU time over the windows.
+    pub(super) envoy_cpu: Duration,
+    /// Envoy CPU per request of each round's window, µs.
+    pub(super) round_cpu_us: Vec<f64>,
+}
+
+impl SameEnvoyPlain {
+    /// Envoy CPU per request over every window, µs.
+    pub(super) fn cpu_us(&self) -> Option<f64> {
+        (self.total.ok > 0).then(|| self.envoy_cpu.as_secs_f64() * 1e6 / self.total.ok as f64)
+    }
 }
 
 /// An arm's streamed windows.
@@ -260,6 +284,7 @@ pub(super) fn render(
         }
     }
     out.push_str(&targets::render(arms, shape));
+    out.push_str(&targets::render_same_envoy(arms, shape));
     for (base, tenancy) in TENANCY_PAIRS {
         let (Some(b), Some(t)) = (
             arms.iter().find(|a| a.label == base),
@@ -602,6 +627,8 @@ pub(super) struct RunSummary {
     cells: Vec<SummaryCell>,
     /// Each gateway arm beyond its floor.
     beyond_floor: Vec<BeyondFloor>,
+    /// Each default gateway against its own Envoy's plain route.
+    same_envoy: Vec<SameEnvoy>,
 }
 
 impl RunSummary {
@@ -619,6 +646,7 @@ impl RunSummary {
                 })
                 .collect(),
             beyond_floor: BeyondFloor::of(arms, shape),
+            same_envoy: SameEnvoy::of(arms, shape),
         }
     }
 }
@@ -632,9 +660,13 @@ pub(super) fn summary(runs: &[RunSummary]) -> String {
         .iter()
         .map(|r| (r.shape, r.beyond_floor.as_slice()))
         .collect();
+    let same: Vec<(RunShape, &[SameEnvoy])> = runs
+        .iter()
+        .map(|r| (r.shape, r.same_envoy.as_slice()))
+        .collect();
     format!(
         "bench overhead summary: per arm and run, Envoy + processor CPU per request / p50 \
-         latency added over plain\n\n{}\n{}",
+         latency added over plain\n\n{}\n{}\n{}",
         per_run_table(
             &cells,
             |c| c.label,
@@ -645,6 +677,7 @@ pub(super) fn summary(runs: &[RunSummary]) -> String {
                 c.added_p50_us / 1000.0
             )
         ),
+        targets::same_envoy_summary(&same),
         targets::summary(&floors)
     )
 }
@@ -773,7 +806,35 @@ mod tests {
             backend_posts: ok,
             backend_bytes: ok * 100,
             stream: None,
+            same_envoy_plain: None,
         }
+    }
+
+    #[test]
+    fn a_default_gateway_is_divided_by_its_own_envoys_plain_route() {
+        let mut native = arm("native", 1000, 1);
+        native.envoy_cpu = Duration::from_secs(2);
+        native.round_cpu_us = vec![2000.0, 2200.0];
+        let mut plain_route = arm("native", 1000, 1);
+        plain_route.envoy_cpu = Duration::from_secs(1);
+        native.same_envoy_plain = Some(SameEnvoyPlain {
+            client: plain_route.client,
+            total: plain_route.total,
+            envoy_cpu: plain_route.envoy_cpu,
+            round_cpu_us: vec![1000.0, 1000.0],
+        });
+        let judged = RunShape {
+            concurrency: 1,
+            body_tokens: 32 * super::super::overhead::TOKENS_PER_KB,
+        };
+        let got = SameEnvoy::of(&[arm("plain", 1000, 1), native], judged);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].label, "native");
+        assert!((got[0].ratio - 2.0).abs() < 1e-9, "{got:?}");
+        assert_eq!(got[0].rounds, [2.0, 2.2]);
+        assert_eq!(got[0].max, Some(1.2));
+        let text = targets::render_same_envoy(&[], judged);
+        assert!(text.is_empty(), "no default gateway, no line");
     }
 
     #[test]

@@ -1,6 +1,13 @@
-//! The cost targets of `bench overhead` that are set against a floor: the Envoy CPU per
-//! request a gateway may spend beyond its host's floor arm (`wasm-floor`, `native-floor`:
-//! plain Envoy plus a filter that only holds and reads the body), by body size.
+//! The cost targets of `bench overhead`:
+//!
+//! - **Against the same Envoy's plain route** ([`SameEnvoy`]): each flavour's default
+//!   gateway (`native`, `wasm`) also sends every round's bodies through its own Envoy's
+//!   `/rr/` route, where the gateway filters are disabled per route. Envoy CPU per request
+//!   through the gateway ÷ through that route, at 32 KB and one worker: native ≤ 1.20,
+//!   Wasm ≤ 1.50. Other runs report the ratio without a verdict.
+//! - **Against a floor** ([`BeyondFloor`]): the Envoy CPU per request a gateway may spend
+//!   beyond its host's floor arm (`wasm-floor`, `native-floor`: plain Envoy plus a filter
+//!   that only holds and reads the body), by body size.
 //!
 //! The targets are set at one Envoy worker; a run at more workers is judged against the
 //! same figures and says so. A body size without a target is reported without a verdict,
@@ -22,6 +29,124 @@ const BEYOND_FLOOR_US: [(&str, u32, f64); 4] = [
 
 /// The flavours, each with its floor arm `<flavour>-floor`.
 const FLAVOURS: [&str; 2] = ["wasm", "native"];
+
+/// The largest Envoy CPU per request of a flavour's default gateway ÷ its own Envoy's plain
+/// route, judged at 32 KB bodies and one worker.
+const SAME_ENVOY_MAX: [(&str, f64); 2] = [("native", 1.20), ("wasm", 1.50)];
+
+/// The body size and worker count the [`SAME_ENVOY_MAX`] targets are judged at.
+const SAME_ENVOY_JUDGED: RunShape = RunShape {
+    concurrency: 1,
+    body_tokens: 32 * super::TOKENS_PER_KB,
+};
+
+/// A default gateway against its own Envoy's plain route.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SameEnvoy {
+    /// The gateway arm (`native` or `wasm`).
+    pub label: &'static str,
+    /// Envoy CPU per request through the gateway ÷ through the plain route, totals over
+    /// every round.
+    pub ratio: f64,
+    /// The ratio of each round's two windows.
+    pub rounds: Vec<f64>,
+    /// Envoy CPU per request through the gateway and through the plain route, µs.
+    pub gateway_us: f64,
+    /// See [`SameEnvoy::gateway_us`].
+    pub plain_us: f64,
+    /// The target, in the run that is judged.
+    pub max: Option<f64>,
+}
+
+impl SameEnvoy {
+    /// Every default gateway arm of `arms` that measured its plain route.
+    pub(in crate::bench) fn of(arms: &[Arm], shape: RunShape) -> Vec<SameEnvoy> {
+        let mut out = Vec::new();
+        for (label, max) in SAME_ENVOY_MAX {
+            let Some(a) = arms.iter().find(|a| a.label == label) else {
+                continue;
+            };
+            let Some(p) = a.same_envoy_plain.as_ref() else {
+                continue;
+            };
+            let (Some(gateway_us), Some(plain_us)) = (cpu_us(a), p.cpu_us()) else {
+                continue;
+            };
+            if plain_us <= 0.0 {
+                continue;
+            }
+            let rounds = a
+                .round_cpu_us
+                .iter()
+                .zip(&p.round_cpu_us)
+                .filter(|(_, p)| **p > 0.0)
+                .map(|(g, p)| g / p)
+                .collect();
+            out.push(SameEnvoy {
+                label: a.label,
+                ratio: gateway_us / plain_us,
+                rounds,
+                gateway_us,
+                plain_us,
+                max: (shape == SAME_ENVOY_JUDGED).then_some(max),
+            });
+        }
+        out
+    }
+
+    /// `≤ max: met` or `MISSED`; `None` outside the judged run.
+    pub fn verdict(&self) -> Option<String> {
+        let max = self.max?;
+        Some(if self.ratio <= max {
+            format!("≤ {max:.2}: met")
+        } else {
+            format!("≤ {max:.2}: MISSED")
+        })
+    }
+
+    fn cell(&self) -> String {
+        match self.verdict() {
+            Some(v) => format!("{:.2}× ({v})", self.ratio),
+            None => format!("{:.2}×", self.ratio),
+        }
+    }
+}
+
+/// One run's lines: each default gateway against its own Envoy's plain route.
+pub(in crate::bench) fn render_same_envoy(arms: &[Arm], shape: RunShape) -> String {
+    let mut out = String::new();
+    for s in SameEnvoy::of(arms, shape) {
+        let rounds: Vec<String> = s.rounds.iter().map(|r| format!("{r:.2}")).collect();
+        out.push_str(&format!(
+            "{} ÷ its own Envoy's plain route (/rr/): Envoy CPU per request {:.1} µs ÷ {:.1} µs \
+             = {:.2}× (per round: {}; median {:.2}); {}\n",
+            s.label,
+            s.gateway_us,
+            s.plain_us,
+            s.ratio,
+            rounds.join(", "),
+            median(&s.rounds),
+            s.verdict().map_or_else(
+                || "target set at 32 KB and 1 worker, reported".to_string(),
+                |v| format!("target {v}")
+            )
+        ));
+    }
+    out
+}
+
+/// The summary over runs of [`SameEnvoy`]; empty when no run measured it.
+pub(in crate::bench) fn same_envoy_summary(runs: &[(RunShape, &[SameEnvoy])]) -> String {
+    if runs.iter().all(|(_, cells)| cells.is_empty()) {
+        return String::new();
+    }
+    format!(
+        "against the same Envoy's plain route: per default gateway and run, Envoy CPU per \
+         request through the gateway ÷ through its own /rr/ route (targets at 32 KB, 1 \
+         worker)\n\n{}",
+        per_run_table(runs, |c| c.label, SameEnvoy::cell)
+    )
+}
 
 /// The target of `flavour`'s default gateway at `body_kb`, µs, if one is set.
 pub fn target_us(flavour: &str, body_kb: u32) -> Option<f64> {
@@ -192,5 +317,21 @@ mod tests {
         );
         assert_eq!(b(40.0, None).verdict(), None);
         assert_eq!(b(40.0, None).cell(), "+40.0 µs");
+    }
+
+    #[test]
+    fn same_envoy_verdicts_at_the_judged_run_only() {
+        let s = |ratio, max| SameEnvoy {
+            label: "native",
+            ratio,
+            rounds: vec![ratio],
+            gateway_us: ratio * 30.0,
+            plain_us: 30.0,
+            max,
+        };
+        assert_eq!(s(1.1, Some(1.2)).cell(), "1.10× (≤ 1.20: met)");
+        assert_eq!(s(1.9, Some(1.2)).cell(), "1.90× (≤ 1.20: MISSED)");
+        assert_eq!(s(1.9, None).cell(), "1.90×");
+        assert_eq!(SAME_ENVOY_JUDGED.body_kb(), 32);
     }
 }

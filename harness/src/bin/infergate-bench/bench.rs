@@ -31,9 +31,12 @@ pub enum Bench {
     /// host's floor (a probe filter that only buffers and reads the body), and the ext_proc
     /// architecture (extproc-null, extproc-parse, extproc-parse-buffered: Envoy's and the
     /// processor's CPU apart and summed); at --concurrency 1,4 x --body-kb 32,128,512,
-    /// rounds interleaved; streamed windows time the first chunk. Each gateway's Envoy CPU
-    /// beyond its floor and against extproc-parse is judged against the cost targets, with
-    /// the budget left. Fails when an arm fails more than 1% of its requests.
+    /// rounds interleaved; streamed windows time the first chunk. The wasm and native arms
+    /// also send each round's bodies through their own Envoy's /rr/ route (filters off by
+    /// route): Envoy CPU per request through the gateway / through that route, per round.
+    /// That ratio, each gateway's Envoy CPU beyond its floor and against extproc-parse are
+    /// judged against the cost targets. Fails when an arm fails more than 1% of its
+    /// requests.
     #[command(verbatim_doc_comment)]
     Overhead(OverheadFlags),
     /// The picker at several Envoy worker counts, each flavour, on the calibration workload
