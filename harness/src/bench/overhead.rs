@@ -87,7 +87,7 @@ use serde_json::json;
 use super::cli::{parse_flags, positive, seconds};
 use super::closed_loop::{ClosedLoop, LoopResult, RequestTemplate};
 use super::overhead_table::{render, summary, Arm, Proxy, RunSummary, SameEnvoyPlain, StreamArm};
-use super::report::process_cpu;
+use super::report::{main_thread_cpu, process_cpu};
 use crate::launch::extproc::{
     processor_binary, BodyMode, ExtProcOptions, ExtProcStack, ProcessorMode,
 };
@@ -716,6 +716,7 @@ async fn run_one(
             };
             let _ = a.client.run(opts.warmup).await;
             let cpu0 = a.envoy_pid().and_then(process_cpu);
+            let main0 = a.envoy_pid().and_then(main_thread_cpu);
             let proc0 = a.processor_pid().and_then(process_cpu);
             let posts0 = backend.counters().posts.load(Ordering::Relaxed);
             let bytes0 = backend.counters().body_bytes.load(Ordering::Relaxed);
@@ -724,6 +725,9 @@ async fn run_one(
                 let cpu = c1.saturating_sub(c0);
                 a.envoy_cpu += cpu;
                 a.round_cpu_us.push(per_request_us(cpu, r.ok));
+            }
+            if let (Some(m0), Some(m1)) = (main0, a.envoy_pid().and_then(main_thread_cpu)) {
+                a.main_cpu += m1.saturating_sub(m0);
             }
             if let (Some(c0), Some(c1)) = (proc0, a.processor_pid().and_then(process_cpu)) {
                 let cpu = c1.saturating_sub(c0);
@@ -914,6 +918,7 @@ fn arm(
         round_rps: Vec::new(),
         envoy_cpu: Duration::ZERO,
         round_cpu_us: Vec::new(),
+        main_cpu: Duration::ZERO,
         processor_cpu: Duration::ZERO,
         round_processor_cpu_us: Vec::new(),
         backend_posts: 0,

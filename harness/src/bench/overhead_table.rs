@@ -60,6 +60,8 @@ pub(super) struct Arm {
     pub(super) envoy_cpu: Duration,
     /// Envoy CPU per request of each round's measured window, µs.
     pub(super) round_cpu_us: Vec<f64>,
+    /// Of [`Arm::envoy_cpu`], the main thread's ([`super::report::main_thread_cpu`]).
+    pub(super) main_cpu: Duration,
     /// The external processor's CPU time over the measured windows (ext_proc arms).
     pub(super) processor_cpu: Duration,
     /// Its CPU per request of each round's measured window, µs.
@@ -196,6 +198,10 @@ pub(super) fn render(
                     format!("{:.1} µs", median(&a.round_cpu_us))
                 }
             }),
+        ),
+        (
+            "of which Envoy's main thread".into(),
+            cells(&|_, a| main_us(a).map_or_else(|| "-".into(), |us| format!("{us:.1} µs"))),
         ),
         ("Envoy CPU busy (cores)".into(), cells(&|_, a| cpu_busy(a))),
         (
@@ -733,6 +739,12 @@ pub(super) fn cpu_us(a: &Arm) -> Option<f64> {
         .then(|| a.envoy_cpu.as_secs_f64() * 1e6 / a.total.ok as f64)
 }
 
+/// The main thread's share of an arm's Envoy CPU per request, µs.
+pub(super) fn main_us(a: &Arm) -> Option<f64> {
+    (a.proxy.is_some() && a.total.ok > 0)
+        .then(|| a.main_cpu.as_secs_f64() * 1e6 / a.total.ok as f64)
+}
+
 fn cpu_per_request(a: &Arm) -> String {
     cpu_us(a).map_or_else(|| "-".into(), |us| format!("{us:.1} µs"))
 }
@@ -801,6 +813,7 @@ mod tests {
             round_rps: vec![ok as f64 / secs as f64],
             envoy_cpu: Duration::ZERO,
             round_cpu_us: Vec::new(),
+            main_cpu: Duration::ZERO,
             processor_cpu: Duration::ZERO,
             round_processor_cpu_us: Vec::new(),
             backend_posts: ok,

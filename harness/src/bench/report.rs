@@ -89,6 +89,15 @@ pub fn process_cpu(pid: u32) -> Option<Duration> {
     Some(Duration::from_nanos(ns))
 }
 
+/// CPU time used so far by the main thread of process `pid` (the task whose id is the
+/// process's), from its `schedstat`. Envoy's main thread: its admin, xDS, stats flushes,
+/// and the Wasm VM it runs per plugin, where the elected picker state owner often lives.
+pub fn main_thread_cpu(pid: u32) -> Option<Duration> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/schedstat")).ok()?;
+    let ns = text.split_whitespace().next()?.parse::<u64>().ok()?;
+    Some(Duration::from_nanos(ns))
+}
+
 /// `1234 µs` → `"1.23 ms"`.
 pub fn ms(us: u32) -> String {
     format!("{:.2} ms", f64::from(us) / 1000.0)
@@ -98,6 +107,15 @@ pub fn ms(us: u32) -> String {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn this_process_has_a_main_thread_within_its_total() {
+        let pid = std::process::id();
+        let main = main_thread_cpu(pid).unwrap();
+        let all = process_cpu(pid).unwrap();
+        assert!(main <= all, "{main:?} > {all:?}");
+        assert_eq!(main_thread_cpu(u32::MAX), None);
+    }
 
     #[test]
     fn percentiles_and_medians() {
