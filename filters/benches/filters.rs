@@ -5,8 +5,10 @@
 //! picker buffers and parses again). The `tenancy` group ([`tenancy`]) is one request
 //! through the router filter's pipeline with tenants and without. Run: `cargo bench -p
 //! infergate-filters --features fake-host`. The `precise_keys` group ([`precise`]) is the
-//! precise index's tokenizing and keying against the approximate parse and hashing.
+//! precise index's tokenizing and keying against the approximate parse and hashing. The
+//! `owner` group ([`owner`]) is the Wasm state owner's work per request.
 
+mod owner;
 mod precise;
 mod tenancy;
 
@@ -135,5 +137,5 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench, tenancy::bench, precise::bench);
+criterion_group!(benches, bench, tenancy::bench, precise::bench, owner::bench);
 criterion_main!(benches);
