@@ -3,6 +3,12 @@
 //! deadline. Requests/s then measures how fast the server side turns requests around at
 //! that concurrency, and each request's latency is recorded.
 //!
+//! With a [`ClosedLoop::rate`], each connection instead sends on a fixed schedule (its share
+//! of the rate, the connections staggered), or at once when its previous answer came late:
+//! targets that keep up then see the same arrivals, so their CPU per request compares like
+//! with like (a closed loop runs a slower target at a lower rate, with more idle wake-ups
+//! per request).
+//!
 //! Requests are taken from a list of templates (body and extra headers), connection `c`
 //! starting at template `c` and stepping by one, so every connection cycles through all
 //! bodies and the mix is the same for every target.
@@ -38,6 +44,9 @@ pub struct ClosedLoop {
     pub templates: Arc<Vec<RequestTemplate>>,
     /// Connections, each with one request in flight.
     pub connections: usize,
+    /// Requests per second offered over all connections; `None`: each connection sends as
+    /// soon as its previous answer is in.
+    pub rate: Option<f64>,
 }
 
 /// What one run measured.
@@ -88,7 +97,7 @@ impl ClosedLoop {
         let mut tasks = tokio::task::JoinSet::new();
         for c in 0..self.connections.max(1) {
             let me = self.clone();
-            tasks.spawn(async move { me.connection(c, deadline).await });
+            tasks.spawn(async move { me.connection(c, start, deadline).await });
         }
         let mut total = LoopResult::default();
         while let Some(joined) = tasks.join_next().await {
@@ -104,11 +113,30 @@ impl ClosedLoop {
         total
     }
 
-    async fn connection(&self, index: usize, deadline: Instant) -> LoopResult {
+    /// The gap between one connection's sends at [`ClosedLoop::rate`], if any.
+    fn gap(&self) -> Option<Duration> {
+        let rate = self.rate.filter(|r| r.is_finite() && *r > 0.0)?;
+        Some(Duration::from_secs_f64(
+            self.connections.max(1) as f64 / rate,
+        ))
+    }
+
+    async fn connection(&self, index: usize, start: Instant, deadline: Instant) -> LoopResult {
         let mut out = LoopResult::default();
         let mut sender: Option<Sender> = None;
         let mut next = index;
+        let gap = self.gap();
+        // Connection `index` starts `index / connections` of a gap late: the sends interleave.
+        let mut due = gap.map(|g| start + g.mul_f64(index as f64 / self.connections.max(1) as f64));
         while Instant::now() < deadline {
+            if let (Some(at), Some(g)) = (due.as_mut(), gap) {
+                tokio::time::sleep_until((*at).into()).await;
+                // Behind schedule (a late answer): send now, with no burst to catch up.
+                *at = (*at + g).max(Instant::now());
+                if Instant::now() >= deadline {
+                    break;
+                }
+            }
             let Some(template) = self.templates.get(next % self.templates.len().max(1)) else {
                 out.first_error = Some("no request templates".into());
                 break;
@@ -198,6 +226,7 @@ mod tests {
             path: "/v1/chat/completions".into(),
             templates: Arc::new(templates),
             connections: 3,
+            rate: None,
         };
         let r = lp.run(Duration::from_millis(300)).await;
         assert_eq!(r.errors, 0, "{:?}", r.first_error);
@@ -209,6 +238,27 @@ mod tests {
         // Bodies of 7 and 9 bytes alternate per connection.
         let bytes = backend.counters().body_bytes.load(Ordering::Relaxed);
         assert!(bytes >= 7 * posts && bytes <= 9 * posts);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_paced_loop_sends_no_more_than_its_rate() {
+        let backend = BenchBackend::start(1).await.unwrap();
+        let lp = ClosedLoop {
+            target: backend.addrs()[0],
+            path: "/v1/chat/completions".into(),
+            templates: Arc::new(vec![RequestTemplate {
+                body: Bytes::from_static(b"{}"),
+                headers: vec![],
+            }]),
+            connections: 2,
+            rate: Some(40.0),
+        };
+        let r = lp.run(Duration::from_millis(500)).await;
+        assert_eq!(r.errors, 0, "{:?}", r.first_error);
+        // Each connection sends every 50 ms from its start, the second 25 ms after the
+        // first: at most 10 sends each within 500 ms (an unpaced loop makes thousands).
+        assert!(r.ok >= 2 && r.ok <= 20, "{} requests", r.ok);
+        assert_eq!(backend.counters().posts.load(Ordering::Relaxed), r.ok);
     }
 
     #[tokio::test]
@@ -225,6 +275,7 @@ mod tests {
                 headers: vec![],
             }]),
             connections: 1,
+            rate: None,
         };
         let r = lp.run(Duration::from_millis(100)).await;
         assert_eq!(r.ok, 0);

@@ -169,6 +169,9 @@ pub struct OverheadOptions {
     /// `perf`, drawn as a flame graph per process in this directory (not counted in the
     /// figures).
     pub profile: Option<PathBuf>,
+    /// `--rate`: requests per second offered to every arm ([`ClosedLoop::rate`]); `None`:
+    /// closed loop.
+    pub rate: Option<f64>,
 }
 
 impl Default for OverheadOptions {
@@ -184,6 +187,7 @@ impl Default for OverheadOptions {
             arms: arm_labels().map(str::to_string).collect(),
             stream_measure: Duration::from_secs(2),
             profile: None,
+            rate: None,
         }
     }
 }
@@ -383,6 +387,10 @@ pub struct OverheadFlags {
     /// 2 short rounds; 32 KB at 1 worker and 128 KB at 4 unless sizes or workers are given.
     #[arg(long)]
     pub quick: bool,
+    /// Offer every arm this many requests/s in all, paced over the connections, instead of
+    /// a closed loop: arms that keep up then pay the same idle wake-ups per request.
+    #[arg(long, value_name = "RPS", value_parser = positive::<u32>)]
+    pub rate: Option<u32>,
     /// The arms to run, comma-separated, of direct, plain, wasm-floor, wasm, wasm-tenancy,
     /// wasm-flow, native-floor, native, native-two, native-tenancy, native-flow,
     /// extproc-null, extproc-parse, extproc-parse-buffered (plain is always run, and a
@@ -451,6 +459,7 @@ impl OverheadFlags {
             stream_measure: pick(self.stream_measure_s, d.stream_measure, 600),
             arms,
             profile: self.profile,
+            rate: self.rate.map(f64::from),
             ..d
         }
     }
@@ -697,11 +706,13 @@ async fn run_one(
         }
     }
     eprintln!(
-        "bench overhead: {} rounds × {} arms, {} connections, Envoy --concurrency {}, \
+        "bench overhead: {} rounds × {} arms, {} connections{}, Envoy --concurrency {}, \
          bodies of {} tokens, {} ms warm-up + {:.1} s measured each, then {:.1} s streamed",
         opts.rounds,
         arms.len(),
         opts.connections,
+        opts.rate
+            .map_or_else(String::new, |r| format!(" paced at {r:.0} requests/s")),
         shape.concurrency,
         shape.body_tokens,
         opts.warmup.as_millis(),
@@ -913,6 +924,7 @@ fn arm(
             path,
             templates: Arc::new(templates.plain),
             connections: opts.connections,
+            rate: opts.rate,
         },
         total: LoopResult::default(),
         round_rps: Vec::new(),
@@ -944,6 +956,7 @@ fn same_envoy_plain(
             path: "/rr/v1/chat/completions".into(),
             templates: Arc::new(direct_templates(bodies, &[])),
             connections: opts.connections,
+            rate: opts.rate,
         },
         total: LoopResult::default(),
         envoy_cpu: Duration::ZERO,
@@ -1015,6 +1028,7 @@ fn plain_templates(
 async fn wait_until_served(client: &ClosedLoop, label: &str) -> Result<()> {
     let probe = ClosedLoop {
         connections: 1,
+        rate: None,
         ..client.clone()
     };
     let deadline = Instant::now() + Duration::from_secs(20);

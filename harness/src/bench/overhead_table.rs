@@ -267,9 +267,13 @@ pub(super) fn render(
     let mut header = vec!["arm".to_string()];
     header.extend(arms.iter().map(|a| a.label.to_string()));
     let mut out = format!(
-        "proxy overhead: {} connections closed loop, Envoy --concurrency {}, {} rounds × {:.1} s \
+        "proxy overhead: {} connections {}, Envoy --concurrency {}, {} rounds × {:.1} s \
          per arm (order rotated), bodies of {} tokens (~{} KB)\n\n",
         opts.connections,
+        opts.rate.map_or_else(
+            || "closed loop".to_string(),
+            |r| format!("paced at {r:.0} requests/s in all")
+        ),
         shape.concurrency,
         opts.rounds,
         opts.measure.as_secs_f64(),
@@ -803,6 +807,7 @@ mod tests {
                 path: "/".into(),
                 templates: Arc::new(Vec::new()),
                 connections: 1,
+                rate: None,
             },
             total: LoopResult {
                 ok,
