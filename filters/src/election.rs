@@ -1,8 +1,9 @@
 //! One owner among the VMs of a process, elected through a lease in compare-and-swap cells.
 //!
 //! The Wasm flavour keeps its process-wide work (the scraper, the picker state owner) in one
-//! worker VM. No control plane installs a singleton service for it (Istio applies no
-//! bootstrap extension), so the VMs of the process elect that worker among themselves: the
+//! VM (a worker's, or the one Envoy runs on its main thread). No control plane installs a
+//! singleton service for it (Istio applies no bootstrap extension), so the VMs of the
+//! process elect that VM among themselves: the
 //! *lease* is one cell (proxy-wasm shared data) holding the holder's id, an epoch and when
 //! the holder last renewed it. Every candidate calls [`Election::tick`] from its timer:
 //!

@@ -1,5 +1,5 @@
-//! The process-wide work of the Wasm flavour, run by the one worker VM the others elect:
-//! the scraper and the picker state owner.
+//! The process-wide work of the Wasm flavour, run by the one VM the others elect: the
+//! scraper and the picker state owner.
 //!
 //! Every picker root whose configuration carries a `scraper` is a candidate
 //! ([`filters::election`](infergate_filters::election)): on each of its ticks it renews, takes
@@ -16,10 +16,13 @@
 //! then. A VM restarted by `FAIL_RELOAD` while an old configuration still drains reloads it
 //! too, and may hold the lease until the next newer root's tick takes it back.
 //!
-//! Where the work runs: on the elected worker's thread, between its own requests. The owner
-//! answers picks from every worker (a queue wake-up per batch of messages) and runs the
-//! scrape rounds' callouts; the other workers only prepare their requests and wait for the
-//! answer.
+//! Where the work runs: on the elected VM's thread. Envoy also runs a VM of each plugin on
+//! its main thread, which serves no request but ticks like the others and often ticks first:
+//! the owner's work then has that thread to itself (`bench overhead` shows its CPU per
+//! request in the row "of which Envoy's main thread"); a worker that wins runs it between
+//! its own requests. The owner answers picks from every worker (a queue wake-up per batch of
+//! messages) and runs the scrape rounds' callouts; the other workers only prepare their
+//! requests and wait for the answer.
 
 use std::rc::Rc;
 

@@ -1,6 +1,5 @@
-//! The Wasm flavour's one picker state per Envoy process: the owner in the worker VM the
-//! others elected (`crate::elected`) and each worker's link to it, over proxy-wasm shared
-//! queues.
+//! The Wasm flavour's one picker state per Envoy process: the owner in the VM the others
+//! elected (`crate::elected`) and each worker's link to it, over proxy-wasm shared queues.
 //!
 //! Envoy runs one VM per worker thread, so a picker state kept in the VM would see only its
 //! worker's share of the traffic. The elected VM therefore registers the instance's owner
