@@ -3,9 +3,9 @@
 //! The Wasm flavour keeps its process-wide work (the scraper, the picker state owner) in one
 //! VM (a worker's, or the one Envoy runs on its main thread). No control plane installs a
 //! singleton service for it (Istio applies no bootstrap extension), so the VMs of the
-//! process elect that VM among themselves: the
-//! *lease* is one cell (proxy-wasm shared data) holding the holder's id, an epoch and when
-//! the holder last renewed it. Every candidate calls [`Election::tick`] from its timer:
+//! process elect that VM among themselves: the *lease* is one cell (proxy-wasm shared data)
+//! holding the holder's id, an epoch and when the holder last renewed it. Every candidate
+//! calls [`Election::tick`] from its timer:
 //!
 //! - the holder renews the lease (compare-and-swap on the version it read);
 //! - a candidate takes a lease that is free, or that was not renewed for [`LEASE_TTL_MS`]
