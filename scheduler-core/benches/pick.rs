@@ -7,6 +7,12 @@
 //! between a profile with only that scorer and one with no scorer (both: picker, no prefix
 //! index), over 4, 100 and 1000 endpoints.
 //!
+//! `latency_scorer`: the cost of `latency-observation-scorer` per pick: reading each
+//! endpoint's measured-latency estimate at its in-flight load (what the picker does to
+//! build the candidates) plus the scorer, as the difference between a profile with the
+//! queue scorer and that scorer and one with the queue scorer alone, over 4, 100 and 1000
+//! endpoints.
+//!
 //! Run: `cargo bench -p scheduler-core --bench pick`.
 
 // A broken bench fixture should stop the bench loudly.
@@ -200,7 +206,92 @@ mod imp {
         group.finish();
     }
 
-    criterion_group!(benches, bench_pick, bench_placement);
+    fn bench_latency(c: &mut Criterion) {
+        use scheduler_core::latency::{LatencyEstimate, LatencySettings, Observation};
+        let compile = |json: &str| match Scheduler::from_json_str(json) {
+            Ok(s) => s,
+            Err(e) => panic!("bench config: {e}"),
+        };
+        // Both profiles score the queue too, so neither picks among ties all along.
+        let with = compile(
+            r#"{"plugins": [{"type": "queue-scorer"}, {"type": "latency-observation-scorer", "parameters": {"tpotTokens": 20}}, {"type": "max-score-picker"}]}"#,
+        );
+        let without =
+            compile(r#"{"plugins": [{"type": "queue-scorer"}, {"type": "max-score-picker"}]}"#);
+        let settings = LatencySettings::default();
+        let now = Millis(100_000);
+        let request: Vec<BlockHash> = (1..=128u64).map(|i| BlockHash(i * 0x9e37_79b9)).collect();
+        let view = RequestView {
+            target_model: "m",
+            base_model: "m",
+            block_hashes: &request,
+            prompt_tokens: Tokens(8192),
+            last_endpoint_for_session: None,
+        };
+        let mut group = c.benchmark_group("latency_scorer");
+        for n in [4usize, 100, 1000] {
+            let addresses: Vec<String> = (0..n)
+                .map(|i| format!("10.0.{}.{}:8000", i / 250, i % 250))
+                .collect();
+            let metrics: Vec<EndpointMetrics> = (0..n)
+                .map(|i| EndpointMetrics {
+                    waiting: Some((i % 7) as u32),
+                    running: Some((i % 13) as u32),
+                    ..EndpointMetrics::default()
+                })
+                .collect();
+            // Each endpoint measured over 32 responses at loads 0..8, slower where busier.
+            let estimates: Vec<LatencyEstimate> = (0..n)
+                .map(|i| {
+                    let mut e = LatencyEstimate::default();
+                    for k in 0..32u32 {
+                        let load = k % 8;
+                        e.observe(
+                            &settings,
+                            &Observation {
+                                at: Millis(now.0 - 1000 + u64::from(k)),
+                                ttft_ms: Some(20.0 + (i % 7) as f64 + 15.0 * f64::from(load)),
+                                tpot_ms: Some(8.0 + (i % 3) as f64),
+                                inflight_at_dispatch: load,
+                                prompt_tokens: 4096,
+                            },
+                        );
+                    }
+                    e
+                })
+                .collect();
+            if estimates
+                .iter()
+                .any(|e| e.view(&settings, now, 0).is_none())
+            {
+                panic!("bench fixture: an estimate does not count");
+            }
+            let base = candidates(&addresses, &metrics);
+            for arm in ["latency", "queue_only"] {
+                let mut candidates = base.clone();
+                let mut random = 0u64;
+                group.bench_function(format!("{arm}/{n}_endpoints"), |b| {
+                    b.iter(|| {
+                        random = random.wrapping_add(1);
+                        let s = if arm == "latency" {
+                            for (c, e) in candidates.iter_mut().zip(&estimates) {
+                                c.latency = e.view(&settings, now, c.inflight.requests);
+                            }
+                            &with
+                        } else {
+                            &without
+                        };
+                        let d =
+                            s.schedule(black_box(&view), &candidates, &NoPrefixIndex, random, now);
+                        black_box(d.picked())
+                    })
+                });
+            }
+        }
+        group.finish();
+    }
+
+    criterion_group!(benches, bench_pick, bench_placement, bench_latency);
 }
 
 #[cfg(not(target_family = "wasm"))]
