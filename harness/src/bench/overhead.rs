@@ -387,8 +387,7 @@ pub struct OverheadFlags {
     /// 2 short rounds; 32 KB at 1 worker and 128 KB at 4 unless sizes or workers are given.
     #[arg(long)]
     pub quick: bool,
-    /// Offer every arm this many requests/s in all, paced over the connections, instead of
-    /// a closed loop: arms that keep up then pay the same idle wake-ups per request.
+    /// Requests/s offered to every arm, paced, instead of a closed loop.
     #[arg(long, value_name = "RPS", value_parser = positive::<u32>)]
     pub rate: Option<u32>,
     /// The arms to run, comma-separated, of direct, plain, wasm-floor, wasm, wasm-tenancy,
