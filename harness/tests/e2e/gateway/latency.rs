@@ -117,13 +117,17 @@ impl Run {
     }
 
     fn print(&self, label: &str) {
-        eprintln!("{label}: time, conversation, home → served, TTFT");
+        eprintln!("{label}: time, conversation, home → served, TTFT (home - : not settled yet)");
         for s in &self.timeline {
+            let home = if s.home == usize::MAX {
+                "- ".to_string()
+            } else {
+                format!("r{}", s.home)
+            };
             eprintln!(
-                "  {:>6} ms  c{:<2} r{} → r{}  {:>5} ms",
+                "  {:>6} ms  c{:<2} {home} → r{}  {:>5} ms",
                 s.at.as_millis(),
                 s.conversation,
-                s.home,
                 s.served,
                 s.ttft.as_millis()
             );
