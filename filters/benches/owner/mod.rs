@@ -5,7 +5,7 @@
 //! `Pick` (carrying the lease of the worker's previous request, given back on the way),
 //! release that lease, pick over 8 scraped endpoints (prefix index, in-flight load,
 //! placement) and encode the answer. The worker's encoding of the message is in the
-//! iteration too (a few hundred bytes: the ~8k-token prompt is 64 block hashes by then).
+//! iteration too (about a kilobyte: the ~8k-token prompt is 128 block hashes by then).
 //! The prompt is the same every time, so the prefix index takes the warm path a
 //! conversation's later turns take.
 
