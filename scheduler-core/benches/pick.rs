@@ -156,11 +156,29 @@ mod imp {
             .collect()
     }
 
-    fn bench_placement(c: &mut Criterion) {
-        let compile = |json: &str| match Scheduler::from_json_str(json) {
+    fn compile(json: &str) -> Scheduler {
+        match Scheduler::from_json_str(json) {
             Ok(s) => s,
             Err(e) => panic!("bench config: {e}"),
-        };
+        }
+    }
+
+    /// `n` endpoints with no prefix index, queues of 0–6 waiting and 0–12 running.
+    fn spread_pool(n: usize) -> (Vec<String>, Vec<EndpointMetrics>) {
+        let addresses = (0..n)
+            .map(|i| format!("10.0.{}.{}:8000", i / 250, i % 250))
+            .collect();
+        let metrics = (0..n)
+            .map(|i| EndpointMetrics {
+                waiting: Some((i % 7) as u32),
+                running: Some((i % 13) as u32),
+                ..EndpointMetrics::default()
+            })
+            .collect();
+        (addresses, metrics)
+    }
+
+    fn bench_placement(c: &mut Criterion) {
         let with = compile(
             r#"{"plugins": [{"type": "rendezvous-placement-scorer"}, {"type": "max-score-picker"}]}"#,
         );
@@ -168,16 +186,7 @@ mod imp {
         let request: Vec<BlockHash> = (1..=128u64).map(|i| BlockHash(i * 0x9e37_79b9)).collect();
         let mut group = c.benchmark_group("placement_scorer");
         for n in [4usize, 100, 1000] {
-            let addresses: Vec<String> = (0..n)
-                .map(|i| format!("10.0.{}.{}:8000", i / 250, i % 250))
-                .collect();
-            let metrics: Vec<EndpointMetrics> = (0..n)
-                .map(|i| EndpointMetrics {
-                    waiting: Some((i % 7) as u32),
-                    running: Some((i % 13) as u32),
-                    ..EndpointMetrics::default()
-                })
-                .collect();
+            let (addresses, metrics) = spread_pool(n);
             let candidates = candidates(&addresses, &metrics);
             let view = RequestView {
                 target_model: "m",
@@ -208,10 +217,6 @@ mod imp {
 
     fn bench_latency(c: &mut Criterion) {
         use scheduler_core::latency::{LatencyEstimate, LatencySettings, Observation};
-        let compile = |json: &str| match Scheduler::from_json_str(json) {
-            Ok(s) => s,
-            Err(e) => panic!("bench config: {e}"),
-        };
         // Both profiles score the queue too, so neither picks among ties all along.
         let with = compile(
             r#"{"plugins": [{"type": "queue-scorer"}, {"type": "latency-observation-scorer", "parameters": {"tpotTokens": 20}}, {"type": "max-score-picker"}]}"#,
@@ -230,16 +235,7 @@ mod imp {
         };
         let mut group = c.benchmark_group("latency_scorer");
         for n in [4usize, 100, 1000] {
-            let addresses: Vec<String> = (0..n)
-                .map(|i| format!("10.0.{}.{}:8000", i / 250, i % 250))
-                .collect();
-            let metrics: Vec<EndpointMetrics> = (0..n)
-                .map(|i| EndpointMetrics {
-                    waiting: Some((i % 7) as u32),
-                    running: Some((i % 13) as u32),
-                    ..EndpointMetrics::default()
-                })
-                .collect();
+            let (addresses, metrics) = spread_pool(n);
             // Each endpoint measured over 32 responses at loads 0..8, slower where busier.
             let estimates: Vec<LatencyEstimate> = (0..n)
                 .map(|i| {

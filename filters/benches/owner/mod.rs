@@ -48,18 +48,19 @@ pub fn bench(c: &mut Criterion) {
     if let Some(bytes) = hello.encode() {
         owner.handle(&mut host, &bytes);
     }
-    let mut ticket = 0u64;
-    // The owner must pick, not answer that it knows no such state: measure the real path.
-    let first = ToOwner::Pick {
+    // A busy worker's pick, giving back the lease of its previous request.
+    let pick = |ticket: u64, previous: Option<u64>| ToOwner::Pick {
         state,
         reply_queue: 1,
         ticket,
         pool,
         prepared: prepared.clone(),
-        releases: Vec::new(),
-        started: Vec::new(),
+        releases: previous.map(Released::lease).into_iter().collect(),
+        started: previous.into_iter().collect(),
     };
-    let answers = first
+    let mut ticket = 0u64;
+    // The owner must pick, not answer that it knows no such state: measure the real path.
+    let answers = pick(ticket, None)
         .encode()
         .map(|bytes| owner.handle(&mut host, &bytes))
         .unwrap_or_default();
@@ -75,16 +76,7 @@ pub fn bench(c: &mut Criterion) {
     group.bench_function("pick_8k_tokens_8_endpoints", |b| {
         b.iter(|| {
             ticket += 1;
-            let message = ToOwner::Pick {
-                state,
-                reply_queue: 1,
-                ticket,
-                pool,
-                prepared: prepared.clone(),
-                releases: previous.map(Released::lease).into_iter().collect(),
-                started: previous.into_iter().collect(),
-            };
-            let Some(bytes) = message.encode() else {
+            let Some(bytes) = pick(ticket, previous).encode() else {
                 return 0;
             };
             let mut sent = 0;

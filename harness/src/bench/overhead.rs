@@ -465,6 +465,14 @@ impl OverheadFlags {
 }
 
 impl OverheadOptions {
+    /// How requests arrive: `closed loop`, or `paced at N requests/s in all` (`--rate`).
+    pub fn arrivals(&self) -> String {
+        self.rate.map_or_else(
+            || "closed loop".to_string(),
+            |r| format!("paced at {r:.0} requests/s in all"),
+        )
+    }
+
     /// Parses the command-line flags (see [`OverheadFlags`]).
     pub fn parse(args: &[String]) -> Result<Self> {
         Ok(parse_flags::<OverheadFlags>(args)?.options())
@@ -705,13 +713,12 @@ async fn run_one(
         }
     }
     eprintln!(
-        "bench overhead: {} rounds × {} arms, {} connections{}, Envoy --concurrency {}, \
+        "bench overhead: {} rounds × {} arms, {} connections {}, Envoy --concurrency {}, \
          bodies of {} tokens, {} ms warm-up + {:.1} s measured each, then {:.1} s streamed",
         opts.rounds,
         arms.len(),
         opts.connections,
-        opts.rate
-            .map_or_else(String::new, |r| format!(" paced at {r:.0} requests/s")),
+        opts.arrivals(),
         shape.concurrency,
         shape.body_tokens,
         opts.warmup.as_millis(),

@@ -270,10 +270,7 @@ pub(super) fn render(
         "proxy overhead: {} connections {}, Envoy --concurrency {}, {} rounds × {:.1} s \
          per arm (order rotated), bodies of {} tokens (~{} KB)\n\n",
         opts.connections,
-        opts.rate.map_or_else(
-            || "closed loop".to_string(),
-            |r| format!("paced at {r:.0} requests/s in all")
-        ),
+        opts.arrivals(),
         shape.concurrency,
         opts.rounds,
         opts.measure.as_secs_f64(),

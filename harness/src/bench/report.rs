@@ -75,17 +75,10 @@ pub fn table(header: &[String], rows: &[(String, Vec<String>)]) -> String {
 /// process is gone.
 pub fn process_cpu(pid: u32) -> Option<Duration> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    let mut ns: u64 = 0;
-    for task in tasks.flatten() {
-        let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) else {
-            continue;
-        };
-        ns += text
-            .split_whitespace()
-            .next()
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0);
-    }
+    let ns: u64 = tasks
+        .flatten()
+        .filter_map(|task| schedstat_ns(&task.path().join("schedstat")))
+        .sum();
     Some(Duration::from_nanos(ns))
 }
 
@@ -93,9 +86,16 @@ pub fn process_cpu(pid: u32) -> Option<Duration> {
 /// process's), from its `schedstat`. Envoy's main thread: its admin, xDS, stats flushes,
 /// and the Wasm VM it runs per plugin, where the elected picker state owner often lives.
 pub fn main_thread_cpu(pid: u32) -> Option<Duration> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/schedstat")).ok()?;
-    let ns = text.split_whitespace().next()?.parse::<u64>().ok()?;
-    Some(Duration::from_nanos(ns))
+    schedstat_ns(std::path::Path::new(&format!(
+        "/proc/{pid}/task/{pid}/schedstat"
+    )))
+    .map(Duration::from_nanos)
+}
+
+/// A task's nanoseconds on CPU: the first field of its `schedstat`.
+fn schedstat_ns(path: &std::path::Path) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.split_whitespace().next()?.parse().ok()
 }
 
 /// `1234 µs` → `"1.23 ms"`.
