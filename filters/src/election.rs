@@ -18,6 +18,16 @@
 //!   newer configuration took it) steps down; a holder that goes away gives the lease back
 //!   ([`Election::resign`]) so the next tick of any other VM takes it at once.
 //!
+//! Where the owner's work runs matters for its cost: a pick answered in the worker's own VM
+//! needs no message, while one answered elsewhere costs two cross-thread wake-ups. So every
+//! candidate also announces itself on a *roster* (a second cell: its id, when it last
+//! ticked, whether its VM serves requests), and a holder that serves none hands the lease
+//! over ([`Election::hand_over_if_idle`]) when the roster shows exactly one other candidate
+//! and that one serves requests: an Envoy with one worker, whose idle main-thread VM would
+//! otherwise answer every pick of that worker by message. A holder that hands over stands
+//! down for [`LEASE_TTL_MS`], so the worker's next tick takes the lease; with more workers
+//! (or more than one configuration during an update) nothing moves.
+//!
 //! Ticks only, never configuration: Envoy first runs each new configuration in a throwaway
 //! canary VM, which never ticks, so it never holds the lease.
 //!
@@ -33,6 +43,62 @@ use crate::quotas::{CasCells, CasWrite};
 /// Renewal happens on every tick (tens of milliseconds), so only a dead or stalled holder
 /// loses it; a failover completes within this plus one tick.
 pub const LEASE_TTL_MS: u64 = 500;
+
+/// How many candidates the roster keeps at most (more are not announced).
+const ROSTER_MAX: usize = 256;
+
+/// One candidate on the roster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// The candidate's id.
+    pub id: u64,
+    /// When it last announced itself (ms, the host's wall clock).
+    pub seen_ms: u64,
+    /// Whether its VM has served a request.
+    pub serves: bool,
+}
+
+impl Member {
+    const LEN: usize = 24;
+
+    fn live(&self, now_ms: u64) -> bool {
+        now_ms.saturating_sub(self.seen_ms) < LEASE_TTL_MS
+    }
+}
+
+/// The roster cell's bytes: 24 bytes a member (id, seen, flags), little-endian.
+fn encode_roster(members: &[Member]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(members.len() * Member::LEN);
+    for member in members {
+        out.extend_from_slice(&member.id.to_le_bytes());
+        out.extend_from_slice(&member.seen_ms.to_le_bytes());
+        out.extend_from_slice(&u64::from(member.serves).to_le_bytes());
+    }
+    out
+}
+
+/// The members in `bytes`; a cell that is not a roster (another writer's) holds none.
+fn decode_roster(bytes: &[u8]) -> Vec<Member> {
+    if !bytes.len().is_multiple_of(Member::LEN) {
+        return Vec::new();
+    }
+    bytes
+        .chunks_exact(Member::LEN)
+        .take(ROSTER_MAX)
+        .map(|chunk| {
+            let word = |i: usize| {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&chunk[i..i + 8]);
+                u64::from_le_bytes(b)
+            };
+            Member {
+                id: word(0),
+                seen_ms: word(8),
+                serves: word(16) & 1 == 1,
+            }
+        })
+        .collect()
+}
 
 /// The lease cell's content.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,6 +212,12 @@ pub struct Election {
     config: Configuration,
     /// The epoch this candidate holds, if it does.
     held: Option<u64>,
+    /// Whether this candidate's VM has served a request ([`Election::set_serves`]).
+    serves: bool,
+    /// The live roster as this candidate's last tick saw it, itself included.
+    roster: Vec<Member>,
+    /// It handed the lease over: it takes none before this time (ms).
+    stand_down_until_ms: u64,
 }
 
 impl Election {
@@ -157,7 +229,83 @@ impl Election {
             me: me.max(1),
             config: Configuration::default(),
             held: None,
+            serves: false,
+            roster: Vec::new(),
+            stand_down_until_ms: 0,
         }
+    }
+
+    /// This candidate's VM serves requests (it announces so on the roster).
+    pub fn set_serves(&mut self, serves: bool) {
+        self.serves = serves;
+    }
+
+    fn roster_key(&self) -> String {
+        format!("{}.roster", self.key)
+    }
+
+    /// Put this candidate on the roster at `now_ms` and keep the live members. The cell is
+    /// written only when this candidate's entry is missing, half its life old, or wrong
+    /// about `serves`; a refused write leaves the roster as read.
+    fn announce<C: CasCells + ?Sized>(&mut self, cells: &C, now_ms: u64) {
+        let key = self.roster_key();
+        for _ in 0..4 {
+            let (members, version) = match cells.load(&key) {
+                Some((bytes, version)) => (decode_roster(&bytes), version),
+                None => (Vec::new(), 0),
+            };
+            let fresh = members.iter().any(|m| {
+                m.id == self.me
+                    && m.serves == self.serves
+                    && now_ms.saturating_sub(m.seen_ms) < LEASE_TTL_MS / 2
+            });
+            let mut live: Vec<Member> = members
+                .into_iter()
+                .filter(|m| m.live(now_ms) && (fresh || m.id != self.me))
+                .collect();
+            if fresh {
+                self.roster = live;
+                return;
+            }
+            if live.len() >= ROSTER_MAX {
+                self.roster = live;
+                return;
+            }
+            live.push(Member {
+                id: self.me,
+                seen_ms: now_ms,
+                serves: self.serves,
+            });
+            match cells.store(&key, &encode_roster(&live), version) {
+                CasWrite::Conflict => continue,
+                CasWrite::Stored | CasWrite::Failed => {
+                    self.roster = live;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The live roster as the last tick saw it (this candidate included).
+    pub fn roster(&self) -> &[Member] {
+        &self.roster
+    }
+
+    /// Hand the lease over if this candidate holds it, serves no requests, and the roster
+    /// holds exactly one other candidate, which does (module doc); it then takes no lease
+    /// for [`LEASE_TTL_MS`]. Whether it handed over.
+    pub fn hand_over_if_idle<C: CasCells + ?Sized>(&mut self, cells: &C, now_ms: u64) -> bool {
+        if self.held.is_none() || self.serves {
+            return false;
+        }
+        let mut others = self.roster.iter().filter(|m| m.id != self.me);
+        let sole_server = matches!((others.next(), others.next()), (Some(m), None) if m.serves);
+        if !sole_server {
+            return false;
+        }
+        self.resign(cells);
+        self.stand_down_until_ms = now_ms.saturating_add(LEASE_TTL_MS);
+        true
     }
 
     /// This candidate runs `config`: it takes the lease from a holder running an older,
@@ -180,6 +328,8 @@ impl Election {
     /// Renew, take or observe the lease at `now_ms`. A host that refuses the cell leaves
     /// the candidate a follower of nobody (it keeps no owner's work it cannot prove).
     pub fn tick<C: CasCells + ?Sized>(&mut self, cells: &C, now_ms: u64) -> Role {
+        self.announce(cells, now_ms);
+        let standing_down = now_ms < self.stand_down_until_ms;
         for _ in 0..4 {
             let (current, version) = match cells.load(&self.key) {
                 Some((bytes, version)) => (Lease::decode(&bytes), version),
@@ -187,7 +337,9 @@ impl Election {
             };
             let current = current.unwrap_or(Lease::free(0));
             let mine = current.holder == self.me && self.held == Some(current.epoch);
-            if !mine && !current.expired(now_ms) && !self.config.supersedes(&current.config) {
+            let may_take = !standing_down
+                && (current.expired(now_ms) || self.config.supersedes(&current.config));
+            if !mine && !may_take {
                 self.held = None;
                 return Role::Follower {
                     holder: current.holder,
@@ -439,5 +591,119 @@ mod tests {
             assert_eq!(owner(unknown.tick(&cells, t + 1)), None);
             assert_eq!(owner(a.tick(&cells, t + 2)), Some(1));
         }
+    }
+
+    /// The main thread's VM (idle) and `workers` worker VMs that serve requests, all
+    /// ticking once at `t`; the main one first, as it often does.
+    fn tick_all(cells: &Cells, all: &mut [Election], t: u64) -> Vec<Option<u64>> {
+        all.iter_mut()
+            .enumerate()
+            .map(|(i, e)| owner(e.tick(cells, t + i as u64)))
+            .collect()
+    }
+
+    fn candidates(workers: usize) -> Vec<Election> {
+        (0..=workers)
+            .map(|i| {
+                let mut e = Election::new("k".into(), 100 + i as u64);
+                e.set_serves(i > 0);
+                e
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_idle_holder_hands_over_to_the_one_worker_that_serves_requests() {
+        let cells = Cells::default();
+        let mut all = candidates(1);
+        all[1].set_serves(false);
+        // Before the worker's first request both are idle: the main VM keeps the lease.
+        tick_all(&cells, &mut all, 1000);
+        assert!(all[0].holds());
+        assert!(!all[0].hand_over_if_idle(&cells, 1010));
+        all[1].set_serves(true);
+        // The main VM ticks first: it sees the worker's news one round later.
+        tick_all(&cells, &mut all, 1050);
+        assert!(!all[0].hand_over_if_idle(&cells, 1060));
+        tick_all(&cells, &mut all, 1100);
+        assert!(all[0].hand_over_if_idle(&cells, 1110));
+        assert!(!all[0].holds());
+        // The main VM ticks first again but stands down; the worker takes the lease.
+        let roles = tick_all(&cells, &mut all, 1150);
+        assert_eq!(roles, vec![None, Some(2)]);
+        // From then on it stays there: a serving holder never hands over.
+        for t in (1200..5000).step_by(50) {
+            assert_eq!(tick_all(&cells, &mut all, t), vec![None, Some(2)]);
+            assert!(!all[1].hand_over_if_idle(&cells, t + 5));
+        }
+    }
+
+    #[test]
+    fn with_more_workers_or_an_idle_peer_the_lease_stays() {
+        for (workers, serving) in [(2, 2), (4, 4), (1, 0)] {
+            let cells = Cells::default();
+            let mut all = candidates(workers);
+            for (i, e) in all.iter_mut().enumerate().skip(1) {
+                e.set_serves(i <= serving);
+            }
+            for t in (1000..3000).step_by(50) {
+                tick_all(&cells, &mut all, t);
+                assert!(!all[0].hand_over_if_idle(&cells, t + 10), "{workers} workers");
+                assert!(all[0].holds());
+            }
+        }
+    }
+
+    #[test]
+    fn a_candidate_that_stops_ticking_leaves_the_roster() {
+        let cells = Cells::default();
+        let mut all = candidates(2);
+        tick_all(&cells, &mut all, 1000);
+        tick_all(&cells, &mut all, 1050);
+        assert_eq!(all[0].roster().len(), 3);
+        // Worker 2 goes away (its root ended): after the lease's TTL it is off the roster,
+        // and the main VM hands over to the remaining worker.
+        let mut two = all.pop();
+        for t in (1100..1050 + LEASE_TTL_MS + 100).step_by(50) {
+            tick_all(&cells, &mut all, t);
+        }
+        assert_eq!(all[0].roster().len(), 2);
+        assert!(all[0].hand_over_if_idle(&cells, 1700));
+        tick_all(&cells, &mut all, 1750);
+        assert!(all[1].holds());
+        // A late tick of the one that left puts it back; the holder serves, so it stays.
+        if let Some(two) = two.as_mut() {
+            assert_eq!(owner(two.tick(&cells, 1800)), None);
+        }
+    }
+
+    #[test]
+    fn a_dead_worker_holder_is_replaced_by_the_main_vm_after_the_stand_down() {
+        let cells = Cells::default();
+        let mut all = candidates(1);
+        tick_all(&cells, &mut all, 950);
+        tick_all(&cells, &mut all, 1000);
+        assert!(all[0].hand_over_if_idle(&cells, 1010));
+        tick_all(&cells, &mut all, 1050);
+        assert!(all[1].holds());
+        // The worker's VM dies without resigning: the main VM waits the lease out.
+        let mut main = all.remove(0);
+        let mut t = 1100;
+        while owner(main.tick(&cells, t)).is_none() {
+            t += 50;
+            assert!(t < 1050 + 2 * LEASE_TTL_MS, "taken over within the TTL");
+        }
+        assert!(t >= 1050 + LEASE_TTL_MS);
+    }
+
+    #[test]
+    fn a_roster_cell_of_another_writer_reads_as_empty() {
+        assert!(decode_roster(b"not a roster").is_empty());
+        let members = [Member {
+            id: 7,
+            seen_ms: 9,
+            serves: true,
+        }];
+        assert_eq!(decode_roster(&encode_roster(&members)), members);
     }
 }

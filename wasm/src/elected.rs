@@ -17,14 +17,18 @@
 //! too, and may hold the lease until the next newer root's tick takes it back.
 //!
 //! Where the work runs: on the elected VM's thread. Envoy also runs a VM of each plugin on
-//! its main thread, which serves no request but ticks like the others and often ticks first:
-//! the owner's work then has that thread to itself (`bench overhead` shows its CPU per
-//! request in the row "of which Envoy's main thread"); a worker that wins runs it between
-//! its own requests. The owner answers picks from every worker (a queue wake-up per batch of
-//! messages) and runs the scrape rounds' callouts; the other workers only prepare their
-//! requests and wait for the answer.
+//! its main thread, which serves no request but ticks like the others and often ticks first.
+//! With several workers it keeps the lease: the owner's work has that thread to itself
+//! (`bench overhead` shows its CPU per request in the row "of which Envoy's main thread"),
+//! answering every worker's picks by message (a queue wake-up per batch of messages) and
+//! running the scrape rounds' callouts, while the workers only prepare their requests and
+//! wait for the answer. With one worker, that worker is the only one that picks: once its
+//! VM has served a request, the main thread's VM hands it the lease
+//! (`filters::election`'s roster, counted in [`OWNER_HANDOVERS`]), and its picks are then
+//! answered in its own VM as they are made (`crate::owner`), with no message and no wait.
 
-use std::rc::Rc;
+use std::cell::RefCell;
+use std::rc::{Rc, Weak};
 
 use infergate_filters::election::{Configuration, Election, Role as ElectionRole};
 use infergate_filters::host::{CalloutOutcome, CalloutToken, Stats};
@@ -39,6 +43,9 @@ use crate::owner::OwnerService;
 
 /// Counter of lease takeovers by this process's VMs (each one a new owner).
 pub const OWNER_TAKEOVERS: &str = "infergate.owner.takeovers";
+
+/// Counter of leases an owner that serves no requests handed to the one worker that does.
+pub const OWNER_HANDOVERS: &str = "infergate.owner.handovers";
 
 /// How far apart the lease ids of two epochs' owners start (an owner issuing more leases
 /// than this in its epoch would only make an old id look like one of its own).
@@ -72,6 +79,17 @@ pub fn loaded_configuration(picker: &[u8], scraper: &Value) -> Configuration {
 thread_local! {
     /// Whether a root of this VM (a VM runs on one thread) holds the owner's lease.
     static SERVING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Whether this VM has had a stream: a worker's, not the main thread's.
+    static HAD_STREAM: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// This VM runs a stream: it is a worker's (the main thread's VM never gets one).
+pub fn note_stream() {
+    let _ = HAD_STREAM.try_with(|s| s.set(true));
+}
+
+fn had_stream() -> bool {
+    HAD_STREAM.try_with(std::cell::Cell::get).unwrap_or(false)
 }
 
 /// Whether this VM runs the process-wide work now.
@@ -86,7 +104,8 @@ fn set_serving(on: bool) {
 /// What the elected VM runs.
 struct Serving {
     scraper: Box<Scraper>,
-    owner: Option<OwnerService>,
+    /// Shared with this root's picker link, which hands it its own messages directly.
+    owner: Option<Rc<RefCell<OwnerService>>>,
     next_scrape_ms: u64,
 }
 
@@ -98,6 +117,7 @@ pub struct Duty {
     interval_ms: u64,
     serving: Option<Serving>,
     takeovers: StatKey,
+    handovers: StatKey,
 }
 
 impl Duty {
@@ -119,6 +139,7 @@ impl Duty {
             interval_ms,
             serving: None,
             takeovers: StatKey::new(OWNER_TAKEOVERS, &[]),
+            handovers: StatKey::new(OWNER_HANDOVERS, &[]),
         })
     }
 
@@ -131,7 +152,25 @@ impl Duty {
     /// dropping it on a loss), then a scrape round when one is due and the owner's timer.
     /// Returns the lease's holder and epoch as this tick saw them.
     pub fn tick(&mut self, vm: &Rc<VmShared>, now_ms: u64) -> (u64, u64) {
-        let role = self.election.tick(&SharedDataCells, now_ms);
+        self.election.set_serves(had_stream());
+        let mut role = self.election.tick(&SharedDataCells, now_ms);
+        if matches!(role, ElectionRole::Owner { .. })
+            && self.election.hand_over_if_idle(&SharedDataCells, now_ms)
+        {
+            if self.serving.take().is_some() {
+                set_serving(false);
+            }
+            WasmHost::new(vm).counter_add(&self.handovers, 1);
+            log(
+                LogLevel::Info,
+                "infergate: the owner's VM serves no requests and one worker's VM does: it \
+                 hands that worker the owner's lease, whose picks then need no message",
+            );
+            role = ElectionRole::Follower {
+                holder: 0,
+                epoch: 0,
+            };
+        }
         let seen = match role {
             ElectionRole::Owner { epoch, since_now } => {
                 if since_now || self.serving.is_none() {
@@ -161,7 +200,7 @@ impl Duty {
                 serving.scraper.on_tick(&mut host);
             }
             // After the round, so a snapshot it published can lift saturation.
-            if let Some(owner) = &mut serving.owner {
+            if let Some(mut owner) = serving.owner.as_ref().and_then(|o| o.try_borrow_mut().ok()) {
                 owner.on_tick(vm);
             }
         }
@@ -189,7 +228,8 @@ impl Duty {
             scraper.hold_first_publish();
         }
         let first_lease = epoch.wrapping_mul(LEASE_IDS_PER_EPOCH);
-        let owner = OwnerService::register(&self.owner_queue, first_lease);
+        let owner = OwnerService::register(&self.owner_queue, first_lease)
+            .map(|owner| Rc::new(RefCell::new(owner)));
         WasmHost::new(vm).counter_add(&self.takeovers, 1);
         log(
             LogLevel::Info,
@@ -208,13 +248,26 @@ impl Duty {
 
     /// `proxy_on_queue_ready` for the owner's queue; false if `queue` is not this duty's.
     pub fn on_queue_ready(&mut self, vm: &Rc<VmShared>, queue: u32) -> bool {
-        match self.serving.as_mut().and_then(|s| s.owner.as_mut()) {
-            Some(owner) if owner.queue() == queue => {
-                owner.on_queue_ready(vm, queue);
-                true
-            }
-            _ => false,
+        let Some(owner) = self.serving.as_ref().and_then(|s| s.owner.as_ref()) else {
+            return false;
+        };
+        let Ok(mut owner) = owner.try_borrow_mut() else {
+            return false;
+        };
+        if owner.queue() != queue {
+            return false;
         }
+        owner.on_queue_ready(vm, queue);
+        true
+    }
+
+    /// The picker state owner while this duty holds the lease (`Weak::new()` otherwise).
+    pub fn local_owner(&self) -> Weak<RefCell<OwnerService>> {
+        self.serving
+            .as_ref()
+            .and_then(|s| s.owner.as_ref())
+            .map(Rc::downgrade)
+            .unwrap_or_default()
     }
 
     /// The scraper of the serving duty, to deliver a callout's answer to.

@@ -14,6 +14,11 @@
 //!   a random name at configuration; Envoy calls its `proxy_on_queue_ready` on the worker's
 //!   own thread, so a paused stream is resumed by the worker that owns it, with the stream
 //!   made the effective context first.
+//! - **The owner's own VM.** When the link's root holds the lease (with one worker, its VM
+//!   takes it over from the main thread's: `crate::elected`), every message the link sends
+//!   is handled by the owner at once, with no queue and no bytes, and a pick's answer is in
+//!   before `submit` returns: the stream goes on without pausing, and its waker is dropped
+//!   unused. Answers for other workers still go by queue.
 //! - **A new owner.** Each tick tells the link who holds the owner's lease
 //!   ([`WorkerLink::observe_owner`]). When the holder changes (the owner's VM died, was
 //!   reloaded or resigned), the link resolves the queue again, says hello to the new owner
@@ -42,7 +47,7 @@ use std::cell::RefCell;
 use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hasher};
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::sync::Arc;
 
 use infergate_filters::flow::EvictSignal;
@@ -128,6 +133,29 @@ impl OwnerService {
         }
     }
 
+    /// Handle `message` of the link in this VM, whose reply queue is `local_reply`, without
+    /// bytes: its answers are returned, those for other workers sent.
+    pub fn handle_local(
+        &mut self,
+        vm: &Rc<VmShared>,
+        message: ToOwner,
+        local_reply: u32,
+    ) -> Vec<ToWorker> {
+        let mut host = WasmHost::new(vm);
+        let (mine, others) = self
+            .owner
+            .handle_message(&mut host, message)
+            .into_iter()
+            .partition(|(queue, _)| *queue == local_reply);
+        send_answers(others);
+        mine.into_iter().map(|(_, answer)| answer).collect()
+    }
+
+    /// How many workers the owner heard from lately ([`Owner::holders`]).
+    pub fn holders(&self) -> usize {
+        self.owner.holders()
+    }
+
     /// Expire silent holders' leases and dispatch the flow-control queues (the service's
     /// timer). The messages waiting are answered first: after a stall of this VM, the
     /// heartbeats queued meanwhile count before any holder is found silent.
@@ -154,8 +182,8 @@ fn send_answers(answers: Answers) {
 /// A pick sent to the owner, waiting for its answer.
 struct Pending {
     sent_at_ms: u64,
-    /// The encoded pick, to resend after an `UnknownState` answer (once).
-    message: Vec<u8>,
+    /// The pick, to resend after an `UnknownState` answer (once) or to a new owner.
+    message: ToOwner,
     resent: bool,
     /// The owner answered [`ToWorker::Queued`]: the request waits in its pool's queue, for
     /// as long as flow control keeps it (its TTL), not [`ANSWER_TIMEOUT_MS`].
@@ -182,6 +210,9 @@ pub struct WorkerLink {
     config: Vec<u8>,
     reply_queue: u32,
     owner_queue: Option<u32>,
+    /// The owner when it runs in this VM (this root's duty holds the lease): messages to it
+    /// are handled at once, with no queue and no bytes.
+    local_owner: Weak<RefCell<OwnerService>>,
     hello_sent: bool,
     pending: BTreeMap<u64, Pending>,
     arrived: BTreeMap<u64, Arrived>,
@@ -231,6 +262,7 @@ impl WorkerLink {
             config,
             reply_queue,
             owner_queue: None,
+            local_owner: Weak::new(),
             hello_sent: false,
             pending: BTreeMap::new(),
             arrived: BTreeMap::new(),
@@ -278,18 +310,44 @@ impl WorkerLink {
         })
     }
 
+    /// Send `message` to the owner: handled at once when the owner is this VM's (its
+    /// answers for this link taken in before this returns), else encoded and queued.
+    fn send(&mut self, message: ToOwner) -> Result<(), String> {
+        if let Some(owner) = self.local_owner.upgrade() {
+            // Busy only if the owner itself is calling out to this link, which it does not.
+            if let Ok(mut owner) = owner.try_borrow_mut() {
+                let answers = owner.handle_local(&self.vm, message, self.reply_queue);
+                drop(owner);
+                for answer in answers {
+                    self.accept(answer);
+                }
+                return Ok(());
+            }
+        }
+        let bytes = message
+            .encode()
+            .ok_or_else(|| "the message does not encode".to_owned())?;
+        self.send_bytes(&bytes)
+    }
+
+    /// The owner runs in this VM now (`owner`, from this root's duty), or no longer
+    /// (`Weak::new()`).
+    pub fn set_local_owner(&mut self, owner: Weak<RefCell<OwnerService>>) {
+        if !self.local_owner.ptr_eq(&owner) {
+            self.local_owner = owner;
+            // A hello is due to whichever owner comes next.
+            self.hello_sent = false;
+        }
+    }
+
     fn send_hello(&mut self) -> Result<(), String> {
         if self.hello_sent {
             return Ok(());
         }
-        let hello = ToOwner::Hello {
+        self.send(ToOwner::Hello {
             state: self.state,
             config: self.config.clone(),
-        };
-        let bytes = hello
-            .encode()
-            .ok_or_else(|| "the hello does not encode".to_owned())?;
-        self.send_bytes(&bytes)?;
+        })?;
         self.hello_sent = true;
         Ok(())
     }
@@ -316,25 +374,41 @@ impl WorkerLink {
             let Some(mut pending) = self.pending.remove(&ticket) else {
                 continue;
             };
-            let message = std::mem::take(&mut pending.message);
-            match self.send_hello().and_then(|()| self.send_bytes(&message)) {
+            let message = pending.message.clone();
+            pending.sent_at_ms = now_ms;
+            pending.queued = false;
+            pending.resent = false;
+            // Filed before it goes: an owner in this VM answers at once.
+            let waker = pending.waker.take();
+            self.pending.insert(ticket, pending);
+            match self.send_hello().and_then(|()| self.send(message)) {
                 Ok(()) => {
                     WasmHost::new(&self.vm).counter_add(&self.resends, 1);
-                    pending.message = message;
-                    pending.sent_at_ms = now_ms;
-                    pending.queued = false;
-                    pending.resent = false;
-                    self.pending.insert(ticket, pending);
+                    self.keep_waker(ticket, waker);
                 }
                 Err(_) => {
                     // Counted as a fallback when its stream takes the answer.
+                    self.pending.remove(&ticket);
                     self.arrived.insert(
                         ticket,
                         Arrived::GaveUp("the picker state owner changed and cannot be reached"),
                     );
-                    if let Some(waker) = pending.waker.take() {
+                    if let Some(waker) = waker {
                         waker.wake();
                     }
+                }
+            }
+        }
+    }
+
+    /// Hand `waker` to the pick of `ticket` if it still waits for its answer; wake it now
+    /// if the answer came in meanwhile (an owner in this VM answered as it was sent).
+    fn keep_waker(&mut self, ticket: u64, waker: Option<Waker>) {
+        match self.pending.get_mut(&ticket) {
+            Some(pending) => pending.waker = waker,
+            None => {
+                if let Some(waker) = waker {
+                    waker.wake();
                 }
             }
         }
@@ -371,29 +445,31 @@ impl WorkerLink {
             releases: self.releases.clone(),
             started: self.started.clone(),
         };
-        let sent = match pick.encode() {
-            Some(message) => self
-                .send_hello()
-                .and_then(|()| self.send_bytes(&message))
-                .map(|()| message),
-            None => Err("the pick does not encode".to_owned()),
-        };
-        let message = sent.inspect_err(|why| self.fall_back(why))?;
-        self.releases.clear();
-        self.started.clear();
-        self.next_ticket = ticket;
         let now = hostcalls::current_time_nanos().unwrap_or(0) / 1_000_000;
-        self.last_sent_ms = now;
+        // Filed before it goes, without its waker: an owner in this VM answers as it is
+        // sent, and the stream, still in this call, takes that answer without a wake-up.
         self.pending.insert(
             ticket,
             Pending {
                 sent_at_ms: now,
-                message,
+                message: pick.clone(),
                 resent: false,
                 queued: false,
-                waker: Some(waker),
+                waker: None,
             },
         );
+        if let Err(why) = self.send_hello().and_then(|()| self.send(pick)) {
+            self.pending.remove(&ticket);
+            self.fall_back(&why);
+            return Err(why);
+        }
+        self.releases.clear();
+        self.started.clear();
+        self.next_ticket = ticket;
+        self.last_sent_ms = now;
+        if let Some(pending) = self.pending.get_mut(&ticket) {
+            pending.waker = Some(waker);
+        }
         Ok(ticket)
     }
 
@@ -432,16 +508,12 @@ impl WorkerLink {
         let leases = std::mem::take(&mut self.releases);
         let started = std::mem::take(&mut self.started);
         let heartbeat = leases.is_empty();
-        let message = ToOwner::Release {
+        let sent = self.send(ToOwner::Release {
             state: self.state,
             reply_queue: self.reply_queue,
             leases,
             started,
-        };
-        let sent = match message.encode() {
-            Some(bytes) => self.send_bytes(&bytes),
-            None => Err("the release does not encode".to_owned()),
-        };
+        });
         match sent {
             Ok(()) => {
                 self.last_sent_ms = hostcalls::current_time_nanos().unwrap_or(0) / 1_000_000;
@@ -482,56 +554,66 @@ impl WorkerLink {
                 );
                 continue;
             };
-            if let ToWorker::Evict { lease } = answer {
-                // Its stream acts when woken; a lease released meanwhile is gone already.
-                if let Some(signal) = self.evictions.remove(&lease) {
-                    signal.raise();
-                }
-                continue;
+            self.accept(answer);
+        }
+    }
+
+    /// Take in one answer: file it for its stream (waking the stream if it waits paused),
+    /// resend once after an `UnknownState`, give back the lease of an answer nobody waits
+    /// for.
+    fn accept(&mut self, answer: ToWorker) {
+        if let ToWorker::Evict { lease } = answer {
+            // Its stream acts when woken; a lease released meanwhile is gone already.
+            if let Some(signal) = self.evictions.remove(&lease) {
+                signal.raise();
             }
-            if let ToWorker::Picked {
-                lease,
-                evictable: true,
-                ..
-            } = answer
+            return;
+        }
+        if let ToWorker::Picked {
+            lease,
+            evictable: true,
+            ..
+        } = answer
+        {
+            // Kept from now: an eviction may follow before the stream takes the answer.
+            self.evictions.insert(lease, EvictSignal::new());
+        }
+        let ticket = answer.ticket();
+        let Some(mut pending) = self.pending.remove(&ticket) else {
+            self.release_unclaimed(&answer);
+            return;
+        };
+        if matches!(answer, ToWorker::Queued { .. }) {
+            pending.queued = true;
+            self.pending.insert(ticket, pending);
+            return;
+        }
+        let mut waker = pending.waker.take();
+        if matches!(answer, ToWorker::UnknownState { .. }) && !pending.resent {
+            // The owner was reloaded: say hello again and resend, once.
+            self.hello_sent = false;
+            let message = pending.message.clone();
+            pending.resent = true;
+            self.pending.insert(ticket, pending);
+            if self
+                .send_hello()
+                .and_then(|()| self.send(message))
+                .is_ok()
             {
-                // Kept from now: an eviction may follow before the stream takes the answer.
-                self.evictions.insert(lease, EvictSignal::new());
+                self.keep_waker(ticket, waker);
+                return;
             }
-            let ticket = answer.ticket();
-            let Some(mut pending) = self.pending.remove(&ticket) else {
-                self.release_unclaimed(&answer);
-                continue;
-            };
-            if matches!(answer, ToWorker::Queued { .. }) {
-                pending.queued = true;
-                self.pending.insert(ticket, pending);
-                continue;
+            self.pending.remove(&ticket);
+        }
+        let arrived = match answer {
+            ToWorker::UnknownState { .. } => {
+                Arrived::GaveUp("the picker state owner lost this worker's state")
             }
-            if matches!(answer, ToWorker::UnknownState { .. }) && !pending.resent {
-                // The owner was reloaded: say hello again and resend, once.
-                self.hello_sent = false;
-                let message = std::mem::take(&mut pending.message);
-                if self
-                    .send_hello()
-                    .and_then(|()| self.send_bytes(&message))
-                    .is_ok()
-                {
-                    pending.resent = true;
-                    self.pending.insert(ticket, pending);
-                    continue;
-                }
-            }
-            let arrived = match answer {
-                ToWorker::UnknownState { .. } => {
-                    Arrived::GaveUp("the picker state owner lost this worker's state")
-                }
-                answer => Arrived::Answer(answer),
-            };
-            self.arrived.insert(ticket, arrived);
-            if let Some(waker) = pending.waker.take() {
-                waker.wake();
-            }
+            answer => Arrived::Answer(answer),
+        };
+        self.arrived.insert(ticket, arrived);
+        if let Some(waker) = waker.take() {
+            waker.wake();
         }
     }
 
@@ -743,7 +825,7 @@ impl RemotePicks for WasmPickerStore {
             block_hashes: served.block_hashes.iter().map(|h| h.0).collect(),
             session: served.session.clone(),
         };
-        if let Some(Err(why)) = message.encode().map(|bytes| link.send_bytes(&bytes)) {
+        if let Err(why) = link.send(message) {
             log(
                 LogLevel::Warn,
                 &format!("infergate: picker: reporting the served endpoint failed: {why}"),
@@ -764,7 +846,7 @@ impl RemotePicks for WasmPickerStore {
                 reply_queue: link.reply_queue,
                 ticket,
             };
-            if let Some(Err(why)) = cancel.encode().map(|bytes| link.send_bytes(&bytes)) {
+            if let Err(why) = link.send(cancel) {
                 log(
                     LogLevel::Warn,
                     &format!("infergate: picker: leaving the queue failed: {why}"),

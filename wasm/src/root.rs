@@ -304,6 +304,9 @@ impl Root {
         let owner = duty.as_mut().map(|duty| duty.tick(&self.vm, now));
         if let Some(link) = link {
             if let Ok(mut link) = link.try_borrow_mut() {
+                if let Some(duty) = duty {
+                    link.set_local_owner(duty.local_owner());
+                }
                 if let Some((holder, epoch)) = owner {
                     link.observe_owner(holder, epoch, now);
                 }
@@ -336,6 +339,7 @@ impl Root {
 
     /// The HTTP context of a new stream on this plugin.
     pub fn create_http_context(&self, context_id: u32) -> Box<dyn HttpHooks> {
+        crate::elected::note_stream();
         let vm = Rc::clone(&self.vm);
         match &self.role {
             Some(Role::Filter { pipeline, mode, .. }) => Box::new(PipelineContext::new(

@@ -633,6 +633,12 @@ impl Owner {
         self.states.values().map(|s| s.leases.len()).sum()
     }
 
+    /// How many workers (reply queues) the owner heard from within [`HOLDER_TTL_MS`]
+    /// (as of its last tick, which forgets the silent ones).
+    pub fn holders(&self) -> usize {
+        self.holders.len()
+    }
+
     /// Handle one message from a worker; the answers to send back, each with its worker's
     /// queue (a release may dispatch queued requests of other workers). A malformed
     /// message, or one for a state or lease the owner does not know, is dropped (logged
@@ -642,11 +648,21 @@ impl Owner {
         host: &mut H,
         message: &[u8],
     ) -> Answers {
-        let mut answers = Vec::new();
         let Some(message) = ToOwner::decode(message) else {
             host.log_error("infergate: picker state owner: dropped a malformed message");
-            return answers;
+            return Vec::new();
         };
+        self.handle_message(host, message)
+    }
+
+    /// Handle one decoded message: what [`Owner::handle`] does after decoding, for a worker
+    /// in the owner's own VM, whose messages need no bytes.
+    pub fn handle_message<H: SnapshotSource + Stats + Clock + ?Sized>(
+        &mut self,
+        host: &mut H,
+        message: ToOwner,
+    ) -> Answers {
+        let mut answers = Vec::new();
         if let Some(holder) = message.reply_queue() {
             self.holders.heard(holder, host.now().0);
         }

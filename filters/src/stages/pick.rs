@@ -45,7 +45,8 @@
 //! elsewhere and answers by message (the Wasm flavour, whose workers cannot share memory,
 //! sends its picks to one owner per Envoy process, see [`crate::picker::remote`]). Then the
 //! stage prepares the request here (parse, hash), submits it with the request's
-//! [`Waker`], pauses, and on resume takes the answer: route to the endpoint and hold the
+//! [`Waker`], takes the answer at once if it is already in (the owner runs in this same
+//! VM), else pauses and takes it on resume: route to the endpoint and hold the
 //! owner's lease until the request ends, or answer the rejection, or, when the store says
 //! no answer will come, pick in the local state after all.
 //!
@@ -101,7 +102,8 @@ pub trait PickerStore {
 /// A picker state elsewhere, answering picks by message (module doc).
 pub trait RemotePicks {
     /// Send `prepared` to be picked in `pool`; `waker` wakes the request once the answer is
-    /// in. The ticket to take the answer with, or why it could not be sent (the stage then
+    /// in, unless it is in before this returns (the stage asks for it at once, and the
+    /// store then drops the waker unused). The ticket to take the answer with, or why it could not be sent (the stage then
     /// picks locally; the store has counted and logged it).
     fn submit(&self, pool: PoolId, prepared: &PreparedPick, waker: Waker) -> Result<u64, String>;
 
@@ -594,7 +596,8 @@ impl<P: PickerStore> PickStage<P> {
                     plan,
                     prepared,
                 });
-                return FilterStatus::Pause;
+                // A state in this very VM has answered already; elsewhere, pause for it.
+                return self.take_answer(cx, host, remote);
             }
         }
         self.decide_here(cx, host, plan, prepared)

@@ -260,6 +260,10 @@ mod remote_store {
         pub answers: RefCell<BTreeMap<u64, ToWorker>>,
         pub wakers: RefCell<Vec<Waker>>,
         pub silent: bool,
+        /// Answers are in as the pick is submitted (an owner in the same VM); otherwise
+        /// only after [`Store::deliver`].
+        pub at_once: bool,
+        delivered: RefCell<u64>,
         next: RefCell<u64>,
     }
 
@@ -280,8 +284,15 @@ mod remote_store {
                 answers: RefCell::new(BTreeMap::new()),
                 wakers: RefCell::new(Vec::new()),
                 silent,
+                at_once: false,
+                delivered: RefCell::new(0),
                 next: RefCell::new(0),
             }
+        }
+
+        /// The answers of every pick submitted so far arrive (the owner's queue message).
+        pub fn deliver(&self) {
+            *self.delivered.borrow_mut() = *self.next.borrow();
         }
 
         pub fn release(&self, lease: u64) {
@@ -337,10 +348,16 @@ mod remote_store {
                 self.answers.borrow_mut().insert(ticket, answer);
             }
             self.wakers.borrow_mut().push(waker);
+            if self.at_once {
+                self.deliver();
+            }
             Ok(ticket)
         }
 
         fn take_answer(&self, ticket: u64) -> Option<RemoteAnswer> {
+            if ticket > *self.delivered.borrow() {
+                return None;
+            }
             if self.silent {
                 return Some(RemoteAnswer::PickHere("silent owner".into()));
             }
@@ -433,7 +450,10 @@ fn a_remote_pick_pauses_the_request_and_the_wake_routes_it_with_the_owners_endpo
     assert!(run.is_paused());
     assert_eq!(host.header(DESTINATION_ENDPOINT), None);
     assert_eq!(store.owner.borrow().leases(), 1, "the owner took the lease");
-    // The waker fired from elsewhere: the adapter wakes the run.
+    // A wake before the answer is in is spurious: the request waits on.
+    assert_eq!(run.wake(&pipeline, &mut host), Some(FilterStatus::Pause));
+    // The answer came and the waker fired from elsewhere: the adapter wakes the run.
+    store.deliver();
     assert_eq!(store.wakers.borrow().len(), 1);
     assert_eq!(run.wake(&pipeline, &mut host), Some(FilterStatus::Continue));
     let endpoint = host.header(DESTINATION_ENDPOINT).map(str::to_owned);
@@ -446,18 +466,59 @@ fn a_remote_pick_pauses_the_request_and_the_wake_routes_it_with_the_owners_endpo
 }
 
 #[test]
+fn a_remote_state_that_answers_as_the_pick_is_sent_routes_without_a_pause() {
+    let mut store = RemoteStore::new(false);
+    store.at_once = true;
+    let store = std::rc::Rc::new(store);
+    struct Shared(std::rc::Rc<RemoteStore>);
+    impl PickerStore for Shared {
+        type Access<'a> = &'a PickerShared;
+        fn access(&self) -> Option<&PickerShared> {
+            self.0.access()
+        }
+        fn remote(&self) -> Option<&dyn RemotePicks> {
+            Some(&*self.0)
+        }
+    }
+    let stage: Box<dyn Stage<FakeHost>> =
+        Box::new(PickStage::new(Shared(std::rc::Rc::clone(&store))));
+    let pipeline = Pipeline::new(vec![stage]);
+    let mut host = FakeHost::new()
+        .request_header(BASE_MODEL, "llama")
+        .post("/v1/chat/completions", BODY);
+    let mut run = Run::new();
+    run.request_headers(&pipeline, &mut host, false);
+    let len = host.body.len();
+    assert_eq!(
+        run.request_body(&pipeline, &mut host, len, true),
+        FilterStatus::Continue,
+        "the owner in this VM answered: no pause"
+    );
+    assert!(!run.is_paused());
+    assert!(host
+        .header(DESTINATION_ENDPOINT)
+        .is_some_and(|e| e.starts_with("10.0.0.")));
+    assert_eq!(store.owner.borrow().leases(), 1, "the owner's lease is held");
+    // The waker handed over is never needed: a wake now finds nothing to resume.
+    assert_eq!(run.wake(&pipeline, &mut host), None);
+    run.end(&pipeline, &mut host);
+}
+
+#[test]
 fn a_remote_store_that_gives_up_makes_the_stage_pick_locally() {
-    struct Silent(RemoteStore);
+    struct Silent(std::rc::Rc<RemoteStore>);
     impl PickerStore for Silent {
         type Access<'a> = &'a PickerShared;
         fn access(&self) -> Option<&PickerShared> {
             self.0.access()
         }
         fn remote(&self) -> Option<&dyn RemotePicks> {
-            Some(&self.0)
+            Some(&*self.0)
         }
     }
-    let stage: Box<dyn Stage<FakeHost>> = Box::new(PickStage::new(Silent(RemoteStore::new(true))));
+    let store = std::rc::Rc::new(RemoteStore::new(true));
+    let stage: Box<dyn Stage<FakeHost>> =
+        Box::new(PickStage::new(Silent(std::rc::Rc::clone(&store))));
     let pipeline = Pipeline::new(vec![stage]);
     let mut host = FakeHost::new()
         .request_header(BASE_MODEL, "llama")
@@ -469,6 +530,7 @@ fn a_remote_store_that_gives_up_makes_the_stage_pick_locally() {
         run.request_body(&pipeline, &mut host, len, true),
         FilterStatus::Pause
     );
+    store.deliver();
     assert_eq!(run.wake(&pipeline, &mut host), Some(FilterStatus::Continue));
     assert!(host.header(DESTINATION_ENDPOINT).is_some(), "picked here");
     run.end(&pipeline, &mut host);
@@ -497,6 +559,7 @@ fn a_remote_pick_served_by_its_fallback_moves_the_owners_lease() {
     run.request_headers(&pipeline, &mut host, false);
     let len = host.body.len();
     run.request_body(&pipeline, &mut host, len, true);
+    store.deliver();
     assert_eq!(run.wake(&pipeline, &mut host), Some(FilterStatus::Continue));
     let list = host
         .header(DESTINATION_ENDPOINT)
