@@ -648,7 +648,10 @@ mod tests {
             }
             for t in (1000..3000).step_by(50) {
                 tick_all(&cells, &mut all, t);
-                assert!(!all[0].hand_over_if_idle(&cells, t + 10), "{workers} workers");
+                assert!(
+                    !all[0].hand_over_if_idle(&cells, t + 10),
+                    "{workers} workers"
+                );
                 assert!(all[0].holds());
             }
         }

@@ -76,10 +76,17 @@ pub const OWNER_FALLBACKS: &str = "infergate.picker.owner_fallbacks";
 /// Counter of picks a link sent again to a new owner after the previous one went away.
 pub const OWNER_RESENDS: &str = "infergate.picker.owner_resends";
 
+/// Counter of messages the owner took from a link in its own VM, with no queue (each pick
+/// of a worker whose VM holds the lease is one).
+pub const OWNER_LOCAL_MESSAGES: &str = "infergate.owner.local_messages";
+
 /// The owner side, in the elected VM's picker root.
 pub struct OwnerService {
     queue: u32,
     owner: Owner,
+    /// Messages handled in this VM since the last tick (counted there, one stat call).
+    local_messages: u64,
+    local_stat: StatKey,
 }
 
 impl OwnerService {
@@ -91,6 +98,8 @@ impl OwnerService {
             Ok(queue) => Some(OwnerService {
                 queue,
                 owner: Owner::starting_at(first_lease),
+                local_messages: 0,
+                local_stat: StatKey::new(OWNER_LOCAL_MESSAGES, &[]),
             }),
             Err(status) => {
                 log(
@@ -141,6 +150,7 @@ impl OwnerService {
         message: ToOwner,
         local_reply: u32,
     ) -> Vec<ToWorker> {
+        self.local_messages += 1;
         let mut host = WasmHost::new(vm);
         let (mine, others) = self
             .owner
@@ -162,6 +172,9 @@ impl OwnerService {
     pub fn on_tick(&mut self, vm: &Rc<VmShared>) {
         self.on_queue_ready(vm, self.queue);
         let mut host = WasmHost::new(vm);
+        if self.local_messages > 0 {
+            host.counter_add(&self.local_stat, std::mem::take(&mut self.local_messages));
+        }
         let answers = self.owner.tick(&mut host);
         send_answers(answers);
     }
@@ -595,11 +608,7 @@ impl WorkerLink {
             let message = pending.message.clone();
             pending.resent = true;
             self.pending.insert(ticket, pending);
-            if self
-                .send_hello()
-                .and_then(|()| self.send(message))
-                .is_ok()
-            {
+            if self.send_hello().and_then(|()| self.send(message)).is_ok() {
                 self.keep_waker(ticket, waker);
                 return;
             }

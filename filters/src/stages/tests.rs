@@ -498,7 +498,11 @@ fn a_remote_state_that_answers_as_the_pick_is_sent_routes_without_a_pause() {
     assert!(host
         .header(DESTINATION_ENDPOINT)
         .is_some_and(|e| e.starts_with("10.0.0.")));
-    assert_eq!(store.owner.borrow().leases(), 1, "the owner's lease is held");
+    assert_eq!(
+        store.owner.borrow().leases(),
+        1,
+        "the owner's lease is held"
+    );
     // The waker handed over is never needed: a wake now finds nothing to resume.
     assert_eq!(run.wake(&pipeline, &mut host), None);
     run.end(&pipeline, &mut host);

@@ -166,6 +166,13 @@ async fn wasm_a_dead_owner_is_replaced_under_load_and_no_request_fails() {
     owner::a_dead_owner_is_replaced_under_load_and_no_request_fails().await;
 }
 
+/// Wasm only: with one worker the owner's work runs in that worker's VM and its picks need
+/// no message; with four, the lease stays where it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wasm_the_owner_works_where_the_picks_are() {
+    owner::the_owner_works_where_the_picks_are().await;
+}
+
 /// A one-message chat request for `model`.
 fn chat(model: &str, content: &str) -> serde_json::Value {
     json!({"model": model, "messages": [{"role": "user", "content": content}]})

@@ -1,10 +1,15 @@
-//! Wasm: the owner the worker VMs elect dies under load, and another takes over.
+//! Wasm: where the elected owner runs, and another taking over when it dies under load.
 //!
-//! Envoy runs four workers; no bootstrap extension runs (the template has none): the
-//! pickers' VMs elect the one that scrapes and owns the picker state. Clients keep
-//! multi-turn conversations going while a request carrying the test build's trap header
-//! kills the owner's VM (the header traps only on the VM holding the lease; Envoy's
-//! `FAIL_RELOAD` starts a fresh VM on that worker). The test holds:
+//! No bootstrap extension runs (the template has none): the pickers' VMs elect the one that
+//! scrapes and owns the picker state.
+//!
+//! Placement: with one Envoy worker the worker's own VM ends up owning (its picks are
+//! answered there, with no queue message); with four, nothing is handed over.
+//!
+//! Failover, at four workers: clients keep multi-turn conversations going while a request
+//! carrying the test build's trap header kills the owner's VM (the header traps only on the
+//! VM holding the lease; Envoy's `FAIL_RELOAD` starts a fresh VM on that worker). The test
+//! holds:
 //!
 //! - another VM takes the lease over: one more takeover, within a second of the death;
 //! - no conversation request fails, none waits as long as a second and a half (an answer
@@ -125,4 +130,58 @@ pub(super) async fn a_dead_owner_is_replaced_under_load_and_no_request_fails() {
         }
     }
     assert_eq!(inflight, 0, "in-flight gauges after the load");
+}
+
+/// Wasm: where the owner's work runs. With one Envoy worker, that worker's VM ends up
+/// holding the lease (the idle main-thread VM hands it over once the worker served a
+/// request, or the worker won the first election) and every pick is answered in its own VM,
+/// with no queue message; with four workers, nothing is handed over. No pick falls back to a
+/// worker's own state either way.
+pub(super) async fn the_owner_works_where_the_picks_are() {
+    const PICKS: i64 = 20;
+    for workers in [1, WORKERS] {
+        let backends = TestBackend::many(2, QUICK).await;
+        let mut plan = Plan::new(vec![PoolSpec::all(MODEL)]);
+        plan.concurrency = workers;
+        let Some(stack) = gw::start(Flavor::Wasm, &backends, plan).await else {
+            return;
+        };
+        let url = format!("{}/v1/chat/completions", stack.picker_url());
+        let chat = |content: String| json!({"model": MODEL, "messages": [{"role": "user", "content": content}]});
+        let warm = post_json(&url, &chat("warm".into()), &[]).await.unwrap();
+        assert_eq!(warm.status, 200);
+        // The roster learns that the worker serves, and the lease moves: a few ticks.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let before = stat_sum(&stack, "infergate.owner.local_messages").await;
+        for i in 0..PICKS {
+            let resp = post_json(&url, &chat(format!("turn {i}")), &[])
+                .await
+                .unwrap();
+            assert_eq!(resp.status, 200, "{workers} worker(s): request {i}");
+        }
+        // The owner counts its local messages at its tick.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let local = stat_sum(&stack, "infergate.owner.local_messages").await - before;
+        let handovers = stat_sum(&stack, "infergate.owner.handovers").await;
+        let takeovers = stat_sum(&stack, "infergate.owner.takeovers").await;
+        let fallbacks = stat_sum(&stack, "infergate.picker.owner_fallbacks").await;
+        eprintln!(
+            "OWNER PLACEMENT wasm {workers} worker(s): {handovers} handover(s), {takeovers} \
+             takeover(s); {local} of the owner's messages for {PICKS} picks taken in its own VM; \
+             {fallbacks} fallbacks"
+        );
+        assert_eq!(fallbacks, 0, "{workers} worker(s): picks fell back");
+        if workers == 1 {
+            assert!(
+                local >= PICKS,
+                "one worker: its picks went to the owner by message ({local} local)"
+            );
+            assert!(
+                handovers <= 1,
+                "one worker: the lease moved {handovers} times"
+            );
+        } else {
+            assert_eq!(handovers, 0, "{workers} workers: the lease was handed over");
+        }
+    }
 }
