@@ -21,12 +21,14 @@
 //! Where the owner's work runs matters for its cost: a pick answered in the worker's own VM
 //! needs no message, while one answered elsewhere costs two cross-thread wake-ups. So every
 //! candidate also announces itself on a *roster* (a second cell: its id, when it last
-//! ticked, whether its VM serves requests), and a holder that serves none hands the lease
-//! over ([`Election::hand_over_if_idle`]) when the roster shows exactly one other candidate
-//! and that one serves requests: an Envoy with one worker, whose idle main-thread VM would
-//! otherwise answer every pick of that worker by message. A holder that hands over stands
-//! down for [`LEASE_TTL_MS`], so the worker's next tick takes the lease; with more workers
-//! (or more than one configuration during an update) nothing moves.
+//! ticked, whether its VM serves requests), and a candidate whose VM serves requests
+//! *claims* the lease ([`Election::claim_from_idle`]) when the roster shows exactly one
+//! other candidate, which serves none and holds the lease: an Envoy with one worker, whose
+//! idle main-thread VM would otherwise answer every pick of that worker by message. The
+//! claimer calls it only while none of its requests is in flight at the owner, so the
+//! state the old owner kept (in-flight counts, flow-control queues) holds nothing of
+//! anyone's; the old holder finds the lease renewed by another at its next tick and steps
+//! down. With more workers (or more than one configuration during an update) nothing moves.
 //!
 //! Ticks only, never configuration: Envoy first runs each new configuration in a throwaway
 //! canary VM, which never ticks, so it never holds the lease.
@@ -216,8 +218,6 @@ pub struct Election {
     serves: bool,
     /// The live roster as this candidate's last tick saw it, itself included.
     roster: Vec<Member>,
-    /// It handed the lease over: it takes none before this time (ms).
-    stand_down_until_ms: u64,
 }
 
 impl Election {
@@ -231,7 +231,6 @@ impl Election {
             held: None,
             serves: false,
             roster: Vec::new(),
-            stand_down_until_ms: 0,
         }
     }
 
@@ -291,21 +290,45 @@ impl Election {
         &self.roster
     }
 
-    /// Hand the lease over if this candidate holds it, serves no requests, and the roster
-    /// holds exactly one other candidate, which does (module doc); it then takes no lease
-    /// for [`LEASE_TTL_MS`]. Whether it handed over.
-    pub fn hand_over_if_idle<C: CasCells + ?Sized>(&mut self, cells: &C, now_ms: u64) -> bool {
-        if self.held.is_none() || self.serves {
-            return false;
+    /// Take the lease at `now_ms` from a holder that serves no requests, when this candidate
+    /// serves them and the roster holds exactly one other live candidate, that holder, running
+    /// the same configuration (module doc). The caller has nothing in flight at the owner.
+    /// The epoch taken, or `None` (nothing changed).
+    pub fn claim_from_idle<C: CasCells + ?Sized>(&mut self, cells: &C, now_ms: u64) -> Option<u64> {
+        if !self.serves || self.held.is_some() {
+            return None;
         }
-        let mut others = self.roster.iter().filter(|m| m.id != self.me);
-        let sole_server = matches!((others.next(), others.next()), (Some(m), None) if m.serves);
-        if !sole_server {
-            return false;
+        // The last tick's view rules most callers out without a read (several workers).
+        if self.roster.iter().filter(|m| m.id != self.me).count() > 1 {
+            return None;
         }
-        self.resign(cells);
-        self.stand_down_until_ms = now_ms.saturating_add(LEASE_TTL_MS);
-        true
+        let (roster, _) = cells.load(&self.roster_key())?;
+        let others: Vec<Member> = decode_roster(&roster)
+            .into_iter()
+            .filter(|m| m.id != self.me && m.live(now_ms))
+            .collect();
+        let [other] = others.as_slice() else {
+            return None;
+        };
+        let (bytes, version) = cells.load(&self.key)?;
+        let held = Lease::decode(&bytes)?;
+        let idle_holder = !other.serves && held.holder == other.id && !held.expired(now_ms);
+        if !idle_holder || held.config.fingerprint != self.config.fingerprint {
+            return None;
+        }
+        let next = Lease {
+            holder: self.me,
+            epoch: held.epoch.wrapping_add(1).max(1),
+            renewed_ms: now_ms,
+            config: self.config,
+        };
+        match cells.store(&self.key, &next.encode(), version) {
+            CasWrite::Stored => {
+                self.held = Some(next.epoch);
+                Some(next.epoch)
+            }
+            CasWrite::Conflict | CasWrite::Failed => None,
+        }
     }
 
     /// This candidate runs `config`: it takes the lease from a holder running an older,
@@ -329,7 +352,6 @@ impl Election {
     /// the candidate a follower of nobody (it keeps no owner's work it cannot prove).
     pub fn tick<C: CasCells + ?Sized>(&mut self, cells: &C, now_ms: u64) -> Role {
         self.announce(cells, now_ms);
-        let standing_down = now_ms < self.stand_down_until_ms;
         for _ in 0..4 {
             let (current, version) = match cells.load(&self.key) {
                 Some((bytes, version)) => (Lease::decode(&bytes), version),
@@ -337,8 +359,7 @@ impl Election {
             };
             let current = current.unwrap_or(Lease::free(0));
             let mine = current.holder == self.me && self.held == Some(current.epoch);
-            let may_take = !standing_down
-                && (current.expired(now_ms) || self.config.supersedes(&current.config));
+            let may_take = current.expired(now_ms) || self.config.supersedes(&current.config);
             if !mine && !may_take {
                 self.held = None;
                 return Role::Follower {
@@ -613,48 +634,46 @@ mod tests {
     }
 
     #[test]
-    fn an_idle_holder_hands_over_to_the_one_worker_that_serves_requests() {
+    fn the_one_worker_that_serves_requests_claims_the_lease_from_the_idle_main_vm() {
         let cells = Cells::default();
         let mut all = candidates(1);
         all[1].set_serves(false);
-        // Before the worker's first request both are idle: the main VM keeps the lease.
         tick_all(&cells, &mut all, 1000);
         assert!(all[0].holds());
-        assert!(!all[0].hand_over_if_idle(&cells, 1010));
+        // Before its first request the worker claims nothing.
+        assert_eq!(all[1].claim_from_idle(&cells, 1010), None);
         all[1].set_serves(true);
-        // The main VM ticks first: it sees the worker's news one round later.
-        tick_all(&cells, &mut all, 1050);
-        assert!(!all[0].hand_over_if_idle(&cells, 1060));
-        tick_all(&cells, &mut all, 1100);
-        assert!(all[0].hand_over_if_idle(&cells, 1110));
-        assert!(!all[0].holds());
-        // The main VM ticks first again but stands down; the worker takes the lease.
-        let roles = tick_all(&cells, &mut all, 1150);
-        assert_eq!(roles, vec![None, Some(2)]);
-        // From then on it stays there: a serving holder never hands over.
-        for t in (1200..5000).step_by(50) {
+        assert_eq!(all[1].claim_from_idle(&cells, 1020), Some(2));
+        assert!(all[1].holds());
+        // The main VM finds the lease renewed by another at its next tick and steps down;
+        // from then on the lease stays with the worker.
+        for t in (1050..5000).step_by(50) {
             assert_eq!(tick_all(&cells, &mut all, t), vec![None, Some(2)]);
-            assert!(!all[1].hand_over_if_idle(&cells, t + 5));
+            assert_eq!(all[1].claim_from_idle(&cells, t + 5), None, "held already");
         }
+        assert!(!all[0].holds());
     }
 
     #[test]
-    fn with_more_workers_or_an_idle_peer_the_lease_stays() {
-        for (workers, serving) in [(2, 2), (4, 4), (1, 0)] {
+    fn with_more_workers_or_a_serving_holder_nothing_is_claimed() {
+        for workers in [2, 4] {
             let cells = Cells::default();
             let mut all = candidates(workers);
-            for (i, e) in all.iter_mut().enumerate().skip(1) {
-                e.set_serves(i <= serving);
-            }
-            for t in (1000..3000).step_by(50) {
+            for t in (1000..2000).step_by(50) {
                 tick_all(&cells, &mut all, t);
-                assert!(
-                    !all[0].hand_over_if_idle(&cells, t + 10),
-                    "{workers} workers"
-                );
+                for e in all.iter_mut().skip(1) {
+                    assert_eq!(e.claim_from_idle(&cells, t + 10), None, "{workers} workers");
+                }
                 assert!(all[0].holds());
             }
         }
+        // One worker holding the lease itself; or a main VM that serves (it never does, but
+        // the rule is about serving, not threads).
+        let cells = Cells::default();
+        let mut all = candidates(1);
+        all[0].set_serves(true);
+        tick_all(&cells, &mut all, 1000);
+        assert_eq!(all[1].claim_from_idle(&cells, 1010), None);
     }
 
     #[test]
@@ -664,39 +683,26 @@ mod tests {
         tick_all(&cells, &mut all, 1000);
         tick_all(&cells, &mut all, 1050);
         assert_eq!(all[0].roster().len(), 3);
+        assert_eq!(all[1].claim_from_idle(&cells, 1060), None, "two workers");
         // Worker 2 goes away (its root ended): after the lease's TTL it is off the roster,
-        // and the main VM hands over to the remaining worker.
-        let mut two = all.pop();
+        // and the remaining worker may claim.
+        all.pop();
         for t in (1100..1050 + LEASE_TTL_MS + 100).step_by(50) {
             tick_all(&cells, &mut all, t);
         }
         assert_eq!(all[0].roster().len(), 2);
-        assert!(all[0].hand_over_if_idle(&cells, 1700));
-        tick_all(&cells, &mut all, 1750);
-        assert!(all[1].holds());
-        // A late tick of the one that left puts it back; the holder serves, so it stays.
-        if let Some(two) = two.as_mut() {
-            assert_eq!(owner(two.tick(&cells, 1800)), None);
-        }
+        assert!(all[1].claim_from_idle(&cells, 1700).is_some());
     }
 
     #[test]
-    fn a_dead_worker_holder_is_replaced_by_the_main_vm_after_the_stand_down() {
+    fn a_claim_needs_the_same_configuration() {
         let cells = Cells::default();
-        let mut all = candidates(1);
-        tick_all(&cells, &mut all, 950);
-        tick_all(&cells, &mut all, 1000);
-        assert!(all[0].hand_over_if_idle(&cells, 1010));
-        tick_all(&cells, &mut all, 1050);
-        assert!(all[1].holds());
-        // The worker's VM dies without resigning: the main VM waits the lease out.
-        let mut main = all.remove(0);
-        let mut t = 1100;
-        while owner(main.tick(&cells, t)).is_none() {
-            t += 50;
-            assert!(t < 1050 + 2 * LEASE_TTL_MS, "taken over within the TTL");
-        }
-        assert!(t >= 1050 + LEASE_TTL_MS);
+        let mut main = Election::new("k".into(), 1).with_configuration(running(11, 100));
+        let mut worker = Election::new("k".into(), 2).with_configuration(running(22, 50));
+        worker.set_serves(true);
+        assert!(owner(main.tick(&cells, 1000)).is_some());
+        assert_eq!(owner(worker.tick(&cells, 1001)), None);
+        assert_eq!(worker.claim_from_idle(&cells, 1002), None);
     }
 
     #[test]

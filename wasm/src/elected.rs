@@ -23,8 +23,9 @@
 //! answering every worker's picks by message (a queue wake-up per batch of messages) and
 //! running the scrape rounds' callouts, while the workers only prepare their requests and
 //! wait for the answer. With one worker, that worker is the only one that picks: once its
-//! VM has served a request, the main thread's VM hands it the lease
-//! (`filters::election`'s roster, counted in [`OWNER_HANDOVERS`]), and its picks are then
+//! VM has served a request, it claims the lease from the main thread's VM at a moment none
+//! of its requests is in flight (`filters::election`'s roster, counted in [`OWNER_CLAIMS`]),
+//! and its picks are then
 //! answered in its own VM as they are made (`crate::owner`), with no message and no wait.
 
 use std::cell::RefCell;
@@ -44,8 +45,8 @@ use crate::owner::OwnerService;
 /// Counter of lease takeovers by this process's VMs (each one a new owner).
 pub const OWNER_TAKEOVERS: &str = "infergate.owner.takeovers";
 
-/// Counter of leases an owner that serves no requests handed to the one worker that does.
-pub const OWNER_HANDOVERS: &str = "infergate.owner.handovers";
+/// Counter of leases the one worker that serves requests claimed from an idle holder.
+pub const OWNER_CLAIMS: &str = "infergate.owner.claims";
 
 /// How far apart the lease ids of two epochs' owners start (an owner issuing more leases
 /// than this in its epoch would only make an old id look like one of its own).
@@ -117,7 +118,7 @@ pub struct Duty {
     interval_ms: u64,
     serving: Option<Serving>,
     takeovers: StatKey,
-    handovers: StatKey,
+    claims: StatKey,
 }
 
 impl Duty {
@@ -139,7 +140,7 @@ impl Duty {
             interval_ms,
             serving: None,
             takeovers: StatKey::new(OWNER_TAKEOVERS, &[]),
-            handovers: StatKey::new(OWNER_HANDOVERS, &[]),
+            claims: StatKey::new(OWNER_CLAIMS, &[]),
         })
     }
 
@@ -153,24 +154,7 @@ impl Duty {
     /// Returns the lease's holder and epoch as this tick saw them.
     pub fn tick(&mut self, vm: &Rc<VmShared>, now_ms: u64) -> (u64, u64) {
         self.election.set_serves(had_stream());
-        let mut role = self.election.tick(&SharedDataCells, now_ms);
-        if matches!(role, ElectionRole::Owner { .. })
-            && self.election.hand_over_if_idle(&SharedDataCells, now_ms)
-        {
-            if self.serving.take().is_some() {
-                set_serving(false);
-            }
-            WasmHost::new(vm).counter_add(&self.handovers, 1);
-            log(
-                LogLevel::Info,
-                "infergate: the owner's VM serves no requests and one worker's VM does: it \
-                 hands that worker the owner's lease, whose picks then need no message",
-            );
-            role = ElectionRole::Follower {
-                holder: 0,
-                epoch: 0,
-            };
-        }
+        let role = self.election.tick(&SharedDataCells, now_ms);
         let seen = match role {
             ElectionRole::Owner { epoch, since_now } => {
                 if since_now || self.serving.is_none() {
@@ -181,8 +165,14 @@ impl Duty {
             ElectionRole::Follower { holder, epoch } => {
                 if self.serving.take().is_some() {
                     set_serving(false);
+                    // A VM that serves no requests loses it to the worker that claimed it.
+                    let level = if had_stream() {
+                        LogLevel::Warn
+                    } else {
+                        LogLevel::Info
+                    };
                     log(
-                        LogLevel::Warn,
+                        level,
                         &format!(
                             "infergate: this worker lost the owner's lease to {holder:016x} \
                              (epoch {epoch}): it no longer scrapes nor owns the picker state"
@@ -205,6 +195,22 @@ impl Duty {
             }
         }
         seen
+    }
+
+    /// Claim the lease for this VM when it serves requests and the only other candidate is
+    /// an idle holder (`Election::claim_from_idle`); the caller has no request in flight at
+    /// the owner. The lease's holder and epoch if it did.
+    pub fn claim(&mut self, vm: &Rc<VmShared>, now_ms: u64) -> Option<(u64, u64)> {
+        self.election.set_serves(had_stream());
+        let epoch = self.election.claim_from_idle(&SharedDataCells, now_ms)?;
+        WasmHost::new(vm).counter_add(&self.claims, 1);
+        log(
+            LogLevel::Info,
+            "infergate: this worker serves requests and the only other VM does not: it claims \
+             the owner's lease, so its picks are answered here with no message",
+        );
+        self.take_over(vm, epoch);
+        Some((self.election.me(), epoch))
     }
 
     fn take_over(&mut self, vm: &Rc<VmShared>, epoch: u64) {

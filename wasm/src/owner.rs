@@ -229,6 +229,8 @@ pub struct WorkerLink {
     hello_sent: bool,
     pending: BTreeMap<u64, Pending>,
     arrived: BTreeMap<u64, Arrived>,
+    /// The owner's leases this link's requests hold now ([`RemoteLease`]s alive).
+    held: usize,
     /// Leases of requests that ended, to give back with the next pick or tick.
     releases: Vec<Released>,
     /// Leases whose responses started, to report the same way.
@@ -279,6 +281,7 @@ impl WorkerLink {
             hello_sent: false,
             pending: BTreeMap::new(),
             arrived: BTreeMap::new(),
+            held: 0,
             releases: Vec::new(),
             started: Vec::new(),
             evictions: HashMap::new(),
@@ -540,6 +543,12 @@ impl WorkerLink {
         }
     }
 
+    /// Whether none of this link's requests is at the owner: no pick waits for an answer
+    /// and no request holds a lease (the moment this VM may claim the lease, `crate::elected`).
+    pub fn idle(&self) -> bool {
+        self.pending.is_empty() && self.arrived.is_empty() && self.held == 0
+    }
+
     /// Whether `queue` is this link's reply queue.
     pub fn is_reply_queue(&self, queue: u32) -> bool {
         queue == self.reply_queue
@@ -691,6 +700,7 @@ impl Drop for RemoteLease {
     fn drop(&mut self) {
         match self.link.try_borrow_mut() {
             Ok(mut link) => {
+                link.held = link.held.saturating_sub(1);
                 link.release(Released {
                     lease: self.lease,
                     service: self.service,
@@ -756,21 +766,25 @@ impl RemotePicks for WasmPickerStore {
                 queued_ms,
                 release_at_once,
                 ..
-            }) => RemoteAnswer::Picked {
-                eviction: link.evictions.get(&lease).cloned(),
-                endpoint,
-                fallbacks,
-                prefiller,
-                lease: Box::new(RemoteLease {
-                    lease,
-                    link: Rc::clone(handle),
-                    flow: release_at_once,
-                    flow_controlled: queued_ms.is_some(),
-                    service: 0,
-                    timing: ResponseTiming::default(),
-                }),
-                queued_ms,
-            },
+            }) => {
+                // Counted until the lease drops.
+                link.held += 1;
+                RemoteAnswer::Picked {
+                    eviction: link.evictions.get(&lease).cloned(),
+                    endpoint,
+                    fallbacks,
+                    prefiller,
+                    lease: Box::new(RemoteLease {
+                        lease,
+                        link: Rc::clone(handle),
+                        flow: release_at_once,
+                        flow_controlled: queued_ms.is_some(),
+                        service: 0,
+                        timing: ResponseTiming::default(),
+                    }),
+                    queued_ms,
+                }
+            }
             Arrived::Answer(ToWorker::Dropped {
                 reason, queued_ms, ..
             }) => RemoteAnswer::Dropped { reason, queued_ms },

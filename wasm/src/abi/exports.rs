@@ -20,8 +20,9 @@
 //! callback returns, so it never re-enters the table.
 //!
 //! Wakes: a stage that paused a request is resumed when its waker fires; wakers of this
-//! VM only record the stream ([`crate::host::take_woken`]), and every callback, once its
-//! own work is done, resumes the streams woken meanwhile ([`resume_woken`]).
+//! VM only record the stream ([`crate::host::take_woken`]), and every callback that may
+//! wake one (a stream's, a root's, a stream's end and deletion), once its own work is
+//! done, resumes the streams woken meanwhile ([`resume_woken`]).
 
 use std::alloc::{alloc, Layout};
 use std::cell::RefCell;
@@ -128,7 +129,7 @@ pub extern "C" fn proxy_on_context_create(context_id: u32, root_context_id: u32)
             c.roots.insert(context_id, Root::new(context_id));
             return;
         }
-        match c.roots.get(&root_context_id) {
+        match c.roots.get_mut(&root_context_id) {
             Some(root) => {
                 let stream = root.create_http_context(context_id);
                 c.streams.insert(context_id, stream);
@@ -326,6 +327,9 @@ pub extern "C" fn proxy_on_log(context_id: u32) {
         if let Some(stream) = c.streams.get_mut(&context_id) {
             stream.on_log();
         }
+        // A lease given back at the end may dispatch a queued request of this VM (the
+        // owner runs here).
+        resume_woken(c);
     });
 }
 
@@ -343,4 +347,6 @@ pub extern "C" fn proxy_on_delete(context_id: u32) {
         (c.streams.remove(&context_id), c.roots.remove(&context_id))
     });
     drop(removed);
+    // The lease a dropped context gave back may have woken a queued stream of this VM.
+    with_contexts("proxy_on_delete", (), resume_woken);
 }

@@ -4,7 +4,7 @@
 //! scrapes and owns the picker state.
 //!
 //! Placement: with one Envoy worker the worker's own VM ends up owning (its picks are
-//! answered there, with no queue message); with four, nothing is handed over.
+//! answered there, with no queue message); with four, nothing is claimed.
 //!
 //! Failover, at four workers: clients keep multi-turn conversations going while a request
 //! carrying the test build's trap header kills the owner's VM (the header traps only on the
@@ -133,9 +133,9 @@ pub(super) async fn a_dead_owner_is_replaced_under_load_and_no_request_fails() {
 }
 
 /// Wasm: where the owner's work runs. With one Envoy worker, that worker's VM ends up
-/// holding the lease (the idle main-thread VM hands it over once the worker served a
-/// request, or the worker won the first election) and every pick is answered in its own VM,
-/// with no queue message; with four workers, nothing is handed over. No pick falls back to a
+/// holding the lease (it claims it from the idle main-thread VM once it serves requests, or
+/// it won the first election) and every pick is answered in its own VM, with no queue
+/// message; with four workers, nothing is claimed. No pick falls back to a
 /// worker's own state either way.
 pub(super) async fn the_owner_works_where_the_picks_are() {
     const PICKS: i64 = 20;
@@ -162,11 +162,11 @@ pub(super) async fn the_owner_works_where_the_picks_are() {
         // The owner counts its local messages at its tick.
         tokio::time::sleep(Duration::from_millis(600)).await;
         let local = stat_sum(&stack, "infergate.owner.local_messages").await - before;
-        let handovers = stat_sum(&stack, "infergate.owner.handovers").await;
+        let claims = stat_sum(&stack, "infergate.owner.claims").await;
         let takeovers = stat_sum(&stack, "infergate.owner.takeovers").await;
         let fallbacks = stat_sum(&stack, "infergate.picker.owner_fallbacks").await;
         eprintln!(
-            "OWNER PLACEMENT wasm {workers} worker(s): {handovers} handover(s), {takeovers} \
+            "OWNER PLACEMENT wasm {workers} worker(s): {claims} claim(s), {takeovers} \
              takeover(s); {local} of the owner's messages for {PICKS} picks taken in its own VM; \
              {fallbacks} fallbacks"
         );
@@ -177,11 +177,11 @@ pub(super) async fn the_owner_works_where_the_picks_are() {
                 "one worker: its picks went to the owner by message ({local} local)"
             );
             assert!(
-                handovers <= 1,
-                "one worker: the lease moved {handovers} times"
+                claims <= 1,
+                "one worker: the lease was claimed {claims} times"
             );
         } else {
-            assert_eq!(handovers, 0, "{workers} workers: the lease was handed over");
+            assert_eq!(claims, 0, "{workers} workers: the lease was claimed");
         }
     }
 }
