@@ -2,7 +2,8 @@
 //! VMs send their picks to the state owner in the scraper's VM through shared queues.
 //! Conversations keep their endpoint whichever worker carries a turn, the in-flight load
 //! the owner counts returns to zero, and a worker whose owner is missing, silent or fed
-//! garbage still serves its requests.
+//! garbage still serves its requests. With one worker, that worker's VM owns the state and
+//! picks without a message.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -58,8 +59,15 @@ fn exchange(hosts: &[&Host]) {
     panic!("the VMs keep answering each other's queue messages");
 }
 
-/// Headers and the complete body of a chat request on a new stream of `worker`'s picker.
+/// Headers and the complete body of a chat request on a new stream of `worker`'s picker,
+/// a worker whose VM is not the owner's: the request waits for the owner's answer.
 fn send(worker: &Host, content: &str) -> HttpStream {
+    send_expecting(worker, content, Action::Pause)
+}
+
+/// As [`send`], with what the body answers: `Pause` on a worker that waits for the owner,
+/// `Continue` on the owner's own VM, which answers the pick as it is made.
+fn send_expecting(worker: &Host, content: &str, at_body: Action) -> HttpStream {
     let s = worker.new_http_stream().unwrap();
     let headers = [
         (":method", "POST"),
@@ -71,11 +79,24 @@ fn send(worker: &Host, content: &str) -> HttpStream {
     assert_eq!(s.request_headers(&headers, false).unwrap(), Action::Pause);
     assert_eq!(
         s.request_body(chat(content).as_bytes(), true).unwrap(),
-        Action::Pause,
-        "waits for the owner"
+        at_body,
+        "waits for the owner, unless it is the owner"
     );
-    assert_eq!(s.upstream_request_headers(), None, "nothing forwarded yet");
+    if at_body == Action::Pause {
+        assert_eq!(s.upstream_request_headers(), None, "nothing forwarded yet");
+    } else {
+        assert!(s.upstream_request_headers().is_some(), "forwarded at once");
+    }
     s
+}
+
+/// What a request's body answers on `hosts[i]`: at once on the owner's VM.
+fn at_body(hosts: &[&Host], i: usize) -> Action {
+    if hosts[i].metric(TAKEOVERS).unwrap_or(0) > 0 {
+        Action::Continue
+    } else {
+        Action::Pause
+    }
 }
 
 fn destination(s: &HttpStream) -> String {
@@ -365,7 +386,8 @@ fn workers_elect_one_owner_that_scrapes_and_answers_every_workers_picks() {
     let mut served = Vec::new();
     for turn in 0..6 {
         history.push_str(&format!(" turn {turn}."));
-        let s = send(hosts[(turn + owners[0] + 1) % 3], &history);
+        let i = (turn + owners[0] + 1) % 3;
+        let s = send_expecting(hosts[i], &history, at_body(&hosts, i));
         exchange(&hosts);
         served.push(destination(&s));
         finish(&s);
@@ -476,7 +498,7 @@ fn another_plugins_shared_data_in_the_same_vm_id_does_not_disturb_the_gateway() 
     let workers = candidates(2, &shared);
     let hosts: Vec<&Host> = workers.iter().collect();
     run_for(&hosts, 100);
-    let s = send(hosts[0], "hello");
+    let s = send_expecting(hosts[0], "hello", at_body(&hosts, 0));
     exchange(&hosts);
     destination(&s);
     assert_eq!(hosts[0].metric(FALLBACKS).unwrap_or(0), 0);
@@ -571,4 +593,61 @@ fn a_worker_root_that_goes_away_sends_the_releases_it_still_batches() {
         "given back at once, not expired"
     );
     assert_eq!(owner.metric(EXPIRED).unwrap_or(0), 0);
+}
+
+/// Envoy with one worker: two candidates, the main thread's VM (which never gets a stream)
+/// and the worker's. Whichever was elected, once the worker serves requests it owns the
+/// state: it claims the lease from an idle holder at its first stream, and from then on its
+/// picks are answered in its own VM as they are made, with no queue message; the old holder
+/// steps down at its next tick and stops scraping.
+#[test]
+fn the_one_worker_that_serves_requests_owns_the_state_and_picks_without_a_message() {
+    let shared = SharedData::new();
+    let vms = candidates(2, &shared);
+    let hosts: Vec<&Host> = vms.iter().collect();
+    run_for(&hosts, 200);
+    let first = (0..2)
+        .find(|&i| hosts[i].metric(TAKEOVERS).unwrap_or(0) > 0)
+        .expect("an owner");
+    // The worker is the VM that did not win the first election (the harder case).
+    let (main, worker) = (hosts[first], hosts[1 - first]);
+    let mut history = "a long shared system prompt. ".repeat(40);
+    let mut served = Vec::new();
+    for turn in 0..4 {
+        history.push_str(&format!(" turn {turn}."));
+        let s = send_expecting(worker, &history, Action::Continue);
+        served.push(destination(&s));
+        finish(&s);
+    }
+    assert!(served.iter().all(|e| *e == served[0]), "{served:?}");
+    assert_eq!(worker.metric("infergate.owner.claims"), Some(1));
+    assert_eq!(worker.metric(TAKEOVERS), Some(1));
+    // The old holder steps down at its tick; the worker scrapes from then on.
+    const PUBLISHES: &str = "infergate.scraper.publishes";
+    run_for(&hosts, 100);
+    let published = |h: &Host| h.metric(PUBLISHES).unwrap_or(0);
+    let (main_before, worker_before) = (published(main), published(worker));
+    run_for(&hosts, 500);
+    assert_eq!(
+        published(main),
+        main_before,
+        "the old holder stopped scraping"
+    );
+    assert!(published(worker) > worker_before, "the worker scrapes");
+    assert_eq!(main.metric("infergate.owner.claims").unwrap_or(0), 0);
+    // Its messages counted at its tick: a hello and a pick per turn (releases ride on picks).
+    assert!(worker.metric("infergate.owner.local_messages").unwrap_or(0) >= 4);
+    // Nothing waits in the old owner's queue and no lease is left in flight.
+    assert_eq!(exchange_count(&hosts), 0);
+    worker.advance_time_ms(250).unwrap();
+    assert_eq!(worker.metric(INFLIGHT), Some(0));
+    for h in &hosts {
+        assert_eq!(h.metric(FALLBACKS).unwrap_or(0), 0);
+        assert_eq!(h.trapped(), None);
+    }
+}
+
+/// How many queue messages are waiting among `hosts` (delivered now).
+fn exchange_count(hosts: &[&Host]) -> usize {
+    hosts.iter().map(|h| h.deliver_queues().unwrap()).sum()
 }

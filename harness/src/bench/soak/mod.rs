@@ -121,6 +121,9 @@ pub struct SoakFlags {
     /// Clients (requests in flight).
     #[arg(long, value_name = "C", default_value_t = 32, value_parser = positive::<u32>)]
     pub clients: u32,
+    /// Envoy worker threads (1: the Wasm state owner runs in the worker's own VM).
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = positive::<u32>)]
+    pub workers: u32,
     /// The RSS growth bound, MB per 100k requests after warm-up [default: 1, or 50 for
     /// runs under 5 minutes, which are mostly warm-up (RSS still creeps up a few MB per
     /// 100k requests) and cannot resolve 1 MB, while a gross leak still fails them].
@@ -145,6 +148,7 @@ impl SoakFlags {
             duration: Duration::from_secs_f64(self.minutes * 60.0),
             flavors: flavors(&self.flavor, &d.flavors),
             clients: self.clients,
+            envoy_workers: self.workers,
             max_growth_bytes_per_100k: self.max_growth_mb.map(|m| m * 1e6),
             ..d
         }
@@ -152,7 +156,8 @@ impl SoakFlags {
 }
 
 impl SoakOptions {
-    /// Parses `--minutes N`, `--flavor wasm|native|both`, `--clients C`, `--max-growth-mb M`.
+    /// Parses `--minutes N`, `--flavor wasm|native|both`, `--clients C`, `--workers N`,
+    /// `--max-growth-mb M`.
     pub fn parse(args: &[String]) -> Result<Self> {
         Ok(parse_flags::<SoakFlags>(args)?.options())
     }
@@ -746,12 +751,16 @@ mod tests {
         );
         let o = SoakOptions::parse(&strings(&["--minutes", "1", "--max-growth-mb", "2"])).unwrap();
         assert_eq!(o.growth_bound(), 2e6);
+        assert_eq!(o.envoy_workers, 2);
+        let o = SoakOptions::parse(&strings(&["--workers", "1"])).unwrap();
+        assert_eq!(o.envoy_workers, 1);
         assert_eq!(SoakOptions::default().warmup(), Duration::from_secs(120));
         for bad in [
             &["--minutes", "0"][..],
             &["--minutes"],
             &["--flavor", "plain"],
             &["--clients", "0"],
+            &["--workers", "0"],
             &["--max-growth-mb", "-1"],
             &["--what"],
         ] {
