@@ -25,8 +25,8 @@
 //! wait for the answer. With one worker, that worker is the only one that picks: once its
 //! VM has served a request, it claims the lease from the main thread's VM at a moment none
 //! of its requests is in flight (`filters::election`'s roster, counted in [`OWNER_CLAIMS`]),
-//! and its picks are then
-//! answered in its own VM as they are made (`crate::owner`), with no message and no wait.
+//! and its picks are then answered in its own VM as they are made (`crate::owner`), with no
+//! message and no wait.
 
 use std::cell::RefCell;
 use std::rc::{Rc, Weak};

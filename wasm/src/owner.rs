@@ -15,7 +15,7 @@
 //!   own thread, so a paused stream is resumed by the worker that owns it, with the stream
 //!   made the effective context first.
 //! - **The owner's own VM.** When the link's root holds the lease (with one worker, its VM
-//!   takes it over from the main thread's: `crate::elected`), every message the link sends
+//!   claims it from the main thread's: `crate::elected`), every message the link sends
 //!   is handled by the owner at once, with no queue and no bytes, and a pick's answer is in
 //!   before `submit` returns: the stream goes on without pausing, and its waker is dropped
 //!   unused. Answers for other workers still go by queue.
@@ -159,11 +159,6 @@ impl OwnerService {
             .partition(|(queue, _)| *queue == local_reply);
         send_answers(others);
         mine.into_iter().map(|(_, answer)| answer).collect()
-    }
-
-    /// How many workers the owner heard from lately ([`Owner::holders`]).
-    pub fn holders(&self) -> usize {
-        self.owner.holders()
     }
 
     /// Expire silent holders' leases and dispatch the flow-control queues (the service's

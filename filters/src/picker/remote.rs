@@ -633,12 +633,6 @@ impl Owner {
         self.states.values().map(|s| s.leases.len()).sum()
     }
 
-    /// How many workers (reply queues) the owner heard from within [`HOLDER_TTL_MS`]
-    /// (as of its last tick, which forgets the silent ones).
-    pub fn holders(&self) -> usize {
-        self.holders.len()
-    }
-
     /// Handle one message from a worker; the answers to send back, each with its worker's
     /// queue (a release may dispatch queued requests of other workers). A malformed
     /// message, or one for a state or lease the owner does not know, is dropped (logged

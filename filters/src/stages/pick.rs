@@ -103,8 +103,9 @@ pub trait PickerStore {
 pub trait RemotePicks {
     /// Send `prepared` to be picked in `pool`; `waker` wakes the request once the answer is
     /// in, unless it is in before this returns (the stage asks for it at once, and the
-    /// store then drops the waker unused). The ticket to take the answer with, or why it could not be sent (the stage then
-    /// picks locally; the store has counted and logged it).
+    /// store then drops the waker unused). The ticket to take the answer with, or why it
+    /// could not be sent (the stage then picks locally; the store has counted and logged
+    /// it).
     fn submit(&self, pool: PoolId, prepared: &PreparedPick, waker: Waker) -> Result<u64, String>;
 
     /// The answer for `ticket`, once it arrived (taken: a second call answers `None`).

@@ -46,11 +46,6 @@ impl Holders {
         self.heard_ms.insert(holder, now_ms);
     }
 
-    /// How many holders were heard from and not yet forgotten.
-    pub(super) fn len(&self) -> usize {
-        self.heard_ms.len()
-    }
-
     /// Forget and return the holders silent for [`HOLDER_TTL_MS`] at `now_ms`.
     fn take_silent(&mut self, now_ms: u64) -> Vec<u32> {
         let silent: Vec<u32> = self

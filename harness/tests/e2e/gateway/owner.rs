@@ -147,7 +147,9 @@ pub(super) async fn the_owner_works_where_the_picks_are() {
             return;
         };
         let url = format!("{}/v1/chat/completions", stack.picker_url());
-        let chat = |content: String| json!({"model": MODEL, "messages": [{"role": "user", "content": content}]});
+        let chat = |content: String| {
+            json!({"model": MODEL, "messages": [{"role": "user", "content": content}]})
+        };
         let warm = post_json(&url, &chat("warm".into()), &[]).await.unwrap();
         assert_eq!(warm.status, 200);
         // The roster learns that the worker serves, and the lease moves: a few ticks.
