@@ -147,16 +147,13 @@ pub(super) async fn the_owner_works_where_the_picks_are() {
             return;
         };
         let url = format!("{}/v1/chat/completions", stack.picker_url());
-        let chat = |content: String| {
-            json!({"model": MODEL, "messages": [{"role": "user", "content": content}]})
-        };
-        let warm = post_json(&url, &chat("warm".into()), &[]).await.unwrap();
+        let warm = post_json(&url, &one_message("warm"), &[]).await.unwrap();
         assert_eq!(warm.status, 200);
         // The roster learns that the worker serves, and the lease moves: a few ticks.
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let before = stat_sum(&stack, "infergate.owner.local_messages").await;
         for i in 0..PICKS {
-            let resp = post_json(&url, &chat(format!("turn {i}")), &[])
+            let resp = post_json(&url, &one_message(&format!("turn {i}")), &[])
                 .await
                 .unwrap();
             assert_eq!(resp.status, 200, "{workers} worker(s): request {i}");
@@ -186,4 +183,9 @@ pub(super) async fn the_owner_works_where_the_picks_are() {
             assert_eq!(claims, 0, "{workers} workers: the lease was claimed");
         }
     }
+}
+
+/// A one-message chat request for the test's model.
+fn one_message(content: &str) -> serde_json::Value {
+    json!({"model": MODEL, "messages": [{"role": "user", "content": content}]})
 }
