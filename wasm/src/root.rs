@@ -314,13 +314,13 @@ impl Root {
                 link.on_tick(now);
             }
         }
-        self.claim_if_idle(now);
+        self.claim_if_idle();
     }
 
     /// Claim the owner's lease for this VM when it may (`Duty::claim`: one worker, the only
     /// other candidate idle), and only while none of its link's requests is at the owner, so
     /// the old owner's state holds nothing of them. The link then talks to the owner here.
-    fn claim_if_idle(&mut self, now: u64) {
+    fn claim_if_idle(&mut self) {
         let Some(Role::Filter {
             link: Some(link),
             duty: Some(duty),
@@ -335,6 +335,7 @@ impl Root {
         if !link.idle() {
             return;
         }
+        let now = hostcalls::current_time_nanos().unwrap_or(0) / 1_000_000;
         if let Some((holder, epoch)) = duty.claim(&self.vm, now) {
             link.set_local_owner(duty.local_owner());
             link.observe_owner(holder, epoch, now);
@@ -365,7 +366,7 @@ impl Root {
     /// The HTTP context of a new stream on this plugin.
     pub fn create_http_context(&mut self, context_id: u32) -> Box<dyn HttpHooks> {
         crate::elected::note_stream();
-        self.claim_if_idle(hostcalls::current_time_nanos().unwrap_or(0) / 1_000_000);
+        self.claim_if_idle();
         let vm = Rc::clone(&self.vm);
         match &self.role {
             Some(Role::Filter { pipeline, mode, .. }) => Box::new(PipelineContext::new(
