@@ -46,6 +46,13 @@ use crate::quotas::{CasCells, CasWrite};
 /// loses it; a failover completes within this plus one tick.
 pub const LEASE_TTL_MS: u64 = 500;
 
+/// How long a candidate stays on the roster after it last announced itself. Candidates
+/// announce every [`LEASE_TTL_MS`] / 2 at their ticks; four times the lease's TTL keeps a
+/// worker whose ticks run late under load on the roster (dropping it would let another
+/// worker claim the lease while its requests are at the owner), and lets a candidate that
+/// went away leave within two seconds.
+pub const ROSTER_TTL_MS: u64 = 4 * LEASE_TTL_MS;
+
 /// How many candidates the roster keeps at most (more are not announced).
 const ROSTER_MAX: usize = 256;
 
@@ -64,7 +71,7 @@ impl Member {
     const LEN: usize = 24;
 
     fn live(&self, now_ms: u64) -> bool {
-        now_ms.saturating_sub(self.seen_ms) < LEASE_TTL_MS
+        now_ms.saturating_sub(self.seen_ms) < ROSTER_TTL_MS
     }
 }
 
@@ -684,14 +691,20 @@ mod tests {
         tick_all(&cells, &mut all, 1050);
         assert_eq!(all[0].roster().len(), 3);
         assert_eq!(all[1].claim_from_idle(&cells, 1060), None, "two workers");
-        // Worker 2 goes away (its root ended): after the lease's TTL it is off the roster,
-        // and the remaining worker may claim.
+        // Worker 2 goes away (its root ended): it stays on the roster for its TTL, late
+        // ticks included, and the remaining worker claims nothing meanwhile; then it is
+        // off, and the remaining worker may claim.
         all.pop();
-        for t in (1100..1050 + LEASE_TTL_MS + 100).step_by(50) {
+        let gone = 1050 + ROSTER_TTL_MS;
+        for t in (1100..gone).step_by(50) {
+            tick_all(&cells, &mut all, t);
+            assert_eq!(all[1].claim_from_idle(&cells, t + 5), None, "at {t}");
+        }
+        for t in (gone..gone + 100).step_by(50) {
             tick_all(&cells, &mut all, t);
         }
         assert_eq!(all[0].roster().len(), 2);
-        assert!(all[1].claim_from_idle(&cells, 1700).is_some());
+        assert!(all[1].claim_from_idle(&cells, gone + 110).is_some());
     }
 
     #[test]
