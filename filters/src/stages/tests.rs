@@ -417,21 +417,24 @@ mod remote_store {
 use crate::stages::RemotePicks;
 use remote_store::Store as RemoteStore;
 
+/// A remote store the test keeps a handle on, to deliver answers and read its owner.
+struct SharedStore(std::rc::Rc<RemoteStore>);
+
+impl PickerStore for SharedStore {
+    type Access<'a> = &'a PickerShared;
+    fn access(&self) -> Option<&PickerShared> {
+        self.0.access()
+    }
+    fn remote(&self) -> Option<&dyn RemotePicks> {
+        Some(&*self.0)
+    }
+}
+
 #[test]
 fn a_remote_pick_pauses_the_request_and_the_wake_routes_it_with_the_owners_endpoint() {
     let store = std::rc::Rc::new(RemoteStore::new(false));
-    struct Shared(std::rc::Rc<RemoteStore>);
-    impl PickerStore for Shared {
-        type Access<'a> = &'a PickerShared;
-        fn access(&self) -> Option<&PickerShared> {
-            self.0.access()
-        }
-        fn remote(&self) -> Option<&dyn RemotePicks> {
-            Some(&*self.0)
-        }
-    }
     let stage: Box<dyn Stage<FakeHost>> =
-        Box::new(PickStage::new(Shared(std::rc::Rc::clone(&store))));
+        Box::new(PickStage::new(SharedStore(std::rc::Rc::clone(&store))));
     let pipeline = Pipeline::new(vec![stage]);
     let mut host = FakeHost::new()
         .request_header(BASE_MODEL, "llama")
@@ -470,18 +473,8 @@ fn a_remote_state_that_answers_as_the_pick_is_sent_routes_without_a_pause() {
     let mut store = RemoteStore::new(false);
     store.at_once = true;
     let store = std::rc::Rc::new(store);
-    struct Shared(std::rc::Rc<RemoteStore>);
-    impl PickerStore for Shared {
-        type Access<'a> = &'a PickerShared;
-        fn access(&self) -> Option<&PickerShared> {
-            self.0.access()
-        }
-        fn remote(&self) -> Option<&dyn RemotePicks> {
-            Some(&*self.0)
-        }
-    }
     let stage: Box<dyn Stage<FakeHost>> =
-        Box::new(PickStage::new(Shared(std::rc::Rc::clone(&store))));
+        Box::new(PickStage::new(SharedStore(std::rc::Rc::clone(&store))));
     let pipeline = Pipeline::new(vec![stage]);
     let mut host = FakeHost::new()
         .request_header(BASE_MODEL, "llama")
@@ -510,19 +503,9 @@ fn a_remote_state_that_answers_as_the_pick_is_sent_routes_without_a_pause() {
 
 #[test]
 fn a_remote_store_that_gives_up_makes_the_stage_pick_locally() {
-    struct Silent(std::rc::Rc<RemoteStore>);
-    impl PickerStore for Silent {
-        type Access<'a> = &'a PickerShared;
-        fn access(&self) -> Option<&PickerShared> {
-            self.0.access()
-        }
-        fn remote(&self) -> Option<&dyn RemotePicks> {
-            Some(&*self.0)
-        }
-    }
     let store = std::rc::Rc::new(RemoteStore::new(true));
     let stage: Box<dyn Stage<FakeHost>> =
-        Box::new(PickStage::new(Silent(std::rc::Rc::clone(&store))));
+        Box::new(PickStage::new(SharedStore(std::rc::Rc::clone(&store))));
     let pipeline = Pipeline::new(vec![stage]);
     let mut host = FakeHost::new()
         .request_header(BASE_MODEL, "llama")
@@ -543,18 +526,8 @@ fn a_remote_store_that_gives_up_makes_the_stage_pick_locally() {
 #[test]
 fn a_remote_pick_served_by_its_fallback_moves_the_owners_lease() {
     let store = std::rc::Rc::new(RemoteStore::new(false));
-    struct Shared(std::rc::Rc<RemoteStore>);
-    impl PickerStore for Shared {
-        type Access<'a> = &'a PickerShared;
-        fn access(&self) -> Option<&PickerShared> {
-            self.0.access()
-        }
-        fn remote(&self) -> Option<&dyn RemotePicks> {
-            Some(&*self.0)
-        }
-    }
     let stage: Box<dyn Stage<FakeHost>> =
-        Box::new(PickStage::new(Shared(std::rc::Rc::clone(&store))));
+        Box::new(PickStage::new(SharedStore(std::rc::Rc::clone(&store))));
     let pipeline = Pipeline::new(vec![stage]);
     let mut host = FakeHost::new()
         .request_header(BASE_MODEL, "llama")
