@@ -26,6 +26,14 @@ pub const DESTINATION_SERVED: &str = "x-gateway-destination-endpoint-served";
 /// own fallback policy, outside the picker's choice and any subset hint), and a client's
 /// own value must not buy more retries.
 pub const MAX_RETRIES: &str = "x-envoy-max-retries";
+/// The Envoy cluster of a pool's peer gateways, when the picker sent the request to a peer
+/// cluster (its route matches on this header); set by the picker, removed from what
+/// clients send.
+pub const PEER_ROUTE: &str = "x-gateway-peer-route";
+/// Set on a request a gateway sends to a peer cluster's gateway, which then serves it in
+/// its own pool and never sends it on. Not reserved: a client that sends it only keeps
+/// its request in the cluster it reached.
+pub const PEER_HOP: &str = "x-infergate-peer-hop";
 /// Reason of a 429/503 rejection.
 pub const DROPPED_REASON: &str = "x-llm-d-request-dropped-reason";
 /// Dynamic-metadata namespace the picker writes the destination under.

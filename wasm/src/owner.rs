@@ -760,11 +760,13 @@ impl RemotePicks for WasmPickerStore {
                 prefiller,
                 queued_ms,
                 release_at_once,
+                peer,
                 ..
             }) => {
                 // Counted until the lease drops.
                 link.held += 1;
                 RemoteAnswer::Picked {
+                    peer,
                     eviction: link.evictions.get(&lease).cloned(),
                     endpoint,
                     fallbacks,

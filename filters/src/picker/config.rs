@@ -90,6 +90,22 @@ pub struct PoolConfig {
     /// endpoint serves both phases.
     #[serde(default)]
     pub endpoint_roles: super::disagg::EndpointRoles,
+    /// Whether the gateway publishes the pool's load for the gateways of other clusters
+    /// (the pool's `inference.networking.x-k8s.io/export` annotation), on
+    /// `GET /infergate/pools/<pool>/metrics` (`crate::stages::ExportStage`).
+    #[serde(default)]
+    pub export: bool,
+    /// The gateways of other clusters that serve this pool, and when a request goes to one
+    /// of them ([`super::peers`]).
+    #[serde(default)]
+    pub peers: Option<super::peers::PeersConfig>,
+    /// The index of the pool of this pool's `peers` ([`PickerConfig::from_json`] adds it
+    /// after the configured pools).
+    #[serde(skip)]
+    pub peers_pool: Option<usize>,
+    /// For the pool of a pool's `peers`: that pool's name.
+    #[serde(skip)]
+    pub peer_of: Option<String>,
 }
 
 impl PoolConfig {
@@ -319,6 +335,26 @@ impl PickerConfig {
         for pool in &mut config.pools {
             pool.endpoints = expand_pool(pool)?;
         }
+        // Each pool's peer gateways become a pool of their own, after the configured ones
+        // (so a lookup by base model finds the local pool first).
+        let configured = config.pools.len();
+        for i in 0..configured {
+            let Some(peers) = config
+                .pools
+                .get(i)
+                .and_then(|p| Some((p.peers.as_ref()?, p)))
+            else {
+                continue;
+            };
+            let (section, local) = peers;
+            let mut pool = section.pool_config(local);
+            pool.endpoints = expand_pool(&pool)?;
+            let index = config.pools.len();
+            config.pools.push(pool);
+            if let Some(local) = config.pools.get_mut(i) {
+                local.peers_pool = Some(index);
+            }
+        }
         Ok(config)
     }
 
@@ -379,9 +415,45 @@ impl PickerConfig {
                     problem,
                 });
             }
+            if let Some(peers) = &pool.peers {
+                check_peers(i, peers)?;
+            }
         }
         Ok(())
     }
+}
+
+/// What serde cannot check of pool `i`'s `peers` section.
+fn check_peers(i: usize, peers: &super::peers::PeersConfig) -> Result<(), PickerConfigError> {
+    let field = |name: &str, problem: &str| PickerConfigError::Field {
+        field: format!("pools[{i}].peers.{name}"),
+        problem: problem.to_owned(),
+    };
+    if peers.mode == super::peers::PeerMode::Endpoint {
+        return Err(field(
+            "mode",
+            "`Endpoint` is not supported yet: use `Parent` (requests go to the peer \
+             cluster's gateway)",
+        ));
+    }
+    if peers.endpoints.is_empty() {
+        return Err(field(
+            "endpoints",
+            "must list at least one peer gateway (ip:port)",
+        ));
+    }
+    let spill = &peers.spillover;
+    let positive = |v: f64| v.is_finite() && v > 0.0;
+    if !positive(spill.queue_depth_threshold) {
+        return Err(field(
+            "spillover.queueDepthThreshold",
+            "must be a positive number",
+        ));
+    }
+    if !positive(spill.kv_cache_util_threshold) || spill.kv_cache_util_threshold > 1.0 {
+        return Err(field("spillover.kvCacheUtilThreshold", "must be in (0, 1]"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ pub mod admit;
 pub mod config;
 pub mod disagg;
 pub mod lease;
+pub mod peers;
 pub mod plan;
 mod pool;
 pub mod prepare;
@@ -113,8 +114,14 @@ pub(crate) fn pick_counted<S: PickerAccess, H: SnapshotSource + Stats + ?Sized>(
     let req = prepared.request();
     let (refresh, outcome, reports, plans) = shared.with_shared(|state| {
         let refresh = state.refresh_snapshot(&*host);
-        let outcome =
-            state.pick_within(plan, &req, prepared.subset(), prepared.now, prepared.random);
+        let outcome = state.pick_routed(
+            plan,
+            &req,
+            prepared.subset(),
+            prepared.from_peer(),
+            prepared.now,
+            prepared.random,
+        );
         let reports = state.take_unscraped_reports();
         // Only when there is something to report: the plans' `Arc` costs an atomic.
         let plans = (!reports.is_empty()).then(|| state.plans());

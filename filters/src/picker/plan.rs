@@ -16,6 +16,7 @@ use scheduler_core::types::BlockHash;
 use super::admit::FlowPlan;
 use super::config::PoolConfig;
 use super::lease::{pool_inflight_key, SlotKeys};
+use super::peers::PeerPlan;
 use super::state::{Picked, PoolId, Rejection};
 use crate::handoff::Handoff;
 use crate::host::Stats;
@@ -189,6 +190,15 @@ pub struct PoolPlan {
     follows: bool,
     /// How many fallbacks follow the pick in the destination list.
     fallbacks: usize,
+    /// A sample older than this (ms) counts as unknown.
+    stale_after_ms: u64,
+    /// Whether the pool's load is published to other clusters.
+    export: bool,
+    /// The pool's peer clusters, when it has some.
+    peers: Option<PeerPlan>,
+    /// Whether this is the pool of another pool's peer gateways (never chosen for a
+    /// request by its cluster or base model).
+    peer_pool: bool,
     session_header: Option<String>,
     /// How prompts are cut into blocks; `None` when no profile reads the prefix index.
     hashing: Option<PrefixConfig>,
@@ -219,6 +229,18 @@ impl PoolPlan {
             endpoints: cfg.endpoints.clone(),
             follows: cfg.follows_cluster(),
             fallbacks: cfg.fallbacks,
+            stale_after_ms: cfg.stale_after_ms,
+            export: cfg.export,
+            peers: cfg
+                .peers
+                .as_ref()
+                .zip(cfg.peers_pool)
+                .map(|(peers, pool)| PeerPlan {
+                    pool: PoolId(pool),
+                    cluster: peers.cluster.clone(),
+                    spill: peers.spillover.utilization(),
+                }),
+            peer_pool: cfg.peer_of.is_some(),
             session_header: cfg.session_header.as_ref().map(|h| h.to_ascii_lowercase()),
             hashing: scheduler
                 .uses_prefix_index()
@@ -286,6 +308,26 @@ impl PoolPlan {
     /// Whether the pool picks among its cluster's members as the snapshot carries them.
     pub fn follows_cluster(&self) -> bool {
         self.follows
+    }
+
+    /// How old (ms) a sample may be and still count as known.
+    pub fn stale_after_ms(&self) -> u64 {
+        self.stale_after_ms
+    }
+
+    /// Whether the pool's load is published to the gateways of other clusters.
+    pub fn exported(&self) -> bool {
+        self.export
+    }
+
+    /// The pool's peer clusters, when it has some.
+    pub fn peers(&self) -> Option<&PeerPlan> {
+        self.peers.as_ref()
+    }
+
+    /// Whether this is the pool of another pool's peer gateways.
+    pub fn is_peer_pool(&self) -> bool {
+        self.peer_pool
     }
 
     /// The session header, lower-case, if configured.
@@ -476,7 +518,7 @@ impl PickerPlans {
     pub fn for_base_model(&self, base_model: &str) -> Option<Arc<PoolPlan>> {
         self.pools
             .iter()
-            .find(|p| p.base_model == base_model)
+            .find(|p| p.base_model == base_model && !p.peer_pool)
             .map(Arc::clone)
     }
 
@@ -484,7 +526,7 @@ impl PickerPlans {
     pub fn for_cluster(&self, cluster: &str) -> Option<Arc<PoolPlan>> {
         self.pools
             .iter()
-            .find(|p| p.cluster == cluster)
+            .find(|p| p.cluster == cluster && !p.peer_pool)
             .map(Arc::clone)
     }
 

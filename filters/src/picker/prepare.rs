@@ -13,7 +13,9 @@ use super::state::PickRequest;
 use super::PickerHost;
 use crate::codec::{put_string, put_u64s, Reader};
 use crate::handoff::Handoff;
-use crate::headers::{DESTINATION_SUBSET, FAIRNESS_ID, OBJECTIVE, SUBSET_METADATA_NAMESPACE};
+use crate::headers::{
+    DESTINATION_SUBSET, FAIRNESS_ID, OBJECTIVE, PEER_HOP, SUBSET_METADATA_NAMESPACE,
+};
 
 /// The most entries a subset hint keeps (a pool has at most this many members anyway).
 const MAX_SUBSET: usize = super::pool::MAX_FOLLOWED_ENDPOINTS;
@@ -67,6 +69,8 @@ pub struct PreparedPick {
     flow: FlowFields,
     /// The subset hint's `ip:port`s (sorted, each once); `None`: no hint.
     subset: Option<Vec<String>>,
+    /// The request came from a peer cluster's gateway ([`PEER_HOP`]): it is served here.
+    from_peer: bool,
     /// The time of the decision.
     pub now: Millis,
     /// The decision's random draw (tie breaks, weighted picks).
@@ -101,6 +105,7 @@ impl PreparedPick {
             session,
             flow,
             subset: subset_of(host),
+            from_peer: host.request_header(PEER_HOP).is_some(),
             now: host.now(),
             random: host.random_u64(),
         })
@@ -135,13 +140,15 @@ impl PreparedPick {
             session,
             flow,
             subset: subset_of(host),
+            from_peer: host.request_header(PEER_HOP).is_some(),
             now: host.now(),
             random: host.random_u64(),
         })
     }
 
     /// Append the binary encoding (all integers little-endian): `u64` now ‖ `u64` random ‖
-    /// `u64` prompt tokens ‖ `u8` flags (bit 0: output cap, bit 1: session) ‖ `u64` output
+    /// `u64` prompt tokens ‖ `u8` flags (bit 0: output cap, bit 1: session, bit 2:
+    /// subset, bit 3: from a peer) ‖ `u64` output
     /// cap ‖ `u32` output sequences (at least 1) ‖ `u16` len ‖ target model ‖ `u16` len ‖ session ‖ `u32` count ‖ count × `u64`
     /// block hash ‖ `u32` priority (two's complement) ‖ `u16` len ‖ fairness id ‖ `u64`
     /// body bytes ‖ `u16` count ‖ count × (`u16` len ‖ subset `ip:port`). `None` if a name
@@ -152,7 +159,8 @@ impl PreparedPick {
         out.extend_from_slice(&self.prompt_tokens.0.to_le_bytes());
         let flags = u8::from(self.max_output_tokens.is_some())
             | u8::from(self.session.is_some()) << 1
-            | u8::from(self.subset.is_some()) << 2;
+            | u8::from(self.subset.is_some()) << 2
+            | u8::from(self.from_peer) << 3;
         out.push(flags);
         out.extend_from_slice(&self.max_output_tokens.unwrap_or(0).to_le_bytes());
         out.extend_from_slice(&self.output_sequences.max(1).to_le_bytes());
@@ -177,7 +185,7 @@ impl PreparedPick {
         let random = r.u64()?;
         let prompt_tokens = Tokens(r.u64()?);
         let flags = r.u8()?;
-        if flags & !0b111 != 0 {
+        if flags & !0b1111 != 0 {
             return None;
         }
         let max_output = r.u64()?;
@@ -219,6 +227,7 @@ impl PreparedPick {
             output_sequences,
             session: (flags & 2 != 0).then_some(session),
             subset: (flags & 4 != 0).then_some(subset),
+            from_peer: flags & 8 != 0,
             now,
             random,
         })
@@ -243,6 +252,11 @@ impl PreparedPick {
     /// that is a current member: the request is answered 503.
     pub fn subset(&self) -> Option<&[String]> {
         self.subset.as_deref()
+    }
+
+    /// Whether the request came from a peer cluster's gateway (it is served here).
+    pub fn from_peer(&self) -> bool {
+        self.from_peer
     }
 
     /// What the request keeps after its pick, to correct the state if another endpoint

@@ -231,6 +231,8 @@ pub enum ToWorker {
         /// The request may be evicted: the owner may send [`ToWorker::Evict`] for its
         /// lease, and the worker keeps a signal for it.
         evictable: bool,
+        /// The endpoint is a peer cluster's gateway ([`crate::picker::peers`]).
+        peer: bool,
     },
     /// Evict the request holding `lease` (a request of a higher band waits for its
     /// capacity): a 429 before its response started, a reset after. Not an answer to a
@@ -446,6 +448,7 @@ impl ToWorker {
                 queued_ms,
                 release_at_once,
                 evictable,
+                peer,
             } => {
                 out.push(PICKED);
                 out.extend_from_slice(&ticket.to_le_bytes());
@@ -459,12 +462,13 @@ impl ToWorker {
                     let _ = put_string(&mut out, fallback);
                 }
                 // Flags: bit 0 queue time, bit 1 release at once, bit 2 a prefiller follows,
-                // bit 3 evictable.
+                // bit 3 evictable, bit 4 a peer cluster's gateway.
                 out.push(
                     u8::from(queued_ms.is_some())
                         | u8::from(*release_at_once) << 1
                         | u8::from(prefiller.is_some()) << 2
-                        | u8::from(*evictable) << 3,
+                        | u8::from(*evictable) << 3
+                        | u8::from(*peer) << 4,
                 );
                 out.extend_from_slice(&queued_ms.unwrap_or(0).to_le_bytes());
                 if let Some(prefiller) = prefiller {
@@ -526,7 +530,7 @@ impl ToWorker {
                     .collect::<Option<Vec<String>>>()?;
                 let flags = r.u8()?;
                 let queued_ms = r.u64()?;
-                if flags & !0b1111 != 0 || (flags & 1 == 0 && queued_ms != 0) {
+                if flags & !0b1_1111 != 0 || (flags & 1 == 0 && queued_ms != 0) {
                     return None;
                 }
                 let prefiller = if flags & 4 != 0 {
@@ -543,6 +547,7 @@ impl ToWorker {
                     queued_ms: (flags & 1 != 0).then_some(queued_ms),
                     release_at_once: flags & 2 != 0,
                     evictable: flags & 8 != 0,
+                    peer: flags & 16 != 0,
                 }
             }
             QUEUED => ToWorker::Queued { ticket },
@@ -994,6 +999,7 @@ impl Owner {
                     queued_ms,
                     release_at_once,
                     evictable,
+                    peer: picked.peer,
                 }
             }
             // The flow ticket is dropped here: the capacity goes to the next in line.

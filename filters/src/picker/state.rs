@@ -48,6 +48,7 @@
 
 pub(super) mod lora;
 mod members;
+mod peers;
 mod pick;
 mod snapshot;
 mod view;
@@ -135,6 +136,9 @@ pub struct Picked {
     pub total_blocks: usize,
     /// Picked among endpoints with unknown metrics (`FailOpen` with none fresh).
     pub degraded: bool,
+    /// The endpoint is a peer cluster's gateway ([`crate::picker::peers`]): the request is
+    /// routed through the pool's peers cluster.
+    pub peer: bool,
 }
 
 /// What [`PickerShared::refresh_snapshot`] found.

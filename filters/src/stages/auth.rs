@@ -11,6 +11,9 @@
 //!    `x-llm-d-inference-fairness-id` and `x-llm-d-inference-objective`, and the
 //!    `authorization` header is removed: an engine never sees a tenant's credential.
 //!
+//! A request for an exported pool's load page ([`super::export`]) passes without a tenant:
+//! the gateways of other clusters read it, and it holds no tenant's data.
+//!
 //! The stage is also where the request's tenancy ends ([`Tenancy::finish`]): it is the first
 //! stage, so its response-side callbacks run last, after the usage stage read the chunk.
 
@@ -27,6 +30,7 @@ use crate::reply::Reply;
 use crate::tenants::TenantId;
 use crate::FilterStatus;
 
+use super::export::is_export_page;
 use super::tenancy::{Accounting, AuthMethod, AuthRefusal, End, Tenancy};
 
 /// The auth stage; shares the [`Tenancy`].
@@ -122,6 +126,14 @@ where
     ) -> FilterStatus {
         headers::strip_reserved(host);
         cx.insert(ClientHeadersStripped);
+        if host
+            .request_header(":path")
+            .is_some_and(|path| is_export_page(&path))
+        {
+            // A peer cluster's gateway reads an exported pool's load: no tenant's data, no
+            // inference, and a peer holds no tenant's key.
+            return FilterStatus::Continue;
+        }
         let mut acc = Accounting::new(host.now(), host.request_header("x-request-id"));
         let found = self.identify(host);
         self.tenancy.count_auth(host, found.map(|(_, m)| m));

@@ -25,7 +25,7 @@ use crate::host::{
     BodyBufferLimit, RequestWaker, ResponseChunk, ResponseHeaders, RouteRefresh, UsageRecordSink,
     VerifiedJwt,
 };
-use crate::picker::PickerHost;
+use crate::picker::{PickerAccess, PickerHost};
 use crate::pipeline::{Pipeline, Stage};
 use crate::quotas::QuotaStore;
 use crate::router::{BlockSizeSource, Router};
@@ -34,8 +34,8 @@ use crate::tenants::Tenants;
 
 use super::testing::{TestHost, TestStages};
 use super::{
-    tenancy::take_tenants, AuthStage, PickStage, PickerStore, QuotaStage, RouteStage, Tenancy,
-    UsageStage,
+    tenancy::take_tenants, AuthStage, ExportStage, PickStage, PickerStore, QuotaStage, RouteStage,
+    Tenancy, UsageStage,
 };
 
 /// Everything a host offers that some stage of a built pipeline uses: every capability
@@ -89,7 +89,7 @@ impl<H: ?Sized> StageBox<H> for dyn Stage<H> + Send + Sync {
 
 impl<H, P> From<PickStage<P>> for Box<dyn Stage<H>>
 where
-    H: PickerHost + RequestWaker + ?Sized,
+    H: PickerHost + RequestWaker + RouteRefresh + ?Sized,
     P: PickerStore + 'static,
 {
     fn from(stage: PickStage<P>) -> Self {
@@ -99,7 +99,7 @@ where
 
 impl<H, P> From<PickStage<P>> for Box<dyn Stage<H> + Send + Sync>
 where
-    H: PickerHost + RequestWaker + ?Sized,
+    H: PickerHost + RequestWaker + RouteRefresh + ?Sized,
     P: PickerStore + Send + Sync + 'static,
 {
     fn from(stage: PickStage<P>) -> Self {
@@ -216,6 +216,13 @@ impl<P: PickerStore> PickerRole<P> {
         S: StageBox<H> + ?Sized,
         Box<S>: From<PickStage<P>>,
     {
+        let plans = self
+            .store
+            .access()
+            .map(|mut a| a.with_shared(|s| s.plans()));
+        if let Some(export) = plans.and_then(ExportStage::new) {
+            stages.push(S::boxed(export));
+        }
         stages.extend(self.tests.boxed::<H, S>());
         stages.push(Box::from(PickStage::new(self.store)));
     }

@@ -6,6 +6,7 @@
 //! - [`auth`], [`quota`], [`usage`]: tenancy (who the request is, its quota, what it used;
 //!   [`tenancy`] holds what they share and the end that settles and bills);
 //! - [`priority`]: tells a tenant the priority band its request asked for;
+//! - [`export`]: publishes an exported pool's load for the gateways of other clusters;
 //! - [`testing`]: stages that exercise the host capabilities end to end (pause and resume,
 //!   body replacement, chunk rewriting); adapters accept them only in their test builds.
 //!
@@ -19,6 +20,7 @@
 
 pub mod auth;
 pub mod build;
+pub mod export;
 pub mod pick;
 pub mod priority;
 pub mod quota;
@@ -31,6 +33,7 @@ pub use auth::AuthStage;
 pub use build::{
     gateway_pipeline, picker_pipeline, router_pipeline, PickerRole, RouterRole, StageBox, StageHost,
 };
+pub use export::ExportStage;
 pub use pick::{PickStage, PickerStore, RemoteAnswer, RemotePicks};
 pub use quota::QuotaStage;
 pub use route::RouteStage;

@@ -69,8 +69,9 @@ use crate::flow::{
 use crate::handoff::{Handoff, HANDOFF_KEY};
 use crate::headers::{
     BASE_MODEL, DESTINATION_ENDPOINT, DESTINATION_SERVED, LB_METADATA_NAMESPACE, MAX_RETRIES,
+    PEER_HOP, PEER_ROUTE,
 };
-use crate::host::{Clock, LocalReply, RequestWaker, Stats, StreamState, Waker};
+use crate::host::{Clock, LocalReply, RequestWaker, RouteRefresh, Stats, StreamState, Waker};
 use crate::picker::admit::{Admitted, Waiter};
 use crate::picker::disagg::PREFILLER_HEADER;
 use crate::picker::timing::{ResponseTimer, ResponseTiming};
@@ -79,6 +80,8 @@ use crate::picker::{
     PreparedPick, Rejection, ServedElsewhere, SharedPicker,
 };
 use crate::pipeline::{reply, BodyProgress, EndCause, RequestContext, Stage};
+
+use super::export;
 use crate::reply::{truncate_for_message, Reply, MAX_QUOTED_BYTES, REJECTED_NO_ENDPOINTS};
 use crate::FilterStatus;
 
@@ -158,6 +161,8 @@ pub enum RemoteAnswer {
         queued_ms: Option<u64>,
         /// The signal the remote state raises to evict the request, when it may be.
         eviction: Option<Arc<EvictSignal>>,
+        /// The endpoint is a peer cluster's gateway ([`crate::picker::peers`]).
+        peer: bool,
     },
     /// Answer 503 for this reason.
     Rejected(Rejection),
@@ -363,6 +368,16 @@ struct Destination {
     fallbacks: Vec<String>,
     /// The prefill endpoint of a disaggregated request (see [`crate::picker::disagg`]).
     prefiller: Option<String>,
+    /// The Envoy cluster of the pool's peer gateways, when the pick is a peer cluster's
+    /// gateway ([`crate::picker::peers`]).
+    peer_route: Option<String>,
+}
+
+/// The peers cluster to route through, for a pick of `plan`'s pool that is a peer gateway.
+fn peer_route(plan: &PoolPlan, peer: bool) -> Option<String> {
+    plan.peers()
+        .filter(|_| peer)
+        .map(|peers| peers.cluster.clone())
 }
 
 impl Destination {
@@ -418,7 +433,7 @@ impl Picking {
     }
 
     /// Route to the picked endpoint, or answer the rejection's 503.
-    fn settle<H: PickerHost + ?Sized>(
+    fn settle<H: PickerHost + RouteRefresh + ?Sized>(
         &mut self,
         host: &mut H,
         outcome: Result<Destination, Rejection>,
@@ -436,7 +451,7 @@ impl Picking {
     /// destination header and the `envoy.lb` metadata, which the pool cluster's
     /// `override_host` policy reads (the first attempt takes the pick, a retry the next
     /// entry). No upstream override is set: it would pin every retry to the pick.
-    fn route_to<H: PickerHost + ?Sized>(
+    fn route_to<H: PickerHost + RouteRefresh + ?Sized>(
         &mut self,
         host: &mut H,
         destination: Destination,
@@ -453,6 +468,13 @@ impl Picking {
         self.endpoint = Some(destination.endpoint);
         if let Some(prefiller) = &destination.prefiller {
             host.set_request_header(PREFILLER_HEADER, prefiller);
+        }
+        if let Some(cluster) = &destination.peer_route {
+            // The route that matches this header sends the request to the peer gateways'
+            // cluster, whose gateway serves it in its own pool.
+            host.set_request_header(PEER_ROUTE, cluster);
+            host.set_request_header(PEER_HOP, "1");
+            host.refresh_route();
         }
         // Best effort: proxy-wasm cannot set dynamic metadata (the header already routes
         // the request).
@@ -568,7 +590,7 @@ impl<P: PickerStore> PickStage<P> {
 
     /// Pick for a prepared request: in the remote state when the store has one (the stage
     /// then pauses for its answer), else here.
-    fn decide<H: PickerHost + RequestWaker + ?Sized>(
+    fn decide<H: PickerHost + RequestWaker + RouteRefresh + ?Sized>(
         &self,
         cx: &mut RequestContext,
         host: &mut H,
@@ -607,7 +629,7 @@ impl<P: PickerStore> PickStage<P> {
     /// Pick in the local state; write the outcome outside it. With flow control, the pool's
     /// gate admits the request first, or queues it (the stage then pauses until the
     /// dispatcher wakes it), or refuses it.
-    fn decide_here<H: PickerHost + RequestWaker + ?Sized>(
+    fn decide_here<H: PickerHost + RequestWaker + RouteRefresh + ?Sized>(
         &self,
         cx: &mut RequestContext,
         host: &mut H,
@@ -658,6 +680,7 @@ impl<P: PickerStore> PickStage<P> {
                 endpoint: picked.endpoint,
                 fallbacks: picked.fallbacks,
                 prefiller: picked.prefiller,
+                peer_route: peer_route(&plan, picked.peer),
             }
         });
         if outcome.is_ok() {
@@ -669,7 +692,7 @@ impl<P: PickerStore> PickStage<P> {
 
     /// The request waits in its pool's flow gate: pause until the dispatcher wakes it, or
     /// go on at once if its verdict is already in.
-    fn hold_queued<H: PickerHost + RequestWaker + ?Sized>(
+    fn hold_queued<H: PickerHost + RequestWaker + RouteRefresh + ?Sized>(
         &self,
         cx: &mut RequestContext,
         host: &mut H,
@@ -695,7 +718,7 @@ impl<P: PickerStore> PickStage<P> {
 
     /// The queued request's verdict: pick for it (holding its ticket), or answer its 429;
     /// pause again if it is not in yet (a spurious wake).
-    fn take_verdict<H: PickerHost + RequestWaker + ?Sized>(
+    fn take_verdict<H: PickerHost + RequestWaker + RouteRefresh + ?Sized>(
         &self,
         cx: &mut RequestContext,
         host: &mut H,
@@ -733,7 +756,7 @@ impl<P: PickerStore> PickStage<P> {
 
     /// The remote state's answer for the request's `ticket`: route, reject, or pick here;
     /// pause again if it is not in yet (a spurious wake).
-    fn take_answer<H: PickerHost + RequestWaker + ?Sized>(
+    fn take_answer<H: PickerHost + RequestWaker + RouteRefresh + ?Sized>(
         &self,
         cx: &mut RequestContext,
         host: &mut H,
@@ -762,6 +785,7 @@ impl<P: PickerStore> PickStage<P> {
                 lease,
                 queued_ms,
                 eviction,
+                peer,
             } => {
                 // Held from here on, so the request's end gives it back whatever happens.
                 picking.remote_lease = Some(lease);
@@ -776,6 +800,7 @@ impl<P: PickerStore> PickStage<P> {
                     endpoint,
                     fallbacks,
                     prefiller,
+                    peer_route: peer_route(&plan, peer),
                 };
                 let status = picking.settle(host, Ok(destination));
                 // Evicted before it went on (the eviction came with the answer).
@@ -791,7 +816,9 @@ impl<P: PickerStore> PickStage<P> {
     }
 }
 
-impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickStage<P> {
+impl<H: PickerHost + RequestWaker + RouteRefresh + ?Sized, P: PickerStore> Stage<H>
+    for PickStage<P>
+{
     fn name(&self) -> &'static str {
         "pick"
     }
@@ -808,9 +835,11 @@ impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickSta
         // Left by a route stage earlier in this pipeline (else the stream's filter state
         // may hold one from a router filter before this one).
         let offered = cx.remove::<Handoff>();
-        // Only the picker may set the destination (and the prefiller): drop whatever came in.
+        // Only the picker may set the destination (and the prefiller, and the peer route):
+        // drop whatever came in.
         host.remove_request_header(DESTINATION_ENDPOINT);
         host.remove_request_header(PREFILLER_HEADER);
+        host.remove_request_header(PEER_ROUTE);
         let base = host.request_header(BASE_MODEL);
         // The pool is the one of the cluster Envoy's route chose (a weighted split across
         // pools of one model included), else the one serving the base model.
@@ -822,12 +851,15 @@ impl<H: PickerHost + RequestWaker + ?Sized, P: PickerStore> Stage<H> for PickSta
             }
             Some(plan)
         });
-        let api = host
-            .request_header(":path")
-            .and_then(|path| Api::from_path(&path));
+        let path = host.request_header(":path");
+        let api = path.as_deref().and_then(Api::from_path);
         let (Some(plan), Some(api)) = (plan, api) else {
             if let (Some(base), Some(_)) = (base, api) {
                 return PickStage::<P>::reject_no_pool(access, host, &base);
+            }
+            // A pool's load page that no export stage before this one answered.
+            if let Some(pool) = path.as_deref().and_then(export::pool_of) {
+                return reply(host, &export::not_exported(pool));
             }
             return FilterStatus::Continue;
         };

@@ -375,6 +375,7 @@ mod remote_store {
                     lease: Box::new(lease),
                     queued_ms: None,
                     eviction: None,
+                    peer: false,
                 }),
                 ToWorker::Rejected { rejection, .. } => Some(RemoteAnswer::Rejected(rejection)),
                 ToWorker::UnknownState { .. } => Some(RemoteAnswer::PickHere("unknown".into())),

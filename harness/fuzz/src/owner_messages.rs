@@ -170,6 +170,7 @@ fn worker_messages_from(data: &[u8]) -> Vec<ToWorker> {
             queued_ms,
             release_at_once: pick & 2 != 0,
             evictable: pick & 8 != 0,
+            peer: pick & 16 != 0,
         },
         ToWorker::Queued { ticket },
         ToWorker::Evict { lease: ticket },

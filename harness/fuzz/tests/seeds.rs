@@ -692,6 +692,7 @@ fn owner_message_seeds() -> Vec<(String, Vec<u8>)> {
                 queued_ms: None,
                 release_at_once: false,
                 evictable: false,
+                peer: false,
             },
         ),
         (
@@ -705,6 +706,7 @@ fn owner_message_seeds() -> Vec<(String, Vec<u8>)> {
                 queued_ms: None,
                 release_at_once: false,
                 evictable: false,
+                peer: false,
             },
         ),
         (
@@ -718,6 +720,7 @@ fn owner_message_seeds() -> Vec<(String, Vec<u8>)> {
                 queued_ms: Some(1_250),
                 release_at_once: true,
                 evictable: false,
+                peer: false,
             },
         ),
         (
@@ -731,6 +734,7 @@ fn owner_message_seeds() -> Vec<(String, Vec<u8>)> {
                 queued_ms: Some(0),
                 release_at_once: true,
                 evictable: true,
+                peer: false,
             },
         ),
         ("evict", ToWorker::Evict { lease: 11 }),

@@ -11,6 +11,8 @@ use alloc::vec;
 use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
 
+use crate::snapshot::aggregate;
+
 /// The metric names each [`super::EndpointMetrics`] field is read from.
 ///
 /// Within a list, the first name that has at least one usable series on the page wins;
@@ -84,24 +86,29 @@ fn strings(names: &[&str]) -> Vec<String> {
 }
 
 impl Default for MetricNames {
-    /// The union of vLLM (≥ 0.10 and older), SGLang and TRT-LLM (`trtllm-serve`) names.
+    /// The union of vLLM (≥ 0.10 and older), SGLang and TRT-LLM (`trtllm-serve`) names,
+    /// and last the means a peer gateway publishes for its pool
+    /// ([`crate::snapshot::aggregate`]), so a peer cluster scrapes as one endpoint.
     fn default() -> Self {
         MetricNames {
             waiting: strings(&[
                 "vllm:num_requests_waiting",
                 "sglang:num_queue_reqs",
                 "trtllm_num_requests_waiting",
+                aggregate::AVERAGE_QUEUE_SIZE,
             ]),
             running: strings(&[
                 "vllm:num_requests_running",
                 "sglang:num_running_reqs",
                 "trtllm_num_requests_running",
+                aggregate::AVERAGE_RUNNING,
             ]),
             kv_cache_usage: strings(&[
                 "vllm:kv_cache_usage_perc",
                 "vllm:gpu_cache_usage_perc",
                 "sglang:token_usage",
                 "trtllm_kv_cache_utilization",
+                aggregate::AVERAGE_KV_CACHE_UTILIZATION,
             ]),
             cache_info: vec![
                 CacheInfoSpec {

@@ -53,7 +53,10 @@ use serde::{Deserialize, Serialize};
 use crate::metrics::EndpointMetrics;
 use crate::types::Millis;
 
+pub mod aggregate;
 mod codec;
+
+pub use aggregate::PoolAggregate;
 
 pub use codec::{
     decode, decode_into, decode_with_header, encode, encode_into, encode_with_generation,

@@ -331,6 +331,7 @@ fn the_codec_round_trips_and_rejects_every_truncation_and_trailing_byte() {
             queued_ms: None,
             release_at_once: false,
             evictable: false,
+            peer: false,
         },
         ToWorker::Picked {
             ticket: 5,
@@ -341,6 +342,7 @@ fn the_codec_round_trips_and_rejects_every_truncation_and_trailing_byte() {
             queued_ms: None,
             release_at_once: false,
             evictable: false,
+            peer: false,
         },
         ToWorker::Picked {
             ticket: 5,
@@ -351,6 +353,7 @@ fn the_codec_round_trips_and_rejects_every_truncation_and_trailing_byte() {
             queued_ms: Some(1234),
             release_at_once: true,
             evictable: true,
+            peer: false,
         },
         ToWorker::Evict { lease: 11 },
         ToWorker::Rejected {

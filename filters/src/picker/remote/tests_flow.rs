@@ -338,6 +338,7 @@ fn a_blocked_request_sends_an_eviction_to_the_sheddable_leases_holder() {
         ToWorker::Picked {
             ticket: 2,
             evictable: false,
+            peer: false,
             ..
         },
     )] = answers.as_slice()

@@ -333,5 +333,6 @@ fn record(
         matched_blocks: matched,
         total_blocks: total,
         degraded: choice.degraded,
+        peer: false,
     })
 }

@@ -207,6 +207,13 @@ impl RoutedCluster for ProbeHost<'_> {
     }
 }
 
+impl crate::host::RouteRefresh for ProbeHost<'_> {
+    fn refresh_route(&mut self) {
+        self.probe.note("refresh route");
+        self.inner.refresh_route();
+    }
+}
+
 impl ServedUpstream for ProbeHost<'_> {
     fn served_upstream(&self) -> Option<String> {
         self.probe.note("served");

@@ -199,7 +199,10 @@ impl PickRun {
         })
     }
 
-    pub(super) fn on_request_headers<A: PickerAccess, H: PickerHost + RequestWaker + ?Sized>(
+    pub(super) fn on_request_headers<
+        A: PickerAccess,
+        H: PickerHost + RequestWaker + crate::host::RouteRefresh + ?Sized,
+    >(
         &mut self,
         access: A,
         host: &mut H,
@@ -212,7 +215,10 @@ impl PickRun {
         self.run.request_headers(&p, host, end_of_stream)
     }
 
-    pub(super) fn on_request_body<A: PickerAccess, H: PickerHost + RequestWaker + ?Sized>(
+    pub(super) fn on_request_body<
+        A: PickerAccess,
+        H: PickerHost + RequestWaker + crate::host::RouteRefresh + ?Sized,
+    >(
         &mut self,
         access: A,
         host: &mut H,
@@ -227,7 +233,10 @@ impl PickRun {
     }
 
     /// The response headers pass; the correction a remote lease's request sends its state.
-    pub(super) fn on_response_headers<A: PickerAccess, H: PickerHost + RequestWaker + ?Sized>(
+    pub(super) fn on_response_headers<
+        A: PickerAccess,
+        H: PickerHost + RequestWaker + crate::host::RouteRefresh + ?Sized,
+    >(
         &mut self,
         access: A,
         host: &mut H,
@@ -238,7 +247,10 @@ impl PickRun {
     }
 
     /// The request ends (completed: the response headers were its end).
-    pub(super) fn on_end_counted<A: PickerAccess, H: PickerHost + RequestWaker + ?Sized>(
+    pub(super) fn on_end_counted<
+        A: PickerAccess,
+        H: PickerHost + RequestWaker + crate::host::RouteRefresh + ?Sized,
+    >(
         &mut self,
         access: A,
         host: &mut H,
@@ -271,7 +283,7 @@ impl PickRun {
 
     /// The remote state's answer arrives and wakes the request; `None` when the request
     /// was not waiting for one.
-    pub(super) fn on_answer<H: PickerHost + RequestWaker + ?Sized>(
+    pub(super) fn on_answer<H: PickerHost + RequestWaker + crate::host::RouteRefresh + ?Sized>(
         &mut self,
         host: &mut H,
         answer: Result<(&str, &[String], Option<&str>), Rejection>,
@@ -284,6 +296,7 @@ impl PickRun {
                 lease: Box::new(()),
                 queued_ms: None,
                 eviction: None,
+                peer: false,
             },
             Err(rejection) => RemoteAnswer::Rejected(rejection),
         };
@@ -293,7 +306,10 @@ impl PickRun {
     }
 
     /// The remote state will not answer: the request is picked in the lent state.
-    pub(super) fn pick_here<A: PickerAccess, H: PickerHost + RequestWaker + ?Sized>(
+    pub(super) fn pick_here<
+        A: PickerAccess,
+        H: PickerHost + RequestWaker + crate::host::RouteRefresh + ?Sized,
+    >(
         &mut self,
         access: A,
         host: &mut H,
@@ -343,6 +359,7 @@ mod handoff;
 mod locking;
 mod lora;
 mod members;
+mod peers;
 mod pools;
 mod precise;
 mod routing;

@@ -1,0 +1,203 @@
+//! Peer clusters: the gateways of other clusters that serve the same pool (the pool is
+//! exported there and imported here, an `InferencePoolImport`), and the cluster-level pick
+//! that sends a request to one of them.
+//!
+//! A pool's `peers` section lists the peer gateways (Parent Mode: the request goes to a
+//! peer cluster's gateway, which picks in its own pool). The picker turns it into a second
+//! pool, `<pool>-peers`, whose endpoints are those gateways. It is scraped like any pool,
+//! at each peer's export page (`GET /infergate/pools/<pool>/metrics`, the pool's mean
+//! queue and KV-cache use), so a peer that stops answering is dead after
+//! `maxConsecutiveFailures` scrapes and a peer with stale figures is no candidate. It has a
+//! scheduler of its own (cluster-level scorers in llm-d's shape: prefix, queue, KV-cache),
+//! its own prefix index and in-flight load.
+//!
+//! For each request of the pool that did not come from a peer ([`crate::headers::PEER_HOP`])
+//! and carries no subset hint (`crate::picker::state` applies the rule):
+//!
+//! 1. **Affinity.** A pool *holds* a request when it holds at least half of the prompt's
+//!    blocks (this gateway's record of where it sent each prompt; half, so a system prompt
+//!    every request shares pins nothing). A request a peer holds, more than this pool
+//!    does, goes back to the peers' pick, which weighs that prefix most; one this pool
+//!    holds stays here, saturated or not (its KV cache is here). So a conversation stays in
+//!    the cluster that served its first turn, with no shared store.
+//! 2. **Local first.** Any other request is picked here, unless this pool is
+//!    **saturated**: every live candidate with fresh metrics has `queueDepthThreshold`
+//!    requests waiting or `kvCacheUtilThreshold` of its KV cache in use (the utilization
+//!    detector's rule; unknown figures never saturate).
+//! 3. **Spillover.** In a saturated pool, a new conversation goes to the cheapest peer
+//!    that is *open*: live, with fresh figures below both thresholds (on its published
+//!    means).
+//!
+//! When no peer can take it (all dead, stale or saturated), the request stays local: the
+//! local pool's own failure answers apply. The destination is then the peer gateway's
+//! address, the route is re-matched on [`crate::headers::PEER_ROUTE`] (the pool's
+//! `peers.cluster`), and the request carries [`crate::headers::PEER_HOP`].
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use scheduler_core::flow::UtilizationThresholds;
+
+use super::config::{FailureMode, PoolConfig};
+use super::state::PoolId;
+
+/// Suffix of the peers pool's name (`<pool>-peers`).
+pub const PEERS_SUFFIX: &str = "-peers";
+
+/// How requests reach a peer cluster.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+pub enum PeerMode {
+    /// To the peer cluster's gateway, which picks in its own pool.
+    #[default]
+    Parent,
+    /// Straight to an endpoint of the peer's pool (not built: refused by validation).
+    Endpoint,
+}
+
+/// When a pool counts as saturated (local) or too busy to take spillover (a peer).
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SpillThresholds {
+    /// Requests waiting from which an endpoint (or a peer's mean) counts as saturated.
+    #[serde(default = "default_queue_depth")]
+    pub queue_depth_threshold: f64,
+    /// KV-cache use (0..=1) from which an endpoint (or a peer's mean) counts as saturated.
+    #[serde(default = "default_kv_cache_util")]
+    pub kv_cache_util_threshold: f64,
+}
+
+impl Default for SpillThresholds {
+    fn default() -> SpillThresholds {
+        SpillThresholds {
+            queue_depth_threshold: default_queue_depth(),
+            kv_cache_util_threshold: default_kv_cache_util(),
+        }
+    }
+}
+
+impl SpillThresholds {
+    /// The core's utilization thresholds.
+    pub fn utilization(&self) -> UtilizationThresholds {
+        UtilizationThresholds {
+            queue_depth: self.queue_depth_threshold,
+            kv_cache_utilization: self.kv_cache_util_threshold,
+        }
+    }
+}
+
+/// llm-d's utilization detector default.
+fn default_queue_depth() -> f64 {
+    5.0
+}
+
+/// llm-d's utilization detector default.
+fn default_kv_cache_util() -> f64 {
+    0.8
+}
+
+fn default_fallbacks() -> usize {
+    1
+}
+
+fn default_stale_after_ms() -> u64 {
+    scheduler_core::snapshot::DEFAULT_MAX_AGE_MS
+}
+
+fn default_max_consecutive_failures() -> u32 {
+    3
+}
+
+/// A pool's `peers` section.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PeersConfig {
+    /// The Envoy cluster whose members are the peer gateways; the route that matches
+    /// [`crate::headers::PEER_ROUTE`] with this value sends requests to it.
+    pub cluster: String,
+    /// The peer gateways, `ip:port` each.
+    pub endpoints: Vec<String>,
+    /// `Parent` (the only mode built).
+    #[serde(default)]
+    pub mode: PeerMode,
+    /// When the local pool spills, and which peers may take it.
+    #[serde(default)]
+    pub spillover: SpillThresholds,
+    /// Other peers to try when the chosen one fails before answering.
+    #[serde(default = "default_fallbacks")]
+    pub fallbacks: usize,
+    /// A peer's figures older than this (ms) make it no candidate.
+    #[serde(default = "default_stale_after_ms")]
+    pub stale_after_ms: u64,
+    /// A peer whose last this-many scrapes failed is dead.
+    #[serde(default = "default_max_consecutive_failures")]
+    pub max_consecutive_failures: u32,
+    /// The cluster-level scheduling config; absent: [`default_peers_epp_config`].
+    #[serde(default)]
+    pub epp_config: Option<Value>,
+}
+
+impl PeersConfig {
+    /// The pool of the peer gateways that `local`'s section describes.
+    pub(super) fn pool_config(&self, local: &PoolConfig) -> PoolConfig {
+        PoolConfig {
+            pool: format!("{}{PEERS_SUFFIX}", local.pool),
+            base_model: local.base_model.clone(),
+            cluster: Some(self.cluster.clone()),
+            endpoints: self.endpoints.clone(),
+            target_ports: Vec::new(),
+            fallbacks: self.fallbacks,
+            // A peer whose figures are stale is no candidate: the request stays here.
+            failure_mode: FailureMode::FailClose,
+            stale_after_ms: self.stale_after_ms,
+            max_consecutive_failures: self.max_consecutive_failures,
+            epp_config: Some(
+                self.epp_config
+                    .clone()
+                    .unwrap_or_else(default_peers_epp_config),
+            ),
+            session_header: None,
+            max_sessions: 1,
+            endpoint_roles: Default::default(),
+            export: false,
+            peers: None,
+            peers_pool: None,
+            peer_of: Some(local.pool.clone()),
+        }
+    }
+}
+
+/// The cluster-level scheduling used when `peers` sets no `eppConfig`: a peer that holds
+/// the prompt's prefix first (weight 3), then the shorter mean queue and the emptier mean
+/// KV cache (weight 1 each), max-score pick. As llm-d's multi-cluster scorers, with the
+/// prefix recorded where this gateway sent each prompt.
+pub fn default_peers_epp_config() -> Value {
+    serde_json::json!({
+        "plugins": [
+            {"type": "approx-prefix-cache-producer"},
+            {"type": "prefix-cache-scorer"},
+            {"type": "queue-scorer"},
+            {"type": "kv-cache-utilization-scorer"},
+            {"type": "max-score-picker"}
+        ],
+        "schedulingProfiles": [{
+            "name": "default",
+            "plugins": [
+                {"pluginRef": "prefix-cache-scorer", "weight": 3},
+                {"pluginRef": "queue-scorer", "weight": 1},
+                {"pluginRef": "kv-cache-utilization-scorer", "weight": 1},
+                {"pluginRef": "max-score-picker"}
+            ]
+        }]
+    })
+}
+
+/// What a pool's plan knows of its peers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PeerPlan {
+    /// The peers pool.
+    pub pool: PoolId,
+    /// The Envoy cluster of the peer gateways (the value of the re-route header).
+    pub cluster: String,
+    /// The spillover thresholds.
+    pub spill: UtilizationThresholds,
+}

@@ -1,0 +1,215 @@
+//! The cluster-level step: a pool with peers picks here until it is saturated, then spills
+//! to the cheapest open peer; a conversation a peer holds goes back there; a request from
+//! a peer, or with no open peer, stays here.
+
+use super::*;
+use crate::headers::{PEER_HOP, PEER_ROUTE};
+
+/// Two peer gateways.
+const P1: &str = "10.1.0.1:9000";
+const P2: &str = "10.2.0.1:9000";
+
+fn with_peers() -> PickerShared {
+    shared(pool(
+        &[A, B],
+        json!({"peers": {"cluster": "peers-p", "endpoints": [P1, P2]}}),
+    ))
+}
+
+/// A snapshot (version `version`) with the local endpoints at `local` requests waiting
+/// and the peers at `peers` (waiting each).
+fn figures(version: u64, local: u32, peers: [u32; 2]) -> FakeHost {
+    let list = [
+        (A, metrics(local, 0.3)),
+        (B, metrics(local, 0.3)),
+        (P1, metrics(peers[0], 0.2)),
+        (P2, metrics(peers[1], 0.4)),
+    ];
+    FakeHost::new().snapshot(version, snapshot(NOW, &list))
+}
+
+/// One request for `content` with the snapshot of `base`; where it went and whether it
+/// was routed through the peers cluster.
+fn send(s: &mut PickerShared, base: &FakeHost, content: &str) -> (String, FakeHost, PickRun) {
+    let mut host = host_for(&chat(content), None);
+    host.snapshot = base.snapshot.clone();
+    let (status, req) = pick_one(s, &mut host);
+    assert_eq!(status, FilterStatus::Continue, "{:?}", host.last_reply());
+    let to = host
+        .header(DESTINATION_ENDPOINT)
+        .and_then(|list| list.split(',').next())
+        .unwrap_or_default()
+        .to_owned();
+    (to, host, req)
+}
+
+fn conversation(n: u32) -> String {
+    format!("conversation {n}: a long shared system prompt. ").repeat(40)
+}
+
+#[test]
+fn an_unsaturated_pool_picks_here() {
+    let mut s = with_peers();
+    let (to, host, _req) = send(&mut s, &figures(1, 1, [0, 0]), &conversation(0));
+    assert!(to == A || to == B, "{to}");
+    assert_eq!(host.header(PEER_ROUTE), None);
+    assert_eq!(host.header(PEER_HOP), None);
+    assert_eq!(host.route_refreshes, 0);
+}
+
+#[test]
+fn a_saturated_pool_spills_to_the_cheapest_open_peer_through_the_peers_cluster() {
+    let mut s = with_peers();
+    let (to, host, mut req) = send(&mut s, &figures(1, 6, [1, 3]), &conversation(0));
+    assert_eq!(to, P1);
+    assert_eq!(host.header(PEER_ROUTE), Some("peers-p"));
+    assert_eq!(host.header(PEER_HOP), Some("1"));
+    assert_eq!(host.route_refreshes, 1);
+    // The fallback is the other peer, never a local endpoint.
+    assert_eq!(
+        host.header(DESTINATION_ENDPOINT),
+        Some("10.1.0.1:9000,10.2.0.1:9000")
+    );
+    // The lease is the peers pool's.
+    assert_eq!(s.inflight(PoolId(1), P1).map(|l| l.requests), Some(1));
+    req.on_end(&mut s);
+    assert_eq!(s.inflight(PoolId(1), P1).map(|l| l.requests), Some(0));
+}
+
+#[test]
+fn a_conversation_a_peer_holds_goes_back_there_and_others_stay_here() {
+    let mut s = with_peers();
+    let (to, _, _first) = send(&mut s, &figures(1, 6, [1, 3]), &conversation(1));
+    assert_eq!(to, P1);
+    // The pool has room again: the spilled conversation's next turn still goes to P1 ...
+    let calm = figures(2, 0, [1, 3]);
+    let turn_two = format!("{} And a second question.", conversation(1));
+    let (to, host, _) = send(&mut s, &calm, &turn_two);
+    assert_eq!(to, P1);
+    assert_eq!(host.header(PEER_ROUTE), Some("peers-p"));
+    // ... while a new one, and a conversation served here, stay here.
+    let (to, _, _) = send(&mut s, &calm, &conversation(2));
+    assert!(to == A || to == B, "{to}");
+    let turn_two = format!("{} Again.", conversation(2));
+    let (again, _, _) = send(&mut s, &figures(3, 6, [1, 3]), &turn_two);
+    assert_eq!(
+        again, to,
+        "a conversation held here stays here, saturated or not"
+    );
+}
+
+#[test]
+fn with_no_open_peer_the_request_stays_here() {
+    let mut s = with_peers();
+    // Both peers at the queue threshold.
+    let (to, host, _) = send(&mut s, &figures(1, 6, [5, 9]), &conversation(0));
+    assert!(to == A || to == B, "{to}");
+    assert_eq!(host.header(PEER_ROUTE), None);
+    // Peers with stale figures are no candidates either.
+    let stale = snapshot(NOW - 5_000, &[(P1, metrics(0, 0.1)), (P2, metrics(0, 0.1))]);
+    let mut both = scheduler_core::snapshot::decode(&snapshot(
+        NOW,
+        &[(A, metrics(6, 0.3)), (B, metrics(6, 0.3))],
+    ))
+    .unwrap_or_default();
+    both.endpoints.extend(
+        scheduler_core::snapshot::decode(&stale)
+            .unwrap_or_default()
+            .endpoints,
+    );
+    let base = FakeHost::new().snapshot(2, encode(&both));
+    let (to, _, _) = send(&mut s, &base, &conversation(3));
+    assert!(to == A || to == B, "{to}");
+}
+
+#[test]
+fn a_dead_peer_is_skipped() {
+    let mut s = with_peers();
+    let mut snap = scheduler_core::snapshot::decode(&snapshot(
+        NOW,
+        &[
+            (A, metrics(6, 0.3)),
+            (B, metrics(6, 0.3)),
+            (P1, metrics(0, 0.1)),
+            (P2, metrics(2, 0.4)),
+        ],
+    ))
+    .unwrap_or_default();
+    if let Some(p1) = snap.endpoints.iter_mut().find(|e| e.address == P1) {
+        p1.consecutive_failures = 3;
+    }
+    let base = FakeHost::new().snapshot(1, encode(&snap));
+    let (to, host, _) = send(&mut s, &base, &conversation(0));
+    assert_eq!(to, P2);
+    assert_eq!(host.header(DESTINATION_ENDPOINT), Some(P2));
+}
+
+#[test]
+fn a_request_from_a_peer_is_served_here() {
+    let mut s = with_peers();
+    let mut host = host_for(&chat(&conversation(0)), None).request_header(PEER_HOP, "1");
+    host.snapshot = figures(1, 6, [0, 0]).snapshot;
+    let (status, _req) = pick_one(&mut s, &mut host);
+    assert_eq!(status, FilterStatus::Continue);
+    let to = host.header(DESTINATION_ENDPOINT).unwrap_or_default();
+    assert!(to.starts_with(A) || to.starts_with(B), "{to}");
+    assert_eq!(host.header(PEER_ROUTE), None);
+}
+
+#[test]
+fn a_client_cannot_choose_the_peer_route() {
+    let mut s = with_peers();
+    let mut host = host_for(&chat(&conversation(0)), None).request_header(PEER_ROUTE, "peers-p");
+    host.snapshot = figures(1, 1, [0, 0]).snapshot;
+    let (status, _req) = pick_one(&mut s, &mut host);
+    assert_eq!(status, FilterStatus::Continue);
+    assert_eq!(host.header(PEER_ROUTE), None);
+}
+
+#[test]
+fn the_peers_pool_is_never_chosen_by_cluster_or_model() {
+    let s = with_peers();
+    let plans = s.plans();
+    assert_eq!(plans.pools().len(), 2);
+    assert!(plans.for_cluster("peers-p").is_none());
+    assert_eq!(
+        plans.for_base_model("llama").map(|p| p.id()),
+        Some(PoolId(0))
+    );
+    let peers = plans
+        .get(PoolId(1))
+        .map(|p| (p.name().to_owned(), p.is_peer_pool()));
+    assert_eq!(peers, Some(("p-peers".to_owned(), true)));
+}
+
+#[test]
+fn peers_sections_the_picker_cannot_run_are_refused() {
+    for (peers, field) in [
+        (
+            json!({"cluster": "c", "endpoints": [], }),
+            "peers.endpoints",
+        ),
+        (
+            json!({"cluster": "c", "endpoints": [P1], "mode": "Endpoint"}),
+            "peers.mode",
+        ),
+        (
+            json!({"cluster": "c", "endpoints": [P1], "spillover": {"kvCacheUtilThreshold": 1.5}}),
+            "peers.spillover.kvCacheUtilThreshold",
+        ),
+        (
+            json!({"cluster": "c", "endpoints": ["not-an-address"]}),
+            "not ip:port",
+        ),
+        (
+            json!({"cluster": "p", "endpoints": [P1]}),
+            "two pools pick for Envoy cluster",
+        ),
+    ] {
+        let err = PickerShared::from_json(pool(&[A], json!({"peers": peers})))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains(field), "{field}: {err}");
+    }
+}
