@@ -49,7 +49,7 @@
 
 use std::net::SocketAddr;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use scheduler_core::metrics::{extract, MetricNames};
 use scheduler_core::snapshot::{
@@ -101,6 +101,10 @@ pub struct ScraperConfig {
     /// The metrics path.
     #[serde(default = "default_path")]
     pub path: String,
+    /// Endpoints scraped at another path than `path`, by `ip:port` (a peer cluster's
+    /// gateway publishes its pool's load at `/infergate/pools/<pool>/metrics`).
+    #[serde(default)]
+    pub metrics_paths: BTreeMap<String, String>,
     /// A `/metrics` page longer than this (bytes) is a failed scrape, never copied.
     #[serde(default = "default_max_metrics_page_bytes")]
     pub max_metrics_page_bytes: usize,
@@ -120,6 +124,7 @@ impl Default for ScraperConfig {
             timeout_ms: default_timeout_ms(),
             cluster: default_cluster(),
             path: default_path(),
+            metrics_paths: BTreeMap::new(),
             max_metrics_page_bytes: default_max_metrics_page_bytes(),
         }
     }
@@ -454,9 +459,23 @@ impl Scraper {
         self.held_ticks = MAX_HELD_TICKS;
     }
 
-    /// Release a held first publication once a round with members completed.
+    /// Release a held first publication once every followed cluster's members are known
+    /// and every target was scraped (or failed) once. A round can complete before that: the
+    /// static endpoints (a peer gateway beside a cluster learned from Envoy's admin) may
+    /// answer before the members are learned, or after they were and before their first
+    /// scrape went out; either snapshot would leave the cluster's pools nothing to pick.
     fn release_hold(&mut self, round_done: bool) {
-        if self.held_ticks > 0 && round_done && !self.samples.is_empty() {
+        let members_known = self.clusters.len() == self.config.clusters.len();
+        let all_tried = self
+            .samples
+            .iter()
+            .all(|s| s.scraped_at != Millis(0) || s.consecutive_failures > 0);
+        if self.held_ticks > 0
+            && round_done
+            && !self.samples.is_empty()
+            && members_known
+            && all_tried
+        {
             self.held_ticks = 0;
         }
     }
@@ -508,11 +527,17 @@ impl Scraper {
             let Some(address) = self.samples.get(i).map(|s| s.address.clone()) else {
                 continue;
             };
+            let path = self
+                .config
+                .metrics_paths
+                .get(&address)
+                .unwrap_or(&self.config.path)
+                .clone();
             let request = CalloutRequest {
                 cluster: self.config.cluster.clone(),
                 headers: vec![
                     (":method".to_owned(), "GET".to_owned()),
-                    (":path".to_owned(), self.config.path.clone()),
+                    (":path".to_owned(), path),
                     (":authority".to_owned(), address.clone()),
                     (DESTINATION_ENDPOINT.to_owned(), address),
                     ("accept".to_owned(), "text/plain".to_owned()),
@@ -854,6 +879,16 @@ impl ScraperConfig {
                 let shown = crate::reply::truncate_for_message(cluster, 64);
                 return Err(format!(
                     "scraper config: clusters[{i}]: `{shown}` is listed twice"
+                ));
+            }
+        }
+        for (endpoint, path) in &self.metrics_paths {
+            if !path.starts_with('/') {
+                let shown = crate::reply::truncate_for_message(path, 64);
+                let endpoint = crate::reply::truncate_for_message(endpoint, 64);
+                return Err(format!(
+                    "scraper config: metricsPaths: `{endpoint}`: `{shown}` does not start \
+                     with `/`"
                 ));
             }
         }

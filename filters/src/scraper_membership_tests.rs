@@ -424,3 +424,86 @@ fn membership_config_is_checked_by_field() {
     assert!(s.endpoints().is_empty());
     assert_eq!(s.followed_clusters(), ["a"]);
 }
+
+#[test]
+fn a_held_scraper_with_a_static_peer_publishes_once_the_members_are_known() {
+    // A peer gateway (static) beside a cluster learned from admin: its round completes
+    // before the admin answer, and a snapshot without the cluster's members would empty
+    // the pool that follows it.
+    let mut s = scraper(json!({"endpoints": [C], "clusters": ["pool"], "membership": "admin"}));
+    s.hold_first_publish();
+    let mut host = FakeHost::new().now(1_000);
+    s.on_tick(&mut host);
+    let peer = host
+        .callouts
+        .iter()
+        .find(|(_, r)| r.cluster != "infergate_admin")
+        .map(|(t, _)| *t)
+        .unwrap_or(CalloutToken(0));
+    // The members are learned while the peer's scrape is out ...
+    let token = admin_token(&host).unwrap_or(CalloutToken(0));
+    s.on_callout_done(
+        &mut host,
+        token,
+        CalloutOutcome::Response {
+            status: 200,
+            body: admin_body(&[("10.0.0.1", 8000, "HEALTHY")]),
+        },
+    );
+    // ... and the peer's answer completes the round before the member's first scrape.
+    s.on_callout_done(
+        &mut host,
+        peer,
+        CalloutOutcome::Response {
+            status: 200,
+            body: PAGE.to_vec(),
+        },
+    );
+    assert_eq!(host.counter("infergate.scraper.publishes"), 0);
+    host.now = Millis(1_050);
+    let before = host.callouts.len();
+    s.on_tick(&mut host);
+    assert_eq!(scraped_since(&host, before), [C, A]);
+    let round: Vec<CalloutToken> = host.callouts[before..]
+        .iter()
+        .filter(|(_, r)| r.cluster != "infergate_admin")
+        .map(|(t, _)| *t)
+        .collect();
+    for token in round {
+        s.on_callout_done(
+            &mut host,
+            token,
+            CalloutOutcome::Response {
+                status: 200,
+                body: PAGE.to_vec(),
+            },
+        );
+    }
+    assert_eq!(host.counter("infergate.scraper.publishes"), 1);
+    let snap = published(&host);
+    assert_eq!(snap.cluster("pool").map(|c| c.members.len()), Some(1));
+}
+
+#[test]
+fn a_held_scraper_waits_for_the_members_of_its_clusters() {
+    let mut s = scraper(json!({"endpoints": [C], "clusters": ["pool"], "membership": "admin"}));
+    s.hold_first_publish();
+    let mut host = FakeHost::new().now(1_000);
+    s.on_tick(&mut host);
+    let peer = host
+        .callouts
+        .iter()
+        .find(|(_, r)| r.cluster != "infergate_admin")
+        .map(|(t, _)| *t)
+        .unwrap_or(CalloutToken(0));
+    // The peer answers before the admin: its round is complete, the members unknown.
+    s.on_callout_done(
+        &mut host,
+        peer,
+        CalloutOutcome::Response {
+            status: 200,
+            body: PAGE.to_vec(),
+        },
+    );
+    assert_eq!(host.counter("infergate.scraper.publishes"), 0);
+}

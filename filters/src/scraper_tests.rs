@@ -360,3 +360,35 @@ fn a_held_publication_is_released_after_at_most_a_second_of_ticks() {
     s.on_tick(&mut host);
     assert_eq!(host.counter("infergate.scraper.publishes"), 1);
 }
+
+#[test]
+fn a_peer_gateway_is_scraped_at_its_pool_page_and_its_means_read_as_one_endpoint() {
+    let config = json!({"endpoints": [A, B],
+                        "metricsPaths": {B: "/infergate/pools/p/metrics"}});
+    let mut s = Scraper::from_json(config).unwrap_or_else(|e| unreachable!("{e}"));
+    let mut host = FakeHost::new().now(1_000);
+    s.on_tick(&mut host);
+    let path_of = |endpoint: &str| {
+        let (_, request) = host.callouts.iter().find(|(_, r)| {
+            r.headers
+                .iter()
+                .any(|(k, v)| k == ":authority" && v == endpoint)
+        })?;
+        let (_, path) = request.headers.iter().find(|(k, _)| k == ":path")?;
+        Some(path.clone())
+    };
+    assert_eq!(path_of(A).as_deref(), Some("/metrics"));
+    assert_eq!(path_of(B).as_deref(), Some("/infergate/pools/p/metrics"));
+    let page = b"llm_d_epp_average_queue_size 2.4\nllm_d_epp_average_kv_cache_utilization 0.5\n";
+    for (endpoint, body) in [(A, PAGE), (B, &page[..])] {
+        let token = last_token_for(&host, endpoint).unwrap_or_else(|| unreachable!());
+        s.on_callout_done(&mut host, token, ok(body));
+    }
+    let snap = published(&host).unwrap_or_default();
+    let peer = snap.endpoints.iter().find(|e| e.address == B);
+    let metrics = peer.and_then(|e| e.metrics.clone()).unwrap_or_default();
+    assert_eq!(metrics.waiting, Some(2));
+    assert_eq!(metrics.kv_cache_usage, Some(0.5));
+    let bad = json!({"endpoints": [A], "metricsPaths": {A: "metrics"}});
+    assert!(Scraper::from_json(bad).is_err());
+}

@@ -133,6 +133,24 @@ pub struct Pool {
     pub failure_mode: FailureMode,
     /// The llm-d `EndpointPickerConfig` (JSON); `null` means the picker's defaults.
     pub picker_config: serde_json::Value,
+    /// Publish the pool's load for the gateways of other clusters (the InferencePool's
+    /// export annotation): the picker answers `GET /infergate/pools/<pool>/metrics`.
+    pub export: bool,
+    /// The gateways of other clusters that serve this pool too (Parent Mode); `None`: the
+    /// pool is served here only.
+    pub peers: Option<Peers>,
+}
+
+/// A pool's peer clusters, reached through their gateways (Parent Mode).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Peers {
+    /// Each peer cluster's gateway listener.
+    pub gateways: Vec<SocketAddr>,
+    /// The pool's name on the peers, whose export page they serve
+    /// (`/infergate/pools/<name>/metrics`); `None`: this pool's own name.
+    pub remote_pool: Option<String>,
+    /// The picker's `peers.spillover` thresholds (JSON); `null`: its defaults.
+    pub spillover: serde_json::Value,
 }
 
 impl Pool {
@@ -146,7 +164,14 @@ impl Pool {
             target_ports: Vec::new(),
             failure_mode: FailureMode::default(),
             picker_config: serde_json::Value::Null,
+            export: false,
+            peers: None,
         }
+    }
+
+    /// The Envoy cluster of this pool's peer gateways, for the pool at `index`.
+    pub fn peers_cluster_name(&self, index: usize) -> String {
+        format!("{}-peers", self.cluster_name(index))
     }
 
     /// The pod IPs of a data-parallel pool (each once, in the order of `endpoints`), when
@@ -248,6 +273,10 @@ pub struct PluginConfigs {
     pub scraper: serde_json::Value,
 }
 
+/// The header whose value is a pool's peers cluster when the picker sends a request to a
+/// peer cluster's gateway (the filters' `PEER_ROUTE`).
+pub const PEER_ROUTE_HEADER: &str = "x-gateway-peer-route";
+
 /// The cluster through which the scraper reaches `ip:port` (ORIGINAL_DST on the
 /// `x-gateway-destination-endpoint` header of the call); also the scraper's default.
 pub const SCRAPE_CLUSTER: &str = "infergate_scrape";
@@ -286,10 +315,42 @@ impl PluginConfigs {
                 if p.pods().is_some() {
                     pool["targetPorts"] = json!(p.target_ports);
                 }
+                if p.export {
+                    pool["export"] = json!(true);
+                }
+                if let Some(peers) = &p.peers {
+                    let gateways: Vec<String> =
+                        peers.gateways.iter().map(ToString::to_string).collect();
+                    pool["peers"] = json!({
+                        "cluster": p.peers_cluster_name(i),
+                        "endpoints": gateways,
+                    });
+                    if !peers.spillover.is_null() {
+                        pool["peers"]["spillover"] = peers.spillover.clone();
+                    }
+                }
                 pool
             })
             .collect();
         let mut endpoints: Vec<String> = pools.iter().flat_map(endpoints_of).collect();
+        // The peer gateways are scraped at their export page of the pool.
+        let mut metrics_paths = serde_json::Map::new();
+        for (i, p) in pools.iter().enumerate() {
+            let Some(peers) = &p.peers else {
+                continue;
+            };
+            let remote = peers
+                .remote_pool
+                .clone()
+                .unwrap_or_else(|| p.cluster_name(i));
+            for gateway in &peers.gateways {
+                endpoints.push(gateway.to_string());
+                metrics_paths.insert(
+                    gateway.to_string(),
+                    json!(format!("/infergate/pools/{remote}/metrics")),
+                );
+            }
+        }
         endpoints.sort();
         endpoints.dedup();
         PluginConfigs {
@@ -302,13 +363,19 @@ impl PluginConfigs {
                 "role": "picker",
                 "pools": picker_pools,
             }),
-            scraper: json!({
-                "role": "scraper",
-                "cluster": SCRAPE_CLUSTER,
-                "intervalMs": settings.scrape_interval_ms,
-                "timeoutMs": settings.scrape_timeout_ms,
-                "endpoints": endpoints,
-            }),
+            scraper: {
+                let mut scraper = json!({
+                    "role": "scraper",
+                    "cluster": SCRAPE_CLUSTER,
+                    "intervalMs": settings.scrape_interval_ms,
+                    "timeoutMs": settings.scrape_timeout_ms,
+                    "endpoints": endpoints,
+                });
+                if !metrics_paths.is_empty() {
+                    scraper["metricsPaths"] = serde_json::Value::Object(metrics_paths);
+                }
+                scraper
+            },
         }
     }
 }
@@ -534,6 +601,27 @@ fn text(s: impl Into<String>) -> Value {
     Value::String(s.into())
 }
 
+/// This gateway's own listener as its peers cluster lists it.
+fn loopback(listener_port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], listener_port))
+}
+
+/// Every picker pool with peers gets this gateway's own listener as its `loopback` (the
+/// port is known only when the bootstrap is rendered).
+fn set_loopback(picker: &mut serde_json::Value, listener_port: u16) {
+    let Some(pools) = picker["pools"].as_array_mut() else {
+        return;
+    };
+    for pool in pools {
+        if let Some(peers) = pool.get_mut("peers").and_then(|p| p.as_object_mut()) {
+            peers.insert(
+                "loopback".into(),
+                json!(loopback(listener_port).to_string()),
+            );
+        }
+    }
+}
+
 /// Renders `params` with the template text `template` into bootstrap YAML.
 pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
     let t = Template::parse(template)?;
@@ -619,6 +707,49 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
         };
         clusters.push(t.prototype(proto, &vars)?);
     }
+    // Each pool's peer gateways: a STATIC cluster on the pools' policy (no health check:
+    // the picker drops a peer whose export page stops answering), and the route the picker
+    // re-matches on `x-gateway-peer-route` when it sends a request there, ahead of the
+    // pools' routes.
+    let mut peer_routes = Vec::new();
+    for (i, pool) in params.pools.iter().enumerate() {
+        let Some(peers) = &pool.peers else {
+            continue;
+        };
+        if !t.has_prototype("pool_lb_policy") {
+            bail!("peer clusters need the wasm or native flavour");
+        }
+        if params.listener_port == 0 {
+            bail!(
+                "pool {i} ({}): peer clusters need a fixed listener port (a peer that \
+                 refuses a request leaves it to this gateway's own listener)",
+                pool.base_model
+            );
+        }
+        let name = pool.peers_cluster_name(i);
+        let mut hosts = peers.gateways.clone();
+        hosts.push(loopback(params.listener_port));
+        let mut vars = Vars::new();
+        vars.insert("cluster".into(), text(name.clone()));
+        vars.insert("lb_endpoints".into(), lb_endpoints(&hosts));
+        vars.insert("lb_policy".into(), lb_policy.clone());
+        vars.insert("health_checks".into(), Value::Sequence(Vec::new()));
+        clusters.push(t.prototype("pool_cluster", &vars)?);
+        let mut header = Vars::new();
+        header.insert("header".into(), text(PEER_ROUTE_HEADER));
+        header.insert("value".into(), text(name.clone()));
+        let mut rvars = Vars::new();
+        rvars.insert("route_name".into(), text(name.clone()));
+        rvars.insert("model".into(), text(pool.base_model.clone()));
+        rvars.insert("retry_policy".into(), retry_policy.clone());
+        rvars.insert("cluster".into(), text(name));
+        rvars.insert(
+            "header_matches".into(),
+            Value::Sequence(vec![t.prototype("header_match", &header)?]),
+        );
+        peer_routes.push(t.prototype("pool_route", &rvars)?);
+    }
+    routes.extend(peer_routes);
     // Wasm with EDS: the scraper reads the members from admin `/clusters` through this.
     let mut admin_clusters = Vec::new();
     if eds.is_some() && t.has_prototype("admin_cluster") {
@@ -712,6 +843,7 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
         let _ = plugins.follow_clusters(&params.pools, params.flavor == Flavor::Wasm);
     }
     let mut picker = plugins.picker.clone();
+    set_loopback(&mut picker, params.listener_port);
     apply_objectives(
         &mut picker,
         &picker_objectives(&params.objectives, &params.tenancy)?,

@@ -222,6 +222,8 @@ pub fn build(set: &mut ObjectSet, inputs: &GatewayInputs) -> Result<Gateway> {
             target_ports: Vec::new(),
             failure_mode: pool.failure_mode(),
             picker_config: epp,
+            export: false,
+            peers: None,
         });
     }
     for (name, _) in &inputs.endpoints {

@@ -442,6 +442,20 @@ fn check_peers(i: usize, peers: &super::peers::PeersConfig) -> Result<(), Picker
             "must list at least one peer gateway (ip:port)",
         ));
     }
+    if let Some(loopback) = &peers.loopback {
+        if loopback.parse::<SocketAddr>().is_err() {
+            return Err(field(
+                "loopback",
+                "must be this gateway's listener, ip:port",
+            ));
+        }
+        if peers.endpoints.contains(loopback) {
+            return Err(field(
+                "loopback",
+                "is listed among the peers: a gateway is no peer of itself",
+            ));
+        }
+    }
     let spill = &peers.spillover;
     let positive = |v: f64| v.is_finite() && v > 0.0;
     if !positive(spill.queue_depth_threshold) {

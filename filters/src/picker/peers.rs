@@ -30,8 +30,10 @@
 //!
 //! When no peer can take it (all dead, stale or saturated), the request stays local: the
 //! local pool's own failure answers apply. The destination is then the peer gateway's
-//! address, the route is re-matched on [`crate::headers::PEER_ROUTE`] (the pool's
-//! `peers.cluster`), and the request carries [`crate::headers::PEER_HOP`].
+//! address (other open peers, then this gateway's own listener, `loopback`, as the
+//! fallbacks a connection failure retries), the route is re-matched on
+//! [`crate::headers::PEER_ROUTE`] (the pool's `peers.cluster`), and the request carries
+//! [`crate::headers::PEER_HOP`].
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -134,6 +136,12 @@ pub struct PeersConfig {
     /// The cluster-level scheduling config; absent: [`default_peers_epp_config`].
     #[serde(default)]
     pub epp_config: Option<Value>,
+    /// This gateway's own listener (`ip:port`, a member of `cluster` too): the last entry
+    /// of every peer pick's destination list, so a peer that refuses the connection (its
+    /// gateway is gone and not yet dropped) leaves the request to this cluster. It comes
+    /// back marked as from a peer, and is picked here.
+    #[serde(default)]
+    pub loopback: Option<String>,
 }
 
 impl PeersConfig {
@@ -200,4 +208,6 @@ pub struct PeerPlan {
     pub cluster: String,
     /// The spillover thresholds.
     pub spill: UtilizationThresholds,
+    /// This gateway's own listener, the last fallback of a peer pick.
+    pub loopback: Option<String>,
 }

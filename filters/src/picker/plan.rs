@@ -239,6 +239,7 @@ impl PoolPlan {
                     pool: PoolId(pool),
                     cluster: peers.cluster.clone(),
                     spill: peers.spillover.utilization(),
+                    loopback: peers.loopback.clone(),
                 }),
             peer_pool: cfg.peer_of.is_some(),
             session_header: cfg.session_header.as_ref().map(|h| h.to_ascii_lowercase()),

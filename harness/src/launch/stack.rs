@@ -8,8 +8,8 @@ use crate::sim::{SimConfig, SimHandle};
 use anyhow::{bail, Context, Result};
 use infergate_cli::config::bootstrap::write_eds_files;
 use infergate_cli::config::bootstrap::{
-    render, BootstrapParams, ClientTimeouts, FailureMode, Flavor, GatewaySettings, PluginConfigs,
-    Pool,
+    render, BootstrapParams, ClientTimeouts, FailureMode, Flavor, GatewaySettings, Peers,
+    PluginConfigs, Pool,
 };
 use infergate_cli::config::eds::{EdsDir, Membership};
 use infergate_cli::config::rewrites::{apply_rewrites, Split};
@@ -59,6 +59,10 @@ pub struct PoolSpec {
     pub failure_mode: FailureMode,
     /// The pool's `EndpointPickerConfig` (JSON), `null` for defaults.
     pub picker_config: serde_json::Value,
+    /// Publish the pool's load for the gateways of other clusters.
+    pub export: bool,
+    /// The gateways of other clusters that serve this pool too.
+    pub peers: Option<Peers>,
 }
 
 impl PoolSpec {
@@ -73,6 +77,8 @@ impl PoolSpec {
             target_ports: Vec::new(),
             failure_mode: FailureMode::default(),
             picker_config: serde_json::Value::Null,
+            export: false,
+            peers: None,
         }
     }
 
@@ -128,6 +134,8 @@ impl PoolSpec {
             target_ports: self.target_ports.clone(),
             failure_mode: self.failure_mode,
             picker_config: self.picker_config.clone(),
+            export: self.export,
+            peers: self.peers.clone(),
         })
     }
 }
@@ -340,6 +348,10 @@ impl Stack {
             &opts.rewrites,
             opts.split.as_ref(),
         )?;
+        if pools.iter().any(|p| p.peers.is_some()) && params.listener_port == 0 {
+            // A pool with peers lists this gateway's own listener in its peers cluster.
+            params.listener_port = free_port()?;
+        }
         params.health_check = opts.health_check;
         params.global_quotas = opts.global_quotas.clone();
         params.two_filters = opts.two_filters;

@@ -89,6 +89,7 @@ macro_rules! for_each_flavour {
 }
 
 mod capabilities;
+mod clusters;
 mod disagg;
 mod errors;
 mod eviction;

@@ -58,6 +58,7 @@ impl PickerShared {
                 self.pick_within(&peer_plan, req, Some(&there.open), now, random)
             {
                 picked.peer = true;
+                picked.fallbacks.extend(peers.loopback.iter().cloned());
                 return Ok(picked);
             }
         }

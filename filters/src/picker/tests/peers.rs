@@ -77,6 +77,28 @@ fn a_saturated_pool_spills_to_the_cheapest_open_peer_through_the_peers_cluster()
 }
 
 #[test]
+fn a_peer_pick_falls_back_to_this_gateways_own_listener_last() {
+    let mut s = shared(pool(
+        &[A, B],
+        json!({"peers": {"cluster": "peers-p", "endpoints": [P1, P2],
+                         "loopback": "127.0.0.1:10000"}}),
+    ));
+    let (_, host, _req) = send(&mut s, &figures(1, 6, [1, 3]), &conversation(0));
+    assert_eq!(
+        host.header(DESTINATION_ENDPOINT),
+        Some("10.1.0.1:9000,10.2.0.1:9000,127.0.0.1:10000")
+    );
+    let err = PickerShared::from_json(pool(
+        &[A],
+        json!({"peers": {"cluster": "c", "endpoints": [P1], "loopback": P1}}),
+    ))
+    .err()
+    .map(|e| e.to_string())
+    .unwrap_or_default();
+    assert!(err.contains("peers.loopback"), "{err}");
+}
+
+#[test]
 fn a_conversation_a_peer_holds_goes_back_there_and_others_stay_here() {
     let mut s = with_peers();
     let (to, _, _first) = send(&mut s, &figures(1, 6, [1, 3]), &conversation(1));

@@ -1,0 +1,269 @@
+//! Two clusters on loopback, each a gateway over its own simulated pool. Cluster B exports
+//! its pool; cluster A's pool lists B's gateway as a peer (Parent Mode). Through real
+//! Envoy, at one and at four workers:
+//!
+//! 1. **Stickiness.** While A has room, every turn of 64 six-turn conversations is served
+//!    in A: zero switches.
+//! 2. **Spillover.** With A's replicas queueing past the spillover threshold (long requests
+//!    sent straight to them), new conversations go to B; conversations A already holds
+//!    stay in A.
+//! 3. **Affinity back.** Once A has room again, the spilled conversations' next turns still
+//!    go to B: a conversation stays in the cluster that served its first turn.
+//! 4. **Peer failure.** Killing B's gateway drops it from A's candidates within 2 s; from
+//!    then on the spilled conversations are served in A, with no client error.
+
+use super::tag;
+use crate::support::gw::{self, Plan};
+use infergate_cli::config::bootstrap::Peers;
+use infergate_harness::launch::client::{post_json, post_json_streamed};
+use infergate_harness::launch::{Flavor, PoolSpec, Stack};
+use infergate_harness::sim::{self, EngineConfig, SimConfig, SimHandle, REPLICA_ADDR_HEADER};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+const MODEL: &str = "sim-model";
+
+/// Conversations and turns of the stickiness phase.
+const CONVERSATIONS: usize = 64;
+const TURNS: usize = 6;
+
+/// One replica runs one sequence at a time, so a few long requests make a queue.
+async fn simulator() -> SimHandle {
+    sim::start(SimConfig {
+        replicas: 2,
+        models: vec![MODEL.into()],
+        engine: EngineConfig {
+            max_num_seqs: 1,
+            ..EngineConfig::default()
+        },
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap()
+}
+
+/// Turn `turn` of conversation `label`: its whole history so far (each earlier turn's
+/// question and the answer it got), then the new question.
+fn turn_body(label: &str, turn: usize) -> Value {
+    let mut messages = vec![json!({"role": "system",
+        "content": format!("{label}: you are helping with a long task. ").repeat(12)})];
+    for t in 0..=turn {
+        messages.push(json!({"role": "user",
+            "content": format!("{label} question {t}: tell me more about step {t}. ").repeat(4)}));
+        if t < turn {
+            messages.push(json!({"role": "assistant", "content": format!("answer {t}")}));
+        }
+    }
+    json!({"model": MODEL, "max_tokens": 1, "messages": messages})
+}
+
+/// Sends one turn through `gateway`; the replica that served it.
+async fn send(gateway: &str, label: &str, turn: usize) -> Result<SocketAddr, String> {
+    let url = format!("{gateway}/v1/chat/completions");
+    let resp = post_json(&url, &turn_body(label, turn), &[])
+        .await
+        .map_err(|e| e.to_string())?;
+    if resp.status != 200 {
+        return Err(format!("{} {}", resp.status, resp.text()));
+    }
+    resp.header(REPLICA_ADDR_HEADER)
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| "no replica header".to_owned())
+}
+
+/// Which cluster served `addr`.
+fn cluster_of(a: &SimHandle, b: &SimHandle, addr: SocketAddr) -> char {
+    if a.addrs().contains(&addr) {
+        'A'
+    } else if b.addrs().contains(&addr) {
+        'B'
+    } else {
+        '?'
+    }
+}
+
+/// `addr` of a gateway's listener.
+fn listener(stack: &Stack) -> SocketAddr {
+    let url = stack.picker_url();
+    url.trim_start_matches("http://").parse().unwrap()
+}
+
+/// Whether `gateway`'s scraper still counts `peer` live: fewer failed scrapes in a row than
+/// the peers pool's `maxConsecutiveFailures` (3).
+async fn peer_live(gateway: &Stack, peer: SocketAddr) -> bool {
+    let stats = gateway.envoy().stats().await.unwrap();
+    let key = format!(
+        "infergate.scraper.consecutive_failures.endpoint.{}",
+        peer.to_string().replace(['.', ':'], "_")
+    );
+    stats.containing(&key).map(|(_, v)| v).max().unwrap_or(0) < 3
+}
+
+/// Long requests straight to each of A's replicas: one runs, `waiting` queue behind it.
+fn hog(a: &SimHandle, waiting: usize) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut hogs = Vec::new();
+    for &addr in a.addrs() {
+        for i in 0..=waiting {
+            hogs.push(tokio::spawn(async move {
+                let body = json!({"model": MODEL, "stream": true, "max_tokens": 400,
+                    "ignore_eos": true,
+                    "messages": [{"role": "user", "content": format!("hog {i}")}]});
+                let url = format!("http://{addr}/v1/chat/completions");
+                let _ = post_json_streamed(&url, &body, &[]).await;
+            }));
+        }
+    }
+    hogs
+}
+
+async fn two_clusters(flavor: Flavor, workers: u32) {
+    let (sim_a, sim_b) = (simulator().await, simulator().await);
+    let mut exported = PoolSpec::all(MODEL);
+    exported.export = true;
+    let mut plan_b = Plan::new(vec![exported]);
+    plan_b.concurrency = workers;
+    let Some(gateway_b) = gw::start_over(flavor, sim_b.addrs().to_vec(), plan_b).await else {
+        return;
+    };
+    let mut importing = PoolSpec::all(MODEL);
+    importing.peers = Some(Peers {
+        gateways: vec![listener(&gateway_b)],
+        remote_pool: None,
+        spillover: json!({"queueDepthThreshold": 2}),
+    });
+    let mut plan_a = Plan::new(vec![importing]);
+    plan_a.concurrency = workers;
+    let Some(gateway_a) = gw::start_over(flavor, sim_a.addrs().to_vec(), plan_a).await else {
+        return;
+    };
+    let a_url = gateway_a.picker_url();
+    let label = format!("{} at {workers} worker(s)", tag(flavor));
+
+    // 1. Room everywhere: every turn stays in A.
+    let mut switches = 0;
+    for turn in 0..TURNS {
+        for c in 0..CONVERSATIONS {
+            let served = send(&a_url, &format!("calm {c}"), turn)
+                .await
+                .unwrap_or_else(|e| panic!("{label}: turn {turn} of calm {c}: {e}"));
+            if cluster_of(&sim_a, &sim_b, served) != 'A' {
+                switches += 1;
+            }
+        }
+    }
+    assert_eq!(
+        switches, 0,
+        "{label}: turns served outside A while it had room"
+    );
+    println!("{label}: {CONVERSATIONS} × {TURNS} turns, 0 left cluster A");
+
+    // 2. A saturated: new conversations spill to B; held ones stay.
+    let hogs = hog(&sim_a, 3);
+    // A few scrape rounds for the queues to show.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let mut spilled = Vec::new();
+    for c in 0..16 {
+        let name = format!("spill {c}");
+        let served = send(&a_url, &name, 0).await.unwrap();
+        if cluster_of(&sim_a, &sim_b, served) == 'B' {
+            spilled.push(name);
+        }
+    }
+    assert!(
+        spilled.len() >= 14,
+        "{label}: only {} of 16 new conversations spilled to B",
+        spilled.len()
+    );
+    let held = send(&a_url, "calm 0", TURNS).await.unwrap();
+    assert_eq!(
+        cluster_of(&sim_a, &sim_b, held),
+        'A',
+        "{label}: a conversation A holds left while A was saturated"
+    );
+    println!(
+        "{label}: A saturated, {} of 16 new conversations served in B",
+        spilled.len()
+    );
+
+    // 3. A has room again: the spilled conversations stay in B.
+    for h in hogs {
+        h.abort();
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    for name in &spilled {
+        let served = send(&a_url, name, 1).await.unwrap();
+        assert_eq!(
+            cluster_of(&sim_a, &sim_b, served),
+            'B',
+            "{label}: {name}'s second turn left B"
+        );
+    }
+    let fresh = send(&a_url, "after the storm", 0).await.unwrap();
+    assert_eq!(
+        cluster_of(&sim_a, &sim_b, fresh),
+        'A',
+        "{label}: A has room again"
+    );
+
+    // 4. B's gateway dies: A drops it, and B's conversations are served in A.
+    let b_addr = listener(&gateway_b);
+    assert!(
+        peer_live(&gateway_a, b_addr).await,
+        "{label}: B is live before it dies"
+    );
+    drop(gateway_b);
+    let killed = Instant::now();
+    let (mut errors, mut requests) = (Vec::new(), 0);
+    let mut dropped_after = None;
+    while killed.elapsed() < Duration::from_secs(5) {
+        for name in &spilled {
+            // Served in A from the first request on: before A drops B, a connection B
+            // refuses is retried on A's own listener (the peer pick's last fallback).
+            match send(&a_url, name, 2).await {
+                Ok(served) => {
+                    assert_eq!(cluster_of(&sim_a, &sim_b, served), 'A', "{label}: {name}");
+                    requests += 1;
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        if dropped_after.is_none() && !peer_live(&gateway_a, b_addr).await {
+            dropped_after = Some(killed.elapsed());
+        }
+        if dropped_after.is_some_and(|at| killed.elapsed() > at + Duration::from_millis(500)) {
+            break;
+        }
+    }
+    assert!(
+        errors.is_empty(),
+        "{label}: client errors after B died: {errors:?}"
+    );
+    let dropped_after = dropped_after.unwrap_or_else(|| panic!("{label}: B was never dropped"));
+    assert!(
+        dropped_after < Duration::from_secs(2),
+        "{label}: B dropped after {dropped_after:?}"
+    );
+    println!(
+        "{label}: B's gateway killed; dropped after {} ms; {requests} requests, all served \
+         in A, 0 errors",
+        dropped_after.as_millis()
+    );
+}
+
+pub(super) async fn a_saturated_cluster_spills_and_conversations_stay_at_one_worker(
+    flavor: Flavor,
+) {
+    two_clusters(flavor, 1).await;
+}
+
+pub(super) async fn a_saturated_cluster_spills_and_conversations_stay_at_four_workers(
+    flavor: Flavor,
+) {
+    two_clusters(flavor, 4).await;
+}
+
+for_each_flavour!(
+    a_saturated_cluster_spills_and_conversations_stay_at_one_worker,
+    a_saturated_cluster_spills_and_conversations_stay_at_four_workers,
+);
