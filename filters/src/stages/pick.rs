@@ -816,8 +816,9 @@ impl<P: PickerStore> PickStage<P> {
     }
 }
 
-impl<H: PickerHost + RequestWaker + RouteRefresh + ?Sized, P: PickerStore> Stage<H>
-    for PickStage<P>
+impl<H, P: PickerStore> Stage<H> for PickStage<P>
+where
+    H: PickerHost + RequestWaker + RouteRefresh + ?Sized,
 {
     fn name(&self) -> &'static str {
         "pick"
