@@ -502,6 +502,9 @@ pub struct BootstrapParams {
     pub admin_port: u16,
     /// Gateway listener port; 0 lets the kernel choose.
     pub listener_port: u16,
+    /// The address the gateway listener binds (127.0.0.1 by default; a loopback address of
+    /// its own per simulated cluster).
+    pub listener_address: std::net::IpAddr,
     /// The `/rr` baseline's replicas (rendered only with `baseline`).
     pub rr_endpoints: Vec<SocketAddr>,
     /// Model pools.
@@ -561,6 +564,7 @@ impl BootstrapParams {
             flavor,
             admin_port: 0,
             listener_port: 0,
+            listener_address: std::net::IpAddr::from([127, 0, 0, 1]),
             rr_endpoints: rr,
             plugins: PluginConfigs::for_pools(&pools, &GatewaySettings::default()),
             pools,
@@ -602,22 +606,19 @@ fn text(s: impl Into<String>) -> Value {
 }
 
 /// This gateway's own listener as its peers cluster lists it.
-fn loopback(listener_port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], listener_port))
+fn loopback(params: &BootstrapParams) -> SocketAddr {
+    SocketAddr::new(params.listener_address, params.listener_port)
 }
 
 /// Every picker pool with peers gets this gateway's own listener as its `loopback` (the
 /// port is known only when the bootstrap is rendered).
-fn set_loopback(picker: &mut serde_json::Value, listener_port: u16) {
+fn set_loopback(picker: &mut serde_json::Value, listener: SocketAddr) {
     let Some(pools) = picker["pools"].as_array_mut() else {
         return;
     };
     for pool in pools {
         if let Some(peers) = pool.get_mut("peers").and_then(|p| p.as_object_mut()) {
-            peers.insert(
-                "loopback".into(),
-                json!(loopback(listener_port).to_string()),
-            );
+            peers.insert("loopback".into(), json!(listener.to_string()));
         }
     }
 }
@@ -728,7 +729,7 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
         }
         let name = pool.peers_cluster_name(i);
         let mut hosts = peers.gateways.clone();
-        hosts.push(loopback(params.listener_port));
+        hosts.push(loopback(params));
         let mut vars = Vars::new();
         vars.insert("cluster".into(), text(name.clone()));
         vars.insert("lb_endpoints".into(), lb_endpoints(&hosts));
@@ -770,6 +771,10 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
     let mut vars = Vars::new();
     vars.insert("admin_port".into(), Value::from(params.admin_port));
     vars.insert("listener_port".into(), Value::from(params.listener_port));
+    vars.insert(
+        "listener_address".into(),
+        text(params.listener_address.to_string()),
+    );
     vars.insert("pool_routes".into(), Value::Sequence(routes));
     vars.insert("pool_clusters".into(), Value::Sequence(clusters));
     vars.insert("admin_clusters".into(), Value::Sequence(admin_clusters));
@@ -843,7 +848,7 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
         let _ = plugins.follow_clusters(&params.pools, params.flavor == Flavor::Wasm);
     }
     let mut picker = plugins.picker.clone();
-    set_loopback(&mut picker, params.listener_port);
+    set_loopback(&mut picker, loopback(params));
     apply_objectives(
         &mut picker,
         &picker_objectives(&params.objectives, &params.tenancy)?,

@@ -21,6 +21,7 @@
 
 pub mod binary;
 pub mod client;
+pub mod clusters;
 pub mod envoy;
 pub mod extproc;
 pub mod fleet;

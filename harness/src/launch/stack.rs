@@ -213,6 +213,9 @@ pub struct StackOptions {
     /// them (`bench overhead`'s `native-two` arm); `false` (the default): one `gateway`
     /// filter unless the global rate-limit filter sits between them.
     pub two_filters: bool,
+    /// The gateway listener's address; `None` (the default): 127.0.0.1 on a port the
+    /// kernel chooses (or a free one, when a pool has peers).
+    pub listener: Option<SocketAddr>,
 }
 
 impl StackOptions {
@@ -240,6 +243,7 @@ impl StackOptions {
             health_check: None,
             global_quotas: None,
             two_filters: false,
+            listener: None,
         }
     }
 }
@@ -348,6 +352,10 @@ impl Stack {
             &opts.rewrites,
             opts.split.as_ref(),
         )?;
+        if let Some(listener) = opts.listener {
+            params.listener_address = listener.ip();
+            params.listener_port = listener.port();
+        }
         if pools.iter().any(|p| p.peers.is_some()) && params.listener_port == 0 {
             // A pool with peers lists this gateway's own listener in its peers cluster.
             params.listener_port = free_port()?;

@@ -27,12 +27,17 @@
 //! `gateway K: URL` for each: put an L4 balancer (or the load generator's
 //! `--connections per-request`) in front of them. Each keeps its own picker state.
 //!
+//! `--clusters N` starts N clusters on loopback, each a gateway over a simulated pool of
+//! its own on `127.0.1.<k+1>`, peers of each other ([`super::clusters`]), and prints
+//! `cluster K: URL` for each.
+//!
 //! `--global-quotas` (with `--tenants`) shares the tenants' requests and tokens per minute
 //! across the gateways: it starts a Redis of the run's own and the rate-limit service
 //! `infergate-ratelimit` over it, and every gateway asks that service through Envoy's
 //! `ratelimit` filter ([`super::global_quotas`]); without it each gateway keeps its own
 //! buckets.
 
+use super::clusters::Clusters;
 use super::envoy::EnvoyOptions;
 use super::fleet::Fleet;
 use super::httproute;
@@ -119,6 +124,11 @@ pub struct UpOptions {
     /// (the default).
     #[arg(verbatim_doc_comment, long)]
     pub static_membership: bool,
+    /// N clusters (at least 2), each a gateway over a simulated pool of its own on the
+    /// loopback address 127.0.1.<k+1>; each exports its pools and lists the other
+    /// clusters' gateways as peers.
+    #[arg(verbatim_doc_comment, long, value_name = "N", default_value_t = 1, value_parser = parse_clusters)]
+    pub clusters: usize,
 }
 
 impl Default for UpOptions {
@@ -141,6 +151,7 @@ impl Default for UpOptions {
             gateways: 1,
             global_quotas: false,
             static_membership: false,
+            clusters: 1,
         }
     }
 }
@@ -166,6 +177,14 @@ impl UpOptions {
             ];
             if let Some((flag, _)) = gateway_only.iter().find(|(_, set)| *set) {
                 bail!("{flag} needs a gateway flavour (wasm or native), not plain");
+            }
+        }
+        if self.clusters > 1 {
+            if self.flavor == Flavor::Plain {
+                bail!("--clusters needs a gateway flavour (wasm or native), not plain");
+            }
+            if self.gateways > 1 || self.global_quotas {
+                bail!("--clusters runs one gateway per cluster: no --gateways, no --global-quotas");
             }
         }
         check_global_quotas(self)
@@ -346,6 +365,27 @@ pub async fn up(mut opts: UpOptions) -> Result<()> {
     let mut stack_opts = stack_options(&opts)?;
     let _global_quotas = start_global_quotas(&opts, &mut stack_opts)?;
     let billing_log = stack_opts.tenancy.billing_log.clone();
+    if opts.clusters > 1 {
+        let clusters = Clusters::start(stack_opts, opts.clusters).await?;
+        for (k, gateway) in clusters.gateways().iter().enumerate() {
+            println!("cluster {k}: {}", gateway.picker_url());
+        }
+        for (k, gateway) in clusters.gateways().iter().enumerate() {
+            eprintln!(
+                "cluster {k}: replicas {:?}, Envoy admin http://{}, log {}",
+                gateway.replicas(),
+                gateway.envoy().admin(),
+                gateway.envoy().log_path().display()
+            );
+        }
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        eprintln!("stopping the clusters");
+        drop(clusters);
+        return Ok(());
+    }
     // Every gateway from the same options (`--gateways N`; one by default).
     let fleet = Fleet::start(stack_opts, opts.gateways).await?;
     for line in fleet_announcement(&fleet) {
@@ -366,6 +406,14 @@ pub async fn up(mut opts: UpOptions) -> Result<()> {
     eprintln!("stopping Envoy and the simulator");
     drop(fleet);
     Ok(())
+}
+
+/// `--clusters N`: at least 1 (1, the default, is a single cluster).
+fn parse_clusters(value: &str) -> Result<usize> {
+    match value.parse::<usize>() {
+        Ok(n) if (1..=254).contains(&n) => Ok(n),
+        _ => bail!("expected a number of clusters, 1 to 254"),
+    }
 }
 
 // ---- Several gateways (`--gateways N`) ----
@@ -732,6 +780,22 @@ mod tests {
             assert!(UpOptions::parse(&strings(bad)).is_err(), "{bad:?}");
         }
         assert!(help().contains("--gateways <N>"));
+    }
+
+    #[test]
+    fn clusters_parse_and_exclude_what_one_cluster_has_alone() {
+        assert_eq!(UpOptions::parse(&[]).unwrap().clusters, 1);
+        let o = UpOptions::parse(&strings(&["--clusters", "3"])).unwrap();
+        assert_eq!(o.clusters, 3);
+        for bad in [
+            &["--clusters", "0"][..],
+            &["--clusters", "255"],
+            &["--clusters", "2", "--gateways", "2"],
+            &["--clusters", "2", "--flavor", "plain"],
+        ] {
+            assert!(UpOptions::parse(&strings(bad)).is_err(), "{bad:?}");
+        }
+        assert!(help().contains("--clusters <N>"));
     }
 
     #[test]

@@ -1,0 +1,94 @@
+//! Several clusters on loopback, as `cargo xtask up --clusters N` starts them: cluster `k`
+//! is a gateway over a simulated pool of its own, every process of it on the loopback
+//! address `127.0.1.<k+1>` (the replicas and the gateway's listener; Envoy's admin stays on
+//! 127.0.0.1). Each cluster exports its pools, and lists every other cluster's gateway as
+//! a peer of each pool (Parent Mode): a saturated cluster spills new conversations to the
+//! cheapest other one, and a conversation stays in the cluster that served its first turn.
+//!
+//! The listener ports are chosen before any gateway starts (each must name the others),
+//! so the clusters start in parallel. Nothing is shared between them at run time but the
+//! HTTP each gateway serves: its export pages and the requests its peers send it.
+
+use super::stack::{Backends, Stack, StackOptions};
+use crate::sim::SimConfig;
+use anyhow::{bail, Context, Result};
+use infergate_cli::config::bootstrap::Peers;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
+
+/// Running clusters; dropping it stops every gateway and its simulator.
+#[derive(Debug)]
+pub struct Clusters {
+    clusters: Vec<Stack>,
+}
+
+/// The loopback address of cluster `k`.
+pub fn cluster_address(k: usize) -> Result<IpAddr> {
+    let last = u8::try_from(k + 1).context("at most 254 clusters")?;
+    Ok(IpAddr::V4(Ipv4Addr::new(127, 0, 1, last)))
+}
+
+/// A port free on `ip` right now (bound, read and released).
+fn free_port_on(ip: IpAddr) -> Result<SocketAddr> {
+    let socket = TcpListener::bind((ip, 0)).with_context(|| format!("finding a port on {ip}"))?;
+    Ok(socket.local_addr()?)
+}
+
+impl Clusters {
+    /// Starts `n` clusters (at least two) from `opts`, whose backends must be the
+    /// in-process simulator: each cluster gets its own simulator of that configuration,
+    /// on its own loopback address, and `opts`' pools with `export` set and every other
+    /// cluster's gateway as their peers. Returns when every gateway is ready.
+    pub async fn start(opts: StackOptions, n: usize) -> Result<Clusters> {
+        if n < 2 {
+            bail!("--clusters needs at least 2 clusters");
+        }
+        let Backends::InProcess(sim) = &opts.backends else {
+            bail!("clusters run over the in-process simulator");
+        };
+        let mut listeners = Vec::with_capacity(n);
+        let mut sims = Vec::with_capacity(n);
+        for k in 0..n {
+            let ip = cluster_address(k)?;
+            listeners.push(free_port_on(ip)?);
+            let mut cfg: SimConfig = (**sim).clone();
+            cfg.listen = (0..cfg.replicas)
+                .map(|_| free_port_on(ip))
+                .collect::<Result<_>>()?;
+            sims.push(cfg);
+        }
+        let mut starting = tokio::task::JoinSet::new();
+        for (k, cfg) in sims.into_iter().enumerate() {
+            let mut o = opts.clone();
+            o.backends = Backends::InProcess(Box::new(cfg));
+            o.listener = listeners.get(k).copied();
+            let peers: Vec<SocketAddr> = listeners
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != k)
+                .map(|(_, a)| *a)
+                .collect();
+            for pool in &mut o.pools {
+                pool.export = true;
+                pool.peers = Some(Peers {
+                    gateways: peers.clone(),
+                    ..Peers::default()
+                });
+            }
+            starting.spawn(async move { (k, Stack::start(o).await) });
+        }
+        let mut started = Vec::with_capacity(n);
+        while let Some(joined) = starting.join_next().await {
+            let (k, stack) = joined.context("a cluster's start task failed")?;
+            started.push((k, stack.with_context(|| format!("starting cluster {k}"))?));
+        }
+        started.sort_by_key(|(k, _)| *k);
+        Ok(Clusters {
+            clusters: started.into_iter().map(|(_, s)| s).collect(),
+        })
+    }
+
+    /// Each cluster's gateway, cluster 0 first.
+    pub fn gateways(&self) -> &[Stack] {
+        &self.clusters
+    }
+}
