@@ -159,6 +159,13 @@ enum Command {
         /// Split a route's weights per request instead of sticky on `x-gateway-split-key`.
         #[arg(long)]
         per_request_split: bool,
+        /// Where each cluster of the ClusterSet runs its gateway (llm-d's discovery file:
+        /// `endpoints: [{name, address, port}]`), for the pools an InferencePoolImport names.
+        #[arg(long)]
+        peers: Option<PathBuf>,
+        /// This cluster's name in the ClusterSet (never its own peer).
+        #[arg(long)]
+        cluster: Option<String>,
     },
     /// Print the scheduling plugins' reference (Markdown): every plugin type and its
     /// parameters.
@@ -239,7 +246,13 @@ fn main() -> ExitCode {
             jwks,
             billing_log,
             per_request_split,
+            peers,
+            cluster,
         } => (|| {
+            let peers = peers
+                .as_deref()
+                .map(infergate_cli::config::peers::PeersFile::load)
+                .transpose()?;
             let endpoints = endpoints
                 .iter()
                 .map(|f| endpoints_flag(f))
@@ -274,6 +287,8 @@ fn main() -> ExitCode {
                     jwks,
                     billing_log,
                     per_request_split,
+                    peers,
+                    cluster,
                 },
             })
         })(),

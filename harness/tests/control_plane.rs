@@ -109,6 +109,8 @@ fn options(flavor: Flavor, target: Target, out: &Path, objects: PathBuf) -> Rend
             jwks: None,
             billing_log: None,
             per_request_split: false,
+            peers: None,
+            cluster: None,
         },
     }
 }

@@ -67,6 +67,8 @@ fn options(
             jwks: None,
             billing_log: None,
             per_request_split: false,
+            peers: None,
+            cluster: None,
         },
     }
 }

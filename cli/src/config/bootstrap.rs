@@ -147,7 +147,8 @@ pub struct Peers {
     /// Each peer cluster's gateway listener.
     pub gateways: Vec<SocketAddr>,
     /// The pool's name on the peers, whose export page they serve
-    /// (`/infergate/pools/<name>/metrics`); `None`: this pool's own name.
+    /// (`/infergate/pools/<name>/metrics`); `None`: this pool's own `name`, else its cluster
+    /// name (what an exported pool of the same layout publishes under).
     pub remote_pool: Option<String>,
     /// The picker's `peers.spillover` thresholds (JSON); `null`: its defaults.
     pub spillover: serde_json::Value,
@@ -317,6 +318,11 @@ impl PluginConfigs {
                 }
                 if p.export {
                     pool["export"] = json!(true);
+                    // Published under the pool's own name, which the importing clusters
+                    // know it by (its InferencePool's), when it has one.
+                    if let Some(name) = &p.name {
+                        pool["exportName"] = json!(name);
+                    }
                 }
                 if let Some(peers) = &p.peers {
                     let gateways: Vec<String> =
@@ -342,6 +348,7 @@ impl PluginConfigs {
             let remote = peers
                 .remote_pool
                 .clone()
+                .or_else(|| p.name.clone())
                 .unwrap_or_else(|| p.cluster_name(i));
             for gateway in &peers.gateways {
                 endpoints.push(gateway.to_string());

@@ -12,12 +12,14 @@
 //!   service shared by several gateways;
 //! - [`epp`]: an operator's `EndpointPickerConfig` (or the `ConfigMap` holding it) and
 //!   `InferenceObjective` files, and the objectives in the picker's configuration;
-//! - [`eds`]: the pool clusters' members from Envoy's file-based EDS (membership `Eds`).
+//! - [`eds`]: the pool clusters' members from Envoy's file-based EDS (membership `Eds`);
+//! - [`peers`]: the peers file, where each cluster of a ClusterSet runs its gateway.
 
 pub mod bootstrap;
 pub mod eds;
 pub mod epp;
 pub mod global_quotas;
+pub mod peers;
 pub mod rewrites;
 pub mod routes;
 pub mod template;

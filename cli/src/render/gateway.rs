@@ -7,9 +7,13 @@
 
 use super::objects::http_route::v1::HttpRoute;
 use super::objects::inference_pool::v1::InferencePool;
+use super::objects::inference_pool_import::v1alpha1::InferencePoolImport;
 use super::objects::{Object, ObjectSet};
-use crate::config::bootstrap::{BootstrapParams, Flavor, GatewaySettings, PluginConfigs, Pool};
+use crate::config::bootstrap::{
+    BootstrapParams, Flavor, GatewaySettings, Peers, PluginConfigs, Pool,
+};
 use crate::config::epp::{apply_objectives, picker_objectives};
+use crate::config::peers::PeersFile;
 use crate::config::rewrites::apply_rewrites;
 use crate::config::routes::RouteSpec;
 use crate::config::tenancy::{JwtProvider, Tenancy};
@@ -36,6 +40,11 @@ pub struct GatewayInputs {
     pub billing_log: Option<PathBuf>,
     /// Weighted splits drawn per request instead of sticky on `x-gateway-split-key`.
     pub per_request_split: bool,
+    /// Where each cluster of the ClusterSet runs its gateway (`--peers`), for the pools an
+    /// `InferencePoolImport` names.
+    pub peers: Option<PeersFile>,
+    /// This cluster's own name in the ClusterSet (`--cluster`): never its own peer.
+    pub cluster: Option<String>,
 }
 
 /// A gateway described by the objects.
@@ -102,6 +111,30 @@ pub fn build(set: &mut ObjectSet, inputs: &GatewayInputs) -> Result<Gateway> {
         for rule in &route.rules {
             let mut backends = Vec::new();
             for b in &rule.backends {
+                if b.import {
+                    // The import's clusters are peers of the local pool of its name, which
+                    // spills to them: no traffic goes there by weight.
+                    let local = rule.backends.iter().any(|o| !o.import && o.pool == b.pool);
+                    if index_of(route, &b.pool).is_none() {
+                        bail!(
+                            "{} {}: InferencePoolImport `{}` needs the InferencePool of its \
+                             name among the objects: requests reach the exporting clusters \
+                             by spillover from the local pool (Parent Mode)",
+                            route.label,
+                            b.path,
+                            b.pool
+                        );
+                    }
+                    set.report.used(
+                        &route.label,
+                        &b.path,
+                        "the local InferencePool of this name, whose peers the import's \
+                         exporting clusters are (spillover, not a weighted share)",
+                    );
+                    if local {
+                        continue;
+                    }
+                }
                 let i = index_of(route, &b.pool).ok_or_else(|| {
                     anyhow!(
                         "{} {}: InferencePool `{}` is not among the objects",
@@ -141,6 +174,26 @@ pub fn build(set: &mut ObjectSet, inputs: &GatewayInputs) -> Result<Gateway> {
                 }
                 specs.push(spec);
             }
+        }
+    }
+    let imports: Vec<InferencePoolImport> = set
+        .of(|o| match o {
+            Object::InferencePoolImportV1alpha1(i) => Some(i),
+            _ => None,
+        })
+        .into_iter()
+        .cloned()
+        .collect();
+    for import in &imports {
+        let local = pools
+            .iter()
+            .any(|p| p.meta.name == import.meta.name && p.meta.namespace == import.meta.namespace);
+        if !local {
+            bail!(
+                "{}: no InferencePool of its name among the objects: requests reach the \
+                 exporting clusters by spillover from the local pool (Parent Mode)",
+                import.label
+            );
         }
     }
     // The EndpointPickerConfig of each pool.
@@ -214,6 +267,14 @@ pub fn build(set: &mut ObjectSet, inputs: &GatewayInputs) -> Result<Gateway> {
             }
         };
         let endpoints = pool_endpoints(pool, inputs)?;
+        let peers = pool_peers(pool, &imports, inputs)?;
+        if pool.exported {
+            set.report.used(
+                &pool.label,
+                "",
+                "exported: its load is published on /infergate/pools/<name>/metrics",
+            );
+        }
         out_pools.push(Pool {
             name: Some(pool.meta.name.clone()),
             base_model: model,
@@ -222,8 +283,8 @@ pub fn build(set: &mut ObjectSet, inputs: &GatewayInputs) -> Result<Gateway> {
             target_ports: Vec::new(),
             failure_mode: pool.failure_mode(),
             picker_config: epp,
-            export: false,
-            peers: None,
+            export: pool.exported,
+            peers,
         });
     }
     for (name, _) in &inputs.endpoints {
@@ -381,6 +442,53 @@ pub fn build(set: &mut ObjectSet, inputs: &GatewayInputs) -> Result<Gateway> {
         router,
         picker,
     })
+}
+
+/// The peers of `pool`: the gateways (from the peers file) of the clusters that the
+/// `InferencePoolImport` of its name says export it, this cluster excepted; `None` without
+/// such an import.
+fn pool_peers(
+    pool: &InferencePool,
+    imports: &[InferencePoolImport],
+    inputs: &GatewayInputs,
+) -> Result<Option<Peers>> {
+    let Some(import) = imports
+        .iter()
+        .find(|i| i.meta.name == pool.meta.name && i.meta.namespace == pool.meta.namespace)
+    else {
+        return Ok(None);
+    };
+    let clusters: Vec<&String> = import
+        .exporting_clusters
+        .iter()
+        .filter(|c| inputs.cluster.as_ref() != Some(*c))
+        .collect();
+    if clusters.is_empty() {
+        return Ok(None);
+    }
+    let Some(file) = &inputs.peers else {
+        bail!(
+            "{}: its exporting clusters ({}) need a peers file (--peers) saying where their \
+             gateways are",
+            import.label,
+            import.exporting_clusters.join(", ")
+        );
+    };
+    let mut gateways = Vec::new();
+    for cluster in clusters {
+        let Some(gateway) = file.gateway(cluster) else {
+            bail!(
+                "{}: exporting cluster `{cluster}` is not in the peers file",
+                import.label
+            );
+        };
+        gateways.push(gateway);
+    }
+    Ok(Some(Peers {
+        gateways,
+        remote_pool: Some(pool.meta.name.clone()),
+        spillover: Json::Null,
+    }))
 }
 
 /// The pool's endpoints from `--endpoints`: `ip:port` as given, a bare IP once per target

@@ -132,6 +132,15 @@ pub fn render(opts: &RenderOptions) -> Result<Rendered> {
     }
     let mut set = objects::load_dir(&opts.objects)?;
     let gw = gateway::build(&mut set, &opts.gateway)?;
+    if opts.target != Target::Envoy {
+        if let Some(pool) = gw.params.pools.iter().find(|p| p.peers.is_some()) {
+            bail!(
+                "pool `{}` has peer clusters (an InferencePoolImport): they render for \
+                 --target envoy only so far (the peers cluster and its route)",
+                pool.name.as_deref().unwrap_or(&pool.base_model)
+            );
+        }
+    }
     std::fs::create_dir_all(&opts.out)
         .with_context(|| format!("creating {}", opts.out.display()))?;
     let write = |name: &str, body: &str| -> Result<PathBuf> {
@@ -175,6 +184,10 @@ fn bootstrap_text(
 ) -> Result<String> {
     let mut params = gw.params.clone();
     params.listener_port = opts.listen.port();
+    // The address the gateway reaches its own listener at (a peer pick's last fallback).
+    if !opts.listen.ip().is_unspecified() {
+        params.listener_address = opts.listen.ip();
+    }
     params.admin_port = opts.admin.port();
     let out_dir = std::fs::canonicalize(&opts.out)
         .with_context(|| format!("resolving {}", opts.out.display()))?;
@@ -387,6 +400,99 @@ mod tests {
             {"filter_config": {"value": picker.to_string()}},
             {"extension_config": {"value": scraper.to_string()}}]});
         serde_yaml_ng::to_string(&v).unwrap()
+    }
+
+    /// The multi-cluster objects: the export annotation, an `InferencePoolImport` and the
+    /// route naming it, with a peers file, render the peers cluster (the other cluster's
+    /// gateway and this one's own listener), its route, the picker's `peers` and
+    /// `exportName`, and the scraper's path for the peer.
+    #[test]
+    fn an_imported_pool_renders_its_peers_and_an_exported_one_its_page() {
+        let out = tempfile::tempdir().unwrap();
+        let dir = infergate_artefacts::workspace_root().join("testdata/multicluster");
+        let mut opts = RenderOptions {
+            objects: dir.clone(),
+            target: Target::Envoy,
+            istio_version: IstioVersion::V1_30,
+            out: out.path().to_path_buf(),
+            membership: crate::config::eds::Membership::Eds,
+            eds_dir: None,
+            listen: "0.0.0.0:8080".parse().unwrap(),
+            admin: "127.0.0.1:9901".parse().unwrap(),
+            image: "oci://registry.test/infergate:test".into(),
+            gateway: gateway::GatewayInputs {
+                flavor: Flavor::Native,
+                endpoints: Vec::new(),
+                module: Some("/lib/libinfergate_envoy.so".into()),
+                no_tenants: true,
+                jwks: None,
+                billing_log: None,
+                per_request_split: false,
+                peers: Some(
+                    crate::config::peers::PeersFile::load(&dir.join("peers/peers.yaml")).unwrap(),
+                ),
+                cluster: Some("cluster-a".into()),
+            },
+        };
+        let rendered = render(&opts).unwrap();
+        let text = std::fs::read_to_string(&rendered.output).unwrap();
+        let yaml: Value = serde_yaml_ng::from_str(&text).unwrap();
+        let clusters = yaml["static_resources"]["clusters"].as_sequence().unwrap();
+        let peers = clusters
+            .iter()
+            .find(|c| c["name"].as_str() == Some("pool-0-llama-70b-bf16-peers"))
+            .unwrap();
+        let hosts = serde_json::to_string(&peers["load_assignment"]).unwrap();
+        assert!(hosts.contains("10.20.0.5"), "{hosts}");
+        assert!(
+            !hosts.contains("10.10.0.5"),
+            "a cluster is no peer of itself: {hosts}"
+        );
+        assert!(
+            hosts.contains("127.0.0.1"),
+            "the gateway's own listener: {hosts}"
+        );
+        assert!(text.contains("x-gateway-peer-route"), "the peers route");
+        let mut configs = Vec::new();
+        collect_configs(&yaml, &mut configs);
+        // The native `gateway` filter's configuration holds the picker's.
+        let picker = configs
+            .iter()
+            .find_map(|c| c.get("picker").filter(|p| p.is_object()))
+            .unwrap();
+        let pool = &picker["pools"][0];
+        assert_eq!(pool["exportName"], "llama-70b-bf16");
+        assert_eq!(
+            pool["peers"]["endpoints"],
+            serde_json::json!(["10.20.0.5:8080"])
+        );
+        assert_eq!(pool["peers"]["loopback"], "127.0.0.1:8080");
+        assert_eq!(
+            picker["scraper"]["metricsPaths"]["10.20.0.5:8080"],
+            "/infergate/pools/llama-70b-bf16/metrics"
+        );
+        // Peers are rendered for Envoy only so far; without the peers file, no render.
+        opts.target = Target::Istio;
+        let err = format!("{:#}", render(&opts).unwrap_err());
+        assert!(err.contains("--target envoy only"), "{err}");
+        opts.target = Target::Envoy;
+        opts.gateway.peers = None;
+        let err = format!("{:#}", render(&opts).unwrap_err());
+        assert!(err.contains("--peers"), "{err}");
+    }
+
+    /// Every module configuration (JSON text) inside a rendered bootstrap.
+    fn collect_configs(v: &Value, out: &mut Vec<serde_json::Value>) {
+        match v {
+            Value::String(s) if s.starts_with('{') => {
+                if let Ok(json) = serde_json::from_str::<serde_json::Value>(s) {
+                    out.push(json);
+                }
+            }
+            Value::Sequence(items) => items.iter().for_each(|i| collect_configs(i, out)),
+            Value::Mapping(m) => m.values().for_each(|i| collect_configs(i, out)),
+            _ => {}
+        }
     }
 
     /// The configurations inside a rendered bootstrap go through the modules' parsers: an

@@ -95,6 +95,10 @@ pub struct PoolConfig {
     /// `GET /infergate/pools/<pool>/metrics` (`crate::stages::ExportStage`).
     #[serde(default)]
     pub export: bool,
+    /// The name the export page is published under (the exported `InferencePool`'s name,
+    /// which the importing clusters know it by); absent: the pool's name.
+    #[serde(default)]
+    pub export_name: Option<String>,
     /// The gateways of other clusters that serve this pool, and when a request goes to one
     /// of them ([`super::peers`]).
     #[serde(default)]

@@ -167,6 +167,7 @@ impl PeersConfig {
             max_sessions: 1,
             endpoint_roles: Default::default(),
             export: false,
+            export_name: None,
             peers: None,
             peers_pool: None,
             peer_of: Some(local.pool.clone()),

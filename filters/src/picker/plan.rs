@@ -192,8 +192,8 @@ pub struct PoolPlan {
     fallbacks: usize,
     /// A sample older than this (ms) counts as unknown.
     stale_after_ms: u64,
-    /// Whether the pool's load is published to other clusters.
-    export: bool,
+    /// The name the pool's load is published under for other clusters, when it is.
+    export: Option<String>,
     /// The pool's peer clusters, when it has some.
     peers: Option<PeerPlan>,
     /// Whether this is the pool of another pool's peer gateways (never chosen for a
@@ -230,7 +230,9 @@ impl PoolPlan {
             follows: cfg.follows_cluster(),
             fallbacks: cfg.fallbacks,
             stale_after_ms: cfg.stale_after_ms,
-            export: cfg.export,
+            export: cfg
+                .export
+                .then(|| cfg.export_name.clone().unwrap_or_else(|| cfg.pool.clone())),
             peers: cfg
                 .peers
                 .as_ref()
@@ -318,7 +320,12 @@ impl PoolPlan {
 
     /// Whether the pool's load is published to the gateways of other clusters.
     pub fn exported(&self) -> bool {
-        self.export
+        self.export.is_some()
+    }
+
+    /// The name the pool's load is published under (its export page's), when it is.
+    pub fn export_name(&self) -> Option<&str> {
+        self.export.as_deref()
     }
 
     /// The pool's peer clusters, when it has some.

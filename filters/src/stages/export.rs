@@ -2,7 +2,8 @@
 //! clusters, on `GET /infergate/pools/<pool>/metrics`.
 //!
 //! A pool is exported when its picker config says `"export": true` (the InferencePool's
-//! `inference.networking.x-k8s.io/export` annotation). A peer cluster's gateway scrapes
+//! `inference.networking.x-k8s.io/export` annotation); its page's `<pool>` is its
+//! `exportName` (the InferencePool's name, as importing clusters know it), else its name. A peer cluster's gateway scrapes
 //! this page as it scrapes a model server, so to it the whole pool is one endpoint. The
 //! page is [`PoolAggregate`]'s: member counts, and the means of queue, running requests
 //! and KV-cache use over the members that are candidates with fresh metrics, computed from
@@ -126,8 +127,12 @@ impl<H: PickerHost + RequestHeaders + ?Sized> Stage<H> for ExportStage {
         if !method.eq_ignore_ascii_case("GET") && !method.eq_ignore_ascii_case("HEAD") {
             return reply(host, &Reply::method_not_allowed(&method, "GET, HEAD"));
         }
-        let plan = self.plans.pools().iter().find(|p| p.name() == pool);
-        let Some(plan) = plan.filter(|p| p.exported()) else {
+        let plan = self
+            .plans
+            .pools()
+            .iter()
+            .find(|p| p.export_name() == Some(pool));
+        let Some(plan) = plan else {
             return reply(host, &not_exported(pool));
         };
         // A missing or unreadable snapshot is an empty one: no member is ready, so the page

@@ -20,7 +20,8 @@ fn pipeline() -> Pipeline<FakeHost> {
     let stage = stage(json!({"pools": [
         {"pool": "static", "baseModel": "a", "endpoints": ["10.0.0.1:8000", "10.0.0.2:8000"],
          "export": true},
-        {"pool": "follows", "baseModel": "b", "cluster": "follows-cluster", "export": true},
+        {"pool": "pool-1-follows", "baseModel": "b", "cluster": "follows-cluster",
+         "export": true, "exportName": "follows"},
         {"pool": "private", "baseModel": "c", "endpoints": ["10.0.0.9:8000"]},
     ]}))
     .unwrap();
@@ -126,6 +127,8 @@ fn other_pools_methods_and_paths_get_their_answers() {
     for path in [
         "/infergate/pools/private/metrics",
         "/infergate/pools/nope/metrics",
+        // An exported pool is published under its export name only.
+        "/infergate/pools/pool-1-follows/metrics",
     ] {
         let (_, reply) = get("GET", path, Some(snapshot()));
         let reply = reply.unwrap();

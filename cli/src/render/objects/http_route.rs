@@ -15,6 +15,8 @@ pub mod v1 {
     pub const MODEL_HEADER: &str = "x-gateway-base-model-name";
     /// The group of an `InferencePool` backend.
     pub const POOL_GROUP: &str = "inference.networking.k8s.io";
+    /// The group of an `InferencePoolImport` backend.
+    pub const IMPORT_GROUP: &str = "inference.networking.x-k8s.io";
 
     /// `spec.parentRefs[]`: the Gateway the route attaches to.
     #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,6 +38,9 @@ pub mod v1 {
         pub weight: u32,
         /// Where it was written (`spec.rules[0].backendRefs[1]`).
         pub path: String,
+        /// An `InferencePoolImport` (the pool exported from other clusters), not an
+        /// `InferencePool`.
+        pub import: bool,
     }
 
     /// One match of a rule.
@@ -215,13 +220,18 @@ pub mod v1 {
             ])?;
             let kind = n.opt_string("kind")?.unwrap_or("Service");
             // An InferencePool without its group is taken as the inference extension's.
-            let group = n.opt_string("group")?.unwrap_or(POOL_GROUP);
-            if kind != "InferencePool" || group != POOL_GROUP {
-                return Err(n.error(format!(
-                    "a {kind} backend (group `{group}`): only InferencePool \
-                     ({POOL_GROUP})"
-                )));
-            }
+            let group = n.opt_string("group")?;
+            let import = match (kind, group) {
+                ("InferencePool", None | Some(POOL_GROUP)) => false,
+                ("InferencePoolImport", Some(IMPORT_GROUP)) => true,
+                (kind, group) => {
+                    return Err(n.error(format!(
+                        "a {kind} backend (group `{}`): only InferencePool ({POOL_GROUP}) \
+                         or InferencePoolImport ({IMPORT_GROUP})",
+                        group.unwrap_or("")
+                    )))
+                }
+            };
             for key in ["namespace", "port", "filters"] {
                 if n.get(key)?.is_some() {
                     return Err(n.error_at(
@@ -245,6 +255,7 @@ pub mod v1 {
                 pool: n.req_string("name")?.to_owned(),
                 weight,
                 path: b.path.clone(),
+                import,
             });
         }
         if backends.len() > 1 && backends.iter().all(|b| b.weight == 0) {

@@ -11,6 +11,10 @@ pub mod v1 {
 
     /// The apiVersion this module reads.
     pub const API_VERSION: &str = "inference.networking.k8s.io/v1";
+    /// The annotation that exports a pool to the other clusters of its ClusterSet.
+    pub const EXPORT_ANNOTATION: &str = "inference.networking.x-k8s.io/export";
+    /// The one value of [`EXPORT_ANNOTATION`].
+    pub const EXPORT_CLUSTER_SET: &str = "ClusterSet";
     /// The kind.
     pub const KIND: &str = "InferencePool";
 
@@ -45,6 +49,8 @@ pub mod v1 {
         pub app_protocol: AppProtocol,
         /// `spec.endpointPickerRef`.
         pub endpoint_picker_ref: Option<EndpointPickerRef>,
+        /// Exported to the other clusters of its ClusterSet ([`EXPORT_ANNOTATION`]).
+        pub exported: bool,
     }
 
     impl InferencePool {
@@ -58,8 +64,26 @@ pub mod v1 {
 
     /// Reads an `InferencePool` document.
     pub fn read(doc: &Json, report: &mut Report) -> Result<InferencePool, ObjectError> {
-        let object = Opened::read(doc, KIND, report)?;
+        let object = Opened::annotated(doc, KIND, &[EXPORT_ANNOTATION], report)?;
         let label = object.label.as_str();
+        let exported = match object.meta.annotation(EXPORT_ANNOTATION) {
+            None => false,
+            Some(EXPORT_CLUSTER_SET) => {
+                report.used(
+                    label,
+                    &format!("metadata.annotations.{EXPORT_ANNOTATION}"),
+                    "the gateway publishes the pool's load for the other clusters' gateways \
+                     (GET /infergate/pools/<name>/metrics)",
+                );
+                true
+            }
+            Some(other) => {
+                return Err(Node::root(label, doc).error_at(
+                    &format!("metadata.annotations.{EXPORT_ANNOTATION}"),
+                    format!("`{other}`: the one value is `{EXPORT_CLUSTER_SET}`"),
+                ))
+            }
+        };
         let spec = object.spec(&[
             "selector",
             "targetPorts",
@@ -134,6 +158,7 @@ pub mod v1 {
             target_ports,
             app_protocol,
             endpoint_picker_ref,
+            exported,
         })
     }
 

@@ -18,6 +18,9 @@ pub struct ObjectMeta {
     /// `metadata.namespace`; `None` when the object does not say (Kubernetes would put it
     /// in the namespace it is applied to).
     pub namespace: Option<String>,
+    /// `metadata.annotations` whose keys the object's kind reads (see [`Opened::annotated`]),
+    /// as written; every other annotation is reported as not used.
+    pub annotations: Vec<(String, String)>,
 }
 
 impl ObjectMeta {
@@ -41,12 +44,34 @@ impl ObjectMeta {
         kind: &str,
         report: &mut Report,
     ) -> Result<(ObjectMeta, String), ObjectError> {
+        ObjectMeta::read_annotated(root, kind, &[], report)
+    }
+
+    /// [`ObjectMeta::read`], keeping the annotations of `known` keys (string values).
+    pub fn read_annotated(
+        root: &Node<'_>,
+        kind: &str,
+        known: &[&str],
+        report: &mut Report,
+    ) -> Result<(ObjectMeta, String), ObjectError> {
         let metadata = root.required("metadata")?;
         let m = metadata.node();
         m.only(KEYS)?;
         let name = m.req_string("name")?.to_owned();
         let namespace = m.opt_string("namespace")?.map(str::to_owned);
-        let meta = ObjectMeta { name, namespace };
+        let mut annotations = Vec::new();
+        if let Some(given) = m.get("annotations")? {
+            for key in known {
+                if let Some(value) = given.node().opt_string(key)? {
+                    annotations.push(((*key).to_owned(), value.to_owned()));
+                }
+            }
+        }
+        let meta = ObjectMeta {
+            name,
+            namespace,
+            annotations,
+        };
         let label = meta.label(kind);
         report.used(
             &label,
@@ -60,16 +85,38 @@ impl ObjectMeta {
                 "qualifies the name; references between objects stay within one namespace",
             );
         }
-        for key in ["labels", "annotations"] {
-            if m.get(key)?.is_some() {
-                report.not_supported(
-                    &label,
-                    &format!("metadata.{key}"),
-                    "nothing in the rendered configuration selects on them",
-                );
-            }
+        if m.get("labels")?.is_some() {
+            report.not_supported(
+                &label,
+                "metadata.labels",
+                "nothing in the rendered configuration selects on them",
+            );
+        }
+        let others = match m.get("annotations")? {
+            Some(given) => given
+                .node()
+                .map()?
+                .keys()
+                .any(|k| !known.contains(&k.as_str())),
+            None => false,
+        };
+        if others {
+            report.not_supported(
+                &label,
+                "metadata.annotations",
+                "nothing in the rendered configuration reads them (but the keys the kind \
+                 names)",
+            );
         }
         Ok((meta, label))
+    }
+
+    /// The annotation `key`, if the object has it and its kind reads it.
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -96,7 +143,18 @@ impl<'d> Opened<'d> {
     /// Opens the document `doc` of kind `kind` (errors before its name is known are
     /// labelled by the kind alone).
     pub fn read(doc: &'d Json, kind: &str, report: &mut Report) -> Result<Self, ObjectError> {
-        let (meta, label) = ObjectMeta::read(&Node::root(kind, doc), kind, report)?;
+        Opened::annotated(doc, kind, &[], report)
+    }
+
+    /// [`Opened::read`], keeping the annotations of `known` keys in the meta.
+    pub fn annotated(
+        doc: &'d Json,
+        kind: &str,
+        known: &[&str],
+        report: &mut Report,
+    ) -> Result<Self, ObjectError> {
+        let (meta, label) =
+            ObjectMeta::read_annotated(&Node::root(kind, doc), kind, known, report)?;
         let root = Node::root(&label, doc);
         root.only(TOP_KEYS)?;
         report_status(&root, &label, report)?;

@@ -9,6 +9,7 @@
 //! | kind | apiVersion | module |
 //! |---|---|---|
 //! | `InferencePool` | `inference.networking.k8s.io/v1` | [`inference_pool::v1`] |
+//! | `InferencePoolImport` | `inference.networking.x-k8s.io/v1alpha1` | [`inference_pool_import::v1alpha1`] |
 //! | `HTTPRoute` | `gateway.networking.k8s.io/v1` | [`http_route::v1`] |
 //! | `ConfigMap` (holding an `EndpointPickerConfig`) | `v1` | [`config_map::v1`] |
 //! | `EndpointPickerConfig` | `llm-d.ai/v1alpha1` | [`endpoint_picker_config::v1alpha1`] |
@@ -29,6 +30,7 @@ pub mod http_route;
 pub mod inference_model_rewrite;
 pub mod inference_objective;
 pub mod inference_pool;
+pub mod inference_pool_import;
 pub mod meta;
 pub mod reader;
 pub mod tenant_quota;
@@ -45,6 +47,8 @@ use std::path::{Path, PathBuf};
 pub enum Object {
     /// `InferencePool` v1.
     InferencePoolV1(inference_pool::v1::InferencePool),
+    /// `InferencePoolImport` v1alpha1.
+    InferencePoolImportV1alpha1(inference_pool_import::v1alpha1::InferencePoolImport),
     /// `HTTPRoute` v1.
     HttpRouteV1(http_route::v1::HttpRoute),
     /// `EndpointPickerConfig` v1alpha1 (alone, or from a `ConfigMap` v1).
@@ -62,6 +66,7 @@ impl Object {
     pub fn label(&self) -> &str {
         match self {
             Object::InferencePoolV1(o) => &o.label,
+            Object::InferencePoolImportV1alpha1(o) => &o.label,
             Object::HttpRouteV1(o) => &o.label,
             Object::EndpointPickerConfigV1alpha1(o) => &o.label,
             Object::InferenceObjectiveV1alpha2(o) => &o.label,
@@ -110,6 +115,10 @@ pub fn read_document(
     let (version, kind) = (field("apiVersion"), field("kind"));
     let known: &[(&str, &[&str])] = &[
         (inference_pool::v1::KIND, &[inference_pool::v1::API_VERSION]),
+        (
+            inference_pool_import::v1alpha1::KIND,
+            &[inference_pool_import::v1alpha1::API_VERSION],
+        ),
         (http_route::v1::KIND, &[http_route::v1::API_VERSION]),
         (config_map::v1::KIND, &[config_map::v1::API_VERSION]),
         (
@@ -152,6 +161,9 @@ pub fn read_document(
         inference_pool::v1::KIND => vec![Object::InferencePoolV1(inference_pool::v1::read(
             doc, report,
         )?)],
+        inference_pool_import::v1alpha1::KIND => vec![Object::InferencePoolImportV1alpha1(
+            inference_pool_import::v1alpha1::read(doc, report)?,
+        )],
         http_route::v1::KIND => vec![Object::HttpRouteV1(http_route::v1::read(doc, report)?)],
         config_map::v1::KIND => config_map::v1::read(doc, report)?
             .into_iter()

@@ -297,3 +297,47 @@ fn every_spec_kind_opens_its_document_alike() {
         );
     }
 }
+
+/// The multi-cluster objects: the export annotation on a pool, and an
+/// `InferencePoolImport` (status only) naming the clusters that export it.
+#[test]
+fn the_export_annotation_and_an_import_are_read() {
+    let dir = workspace_root().join("testdata/multicluster");
+    let read = |file: &str| {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        read_one(&parse_documents(&text).unwrap()[0]).unwrap()
+    };
+    match &read("inferencepool.yaml")[..] {
+        [Object::InferencePoolV1(p)] => assert!(p.exported),
+        other => panic!("{other:?}"),
+    }
+    match &read_one(&seed("inferencepool.yaml")[0]).unwrap()[..] {
+        [Object::InferencePoolV1(p)] => assert!(!p.exported),
+        other => panic!("{other:?}"),
+    }
+    match &read("inferencepoolimport.yaml")[..] {
+        [Object::InferencePoolImportV1alpha1(i)] => {
+            assert_eq!(i.label, "InferencePoolImport serving/llama-70b-bf16");
+            assert_eq!(i.exporting_clusters, ["cluster-a", "cluster-b"]);
+        }
+        other => panic!("{other:?}"),
+    }
+    match &read("httproute.yaml")[..] {
+        [Object::HttpRouteV1(r)] => {
+            let imports: Vec<bool> = r.rules[0].backends.iter().map(|b| b.import).collect();
+            assert_eq!(imports, [false, true]);
+        }
+        other => panic!("{other:?}"),
+    }
+    let bad = doc(
+        "apiVersion: inference.networking.k8s.io/v1\nkind: InferencePool\n\
+                   metadata: {name: p, annotations: {inference.networking.x-k8s.io/export: All}}\n\
+                   spec: {selector: {matchLabels: {a: b}}, targetPorts: [{number: 8000}]}\n",
+    );
+    let err = read_one(&bad).unwrap_err().to_string();
+    assert!(err.contains("ClusterSet"), "{err}");
+    let spec = doc("apiVersion: inference.networking.x-k8s.io/v1alpha1\n\
+                    kind: InferencePoolImport\nmetadata: {name: p}\nspec: {}\n");
+    let err = read_one(&spec).unwrap_err().to_string();
+    assert!(err.contains("spec"), "{err}");
+}
