@@ -40,6 +40,7 @@ pub mod calibration;
 pub mod canary;
 pub mod cli;
 pub mod closed_loop;
+pub mod clusters;
 pub mod columns;
 pub mod flow;
 pub mod hotspot;

@@ -42,26 +42,33 @@ impl Clusters {
         if n < 2 {
             bail!("--clusters needs at least 2 clusters");
         }
-        let Backends::InProcess(sim) = &opts.backends else {
-            bail!("clusters run over the in-process simulator");
-        };
+        Clusters::start_each(vec![opts; n], true).await
+    }
+
+    /// Starts one cluster per entry of `options` (each over its own in-process
+    /// simulator), on the loopback address of its index; every pool is exported, and with
+    /// `peers` lists the other clusters' gateways as its peers.
+    pub async fn start_each(options: Vec<StackOptions>, peers: bool) -> Result<Clusters> {
+        let n = options.len();
         let mut listeners = Vec::with_capacity(n);
-        let mut sims = Vec::with_capacity(n);
-        for k in 0..n {
+        let mut prepared = Vec::with_capacity(n);
+        for (k, mut o) in options.into_iter().enumerate() {
+            let Backends::InProcess(sim) = &o.backends else {
+                bail!("clusters run over the in-process simulator");
+            };
             let ip = cluster_address(k)?;
             listeners.push(free_port_on(ip)?);
             let mut cfg: SimConfig = (**sim).clone();
             cfg.listen = (0..cfg.replicas)
                 .map(|_| free_port_on(ip))
                 .collect::<Result<_>>()?;
-            sims.push(cfg);
+            o.backends = Backends::InProcess(Box::new(cfg));
+            prepared.push(o);
         }
         let mut starting = tokio::task::JoinSet::new();
-        for (k, cfg) in sims.into_iter().enumerate() {
-            let mut o = opts.clone();
-            o.backends = Backends::InProcess(Box::new(cfg));
+        for (k, mut o) in prepared.into_iter().enumerate() {
             o.listener = listeners.get(k).copied();
-            let peers: Vec<SocketAddr> = listeners
+            let others: Vec<SocketAddr> = listeners
                 .iter()
                 .enumerate()
                 .filter(|(j, _)| *j != k)
@@ -69,10 +76,18 @@ impl Clusters {
                 .collect();
             for pool in &mut o.pools {
                 pool.export = true;
-                pool.peers = Some(Peers {
-                    gateways: peers.clone(),
-                    ..Peers::default()
-                });
+                if peers {
+                    let spillover = pool
+                        .peers
+                        .as_ref()
+                        .map(|p| p.spillover.clone())
+                        .unwrap_or_default();
+                    pool.peers = Some(Peers {
+                        gateways: others.clone(),
+                        remote_pool: None,
+                        spillover,
+                    });
+                }
             }
             starting.spawn(async move { (k, Stack::start(o).await) });
         }

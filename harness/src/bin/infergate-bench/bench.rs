@@ -1,15 +1,16 @@
-//! `cargo xtask bench overhead|affinity|ttft|soak|memory|flow|lora|pd|replicas|pressure`: the
+//! `cargo xtask bench overhead|affinity|ttft|soak|memory|flow|lora|pd|replicas|pressure|clusters`: the
 //! affinity, TTFT and overhead numbers, each measured as ratios in one run, the soak and
 //! per-request memory figures, flow control's dispatch rate and memory per queued request,
 //! LoRA adapter loads through the picker against round robin, TTFT with and without
-//! prefill/decode disaggregation, and the hit ratio through several gateway replicas (see
-//! `infergate_harness::bench`).
+//! prefill/decode disaggregation, the hit ratio through several gateway replicas, and a
+//! hotspot with and without spillover to a peer cluster (see `infergate_harness::bench`).
 
 use super::Mode;
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 use infergate_harness::bench::calibration::{self, CalibrationArgs, Route, RunSpec};
 use infergate_harness::bench::cli::ShapedArgs;
+use infergate_harness::bench::clusters::{self, ClustersFlags};
 use infergate_harness::bench::flow::{self, FlowFlags};
 use infergate_harness::bench::lora::{self, LoraFlags};
 use infergate_harness::bench::overhead::{self, OverheadFlags};
@@ -121,6 +122,16 @@ pub enum Bench {
     /// engine's hit ratio and TTFT p50.
     #[command(verbatim_doc_comment)]
     Pressure(PressureOptions),
+    /// A hotspot on one cluster, with and without spillover to a peer cluster
+    ///
+    /// Cluster A (2 simulated replicas) and cluster B (6), each behind its own gateway on
+    /// its own loopback address; new conversations sent to A as Poisson arrivals: well
+    /// within A's capacity, then about twice it with A alone, then with B as A's peer.
+    /// Latency p50/p99 through A's gateway, the share served in B, failed requests; fails
+    /// unless the spillover arm's p99 is within 1.2x of the unsaturated arm's and the
+    /// no-spillover arm's at least 5x (the hotspot is one).
+    #[command(verbatim_doc_comment)]
+    Clusters(ClustersFlags),
 }
 
 /// Entry point of `cargo xtask bench …`: the flags are parsed and checked (the check
@@ -137,6 +148,7 @@ pub fn run(which: Bench, mode: Mode) -> Result<()> {
         Bench::Pd(f) => Run::Pd(f.options()),
         Bench::Replicas(f) => Run::Replicas(f.options()),
         Bench::Pressure(o) => Run::Pressure(o),
+        Bench::Clusters(f) => Run::Clusters(f.options()),
     };
     if mode == Mode::Check {
         return Ok(());
@@ -193,6 +205,15 @@ pub fn run(which: Bench, mode: Mode) -> Result<()> {
             }
             return Ok(());
         }
+        Run::Clusters(opts) => {
+            // The table is printed before a missed criterion becomes the error.
+            let (text, ok) = runtime()?.block_on(clusters::run(&opts))?;
+            println!("\n{text}");
+            if !ok {
+                bail!("bench clusters: a verdict failed");
+            }
+            return Ok(());
+        }
         Run::Ttft(a) => ttft(&a)?,
     };
     println!("\n{report}");
@@ -211,6 +232,7 @@ enum Run {
     Pd(pd::PdOptions),
     Replicas(replicas::ReplicasOptions),
     Pressure(PressureOptions),
+    Clusters(clusters::ClustersOptions),
 }
 
 /// `bench affinity`: the picker of every flavour at every Envoy worker count, on one shared

@@ -229,7 +229,7 @@ mod tests {
         let list = bench.render_help().to_string();
         for name in [
             "overhead", "affinity", "ttft", "soak", "memory", "flow", "lora", "pd", "replicas",
-            "pressure",
+            "pressure", "clusters",
         ] {
             assert!(list.contains(name), "{name} missing:\n{list}");
         }
