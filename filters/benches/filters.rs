@@ -1,6 +1,6 @@
 //! Per-request cost of the filters on the fake host, with realistic prompt sizes: the body
 //! router and the picker (parse, prefix hashing, scheduling over 8 endpoints, bookkeeping)
-//! on an ~8k-token chat body, and the two in sequence on one stream, with the router's
+//! on an ~8k-token chat body (also with two peer clusters that take nothing), and the two in sequence on one stream, with the router's
 //! handoff (the picker takes the parse and hashes from stream state) and without it (the
 //! picker buffers and parses again). The `tenancy` group ([`tenancy`]) is one request
 //! through the router filter's pipeline with tenants and without. Run: `cargo bench -p
@@ -32,12 +32,16 @@ fn endpoints() -> Vec<String> {
     (1..=8).map(|i| format!("10.0.0.{i}:8000")).collect()
 }
 
+/// Two peer clusters' gateways (scraped, with room).
+const PEERS: [&str; 2] = ["10.1.0.1:8080", "10.2.0.1:8080"];
+
 fn snapshot_bytes() -> Vec<u8> {
     encode(&Snapshot {
         taken_at: Millis(NOW),
         clusters: Vec::new(),
         endpoints: endpoints()
             .into_iter()
+            .chain(PEERS.iter().map(|p| (*p).to_owned()))
             .enumerate()
             .map(|(i, address)| EndpointSample {
                 address,
@@ -93,21 +97,36 @@ fn bench(c: &mut Criterion) {
             run.request_body(&router, &mut host, sample.len(), true)
         })
     });
-    group.bench_function("picker_8k_tokens_8_endpoints", |b| {
-        b.iter(|| {
-            i += 1;
-            let mut host = FakeHost::new()
-                .request_header("x-gateway-base-model-name", "llama")
-                .post("/v1/chat/completions", &sample)
-                .now(NOW)
-                .snapshot(1, snap.clone());
-            let mut run = Run::new();
-            run.request_headers(&picker, &mut host, false);
-            let status = run.request_body(&picker, &mut host, sample.len(), true);
-            run.end(&picker, &mut host);
-            status
-        })
-    });
+    // The same pool with two peer clusters, every request served here (the pool has room):
+    // the cost of the cluster-level step when nothing spills.
+    let with_peers = PickerShared::from_json(json!({
+        "pool": "p", "baseModel": "llama", "endpoints": endpoints(),
+        "peers": {"cluster": "peers", "endpoints": PEERS}
+    }));
+    let Ok(with_peers) = with_peers else {
+        return;
+    };
+    let with_peers: Pipeline<FakeHost> = Pipeline::new(vec![Box::new(PickStage::new(with_peers))]);
+    for (name, picker) in [
+        ("picker_8k_tokens_8_endpoints", &picker),
+        ("picker_8k_tokens_8_endpoints_2_peers", &with_peers),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                i += 1;
+                let mut host = FakeHost::new()
+                    .request_header("x-gateway-base-model-name", "llama")
+                    .post("/v1/chat/completions", &sample)
+                    .now(NOW)
+                    .snapshot(1, snap.clone());
+                let mut run = Run::new();
+                run.request_headers(picker, &mut host, false);
+                let status = run.request_body(picker, &mut host, sample.len(), true);
+                run.end(picker, &mut host);
+                status
+            })
+        });
+    }
     for (name, keep_handoff) in [
         ("router_then_picker_with_handoff", true),
         ("router_then_picker_without_handoff", false),

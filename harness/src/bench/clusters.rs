@@ -13,7 +13,8 @@
 //!    conversations once every replica of it has `--queue-threshold` requests waiting.
 //!
 //! The report is each arm's latency through A's gateway (end to end, p50 / p99, over every
-//! request a client sent A, wherever it was served), the share served in B and the failed
+//! request a client sent A, wherever it was served), the share served in B, the p50 of the
+//! requests served in each cluster (in B: one more gateway on the way) and the failed
 //! requests. The verdict holds the spillover arm's p99 to [`MAX_SPILL_P99`] of the
 //! unsaturated arm's, and checks that the hotspot is one: without spillover, p99 at least
 //! [`MIN_HOTSPOT_P99`] of the unsaturated arm's.
@@ -133,6 +134,8 @@ struct ArmFigures {
     kind: ArmKind,
     p50_s: f64,
     p99_s: f64,
+    /// p50 of the requests served in A, and in B (`NaN`: none).
+    p50_in_s: [f64; 2],
     served_in_b: f64,
     failed: u64,
     requests: usize,
@@ -230,23 +233,40 @@ fn figures(kind: ArmKind, records: &[RequestRecord]) -> ArmFigures {
         .collect();
     latencies.sort_by(f64::total_cmp);
     let b = cluster_address(1)
-        .map(|ip| ip.to_string())
+        .map(|ip| format!("{ip}:"))
         .unwrap_or_default();
-    let in_b = records
-        .iter()
-        .filter(|r| {
-            r.served_by
-                .as_deref()
-                .is_some_and(|s| s.starts_with(&format!("{b}:")))
-        })
-        .count();
+    let in_b = |r: &RequestRecord| r.served_by.as_deref().is_some_and(|s| s.starts_with(&b));
+    let p50_where = |want_b: bool| {
+        let mut l: Vec<f64> = records
+            .iter()
+            .filter(|r| r.status == 200 && r.error.is_none() && in_b(r) == want_b)
+            .map(|r| r.e2e_s)
+            .collect();
+        l.sort_by(f64::total_cmp);
+        if l.is_empty() {
+            f64::NAN
+        } else {
+            percentile(&l, 50.0)
+        }
+    };
     ArmFigures {
         kind,
         p50_s: percentile(&latencies, 50.0),
         p99_s: percentile(&latencies, 99.0),
-        served_in_b: in_b as f64 / records.len().max(1) as f64,
+        p50_in_s: [p50_where(false), p50_where(true)],
+        served_in_b: records.iter().filter(|r| in_b(r)).count() as f64
+            / records.len().max(1) as f64,
         failed: (records.len() - latencies.len()) as u64,
         requests: records.len(),
+    }
+}
+
+/// Milliseconds, or `-` for none.
+fn ms(s: f64) -> String {
+    if s.is_nan() {
+        "-".to_owned()
+    } else {
+        format!("{:.0} ms", s * 1e3)
     }
 }
 
@@ -279,6 +299,8 @@ pub async fn run(opts: &ClustersOptions) -> Result<(String, bool)> {
                         format!("{:.0} ms", a.p99_s * 1e3),
                         format!("{:.2}x", a.p99_s / calm),
                         format!("{:.0}%", a.served_in_b * 100.0),
+                        ms(a.p50_in_s[0]),
+                        ms(a.p50_in_s[1]),
                         format!("{} of {}", a.failed, a.requests),
                     ],
                 )
@@ -291,6 +313,8 @@ pub async fn run(opts: &ClustersOptions) -> Result<(String, bool)> {
             "p99",
             "p99 / unsaturated",
             "served in B",
+            "p50 in A",
+            "p50 in B",
             "failed",
         ]
         .iter()
