@@ -29,7 +29,9 @@
 //!    means).
 //!
 //! When no peer can take it (all dead, stale or saturated), the request stays local: the
-//! local pool's own failure answers apply. The destination is then the peer gateway's
+//! local pool's own failure answers apply. The other way round, a request the local pool
+//! would refuse (no live replica; metrics stale or missing under `FailClose`) goes to an
+//! open peer when there is one: `failureMode` answers only when no cluster can serve. The destination is then the peer gateway's
 //! address (other open peers, then this gateway's own listener, `loopback`, as the
 //! fallbacks a connection failure retries), the route is re-matched on
 //! [`crate::headers::PEER_ROUTE`] (the pool's `peers.cluster`), and the request carries

@@ -26,7 +26,9 @@ impl PickerShared {
     /// [`PickerShared::pick_within`] with the cluster-level step first, for a pool with
     /// peers and a request that did not come from a peer (`from_peer`) and carries no
     /// subset hint (which names local endpoints). A request the peers' pick cannot take
-    /// (no open peer) stays here.
+    /// (no open peer) stays here; one the pool here refuses (no live replica, stale
+    /// metrics under `FailClose`) goes to an open peer if there is one, else gets the
+    /// pool's answer.
     pub fn pick_routed(
         &self,
         plan: &PoolPlan,
@@ -53,16 +55,22 @@ impl PickerShared {
         } else {
             !holds(here.held, blocks) && here.saturated
         };
+        let to_peers = || -> Result<Picked, Rejection> {
+            let mut picked = self.pick_within(&peer_plan, req, Some(&there.open), now, random)?;
+            picked.peer = true;
+            picked.fallbacks.extend(peers.loopback.iter().cloned());
+            Ok(picked)
+        };
         if to_peer {
-            if let Ok(mut picked) =
-                self.pick_within(&peer_plan, req, Some(&there.open), now, random)
-            {
-                picked.peer = true;
-                picked.fallbacks.extend(peers.loopback.iter().cloned());
+            if let Ok(picked) = to_peers() {
                 return Ok(picked);
             }
         }
+        // The pool's failure answer stands only when no peer can serve instead: a pool
+        // with no live replica, or whose metrics are stale under `FailClose`, sends its
+        // requests to an open peer rather than answer 503.
         self.pick_within(plan, req, None, now, random)
+            .or_else(|rejection| to_peers().map_err(|_| rejection))
     }
 
     /// How `plan`'s pool looks to the cluster-level step at `now`. Locks only that pool.

@@ -145,6 +145,26 @@ fn with_no_open_peer_the_request_stays_here() {
 }
 
 #[test]
+fn a_pool_that_would_refuse_sends_to_an_open_peer_and_answers_only_without_one() {
+    let mut s = with_peers();
+    // The local replicas' metrics are missing (FailClose: 503), the peers are open.
+    let peers_only = snapshot(NOW, &[(P1, metrics(0, 0.1)), (P2, metrics(3, 0.4))]);
+    let base = FakeHost::new().snapshot(1, peers_only);
+    let (to, host, _) = send(&mut s, &base, &conversation(0));
+    assert_eq!(to, P1);
+    assert_eq!(host.header(PEER_ROUTE), Some("peers-p"));
+    // No open peer either: the pool's own answer.
+    let mut host = host_for(&chat(&conversation(1)), None);
+    host.snapshot = Some((
+        crate::host::SnapshotVersion(2),
+        snapshot(NOW, &[(P1, metrics(9, 0.1)), (P2, metrics(9, 0.4))]),
+    ));
+    let (status, _req) = pick_one(&mut s, &mut host);
+    assert_eq!(status, FilterStatus::Replied);
+    assert_eq!(host.last_reply().map(|r| r.status), Some(503));
+}
+
+#[test]
 fn a_dead_peer_is_skipped() {
     let mut s = with_peers();
     let mut snap = scheduler_core::snapshot::decode(&snapshot(
