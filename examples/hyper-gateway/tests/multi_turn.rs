@@ -59,6 +59,8 @@ fn rendered_bootstrap(endpoints: &[SocketAddr]) -> String {
             jwks: None,
             billing_log: None,
             per_request_split: false,
+            peers: None,
+            cluster: None,
         },
     })
     .unwrap();
