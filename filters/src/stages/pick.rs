@@ -80,10 +80,10 @@ use crate::picker::{
     PreparedPick, Rejection, ServedElsewhere, SharedPicker,
 };
 use crate::pipeline::{reply, BodyProgress, EndCause, RequestContext, Stage};
-
-use super::export;
 use crate::reply::{truncate_for_message, Reply, MAX_QUOTED_BYTES, REJECTED_NO_ENDPOINTS};
 use crate::FilterStatus;
+
+use super::export;
 
 /// Where a [`PickStage`] reaches the picker state.
 pub trait PickerStore {
