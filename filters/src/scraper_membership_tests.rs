@@ -434,12 +434,6 @@ fn a_held_scraper_with_a_static_peer_publishes_once_the_members_are_known() {
     s.hold_first_publish();
     let mut host = FakeHost::new().now(1_000);
     s.on_tick(&mut host);
-    let peer = host
-        .callouts
-        .iter()
-        .find(|(_, r)| r.cluster != "infergate_admin")
-        .map(|(t, _)| *t)
-        .unwrap_or(CalloutToken(0));
     // The members are learned while the peer's scrape is out ...
     let token = admin_token(&host).unwrap_or(CalloutToken(0));
     s.on_callout_done(
@@ -451,34 +445,13 @@ fn a_held_scraper_with_a_static_peer_publishes_once_the_members_are_known() {
         },
     );
     // ... and the peer's answer completes the round before the member's first scrape.
-    s.on_callout_done(
-        &mut host,
-        peer,
-        CalloutOutcome::Response {
-            status: 200,
-            body: PAGE.to_vec(),
-        },
-    );
+    answer_all(&mut s, &mut host, 0);
     assert_eq!(host.counter("infergate.scraper.publishes"), 0);
     host.now = Millis(1_050);
     let before = host.callouts.len();
     s.on_tick(&mut host);
     assert_eq!(scraped_since(&host, before), [C, A]);
-    let round: Vec<CalloutToken> = host.callouts[before..]
-        .iter()
-        .filter(|(_, r)| r.cluster != "infergate_admin")
-        .map(|(t, _)| *t)
-        .collect();
-    for token in round {
-        s.on_callout_done(
-            &mut host,
-            token,
-            CalloutOutcome::Response {
-                status: 200,
-                body: PAGE.to_vec(),
-            },
-        );
-    }
+    answer_all(&mut s, &mut host, before);
     assert_eq!(host.counter("infergate.scraper.publishes"), 1);
     let snap = published(&host);
     assert_eq!(snap.cluster("pool").map(|c| c.members.len()), Some(1));
@@ -490,20 +463,7 @@ fn a_held_scraper_waits_for_the_members_of_its_clusters() {
     s.hold_first_publish();
     let mut host = FakeHost::new().now(1_000);
     s.on_tick(&mut host);
-    let peer = host
-        .callouts
-        .iter()
-        .find(|(_, r)| r.cluster != "infergate_admin")
-        .map(|(t, _)| *t)
-        .unwrap_or(CalloutToken(0));
     // The peer answers before the admin: its round is complete, the members unknown.
-    s.on_callout_done(
-        &mut host,
-        peer,
-        CalloutOutcome::Response {
-            status: 200,
-            body: PAGE.to_vec(),
-        },
-    );
+    answer_all(&mut s, &mut host, 0);
     assert_eq!(host.counter("infergate.scraper.publishes"), 0);
 }

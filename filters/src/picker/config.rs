@@ -187,15 +187,15 @@ fn expand_pool(pool: &PoolConfig) -> Result<Vec<String>, PickerConfigError> {
     Ok(out)
 }
 
-fn default_fallbacks() -> usize {
+pub(super) fn default_fallbacks() -> usize {
     1
 }
 
-fn default_stale_after_ms() -> u64 {
+pub(super) fn default_stale_after_ms() -> u64 {
     scheduler_core::snapshot::DEFAULT_MAX_AGE_MS
 }
 
-fn default_max_consecutive_failures() -> u32 {
+pub(super) fn default_max_consecutive_failures() -> u32 {
     scheduler_core::scheduling::candidates::DEFAULT_MAX_CONSECUTIVE_FAILURES
 }
 

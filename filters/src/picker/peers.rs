@@ -42,7 +42,10 @@ use serde_json::Value;
 
 use scheduler_core::flow::UtilizationThresholds;
 
-use super::config::{FailureMode, PoolConfig};
+use super::config::{
+    default_fallbacks, default_max_consecutive_failures, default_stale_after_ms, FailureMode,
+    PoolConfig,
+};
 use super::state::PoolId;
 
 /// Suffix of the peers pool's name (`<pool>-peers`).
@@ -97,18 +100,6 @@ fn default_queue_depth() -> f64 {
 /// llm-d's utilization detector default.
 fn default_kv_cache_util() -> f64 {
     0.8
-}
-
-fn default_fallbacks() -> usize {
-    1
-}
-
-fn default_stale_after_ms() -> u64 {
-    scheduler_core::snapshot::DEFAULT_MAX_AGE_MS
-}
-
-fn default_max_consecutive_failures() -> u32 {
-    3
 }
 
 /// A pool's `peers` section.

@@ -77,6 +77,12 @@ pub struct PreparedPick {
     pub random: u64,
 }
 
+/// Whether the request came from a peer cluster's gateway; read only for a pool with
+/// peers, the one place it changes the pick (a header read per request otherwise).
+fn from_peer<H: PickerHost + ?Sized>(plan: &PoolPlan, host: &H) -> bool {
+    plan.peers().is_some() && host.request_header(PEER_HOP).is_some()
+}
+
 impl PreparedPick {
     /// Parse `body` as `api`, keeping only the prompt bytes `plan` hashes, and hash them;
     /// reads the session header, the
@@ -105,7 +111,7 @@ impl PreparedPick {
             session,
             flow,
             subset: subset_of(host),
-            from_peer: host.request_header(PEER_HOP).is_some(),
+            from_peer: from_peer(plan, host),
             now: host.now(),
             random: host.random_u64(),
         })
@@ -140,7 +146,7 @@ impl PreparedPick {
             session,
             flow,
             subset: subset_of(host),
-            from_peer: host.request_header(PEER_HOP).is_some(),
+            from_peer: from_peer(plan, host),
             now: host.now(),
             random: host.random_u64(),
         })

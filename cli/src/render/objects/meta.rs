@@ -59,8 +59,9 @@ impl ObjectMeta {
         m.only(KEYS)?;
         let name = m.req_string("name")?.to_owned();
         let namespace = m.opt_string("namespace")?.map(str::to_owned);
+        let given_annotations = m.get("annotations")?;
         let mut annotations = Vec::new();
-        if let Some(given) = m.get("annotations")? {
+        if let Some(given) = &given_annotations {
             for key in known {
                 if let Some(value) = given.node().opt_string(key)? {
                     annotations.push(((*key).to_owned(), value.to_owned()));
@@ -92,7 +93,7 @@ impl ObjectMeta {
                 "nothing in the rendered configuration selects on them",
             );
         }
-        let others = match m.get("annotations")? {
+        let others = match given_annotations {
             Some(given) => given
                 .node()
                 .map()?
