@@ -28,6 +28,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use infergate_cli::config::bootstrap::PeerMode;
 use infergate_cli::config::{Flavor, Membership};
 use infergate_cli::explain;
 use infergate_cli::render::{self, GatewayInputs, RenderOptions};
@@ -166,6 +167,11 @@ enum Command {
         /// This cluster's name in the ClusterSet (never its own peer).
         #[arg(long)]
         cluster: Option<String>,
+        /// How this cluster reaches the clusters it imports pools from: `parent` (through
+        /// their gateways, which pick in their own pools) or `endpoint` (straight to the
+        /// replicas their gateways publish; needs a network that reaches them).
+        #[arg(long, default_value = "parent")]
+        peer_mode: String,
     },
     /// Print the scheduling plugins' reference (Markdown): every plugin type and its
     /// parameters.
@@ -248,6 +254,7 @@ fn main() -> ExitCode {
             per_request_split,
             peers,
             cluster,
+            peer_mode,
         } => (|| {
             let peers = peers
                 .as_deref()
@@ -263,6 +270,11 @@ fn main() -> ExitCode {
                         .map_err(|e| anyhow::anyhow!("reading --jwks {}: {e}", path.display()))?,
                 ),
                 None => None,
+            };
+            let peer_mode = match peer_mode.as_str() {
+                "parent" => PeerMode::Parent,
+                "endpoint" => PeerMode::Endpoint,
+                other => anyhow::bail!("--peer-mode {other}: expected parent or endpoint"),
             };
             let membership = match membership.as_str() {
                 "eds" => Membership::Eds,
@@ -289,6 +301,7 @@ fn main() -> ExitCode {
                     per_request_split,
                     peers,
                     cluster,
+                    peer_mode,
                 },
             })
         })(),

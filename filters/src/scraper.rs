@@ -42,6 +42,9 @@
 //! for the round, so pickers stop picking a removed host within one publish. The gauge
 //! `infergate.scraper.cluster_members{cluster}` counts each followed cluster's members.
 //!
+//! A third source, `published`, learns the members of a pool imported from other clusters
+//! in Endpoint Mode from its peer gateways' export pages (`scraper_pages.rs` has the rules).
+//!
 //! How a callout reaches one endpoint through Envoy: it goes to cluster `cluster` (an
 //! `ORIGINAL_DST` cluster with `use_http_header: true` and `http_header_name:
 //! x-gateway-destination-endpoint`), carrying that header and `:authority` set to the
@@ -108,6 +111,10 @@ pub struct ScraperConfig {
     /// A `/metrics` page longer than this (bytes) is a failed scrape, never copied.
     #[serde(default = "default_max_metrics_page_bytes")]
     pub max_metrics_page_bytes: usize,
+    /// Clusters whose members peer gateways publish on their export pages (a pool
+    /// imported in Endpoint Mode); fetched every `membershipIntervalMs`.
+    #[serde(default)]
+    pub published: Vec<PublishedCluster>,
 }
 
 impl Default for ScraperConfig {
@@ -126,6 +133,7 @@ impl Default for ScraperConfig {
             path: default_path(),
             metrics_paths: BTreeMap::new(),
             max_metrics_page_bytes: default_max_metrics_page_bytes(),
+            published: Vec::new(),
         }
     }
 }
@@ -223,6 +231,8 @@ pub struct Scraper {
     clusters: Vec<ClusterMembers>,
     cluster_stats: Vec<ClusterStats>,
     admin: AdminCallout,
+    /// The export pages of the `published` clusters, one per cluster and gateway.
+    pages: Vec<pages::PageSource>,
     publishes: StatKey,
     publish_errors: StatKey,
     tick_failures: StatKey,
@@ -287,7 +297,7 @@ impl Scraper {
             (StatKind::Counter, &self.publish_errors),
             (StatKind::Counter, &self.tick_failures),
         ];
-        if !self.config.clusters.is_empty() {
+        if !self.config.clusters.is_empty() || !self.config.published.is_empty() {
             keys.push((StatKind::Counter, &self.membership_ok));
             keys.push((StatKind::Counter, &self.membership_failed));
         }
@@ -329,11 +339,13 @@ impl Scraper {
             cluster_stats: config
                 .clusters
                 .iter()
+                .chain(config.published.iter().map(|p| &p.cluster))
                 .map(|c| ClusterStats {
                     members: StatKey::new("infergate.scraper.cluster_members", &[("cluster", c)]),
                 })
                 .collect(),
             admin: AdminCallout::default(),
+            pages: pages::sources(&config.published),
             publishes: StatKey::new("infergate.scraper.publishes", &[]),
             publish_errors: StatKey::new("infergate.scraper.publish_errors", &[]),
             tick_failures: StatKey::new("infergate.scraper.tick_failures", &[]),
@@ -448,6 +460,7 @@ impl Scraper {
             *slot = None;
         }
         self.admin.pending = None;
+        self.pages.iter_mut().for_each(pages::PageSource::forget);
     }
 
     /// A scraper taking over from another (the Wasm flavour's next elected owner, the
@@ -465,7 +478,8 @@ impl Scraper {
     /// answer before the members are learned, or after they were and before their first
     /// scrape went out; either snapshot would leave the cluster's pools nothing to pick.
     fn release_hold(&mut self, round_done: bool) {
-        let members_known = self.clusters.len() == self.config.clusters.len();
+        let members_known =
+            self.clusters.len() == self.config.clusters.len() + self.config.published.len();
         let all_tried = self
             .samples
             .iter()
@@ -504,6 +518,7 @@ impl Scraper {
             }
             MembershipMode::Admin => self.poll_admin(host, now),
         }
+        self.poll_pages(host, now);
         // A callout the host never answered (twice its timeout) is a failure.
         let lost_after = self.config.timeout_ms.saturating_mul(2).max(1);
         for i in 0..self.pending.len() {
@@ -567,6 +582,10 @@ impl Scraper {
         if self.admin.pending.is_some_and(|p| p.token == token) {
             self.admin.pending = None;
             self.admin_answer(host, outcome);
+            return;
+        }
+        if self.is_page_callout(token) {
+            self.page_answer(host, token, outcome);
             return;
         }
         let Some(i) = self
@@ -656,7 +675,7 @@ impl Scraper {
     /// The members of followed cluster `i` are `members` now: on a change, keep them (each
     /// address once, the first entry kept), set the cluster's gauge, and retarget.
     fn learn<H: Stats + ?Sized>(&mut self, host: &mut H, i: usize, members: Vec<Member>) -> bool {
-        let Some(name) = self.config.clusters.get(i) else {
+        let Some(name) = self.followed_name(i).cloned() else {
             return false;
         };
         let mut seen = HashSet::with_capacity(members.len());
@@ -664,7 +683,7 @@ impl Scraper {
             .into_iter()
             .filter(|m| seen.insert(m.address.clone()))
             .collect();
-        let known = self.clusters.iter().position(|c| &c.cluster == name);
+        let known = self.clusters.iter().position(|c| c.cluster == name);
         if known.and_then(|k| self.clusters.get(k)).map(|c| &c.members) == Some(&members) {
             return false;
         }
@@ -672,7 +691,7 @@ impl Scraper {
             host.gauge_set(&key.members, members.len() as u64);
         }
         let entry = ClusterMembers {
-            cluster: name.clone(),
+            cluster: name,
             members,
         };
         match known.and_then(|k| self.clusters.get_mut(k)) {
@@ -680,13 +699,24 @@ impl Scraper {
             None => {
                 self.clusters.push(entry);
                 // Keep the configuration's order, whatever order the clusters became known.
-                let order = &self.config.clusters;
+                let order: Vec<String> = self.followed_names().cloned().collect();
                 self.clusters
-                    .sort_by_key(|c| order.iter().position(|n| n == &c.cluster));
+                    .sort_by_key(|c| order.iter().position(|n| *n == c.cluster));
             }
         }
         self.retarget();
         true
+    }
+
+    /// Every followed cluster: `clusters`, then the `published` ones.
+    fn followed_names(&self) -> impl Iterator<Item = &String> {
+        let published = self.config.published.iter().map(|p| &p.cluster);
+        self.config.clusters.iter().chain(published)
+    }
+
+    /// Followed cluster `i` of [`Scraper::followed_names`].
+    fn followed_name(&self, i: usize) -> Option<&String> {
+        self.followed_names().nth(i)
     }
 
     /// Make the scrape targets the static endpoints, then every member not among them:
@@ -892,6 +922,16 @@ impl ScraperConfig {
                 ));
             }
         }
+        for (i, published) in self.published.iter().enumerate() {
+            published.validate(i, &self.clusters)?;
+            let earlier = &self.published[..i];
+            if earlier.iter().any(|p| p.cluster == published.cluster) {
+                return Err(format!(
+                    "scraper config: published[{i}]: `{}` is listed twice",
+                    crate::reply::truncate_for_message(&published.cluster, 64)
+                ));
+            }
+        }
         if self.admin_cluster.is_empty() {
             return Err("scraper config: adminCluster: empty cluster name".to_owned());
         }
@@ -914,6 +954,10 @@ impl ScraperConfig {
     }
 }
 
+#[path = "scraper_pages.rs"]
+mod pages;
+pub use pages::PublishedCluster;
+
 #[cfg(test)]
 #[path = "scraper_tests.rs"]
 mod tests;
@@ -921,3 +965,7 @@ mod tests;
 #[cfg(test)]
 #[path = "scraper_membership_tests.rs"]
 mod membership_tests;
+
+#[cfg(test)]
+#[path = "scraper_pages_tests.rs"]
+mod pages_tests;

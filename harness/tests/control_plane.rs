@@ -111,6 +111,7 @@ fn options(flavor: Flavor, target: Target, out: &Path, objects: PathBuf) -> Rend
             per_request_split: false,
             peers: None,
             cluster: None,
+            peer_mode: infergate_cli::config::bootstrap::PeerMode::Parent,
         },
     }
 }

@@ -69,6 +69,7 @@ fn options(
             per_request_split: false,
             peers: None,
             cluster: None,
+            peer_mode: infergate_cli::config::bootstrap::PeerMode::Parent,
         },
     }
 }

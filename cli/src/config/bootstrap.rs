@@ -136,12 +136,32 @@ pub struct Pool {
     /// Publish the pool's load for the gateways of other clusters (the InferencePool's
     /// export annotation): the picker answers `GET /infergate/pools/<pool>/metrics`.
     pub export: bool,
-    /// The gateways of other clusters that serve this pool too (Parent Mode); `None`: the
-    /// pool is served here only.
+    /// The gateways of other clusters that serve this pool too; `None`: the pool is served
+    /// here only.
     pub peers: Option<Peers>,
 }
 
-/// A pool's peer clusters, reached through their gateways (Parent Mode).
+/// How requests reach a peer cluster (the picker's `peers.mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PeerMode {
+    /// To the peer cluster's gateway, which picks in its own pool.
+    #[default]
+    Parent,
+    /// Straight to a member of the peer's pool, as its gateway's export page lists them.
+    Endpoint,
+}
+
+impl PeerMode {
+    /// The picker's spelling.
+    pub fn wire(self) -> &'static str {
+        match self {
+            PeerMode::Parent => "Parent",
+            PeerMode::Endpoint => "Endpoint",
+        }
+    }
+}
+
+/// A pool's peer clusters: their gateways, and how requests reach them.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Peers {
     /// Each peer cluster's gateway listener.
@@ -152,6 +172,8 @@ pub struct Peers {
     pub remote_pool: Option<String>,
     /// The picker's `peers.spillover` thresholds (JSON); `null`: its defaults.
     pub spillover: serde_json::Value,
+    /// Parent Mode (through the peer gateways) or Endpoint Mode (to their members).
+    pub mode: PeerMode,
 }
 
 impl Pool {
@@ -330,6 +352,7 @@ impl PluginConfigs {
                     pool["peers"] = json!({
                         "cluster": p.peers_cluster_name(i),
                         "endpoints": gateways,
+                        "mode": peers.mode.wire(),
                     });
                     if !peers.spillover.is_null() {
                         pool["peers"]["spillover"] = peers.spillover.clone();
@@ -339,8 +362,10 @@ impl PluginConfigs {
             })
             .collect();
         let mut endpoints: Vec<String> = pools.iter().flat_map(endpoints_of).collect();
-        // The peer gateways are scraped at their export page of the pool.
+        // Parent Mode: the peer gateways are scraped at their export page of the pool.
+        // Endpoint Mode: that page lists the members, which are followed and scraped.
         let mut metrics_paths = serde_json::Map::new();
+        let mut published = Vec::new();
         for (i, p) in pools.iter().enumerate() {
             let Some(peers) = &p.peers else {
                 continue;
@@ -350,6 +375,16 @@ impl PluginConfigs {
                 .clone()
                 .or_else(|| p.name.clone())
                 .unwrap_or_else(|| p.cluster_name(i));
+            if peers.mode == PeerMode::Endpoint {
+                let gateways: Vec<String> =
+                    peers.gateways.iter().map(ToString::to_string).collect();
+                published.push(json!({
+                    "cluster": p.peers_cluster_name(i),
+                    "gateways": gateways,
+                    "path": format!("/infergate/pools/{remote}/metrics"),
+                }));
+                continue;
+            }
             for gateway in &peers.gateways {
                 endpoints.push(gateway.to_string());
                 metrics_paths.insert(
@@ -380,6 +415,9 @@ impl PluginConfigs {
                 });
                 if !metrics_paths.is_empty() {
                     scraper["metricsPaths"] = serde_json::Value::Object(metrics_paths);
+                }
+                if !published.is_empty() {
+                    scraper["published"] = json!(published);
                 }
                 scraper
             },
@@ -624,7 +662,9 @@ fn set_loopback(picker: &mut serde_json::Value, listener: SocketAddr) {
         return;
     };
     for pool in pools {
-        if let Some(peers) = pool.get_mut("peers").and_then(|p| p.as_object_mut()) {
+        let peers = pool.get_mut("peers").and_then(|p| p.as_object_mut());
+        // Endpoint Mode picks have no fallback: no loopback.
+        if let Some(peers) = peers.filter(|p| p.get("mode") != Some(&json!("Endpoint"))) {
             peers.insert("loopback".into(), json!(listener.to_string()));
         }
     }
@@ -715,10 +755,11 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
         };
         clusters.push(t.prototype(proto, &vars)?);
     }
-    // Each pool's peer gateways: a STATIC cluster on the pools' policy (no health check:
-    // the picker drops a peer whose export page stops answering), and the route the picker
-    // re-matches on `x-gateway-peer-route` when it sends a request there, ahead of the
-    // pools' routes.
+    // Each pool's peers: in Parent Mode the gateways, a STATIC cluster on the pools' policy
+    // (no health check: the picker drops a peer whose export page stops answering); in
+    // Endpoint Mode an ORIGINAL_DST cluster for the members they publish. And the route the
+    // picker re-matches on `x-gateway-peer-route` when it sends a request there, ahead of
+    // the pools' routes.
     let mut peer_routes = Vec::new();
     for (i, pool) in params.pools.iter().enumerate() {
         let Some(peers) = &pool.peers else {
@@ -727,22 +768,27 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
         if !t.has_prototype("pool_lb_policy") {
             bail!("peer clusters need the wasm or native flavour");
         }
-        if params.listener_port == 0 {
-            bail!(
-                "pool {i} ({}): peer clusters need a fixed listener port (a peer that \
-                 refuses a request leaves it to this gateway's own listener)",
-                pool.base_model
-            );
-        }
         let name = pool.peers_cluster_name(i);
-        let mut hosts = peers.gateways.clone();
-        hosts.push(loopback(params));
         let mut vars = Vars::new();
         vars.insert("cluster".into(), text(name.clone()));
-        vars.insert("lb_endpoints".into(), lb_endpoints(&hosts));
-        vars.insert("lb_policy".into(), lb_policy.clone());
-        vars.insert("health_checks".into(), Value::Sequence(Vec::new()));
-        clusters.push(t.prototype("pool_cluster", &vars)?);
+        if peers.mode == PeerMode::Endpoint {
+            // The peers' members, as their gateways publish them: one address per pick.
+            clusters.push(t.prototype("peer_members_cluster", &vars)?);
+        } else {
+            if params.listener_port == 0 {
+                bail!(
+                    "pool {i} ({}): peer clusters need a fixed listener port (a peer that \
+                     refuses a request leaves it to this gateway's own listener)",
+                    pool.base_model
+                );
+            }
+            let mut hosts = peers.gateways.clone();
+            hosts.push(loopback(params));
+            vars.insert("lb_endpoints".into(), lb_endpoints(&hosts));
+            vars.insert("lb_policy".into(), lb_policy.clone());
+            vars.insert("health_checks".into(), Value::Sequence(Vec::new()));
+            clusters.push(t.prototype("pool_cluster", &vars)?);
+        }
         let mut header = Vars::new();
         header.insert("header".into(), text(PEER_ROUTE_HEADER));
         header.insert("value".into(), text(name.clone()));

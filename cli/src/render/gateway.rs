@@ -10,7 +10,7 @@ use super::objects::inference_pool::v1::InferencePool;
 use super::objects::inference_pool_import::v1alpha1::InferencePoolImport;
 use super::objects::{Object, ObjectSet};
 use crate::config::bootstrap::{
-    BootstrapParams, Flavor, GatewaySettings, Peers, PluginConfigs, Pool,
+    BootstrapParams, Flavor, GatewaySettings, PeerMode, Peers, PluginConfigs, Pool,
 };
 use crate::config::epp::{apply_objectives, picker_objectives};
 use crate::config::peers::PeersFile;
@@ -45,6 +45,8 @@ pub struct GatewayInputs {
     pub peers: Option<PeersFile>,
     /// This cluster's own name in the ClusterSet (`--cluster`): never its own peer.
     pub cluster: Option<String>,
+    /// How this cluster reaches the clusters it imports pools from (`--peer-mode`).
+    pub peer_mode: PeerMode,
 }
 
 /// A gateway described by the objects.
@@ -488,6 +490,7 @@ fn pool_peers(
         gateways,
         remote_pool: Some(pool.meta.name.clone()),
         spillover: Json::Null,
+        mode: inputs.peer_mode,
     }))
 }
 

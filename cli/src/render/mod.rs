@@ -405,7 +405,8 @@ mod tests {
     /// The multi-cluster objects: the export annotation, an `InferencePoolImport` and the
     /// route naming it, with a peers file, render the peers cluster (the other cluster's
     /// gateway and this one's own listener), its route, the picker's `peers` and
-    /// `exportName`, and the scraper's path for the peer.
+    /// `exportName`, and the scraper's path for the peer; in Endpoint Mode, the members'
+    /// cluster and the scraper's `published` instead.
     #[test]
     fn an_imported_pool_renders_its_peers_and_an_exported_one_its_page() {
         let out = tempfile::tempdir().unwrap();
@@ -432,6 +433,7 @@ mod tests {
                     crate::config::peers::PeersFile::load(&dir.join("peers/peers.yaml")).unwrap(),
                 ),
                 cluster: Some("cluster-a".into()),
+                peer_mode: crate::config::bootstrap::PeerMode::Parent,
             },
         };
         let rendered = render(&opts).unwrap();
@@ -471,6 +473,35 @@ mod tests {
             picker["scraper"]["metricsPaths"]["10.20.0.5:8080"],
             "/infergate/pools/llama-70b-bf16/metrics"
         );
+        // Endpoint Mode: an ORIGINAL_DST peers cluster (the members the peer publishes),
+        // the scraper follows them from the peer's page, and no loopback.
+        opts.gateway.peer_mode = crate::config::bootstrap::PeerMode::Endpoint;
+        let rendered = render(&opts).unwrap();
+        let text = std::fs::read_to_string(&rendered.output).unwrap();
+        let yaml: Value = serde_yaml_ng::from_str(&text).unwrap();
+        let clusters = yaml["static_resources"]["clusters"].as_sequence().unwrap();
+        let peers = clusters
+            .iter()
+            .find(|c| c["name"].as_str() == Some("pool-0-llama-70b-bf16-peers"))
+            .unwrap();
+        assert_eq!(peers["type"].as_str(), Some("ORIGINAL_DST"));
+        let mut configs = Vec::new();
+        collect_configs(&yaml, &mut configs);
+        let picker = configs
+            .iter()
+            .find_map(|c| c.get("picker").filter(|p| p.is_object()))
+            .unwrap();
+        let pool = &picker["pools"][0];
+        assert_eq!(pool["peers"]["mode"], "Endpoint");
+        assert_eq!(pool["peers"].get("loopback"), None);
+        assert_eq!(
+            picker["scraper"]["published"],
+            serde_json::json!([{"cluster": "pool-0-llama-70b-bf16-peers",
+                "gateways": ["10.20.0.5:8080"],
+                "path": "/infergate/pools/llama-70b-bf16/metrics"}])
+        );
+        assert_eq!(picker["scraper"].get("metricsPaths"), None);
+        opts.gateway.peer_mode = crate::config::bootstrap::PeerMode::Parent;
         // Peers are rendered for Envoy only so far; without the peers file, no render.
         opts.target = Target::Istio;
         let err = format!("{:#}", render(&opts).unwrap_err());

@@ -61,6 +61,7 @@ fn rendered_bootstrap(endpoints: &[SocketAddr]) -> String {
             per_request_split: false,
             peers: None,
             cluster: None,
+            peer_mode: infergate_cli::config::bootstrap::PeerMode::Parent,
         },
     })
     .unwrap();

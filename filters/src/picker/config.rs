@@ -433,13 +433,6 @@ fn check_peers(i: usize, peers: &super::peers::PeersConfig) -> Result<(), Picker
         field: format!("pools[{i}].peers.{name}"),
         problem: problem.to_owned(),
     };
-    if peers.mode == super::peers::PeerMode::Endpoint {
-        return Err(field(
-            "mode",
-            "`Endpoint` is not supported yet: use `Parent` (requests go to the peer \
-             cluster's gateway)",
-        ));
-    }
     if peers.endpoints.is_empty() {
         return Err(field(
             "endpoints",

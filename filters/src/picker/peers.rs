@@ -57,7 +57,8 @@ pub enum PeerMode {
     /// To the peer cluster's gateway, which picks in its own pool.
     #[default]
     Parent,
-    /// Straight to an endpoint of the peer's pool (not built: refused by validation).
+    /// Straight to a member of the peer's pool, learned from the peer gateway's export
+    /// page (the scraper's `published` clusters) and scraped here like a local replica.
     Endpoint,
 }
 
@@ -111,7 +112,7 @@ pub struct PeersConfig {
     pub cluster: String,
     /// The peer gateways, `ip:port` each.
     pub endpoints: Vec<String>,
-    /// `Parent` (the only mode built).
+    /// `Parent` (to the peer gateways) or `Endpoint` (to the peers' members).
     #[serde(default)]
     pub mode: PeerMode,
     /// When the local pool spills, and which peers may take it.
@@ -138,15 +139,23 @@ pub struct PeersConfig {
 }
 
 impl PeersConfig {
-    /// The pool of the peer gateways that `local`'s section describes.
+    /// The pool of the peers that `local`'s section describes: the peer gateways (Parent
+    /// Mode), or the members they publish, which the pool follows as the members of
+    /// `cluster` (Endpoint Mode: one destination per pick, as the peers cluster routes on
+    /// one address).
     pub(super) fn pool_config(&self, local: &PoolConfig) -> PoolConfig {
+        let endpoint_mode = self.mode == PeerMode::Endpoint;
         PoolConfig {
             pool: format!("{}{PEERS_SUFFIX}", local.pool),
             base_model: local.base_model.clone(),
             cluster: Some(self.cluster.clone()),
-            endpoints: self.endpoints.clone(),
+            endpoints: if endpoint_mode {
+                Vec::new()
+            } else {
+                self.endpoints.clone()
+            },
             target_ports: Vec::new(),
-            fallbacks: self.fallbacks,
+            fallbacks: if endpoint_mode { 0 } else { self.fallbacks },
             // A peer whose figures are stale is no candidate: the request stays here.
             failure_mode: FailureMode::FailClose,
             stale_after_ms: self.stale_after_ms,
@@ -202,6 +211,22 @@ pub struct PeerPlan {
     pub cluster: String,
     /// The spillover thresholds.
     pub spill: UtilizationThresholds,
-    /// This gateway's own listener, the last fallback of a peer pick.
+    /// This gateway's own listener, the last fallback of a peer pick (Parent Mode).
     pub loopback: Option<String>,
+}
+
+impl PeersConfig {
+    /// What the pool's plan keeps of this section; `pool` is the peers pool's index.
+    pub(super) fn plan(&self, pool: usize) -> PeerPlan {
+        PeerPlan {
+            pool: PoolId(pool),
+            cluster: self.cluster.clone(),
+            spill: self.spillover.utilization(),
+            // The peers cluster of Endpoint Mode routes on one address.
+            loopback: self
+                .loopback
+                .clone()
+                .filter(|_| self.mode == PeerMode::Parent),
+        }
+    }
 }

@@ -237,12 +237,7 @@ impl PoolPlan {
                 .peers
                 .as_ref()
                 .zip(cfg.peers_pool)
-                .map(|(peers, pool)| PeerPlan {
-                    pool: PoolId(pool),
-                    cluster: peers.cluster.clone(),
-                    spill: peers.spillover.utilization(),
-                    loopback: peers.loopback.clone(),
-                }),
+                .map(|(peers, pool)| peers.plan(pool)),
             peer_pool: cfg.peer_of.is_some(),
             session_header: cfg.session_header.as_ref().map(|h| h.to_ascii_lowercase()),
             hashing: scheduler

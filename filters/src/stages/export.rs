@@ -8,7 +8,8 @@
 //! page is [`PoolAggregate`]'s: member counts, and the means of queue, running requests
 //! and KV-cache use over the members that are candidates with fresh metrics, computed from
 //! the snapshot this gateway's own scraper publishes (no scrape of its own; any worker
-//! answers).
+//! answers). The page also lists the pool's members that are candidates, for gateways that
+//! import the pool in Endpoint Mode (they send requests straight to those members).
 //!
 //! Answers: `200` Prometheus text; `404` `pool_not_exported` for a pool that is unknown or
 //! not exported (the page would tell a peer nothing true); `405` for a method other than
@@ -18,6 +19,7 @@
 
 use std::sync::Arc;
 
+use scheduler_core::snapshot::aggregate::members_to_prometheus;
 use scheduler_core::snapshot::{decode, Health, PoolAggregate, Snapshot};
 
 use crate::host::{RequestHeaders, SnapshotFetch};
@@ -56,26 +58,29 @@ impl ExportStage {
 
     /// The page of `plan`'s pool from `snapshot` at `now`.
     fn page(plan: &PoolPlan, snapshot: &Snapshot, now: scheduler_core::types::Millis) -> Reply {
-        let aggregate = if plan.follows_cluster() {
+        let members: Vec<(&str, Health)> = if plan.follows_cluster() {
             let members = snapshot.cluster(plan.cluster()).into_iter();
-            let members = members.flat_map(|c| c.members.iter());
-            PoolAggregate::of(
-                snapshot,
-                members.map(|m| (m.address.as_str(), m.health)),
-                now,
-                plan.stale_after_ms(),
-            )
+            members
+                .flat_map(|c| c.members.iter())
+                .map(|m| (m.address.as_str(), m.health))
+                .collect()
         } else {
-            let members = plan
-                .endpoints()
-                .iter()
-                .map(|e| (e.as_str(), Health::Healthy));
-            PoolAggregate::of(snapshot, members, now, plan.stale_after_ms())
+            let endpoints = plan.endpoints().iter();
+            endpoints.map(|e| (e.as_str(), Health::Healthy)).collect()
         };
+        let aggregate = PoolAggregate::of(
+            snapshot,
+            members.iter().copied(),
+            now,
+            plan.stale_after_ms(),
+        );
+        let mut body = aggregate.to_prometheus();
+        let candidates = members.iter().filter(|(_, h)| h.is_candidate());
+        members_to_prometheus(&mut body, candidates.map(|(a, _)| *a));
         Reply {
             status: 200,
             headers: vec![("content-type".to_owned(), PROMETHEUS_TEXT.to_owned())],
-            body: aggregate.to_prometheus().into_bytes(),
+            body: body.into_bytes(),
         }
     }
 }

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use scheduler_core::metrics::{extract, EndpointMetrics, MetricNames};
+use scheduler_core::snapshot::aggregate::parse_members;
 use scheduler_core::snapshot::{encode, ClusterMembers, EndpointSample, Member};
 use scheduler_core::types::Millis;
 use serde_json::json;
@@ -93,6 +94,11 @@ fn a_static_pool_publishes_the_means_of_its_members() {
     let text = page(&reply);
     assert!(text.contains("infergate_pool_members 2\n"), "{text}");
     assert!(text.contains("llm_d_epp_average_queue_size 3\n"), "{text}");
+    assert_eq!(
+        parse_members(text.as_bytes(), 16).unwrap(),
+        vec!["10.0.0.1:8000", "10.0.0.2:8000"],
+        "{text}"
+    );
     let metrics = extract(&reply.body, &MetricNames::default());
     assert_eq!(metrics.waiting, Some(3), "{text}");
     assert!(
@@ -112,6 +118,12 @@ fn a_pool_that_follows_its_cluster_counts_its_healthy_members_only() {
     assert!(text.contains("infergate_pool_members 2\n"), "{text}");
     assert!(text.contains("infergate_pool_ready_members 1\n"), "{text}");
     assert!(text.contains("llm_d_epp_average_queue_size 9\n"), "{text}");
+    // Endpoint Mode importers learn the candidates from the same page.
+    assert_eq!(
+        parse_members(text.as_bytes(), 16).unwrap(),
+        vec!["10.0.1.1:8000"],
+        "{text}"
+    );
 }
 
 #[test]

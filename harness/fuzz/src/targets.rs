@@ -6,6 +6,7 @@
 use infergate_filters::handoff::Handoff;
 use scheduler_core::metrics::{exposition, extract, MetricNames, MAX_ADAPTERS};
 use scheduler_core::request::{self, Api, ParsedRequest, DEFAULT_MAX_PROMPT_BYTES};
+use scheduler_core::snapshot::aggregate::parse_members;
 use scheduler_core::snapshot::{self, Snapshot, HEADER_LEN};
 
 use crate::meter::peak_during;
@@ -164,7 +165,8 @@ pub fn canonical_prompt(data: &[u8]) {
 
 /// The Prometheus text parser and extractor with the default names: never panics, every
 /// field within its range, adapter lists cut at [`MAX_ADAPTERS`], CRLF line ends read as
-/// LF, and [`memory_bound`].
+/// LF, and [`memory_bound`]. The export page's member listing reader on the same bytes:
+/// only `ip:port`s, each once, within its bound.
 pub fn prometheus_parser(data: &[u8]) {
     let names = MetricNames::default();
     let (m, peak) = peak_during(|| extract(data, &names));
@@ -181,6 +183,17 @@ pub fn prometheus_parser(data: &[u8]) {
     }
     // Every line through the generic line parser too (the extractor skips most of them).
     let _ = exposition::lines(data).count();
+    // The member listing of an export page: `ip:port`s, each once, within the bound.
+    let (members, peak) = peak_during(|| parse_members(data, 64));
+    assert_memory("prometheus_parser (members)", data.len(), peak);
+    if let Ok(members) = members {
+        assert!(members.len() <= 64);
+        let mut seen = std::collections::HashSet::new();
+        for m in &members {
+            assert!(m.parse::<std::net::SocketAddr>().is_ok(), "member `{m}`");
+            assert!(seen.insert(m), "member `{m}` listed twice");
+        }
+    }
     if !data.contains(&b'\r') {
         let mut crlf = Vec::with_capacity(2 * data.len());
         for &b in data {

@@ -44,6 +44,13 @@ fn files_in(rel: &str, ext: &str) -> Vec<(String, Vec<u8>)> {
     out
 }
 
+/// A gateway's export page of a pool: its load and its members (one an IPv6 address, one
+/// not an address at all).
+const EXPORT_PAGE: &[u8] = b"infergate_pool_members 3\ninfergate_pool_ready_members 2\n\
+llm_d_epp_average_queue_size 1.5\nllm_d_epp_average_kv_cache_utilization 0.25\n\
+# TYPE infergate_pool_member gauge\ninfergate_pool_member{endpoint=\"10.0.0.1:8000\"} 1\n\
+infergate_pool_member{endpoint=\"[fd00::2]:8000\"} 1\ninfergate_pool_member{endpoint=\"pod-3\"} 1\n";
+
 fn write(dir: &Path, name: &str, data: &[u8]) {
     std::fs::write(dir.join(name), data).unwrap();
 }
@@ -1010,6 +1017,7 @@ fn write_seed_corpora() {
     for (name, page) in hostile_pages() {
         write(&d, name, &page);
     }
+    write(&d, "export-page-members.txt", EXPORT_PAGE);
 
     let d = dir("snapshot_codec");
     for (name, bytes) in snapshots(&pages) {

@@ -47,7 +47,8 @@ impl Clusters {
 
     /// Starts one cluster per entry of `options` (each over its own in-process
     /// simulator), on the loopback address of its index; every pool is exported, and with
-    /// `peers` lists the other clusters' gateways as its peers.
+    /// `peers` lists the other clusters' gateways as its peers (in the mode and with the
+    /// spillover its own `peers` sets, if any).
     pub async fn start_each(options: Vec<StackOptions>, peers: bool) -> Result<Clusters> {
         let n = options.len();
         let mut listeners = Vec::with_capacity(n);
@@ -77,15 +78,12 @@ impl Clusters {
             for pool in &mut o.pools {
                 pool.export = true;
                 if peers {
-                    let spillover = pool
-                        .peers
-                        .as_ref()
-                        .map(|p| p.spillover.clone())
-                        .unwrap_or_default();
+                    // The pool's own `peers` (mode, spillover) with the other gateways.
+                    let template = pool.peers.take().unwrap_or_default();
                     pool.peers = Some(Peers {
                         gateways: others.clone(),
                         remote_pool: None,
-                        spillover,
+                        ..template
                     });
                 }
             }

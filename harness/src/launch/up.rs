@@ -48,6 +48,7 @@ use super::stack::{Backends, PoolSpec, Stack, StackOptions};
 use crate::sim::SimConfig;
 use anyhow::{bail, Context, Result};
 use infergate_cli::config::bootstrap::Flavor;
+use infergate_cli::config::bootstrap::{PeerMode, Peers};
 use infergate_cli::config::epp::{load_epp_config, load_objectives};
 use infergate_cli::config::tenancy::{load_objects, Tenancy};
 use std::path::{Path, PathBuf};
@@ -129,6 +130,10 @@ pub struct UpOptions {
     /// clusters' gateways as peers.
     #[arg(verbatim_doc_comment, long, value_name = "N", default_value_t = 1, value_parser = parse_clusters)]
     pub clusters: usize,
+    /// With --clusters: how a cluster reaches its peers, `parent` (through their gateways)
+    /// or `endpoint` (straight to the replicas their gateways publish).
+    #[arg(verbatim_doc_comment, long, value_name = "MODE", default_value = "parent", value_parser = parse_peer_mode)]
+    pub peer_mode: PeerMode,
 }
 
 impl Default for UpOptions {
@@ -152,6 +157,7 @@ impl Default for UpOptions {
             global_quotas: false,
             static_membership: false,
             clusters: 1,
+            peer_mode: PeerMode::Parent,
         }
     }
 }
@@ -186,8 +192,19 @@ impl UpOptions {
             if self.gateways > 1 || self.global_quotas {
                 bail!("--clusters runs one gateway per cluster: no --gateways, no --global-quotas");
             }
+        } else if self.peer_mode != PeerMode::Parent {
+            bail!("--peer-mode needs --clusters");
         }
         check_global_quotas(self)
+    }
+}
+
+/// `--peer-mode`'s value.
+fn parse_peer_mode(value: &str) -> Result<PeerMode, String> {
+    match value {
+        "parent" => Ok(PeerMode::Parent),
+        "endpoint" => Ok(PeerMode::Endpoint),
+        other => Err(format!("`{other}` is neither `parent` nor `endpoint`")),
     }
 }
 
@@ -366,6 +383,12 @@ pub async fn up(mut opts: UpOptions) -> Result<()> {
     let _global_quotas = start_global_quotas(&opts, &mut stack_opts)?;
     let billing_log = stack_opts.tenancy.billing_log.clone();
     if opts.clusters > 1 {
+        for pool in &mut stack_opts.pools {
+            pool.peers = Some(Peers {
+                mode: opts.peer_mode,
+                ..Peers::default()
+            });
+        }
         let clusters = Clusters::start(stack_opts, opts.clusters).await?;
         for (k, gateway) in clusters.gateways().iter().enumerate() {
             println!("cluster {k}: {}", gateway.picker_url());
@@ -787,11 +810,16 @@ mod tests {
         assert_eq!(UpOptions::parse(&[]).unwrap().clusters, 1);
         let o = UpOptions::parse(&strings(&["--clusters", "3"])).unwrap();
         assert_eq!(o.clusters, 3);
+        assert_eq!(o.peer_mode, PeerMode::Parent);
+        let o = UpOptions::parse(&strings(&["--clusters", "2", "--peer-mode", "endpoint"]));
+        assert_eq!(o.unwrap().peer_mode, PeerMode::Endpoint);
         for bad in [
             &["--clusters", "0"][..],
             &["--clusters", "255"],
             &["--clusters", "2", "--gateways", "2"],
             &["--clusters", "2", "--flavor", "plain"],
+            &["--clusters", "2", "--peer-mode", "sideways"],
+            &["--peer-mode", "endpoint"],
         ] {
             assert!(UpOptions::parse(&strings(bad)).is_err(), "{bad:?}");
         }

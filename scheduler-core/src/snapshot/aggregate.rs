@@ -20,9 +20,16 @@
 //! fraction), so a cluster-level picker that reads llm-d's peers reads these too; the rest
 //! are this gateway's own (`infergate_pool_*`). One page holds one pool, with no label: a
 //! scraper sums every series of a name.
+//!
+//! The page also **lists the members** that are candidates (every health but unhealthy),
+//! one `infergate_pool_member{endpoint="ip:port"} 1` series each ([`members_to_prometheus`],
+//! read back by [`parse_members`]): a gateway importing the pool in Endpoint Mode learns
+//! from it which replicas it may send requests to, and scrapes them itself.
 
-use alloc::string::String;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
 use core::fmt::Write;
+use core::net::SocketAddr;
 
 use super::{Health, Snapshot};
 use crate::types::Millis;
@@ -37,6 +44,11 @@ pub const AVERAGE_RUNNING: &str = "infergate_pool_average_running";
 pub const MEMBERS: &str = "infergate_pool_members";
 /// The ready member count's metric name.
 pub const READY_MEMBERS: &str = "infergate_pool_ready_members";
+
+/// The member listing's metric name: one series per candidate member.
+pub const MEMBER: &str = "infergate_pool_member";
+/// The label of [`MEMBER`] that holds the member's `ip:port`.
+pub const MEMBER_LABEL: &str = "endpoint";
 
 /// One pool's load, as published to peers.
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
@@ -153,6 +165,57 @@ impl PoolAggregate {
     }
 }
 
+/// Appends the member listing of `members` (`ip:port` each) to `page`.
+pub fn members_to_prometheus<'a>(page: &mut String, members: impl IntoIterator<Item = &'a str>) {
+    // Writing to a String cannot fail.
+    let _ = write!(
+        page,
+        "# HELP {MEMBER} A member of the pool that is a candidate.\n# TYPE {MEMBER} gauge\n"
+    );
+    for address in members {
+        let _ = writeln!(page, "{MEMBER}{{{MEMBER_LABEL}=\"{address}\"}} 1");
+    }
+}
+
+/// The members a page lists ([`members_to_prometheus`]), each once, in page order, as
+/// canonical `ip:port`. Series whose `endpoint` is not an IP socket address or whose value
+/// is not positive are skipped, as is every other line. More than `max` members is an
+/// error carrying the count so far (never a partial membership). Never panics.
+pub fn parse_members(page: &[u8], max: usize) -> Result<Vec<String>, usize> {
+    let mut members: Vec<String> = Vec::new();
+    for raw in crate::metrics::exposition::raw_lines(page) {
+        if !raw.starts_with(MEMBER.as_bytes()) {
+            continue;
+        }
+        let Ok(text) = core::str::from_utf8(raw) else {
+            continue;
+        };
+        let crate::metrics::exposition::Line::Sample(sample) =
+            crate::metrics::exposition::parse_line(text)
+        else {
+            continue;
+        };
+        if sample.name != MEMBER || sample.value.is_nan() || sample.value <= 0.0 {
+            continue;
+        }
+        let address = sample
+            .label(MEMBER_LABEL)
+            .and_then(|a| a.parse::<SocketAddr>().ok())
+            .map(|a| a.to_string());
+        let Some(address) = address else {
+            continue;
+        };
+        if members.contains(&address) {
+            continue;
+        }
+        if members.len() >= max {
+            return Err(members.len() + 1);
+        }
+        members.push(address);
+    }
+    Ok(members)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
@@ -237,5 +300,44 @@ mod tests {
             extract(page.as_bytes(), &MetricNames::default()).is_empty(),
             "{page}"
         );
+    }
+
+    #[test]
+    fn the_member_listing_reads_back() {
+        let mut page = PoolAggregate::default().to_prometheus();
+        members_to_prometheus(&mut page, ["10.0.0.1:8000", "[::1]:9000", "10.0.0.1:8000"]);
+        page.push_str("infergate_pool_member{endpoint=\"not-an-address\"} 1\n");
+        page.push_str("infergate_pool_member{endpoint=\"10.0.0.2:8000\"} 0\n");
+        page.push_str("infergate_pool_members_total{endpoint=\"10.0.0.3:8000\"} 1\n");
+        page.push_str("infergate_pool_member{endpoint=\"10.0.0.4:8000\",zone=\"a\"} 1\n");
+        assert_eq!(
+            parse_members(page.as_bytes(), 16).unwrap(),
+            vec!["10.0.0.1:8000", "[::1]:9000", "10.0.0.4:8000"],
+            "{page}"
+        );
+        assert_eq!(parse_members(page.as_bytes(), 2), Err(3));
+        // The load figures are untouched by the listing.
+        assert!(extract(page.as_bytes(), &MetricNames::default()).is_empty());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn member_listings_never_panic(page in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = parse_members(&page, 8);
+        }
+
+        #[test]
+        fn member_listings_round_trip(ports in proptest::collection::vec(1u16.., 0..40)) {
+            let addresses: Vec<String> = ports.iter().map(|p| alloc::format!("10.1.2.3:{p}")).collect();
+            let mut page = String::new();
+            members_to_prometheus(&mut page, addresses.iter().map(String::as_str));
+            let mut expected: Vec<String> = Vec::new();
+            for a in addresses {
+                if !expected.contains(&a) {
+                    expected.push(a);
+                }
+            }
+            proptest::prop_assert_eq!(parse_members(page.as_bytes(), 64).unwrap(), expected);
+        }
     }
 }

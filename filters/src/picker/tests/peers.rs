@@ -3,7 +3,8 @@
 //! a peer, or with no open peer, stays here.
 
 use super::*;
-use crate::headers::{PEER_HOP, PEER_ROUTE};
+use crate::headers::{MAX_RETRIES, PEER_HOP, PEER_ROUTE};
+use scheduler_core::snapshot::{decode, ClusterMembers, Health, Member};
 
 /// Two peer gateways.
 const P1: &str = "10.1.0.1:9000";
@@ -96,6 +97,68 @@ fn a_peer_pick_falls_back_to_this_gateways_own_listener_last() {
     .map(|e| e.to_string())
     .unwrap_or_default();
     assert!(err.contains("peers.loopback"), "{err}");
+}
+
+/// Endpoint Mode: the peers pool is the members the peer gateways publish (the snapshot's
+/// cluster `peers-p`), each scraped here; a spill picks one of them, with no fallback (the
+/// peers cluster routes on one address) and no loopback.
+#[test]
+fn endpoint_mode_spills_straight_to_a_published_member() {
+    const E1: &str = "10.1.5.1:8000";
+    const E2: &str = "10.1.5.2:8000";
+    let mut s = shared(pool(
+        &[A, B],
+        json!({"peers": {"cluster": "peers-p", "endpoints": [P1], "mode": "Endpoint",
+                         "loopback": "127.0.0.1:10000"}}),
+    ));
+    let mut snap = decode(&snapshot(
+        NOW,
+        &[
+            (A, metrics(6, 0.3)),
+            (B, metrics(6, 0.3)),
+            (E1, metrics(3, 0.2)),
+            (E2, metrics(0, 0.2)),
+        ],
+    ))
+    .unwrap();
+    let member = |address: &str| Member {
+        address: address.to_owned(),
+        health: Health::Healthy,
+    };
+    snap.clusters = vec![ClusterMembers {
+        cluster: "peers-p".into(),
+        members: vec![member(E1), member(E2)],
+    }];
+    let base = FakeHost::new().snapshot(1, encode(&snap));
+    let (to, host, _req) = send(&mut s, &base, &conversation(0));
+    assert_eq!(to, E2);
+    assert_eq!(host.header(DESTINATION_ENDPOINT), Some(E2));
+    assert_eq!(host.header(PEER_ROUTE), Some("peers-p"));
+    assert_eq!(host.header(MAX_RETRIES), Some("0"));
+    // Its next turn goes back to the member that holds it, A having room or not.
+    let calm = {
+        let mut calm = snap.clone();
+        for e in calm
+            .endpoints
+            .iter_mut()
+            .filter(|e| e.address == A || e.address == B)
+        {
+            e.metrics = Some(metrics(0, 0.1));
+        }
+        FakeHost::new().snapshot(2, encode(&calm))
+    };
+    let turn_two = format!("{} And a second question.", conversation(0));
+    let (to, _, _) = send(&mut s, &calm, &turn_two);
+    assert_eq!(to, E2);
+    // Without published members there is no peer to spill to: the request stays here.
+    snap.clusters[0].members.clear();
+    let (to, host, _) = send(
+        &mut s,
+        &FakeHost::new().snapshot(3, encode(&snap)),
+        &conversation(7),
+    );
+    assert!(to == A || to == B, "{to}");
+    assert_eq!(host.header(PEER_ROUTE), None);
 }
 
 #[test]
@@ -232,8 +295,8 @@ fn peers_sections_the_picker_cannot_run_are_refused() {
             "peers.endpoints",
         ),
         (
-            json!({"cluster": "c", "endpoints": [P1], "mode": "Endpoint"}),
-            "peers.mode",
+            json!({"cluster": "c", "endpoints": [P1], "mode": "Elsewhere"}),
+            "unknown variant",
         ),
         (
             json!({"cluster": "c", "endpoints": [P1], "spillover": {"kvCacheUtilThreshold": 1.5}}),

@@ -1,6 +1,7 @@
 //! Two clusters on loopback, each a gateway over its own simulated pool. Cluster B exports
-//! its pool; cluster A's pool lists B's gateway as a peer (Parent Mode). Through real
-//! Envoy, at one and at four workers:
+//! its pool; cluster A's pool lists B's gateway as a peer, in Parent Mode (A sends to B's
+//! gateway) and in Endpoint Mode (A sends straight to the replicas B's gateway publishes).
+//! Through real Envoy, at one and at four workers:
 //!
 //! 1. **Stickiness.** While A has room, every turn of 64 six-turn conversations is served
 //!    in A: zero switches.
@@ -10,11 +11,12 @@
 //! 3. **Affinity back.** Once A has room again, the spilled conversations' next turns still
 //!    go to B: a conversation stays in the cluster that served its first turn.
 //! 4. **Peer failure.** Killing B's gateway drops it from A's candidates within 2 s; from
-//!    then on the spilled conversations are served in A, with no client error.
+//!    then on the spilled conversations are served in A, with no client error. (In
+//!    Endpoint Mode B's replicas still serve until then: B's gateway is gone, but not they.)
 
 use super::tag;
 use crate::support::gw::{self, Plan};
-use infergate_cli::config::bootstrap::Peers;
+use infergate_cli::config::bootstrap::{PeerMode, Peers};
 use infergate_harness::launch::client::{post_json, post_json_streamed};
 use infergate_harness::launch::{Flavor, PoolSpec, Stack};
 use infergate_harness::sim::{self, EngineConfig, SimConfig, SimHandle, REPLICA_ADDR_HEADER};
@@ -89,10 +91,16 @@ fn listener(stack: &Stack) -> SocketAddr {
     url.trim_start_matches("http://").parse().unwrap()
 }
 
-/// Whether `gateway`'s scraper still counts `peer` live: fewer failed scrapes in a row than
-/// the peers pool's `maxConsecutiveFailures` (3).
-async fn peer_live(gateway: &Stack, peer: SocketAddr) -> bool {
+/// Whether `gateway`'s scraper still counts `peer` live: in Parent Mode, fewer failed
+/// scrapes of its page in a row than the peers pool's `maxConsecutiveFailures` (3); in
+/// Endpoint Mode, the members its page published are still followed.
+async fn peer_live(gateway: &Stack, peer: SocketAddr, mode: PeerMode) -> bool {
     let stats = gateway.envoy().stats().await.unwrap();
+    if mode == PeerMode::Endpoint {
+        let members = stats.containing("infergate.scraper.cluster_members");
+        let peers = members.filter(|(k, _)| k.contains("-peers"));
+        return peers.map(|(_, v)| v).max().unwrap_or(0) > 0;
+    }
     let key = format!(
         "infergate.scraper.consecutive_failures.endpoint.{}",
         peer.to_string().replace(['.', ':'], "_")
@@ -117,7 +125,7 @@ fn hog(a: &SimHandle, waiting: usize) -> Vec<tokio::task::JoinHandle<()>> {
     hogs
 }
 
-async fn two_clusters(flavor: Flavor, workers: u32) {
+async fn two_clusters(flavor: Flavor, workers: u32, mode: PeerMode) {
     let (sim_a, sim_b) = (simulator().await, simulator().await);
     let mut exported = PoolSpec::all(MODEL);
     exported.export = true;
@@ -131,6 +139,7 @@ async fn two_clusters(flavor: Flavor, workers: u32) {
         gateways: vec![listener(&gateway_b)],
         remote_pool: None,
         spillover: json!({"queueDepthThreshold": 2}),
+        mode,
     });
     let mut plan_a = Plan::new(vec![importing]);
     plan_a.concurrency = workers;
@@ -138,7 +147,7 @@ async fn two_clusters(flavor: Flavor, workers: u32) {
         return;
     };
     let a_url = gateway_a.picker_url();
-    let label = format!("{} at {workers} worker(s)", tag(flavor));
+    let label = format!("{} {mode:?} Mode at {workers} worker(s)", tag(flavor));
 
     // 1. Room everywhere: every turn stays in A.
     let mut switches = 0;
@@ -206,10 +215,19 @@ async fn two_clusters(flavor: Flavor, workers: u32) {
         "{label}: A has room again"
     );
 
+    // Parent Mode sent the spilled turns through B's gateway, which picked them; Endpoint
+    // Mode straight to B's replicas, so B's gateway picked nothing.
+    let b_stats = gateway_b.envoy().stats().await.unwrap();
+    let b_picks = b_stats.sum_containing("infergate.picker.decisions");
+    match mode {
+        PeerMode::Parent => assert!(b_picks > 0, "{label}: B's gateway picked nothing"),
+        PeerMode::Endpoint => assert_eq!(b_picks, 0, "{label}: B's gateway picked"),
+    }
+
     // 4. B's gateway dies: A drops it, and B's conversations are served in A.
     let b_addr = listener(&gateway_b);
     assert!(
-        peer_live(&gateway_a, b_addr).await,
+        peer_live(&gateway_a, b_addr, mode).await,
         "{label}: B is live before it dies"
     );
     drop(gateway_b);
@@ -218,17 +236,26 @@ async fn two_clusters(flavor: Flavor, workers: u32) {
     let mut dropped_after = None;
     while killed.elapsed() < Duration::from_secs(5) {
         for name in &spilled {
-            // Served in A from the first request on: before A drops B, a connection B
-            // refuses is retried on A's own listener (the peer pick's last fallback).
+            // Parent Mode: served in A from the first request on; before A drops B, a
+            // connection B refuses is retried on A's own listener (the peer pick's last
+            // fallback). Endpoint Mode: B's replicas serve until A drops B.
             match send(&a_url, name, 2).await {
                 Ok(served) => {
-                    assert_eq!(cluster_of(&sim_a, &sim_b, served), 'A', "{label}: {name}");
+                    let expected = match (mode, dropped_after) {
+                        (PeerMode::Endpoint, None) => cluster_of(&sim_a, &sim_b, served),
+                        _ => 'A',
+                    };
+                    assert_eq!(
+                        cluster_of(&sim_a, &sim_b, served),
+                        expected,
+                        "{label}: {name}"
+                    );
                     requests += 1;
                 }
                 Err(e) => errors.push(e),
             }
         }
-        if dropped_after.is_none() && !peer_live(&gateway_a, b_addr).await {
+        if dropped_after.is_none() && !peer_live(&gateway_a, b_addr, mode).await {
             dropped_after = Some(killed.elapsed());
         }
         if dropped_after.is_some_and(|at| killed.elapsed() > at + Duration::from_millis(500)) {
@@ -246,7 +273,7 @@ async fn two_clusters(flavor: Flavor, workers: u32) {
     );
     println!(
         "{label}: B's gateway killed; dropped after {} ms; {requests} requests, all served \
-         in A, 0 errors",
+         in A once it was dropped, 0 errors",
         dropped_after.as_millis()
     );
 }
@@ -254,16 +281,26 @@ async fn two_clusters(flavor: Flavor, workers: u32) {
 pub(super) async fn a_saturated_cluster_spills_and_conversations_stay_at_one_worker(
     flavor: Flavor,
 ) {
-    two_clusters(flavor, 1).await;
+    two_clusters(flavor, 1, PeerMode::Parent).await;
 }
 
 pub(super) async fn a_saturated_cluster_spills_and_conversations_stay_at_four_workers(
     flavor: Flavor,
 ) {
-    two_clusters(flavor, 4).await;
+    two_clusters(flavor, 4, PeerMode::Parent).await;
+}
+
+pub(super) async fn endpoint_mode_spills_to_the_peers_replicas_at_one_worker(flavor: Flavor) {
+    two_clusters(flavor, 1, PeerMode::Endpoint).await;
+}
+
+pub(super) async fn endpoint_mode_spills_to_the_peers_replicas_at_four_workers(flavor: Flavor) {
+    two_clusters(flavor, 4, PeerMode::Endpoint).await;
 }
 
 for_each_flavour!(
     a_saturated_cluster_spills_and_conversations_stay_at_one_worker,
     a_saturated_cluster_spills_and_conversations_stay_at_four_workers,
+    endpoint_mode_spills_to_the_peers_replicas_at_one_worker,
+    endpoint_mode_spills_to_the_peers_replicas_at_four_workers,
 );
