@@ -27,6 +27,8 @@
 mod envoy_gateway;
 #[path = "control_plane/istio.rs"]
 mod istio;
+#[path = "control_plane/multicluster.rs"]
+mod multicluster;
 #[path = "control_plane/proxy.rs"]
 mod proxy;
 
@@ -36,6 +38,7 @@ mod conversations;
 mod owner_trap;
 #[path = "shared/objects.rs"]
 mod shared;
+use infergate_cli::config::bootstrap::PeerMode;
 use infergate_cli::render::{render, GatewayInputs, IstioVersion, RenderOptions, Target};
 use infergate_harness::launch::client::post_json;
 use infergate_harness::launch::process::RunDir;
@@ -111,7 +114,7 @@ fn options(flavor: Flavor, target: Target, out: &Path, objects: PathBuf) -> Rend
             per_request_split: false,
             peers: None,
             cluster: None,
-            peer_mode: infergate_cli::config::bootstrap::PeerMode::Parent,
+            peer_mode: PeerMode::Parent,
         },
     }
 }

@@ -670,6 +670,56 @@ fn set_loopback(picker: &mut serde_json::Value, listener: SocketAddr) {
     }
 }
 
+/// What the peers cluster and route of a pool are made of, beside the template.
+pub struct PeerResources<'a> {
+    /// The pool clusters' policy (Parent Mode's peers cluster takes it).
+    pub lb_policy: &'a Value,
+    /// The pool routes' retry policy.
+    pub retry_policy: &'a Value,
+    /// This gateway's own listener, the last host of Parent Mode's peers cluster (`None`:
+    /// not known where the gateway is rendered).
+    pub loopback: Option<SocketAddr>,
+}
+
+impl PeerResources<'_> {
+    /// The Envoy cluster of pool `index`'s peers and the route the picker re-matches on
+    /// [`PEER_ROUTE_HEADER`] to reach it (to be placed ahead of the pool routes). Parent
+    /// Mode: the peer gateways (and the loopback) in a STATIC cluster on the pools' policy,
+    /// no health check (the picker drops a peer whose export page stops answering).
+    /// Endpoint Mode: an ORIGINAL_DST cluster for the members the peers publish.
+    pub fn render(&self, t: &Template, pool: &Pool, index: usize) -> Result<(Value, Value)> {
+        let Some(peers) = &pool.peers else {
+            bail!("pool {index} has no peers");
+        };
+        let name = pool.peers_cluster_name(index);
+        let mut vars = Vars::new();
+        vars.insert("cluster".into(), text(name.clone()));
+        let cluster = if peers.mode == PeerMode::Endpoint {
+            t.prototype("peer_members_cluster", &vars)?
+        } else {
+            let mut hosts = peers.gateways.clone();
+            hosts.extend(self.loopback);
+            vars.insert("lb_endpoints".into(), lb_endpoints(&hosts));
+            vars.insert("lb_policy".into(), self.lb_policy.clone());
+            vars.insert("health_checks".into(), Value::Sequence(Vec::new()));
+            t.prototype("pool_cluster", &vars)?
+        };
+        let mut header = Vars::new();
+        header.insert("header".into(), text(PEER_ROUTE_HEADER));
+        header.insert("value".into(), text(name.clone()));
+        let mut rvars = Vars::new();
+        rvars.insert("route_name".into(), text(name.clone()));
+        rvars.insert("model".into(), text(pool.base_model.clone()));
+        rvars.insert("retry_policy".into(), self.retry_policy.clone());
+        rvars.insert("cluster".into(), text(name));
+        rvars.insert(
+            "header_matches".into(),
+            Value::Sequence(vec![t.prototype("header_match", &header)?]),
+        );
+        Ok((cluster, t.prototype("pool_route", &rvars)?))
+    }
+}
+
 /// Renders `params` with the template text `template` into bootstrap YAML.
 pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
     let t = Template::parse(template)?;
@@ -755,11 +805,8 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
         };
         clusters.push(t.prototype(proto, &vars)?);
     }
-    // Each pool's peers: in Parent Mode the gateways, a STATIC cluster on the pools' policy
-    // (no health check: the picker drops a peer whose export page stops answering); in
-    // Endpoint Mode an ORIGINAL_DST cluster for the members they publish. And the route the
-    // picker re-matches on `x-gateway-peer-route` when it sends a request there, ahead of
-    // the pools' routes.
+    // Each pool's peers: their cluster, and the route the picker re-matches on
+    // `x-gateway-peer-route` to reach it, ahead of the pools' routes.
     let mut peer_routes = Vec::new();
     for (i, pool) in params.pools.iter().enumerate() {
         let Some(peers) = &pool.peers else {
@@ -768,40 +815,21 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
         if !t.has_prototype("pool_lb_policy") {
             bail!("peer clusters need the wasm or native flavour");
         }
-        let name = pool.peers_cluster_name(i);
-        let mut vars = Vars::new();
-        vars.insert("cluster".into(), text(name.clone()));
-        if peers.mode == PeerMode::Endpoint {
-            // The peers' members, as their gateways publish them: one address per pick.
-            clusters.push(t.prototype("peer_members_cluster", &vars)?);
-        } else {
-            if params.listener_port == 0 {
-                bail!(
-                    "pool {i} ({}): peer clusters need a fixed listener port (a peer that \
-                     refuses a request leaves it to this gateway's own listener)",
-                    pool.base_model
-                );
-            }
-            let mut hosts = peers.gateways.clone();
-            hosts.push(loopback(params));
-            vars.insert("lb_endpoints".into(), lb_endpoints(&hosts));
-            vars.insert("lb_policy".into(), lb_policy.clone());
-            vars.insert("health_checks".into(), Value::Sequence(Vec::new()));
-            clusters.push(t.prototype("pool_cluster", &vars)?);
+        if peers.mode == PeerMode::Parent && params.listener_port == 0 {
+            bail!(
+                "pool {i} ({}): peer clusters need a fixed listener port (a peer that \
+                 refuses a request leaves it to this gateway's own listener)",
+                pool.base_model
+            );
         }
-        let mut header = Vars::new();
-        header.insert("header".into(), text(PEER_ROUTE_HEADER));
-        header.insert("value".into(), text(name.clone()));
-        let mut rvars = Vars::new();
-        rvars.insert("route_name".into(), text(name.clone()));
-        rvars.insert("model".into(), text(pool.base_model.clone()));
-        rvars.insert("retry_policy".into(), retry_policy.clone());
-        rvars.insert("cluster".into(), text(name));
-        rvars.insert(
-            "header_matches".into(),
-            Value::Sequence(vec![t.prototype("header_match", &header)?]),
-        );
-        peer_routes.push(t.prototype("pool_route", &rvars)?);
+        let resources = PeerResources {
+            lb_policy: &lb_policy,
+            retry_policy: &retry_policy,
+            loopback: Some(loopback(params)),
+        };
+        let (cluster, route) = resources.render(&t, pool, i)?;
+        clusters.push(cluster);
+        peer_routes.push(route);
     }
     routes.extend(peer_routes);
     // Wasm with EDS: the scraper reads the members from admin `/clusters` through this.

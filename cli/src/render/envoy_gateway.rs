@@ -232,7 +232,8 @@ pub fn manifests(
                        {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1",
                                                                      "port_value": EG_ADMIN_PORT}}}}]}]}}}}),
     ];
-    if wasm {
+    let peers = kube::peer_resources(gw, inputs.flavor)?;
+    if wasm || !peers.is_empty() {
         let section = gw.section.clone().unwrap_or_else(|| {
             report.used(
                 "gateway",
@@ -245,7 +246,19 @@ pub fn manifests(
             DEFAULT_SECTION.to_owned()
         });
         let listener = listener_name(&target.namespace, &target.name, &section);
-        patches.extend(wasm_chain_patches(&listener, &ns, &router));
+        // Peer clusters: each pool's peers cluster, and its route first in each virtual
+        // host of the listener's route configuration (named as the listener).
+        for (cluster, route) in peers {
+            let name = cluster["name"].clone();
+            patches.push(json!({"type": cluster_type, "name": name,
+                                "operation": {"op": "add", "path": "", "value": cluster}}));
+            patches.push(json!({"type": "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+                "name": listener, "operation": {"op": "add", "jsonPath": "$.virtual_hosts[*].routes",
+                                                 "path": "/0", "value": route}}));
+        }
+        if wasm {
+            patches.extend(wasm_chain_patches(&listener, &ns, &router));
+        }
     }
     docs.push(json!({
         "apiVersion": "gateway.envoyproxy.io/v1alpha1", "kind": "EnvoyPatchPolicy",

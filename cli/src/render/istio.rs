@@ -375,6 +375,20 @@ pub fn manifests(
             "original_dst_lb_config": {"use_http_header": true,
                                        "http_header_name": "x-gateway-destination-endpoint"}}}
     }));
+    // Peer clusters: each pool's peers cluster, and its route first in every virtual host
+    // of the Gateway (rc_patch.go: `INSERT_FIRST` with no route match prepends).
+    for (cluster, route) in kube::peer_resources(gw, inputs.flavor)? {
+        patches.push(json!({
+            "applyTo": "CLUSTER",
+            "match": {"context": "GATEWAY"},
+            "patch": {"operation": "ADD", "value": cluster}
+        }));
+        patches.push(json!({
+            "applyTo": "HTTP_ROUTE",
+            "match": {"context": "GATEWAY"},
+            "patch": {"operation": "INSERT_FIRST", "value": route}
+        }));
+    }
     if !host_membership {
         patches.push(json!({
             "applyTo": "CLUSTER",

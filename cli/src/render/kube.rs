@@ -7,7 +7,7 @@
 use super::gateway::Gateway;
 use super::names::{instance, service_name};
 use super::report::Report;
-use crate::config::bootstrap::Flavor;
+use crate::config::bootstrap::{Flavor, PeerMode, PeerResources};
 use crate::config::template::{Template, Vars};
 use anyhow::{anyhow, Context, Result};
 use serde_json::{json, Value as Json};
@@ -143,9 +143,19 @@ pub fn module_configs(
         }
     }
     let mut scraper = gw.params.plugins.scraper.clone();
+    // The pools' members come from their clusters; the only static targets left are the
+    // peer gateways of Parent Mode (scraped at their export pages, `metricsPaths`).
+    let peer_gateways: Vec<String> = gw
+        .params
+        .pools
+        .iter()
+        .filter_map(|p| p.peers.as_ref())
+        .filter(|p| p.mode == PeerMode::Parent)
+        .flat_map(|p| p.gateways.iter().map(ToString::to_string))
+        .collect();
     if let Some(m) = scraper.as_object_mut() {
         m.remove("role");
-        m.insert("endpoints".into(), json!([]));
+        m.insert("endpoints".into(), json!(peer_gateways));
         m.insert("clusters".into(), json!(clusters));
         m.insert("membership".into(), json!(membership));
     }
@@ -190,6 +200,34 @@ pub fn pool_lb_policy(flavor: Flavor, module: &str) -> Result<Json> {
     );
     let policy = t.prototype("pool_lb_policy", &vars)?;
     serde_json::to_value(policy).context("the pool clusters' policy as JSON")
+}
+
+/// Each pool's peers cluster and the route that reaches it ([`PeerResources::render`]),
+/// as JSON, from `flavor`'s own template. The peers cluster of Parent Mode takes the Wasm
+/// flavour's policy (override_host, round robin past the list: no module LB policy to
+/// install), and has no loopback: where the control plane binds this gateway's listener is
+/// not known here.
+pub fn peer_resources(gw: &Gateway, flavor: Flavor) -> Result<Vec<(Json, Json)>> {
+    if gw.params.pools.iter().all(|p| p.peers.is_none()) {
+        return Ok(Vec::new());
+    }
+    let t = Template::parse(flavor.template())
+        .with_context(|| format!("parsing {}", flavor.template_file()))?;
+    let lb_policy = serde_yaml_ng::to_value(pool_lb_policy(Flavor::Wasm, "")?)?;
+    let retry_policy = t.prototype("pool_retry_policy", &Vars::new())?;
+    let resources = PeerResources {
+        lb_policy: &lb_policy,
+        retry_policy: &retry_policy,
+        loopback: None,
+    };
+    let mut out = Vec::new();
+    for (i, pool) in gw.params.pools.iter().enumerate() {
+        if pool.peers.is_some() {
+            let (cluster, route) = resources.render(&t, pool, i)?;
+            out.push((serde_json::to_value(cluster)?, serde_json::to_value(route)?));
+        }
+    }
+    Ok(out)
 }
 
 /// Each `HTTPRoute` again, its `InferencePool` backends replaced by the pools' Services.

@@ -132,15 +132,6 @@ pub fn render(opts: &RenderOptions) -> Result<Rendered> {
     }
     let mut set = objects::load_dir(&opts.objects)?;
     let gw = gateway::build(&mut set, &opts.gateway)?;
-    if opts.target != Target::Envoy {
-        if let Some(pool) = gw.params.pools.iter().find(|p| p.peers.is_some()) {
-            bail!(
-                "pool `{}` has peer clusters (an InferencePoolImport): they render for \
-                 --target envoy only so far (the peers cluster and its route)",
-                pool.name.as_deref().unwrap_or(&pool.base_model)
-            );
-        }
-    }
     std::fs::create_dir_all(&opts.out)
         .with_context(|| format!("creating {}", opts.out.display()))?;
     let write = |name: &str, body: &str| -> Result<PathBuf> {
@@ -502,10 +493,23 @@ mod tests {
         );
         assert_eq!(picker["scraper"].get("metricsPaths"), None);
         opts.gateway.peer_mode = crate::config::bootstrap::PeerMode::Parent;
-        // Peers are rendered for Envoy only so far; without the peers file, no render.
-        opts.target = Target::Istio;
-        let err = format!("{:#}", render(&opts).unwrap_err());
-        assert!(err.contains("--target envoy only"), "{err}");
+        // Istio: the peers cluster as an added cluster, its route inserted first; Envoy
+        // Gateway: both as JSON patches. No loopback where the listener is the control
+        // plane's.
+        for (target, route_patch) in [
+            (Target::Istio, "INSERT_FIRST"),
+            (Target::EnvoyGateway, "$.virtual_hosts[*].routes"),
+        ] {
+            opts.target = target;
+            let rendered = render(&opts).unwrap();
+            let text = std::fs::read_to_string(&rendered.output).unwrap();
+            assert!(text.contains("pool-0-llama-70b-bf16-peers"), "{text}");
+            assert!(text.contains("x-gateway-peer-route"), "{text}");
+            assert!(text.contains(route_patch), "{text}");
+            assert!(text.contains("10.20.0.5"), "{text}");
+            assert!(!text.contains("loopback"), "{text}");
+        }
+        // Without the peers file, no render.
         opts.target = Target::Envoy;
         opts.gateway.peers = None;
         let err = format!("{:#}", render(&opts).unwrap_err());

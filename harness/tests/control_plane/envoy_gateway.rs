@@ -26,6 +26,7 @@ const MODULE_TYPE: &str =
 const STRING_VALUE: &str = "type.googleapis.com/google.protobuf.StringValue";
 const CLUSTER_TYPE: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 const LISTENER_TYPE: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+const ROUTE_TYPE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 
 /// Envoy Gateway's proxy admin port (`EnvoyGatewayAdminPort` of the bootstrap,
 /// internal/xds/bootstrap/bootstrap.go): a STATIC endpoint there is the proxy's own admin.
@@ -468,6 +469,7 @@ pub fn translate(docs: &[Json], listener: &str, lo: &Loopback) -> Result<Transla
             let target = match ty {
                 CLUSTER_TYPE => cds.iter_mut().find(|c| c["name"] == *name),
                 LISTENER_TYPE => lds.iter_mut().find(|l| l["name"] == *name),
+                ROUTE_TYPE => Some(&mut route_config).filter(|r| r["name"] == *name),
                 _ => None,
             };
             let Some(target) = target else {

@@ -453,6 +453,29 @@ pub fn translate(docs: &[Json], lo: &Loopback) -> Result<Translated> {
                         _ => dropped.push(format!("{} (no such HTTP filter)", describe(p))),
                     }
                 }
+                // rc_patch.go `patchHTTPRoutes`: with no route match, ADD (and INSERT_AFTER)
+                // append to every virtual host the match admits, INSERT_BEFORE and
+                // INSERT_FIRST prepend.
+                (
+                    "HTTP_ROUTE",
+                    op @ ("ADD" | "INSERT_FIRST" | "INSERT_BEFORE" | "INSERT_AFTER"),
+                ) if p["match"]["routeConfiguration"]["vhost"]["route"].is_null() => {
+                    let vhost = p["match"]["routeConfiguration"]["vhost"]["name"].as_str();
+                    let hosts = route_config["virtual_hosts"].as_array_mut();
+                    for vh in hosts.into_iter().flatten() {
+                        if vhost.is_some_and(|v| vh["name"] != v) {
+                            continue;
+                        }
+                        let Some(routes) = vh["routes"].as_array_mut() else {
+                            continue;
+                        };
+                        if matches!(op, "ADD" | "INSERT_AFTER") {
+                            routes.push(value.clone());
+                        } else {
+                            routes.insert(0, value.clone());
+                        }
+                    }
+                }
                 _ => dropped.push(format!("{} (not translated)", describe(p))),
             }
         }
