@@ -18,8 +18,10 @@
 //! `INFERGATE_WASM` / `INFERGATE_NATIVE`, which `Flavor::artefact` reads): routing and an
 //! EDS membership change under both control planes; under Istio the tenants' billing on
 //! stdout and another vendor's Wasm plugin in the same `vm_id ""` with shared data of its
-//! own (Wasm); and the multi-turn affinity workload at 1 and 4 Envoy workers under both,
-//! against the bare-Envoy (`--target envoy`) rendering of the same objects.
+//! own (Wasm); the multi-turn affinity workload at 1 and 4 Envoy workers under both,
+//! against the bare-Envoy (`--target envoy`) rendering of the same objects; and a pool
+//! imported from another cluster spilling there, in both peer modes, under both
+//! ([`multicluster`]).
 //! `INFERGATE_CP_LONG=1` runs the workload's long form.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
