@@ -9,8 +9,9 @@
 //!
 //! 1. **unsaturated**: A's offered load well within its capacity, B as A's peer;
 //! 2. **hotspot, no spillover**: about twice A's capacity, A alone (no peers);
-//! 3. **hotspot, spillover**: the same load, B as A's peer (Parent Mode), A spilling new
-//!    conversations once every replica of it has `--queue-threshold` requests waiting.
+//! 3. **hotspot, spillover**: the same load, B as A's peer (Parent Mode, or Endpoint Mode
+//!    with `--peer-mode endpoint`), A spilling new conversations once every replica of it
+//!    has `--queue-threshold` requests waiting.
 //!
 //! The report is each arm's latency through A's gateway (end to end, p50 / p99, over every
 //! request a client sent A, wherever it was served), the share served in B, the p50 of the
@@ -24,12 +25,13 @@ use anyhow::Result;
 use super::cli::{flavor_or_both, flavors, parse_flags, positive, workers, FlavorArg};
 use super::report::table;
 use crate::launch::clusters::{cluster_address, Clusters};
+use crate::launch::up::parse_peer_mode;
 use crate::launch::{Backends, EnvoyOptions, Flavor, PoolSpec, Stack, StackOptions};
 use crate::load::runner::run_target;
 use crate::load::summary::percentile;
 use crate::load::{LoadConfig, RequestRecord, Target, Workload};
 use crate::sim::{EngineConfig, SimConfig};
-use infergate_cli::config::bootstrap::Peers;
+use infergate_cli::config::bootstrap::{PeerMode, Peers};
 
 /// The spillover arm's p99 may be at most this multiple of the unsaturated arm's.
 pub const MAX_SPILL_P99: f64 = 1.2;
@@ -70,6 +72,10 @@ pub struct ClustersFlags {
     /// The spillover threshold: requests waiting on every replica of A.
     #[arg(long, value_name = "N", default_value_t = 1.0)]
     pub queue_threshold: f64,
+    /// How A reaches B: `parent` (through B's gateway) or `endpoint`
+    /// (straight to B's replicas).
+    #[arg(verbatim_doc_comment, long, value_name = "MODE", default_value = "parent", value_parser = parse_peer_mode)]
+    pub peer_mode: PeerMode,
 }
 
 /// The options of one run.
@@ -87,6 +93,8 @@ pub struct ClustersOptions {
     pub hot_rate: f64,
     /// The spillover threshold.
     pub queue_threshold: f64,
+    /// How A reaches B.
+    pub peer_mode: PeerMode,
 }
 
 impl ClustersFlags {
@@ -99,6 +107,7 @@ impl ClustersFlags {
             calm_rate: self.calm_rate,
             hot_rate: self.hot_rate,
             queue_threshold: self.queue_threshold,
+            peer_mode: self.peer_mode,
         }
     }
 }
@@ -154,16 +163,17 @@ fn simulator(replicas: u32) -> SimConfig {
 }
 
 /// A cluster's stack options over a simulator of `replicas`.
-fn cluster(flavor: Flavor, workers: u32, replicas: u32, threshold: f64) -> StackOptions {
+fn cluster(opts: &ClustersOptions, flavor: Flavor, replicas: u32) -> StackOptions {
     let mut o = StackOptions::new(flavor, Backends::InProcess(Box::new(simulator(replicas))));
     let mut pool = PoolSpec::all(crate::launch::DEFAULT_MODEL);
     pool.peers = Some(Peers {
-        spillover: serde_json::json!({"queueDepthThreshold": threshold}),
+        spillover: serde_json::json!({"queueDepthThreshold": opts.queue_threshold}),
+        mode: opts.peer_mode,
         ..Peers::default()
     });
     o.pools = vec![pool];
     o.envoy = EnvoyOptions {
-        concurrency: workers,
+        concurrency: opts.workers,
         ..EnvoyOptions::default()
     };
     o
@@ -183,9 +193,8 @@ fn workload(requests: u32) -> Workload {
 
 /// Runs one arm of `kind` and summarizes it.
 async fn arm(opts: &ClustersOptions, flavor: Flavor, kind: ArmKind) -> Result<ArmFigures> {
-    let threshold = opts.queue_threshold;
-    let a = cluster(flavor, opts.workers, REPLICAS_A, threshold);
-    let b = cluster(flavor, opts.workers, REPLICAS_B, threshold);
+    let a = cluster(opts, flavor, REPLICAS_A);
+    let b = cluster(opts, flavor, REPLICAS_B);
     // A alone, or A and B peers of each other.
     let (clusters, alone): (Option<Clusters>, Option<Stack>) = match kind {
         ArmKind::NoSpillover => {
@@ -275,8 +284,14 @@ pub async fn run(opts: &ClustersOptions) -> Result<(String, bool)> {
     let mut out = format!(
         "a hotspot on cluster A ({REPLICAS_A} replicas x {SEQS_PER_REPLICA} sequences), cluster B \
          ({REPLICAS_B} replicas) its peer; {} new conversations per arm through A's gateway at \
-         {} / {} requests/s, spillover at {} waiting per replica, {} Envoy worker(s)\n",
-        opts.requests, opts.calm_rate, opts.hot_rate, opts.queue_threshold, opts.workers
+         {} / {} requests/s, spillover at {} waiting per replica ({:?} Mode), {} Envoy \
+         worker(s)\n",
+        opts.requests,
+        opts.calm_rate,
+        opts.hot_rate,
+        opts.queue_threshold,
+        opts.peer_mode,
+        opts.workers
     );
     let mut ok = true;
     for &flavor in &opts.flavors {

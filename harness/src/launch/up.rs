@@ -200,7 +200,7 @@ impl UpOptions {
 }
 
 /// `--peer-mode`'s value.
-fn parse_peer_mode(value: &str) -> Result<PeerMode, String> {
+pub(crate) fn parse_peer_mode(value: &str) -> Result<PeerMode, String> {
     match value {
         "parent" => Ok(PeerMode::Parent),
         "endpoint" => Ok(PeerMode::Endpoint),
