@@ -171,7 +171,11 @@ enum Command {
         /// their gateways, which pick in their own pools) or `endpoint` (straight to the
         /// replicas their gateways publish; needs a network that reaches them).
         #[arg(long, default_value = "parent")]
-        peer_mode: String,
+        peer_mode: PeerMode,
+        /// A file holding the API key this gateway presents to peer gateways that
+        /// authenticate tenants (Parent Mode; the peers hold it as a tenant's key).
+        #[arg(long)]
+        peer_api_key_file: Option<PathBuf>,
     },
     /// Print the scheduling plugins' reference (Markdown): every plugin type and its
     /// parameters.
@@ -255,6 +259,7 @@ fn main() -> ExitCode {
             peers,
             cluster,
             peer_mode,
+            peer_api_key_file,
         } => (|| {
             let peers = peers
                 .as_deref()
@@ -271,10 +276,16 @@ fn main() -> ExitCode {
                 ),
                 None => None,
             };
-            let peer_mode = match peer_mode.as_str() {
-                "parent" => PeerMode::Parent,
-                "endpoint" => PeerMode::Endpoint,
-                other => anyhow::bail!("--peer-mode {other}: expected parent or endpoint"),
+            let peer_api_key = match peer_api_key_file {
+                Some(path) => Some(
+                    std::fs::read_to_string(&path)
+                        .map_err(|e| {
+                            anyhow::anyhow!("reading --peer-api-key-file {}: {e}", path.display())
+                        })?
+                        .trim()
+                        .to_owned(),
+                ),
+                None => None,
             };
             let membership = match membership.as_str() {
                 "eds" => Membership::Eds,
@@ -302,6 +313,7 @@ fn main() -> ExitCode {
                     peers,
                     cluster,
                     peer_mode,
+                    peer_api_key,
                 },
             })
         })(),

@@ -117,6 +117,7 @@ fn options(flavor: Flavor, target: Target, out: &Path, objects: PathBuf) -> Rend
             peers: None,
             cluster: None,
             peer_mode: PeerMode::Parent,
+            peer_api_key: None,
         },
     }
 }

@@ -70,6 +70,7 @@ fn options(
             peers: None,
             cluster: None,
             peer_mode: infergate_cli::config::bootstrap::PeerMode::Parent,
+            peer_api_key: None,
         },
     }
 }

@@ -151,6 +151,19 @@ pub enum PeerMode {
     Endpoint,
 }
 
+impl std::str::FromStr for PeerMode {
+    type Err = String;
+
+    /// The command lines' spelling: `parent` or `endpoint`.
+    fn from_str(value: &str) -> std::result::Result<PeerMode, String> {
+        match value {
+            "parent" => Ok(PeerMode::Parent),
+            "endpoint" => Ok(PeerMode::Endpoint),
+            other => Err(format!("`{other}` is neither `parent` nor `endpoint`")),
+        }
+    }
+}
+
 impl PeerMode {
     /// The picker's spelling.
     pub fn wire(self) -> &'static str {
@@ -174,6 +187,9 @@ pub struct Peers {
     pub spillover: serde_json::Value,
     /// Parent Mode (through the peer gateways) or Endpoint Mode (to their members).
     pub mode: PeerMode,
+    /// Parent Mode: the API key this gateway presents to peer gateways that authenticate
+    /// tenants (the picker's `peers.apiKey`).
+    pub api_key: Option<String>,
 }
 
 impl Pool {
@@ -356,6 +372,9 @@ impl PluginConfigs {
                     });
                     if !peers.spillover.is_null() {
                         pool["peers"]["spillover"] = peers.spillover.clone();
+                    }
+                    if let Some(key) = &peers.api_key {
+                        pool["peers"]["apiKey"] = json!(key);
                     }
                 }
                 pool

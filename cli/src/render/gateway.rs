@@ -47,6 +47,9 @@ pub struct GatewayInputs {
     pub cluster: Option<String>,
     /// How this cluster reaches the clusters it imports pools from (`--peer-mode`).
     pub peer_mode: PeerMode,
+    /// The API key this gateway presents to peer gateways that authenticate tenants
+    /// (`--peer-api-key-file`; Parent Mode).
+    pub peer_api_key: Option<String>,
 }
 
 /// A gateway described by the objects.
@@ -491,6 +494,7 @@ fn pool_peers(
         remote_pool: Some(pool.meta.name.clone()),
         spillover: Json::Null,
         mode: inputs.peer_mode,
+        api_key: inputs.peer_api_key.clone(),
     }))
 }
 

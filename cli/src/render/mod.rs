@@ -425,6 +425,7 @@ mod tests {
                 ),
                 cluster: Some("cluster-a".into()),
                 peer_mode: crate::config::bootstrap::PeerMode::Parent,
+                peer_api_key: None,
             },
         };
         let rendered = render(&opts).unwrap();

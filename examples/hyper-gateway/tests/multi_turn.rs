@@ -62,6 +62,7 @@ fn rendered_bootstrap(endpoints: &[SocketAddr]) -> String {
             peers: None,
             cluster: None,
             peer_mode: infergate_cli::config::bootstrap::PeerMode::Parent,
+            peer_api_key: None,
         },
     })
     .unwrap();

@@ -453,6 +453,20 @@ fn check_peers(i: usize, peers: &super::peers::PeersConfig) -> Result<(), Picker
             ));
         }
     }
+    if let Some(key) = &peers.api_key {
+        if peers.mode == super::peers::PeerMode::Endpoint {
+            return Err(field(
+                "apiKey",
+                "is for Parent Mode: in Endpoint Mode no peer gateway is on the path",
+            ));
+        }
+        if key.is_empty() || !key.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(field(
+                "apiKey",
+                "must be a non-empty token of visible ASCII characters",
+            ));
+        }
+    }
     let spill = &peers.spillover;
     let positive = |v: f64| v.is_finite() && v > 0.0;
     if !positive(spill.queue_depth_threshold) {

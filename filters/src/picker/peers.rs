@@ -136,6 +136,12 @@ pub struct PeersConfig {
     /// back marked as from a peer, and is picked here.
     #[serde(default)]
     pub loopback: Option<String>,
+    /// Parent Mode: the API key this gateway presents to peer gateways that authenticate
+    /// tenants (`Authorization: Bearer <key>` on each request it sends them; the client's
+    /// own credential never leaves this gateway). A peer holds it as a tenant's key: it
+    /// admits, limits and bills what this cluster sends it as that tenant.
+    #[serde(default)]
+    pub api_key: Option<String>,
 }
 
 impl PeersConfig {
@@ -213,6 +219,8 @@ pub struct PeerPlan {
     pub spill: UtilizationThresholds,
     /// This gateway's own listener, the last fallback of a peer pick (Parent Mode).
     pub loopback: Option<String>,
+    /// The `authorization` value a peer pick carries (Parent Mode, with `apiKey`).
+    pub authorization: Option<String>,
 }
 
 impl PeersConfig {
@@ -227,6 +235,7 @@ impl PeersConfig {
                 .loopback
                 .clone()
                 .filter(|_| self.mode == PeerMode::Parent),
+            authorization: self.api_key.as_ref().map(|key| format!("Bearer {key}")),
         }
     }
 }

@@ -74,6 +74,7 @@ use crate::headers::{
 use crate::host::{Clock, LocalReply, RequestWaker, RouteRefresh, Stats, StreamState, Waker};
 use crate::picker::admit::{Admitted, Waiter};
 use crate::picker::disagg::PREFILLER_HEADER;
+use crate::picker::peers::PeerPlan;
 use crate::picker::timing::{ResponseTimer, ResponseTiming};
 use crate::picker::{
     pick_counted, InFlightLease, PickerAccess, PickerHost, PickerShared, PoolId, PoolPlan,
@@ -368,16 +369,13 @@ struct Destination {
     fallbacks: Vec<String>,
     /// The prefill endpoint of a disaggregated request (see [`crate::picker::disagg`]).
     prefiller: Option<String>,
-    /// The Envoy cluster of the pool's peer gateways, when the pick is a peer cluster's
-    /// gateway ([`crate::picker::peers`]).
-    peer_route: Option<String>,
+    /// The pool's peers, when the pick is a peer cluster's ([`crate::picker::peers`]).
+    peer_route: Option<PeerPlan>,
 }
 
-/// The peers cluster to route through, for a pick of `plan`'s pool that is a peer gateway.
-fn peer_route(plan: &PoolPlan, peer: bool) -> Option<String> {
-    plan.peers()
-        .filter(|_| peer)
-        .map(|peers| peers.cluster.clone())
+/// The peers to route through, for a pick of `plan`'s pool that is a peer's.
+fn peer_route(plan: &PoolPlan, peer: bool) -> Option<PeerPlan> {
+    plan.peers().filter(|_| peer).cloned()
 }
 
 impl Destination {
@@ -469,11 +467,16 @@ impl Picking {
         if let Some(prefiller) = &destination.prefiller {
             host.set_request_header(PREFILLER_HEADER, prefiller);
         }
-        if let Some(cluster) = &destination.peer_route {
-            // The route that matches this header sends the request to the peer gateways'
-            // cluster, whose gateway serves it in its own pool.
-            host.set_request_header(PEER_ROUTE, cluster);
+        if let Some(peers) = &destination.peer_route {
+            // The route that matches this header sends the request to the peers' cluster:
+            // a peer gateway serves it in its own pool, or a peer's replica serves it.
+            host.set_request_header(PEER_ROUTE, &peers.cluster);
             host.set_request_header(PEER_HOP, "1");
+            if let Some(authorization) = &peers.authorization {
+                // This gateway's own key, for peers that authenticate tenants: the
+                // client's credential was removed at the auth stage.
+                host.set_request_header("authorization", authorization);
+            }
             host.refresh_route();
         }
         // Best effort: proxy-wasm cannot set dynamic metadata (the header already routes

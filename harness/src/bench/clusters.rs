@@ -25,7 +25,6 @@ use anyhow::Result;
 use super::cli::{flavor_or_both, flavors, parse_flags, positive, workers, FlavorArg};
 use super::report::table;
 use crate::launch::clusters::{cluster_address, Clusters};
-use crate::launch::up::parse_peer_mode;
 use crate::launch::{Backends, EnvoyOptions, Flavor, PoolSpec, Stack, StackOptions};
 use crate::load::runner::run_target;
 use crate::load::summary::percentile;
@@ -74,7 +73,12 @@ pub struct ClustersFlags {
     pub queue_threshold: f64,
     /// How A reaches B: `parent` (through B's gateway) or `endpoint`
     /// (straight to B's replicas).
-    #[arg(verbatim_doc_comment, long, value_name = "MODE", default_value = "parent", value_parser = parse_peer_mode)]
+    #[arg(
+        verbatim_doc_comment,
+        long,
+        value_name = "MODE",
+        default_value = "parent"
+    )]
     pub peer_mode: PeerMode,
 }
 

@@ -132,7 +132,12 @@ pub struct UpOptions {
     pub clusters: usize,
     /// With --clusters: how a cluster reaches its peers, `parent` (through their gateways)
     /// or `endpoint` (straight to the replicas their gateways publish).
-    #[arg(verbatim_doc_comment, long, value_name = "MODE", default_value = "parent", value_parser = parse_peer_mode)]
+    #[arg(
+        verbatim_doc_comment,
+        long,
+        value_name = "MODE",
+        default_value = "parent"
+    )]
     pub peer_mode: PeerMode,
 }
 
@@ -196,15 +201,6 @@ impl UpOptions {
             bail!("--peer-mode needs --clusters");
         }
         check_global_quotas(self)
-    }
-}
-
-/// `--peer-mode`'s value.
-pub(crate) fn parse_peer_mode(value: &str) -> Result<PeerMode, String> {
-    match value {
-        "parent" => Ok(PeerMode::Parent),
-        "endpoint" => Ok(PeerMode::Endpoint),
-        other => Err(format!("`{other}` is neither `parent` nor `endpoint`")),
     }
 }
 

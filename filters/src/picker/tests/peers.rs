@@ -99,6 +99,41 @@ fn a_peer_pick_falls_back_to_this_gateways_own_listener_last() {
     assert!(err.contains("peers.loopback"), "{err}");
 }
 
+/// With `apiKey`, a peer pick presents this gateway's key to the peer gateway (which
+/// authenticates it as one of its tenants); a local pick carries no credential.
+#[test]
+fn a_peer_pick_carries_this_gateways_key() {
+    let mut s = shared(pool(
+        &[A, B],
+        json!({"peers": {"cluster": "peers-p", "endpoints": [P1], "apiKey": "sk-cluster-a"}}),
+    ));
+    let (to, host, _req) = send(&mut s, &figures(1, 6, [1, 3]), &conversation(0));
+    assert_eq!(to, P1);
+    assert_eq!(host.header("authorization"), Some("Bearer sk-cluster-a"));
+    let (to, host, _req) = send(&mut s, &figures(2, 0, [1, 3]), &conversation(5));
+    assert!(to == A || to == B, "{to}");
+    assert_eq!(host.header("authorization"), None);
+    for (peers, problem) in [
+        (
+            json!({"cluster": "c", "endpoints": [P1], "mode": "Endpoint", "apiKey": "k"}),
+            "Parent Mode",
+        ),
+        (
+            json!({"cluster": "c", "endpoints": [P1], "apiKey": "two words"}),
+            "visible ASCII",
+        ),
+    ] {
+        let err = PickerShared::from_json(pool(&[A], json!({ "peers": peers })))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("peers.apiKey") && err.contains(problem),
+            "{err}"
+        );
+    }
+}
+
 /// Endpoint Mode: the peers pool is the members the peer gateways publish (the snapshot's
 /// cluster `peers-p`), each scraped here; a spill picks one of them, with no fallback (the
 /// peers cluster routes on one address) and no loopback.

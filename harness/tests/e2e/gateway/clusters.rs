@@ -15,8 +15,10 @@
 //!    Endpoint Mode B's replicas still serve until then: B's gateway is gone, but not they.)
 
 use super::tag;
-use crate::support::gw::{self, Plan};
+use crate::support::gw::{self, billing_records, Plan};
+use crate::support::objects::{objective, tenant_quota};
 use infergate_cli::config::bootstrap::{PeerMode, Peers};
+use infergate_cli::config::tenancy::Tenancy;
 use infergate_harness::launch::client::{post_json, post_json_streamed};
 use infergate_harness::launch::{Flavor, PoolSpec, Stack};
 use infergate_harness::sim::{self, EngineConfig, SimConfig, SimHandle, REPLICA_ADDR_HEADER};
@@ -140,6 +142,7 @@ async fn two_clusters(flavor: Flavor, workers: u32, mode: PeerMode) {
         remote_pool: None,
         spillover: json!({"queueDepthThreshold": 2}),
         mode,
+        api_key: None,
     });
     let mut plan_a = Plan::new(vec![importing]);
     plan_a.concurrency = workers;
@@ -278,6 +281,115 @@ async fn two_clusters(flavor: Flavor, workers: u32, mode: PeerMode) {
     );
 }
 
+/// A client's key at A, and the key A presents to B.
+const CLIENT_KEY: &str = "sk-infergate-e2e-clusters-client";
+const PEER_KEY: &str = "sk-infergate-e2e-clusters-from-a";
+
+/// `name`'s tenants: one tenant of key `key`, and a billing log.
+fn tenancy(flavor: Flavor, workers: u32, name: &str, key: &str) -> Tenancy {
+    let billing = std::env::temp_dir().join(format!(
+        "infergate-e2e-clusters-{}-{}-{workers}-{name}.log",
+        std::process::id(),
+        tag(flavor)
+    ));
+    let _ = std::fs::remove_file(&billing);
+    let limit = json!({"rpm": 100000, "tpm": 100000000, "concurrency": 1000});
+    Tenancy {
+        objects: vec![
+            tenant_quota(name, key, "standard-traffic", limit, None),
+            objective("standard-traffic", 0),
+        ],
+        jwt: None,
+        billing_log: Some(billing),
+    }
+}
+
+/// Both clusters authenticate tenants (Parent Mode). A client of A spills to B: A admits
+/// and bills it as the client's tenant, B as tenant `cluster-a`, the key A presents.
+async fn tenants_on_both_sides(flavor: Flavor, workers: u32) {
+    let (sim_a, sim_b) = (simulator().await, simulator().await);
+    let mut exported = PoolSpec::all(MODEL);
+    exported.export = true;
+    let mut plan_b = Plan::new(vec![exported]);
+    plan_b.concurrency = workers;
+    plan_b.tenancy = tenancy(flavor, workers, "cluster-a", PEER_KEY);
+    let Some(gateway_b) = gw::start_over(flavor, sim_b.addrs().to_vec(), plan_b).await else {
+        return;
+    };
+    let mut importing = PoolSpec::all(MODEL);
+    importing.peers = Some(Peers {
+        gateways: vec![listener(&gateway_b)],
+        spillover: json!({"queueDepthThreshold": 2}),
+        api_key: Some(PEER_KEY.into()),
+        ..Peers::default()
+    });
+    let mut plan_a = Plan::new(vec![importing]);
+    plan_a.concurrency = workers;
+    plan_a.tenancy = tenancy(flavor, workers, "tenant-client", CLIENT_KEY);
+    let Some(gateway_a) = gw::start_over(flavor, sim_a.addrs().to_vec(), plan_a).await else {
+        return;
+    };
+    let label = format!("{} tenants at {workers} worker(s)", tag(flavor));
+    let url = format!("{}/v1/chat/completions", gateway_a.picker_url());
+    let auth = format!("Bearer {CLIENT_KEY}");
+    let hogs = hog(&sim_a, 3);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let mut in_b = 0;
+    for c in 0..8 {
+        let body = turn_body(&format!("tenant {c}"), 0);
+        let resp = post_json(&url, &body, &[("authorization", auth.as_str())])
+            .await
+            .unwrap();
+        assert_eq!(resp.status, 200, "{label}: {}", resp.text());
+        let served = resp
+            .header(REPLICA_ADDR_HEADER)
+            .and_then(|a| a.parse().ok());
+        if served.is_some_and(|s| cluster_of(&sim_a, &sim_b, s) == 'B') {
+            in_b += 1;
+        }
+    }
+    for h in hogs {
+        h.abort();
+    }
+    assert!(in_b >= 7, "{label}: only {in_b} of 8 served in B");
+    let at_a = billing_records(&gateway_a, 8, Duration::from_secs(5)).await;
+    let at_b = billing_records(&gateway_b, in_b, Duration::from_secs(5)).await;
+    let tenants = |records: &[Value]| -> Vec<String> {
+        let mut t: Vec<String> = records
+            .iter()
+            .filter_map(|r| r["tenant"].as_str().map(str::to_owned))
+            .collect();
+        t.dedup();
+        t
+    };
+    assert_eq!(tenants(&at_a), ["tenant-client"], "{label}: {at_a:?}");
+    assert_eq!(tenants(&at_b), ["cluster-a"], "{label}: {at_b:?}");
+    assert!(
+        at_b.len() >= in_b,
+        "{label}: B billed {} of {in_b}",
+        at_b.len()
+    );
+    // A client cannot present A's key to B through A: its own credential is A's business.
+    let resp = post_json(&url, &turn_body("no key", 0), &[]).await.unwrap();
+    assert_eq!(resp.status, 401, "{label}: {}", resp.text());
+    println!(
+        "{label}: {in_b} of 8 spilled requests served in B; billed at A to tenant-client, at B \
+         to cluster-a"
+    );
+}
+
+pub(super) async fn a_peer_gateway_with_tenants_admits_this_clusters_key_at_one_worker(
+    flavor: Flavor,
+) {
+    tenants_on_both_sides(flavor, 1).await;
+}
+
+pub(super) async fn a_peer_gateway_with_tenants_admits_this_clusters_key_at_four_workers(
+    flavor: Flavor,
+) {
+    tenants_on_both_sides(flavor, 4).await;
+}
+
 pub(super) async fn a_saturated_cluster_spills_and_conversations_stay_at_one_worker(
     flavor: Flavor,
 ) {
@@ -303,4 +415,6 @@ for_each_flavour!(
     a_saturated_cluster_spills_and_conversations_stay_at_four_workers,
     endpoint_mode_spills_to_the_peers_replicas_at_one_worker,
     endpoint_mode_spills_to_the_peers_replicas_at_four_workers,
+    a_peer_gateway_with_tenants_admits_this_clusters_key_at_one_worker,
+    a_peer_gateway_with_tenants_admits_this_clusters_key_at_four_workers,
 );
