@@ -146,7 +146,8 @@ impl EndpointLru {
             let mut last = first;
             i += 1;
             while let (Some(node), Some(want)) = (self.nodes.get(last as usize), run.get(i)) {
-                if node_hash(&self.nodes, node.next) != want.0 {
+                // The list's end is no block, whatever the hash wanted (0 included).
+                if node.next == NIL || node_hash(&self.nodes, node.next) != want.0 {
                     break;
                 }
                 last = node.next;

@@ -416,6 +416,19 @@ enum Op {
     },
 }
 
+/// A run that goes on past the list's last block is held only up to it, whatever hash
+/// comes next: the end of the list is no block, not one of hash 0.
+#[test]
+fn a_run_past_the_list_end_stops_there_even_at_hash_zero() {
+    let mut lru = EndpointLru::new(1);
+    let _ = lru.touch(BlockHash(21));
+    let mut segments = Vec::new();
+    let run = [BlockHash(21), BlockHash(0)];
+    assert_eq!(lru.stored_segments(&run, &mut segments), 1);
+    assert_eq!(segments.len(), 1);
+    assert!(!lru.touch_stored_run(&run));
+}
+
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => (0usize..4, 0usize..5, 1usize..12).prop_map(|(ep, conv, turns)| Op::Record { ep, conv, turns }),
