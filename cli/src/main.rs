@@ -176,6 +176,10 @@ enum Command {
         /// authenticate tenants (Parent Mode; the peers hold it as a tenant's key).
         #[arg(long)]
         peer_api_key_file: Option<PathBuf>,
+        /// Exported pools list their members on their export pages too, for clusters that
+        /// import them in Endpoint Mode (their replicas' addresses, with no credential).
+        #[arg(long)]
+        export_members: bool,
     },
     /// Print the scheduling plugins' reference (Markdown): every plugin type and its
     /// parameters.
@@ -260,6 +264,7 @@ fn main() -> ExitCode {
             cluster,
             peer_mode,
             peer_api_key_file,
+            export_members,
         } => (|| {
             let peers = peers
                 .as_deref()
@@ -314,6 +319,7 @@ fn main() -> ExitCode {
                     cluster,
                     peer_mode,
                     peer_api_key,
+                    export_members,
                 },
             })
         })(),

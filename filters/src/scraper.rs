@@ -89,7 +89,8 @@ pub struct ScraperConfig {
     /// Mode `admin`: the admin path that lists the clusters' hosts as JSON.
     #[serde(default = "default_admin_path")]
     pub admin_path: String,
-    /// Mode `admin`: time between two admin callouts, ms.
+    /// Time between two membership callouts, ms: the admin's (mode `admin`), and each
+    /// `published` gateway's page.
     #[serde(default = "default_membership_interval_ms")]
     pub membership_interval_ms: u64,
     /// Time between rounds (the tick period), ms.
@@ -373,7 +374,8 @@ impl Scraper {
         &self.config.endpoints
     }
 
-    /// The Envoy clusters whose members are followed, in configuration order.
+    /// The Envoy clusters whose members are followed, in configuration order (the
+    /// `published` clusters, learned from pages, are not among them).
     pub fn followed_clusters(&self) -> &[String] {
         &self.config.clusters
     }

@@ -12,7 +12,12 @@
 //!   keeps that gateway's last list, until `maxConsecutiveFailures` fail in a row: then its
 //!   members leave the cluster. A peer whose gateway is gone is dropped, even while its
 //!   replicas still answer: its export page is the authority on what it serves.
-//! - A page that lists more than [`MAX_HOSTS_PER_CLUSTER`] members is a failed page.
+//! - A page that lists more than [`MAX_HOSTS_PER_CLUSTER`] members, or no listing at all
+//!   (a gateway whose pool does not publish its members, `exportMembers`), is a failed page.
+//! - A member is a destination this gateway will send requests to, so only addresses a
+//!   replica can have are taken ([`acceptable`]): never an unspecified, multicast or
+//!   link-local address (a cloud's metadata service) or port 0, and a loopback address only
+//!   from a gateway that is itself on loopback (clusters simulated on one host).
 //! - The cluster is known (published in the snapshot) once each of its gateways answered
 //!   or failed once, so a first publish never holds half of it.
 //!
@@ -21,7 +26,9 @@
 
 use std::net::SocketAddr;
 
-use scheduler_core::snapshot::aggregate::parse_members;
+use std::net::IpAddr;
+
+use scheduler_core::snapshot::aggregate::{parse_members, MembersError};
 use scheduler_core::snapshot::{Health, Member};
 use scheduler_core::types::Millis;
 use serde::Deserialize;
@@ -90,6 +97,21 @@ impl PublishedCluster {
         if self.cluster.is_empty() {
             return Err(format!(
                 "scraper config: published[{i}]: empty cluster name"
+            ));
+        }
+        if self.gateways.is_empty() {
+            return Err(format!(
+                "scraper config: published[{i}].gateways: must list at least one gateway"
+            ));
+        }
+        let twice = (1..self.gateways.len()).find_map(|j| {
+            let (earlier, rest) = self.gateways.split_at(j);
+            rest.first().filter(|g| earlier.contains(g))
+        });
+        if let Some(g) = twice {
+            return Err(format!(
+                "scraper config: published[{i}].gateways: `{}` is listed twice",
+                shown(g)
             ));
         }
         if followed.contains(&self.cluster) {
@@ -200,11 +222,11 @@ impl Scraper {
         };
         let limit = self.config.max_metrics_page_bytes;
         let body = match outcome {
-            CalloutOutcome::Response { status, body }
-                if (200..300).contains(&status) && body.len() <= limit =>
-            {
-                body
+            CalloutOutcome::Response { body, .. } if body.len() > limit => {
+                let why = format!("{} bytes, above the limit", body.len());
+                return self.page_failed(host, i, &why);
             }
+            CalloutOutcome::Response { status, body } if (200..300).contains(&status) => body,
             CalloutOutcome::Response { status, .. } => {
                 return self.page_failed(host, i, &format!("status {status}"));
             }
@@ -215,11 +237,20 @@ impl Scraper {
         };
         let members = match parse_members(&body, MAX_HOSTS_PER_CLUSTER) {
             Ok(members) => members,
-            Err(n) => {
+            Err(MembersError::TooMany(n)) => {
                 let why = format!("{n} members, above the limit of {MAX_HOSTS_PER_CLUSTER}");
                 return self.page_failed(host, i, &why);
             }
+            Err(MembersError::NotListed) => {
+                let why = "the page lists no members (is the pool's `exportMembers` on?)";
+                return self.page_failed(host, i, why);
+            }
         };
+        let gateway = self.pages.get(i).map_or("", |p| p.gateway.as_str());
+        let members: Vec<String> = members
+            .into_iter()
+            .filter(|m| acceptable(m, gateway))
+            .collect();
         host.counter_add(&self.membership_ok, 1);
         if let Some(page) = self.pages.get_mut(i) {
             page.pending = None;
@@ -286,6 +317,25 @@ impl Scraper {
             self.publish(host, now);
         }
     }
+}
+
+/// Whether `member`, published by `gateway`, may be a destination (module doc).
+pub(super) fn acceptable(member: &str, gateway: &str) -> bool {
+    let Ok(address) = member.parse::<SocketAddr>() else {
+        return false;
+    };
+    let ip = address.ip();
+    let link_local = match ip {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => v6.segments().first().is_some_and(|s| s & 0xffc0 == 0xfe80),
+    };
+    if address.port() == 0 || ip.is_unspecified() || ip.is_multicast() || link_local {
+        return false;
+    }
+    let from_loopback = gateway
+        .parse::<SocketAddr>()
+        .is_ok_and(|g| g.ip().is_loopback());
+    !ip.is_loopback() || from_loopback
 }
 
 impl PageSource {

@@ -4,6 +4,7 @@
 use scheduler_core::snapshot::{decode, Health, Member};
 use serde_json::json;
 
+use super::pages::acceptable;
 use super::*;
 use crate::fake::FakeHost;
 
@@ -148,11 +149,11 @@ fn a_gateway_that_never_answers_leaves_the_cluster_known_and_empty() {
 fn bad_published_config_is_refused() {
     for (config, expected) in [
         (
-            json!({"published": [{"cluster": "", "gateways": [], "path": "/x"}]}),
+            json!({"published": [{"cluster": "", "gateways": [GW1], "path": "/x"}]}),
             "empty cluster name",
         ),
         (
-            json!({"clusters": ["c"], "published": [{"cluster": "c", "gateways": [], "path": "/x"}]}),
+            json!({"clusters": ["c"], "published": [{"cluster": "c", "gateways": [GW1], "path": "/x"}]}),
             "also in `clusters`",
         ),
         (
@@ -160,19 +161,59 @@ fn bad_published_config_is_refused() {
             "not ip:port",
         ),
         (
-            json!({"published": [{"cluster": "c", "gateways": [], "path": "x"}]}),
+            json!({"published": [{"cluster": "c", "gateways": [GW1], "path": "x"}]}),
             "does not start with `/`",
         ),
         (
-            json!({"published": [{"cluster": "c", "gateways": [], "path": "/x", "maxConsecutiveFailures": 0}]}),
+            json!({"published": [{"cluster": "c", "gateways": [GW1], "path": "/x", "maxConsecutiveFailures": 0}]}),
             "must be positive",
         ),
         (
-            json!({"published": [{"cluster": "c", "gateways": [], "path": "/x"}, {"cluster": "c", "gateways": [], "path": "/y"}]}),
+            json!({"published": [{"cluster": "c", "gateways": [GW1], "path": "/x"}, {"cluster": "c", "gateways": [GW1], "path": "/y"}]}),
+            "listed twice",
+        ),
+        (
+            json!({"published": [{"cluster": "c", "gateways": [], "path": "/x"}]}),
+            "at least one gateway",
+        ),
+        (
+            json!({"published": [{"cluster": "c", "gateways": [GW1, GW2, GW1], "path": "/x"}]}),
             "listed twice",
         ),
     ] {
         let error = Scraper::from_json(config).err().unwrap_or_default();
         assert!(error.contains(expected), "{error} (wanted {expected})");
     }
+}
+
+#[test]
+fn only_addresses_a_replica_can_have_are_members() {
+    let mut s = scraper();
+    let mut host = FakeHost::new().now(1_000);
+    s.on_tick(&mut host);
+    let (t1, t2) = (sent_to(&host, GW1, PATH)[0], sent_to(&host, GW2, PATH)[0]);
+    let hostile = [
+        "10.1.0.1:8000",
+        "169.254.169.254:80",
+        "127.0.0.1:15000",
+        "0.0.0.0:8000",
+        "10.1.0.2:0",
+        "224.0.0.1:8000",
+        "[fe80::1]:8000",
+    ];
+    s.on_callout_done(&mut host, t1, ok(page(&hostile)));
+    // A page with the load but no listing: a failure, not an empty membership.
+    let load_only = b"llm_d_epp_average_queue_size 1\n".to_vec();
+    s.on_callout_done(&mut host, t2, ok(load_only));
+    assert_eq!(members_of(&host).unwrap(), ["10.1.0.1:8000"]);
+    assert!(
+        host.error_logs
+            .iter()
+            .any(|l| l.contains("lists no members")),
+        "{:?}",
+        host.error_logs
+    );
+    // Loopback members only from a gateway on loopback (clusters simulated on one host).
+    assert!(acceptable("127.0.1.2:9000", "127.0.1.2:8080"));
+    assert!(!acceptable("127.0.1.2:9000", "10.9.0.1:8080"));
 }

@@ -118,6 +118,7 @@ fn options(flavor: Flavor, target: Target, out: &Path, objects: PathBuf) -> Rend
             cluster: None,
             peer_mode: PeerMode::Parent,
             peer_api_key: None,
+            export_members: false,
         },
     }
 }

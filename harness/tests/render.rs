@@ -71,6 +71,7 @@ fn options(
             cluster: None,
             peer_mode: infergate_cli::config::bootstrap::PeerMode::Parent,
             peer_api_key: None,
+            export_members: false,
         },
     }
 }

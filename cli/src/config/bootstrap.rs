@@ -136,6 +136,9 @@ pub struct Pool {
     /// Publish the pool's load for the gateways of other clusters (the InferencePool's
     /// export annotation): the picker answers `GET /infergate/pools/<pool>/metrics`.
     pub export: bool,
+    /// With `export`: list the pool's members on that page too, for importers in Endpoint
+    /// Mode (the picker's `exportMembers`).
+    pub export_members: bool,
     /// The gateways of other clusters that serve this pool too; `None`: the pool is served
     /// here only.
     pub peers: Option<Peers>,
@@ -204,6 +207,7 @@ impl Pool {
             failure_mode: FailureMode::default(),
             picker_config: serde_json::Value::Null,
             export: false,
+            export_members: false,
             peers: None,
         }
     }
@@ -356,6 +360,9 @@ impl PluginConfigs {
                 }
                 if p.export {
                     pool["export"] = json!(true);
+                    if p.export_members {
+                        pool["exportMembers"] = json!(true);
+                    }
                     // Published under the pool's own name, which the importing clusters
                     // know it by (its InferencePool's), when it has one.
                     if let Some(name) = &p.name {

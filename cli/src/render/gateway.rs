@@ -50,6 +50,9 @@ pub struct GatewayInputs {
     /// The API key this gateway presents to peer gateways that authenticate tenants
     /// (`--peer-api-key-file`; Parent Mode).
     pub peer_api_key: Option<String>,
+    /// Exported pools list their members too, for importers in Endpoint Mode
+    /// (`--export-members`).
+    pub export_members: bool,
 }
 
 /// A gateway described by the objects.
@@ -289,6 +292,7 @@ pub fn build(set: &mut ObjectSet, inputs: &GatewayInputs) -> Result<Gateway> {
             failure_mode: pool.failure_mode(),
             picker_config: epp,
             export: pool.exported,
+            export_members: pool.exported && inputs.export_members,
             peers,
         });
     }

@@ -426,6 +426,7 @@ mod tests {
                 cluster: Some("cluster-a".into()),
                 peer_mode: crate::config::bootstrap::PeerMode::Parent,
                 peer_api_key: None,
+                export_members: false,
             },
         };
         let rendered = render(&opts).unwrap();
@@ -468,6 +469,7 @@ mod tests {
         // Endpoint Mode: an ORIGINAL_DST peers cluster (the members the peer publishes),
         // the scraper follows them from the peer's page, and no loopback.
         opts.gateway.peer_mode = crate::config::bootstrap::PeerMode::Endpoint;
+        opts.gateway.export_members = true;
         let rendered = render(&opts).unwrap();
         let text = std::fs::read_to_string(&rendered.output).unwrap();
         let yaml: Value = serde_yaml_ng::from_str(&text).unwrap();
@@ -485,6 +487,8 @@ mod tests {
             .unwrap();
         let pool = &picker["pools"][0];
         assert_eq!(pool["peers"]["mode"], "Endpoint");
+        // The exported pool lists its members only when asked (`--export-members`).
+        assert_eq!(pool["exportMembers"], true);
         assert_eq!(pool["peers"].get("loopback"), None);
         assert_eq!(
             picker["scraper"]["published"],
@@ -494,6 +498,7 @@ mod tests {
         );
         assert_eq!(picker["scraper"].get("metricsPaths"), None);
         opts.gateway.peer_mode = crate::config::bootstrap::PeerMode::Parent;
+        opts.gateway.export_members = false;
         // Istio: the peers cluster as an added cluster, its route inserted first; Envoy
         // Gateway: both as JSON patches. No loopback where the listener is the control
         // plane's.

@@ -63,6 +63,7 @@ fn rendered_bootstrap(endpoints: &[SocketAddr]) -> String {
             cluster: None,
             peer_mode: infergate_cli::config::bootstrap::PeerMode::Parent,
             peer_api_key: None,
+            export_members: false,
         },
     })
     .unwrap();

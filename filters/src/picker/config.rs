@@ -99,6 +99,11 @@ pub struct PoolConfig {
     /// which the importing clusters know it by); absent: the pool's name.
     #[serde(default)]
     pub export_name: Option<String>,
+    /// Whether the export page also lists the pool's candidate members, for gateways that
+    /// import the pool in Endpoint Mode (they send requests straight to them). Off by
+    /// default: the page needs no credential, and the members are internal addresses.
+    #[serde(default)]
+    pub export_members: bool,
     /// The gateways of other clusters that serve this pool, and when a request goes to one
     /// of them ([`super::peers`]).
     #[serde(default)]
@@ -422,6 +427,20 @@ impl PickerConfig {
             if let Some(peers) = &pool.peers {
                 check_peers(i, peers)?;
             }
+            let field = |name: &str, problem: &str| PickerConfigError::Field {
+                field: format!("pools[{i}].{name}"),
+                problem: problem.to_owned(),
+            };
+            if pool.export_members && !pool.export {
+                return Err(field("exportMembers", "needs `export`"));
+            }
+            if pool.export_members && !pool.endpoint_roles.is_empty() {
+                return Err(field(
+                    "exportMembers",
+                    "a disaggregated pool's members are not interchangeable (an importer \
+                     would send whole requests to prefill replicas): import it in Parent Mode",
+                ));
+            }
         }
         Ok(())
     }
@@ -440,6 +459,12 @@ fn check_peers(i: usize, peers: &super::peers::PeersConfig) -> Result<(), Picker
         ));
     }
     if let Some(loopback) = &peers.loopback {
+        if peers.mode == super::peers::PeerMode::Endpoint {
+            return Err(field(
+                "loopback",
+                "is for Parent Mode: an Endpoint Mode pick has one destination",
+            ));
+        }
         if loopback.parse::<SocketAddr>().is_err() {
             return Err(field(
                 "loopback",

@@ -2,9 +2,10 @@
 //! exported there and imported here, an `InferencePoolImport`), and the cluster-level pick
 //! that sends a request to one of them.
 //!
-//! A pool's `peers` section lists the peer gateways (Parent Mode: the request goes to a
-//! peer cluster's gateway, which picks in its own pool). The picker turns it into a second
-//! pool, `<pool>-peers`, whose endpoints are those gateways. It is scraped like any pool,
+//! A pool's `peers` section lists the peer gateways. In Parent Mode (the default) a request
+//! goes to a peer cluster's gateway, which picks in its own pool. The picker turns the
+//! section into a second pool, `<pool>-peers`, whose endpoints are those gateways (in
+//! Endpoint Mode: the peers' replicas, below). It is scraped like any pool,
 //! at each peer's export page (`GET /infergate/pools/<pool>/metrics`, the pool's mean
 //! queue and KV-cache use), so a peer that stops answering is dead after
 //! `maxConsecutiveFailures` scrapes and a peer with stale figures is no candidate. It has a
@@ -36,6 +37,13 @@
 //! fallbacks a connection failure retries), the route is re-matched on
 //! [`crate::headers::PEER_ROUTE`] (the pool's `peers.cluster`), and the request carries
 //! [`crate::headers::PEER_HOP`].
+
+//!
+//! In **Endpoint Mode** a request goes straight to one of the peers' replicas: the peer
+//! gateways list them on their export pages (`exportMembers`), the scraper follows them
+//! (its `published` clusters) and scrapes each at its own `/metrics`, and the peers pool
+//! holds them instead of the gateways. The rules above apply to them as they read; a pick
+//! has one destination (the peers cluster is `ORIGINAL_DST` on it), no loopback.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -176,6 +184,7 @@ impl PeersConfig {
             endpoint_roles: Default::default(),
             export: false,
             export_name: None,
+            export_members: false,
             peers: None,
             peers_pool: None,
             peer_of: Some(local.pool.clone()),

@@ -194,6 +194,8 @@ pub struct PoolPlan {
     stale_after_ms: u64,
     /// The name the pool's load is published under for other clusters, when it is.
     export: Option<String>,
+    /// Whether the export page lists the pool's members too (`exportMembers`).
+    export_members: bool,
     /// The pool's peer clusters, when it has some.
     peers: Option<PeerPlan>,
     /// Whether this is the pool of another pool's peer gateways (never chosen for a
@@ -233,6 +235,7 @@ impl PoolPlan {
             export: cfg
                 .export
                 .then(|| cfg.export_name.clone().unwrap_or_else(|| cfg.pool.clone())),
+            export_members: cfg.export_members,
             peers: cfg
                 .peers
                 .as_ref()
@@ -316,6 +319,11 @@ impl PoolPlan {
     /// Whether the pool's load is published to the gateways of other clusters.
     pub fn exported(&self) -> bool {
         self.export.is_some()
+    }
+
+    /// Whether the export page lists the pool's candidate members (`exportMembers`).
+    pub fn exports_members(&self) -> bool {
+        self.export_members
     }
 
     /// The name the pool's load is published under (its export page's), when it is.
@@ -443,8 +451,9 @@ impl PoolPlan {
         if report.cluster_missing {
             stats.log_error(&format!(
                 "infergate: picker pool `{}` follows Envoy cluster `{}`, which the scraper's \
-                 snapshot does not carry (add it to the scraper's `clusters`): the pool has \
-                 no members and answers 503 rejected-no-endpoints",
+                 snapshot does not carry (add it to the scraper's `clusters`, or to its \
+                 `published` for peers in Endpoint Mode): the pool has no members and \
+                 answers 503 rejected-no-endpoints",
                 self.name, self.cluster
             ));
         }

@@ -8,8 +8,9 @@
 //! page is [`PoolAggregate`]'s: member counts, and the means of queue, running requests
 //! and KV-cache use over the members that are candidates with fresh metrics, computed from
 //! the snapshot this gateway's own scraper publishes (no scrape of its own; any worker
-//! answers). The page also lists the pool's members that are candidates, for gateways that
-//! import the pool in Endpoint Mode (they send requests straight to those members).
+//! answers). With `exportMembers`, the page also lists the pool's members that are
+//! candidates, for gateways that import the pool in Endpoint Mode (they send requests
+//! straight to those members); off by default, as the page needs no credential.
 //!
 //! Answers: `200` Prometheus text; `404` `pool_not_exported` for a pool that is unknown or
 //! not exported (the page would tell a peer nothing true); `405` for a method other than
@@ -75,8 +76,10 @@ impl ExportStage {
             plan.stale_after_ms(),
         );
         let mut body = aggregate.to_prometheus();
-        let candidates = members.iter().filter(|(_, h)| h.is_candidate());
-        members_to_prometheus(&mut body, candidates.map(|(a, _)| *a));
+        if plan.exports_members() {
+            let candidates = members.iter().filter(|(_, h)| h.is_candidate());
+            members_to_prometheus(&mut body, candidates.map(|(a, _)| *a));
+        }
         Reply {
             status: 200,
             headers: vec![("content-type".to_owned(), PROMETHEUS_TEXT.to_owned())],

@@ -22,7 +22,7 @@ fn pipeline() -> Pipeline<FakeHost> {
         {"pool": "static", "baseModel": "a", "endpoints": ["10.0.0.1:8000", "10.0.0.2:8000"],
          "export": true},
         {"pool": "pool-1-follows", "baseModel": "b", "cluster": "follows-cluster",
-         "export": true, "exportName": "follows"},
+         "export": true, "exportName": "follows", "exportMembers": true},
         {"pool": "private", "baseModel": "c", "endpoints": ["10.0.0.9:8000"]},
     ]}))
     .unwrap();
@@ -94,9 +94,10 @@ fn a_static_pool_publishes_the_means_of_its_members() {
     let text = page(&reply);
     assert!(text.contains("infergate_pool_members 2\n"), "{text}");
     assert!(text.contains("llm_d_epp_average_queue_size 3\n"), "{text}");
+    // Without `exportMembers`, no member listing.
     assert_eq!(
-        parse_members(text.as_bytes(), 16).unwrap(),
-        vec!["10.0.0.1:8000", "10.0.0.2:8000"],
+        parse_members(text.as_bytes(), 16),
+        Err(scheduler_core::snapshot::aggregate::MembersError::NotListed),
         "{text}"
     );
     let metrics = extract(&reply.body, &MetricNames::default());
@@ -159,6 +160,32 @@ fn other_pools_methods_and_paths_get_their_answers() {
             get("GET", path, Some(snapshot())),
             (FilterStatus::Continue, None),
             "{path}"
+        );
+    }
+}
+
+#[test]
+fn member_listings_need_export_and_no_roles() {
+    for (pool, problem) in [
+        (
+            json!({"pool": "p", "baseModel": "a", "endpoints": ["10.0.0.1:8000"],
+                "exportMembers": true}),
+            "needs `export`",
+        ),
+        (
+            json!({"pool": "p", "baseModel": "a", "endpoints": ["10.0.0.1:8000"],
+                "export": true, "exportMembers": true,
+                "endpointRoles": {"10.0.0.1:8000": "prefill"}}),
+            "Parent Mode",
+        ),
+    ] {
+        let err = PickerShared::from_json(json!({"pools": [pool]}))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("exportMembers") && err.contains(problem),
+            "{err}"
         );
     }
 }

@@ -12,7 +12,7 @@
 use super::stack::{Backends, Stack, StackOptions};
 use crate::sim::SimConfig;
 use anyhow::{bail, Context, Result};
-use infergate_cli::config::bootstrap::Peers;
+use infergate_cli::config::bootstrap::{PeerMode, Peers};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 
 /// Running clusters; dropping it stops every gateway and its simulator.
@@ -80,6 +80,8 @@ impl Clusters {
                 if peers {
                     // The pool's own `peers` (mode, spillover) with the other gateways.
                     let template = pool.peers.take().unwrap_or_default();
+                    // Importers in Endpoint Mode read the members from the export pages.
+                    pool.export_members = template.mode == PeerMode::Endpoint;
                     pool.peers = Some(Peers {
                         gateways: others.clone(),
                         remote_pool: None,

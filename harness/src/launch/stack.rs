@@ -61,6 +61,8 @@ pub struct PoolSpec {
     pub picker_config: serde_json::Value,
     /// Publish the pool's load for the gateways of other clusters.
     pub export: bool,
+    /// With `export`, list the pool's members too (for importers in Endpoint Mode).
+    pub export_members: bool,
     /// The gateways of other clusters that serve this pool too.
     pub peers: Option<Peers>,
 }
@@ -78,6 +80,7 @@ impl PoolSpec {
             failure_mode: FailureMode::default(),
             picker_config: serde_json::Value::Null,
             export: false,
+            export_members: false,
             peers: None,
         }
     }
@@ -135,6 +138,7 @@ impl PoolSpec {
             failure_mode: self.failure_mode,
             picker_config: self.picker_config.clone(),
             export: self.export,
+            export_members: self.export_members,
             peers: self.peers.clone(),
         })
     }

@@ -68,7 +68,7 @@ async fn send(base: &str, label: &str, turn: usize) -> SocketAddr {
 }
 
 /// Cluster B's gateway: the seed's pool, exported, rendered for a bare Envoy.
-async fn exporting_gateway(flavor: Flavor, pool: &SimHandle, dir: &Path) -> Envoy {
+async fn exporting_gateway(flavor: Flavor, mode: PeerMode, pool: &SimHandle, dir: &Path) -> Envoy {
     let objects = dir.join("objects-b");
     std::fs::create_dir_all(&objects).unwrap();
     let root = infergate_artefacts::workspace_root();
@@ -84,6 +84,7 @@ async fn exporting_gateway(flavor: Flavor, pool: &SimHandle, dir: &Path) -> Envo
     let mut opts = options(flavor, Target::Envoy, &dir.join("render-b"), objects);
     let addrs = pool.addrs().iter().map(ToString::to_string).collect();
     opts.gateway.endpoints = vec![(POOL.into(), addrs)];
+    opts.gateway.export_members = mode == PeerMode::Endpoint;
     let out = render(&opts).unwrap();
     let text = std::fs::read_to_string(&out.output).unwrap();
     let envoy = Envoy::start(&text, &EnvoyOptions::default()).await.unwrap();
@@ -122,7 +123,7 @@ async fn spills(plane: Plane, flavor: Flavor, mode: PeerMode) {
     let label = format!("{plane} {flavor} {mode:?} Mode");
     let (sim_a, sim_b) = (cluster_pool().await, cluster_pool().await);
     let dir = RunDir::new("cp-clusters").unwrap();
-    let gateway_b = exporting_gateway(flavor, &sim_b, dir.path()).await;
+    let gateway_b = exporting_gateway(flavor, mode, &sim_b, dir.path()).await;
     let b = gateway_b.base_url();
     // B's own warm-up requests are picks of B's.
     let b_picks = || async {

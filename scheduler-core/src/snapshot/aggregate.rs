@@ -26,6 +26,7 @@
 //! read back by [`parse_members`]): a gateway importing the pool in Endpoint Mode learns
 //! from it which replicas it may send requests to, and scrapes them itself.
 
+use alloc::collections::BTreeSet;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use core::fmt::Write;
@@ -177,13 +178,30 @@ pub fn members_to_prometheus<'a>(page: &mut String, members: impl IntoIterator<I
     }
 }
 
+/// Why a page gave no member listing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MembersError {
+    /// The page declares no listing (no `# TYPE infergate_pool_member` line): a gateway
+    /// that does not publish its members.
+    NotListed,
+    /// More members than the limit (the count so far, one past it).
+    TooMany(usize),
+}
+
 /// The members a page lists ([`members_to_prometheus`]), each once, in page order, as
 /// canonical `ip:port`. Series whose `endpoint` is not an IP socket address or whose value
-/// is not positive are skipped, as is every other line. More than `max` members is an
-/// error carrying the count so far (never a partial membership). Never panics.
-pub fn parse_members(page: &[u8], max: usize) -> Result<Vec<String>, usize> {
+/// is not positive are skipped, as is every other line. A page without the listing's
+/// `# TYPE` line, or listing more than `max` members, is an error (never a partial or
+/// empty membership by mistake). Never panics; linear in the page (a set dedups).
+pub fn parse_members(page: &[u8], max: usize) -> Result<Vec<String>, MembersError> {
     let mut members: Vec<String> = Vec::new();
+    let mut seen = BTreeSet::new();
+    let mut listed = false;
     for raw in crate::metrics::exposition::raw_lines(page) {
+        if let Some(rest) = raw.strip_prefix(b"# TYPE ") {
+            listed |= rest.split(|&b| b == b' ').next() == Some(MEMBER.as_bytes());
+            continue;
+        }
         if !raw.starts_with(MEMBER.as_bytes()) {
             continue;
         }
@@ -200,20 +218,23 @@ pub fn parse_members(page: &[u8], max: usize) -> Result<Vec<String>, usize> {
         }
         let address = sample
             .label(MEMBER_LABEL)
-            .and_then(|a| a.parse::<SocketAddr>().ok())
-            .map(|a| a.to_string());
+            .and_then(|a| a.parse::<SocketAddr>().ok());
         let Some(address) = address else {
             continue;
         };
-        if members.contains(&address) {
+        if !seen.insert(address) {
             continue;
         }
         if members.len() >= max {
-            return Err(members.len() + 1);
+            return Err(MembersError::TooMany(members.len() + 1));
         }
-        members.push(address);
+        members.push(address.to_string());
     }
-    Ok(members)
+    if listed {
+        Ok(members)
+    } else {
+        Err(MembersError::NotListed)
+    }
 }
 
 #[cfg(test)]
@@ -315,7 +336,19 @@ mod tests {
             vec!["10.0.0.1:8000", "[::1]:9000", "10.0.0.4:8000"],
             "{page}"
         );
-        assert_eq!(parse_members(page.as_bytes(), 2), Err(3));
+        assert_eq!(
+            parse_members(page.as_bytes(), 2),
+            Err(MembersError::TooMany(3))
+        );
+        // A page without the listing (a gateway that does not publish its members).
+        let load_only = PoolAggregate::default().to_prometheus();
+        assert_eq!(
+            parse_members(load_only.as_bytes(), 16),
+            Err(MembersError::NotListed)
+        );
+        let mut empty = load_only.clone();
+        members_to_prometheus(&mut empty, []);
+        assert_eq!(parse_members(empty.as_bytes(), 16), Ok(Vec::new()));
         // The load figures are untouched by the listing.
         assert!(extract(page.as_bytes(), &MetricNames::default()).is_empty());
     }

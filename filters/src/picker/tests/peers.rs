@@ -122,13 +122,18 @@ fn a_peer_pick_carries_this_gateways_key() {
             json!({"cluster": "c", "endpoints": [P1], "apiKey": "two words"}),
             "visible ASCII",
         ),
+        (
+            json!({"cluster": "c", "endpoints": [P1], "mode": "Endpoint", "loopback": "127.0.0.1:1"}),
+            "Parent Mode",
+        ),
     ] {
         let err = PickerShared::from_json(pool(&[A], json!({ "peers": peers })))
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(
-            err.contains("peers.apiKey") && err.contains(problem),
+            (err.contains("peers.apiKey") || err.contains("peers.loopback"))
+                && err.contains(problem),
             "{err}"
         );
     }
@@ -143,8 +148,7 @@ fn endpoint_mode_spills_straight_to_a_published_member() {
     const E2: &str = "10.1.5.2:8000";
     let mut s = shared(pool(
         &[A, B],
-        json!({"peers": {"cluster": "peers-p", "endpoints": [P1], "mode": "Endpoint",
-                         "loopback": "127.0.0.1:10000"}}),
+        json!({"peers": {"cluster": "peers-p", "endpoints": [P1], "mode": "Endpoint"}}),
     ));
     let mut snap = decode(&snapshot(
         NOW,

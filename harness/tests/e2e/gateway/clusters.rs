@@ -131,6 +131,7 @@ async fn two_clusters(flavor: Flavor, workers: u32, mode: PeerMode) {
     let (sim_a, sim_b) = (simulator().await, simulator().await);
     let mut exported = PoolSpec::all(MODEL);
     exported.export = true;
+    exported.export_members = mode == PeerMode::Endpoint;
     let mut plan_b = Plan::new(vec![exported]);
     plan_b.concurrency = workers;
     let Some(gateway_b) = gw::start_over(flavor, sim_b.addrs().to_vec(), plan_b).await else {
