@@ -25,7 +25,9 @@
 //! *claims* the lease ([`Election::claim_from_idle`]) when the roster shows exactly one
 //! other candidate, which serves none and holds the lease: an Envoy with one worker, whose
 //! idle main-thread VM would otherwise answer every pick of that worker by message. The
-//! claimer calls it only while none of its requests is in flight at the owner, so the
+//! claimer waits [`CLAIM_SETTLE_MS`] after its first tick, so the roster holds every worker
+//! (they start together), and calls it only while none of its requests is in flight at the
+//! owner, so the
 //! state the old owner kept (in-flight counts, flow-control queues) holds nothing of
 //! anyone's; the old holder finds the lease renewed by another at its next tick and steps
 //! down. With more workers (or more than one configuration during an update) nothing moves.
@@ -52,6 +54,12 @@ pub const LEASE_TTL_MS: u64 = 500;
 /// worker claim the lease while its requests are at the owner), and lets a candidate that
 /// went away leave within two seconds.
 pub const ROSTER_TTL_MS: u64 = 4 * LEASE_TTL_MS;
+
+/// How long after its first tick a candidate may claim the lease: every VM of the process
+/// announces itself at its first ticks, and the workers' VMs start together, so by then the
+/// roster holds every worker. Claiming earlier, a worker of a four-worker Envoy could see
+/// only the main-thread VM on the roster and take the lease into a VM that serves requests.
+pub const CLAIM_SETTLE_MS: u64 = LEASE_TTL_MS;
 
 /// How many candidates the roster keeps at most (more are not announced).
 const ROSTER_MAX: usize = 256;
@@ -225,6 +233,8 @@ pub struct Election {
     serves: bool,
     /// The live roster as this candidate's last tick saw it, itself included.
     roster: Vec<Member>,
+    /// When this candidate first ticked (it claims nothing for [`CLAIM_SETTLE_MS`] after).
+    first_tick_ms: Option<u64>,
 }
 
 impl Election {
@@ -238,6 +248,7 @@ impl Election {
             held: None,
             serves: false,
             roster: Vec::new(),
+            first_tick_ms: None,
         }
     }
 
@@ -305,6 +316,13 @@ impl Election {
         if !self.serves || self.held.is_some() {
             return None;
         }
+        // The roster may not hold every worker yet.
+        let settled = self
+            .first_tick_ms
+            .is_some_and(|t| now_ms.saturating_sub(t) >= CLAIM_SETTLE_MS);
+        if !settled {
+            return None;
+        }
         // The last tick's view rules most callers out without a read (several workers).
         if self.roster.iter().filter(|m| m.id != self.me).count() > 1 {
             return None;
@@ -358,6 +376,7 @@ impl Election {
     /// Renew, take or observe the lease at `now_ms`. A host that refuses the cell leaves
     /// the candidate a follower of nobody (it keeps no owner's work it cannot prove).
     pub fn tick<C: CasCells + ?Sized>(&mut self, cells: &C, now_ms: u64) -> Role {
+        self.first_tick_ms.get_or_insert(now_ms);
         self.announce(cells, now_ms);
         for _ in 0..4 {
             let (current, version) = match cells.load(&self.key) {
@@ -650,11 +669,17 @@ mod tests {
         // Before its first request the worker claims nothing.
         assert_eq!(all[1].claim_from_idle(&cells, 1010), None);
         all[1].set_serves(true);
-        assert_eq!(all[1].claim_from_idle(&cells, 1020), Some(2));
+        // Nor before the roster has settled.
+        assert_eq!(all[1].claim_from_idle(&cells, 1020), None);
+        tick_all(&cells, &mut all, 1000 + CLAIM_SETTLE_MS);
+        assert_eq!(
+            all[1].claim_from_idle(&cells, 1010 + CLAIM_SETTLE_MS),
+            Some(2)
+        );
         assert!(all[1].holds());
         // The main VM finds the lease renewed by another at its next tick and steps down;
         // from then on the lease stays with the worker.
-        for t in (1050..5000).step_by(50) {
+        for t in (1550..5000).step_by(50) {
             assert_eq!(tick_all(&cells, &mut all, t), vec![None, Some(2)]);
             assert_eq!(all[1].claim_from_idle(&cells, t + 5), None, "held already");
         }
@@ -681,6 +706,29 @@ mod tests {
         all[0].set_serves(true);
         tick_all(&cells, &mut all, 1000);
         assert_eq!(all[1].claim_from_idle(&cells, 1010), None);
+    }
+
+    /// Four workers whose VMs tick a little after the first one's: the first sees only the
+    /// main-thread VM on the roster at first, and must not claim then.
+    #[test]
+    fn a_worker_claims_nothing_before_the_others_are_on_the_roster() {
+        let cells = Cells::default();
+        let mut all = candidates(4);
+        let _ = all[0].tick(&cells, 1000);
+        let _ = all[1].tick(&cells, 1010);
+        assert_eq!(
+            all[1].roster().len(),
+            2,
+            "only the main VM and itself so far"
+        );
+        assert_eq!(all[1].claim_from_idle(&cells, 1015), None);
+        for t in (1050..3000).step_by(50) {
+            tick_all(&cells, &mut all, t);
+            for e in all.iter_mut().skip(1) {
+                assert_eq!(e.claim_from_idle(&cells, t + 10), None, "at {t}");
+            }
+        }
+        assert!(all[0].holds());
     }
 
     #[test]
