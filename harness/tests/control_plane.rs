@@ -278,6 +278,14 @@ async fn install(
     .unwrap_or_else(|e| panic!("{plane} {flavor}: {e:#}"));
     let base = proxy.base_url();
     warm_up(&base, flavor, &[], || proxy.log_tail(30)).await;
+    if flavor == Flavor::Wasm && workers == 1 {
+        // The worker's VM claims the owner's lease once the roster has settled: let it, and
+        // have a request make it claim now rather than in the middle of a run.
+        let settle = infergate_filters::election::CLAIM_SETTLE_MS;
+        tokio::time::sleep(Duration::from_millis(settle + 100)).await;
+        warm_up(&base, flavor, &[], || proxy.log_tail(30)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     // Every resource the translation wrote was accepted: a refused cluster or listener
     // would otherwise show only as a missing member.
     let rejected = proxy.stat("update_rejected").await;

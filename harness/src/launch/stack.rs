@@ -408,6 +408,13 @@ impl Stack {
         let envoy = Envoy::start(&bootstrap, &envoy_opts).await?;
         if opts.flavor != Flavor::Plain {
             wait_first_snapshot(&envoy).await?;
+            if opts.flavor == Flavor::Wasm && envoy_opts.concurrency == 1 {
+                // The worker's VM claims the owner's lease at its first request only once
+                // the roster has settled: past that, so the first request moves the state
+                // before any other, not in the middle of a run.
+                let settle = infergate_filters::election::CLAIM_SETTLE_MS;
+                tokio::time::sleep(std::time::Duration::from_millis(settle)).await;
+            }
             if membership == Membership::Eds {
                 if opts.health_check.is_some() {
                     wait_health_checked(&envoy, &pools).await?;

@@ -605,7 +605,8 @@ fn the_one_worker_that_serves_requests_owns_the_state_and_picks_without_a_messag
     let shared = SharedData::new();
     let vms = candidates(2, &shared);
     let hosts: Vec<&Host> = vms.iter().collect();
-    run_for(&hosts, 200);
+    // Past the roster's settling time, so the first stream claims at once.
+    run_for(&hosts, 200 + infergate_filters::election::CLAIM_SETTLE_MS);
     let first = (0..2)
         .find(|&i| hosts[i].metric(TAKEOVERS).unwrap_or(0) > 0)
         .expect("an owner");
