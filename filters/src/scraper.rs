@@ -522,7 +522,7 @@ impl Scraper {
         }
         self.poll_pages(host, now);
         // A callout the host never answered (twice its timeout) is a failure.
-        let lost_after = self.config.timeout_ms.saturating_mul(2).max(1);
+        let lost_after = self.lost_after_ms();
         for i in 0..self.pending.len() {
             let lost = self
                 .pending
@@ -548,20 +548,8 @@ impl Scraper {
                 .config
                 .metrics_paths
                 .get(&address)
-                .unwrap_or(&self.config.path)
-                .clone();
-            let request = CalloutRequest {
-                cluster: self.config.cluster.clone(),
-                headers: vec![
-                    (":method".to_owned(), "GET".to_owned()),
-                    (":path".to_owned(), path),
-                    (":authority".to_owned(), address.clone()),
-                    (DESTINATION_ENDPOINT.to_owned(), address),
-                    ("accept".to_owned(), "text/plain".to_owned()),
-                ],
-                body: Vec::new(),
-                timeout_ms: self.config.timeout_ms,
-            };
+                .unwrap_or(&self.config.path);
+            let request = self.page_request(&address, path);
             match host.dispatch_callout(&request) {
                 Ok(token) => {
                     if let Some(slot) = self.pending.get_mut(i) {
@@ -573,6 +561,29 @@ impl Scraper {
                 }
                 Err(_) => self.fail(host, i),
             }
+        }
+    }
+
+    /// How long a callout may go unanswered before it counts as lost: twice its timeout.
+    fn lost_after_ms(&self) -> u64 {
+        self.config.timeout_ms.saturating_mul(2).max(1)
+    }
+
+    /// The callout for the Prometheus page at `path` of `address` (`ip:port`): through the
+    /// scrape cluster, routed on the destination header (a metrics page, or a peer
+    /// gateway's export page).
+    fn page_request(&self, address: &str, path: &str) -> CalloutRequest {
+        CalloutRequest {
+            cluster: self.config.cluster.clone(),
+            headers: vec![
+                (":method".to_owned(), "GET".to_owned()),
+                (":path".to_owned(), path.to_owned()),
+                (":authority".to_owned(), address.to_owned()),
+                (DESTINATION_ENDPOINT.to_owned(), address.to_owned()),
+                ("accept".to_owned(), "text/plain".to_owned()),
+            ],
+            body: Vec::new(),
+            timeout_ms: self.config.timeout_ms,
         }
     }
 
@@ -771,7 +782,7 @@ impl Scraper {
         if self.config.clusters.is_empty() {
             return;
         }
-        let lost_after = self.config.timeout_ms.saturating_mul(2).max(1);
+        let lost_after = self.lost_after_ms();
         if let Some(p) = self.admin.pending {
             if now.since(p.sent_at) <= lost_after {
                 return;

@@ -34,8 +34,7 @@ use scheduler_core::types::Millis;
 use serde::Deserialize;
 
 use super::{Pending, Scraper};
-use crate::headers::DESTINATION_ENDPOINT;
-use crate::host::{CalloutOutcome, CalloutRequest, CalloutToken, HttpCallout, SnapshotSink};
+use crate::host::{CalloutOutcome, CalloutToken, HttpCallout, SnapshotSink};
 use crate::host::{Clock, Stats};
 use crate::membership::MAX_HOSTS_PER_CLUSTER;
 
@@ -158,7 +157,7 @@ impl Scraper {
     where
         H: HttpCallout + Clock + Stats + SnapshotSink + ?Sized,
     {
-        let lost_after = self.config.timeout_ms.saturating_mul(2).max(1);
+        let lost_after = self.lost_after_ms();
         let interval = self.config.membership_interval_ms;
         for i in 0..self.pages.len() {
             let Some(page) = self.pages.get(i) else {
@@ -170,29 +169,22 @@ impl Scraper {
                 }
                 self.page_failed(host, i, "no answer");
             }
-            let Some(page) = self.pages.get_mut(i) else {
+            let Some(page) = self.pages.get(i) else {
                 continue;
             };
             if page.last_sent.is_some_and(|t| now.since(t) < interval) {
                 continue;
             }
-            page.last_sent = Some(now);
             let Some(published) = self.config.published.get(page.cluster) else {
                 continue;
             };
-            let request = CalloutRequest {
-                cluster: self.config.cluster.clone(),
-                headers: vec![
-                    (":method".to_owned(), "GET".to_owned()),
-                    (":path".to_owned(), published.path.clone()),
-                    (":authority".to_owned(), page.gateway.clone()),
-                    (DESTINATION_ENDPOINT.to_owned(), page.gateway.clone()),
-                    ("accept".to_owned(), "text/plain".to_owned()),
-                ],
-                body: Vec::new(),
-                timeout_ms: self.config.timeout_ms,
+            let request = self.page_request(&page.gateway, &published.path);
+            let dispatched = host.dispatch_callout(&request);
+            let Some(page) = self.pages.get_mut(i) else {
+                continue;
             };
-            match host.dispatch_callout(&request) {
+            page.last_sent = Some(now);
+            match dispatched {
                 Ok(token) => {
                     page.pending = Some(Pending {
                         token,
@@ -327,7 +319,7 @@ pub(super) fn acceptable(member: &str, gateway: &str) -> bool {
     let ip = address.ip();
     let link_local = match ip {
         IpAddr::V4(v4) => v4.is_link_local(),
-        IpAddr::V6(v6) => v6.segments().first().is_some_and(|s| s & 0xffc0 == 0xfe80),
+        IpAddr::V6(v6) => v6.is_unicast_link_local(),
     };
     if address.port() == 0 || ip.is_unspecified() || ip.is_multicast() || link_local {
         return false;
