@@ -34,6 +34,8 @@ mod multicluster;
 #[path = "control_plane/proxy.rs"]
 mod proxy;
 
+#[path = "shared/clusters.rs"]
+mod clusters;
 #[path = "shared/conversations.rs"]
 mod conversations;
 #[path = "shared/owner_trap.rs"]

@@ -429,14 +429,7 @@ mod tests {
                 export_members: false,
             },
         };
-        let rendered = render(&opts).unwrap();
-        let text = std::fs::read_to_string(&rendered.output).unwrap();
-        let yaml: Value = serde_yaml_ng::from_str(&text).unwrap();
-        let clusters = yaml["static_resources"]["clusters"].as_sequence().unwrap();
-        let peers = clusters
-            .iter()
-            .find(|c| c["name"].as_str() == Some("pool-0-llama-70b-bf16-peers"))
-            .unwrap();
+        let (text, peers, picker) = rendered_peers(&opts);
         let hosts = serde_json::to_string(&peers["load_assignment"]).unwrap();
         assert!(hosts.contains("10.20.0.5"), "{hosts}");
         assert!(
@@ -448,13 +441,6 @@ mod tests {
             "the gateway's own listener: {hosts}"
         );
         assert!(text.contains("x-gateway-peer-route"), "the peers route");
-        let mut configs = Vec::new();
-        collect_configs(&yaml, &mut configs);
-        // The native `gateway` filter's configuration holds the picker's.
-        let picker = configs
-            .iter()
-            .find_map(|c| c.get("picker").filter(|p| p.is_object()))
-            .unwrap();
         let pool = &picker["pools"][0];
         assert_eq!(pool["exportName"], "llama-70b-bf16");
         assert_eq!(
@@ -470,21 +456,8 @@ mod tests {
         // the scraper follows them from the peer's page, and no loopback.
         opts.gateway.peer_mode = crate::config::bootstrap::PeerMode::Endpoint;
         opts.gateway.export_members = true;
-        let rendered = render(&opts).unwrap();
-        let text = std::fs::read_to_string(&rendered.output).unwrap();
-        let yaml: Value = serde_yaml_ng::from_str(&text).unwrap();
-        let clusters = yaml["static_resources"]["clusters"].as_sequence().unwrap();
-        let peers = clusters
-            .iter()
-            .find(|c| c["name"].as_str() == Some("pool-0-llama-70b-bf16-peers"))
-            .unwrap();
+        let (_, peers, picker) = rendered_peers(&opts);
         assert_eq!(peers["type"].as_str(), Some("ORIGINAL_DST"));
-        let mut configs = Vec::new();
-        collect_configs(&yaml, &mut configs);
-        let picker = configs
-            .iter()
-            .find_map(|c| c.get("picker").filter(|p| p.is_object()))
-            .unwrap();
         let pool = &picker["pools"][0];
         assert_eq!(pool["peers"]["mode"], "Endpoint");
         // The exported pool lists its members only when asked (`--export-members`).
@@ -520,6 +493,29 @@ mod tests {
         opts.gateway.peers = None;
         let err = format!("{:#}", render(&opts).unwrap_err());
         assert!(err.contains("--peers"), "{err}");
+    }
+
+    /// `opts` rendered for a bare Envoy: the bootstrap's text, the peers cluster of its
+    /// first pool, and the picker's configuration (which the native `gateway` filter's
+    /// holds).
+    fn rendered_peers(opts: &RenderOptions) -> (String, Value, serde_json::Value) {
+        let rendered = render(opts).unwrap();
+        let text = std::fs::read_to_string(&rendered.output).unwrap();
+        let yaml: Value = serde_yaml_ng::from_str(&text).unwrap();
+        let clusters = yaml["static_resources"]["clusters"].as_sequence().unwrap();
+        let peers = clusters
+            .iter()
+            .find(|c| c["name"].as_str() == Some("pool-0-llama-70b-bf16-peers"))
+            .unwrap()
+            .clone();
+        let mut configs = Vec::new();
+        collect_configs(&yaml, &mut configs);
+        let picker = configs
+            .iter()
+            .find_map(|c| c.get("picker").filter(|p| p.is_object()))
+            .unwrap()
+            .clone();
+        (text, peers, picker)
     }
 
     /// Every module configuration (JSON text) inside a rendered bootstrap.

@@ -10,61 +10,20 @@
 //!    (which picks them), around it in Endpoint Mode (which picks none).
 
 use super::*;
-
-/// The simulator's response header naming the replica that served.
-const REPLICA: &str = "x-infergate-replica-addr";
-
-/// One replica runs one sequence at a time, so a few long requests make a queue.
-async fn cluster_pool() -> SimHandle {
-    sim::start(SimConfig {
-        replicas: 2,
-        models: vec![MODEL.into()],
-        engine: EngineConfig {
-            max_num_seqs: 1,
-            ..EngineConfig::default()
-        },
-        ..SimConfig::default()
-    })
-    .await
-    .unwrap()
-}
-
-/// Long requests straight to each of `pool`'s replicas: one runs, `waiting` queue behind.
-fn hog(pool: &SimHandle, waiting: usize) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut hogs = Vec::new();
-    for &addr in pool.addrs() {
-        for i in 0..=waiting {
-            hogs.push(tokio::spawn(async move {
-                let body = json!({"model": MODEL, "stream": true, "max_tokens": 400,
-                    "ignore_eos": true,
-                    "messages": [{"role": "user", "content": format!("hog {i}")}]});
-                let url = format!("http://{addr}/v1/chat/completions");
-                let _ =
-                    infergate_harness::launch::client::post_json_streamed(&url, &body, &[]).await;
-            }));
-        }
-    }
-    hogs
-}
+use crate::clusters::{hog, queueing_pool, turn_body};
+use infergate_harness::sim::REPLICA_ADDR_HEADER;
 
 /// Turn `turn` of conversation `label`, through `base`; the replica that served it.
 async fn send(base: &str, label: &str, turn: usize) -> SocketAddr {
-    let mut messages = vec![json!({"role": "system",
-        "content": format!("{label}: you are helping with a long task. ").repeat(12)})];
-    for t in 0..=turn {
-        messages.push(json!({"role": "user",
-            "content": format!("{label} question {t}: tell me more about step {t}. ").repeat(4)}));
-        if t < turn {
-            messages.push(json!({"role": "assistant", "content": format!("answer {t}")}));
-        }
-    }
-    let body = json!({"model": MODEL, "max_tokens": 1, "messages": messages});
+    let body = turn_body(MODEL, label, turn);
     let resp = post_json(&format!("{base}/v1/chat/completions"), &body, &[])
         .await
         .unwrap();
     assert_eq!(resp.status, 200, "{label} turn {turn}: {}", resp.text());
-    let replica = resp.header(REPLICA).and_then(|a| a.parse().ok());
-    replica.unwrap_or_else(|| panic!("{label} turn {turn}: no {REPLICA} header"))
+    let replica = resp
+        .header(REPLICA_ADDR_HEADER)
+        .and_then(|a| a.parse().ok());
+    replica.unwrap_or_else(|| panic!("{label} turn {turn}: no {REPLICA_ADDR_HEADER} header"))
 }
 
 /// Cluster B's gateway: the seed's pool, exported, rendered for a bare Envoy.
@@ -121,7 +80,7 @@ fn importing_docs(plane: Plane, flavor: Flavor, mode: PeerMode, b: &str, dir: &P
 
 async fn spills(plane: Plane, flavor: Flavor, mode: PeerMode) {
     let label = format!("{plane} {flavor} {mode:?} Mode");
-    let (sim_a, sim_b) = (cluster_pool().await, cluster_pool().await);
+    let (sim_a, sim_b) = (queueing_pool(MODEL).await, queueing_pool(MODEL).await);
     let dir = RunDir::new("cp-clusters").unwrap();
     let gateway_b = exporting_gateway(flavor, mode, &sim_b, dir.path()).await;
     let b = gateway_b.base_url();
@@ -171,7 +130,7 @@ async fn spills(plane: Plane, flavor: Flavor, mode: PeerMode) {
     }
     // 2. A saturated (5 waiting per replica, the default threshold): new conversations
     // are served in B.
-    let hogs = hog(&sim_a, 5);
+    let hogs = hog(&sim_a, MODEL, 5);
     tokio::time::sleep(Duration::from_millis(600)).await;
     let mut spilled = 0;
     for c in 0..16 {

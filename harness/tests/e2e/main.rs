@@ -10,6 +10,8 @@
 //!   printed reason (CI builds the modules first).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "../shared/clusters.rs"]
+mod clusters;
 #[path = "../shared/conversations.rs"]
 mod conversations;
 mod gateway;

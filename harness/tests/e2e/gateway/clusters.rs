@@ -15,13 +15,14 @@
 //!    Endpoint Mode B's replicas still serve until then: B's gateway is gone, but not they.)
 
 use super::tag;
+use crate::clusters::{hog, queueing_pool, turn_body};
 use crate::support::gw::{self, billing_records, Plan};
 use crate::support::objects::{objective, tenant_quota};
 use infergate_cli::config::bootstrap::{PeerMode, Peers};
 use infergate_cli::config::tenancy::Tenancy;
-use infergate_harness::launch::client::{post_json, post_json_streamed};
+use infergate_harness::launch::client::post_json;
 use infergate_harness::launch::{Flavor, PoolSpec, Stack};
-use infergate_harness::sim::{self, EngineConfig, SimConfig, SimHandle, REPLICA_ADDR_HEADER};
+use infergate_harness::sim::{SimHandle, REPLICA_ADDR_HEADER};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -32,40 +33,10 @@ const MODEL: &str = "sim-model";
 const CONVERSATIONS: usize = 64;
 const TURNS: usize = 6;
 
-/// One replica runs one sequence at a time, so a few long requests make a queue.
-async fn simulator() -> SimHandle {
-    sim::start(SimConfig {
-        replicas: 2,
-        models: vec![MODEL.into()],
-        engine: EngineConfig {
-            max_num_seqs: 1,
-            ..EngineConfig::default()
-        },
-        ..SimConfig::default()
-    })
-    .await
-    .unwrap()
-}
-
-/// Turn `turn` of conversation `label`: its whole history so far (each earlier turn's
-/// question and the answer it got), then the new question.
-fn turn_body(label: &str, turn: usize) -> Value {
-    let mut messages = vec![json!({"role": "system",
-        "content": format!("{label}: you are helping with a long task. ").repeat(12)})];
-    for t in 0..=turn {
-        messages.push(json!({"role": "user",
-            "content": format!("{label} question {t}: tell me more about step {t}. ").repeat(4)}));
-        if t < turn {
-            messages.push(json!({"role": "assistant", "content": format!("answer {t}")}));
-        }
-    }
-    json!({"model": MODEL, "max_tokens": 1, "messages": messages})
-}
-
 /// Sends one turn through `gateway`; the replica that served it.
 async fn send(gateway: &str, label: &str, turn: usize) -> Result<SocketAddr, String> {
     let url = format!("{gateway}/v1/chat/completions");
-    let resp = post_json(&url, &turn_body(label, turn), &[])
+    let resp = post_json(&url, &turn_body(MODEL, label, turn), &[])
         .await
         .map_err(|e| e.to_string())?;
     if resp.status != 200 {
@@ -110,25 +81,8 @@ async fn peer_live(gateway: &Stack, peer: SocketAddr, mode: PeerMode) -> bool {
     stats.containing(&key).map(|(_, v)| v).max().unwrap_or(0) < 3
 }
 
-/// Long requests straight to each of A's replicas: one runs, `waiting` queue behind it.
-fn hog(a: &SimHandle, waiting: usize) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut hogs = Vec::new();
-    for &addr in a.addrs() {
-        for i in 0..=waiting {
-            hogs.push(tokio::spawn(async move {
-                let body = json!({"model": MODEL, "stream": true, "max_tokens": 400,
-                    "ignore_eos": true,
-                    "messages": [{"role": "user", "content": format!("hog {i}")}]});
-                let url = format!("http://{addr}/v1/chat/completions");
-                let _ = post_json_streamed(&url, &body, &[]).await;
-            }));
-        }
-    }
-    hogs
-}
-
 async fn two_clusters(flavor: Flavor, workers: u32, mode: PeerMode) {
-    let (sim_a, sim_b) = (simulator().await, simulator().await);
+    let (sim_a, sim_b) = (queueing_pool(MODEL).await, queueing_pool(MODEL).await);
     let mut exported = PoolSpec::all(MODEL);
     exported.export = true;
     exported.export_members = mode == PeerMode::Endpoint;
@@ -172,7 +126,7 @@ async fn two_clusters(flavor: Flavor, workers: u32, mode: PeerMode) {
     println!("{label}: {CONVERSATIONS} × {TURNS} turns, 0 left cluster A");
 
     // 2. A saturated: new conversations spill to B; held ones stay.
-    let hogs = hog(&sim_a, 3);
+    let hogs = hog(&sim_a, MODEL, 3);
     // A few scrape rounds for the queues to show.
     tokio::time::sleep(Duration::from_millis(600)).await;
     let mut spilled = Vec::new();
@@ -308,7 +262,7 @@ fn tenancy(flavor: Flavor, workers: u32, name: &str, key: &str) -> Tenancy {
 /// Both clusters authenticate tenants (Parent Mode). A client of A spills to B: A admits
 /// and bills it as the client's tenant, B as tenant `cluster-a`, the key A presents.
 async fn tenants_on_both_sides(flavor: Flavor, workers: u32) {
-    let (sim_a, sim_b) = (simulator().await, simulator().await);
+    let (sim_a, sim_b) = (queueing_pool(MODEL).await, queueing_pool(MODEL).await);
     let mut exported = PoolSpec::all(MODEL);
     exported.export = true;
     let mut plan_b = Plan::new(vec![exported]);
@@ -333,11 +287,11 @@ async fn tenants_on_both_sides(flavor: Flavor, workers: u32) {
     let label = format!("{} tenants at {workers} worker(s)", tag(flavor));
     let url = format!("{}/v1/chat/completions", gateway_a.picker_url());
     let auth = format!("Bearer {CLIENT_KEY}");
-    let hogs = hog(&sim_a, 3);
+    let hogs = hog(&sim_a, MODEL, 3);
     tokio::time::sleep(Duration::from_millis(600)).await;
     let mut in_b = 0;
     for c in 0..8 {
-        let body = turn_body(&format!("tenant {c}"), 0);
+        let body = turn_body(MODEL, &format!("tenant {c}"), 0);
         let resp = post_json(&url, &body, &[("authorization", auth.as_str())])
             .await
             .unwrap();
@@ -371,7 +325,9 @@ async fn tenants_on_both_sides(flavor: Flavor, workers: u32) {
         at_b.len()
     );
     // A client cannot present A's key to B through A: its own credential is A's business.
-    let resp = post_json(&url, &turn_body("no key", 0), &[]).await.unwrap();
+    let resp = post_json(&url, &turn_body(MODEL, "no key", 0), &[])
+        .await
+        .unwrap();
     assert_eq!(resp.status, 401, "{label}: {}", resp.text());
     println!(
         "{label}: {in_b} of 8 spilled requests served in B; billed at A to tenant-client, at B \
