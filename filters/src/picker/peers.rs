@@ -24,10 +24,13 @@
 //! 2. **Local first.** Any other request is picked here, unless this pool is
 //!    **saturated**: every live candidate with fresh metrics has `queueDepthThreshold`
 //!    requests waiting or `kvCacheUtilThreshold` of its KV cache in use (the utilization
-//!    detector's rule; unknown figures never saturate).
+//!    detector's rule; unknown figures never saturate), or is *full*: it runs its learned
+//!    batch ([`scheduler_core::flow::BatchCapacity`]), counting this gateway's requests in
+//!    flight there. So the pool spills before a new request would wait. A Parent Mode
+//!    peer's figures are means over its cluster: no batch is learned for it.
 //! 3. **Spillover.** In a saturated pool, a new conversation goes to the cheapest peer
 //!    that is *open*: live, with fresh figures below both thresholds (on its published
-//!    means).
+//!    means) and not full.
 //!
 //! When no peer can take it (all dead, stale or saturated), the request stays local: the
 //! local pool's own failure answers apply. The other way round, a request the local pool

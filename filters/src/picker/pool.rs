@@ -12,7 +12,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
-use scheduler_core::flow::FlowControlConfig;
+use scheduler_core::flow::{BatchCapacity, FlowControlConfig};
 use scheduler_core::prefix::PrefixIndex;
 
 use crate::precise::PreciseShared;
@@ -71,6 +71,12 @@ pub(super) struct PoolState {
     pub(super) sample_of: Vec<Option<usize>>,
     /// Per endpoint: the prefix LRU capacity last applied.
     pub(super) capacity: Vec<Option<u32>>,
+    /// Per endpoint: the batch it was seen to run while requests waited (see
+    /// [`BatchCapacity`]); learned only where `learns_batch`.
+    pub(super) batch: Vec<BatchCapacity>,
+    /// Whether the endpoints' figures are their own (not a Parent Mode peers pool, whose
+    /// endpoints are gateways publishing means over a whole cluster's replicas).
+    pub(super) learns_batch: bool,
     /// Per endpoint: the LoRA adapters the pool sent there (see [`super::state::lora`]).
     pub(super) adapters: Vec<AdapterMemory>,
     /// What was last reported (see `super::state::view`): the static endpoints missing
@@ -106,6 +112,8 @@ impl PoolState {
             snapshot: None,
             sample_of: vec![None; n],
             capacity: vec![None; n],
+            batch: vec![BatchCapacity::default(); n],
+            learns_batch: cfg.peer_of.is_none() || cfg.follows_cluster(),
             adapters: (0..n).map(|_| AdapterMemory::default()).collect(),
             reported_missing: None,
             matched_blocks: 0,

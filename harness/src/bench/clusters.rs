@@ -11,7 +11,11 @@
 //! 2. **hotspot, no spillover**: about twice A's capacity, A alone (no peers);
 //! 3. **hotspot, spillover**: the same load, B as A's peer (Parent Mode, or Endpoint Mode
 //!    with `--peer-mode endpoint`), A spilling new conversations once every replica of it
-//!    has `--queue-threshold` requests waiting.
+//!    has `--queue-threshold` requests waiting or runs its learned batch.
+//!
+//! Each arm first sends `--warmup` requests of its own at its rate, unmeasured, so A
+//! has seen its replicas queue and learned their batch (see the picker's spill rule): the
+//! figures are the steady state, not a cold gateway's first second.
 //!
 //! The report is each arm's latency through A's gateway (end to end, p50 / p99, over every
 //! request a client sent A, wherever it was served), the share served in B, the p50 of the
@@ -71,6 +75,9 @@ pub struct ClustersFlags {
     /// The spillover threshold: requests waiting on every replica of A.
     #[arg(long, value_name = "N", default_value_t = 1.0)]
     pub queue_threshold: f64,
+    /// Unmeasured requests before each arm, at its rate (0: measure a cold gateway).
+    #[arg(long, value_name = "N", default_value_t = 48)]
+    pub warmup: u32,
     /// How A reaches B: `parent` (through B's gateway) or `endpoint`
     /// (straight to B's replicas).
     #[arg(
@@ -97,6 +104,8 @@ pub struct ClustersOptions {
     pub hot_rate: f64,
     /// The spillover threshold.
     pub queue_threshold: f64,
+    /// Unmeasured requests before each arm.
+    pub warmup: u32,
     /// How A reaches B.
     pub peer_mode: PeerMode,
 }
@@ -111,6 +120,7 @@ impl ClustersFlags {
             calm_rate: self.calm_rate,
             hot_rate: self.hot_rate,
             queue_threshold: self.queue_threshold,
+            warmup: self.warmup,
             peer_mode: self.peer_mode,
         }
     }
@@ -183,9 +193,11 @@ fn cluster(opts: &ClustersOptions, flavor: Flavor, replicas: u32) -> StackOption
     o
 }
 
-/// Every request a new conversation: one turn, a system prompt of its own.
-fn workload(requests: u32) -> Workload {
+/// Every request a new conversation: one turn, a system prompt of its own (`seed` tells
+/// the warm-up's conversations from the measured ones).
+fn workload(requests: u32, seed: u64) -> Workload {
     Workload {
+        seed,
         conversations: requests,
         turns: 1,
         system_tokens: 1000,
@@ -226,14 +238,19 @@ async fn arm(opts: &ClustersOptions, flavor: Flavor, kind: ArmKind) -> Result<Ar
         ArmKind::Unsaturated => opts.calm_rate,
         ArmKind::NoSpillover | ArmKind::Spillover => opts.hot_rate,
     };
-    let cfg = LoadConfig {
-        workload: workload(opts.requests),
+    let load = |requests: u32, seed: u64| LoadConfig {
+        workload: workload(requests, seed),
         concurrency: 512,
         rate: Some(rate),
         ..LoadConfig::default()
     };
     let target = Target::parse(&gateway_a.picker_url(), crate::load::Assign::Sticky)?;
-    let report = run_target(&cfg, &target, 1).await?;
+    // A replica's batch is learned from its first queue: measure after it (the arm's own
+    // load, every request finished before the measured ones start).
+    if opts.warmup > 0 {
+        run_target(&load(opts.warmup, 2), &target, 1).await?;
+    }
+    let report = run_target(&load(opts.requests, 1), &target, 1).await?;
     Ok(figures(kind, &report.records))
 }
 
@@ -287,10 +304,11 @@ fn ms(s: f64) -> String {
 pub async fn run(opts: &ClustersOptions) -> Result<(String, bool)> {
     let mut out = format!(
         "a hotspot on cluster A ({REPLICAS_A} replicas x {SEQS_PER_REPLICA} sequences), cluster B \
-         ({REPLICAS_B} replicas) its peer; {} new conversations per arm through A's gateway at \
-         {} / {} requests/s, spillover at {} waiting per replica ({:?} Mode), {} Envoy \
-         worker(s)\n",
+         ({REPLICAS_B} replicas) its peer; {} new conversations per arm through A's gateway \
+         (after {} unmeasured) at {} / {} requests/s, spillover at {} waiting per replica or a \
+         full batch ({:?} Mode), {} Envoy worker(s)\n",
         opts.requests,
+        opts.warmup,
         opts.calm_rate,
         opts.hot_rate,
         opts.queue_threshold,

@@ -31,7 +31,7 @@ pub use config::{
 };
 pub use eviction::{Need, VictimKey, Victims, EVICTED_BY_PRIORITY};
 pub use queues::{Arrival, Dispatched, FlowQueues, QueueKey, Refusal, Removed};
-pub use saturation::{all_saturated, InFlightLoad};
+pub use saturation::{all_saturated, BatchCapacity, InFlightLoad};
 
 // Tests may panic on a broken fixture: that is how a test fails.
 #[cfg(test)]

@@ -71,3 +71,44 @@ pub fn all_saturated(
     }
     any
 }
+
+/// What one endpoint's scrapes taught about its batch: the most requests it ran while
+/// others waited. An engine that makes requests wait is running all it can (its
+/// `max_num_seqs`, or what its KV cache or token budget allows), and no engine publishes
+/// that limit, so it is learned. A queue counts only when two snapshots in a row show it
+/// (a request that arrived between two engine steps waits for one step, and is no sign
+/// of a full batch), and only with at least one request running.
+///
+/// An endpoint is **full** when its occupancy (the larger of its scraped running plus
+/// waiting and the requests this proxy has in flight there, which are current where the
+/// scrape is not) reaches what it was seen to run: one more request would wait.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BatchCapacity {
+    /// The most requests seen running while requests waited (`None`: never seen).
+    learned: Option<u32>,
+    /// Whether the previous snapshot showed requests waiting.
+    queued: bool,
+}
+
+impl BatchCapacity {
+    /// Learn from one snapshot's figures (`None`: unknown, which also ends a queue run).
+    pub fn observe(&mut self, waiting: Option<u32>, running: Option<u32>) {
+        let queued = waiting.is_some_and(|w| w > 0);
+        if let (true, true, Some(running)) = (queued, self.queued, running.filter(|&r| r > 0)) {
+            self.learned = Some(self.learned.map_or(running, |seen| seen.max(running)));
+        }
+        self.queued = queued;
+    }
+
+    /// The learned capacity, if any.
+    pub fn learned(&self) -> Option<u32> {
+        self.learned
+    }
+
+    /// Whether an endpoint with `running` and `waiting` scraped and `in_flight` of this
+    /// proxy's requests there is full (never, before a capacity is learned).
+    pub fn is_full(&self, running: u32, waiting: u32, in_flight: u32) -> bool {
+        let occupancy = running.saturating_add(waiting).max(in_flight);
+        self.learned.is_some_and(|capacity| occupancy >= capacity)
+    }
+}

@@ -18,6 +18,7 @@
 
 use std::collections::HashMap;
 
+use scheduler_core::flow::BatchCapacity;
 use scheduler_core::snapshot::{ClusterMembers, Health};
 
 use crate::picker::lease::{PoolLoad, SlotKeys};
@@ -140,6 +141,9 @@ fn remove(state: &mut PoolState, slot: usize) {
     if let Some(c) = state.capacity.get_mut(slot) {
         *c = None;
     }
+    if let Some(b) = state.batch.get_mut(slot) {
+        *b = BatchCapacity::default();
+    }
 }
 
 /// `address` joins the pool with `health`: in a removed member's idle slot, else a new
@@ -170,6 +174,9 @@ fn join(state: &mut PoolState, load: &PoolLoad, address: &str, health: Health) -
             if let Some(c) = state.capacity.get_mut(slot) {
                 *c = None;
             }
+            if let Some(b) = state.batch.get_mut(slot) {
+                *b = BatchCapacity::default();
+            }
             if let Some(m) = state.adapters.get_mut(slot) {
                 *m = AdapterMemory::default();
             }
@@ -186,6 +193,7 @@ fn join(state: &mut PoolState, load: &PoolLoad, address: &str, health: Health) -
             state.roles.push(role);
             state.sample_of.push(None);
             state.capacity.push(None);
+            state.batch.push(BatchCapacity::default());
             state.adapters.push(AdapterMemory::default());
             true
         }

@@ -2,12 +2,13 @@
 //! pool, or the pool of its peer gateways. Each pool is looked at under its own lock, one
 //! after the other (no lock across pools), then the chosen pool picks as always.
 
-use scheduler_core::flow::{all_saturated, UtilizationThresholds};
+use scheduler_core::flow::UtilizationThresholds;
 use scheduler_core::scheduling::candidates::{classify, EndpointClass};
 use scheduler_core::types::{BlockHash, Millis};
 
 use super::view::record_of;
 use super::{members, PickRequest, Picked, PickerShared, Rejection};
+use crate::picker::lease::PoolLoad;
 use crate::picker::plan::PoolPlan;
 use crate::picker::pool::PoolState;
 
@@ -16,9 +17,10 @@ use crate::picker::pool::PoolState;
 struct ClusterView {
     /// The most leading prompt blocks any live candidate holds (this gateway's record).
     held: usize,
-    /// Every live candidate with fresh figures is at a threshold (an unknown one never is).
+    /// Every live candidate with fresh figures is at a threshold or full (an unknown one
+    /// never is).
     saturated: bool,
-    /// The live candidates with fresh figures below both thresholds.
+    /// The live candidates with fresh figures below both thresholds and not full.
     open: Vec<String>,
 }
 
@@ -86,7 +88,7 @@ impl PickerShared {
         };
         let mut guard = pool.lock();
         self.sync(plan.id, &mut guard);
-        view_of(&guard, hashes, spill, now)
+        view_of(&guard, &pool.load, hashes, spill, now)
     }
 }
 
@@ -97,16 +99,19 @@ fn holds(held: usize, blocks: usize) -> bool {
     held > 0 && held * 2 >= blocks
 }
 
-/// The view of one pool's state (module doc).
+/// The view of one pool's state and in-flight load (module doc).
 fn view_of(
     state: &PoolState,
+    load: &PoolLoad,
     hashes: &[BlockHash],
     spill: &UtilizationThresholds,
     now: Millis,
 ) -> ClusterView {
     let samples = state.snapshot.as_deref().map(|s| s.endpoints.as_slice());
     let mut view = ClusterView::default();
-    let mut figures = Vec::new();
+    // An empty pool is not saturated; one candidate below the thresholds makes it not.
+    let mut any = false;
+    let mut below = false;
     for slot in (0..state.endpoints.len()).filter(|&i| members::candidate(state, i)) {
         let record = record_of(samples, state.sample_of.get(slot).copied().flatten());
         let class = classify(record, &state.rules, now);
@@ -117,19 +122,29 @@ fn view_of(
         if state.precise.is_none() && !hashes.is_empty() {
             view.held = view.held.max(state.prefix.match_endpoint(address, hashes));
         }
+        any = true;
         // Unknown figures count as below every threshold (as the utilization detector
         // reads them), but only fresh ones open a peer.
         let EndpointClass::Fresh(metrics) = class else {
-            figures.push((f64::NAN, f64::NAN));
+            below = true;
             continue;
         };
-        let waiting = metrics.waiting.map_or(f64::NAN, f64::from);
-        let kv = metrics.kv_cache_usage.unwrap_or(f64::NAN);
-        figures.push((waiting, kv));
-        if !spill.endpoint_saturated(waiting, kv) {
+        let waiting = metrics.waiting.unwrap_or(0);
+        let running = metrics.running.unwrap_or(0);
+        let in_flight = load.get(slot).map_or(0, |l| l.requests);
+        let full = state
+            .batch
+            .get(slot)
+            .is_some_and(|b| b.is_full(running, waiting, in_flight));
+        let at_threshold = spill.endpoint_saturated(
+            metrics.waiting.map_or(f64::NAN, f64::from),
+            metrics.kv_cache_usage.unwrap_or(f64::NAN),
+        );
+        if !full && !at_threshold {
+            below = true;
             view.open.push(address.clone());
         }
     }
-    view.saturated = all_saturated(spill, figures);
+    view.saturated = any && !below;
     view
 }

@@ -57,6 +57,12 @@ pub(super) fn reindex(
         let metrics = found
             .and_then(|f| samples.get(f))
             .and_then(|s| s.metrics.as_ref());
+        if let (true, Some(batch)) = (state.learns_batch, state.batch.get_mut(i)) {
+            batch.observe(
+                metrics.and_then(|m| m.waiting),
+                metrics.and_then(|m| m.running),
+            );
+        }
         let cap = state.scheduler.lru_capacity_for(metrics);
         if let Some(applied) = state.capacity.get_mut(i) {
             if *applied != Some(cap) {

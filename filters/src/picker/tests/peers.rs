@@ -200,6 +200,83 @@ fn endpoint_mode_spills_straight_to_a_published_member() {
     assert_eq!(host.header(PEER_ROUTE), None);
 }
 
+/// Endpoints at `waiting` and `running` each, with `kv` of their cache in use.
+fn busy(waiting: u32, running: u32) -> scheduler_core::metrics::EndpointMetrics {
+    scheduler_core::metrics::EndpointMetrics {
+        running: Some(running),
+        ..metrics(waiting, 0.3)
+    }
+}
+
+/// A snapshot with the local endpoints at `local` (waiting, running) and the peers at
+/// `peers`, taken `version` ms after a first one (every scrape round is new content).
+fn loads(version: u64, local: (u32, u32), peers: (u32, u32)) -> FakeHost {
+    let list = [
+        (A, busy(local.0, local.1)),
+        (B, busy(local.0, local.1)),
+        (P1, busy(peers.0, peers.1)),
+        (P2, busy(peers.0, peers.1)),
+    ];
+    FakeHost::new().snapshot(version, snapshot(NOW - 100 + version, &list))
+}
+
+/// A replica seen running 2 while requests waited (two snapshots in a row) is full at 2:
+/// the pool spills once both are, well before the queue threshold (5), counting the
+/// requests this gateway has in flight there since the last scrape.
+#[test]
+fn a_pool_whose_replicas_run_all_they_can_spills_before_anything_waits() {
+    let mut s = with_peers();
+    // One snapshot with a queue teaches nothing: a request below the threshold stays here.
+    let (to, _, _) = send(&mut s, &loads(1, (1, 2), (0, 0)), &conversation(0));
+    assert!(to == A || to == B, "{to}");
+    // The queue again: the capacity is 2, and 3 is over it.
+    let (to, host, _) = send(&mut s, &loads(2, (1, 2), (0, 0)), &conversation(1));
+    assert!(to == P1 || to == P2, "{to}");
+    assert_eq!(host.header(PEER_ROUTE), Some("peers-p"));
+    // One running on each: room, until this gateway's own requests fill both.
+    let calm = loads(3, (0, 1), (0, 0));
+    let mut held = Vec::new();
+    let spilled = loop {
+        let (to, _, req) = send(&mut s, &calm, &conversation(10 + held.len() as u32));
+        held.push(req);
+        if to == P1 || to == P2 {
+            break held.len();
+        }
+        assert!(held.len() < 8, "never spilled");
+    };
+    let in_flight = |e: &str| s.inflight(PoolId(0), e).map_or(0, |l| l.requests);
+    assert!(spilled >= 3, "spilled after {spilled}");
+    assert!(
+        in_flight(A) >= 2 && in_flight(B) >= 2,
+        "{} {}",
+        in_flight(A),
+        in_flight(B)
+    );
+    // Once they finish, the pool has room again.
+    for req in held.iter_mut() {
+        req.on_end(&mut s);
+    }
+    let (to, _, _) = send(&mut s, &calm, &conversation(30));
+    assert!(to == A || to == B, "{to}");
+}
+
+/// A Parent Mode peer is a gateway publishing means over its cluster: what this gateway
+/// has in flight there is spread over many replicas, so no batch is learned from it.
+#[test]
+fn a_peer_gateway_is_never_full_by_a_learned_batch() {
+    let mut s = with_peers();
+    let mut held = Vec::new();
+    for (n, version) in [1, 2, 3, 4, 5, 6].into_iter().enumerate() {
+        let (to, _, req) = send(
+            &mut s,
+            &loads(version, (6, 2), (1, 2)),
+            &conversation(n as u32),
+        );
+        assert!(to == P1 || to == P2, "request {n} went to {to}");
+        held.push(req);
+    }
+}
+
 #[test]
 fn a_conversation_a_peer_holds_goes_back_there_and_others_stay_here() {
     let mut s = with_peers();

@@ -1,7 +1,7 @@
 //! The saturation detectors.
 
 use crate::flow::config::{ConcurrencyMode, Detector, UtilizationThresholds};
-use crate::flow::saturation::{all_saturated, InFlightLoad};
+use crate::flow::saturation::{all_saturated, BatchCapacity, InFlightLoad};
 
 #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
 use wasm_bindgen_test::wasm_bindgen_test as test;
@@ -54,4 +54,47 @@ fn utilization_detector_is_saturated_only_when_every_endpoint_reaches_a_threshol
     let d = Detector::Utilization(t);
     assert!(d.reads_snapshot());
     assert!(!d.saturated_by_load(load(u64::MAX, u64::MAX)));
+}
+
+#[test]
+fn a_batch_capacity_is_learned_from_a_queue_two_snapshots_long() {
+    let mut b = BatchCapacity::default();
+    // Nothing learned: nothing is ever full.
+    assert!(!b.is_full(u32::MAX, u32::MAX, u32::MAX));
+    // One snapshot with a queue is a request between two engine steps.
+    b.observe(Some(1), Some(1));
+    b.observe(Some(0), Some(2));
+    assert_eq!(b.learned(), None);
+    // A queue with nothing running (an engine starting) teaches nothing.
+    b.observe(Some(3), Some(0));
+    b.observe(Some(3), Some(0));
+    assert_eq!(b.learned(), None);
+    b.observe(Some(0), Some(1));
+    // Unknown figures end a run.
+    b.observe(Some(2), Some(2));
+    b.observe(None, None);
+    b.observe(Some(2), Some(2));
+    assert_eq!(b.learned(), None);
+    // A queue seen twice: what ran then is the capacity.
+    b.observe(Some(2), Some(2));
+    assert_eq!(b.learned(), Some(2));
+    // It only grows.
+    b.observe(Some(1), Some(1));
+    assert_eq!(b.learned(), Some(2));
+    b.observe(Some(1), Some(4));
+    assert_eq!(b.learned(), Some(4));
+}
+
+#[test]
+fn an_endpoint_is_full_when_its_scrape_or_this_proxys_load_reaches_its_capacity() {
+    let mut b = BatchCapacity::default();
+    b.observe(Some(1), Some(2));
+    b.observe(Some(1), Some(2));
+    assert!(!b.is_full(1, 0, 0));
+    assert!(!b.is_full(0, 0, 1));
+    assert!(b.is_full(2, 0, 0));
+    assert!(b.is_full(1, 1, 0));
+    // This proxy's requests since the scrape count.
+    assert!(b.is_full(0, 0, 2));
+    assert!(b.is_full(u32::MAX, u32::MAX, 0));
 }
