@@ -196,16 +196,21 @@ impl PeersConfig {
 }
 
 /// The cluster-level scheduling used when `peers` sets no `eppConfig`: a peer that holds
-/// the prompt's prefix first (weight 3), then the shorter mean queue and the emptier mean
-/// KV cache (weight 1 each), max-score pick. As llm-d's multi-cluster scorers, with the
-/// prefix recorded where this gateway sent each prompt.
+/// the prompt's prefix first (weight 3), then the shorter mean queue, the emptier mean KV
+/// cache and the fewest of this gateway's requests in flight there (weight 1 each),
+/// max-score pick. As llm-d's multi-cluster scorers, with the prefix recorded where this
+/// gateway sent each prompt. The in-flight count is current where the scraped figures are
+/// up to a scrape old: without it, the requests of one scrape interval all go to the same
+/// emptiest peer (in Endpoint Mode, one replica, whose batch they overflow).
 pub fn default_peers_epp_config() -> Value {
     serde_json::json!({
         "plugins": [
             {"type": "approx-prefix-cache-producer"},
+            {"type": "inflight-load-producer"},
             {"type": "prefix-cache-scorer"},
             {"type": "queue-scorer"},
             {"type": "kv-cache-utilization-scorer"},
+            {"type": "inflight-load-scorer"},
             {"type": "max-score-picker"}
         ],
         "schedulingProfiles": [{
@@ -214,6 +219,7 @@ pub fn default_peers_epp_config() -> Value {
                 {"pluginRef": "prefix-cache-scorer", "weight": 3},
                 {"pluginRef": "queue-scorer", "weight": 1},
                 {"pluginRef": "kv-cache-utilization-scorer", "weight": 1},
+                {"pluginRef": "inflight-load-scorer", "weight": 1},
                 {"pluginRef": "max-score-picker"}
             ]
         }]

@@ -200,6 +200,45 @@ fn endpoint_mode_spills_straight_to_a_published_member() {
     assert_eq!(host.header(PEER_ROUTE), None);
 }
 
+/// Endpoint Mode: the requests of one scrape interval spread over the peers' replicas by
+/// this gateway's in-flight count, rather than all going to the emptiest by the scrape.
+#[test]
+fn endpoint_mode_spreads_spills_by_this_gateways_requests_in_flight() {
+    const E1: &str = "10.1.5.1:8000";
+    const E2: &str = "10.1.5.2:8000";
+    let mut s = shared(pool(
+        &[A, B],
+        json!({"peers": {"cluster": "peers-p", "endpoints": [P1], "mode": "Endpoint"}}),
+    ));
+    let mut snap = decode(&snapshot(
+        NOW,
+        &[
+            (A, metrics(6, 0.3)),
+            (B, metrics(6, 0.3)),
+            (E1, metrics(0, 0.1)),
+            (E2, metrics(0, 0.2)),
+        ],
+    ))
+    .unwrap();
+    snap.clusters = vec![ClusterMembers {
+        cluster: "peers-p".into(),
+        members: [E1, E2]
+            .map(|address| Member {
+                address: address.to_owned(),
+                health: Health::Healthy,
+            })
+            .to_vec(),
+    }];
+    let base = FakeHost::new().snapshot(1, encode(&snap));
+    let (first, _, _one) = send(&mut s, &base, &conversation(0));
+    let (second, _, _two) = send(&mut s, &base, &conversation(1));
+    assert_eq!(first, E1, "the emptier cache first");
+    assert_eq!(
+        second, E2,
+        "then the replica with none of this gateway's requests"
+    );
+}
+
 /// Endpoints at `waiting` and `running` each, with `kv` of their cache in use.
 fn busy(waiting: u32, running: u32) -> scheduler_core::metrics::EndpointMetrics {
     scheduler_core::metrics::EndpointMetrics {
