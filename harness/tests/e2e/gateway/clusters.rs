@@ -9,7 +9,9 @@
 //!    sent straight to them), new conversations go to B; conversations A already holds
 //!    stay in A.
 //! 3. **Affinity back.** Once A has room again, the spilled conversations' next turns still
-//!    go to B: a conversation stays in the cluster that served its first turn.
+//!    go to B: a conversation stays in the cluster that served its first turn. And A,
+//!    having seen its replicas queue, knows their batch: running it with nothing waiting,
+//!    it spills a new conversation before that one would wait.
 //! 4. **Peer failure.** Killing B's gateway drops it from A's candidates within 2 s; from
 //!    then on the spilled conversations are served in A, with no client error. (In
 //!    Endpoint Mode B's replicas still serve until then: B's gateway is gone, but not they.)
@@ -172,6 +174,22 @@ async fn two_clusters(flavor: Flavor, workers: u32, mode: PeerMode) {
         'A',
         "{label}: A has room again"
     );
+
+    // 3b. The queues of step 2 taught A its replicas' batch (one sequence each): running
+    // it with nothing waiting (far below the queue threshold), they are full, and a new
+    // conversation spills before it would wait.
+    let hogs = hog(&sim_a, MODEL, 0);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let before_a_queue = send(&a_url, "full, not queued", 0).await.unwrap();
+    assert_eq!(
+        cluster_of(&sim_a, &sim_b, before_a_queue),
+        'B',
+        "{label}: A's replicas ran their batch and a new conversation stayed"
+    );
+    for h in hogs {
+        h.abort();
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
 
     // Parent Mode sent the spilled turns through B's gateway, which picked them; Endpoint
     // Mode straight to B's replicas, so B's gateway picked nothing.
