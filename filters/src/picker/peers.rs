@@ -9,8 +9,8 @@
 //! at each peer's export page (`GET /infergate/pools/<pool>/metrics`, the pool's mean
 //! queue and KV-cache use), so a peer that stops answering is dead after
 //! `maxConsecutiveFailures` scrapes and a peer with stale figures is no candidate. It has a
-//! scheduler of its own (cluster-level scorers in llm-d's shape: prefix, queue, KV-cache),
-//! its own prefix index and in-flight load.
+//! scheduler of its own (cluster-level scorers in llm-d's shape: prefix, queue, KV-cache,
+//! and this gateway's in-flight load), its own prefix index and in-flight load.
 //!
 //! For each request of the pool that did not come from a peer ([`crate::headers::PEER_HOP`])
 //! and carries no subset hint (`crate::picker::state` applies the rule):

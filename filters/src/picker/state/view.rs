@@ -54,11 +54,13 @@ pub(super) fn reindex(
         if found.is_none() && !state.follows {
             missing.push(i);
         }
-        let metrics = found
-            .and_then(|f| samples.get(f))
-            .and_then(|s| s.metrics.as_ref());
-        if let (true, Some(batch)) = (state.learns_batch, state.batch.get_mut(i)) {
+        let sample = found.and_then(|f| samples.get(f));
+        let metrics = sample.and_then(|s| s.metrics.as_ref());
+        if let (true, Some(sample), Some(batch)) =
+            (state.learns_batch, sample, state.batch.get_mut(i))
+        {
             batch.observe(
+                sample.scraped_at,
                 metrics.and_then(|m| m.waiting),
                 metrics.and_then(|m| m.running),
             );

@@ -239,7 +239,7 @@ fn endpoint_mode_spreads_spills_by_this_gateways_requests_in_flight() {
     );
 }
 
-/// Endpoints at `waiting` and `running` each, with `kv` of their cache in use.
+/// An endpoint's figures: `waiting` and `running` requests, 30% of its KV cache in use.
 fn busy(waiting: u32, running: u32) -> scheduler_core::metrics::EndpointMetrics {
     scheduler_core::metrics::EndpointMetrics {
         running: Some(running),
@@ -284,7 +284,8 @@ fn a_pool_whose_replicas_run_all_they_can_spills_before_anything_waits() {
         assert!(held.len() < 8, "never spilled");
     };
     let in_flight = |e: &str| s.inflight(PoolId(0), e).map_or(0, |l| l.requests);
-    assert!(spilled >= 3, "spilled after {spilled}");
+    // Each replica (1 running by the scrape) takes 2 of this gateway's requests first.
+    assert!(spilled >= 5, "spilled as request {spilled}");
     assert!(
         in_flight(A) >= 2 && in_flight(B) >= 2,
         "{} {}",
