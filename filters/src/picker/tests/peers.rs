@@ -300,6 +300,55 @@ fn a_pool_whose_replicas_run_all_they_can_spills_before_anything_waits() {
     assert!(to == A || to == B, "{to}");
 }
 
+/// Endpoint Mode: a peer replica running its learned batch is not open, however good its
+/// other figures look; the spill goes to one with room.
+#[test]
+fn endpoint_mode_spills_to_no_full_replica() {
+    const E1: &str = "10.1.5.1:8000";
+    const E2: &str = "10.1.5.2:8000";
+    let mut s = shared(pool(
+        &[A, B],
+        json!({"peers": {"cluster": "peers-p", "endpoints": [P1], "mode": "Endpoint"}}),
+    ));
+    let at = |waiting: u32, running: u32, kv: f64| scheduler_core::metrics::EndpointMetrics {
+        running: Some(running),
+        ..metrics(waiting, kv)
+    };
+    // E1: the emptier cache, and seen queueing at 2 running; E2: nothing learned.
+    let published = |version: u64, local_waiting: u32, e1: (u32, u32)| {
+        let mut snap = decode(&snapshot(
+            NOW - 100 + version,
+            &[
+                (A, metrics(local_waiting, 0.3)),
+                (B, metrics(local_waiting, 0.3)),
+                (E1, at(e1.0, e1.1, 0.1)),
+                (E2, at(0, 0, 0.5)),
+            ],
+        ))
+        .unwrap();
+        snap.clusters = vec![ClusterMembers {
+            cluster: "peers-p".into(),
+            members: [E1, E2]
+                .map(|address| Member {
+                    address: address.to_owned(),
+                    health: Health::Healthy,
+                })
+                .to_vec(),
+        }];
+        FakeHost::new().snapshot(version, encode(&snap))
+    };
+    for version in [1, 2] {
+        let (to, _, _) = send(&mut s, &published(version, 0, (1, 2)), &conversation(0));
+        assert!(to == A || to == B, "{to}");
+    }
+    // A saturated; E1 runs its batch with nothing waiting: the spill goes to E2.
+    let (to, _, _) = send(&mut s, &published(3, 6, (0, 2)), &conversation(1));
+    assert_eq!(to, E2);
+    // With room on E1 again, it is the better replica.
+    let (to, _, _) = send(&mut s, &published(4, 6, (0, 1)), &conversation(2));
+    assert_eq!(to, E1);
+}
+
 /// A Parent Mode peer is a gateway publishing means over its cluster: what this gateway
 /// has in flight there is spread over many replicas, so no batch is learned from it.
 #[test]
