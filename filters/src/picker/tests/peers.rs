@@ -4,7 +4,8 @@
 
 use super::*;
 use crate::headers::{MAX_RETRIES, PEER_HOP, PEER_ROUTE};
-use scheduler_core::snapshot::{decode, ClusterMembers, Health, Member};
+use scheduler_core::metrics::EndpointMetrics;
+use scheduler_core::snapshot::{decode, ClusterMembers, Health, Member, Snapshot};
 
 /// Two peer gateways.
 const P1: &str = "10.1.0.1:9000";
@@ -46,6 +47,41 @@ fn send(s: &mut PickerShared, base: &FakeHost, content: &str) -> (String, FakeHo
 
 fn conversation(n: u32) -> String {
     format!("conversation {n}: a long shared system prompt. ").repeat(40)
+}
+
+/// Two replicas of the peer cluster, as its gateway publishes them (Endpoint Mode).
+const E1: &str = "10.1.5.1:8000";
+const E2: &str = "10.1.5.2:8000";
+
+/// A pool whose peer (gateway P1) is reached in Endpoint Mode.
+fn endpoint_mode() -> PickerShared {
+    shared(pool(
+        &[A, B],
+        json!({"peers": {"cluster": "peers-p", "endpoints": [P1], "mode": "Endpoint"}}),
+    ))
+}
+
+/// A snapshot of `list` scraped at `at`, with E1 and E2 the members of the peers cluster.
+fn published(at: u64, list: &[(&str, EndpointMetrics)]) -> Snapshot {
+    let mut snap = decode(&snapshot(at, list)).unwrap();
+    snap.clusters = vec![ClusterMembers {
+        cluster: "peers-p".into(),
+        members: [E1, E2]
+            .map(|address| Member {
+                address: address.to_owned(),
+                health: Health::Healthy,
+            })
+            .to_vec(),
+    }];
+    snap
+}
+
+/// An endpoint's figures: `waiting` and `running` requests, `kv` of its KV cache in use.
+fn busy(waiting: u32, running: u32, kv: f64) -> EndpointMetrics {
+    EndpointMetrics {
+        running: Some(running),
+        ..metrics(waiting, kv)
+    }
 }
 
 #[test]
@@ -144,13 +180,8 @@ fn a_peer_pick_carries_this_gateways_key() {
 /// peers cluster routes on one address) and no loopback.
 #[test]
 fn endpoint_mode_spills_straight_to_a_published_member() {
-    const E1: &str = "10.1.5.1:8000";
-    const E2: &str = "10.1.5.2:8000";
-    let mut s = shared(pool(
-        &[A, B],
-        json!({"peers": {"cluster": "peers-p", "endpoints": [P1], "mode": "Endpoint"}}),
-    ));
-    let mut snap = decode(&snapshot(
+    let mut s = endpoint_mode();
+    let mut snap = published(
         NOW,
         &[
             (A, metrics(6, 0.3)),
@@ -158,16 +189,7 @@ fn endpoint_mode_spills_straight_to_a_published_member() {
             (E1, metrics(3, 0.2)),
             (E2, metrics(0, 0.2)),
         ],
-    ))
-    .unwrap();
-    let member = |address: &str| Member {
-        address: address.to_owned(),
-        health: Health::Healthy,
-    };
-    snap.clusters = vec![ClusterMembers {
-        cluster: "peers-p".into(),
-        members: vec![member(E1), member(E2)],
-    }];
+    );
     let base = FakeHost::new().snapshot(1, encode(&snap));
     let (to, host, _req) = send(&mut s, &base, &conversation(0));
     assert_eq!(to, E2);
@@ -204,13 +226,8 @@ fn endpoint_mode_spills_straight_to_a_published_member() {
 /// this gateway's in-flight count, rather than all going to the emptiest by the scrape.
 #[test]
 fn endpoint_mode_spreads_spills_by_this_gateways_requests_in_flight() {
-    const E1: &str = "10.1.5.1:8000";
-    const E2: &str = "10.1.5.2:8000";
-    let mut s = shared(pool(
-        &[A, B],
-        json!({"peers": {"cluster": "peers-p", "endpoints": [P1], "mode": "Endpoint"}}),
-    ));
-    let mut snap = decode(&snapshot(
+    let mut s = endpoint_mode();
+    let snap = published(
         NOW,
         &[
             (A, metrics(6, 0.3)),
@@ -218,17 +235,7 @@ fn endpoint_mode_spreads_spills_by_this_gateways_requests_in_flight() {
             (E1, metrics(0, 0.1)),
             (E2, metrics(0, 0.2)),
         ],
-    ))
-    .unwrap();
-    snap.clusters = vec![ClusterMembers {
-        cluster: "peers-p".into(),
-        members: [E1, E2]
-            .map(|address| Member {
-                address: address.to_owned(),
-                health: Health::Healthy,
-            })
-            .to_vec(),
-    }];
+    );
     let base = FakeHost::new().snapshot(1, encode(&snap));
     let (first, _, _one) = send(&mut s, &base, &conversation(0));
     let (second, _, _two) = send(&mut s, &base, &conversation(1));
@@ -239,22 +246,14 @@ fn endpoint_mode_spreads_spills_by_this_gateways_requests_in_flight() {
     );
 }
 
-/// An endpoint's figures: `waiting` and `running` requests, 30% of its KV cache in use.
-fn busy(waiting: u32, running: u32) -> scheduler_core::metrics::EndpointMetrics {
-    scheduler_core::metrics::EndpointMetrics {
-        running: Some(running),
-        ..metrics(waiting, 0.3)
-    }
-}
-
 /// A snapshot with the local endpoints at `local` (waiting, running) and the peers at
 /// `peers`, taken `version` ms after a first one (every scrape round is new content).
 fn loads(version: u64, local: (u32, u32), peers: (u32, u32)) -> FakeHost {
     let list = [
-        (A, busy(local.0, local.1)),
-        (B, busy(local.0, local.1)),
-        (P1, busy(peers.0, peers.1)),
-        (P2, busy(peers.0, peers.1)),
+        (A, busy(local.0, local.1, 0.3)),
+        (B, busy(local.0, local.1, 0.3)),
+        (P1, busy(peers.0, peers.1, 0.3)),
+        (P2, busy(peers.0, peers.1, 0.3)),
     ];
     FakeHost::new().snapshot(version, snapshot(NOW - 100 + version, &list))
 }
@@ -304,48 +303,29 @@ fn a_pool_whose_replicas_run_all_they_can_spills_before_anything_waits() {
 /// other figures look; the spill goes to one with room.
 #[test]
 fn endpoint_mode_spills_to_no_full_replica() {
-    const E1: &str = "10.1.5.1:8000";
-    const E2: &str = "10.1.5.2:8000";
-    let mut s = shared(pool(
-        &[A, B],
-        json!({"peers": {"cluster": "peers-p", "endpoints": [P1], "mode": "Endpoint"}}),
-    ));
-    let at = |waiting: u32, running: u32, kv: f64| scheduler_core::metrics::EndpointMetrics {
-        running: Some(running),
-        ..metrics(waiting, kv)
-    };
+    let mut s = endpoint_mode();
     // E1: the emptier cache, and seen queueing at 2 running; E2: nothing learned.
-    let published = |version: u64, local_waiting: u32, e1: (u32, u32)| {
-        let mut snap = decode(&snapshot(
+    let round = |version: u64, local_waiting: u32, e1: (u32, u32)| {
+        let snap = published(
             NOW - 100 + version,
             &[
                 (A, metrics(local_waiting, 0.3)),
                 (B, metrics(local_waiting, 0.3)),
-                (E1, at(e1.0, e1.1, 0.1)),
-                (E2, at(0, 0, 0.5)),
+                (E1, busy(e1.0, e1.1, 0.1)),
+                (E2, busy(0, 0, 0.5)),
             ],
-        ))
-        .unwrap();
-        snap.clusters = vec![ClusterMembers {
-            cluster: "peers-p".into(),
-            members: [E1, E2]
-                .map(|address| Member {
-                    address: address.to_owned(),
-                    health: Health::Healthy,
-                })
-                .to_vec(),
-        }];
+        );
         FakeHost::new().snapshot(version, encode(&snap))
     };
     for version in [1, 2] {
-        let (to, _, _) = send(&mut s, &published(version, 0, (1, 2)), &conversation(0));
+        let (to, _, _) = send(&mut s, &round(version, 0, (1, 2)), &conversation(0));
         assert!(to == A || to == B, "{to}");
     }
     // A saturated; E1 runs its batch with nothing waiting: the spill goes to E2.
-    let (to, _, _) = send(&mut s, &published(3, 6, (0, 2)), &conversation(1));
+    let (to, _, _) = send(&mut s, &round(3, 6, (0, 2)), &conversation(1));
     assert_eq!(to, E2);
     // With room on E1 again, it is the better replica.
-    let (to, _, _) = send(&mut s, &published(4, 6, (0, 1)), &conversation(2));
+    let (to, _, _) = send(&mut s, &round(4, 6, (0, 1)), &conversation(2));
     assert_eq!(to, E1);
 }
 
