@@ -30,8 +30,10 @@ use crate::stats::StatsRegistry;
 
 /// What one filter config lends the host of every stream.
 pub struct HostConfig {
-    /// Counter ids defined on the filter config.
+    /// The metrics defined on the filter config, and their moves not yet flushed.
     pub stats: StatsRegistry,
+    /// The config's place in the flush ticker's list (`None`: stats go to Envoy at once).
+    pub flush: Option<crate::flush::FlushTicks>,
 }
 
 /// Which hook a [`StreamHost`] is serving, for the capabilities valid in only some.
@@ -404,12 +406,18 @@ impl Stats for StreamHost {
         if delta == 0 {
             return;
         }
-        if let Some((id, labels)) = self.config.stats.resolve(StatKind::Counter, key) {
+        let stats = &self.config.stats;
+        if stats.buffered() {
+            stats.counter_add(key, delta);
+        } else if let Some((id, labels)) = stats.resolve(StatKind::Counter, key) {
             self.envoy.increment_counter(id, &labels, delta);
         }
     }
     fn gauge_set(&mut self, key: &StatKey, value: u64) {
-        if let Some((id, labels)) = self.config.stats.resolve(StatKind::Gauge, key) {
+        let stats = &self.config.stats;
+        if stats.buffered() {
+            stats.gauge_set(key, value);
+        } else if let Some((id, labels)) = stats.resolve(StatKind::Gauge, key) {
             self.envoy.set_gauge(id, &labels, value);
         }
     }
@@ -417,7 +425,10 @@ impl Stats for StreamHost {
         if delta == 0 {
             return;
         }
-        if let Some((id, labels)) = self.config.stats.resolve(StatKind::Gauge, key) {
+        let stats = &self.config.stats;
+        if stats.buffered() {
+            stats.gauge_add(key, delta);
+        } else if let Some((id, labels)) = stats.resolve(StatKind::Gauge, key) {
             self.envoy.add_gauge(id, &labels, delta);
         }
     }

@@ -54,6 +54,11 @@ impl HttpConfig {
         self.scraper.as_ref()
     }
 
+    /// Hands this config's buffered counters and gauges to Envoy (`crate::flush`).
+    pub fn flush_stats(&self, envoy: crate::abi::HttpFilterConfigEnvoyPtr) {
+        self.factory.flush_stats(envoy);
+    }
+
     /// A fresh per-stream object.
     pub fn new_stream(&self) -> Box<dyn StreamLogic> {
         self.factory.new_stream()

@@ -55,6 +55,9 @@ pub struct State {
     pub config_schedulers: Vec<(usize, usize)>,
     /// Config schedulers deleted, as their pointers.
     pub config_schedulers_deleted: Vec<usize>,
+    /// The stats flush's config schedulers (`crate::flush`), live: kept out of
+    /// `config_schedulers` and `config_schedulers_deleted`, which are the scraper's.
+    pub flush_schedulers: Vec<usize>,
     /// Callouts started (cluster, headers).
     pub callouts: Vec<(String, Vec<(String, String)>)>,
     /// The config pointer each callout of `callouts` was started on.
@@ -777,11 +780,26 @@ unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_config_scheduler_
         .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
 }
 
+/// Marks the config scheduler at `ptr`, just made, as the stats flush's (see
+/// [`State::flush_schedulers`]).
+pub fn mark_flush_scheduler(ptr: usize) {
+    with(|s| {
+        s.config_schedulers.retain(|(_, sched)| *sched != ptr);
+        s.flush_schedulers.push(ptr);
+    });
+}
+
 #[no_mangle]
 unsafe extern "C" fn envoy_dynamic_module_callback_http_filter_config_scheduler_delete(
     scheduler: HttpFilterConfigSchedulerPtr,
 ) {
-    with(|s| s.config_schedulers_deleted.push(scheduler as usize));
+    with(|s| {
+        let flush = s.flush_schedulers.len();
+        s.flush_schedulers.retain(|p| *p != scheduler as usize);
+        if s.flush_schedulers.len() == flush {
+            s.config_schedulers_deleted.push(scheduler as usize);
+        }
+    });
     // SAFETY: made by `config_scheduler_new` above, deleted once by the module.
     drop(unsafe { Box::from_raw(scheduler.cast::<FakeScheduler>()) });
 }

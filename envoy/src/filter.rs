@@ -59,6 +59,9 @@ pub trait StreamLogic {
 pub trait StreamFactory: Send + Sync {
     /// A fresh per-stream object.
     fn new_stream(&self) -> Box<dyn StreamLogic>;
+    /// Hands the config's buffered counters and gauges to Envoy's config `envoy` (main
+    /// thread, on the flush event; `crate::flush`). Nothing buffered: nothing to do.
+    fn flush_stats(&self, _envoy: HttpFilterConfigEnvoyPtr) {}
 }
 
 /// Main-thread access to Envoy's filter-config object while the config is being created

@@ -11,7 +11,8 @@
 //! - [`guard`]: panic containment at every exported hook; [`log`]: Envoy's logger.
 //! - [`host`]: a safe handle over one stream's `filter_envoy_ptr`; [`adapter`]: the filters'
 //!   host capabilities on it; [`scheduler`]: the waker of a paused request; [`stats`]: Envoy
-//!   metrics for the filters' stat keys.
+//!   metrics for the filters' stat keys, buffered in the module; [`flush`]: the thread and
+//!   main-thread event that hand them to Envoy.
 //! - [`filter`]: the per-stream objects behind Envoy's HTTP filter pointers and what a
 //!   filter kind implements; [`factory`]: the config object, which picks the filter kind
 //!   by `filter_name`; [`pipeline`]: the one generic adapter that runs a pipeline the
@@ -48,6 +49,8 @@ pub mod factory;
 pub mod filter;
 #[cfg(not(target_family = "wasm"))]
 pub mod flow_timer;
+#[cfg(not(target_family = "wasm"))]
+pub mod flush;
 #[cfg(not(target_family = "wasm"))]
 pub mod gateway;
 #[cfg(not(target_family = "wasm"))]

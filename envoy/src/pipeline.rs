@@ -24,9 +24,10 @@ use infergate_filters::pipeline::{Run, Stage, SyncPipeline};
 use infergate_filters::stages::TestStages;
 use infergate_filters::FilterStatus;
 
-use crate::abi::{BodyStatus, HeadersStatus, TrailersStatus};
+use crate::abi::{BodyStatus, HeadersStatus, HttpFilterConfigEnvoyPtr, TrailersStatus};
 use crate::adapter::{HookKind, HostConfig, StreamHost};
 use crate::filter::{FilterConfigHandle, StreamFactory, StreamLogic};
+use crate::flush::{ConfigMetrics, FlushTicks};
 use crate::host::EnvoyStream;
 use crate::stats::StatsRegistry;
 use infergate_filters::stats::{StatKey, StatKind};
@@ -67,14 +68,20 @@ impl PipelineFactory {
 }
 
 /// What the streams of a filter config whose stages emit `keys` share: those stats,
-/// defined on Envoy's config.
+/// defined on Envoy's config and flushed to it every `crate::flush::FLUSH_PERIOD`.
 pub fn host_config(envoy: &mut FilterConfigHandle, keys: &[(StatKind, &StatKey)]) -> HostConfig {
+    let flush = FlushTicks::start(envoy);
     HostConfig {
-        stats: StatsRegistry::define(envoy, keys),
+        stats: StatsRegistry::define(envoy, keys, flush.is_some()),
+        flush,
     }
 }
 
 impl StreamFactory for PipelineFactory {
+    fn flush_stats(&self, envoy: HttpFilterConfigEnvoyPtr) {
+        self.host.stats.flush(&mut ConfigMetrics::new(envoy));
+    }
+
     fn new_stream(&self) -> Box<dyn StreamLogic> {
         Box::new(PipelineStream {
             pipeline: Arc::clone(&self.pipeline),

@@ -59,10 +59,11 @@ use scheduler_core::types::Millis;
 use crate::abi::callbacks as cb;
 use crate::abi::{
     EnvoyBuffer, EnvoyHttpHeader, HttpFilterConfigEnvoyPtr, HttpFilterConfigSchedulerPtr,
-    LabelBuffers, ModuleBuffer, ModuleHttpHeader, CALLOUT_INIT_SUCCESS, CALLOUT_SUCCESS,
+    ModuleBuffer, ModuleHttpHeader, CALLOUT_INIT_SUCCESS, CALLOUT_SUCCESS,
 };
 use crate::filter::FilterConfigHandle;
-use crate::stats::StatsRegistry;
+use crate::flush::ConfigMetrics;
+use crate::stats::{MetricSink, StatsRegistry};
 
 /// The event id of a tick (the only event the scraper's schedulers carry).
 pub const TICK_EVENT: u64 = 1;
@@ -316,7 +317,7 @@ pub fn host(envoy: &mut FilterConfigHandle, value: serde_json::Value) -> Result<
     #[cfg(any(test, feature = "panic-injection"))]
     let tick_panic = crate::panic_injection::TickPanic::from_config(&mut value)?;
     let mut scraper = Scraper::from_json(value)?;
-    let stats = StatsRegistry::define(envoy, &scraper.stat_keys());
+    let stats = StatsRegistry::define(envoy, &scraper.stat_keys(), false);
     // SAFETY: the live config pointer of the running config_new hook (main thread); Envoy
     // already shares the config, so its scheduler can hold it weakly.
     let scheduler =
@@ -516,63 +517,25 @@ impl Clock for ScraperHost<'_> {
 
 impl Stats for ScraperHost<'_> {
     fn counter_add(&mut self, key: &StatKey, delta: u64) {
-        self.update(StatKind::Counter, key, delta);
+        if let Some((id, labels)) = self.stats.resolve(StatKind::Counter, key) {
+            ConfigMetrics::new(self.envoy).counter_add(id, &labels, delta);
+        }
     }
-    fn histogram_record(&mut self, key: &StatKey, value: u64) {
+    fn histogram_record(&mut self, _key: &StatKey, _value: u64) {
         // The scraper records no histogram; a key reaching here is dropped like any unknown.
-        self.update(StatKind::Histogram, key, value);
     }
     fn gauge_set(&mut self, key: &StatKey, value: u64) {
-        self.update(StatKind::Gauge, key, value);
+        if let Some((id, labels)) = self.stats.resolve(StatKind::Gauge, key) {
+            ConfigMetrics::new(self.envoy).gauge_set(id, &labels, value);
+        }
     }
     fn gauge_add(&mut self, key: &StatKey, delta: i64) {
-        let Some((id, labels)) = self.stats.resolve(StatKind::Gauge, key) else {
-            return;
-        };
-        let mut raw = LabelBuffers::new(&labels);
-        let (ptr, count) = (raw.as_mut_ptr(), raw.count());
-        let magnitude = delta.unsigned_abs();
-        // SAFETY: main thread, live config pointer; `raw` borrows `labels` for the call. A
-        // failed stat update is ignored (best effort).
-        let _ = unsafe {
-            if delta >= 0 {
-                cb::envoy_dynamic_module_callback_http_filter_config_increment_gauge(
-                    self.envoy, id, ptr, count, magnitude,
-                )
-            } else {
-                cb::envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
-                    self.envoy, id, ptr, count, magnitude,
-                )
-            }
-        };
+        if let Some((id, labels)) = self.stats.resolve(StatKind::Gauge, key) {
+            ConfigMetrics::new(self.envoy).gauge_add(id, &labels, delta);
+        }
     }
     fn log_error(&mut self, message: &str) {
         crate::log::error(message);
-    }
-}
-
-impl ScraperHost<'_> {
-    fn update(&self, kind: StatKind, key: &StatKey, value: u64) {
-        let Some((id, labels)) = self.stats.resolve(kind, key) else {
-            return;
-        };
-        let mut raw = LabelBuffers::new(&labels);
-        let (ptr, count) = (raw.as_mut_ptr(), raw.count());
-        // SAFETY: main thread, live config pointer; `raw` borrows `labels` for the call. A
-        // failed stat update is ignored (best effort).
-        let _ = unsafe {
-            match kind {
-                StatKind::Counter => {
-                    cb::envoy_dynamic_module_callback_http_filter_config_increment_counter(
-                        self.envoy, id, ptr, count, value,
-                    )
-                }
-                StatKind::Gauge => cb::envoy_dynamic_module_callback_http_filter_config_set_gauge(
-                    self.envoy, id, ptr, count, value,
-                ),
-                StatKind::Histogram => return,
-            }
-        };
     }
 }
 

@@ -15,9 +15,22 @@
 //! family is dropped: stats are best effort and must never fail a request. The list of
 //! families is the filters crate's [`FAMILIES`], so a family added there is defined here
 //! without a change to this adapter.
+//!
+//! **Buffered, flushed on the main thread.** A request does not call into Envoy for its
+//! counters and gauges: it adds to this registry's pending moves (an atomic add on the
+//! key's slot for a key known at config time; a short lock on a map for any other, such as
+//! the per-endpoint keys of a pool that follows its cluster's membership, the case of every
+//! Istio and Envoy Gateway render). [`StatsRegistry::flush`] hands what accumulated to
+//! Envoy, one call per key that moved, on the main thread's flush event (`crate::flush`,
+//! every [`crate::flush::FLUSH_PERIOD`]), so Envoy's stats trail the requests by at most
+//! that. A gauge set and a gauge moved are both kept: a flush applies the last value set,
+//! then the sum of the moves since. A config whose flush could not be set up moves Envoy's
+//! stats at once, as before. Histograms are recorded at once: a sample is not a sum.
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use ahash::AHasher;
 
@@ -29,19 +42,115 @@ pub trait DefineMetric {
     fn define(&mut self, kind: StatKind, name: &str, labels: &[&str]) -> Option<usize>;
 }
 
-/// Envoy ids of every family, defined on one config object.
+/// Where a flush hands the pending moves: Envoy's config object on the main thread
+/// (`crate::flush::ConfigMetrics`), or a recorder in tests.
+pub trait MetricSink {
+    /// Adds `value` to counter `id` with `labels`.
+    fn counter_add(&mut self, id: usize, labels: &[&str], value: u64);
+    /// Sets gauge `id` with `labels` to `value`.
+    fn gauge_set(&mut self, id: usize, labels: &[&str], value: u64);
+    /// Moves gauge `id` with `labels` by `delta`.
+    fn gauge_add(&mut self, id: usize, labels: &[&str], delta: i64);
+}
+
+/// A gauge's pending value when none was set since the last flush.
+const NOT_SET: u64 = u64::MAX;
+
+/// What one metric did since the last flush.
+#[derive(Debug)]
+struct Pending {
+    /// A counter's increments, or a gauge's moves as a two's-complement sum.
+    delta: AtomicU64,
+    /// The value a gauge was last set to, or [`NOT_SET`].
+    set: AtomicU64,
+}
+
+impl Default for Pending {
+    fn default() -> Self {
+        Pending {
+            delta: AtomicU64::new(0),
+            set: AtomicU64::new(NOT_SET),
+        }
+    }
+}
+
+impl Pending {
+    fn record(&self, update: Update) {
+        match update {
+            Update::Add(delta) => {
+                self.delta.fetch_add(delta, Ordering::Relaxed);
+            }
+            Update::Set(value) => {
+                // A set supersedes the moves before it.
+                self.delta.store(0, Ordering::Relaxed);
+                self.set.store(value, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Hands what accumulated to `sink` as metric `id` of `kind`, and starts again.
+    fn drain(&self, kind: StatKind, id: usize, labels: &[&str], sink: &mut dyn MetricSink) {
+        let set = self.set.swap(NOT_SET, Ordering::Relaxed);
+        let delta = self.delta.swap(0, Ordering::Relaxed);
+        match kind {
+            StatKind::Counter if delta != 0 => sink.counter_add(id, labels, delta),
+            StatKind::Gauge => {
+                if set != NOT_SET {
+                    sink.gauge_set(id, labels, set);
+                }
+                // Moves are summed in two's complement: the bits are the signed sum.
+                let moved = delta as i64;
+                if moved != 0 {
+                    sink.gauge_add(id, labels, moved);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// One counter or gauge update, as buffered.
+#[derive(Clone, Copy, Debug)]
+enum Update {
+    /// Add to a counter, or move a gauge (two's complement).
+    Add(u64),
+    /// Set a gauge.
+    Set(u64),
+}
+
+/// A key known at config time: its Envoy metric and what it did since the last flush.
+#[derive(Debug)]
+struct Scalar {
+    kind: StatKind,
+    id: usize,
+    pending: Pending,
+}
+
+/// Envoy ids of every family, defined on one config object, and the counter and gauge
+/// moves not yet flushed to them.
 pub struct StatsRegistry {
     /// `(family index, Envoy metric id)` for every family Envoy accepted.
     ids: Vec<(usize, usize)>,
-    /// Envoy kind and id of the label-less metrics, by flattened key. Looked up on every
-    /// increment, so with a fast hash (the keys come from configuration, not clients).
-    scalars: HashMap<String, (StatKind, usize), BuildHasherDefault<AHasher>>,
+    /// The label-less metrics, by flattened key. Looked up on every update, so with a
+    /// fast hash (the keys come from configuration, not clients).
+    scalars: HashMap<String, Scalar, BuildHasherDefault<AHasher>>,
+    /// Whether updates wait for [`StatsRegistry::flush`] (else they go to Envoy at once).
+    buffered: bool,
+    /// Moves of keys not known at config time, by flattened key (with the kind of their
+    /// first update); emptied by every flush, so keys that stop moving (endpoints gone)
+    /// leave no trace.
+    others: Mutex<HashMap<String, (StatKind, Pending), BuildHasherDefault<AHasher>>>,
 }
 
 impl StatsRegistry {
     /// Defines every family, and every key of `keys` as a label-less metric of its kind, on
-    /// the config being created.
-    pub fn define(envoy: &mut dyn DefineMetric, keys: &[(StatKind, &StatKey)]) -> StatsRegistry {
+    /// the config being created. With `buffered`, counter and gauge updates wait for
+    /// [`StatsRegistry::flush`].
+    pub fn define(
+        envoy: &mut dyn DefineMetric,
+        keys: &[(StatKind, &StatKey)],
+        buffered: bool,
+    ) -> StatsRegistry {
         let ids: Vec<(usize, usize)> = FAMILIES
             .iter()
             .enumerate()
@@ -58,21 +167,98 @@ impl StatsRegistry {
                 } else {
                     envoy.define(kind, key.as_str(), &[])?
                 };
-                Some((key.as_str().to_owned(), (kind, id)))
+                let scalar = Scalar {
+                    kind,
+                    id,
+                    pending: Pending::default(),
+                };
+                Some((key.as_str().to_owned(), scalar))
             })
             .collect();
-        StatsRegistry { ids, scalars }
+        StatsRegistry {
+            ids,
+            scalars,
+            buffered,
+            others: Mutex::new(HashMap::default()),
+        }
+    }
+
+    /// Whether updates wait for a flush.
+    pub fn buffered(&self) -> bool {
+        self.buffered
+    }
+
+    /// Adds `delta` to counter `key` (buffered; see the module doc).
+    pub fn counter_add(&self, key: &StatKey, delta: u64) {
+        self.buffer(StatKind::Counter, key, Update::Add(delta));
+    }
+
+    /// Moves gauge `key` by `delta` (buffered).
+    pub fn gauge_add(&self, key: &StatKey, delta: i64) {
+        // Two's complement: adding the bits of a negative delta subtracts it.
+        self.buffer(StatKind::Gauge, key, Update::Add(delta as u64));
+    }
+
+    /// Sets gauge `key` to `value` (buffered).
+    pub fn gauge_set(&self, key: &StatKey, value: u64) {
+        self.buffer(StatKind::Gauge, key, Update::Set(value));
+    }
+
+    fn buffer(&self, kind: StatKind, key: &StatKey, update: Update) {
+        if let Some(scalar) = self.scalars.get(key.as_str()) {
+            if scalar.kind == kind {
+                scalar.pending.record(update);
+            }
+            return;
+        }
+        // A poisoned lock only means a panic elsewhere mid-update: the sums stay usable.
+        let mut others = self.others.lock().unwrap_or_else(|e| e.into_inner());
+        match others.get(key.as_str()) {
+            Some((known, pending)) => {
+                if *known == kind {
+                    pending.record(update);
+                }
+            }
+            None => {
+                let pending = Pending::default();
+                pending.record(update);
+                others.insert(key.as_str().to_owned(), (kind, pending));
+            }
+        }
+    }
+
+    /// Hands every move since the last flush to `sink` (Envoy's config, main thread): one
+    /// call per metric that moved. Keys of unknown families are dropped here.
+    pub fn flush(&self, sink: &mut dyn MetricSink) {
+        for scalar in self.scalars.values() {
+            scalar.pending.drain(scalar.kind, scalar.id, &[], sink);
+        }
+        let others = {
+            let mut others = self.others.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::take(&mut *others)
+        };
+        for (key, (kind, pending)) in &others {
+            if let Some((id, labels)) = self.family_of(*kind, key) {
+                pending.drain(*kind, id, &labels, sink);
+            }
+        }
     }
 
     /// Resolves `key` of kind `kind` to `(Envoy id, label values)`; `None` for unknown keys.
-    /// A key defined as a label-less counter resolves to it, with no label values.
+    /// A key defined as a label-less metric resolves to it, with no label values.
     pub fn resolve<'k>(&self, kind: StatKind, key: &'k StatKey) -> Option<(usize, Vec<&'k str>)> {
-        if let Some(&(scalar_kind, id)) = self.scalars.get(key.as_str()) {
-            if scalar_kind == kind {
-                return Some((id, Vec::new()));
+        if let Some(scalar) = self.scalars.get(key.as_str()) {
+            if scalar.kind == kind {
+                return Some((scalar.id, Vec::new()));
             }
         }
-        let (family, values) = split_key(key.as_str())?;
+        self.family_of(kind, key.as_str())
+    }
+
+    /// The family vector of kind `kind` that flattened `key` belongs to, with its label
+    /// values; `None` for an unknown family or a kind that is not the family's.
+    fn family_of<'k>(&self, kind: StatKind, key: &'k str) -> Option<(usize, Vec<&'k str>)> {
+        let (family, values) = split_key(key)?;
         if FAMILIES.get(family).map(|f| f.kind) != Some(kind) {
             return None;
         }
@@ -148,7 +334,7 @@ mod tests {
     #[test]
     fn every_filters_family_is_defined_and_resolves() {
         let mut envoy = Recorder::default();
-        let registry = StatsRegistry::define(&mut envoy, &[]);
+        let registry = StatsRegistry::define(&mut envoy, &[], true);
         assert_eq!(envoy.defined.len(), FAMILIES.len());
         for (family, (kind, name, labels)) in FAMILIES.iter().zip(&envoy.defined) {
             assert_eq!((family.kind, family.name), (*kind, name.as_str()));
@@ -173,7 +359,7 @@ mod tests {
     fn keys_known_at_config_time_are_label_less_counters_and_others_fall_back() {
         let mut envoy = Recorder::default();
         let routed = StatKey::new("infergate.router.requests", &[("outcome", "routed")]);
-        let registry = StatsRegistry::define(&mut envoy, &[(StatKind::Counter, &routed)]);
+        let registry = StatsRegistry::define(&mut envoy, &[(StatKind::Counter, &routed)], true);
         let scalar = envoy
             .defined
             .iter()
@@ -210,7 +396,7 @@ mod tests {
     fn label_less_keys_known_at_config_time_are_their_family() {
         let mut envoy = Recorder::default();
         let key = StatKey::new("infergate.scraper.publishes", &[]);
-        let registry = StatsRegistry::define(&mut envoy, &[(StatKind::Counter, &key)]);
+        let registry = StatsRegistry::define(&mut envoy, &[(StatKind::Counter, &key)], true);
         assert_eq!(envoy.defined.len(), FAMILIES.len(), "nothing defined twice");
         let family = envoy
             .defined
@@ -222,5 +408,161 @@ mod tests {
             family.map(|id| (id, Vec::new()))
         );
         assert!(registry.resolve(StatKind::Gauge, &key).is_none());
+    }
+
+    /// Records what a flush hands over: (kind, id, labels, value).
+    #[derive(Default)]
+    struct Sink {
+        calls: Vec<(&'static str, usize, Vec<String>, i64)>,
+    }
+
+    impl MetricSink for Sink {
+        fn counter_add(&mut self, id: usize, labels: &[&str], value: u64) {
+            let labels = labels.iter().map(|l| (*l).to_owned()).collect();
+            self.calls.push(("counter", id, labels, value as i64));
+        }
+        fn gauge_set(&mut self, id: usize, labels: &[&str], value: u64) {
+            let labels = labels.iter().map(|l| (*l).to_owned()).collect();
+            self.calls.push(("set", id, labels, value as i64));
+        }
+        fn gauge_add(&mut self, id: usize, labels: &[&str], delta: i64) {
+            let labels = labels.iter().map(|l| (*l).to_owned()).collect();
+            self.calls.push(("move", id, labels, delta));
+        }
+    }
+
+    fn flushed(registry: &StatsRegistry) -> Vec<(&'static str, usize, Vec<String>, i64)> {
+        let mut sink = Sink::default();
+        registry.flush(&mut sink);
+        sink.calls.sort();
+        sink.calls
+    }
+
+    #[test]
+    fn updates_wait_for_the_flush_which_hands_each_moved_metric_over_once() {
+        let mut envoy = Recorder::default();
+        let routed = StatKey::new("infergate.router.requests", &[("outcome", "routed")]);
+        let inflight = StatKey::new(
+            "infergate.picker.inflight_requests",
+            &[("pool", "p"), ("endpoint", "e")],
+        );
+        let keys = [(StatKind::Counter, &routed), (StatKind::Gauge, &inflight)];
+        let registry = StatsRegistry::define(&mut envoy, &keys, true);
+        let id = |name: &str| envoy.defined.iter().position(|(_, n, _)| n == name);
+        let routed_id = id("infergate.router.requests.outcome.routed").unwrap_or(usize::MAX);
+        let inflight_id =
+            id("infergate.picker.inflight_requests.pool.p.endpoint.e").unwrap_or(usize::MAX);
+
+        for _ in 0..3 {
+            registry.counter_add(&routed, 1);
+        }
+        registry.gauge_add(&inflight, 1);
+        registry.gauge_add(&inflight, 1);
+        registry.gauge_add(&inflight, -1);
+        assert_eq!(
+            flushed(&registry),
+            vec![
+                ("counter", routed_id, vec![], 3),
+                ("move", inflight_id, vec![], 1)
+            ]
+        );
+        assert!(flushed(&registry).is_empty(), "nothing moved since");
+
+        // Moves that cancel out cost Envoy nothing; a set is applied before later moves.
+        registry.gauge_add(&inflight, 1);
+        registry.gauge_add(&inflight, -1);
+        assert!(flushed(&registry).is_empty());
+        registry.gauge_add(&inflight, 5);
+        registry.gauge_set(&inflight, 7);
+        registry.gauge_add(&inflight, -2);
+        assert_eq!(
+            flushed(&registry),
+            vec![
+                ("move", inflight_id, vec![], -2),
+                ("set", inflight_id, vec![], 7)
+            ]
+        );
+        // The wrong kind for a known key is dropped, as before.
+        registry.counter_add(&inflight, 1);
+        registry.gauge_add(&routed, 1);
+        assert!(flushed(&registry).is_empty());
+    }
+
+    #[test]
+    fn keys_unknown_at_config_time_flush_through_their_family_and_are_then_forgotten() {
+        let mut envoy = Recorder::default();
+        let registry = StatsRegistry::define(&mut envoy, &[], true);
+        // Two families may share a name with other labels: find the one with these.
+        let family = |name: &str| {
+            envoy
+                .defined
+                .iter()
+                .position(|(_, n, l)| n == name && l.len() == 2)
+        };
+        let picks = StatKey::new(
+            "infergate.picker.picks",
+            &[("pool", "p"), ("endpoint", "10.0.0.1:8000")],
+        );
+        let inflight = StatKey::new(
+            "infergate.picker.inflight_requests",
+            &[("pool", "p"), ("endpoint", "10.0.0.1:8000")],
+        );
+        registry.counter_add(&picks, 2);
+        registry.gauge_add(&inflight, -1);
+        registry.counter_add(&StatKey::new("not.a.family", &[("a", "b")]), 1);
+        let labels = || vec!["p".to_owned(), "10_0_0_1_8000".to_owned()];
+        let mut want = vec![
+            (
+                "counter",
+                family("infergate.picker.picks").unwrap_or(usize::MAX),
+                labels(),
+                2,
+            ),
+            (
+                "move",
+                family("infergate.picker.inflight_requests").unwrap_or(usize::MAX),
+                labels(),
+                -1,
+            ),
+        ];
+        want.sort();
+        assert_eq!(flushed(&registry), want);
+        assert!(registry.others.lock().is_ok_and(|o| o.is_empty()));
+        assert!(flushed(&registry).is_empty());
+    }
+
+    #[test]
+    fn updates_from_many_threads_all_arrive() {
+        let mut envoy = Recorder::default();
+        let routed = StatKey::new("infergate.router.requests", &[("outcome", "routed")]);
+        let registry = StatsRegistry::define(&mut envoy, &[(StatKind::Counter, &routed)], true);
+        let picks = StatKey::new(
+            "infergate.picker.picks",
+            &[("pool", "p"), ("endpoint", "e")],
+        );
+        let mut sink = Sink::default();
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    for _ in 0..1000 {
+                        registry.counter_add(&routed, 1);
+                        registry.counter_add(&picks, 1);
+                    }
+                });
+            }
+            // Flushes while the threads count: nothing is lost or counted twice.
+            for _ in 0..10 {
+                registry.flush(&mut sink);
+            }
+        });
+        registry.flush(&mut sink);
+        let total = |labelled: bool| -> i64 {
+            sink.calls
+                .iter()
+                .filter(|(_, _, labels, _)| labels.is_empty() != labelled)
+                .map(|(_, _, _, v)| v)
+                .sum()
+        };
+        assert_eq!((total(false), total(true)), (4000, 4000));
     }
 }

@@ -460,12 +460,15 @@ fn module_serves_requests_in_real_envoy_and_shuts_down_cleanly() {
         )),
         "the served header names the endpoint that served: {head}"
     );
-    let (_, stats) =
-        http(admin, "GET", "/stats?filter=served_by_fallback", &[], "").unwrap_or_default();
-    assert!(
-        stats.contains("served_by_fallback") && stats.contains(": 1"),
-        "one request served by its fallback: {stats}"
-    );
+    // Counters reach Envoy on the module's next flush (every 100 ms).
+    let mut stats = String::new();
+    let counted = wait_until(Duration::from_secs(2), || {
+        stats = http(admin, "GET", "/stats?filter=served_by_fallback", &[], "")
+            .unwrap_or_default()
+            .1;
+        stats.contains("served_by_fallback") && stats.contains(": 1")
+    });
+    assert!(counted, "one request served by its fallback: {stats}");
 
     let (status, body) = http(
         port,

@@ -377,11 +377,18 @@ unsafe fn hosted_scraper<'a>(
 /// An event committed on a config's scheduler: the scraper's tick, on the main thread.
 #[no_mangle]
 extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
-    _config_envoy_ptr: HttpFilterConfigEnvoyPtr,
+    config_envoy_ptr: HttpFilterConfigEnvoyPtr,
     config: HttpFilterConfigModulePtr,
     event_id: u64,
 ) {
     let _ = guard::catch("on_http_filter_config_scheduled", || {
+        if event_id == crate::flush::FLUSH_EVENT {
+            // SAFETY: Envoy runs config events only while the config lives.
+            if let Some(config) = unsafe { config.cast::<HttpConfig>().as_ref() } {
+                config.flush_stats(config_envoy_ptr);
+            }
+            return;
+        }
         // SAFETY: Envoy runs config events only while the config lives.
         if let Some(hosting) = unsafe { hosted_scraper(config) } {
             crate::scraper::on_scheduled(hosting, event_id);

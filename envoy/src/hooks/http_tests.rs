@@ -29,6 +29,15 @@ fn new_config(name: &str, json: &str) -> HttpFilterConfigModulePtr {
     )
 }
 
+/// Runs the flush event Envoy's main thread would run for `config` (`crate::flush`).
+fn flush(config: HttpFilterConfigModulePtr) {
+    envoy_dynamic_module_on_http_filter_config_scheduled(
+        dummy_ptr(),
+        config,
+        crate::flush::FLUSH_EVENT,
+    );
+}
+
 fn chat_request(body: &str) {
     set_request_header(":path", "/v1/chat/completions");
     set_request_header(":method", "POST");
@@ -72,11 +81,15 @@ fn router_sets_routing_headers_strips_client_headers_and_clears_the_route_cache(
     );
     assert_eq!(request_header("x-gateway-destination-endpoint"), None);
     assert_eq!(request_header("x-llm-d-inference-objective"), None);
+    // Counters wait in the module for the main thread's flush: the request made no
+    // metric call into Envoy.
+    assert!(fake_envoy::with(|s| s.increments.is_empty()));
+    flush(config);
     fake_envoy::with(|s| {
         assert!(s.route_cache_clears >= 1);
         assert!(s.replies.is_empty());
-        // Every key known at config time is its own label-less counter (one atomic add in
-        // Envoy), named by the flattened key.
+        // Every key known at config time is its own label-less counter, named by the
+        // flattened key.
         let routed = s
             .counters
             .iter()
@@ -603,8 +616,10 @@ fn probe_buffers_the_body_then_continues_without_touching_the_request() {
     envoy_dynamic_module_on_http_filter_config_destroy(config);
 }
 
-/// Net gauge movement per defined name, from the fake's record of increments/decrements.
-fn gauge_totals() -> std::collections::BTreeMap<String, i64> {
+/// Net gauge movement per defined name, from the fake's record of increments/decrements,
+/// once `config` flushed.
+fn gauge_totals(config: HttpFilterConfigModulePtr) -> std::collections::BTreeMap<String, i64> {
+    flush(config);
     fake_envoy::with(|s| {
         let mut totals = std::collections::BTreeMap::new();
         for (id, _, delta) in &s.gauge_moves {
@@ -632,17 +647,21 @@ fn picker_in_flight_gauges_return_to_zero_on_complete_and_on_destroy_alone() {
     picker_request();
     let (_, _, completed) = run_request(config);
     let (_, _, reset) = run_request(config);
-    let totals = gauge_totals();
+    let totals = gauge_totals(config);
     assert_eq!(totals.get(pool), Some(&2), "{totals:?}");
     assert_eq!(totals.get(&endpoint), Some(&2));
 
     // One stream completes normally; the other is destroyed without stream_complete.
     envoy_dynamic_module_on_http_filter_stream_complete(dummy_ptr(), completed);
-    assert_eq!(gauge_totals().get(pool), Some(&1));
+    assert_eq!(gauge_totals(config).get(pool), Some(&1));
     envoy_dynamic_module_on_http_filter_destroy(completed);
-    assert_eq!(gauge_totals().get(pool), Some(&1), "no second release");
+    assert_eq!(
+        gauge_totals(config).get(pool),
+        Some(&1),
+        "no second release"
+    );
     envoy_dynamic_module_on_http_filter_destroy(reset);
-    let totals = gauge_totals();
+    let totals = gauge_totals(config);
     assert_eq!(totals.get(pool), Some(&0), "{totals:?}");
     assert_eq!(totals.get(&endpoint), Some(&0));
     assert_eq!(inflight(&json, "127.0.0.1:9201"), 0);
@@ -725,6 +744,7 @@ fn the_gateway_filter_routes_and_picks_in_one_stream() {
         Some("127.0.0.1:9501"),
         "the client's destination is replaced by the pick"
     );
+    flush(config);
     fake_envoy::with(|s| {
         assert!(s.route_cache_clears >= 1);
         assert!(s.replies.is_empty(), "{:?}", s.replies);

@@ -14,10 +14,9 @@ use infergate_filters::stages::TestStages;
 use infergate_filters::FilterStatus;
 
 use super::*;
-use crate::adapter::{HostConfig, StreamHost};
+use crate::adapter::StreamHost;
 use crate::fake_envoy::{self, dummy_ptr, request_header, set_request_header};
 use crate::pipeline::{wake_from_another_thread, NativePipeline, NativeStage, PipelineFactory};
-use crate::stats::StatsRegistry;
 
 fn config_of(stages: Vec<NativeStage>) -> HttpFilterConfigModulePtr {
     config_running(NativePipeline::new(stages))
@@ -31,9 +30,7 @@ fn config_of_test_stages(names: &[&str]) -> HttpFilterConfigModulePtr {
 
 fn config_running(pipeline: NativePipeline) -> HttpFilterConfigModulePtr {
     let mut handle = FilterConfigHandle::new(dummy_ptr());
-    let host = HostConfig {
-        stats: StatsRegistry::define(&mut handle, &[]),
-    };
+    let host = crate::pipeline::host_config(&mut handle, &[]);
     let factory = PipelineFactory::new(pipeline, host, Vec::new());
     let config = HttpConfig::from_factory(Box::new(factory));
     Box::into_raw(Box::new(config)).cast_const().cast()

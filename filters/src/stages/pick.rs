@@ -68,8 +68,8 @@ use crate::flow::{
 };
 use crate::handoff::{Handoff, HANDOFF_KEY};
 use crate::headers::{
-    BASE_MODEL, DESTINATION_ENDPOINT, DESTINATION_SERVED, LB_METADATA_NAMESPACE, MAX_RETRIES,
-    PEER_HOP, PEER_ROUTE,
+    ClientHeadersStripped, BASE_MODEL, DESTINATION_ENDPOINT, DESTINATION_SERVED,
+    LB_METADATA_NAMESPACE, MAX_RETRIES, PEER_HOP, PEER_ROUTE,
 };
 use crate::host::{Clock, LocalReply, RequestWaker, RouteRefresh, Stats, StreamState, Waker};
 use crate::picker::admit::{Admitted, Waiter};
@@ -840,10 +840,13 @@ where
         // may hold one from a router filter before this one).
         let offered = cx.remove::<Handoff>();
         // Only the picker may set the destination (and the prefiller, and the peer route):
-        // drop whatever came in.
-        host.remove_request_header(DESTINATION_ENDPOINT);
-        host.remove_request_header(PREFILLER_HEADER);
-        host.remove_request_header(PEER_ROUTE);
+        // drop whatever came in, unless a stage before this one in the pipeline already
+        // stripped every reserved header the client sent (these three are reserved).
+        if cx.get::<ClientHeadersStripped>().is_none() {
+            host.remove_request_header(DESTINATION_ENDPOINT);
+            host.remove_request_header(PREFILLER_HEADER);
+            host.remove_request_header(PEER_ROUTE);
+        }
         let base = host.request_header(BASE_MODEL);
         // The pool is the one of the cluster Envoy's route chose (a weighted split across
         // pools of one model included), else the one serving the base model.

@@ -121,6 +121,7 @@ where
         host.ensure_body_buffer(u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1));
         if cx.get::<ClientHeadersStripped>().is_none() {
             headers::strip_reserved(host);
+            cx.insert(ClientHeadersStripped);
         }
         let path = host.request_header(":path").unwrap_or_default();
         if let Some(request) = ModelsRequest::from_path(&path) {

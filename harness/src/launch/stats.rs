@@ -3,13 +3,18 @@
 //! sample counts of its histograms ([`Histograms`]).
 //!
 //! Envoy merges the workers' histogram samples on its stats flush (every 5 s by default),
-//! so a histogram shows a sample up to one flush after it was recorded; counters and
-//! gauges are current.
+//! so a histogram shows a sample up to one flush after it was recorded. Envoy's counters
+//! and gauges are current, but the native module buffers its own and hands them to Envoy
+//! every 100 ms, so [`Stats::fetch`] first waits out [`MODULE_STATS_FLUSH`].
 
 use super::client;
 use anyhow::{anyhow, Context, Result};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+
+/// How long [`Stats::fetch`] waits before reading, so that what the native module's
+/// requests counted has reached Envoy: two of its 100 ms flush periods and a margin.
+pub const MODULE_STATS_FLUSH: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Counters and gauges by full stat name (histograms are left out).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -18,8 +23,10 @@ pub struct Stats {
 }
 
 impl Stats {
-    /// Fetches admin `/stats?format=json`.
+    /// Fetches admin `/stats?format=json`, once the module's last flush is in (see the
+    /// module doc).
     pub async fn fetch(admin: SocketAddr) -> Result<Stats> {
+        tokio::time::sleep(MODULE_STATS_FLUSH).await;
         let resp = client::get(&format!("http://{admin}/stats?format=json")).await?;
         Stats::parse_json(&resp.body)
     }
