@@ -70,10 +70,30 @@ use scheduler_core::types::Millis;
 use crate::abi::hostcalls;
 use crate::abi::{BufferType, LogLevel, MapType, MetricType, Status};
 
-/// Per-VM state every context of the module shares: metric ids, the RNG, settings.
+/// The hash of the metric maps: fast, for keys that come from configuration.
+type FastHash = std::hash::BuildHasherDefault<ahash::AHasher>;
+
+/// What one metric did since the root's last flush ([`VmShared::flush_metrics`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct PendingMetric {
+    /// The value a gauge was last set to.
+    set: Option<u64>,
+    /// A counter's increments, or a gauge's moves since that set.
+    add: i64,
+}
+
+/// Per-root state every context of the root shares: metric ids, the counter and gauge
+/// moves not yet handed to Envoy, the RNG, settings.
 #[derive(Debug)]
 pub struct VmShared {
-    metric_ids: RefCell<HashMap<String, u32>>,
+    /// Envoy's metric id by flattened key (looked up on every update: a fast hash, the keys
+    /// come from configuration).
+    metric_ids: RefCell<HashMap<String, u32, FastHash>>,
+    /// Counter and gauge moves by metric id, kept for the root's next tick when the root
+    /// ticks ([`VmShared::buffer_metrics`]): a request's updates then cost no hostcall,
+    /// and moves that cancel out (a gauge's `-1` and `+1` in one pick) none at all.
+    /// `None`: updates go to Envoy at once.
+    pending: RefCell<Option<HashMap<u32, PendingMetric, FastHash>>>,
     rng: RefCell<SplitMix64>,
     /// Shared-data key of the snapshot.
     pub snapshot_key: String,
@@ -84,10 +104,62 @@ impl VmShared {
     pub fn new(snapshot_key: String, salt: u64) -> Self {
         let nanos = hostcalls::current_time_nanos().unwrap_or(0);
         VmShared {
-            metric_ids: RefCell::new(HashMap::new()),
+            metric_ids: RefCell::new(HashMap::default()),
+            pending: RefCell::new(None),
             rng: RefCell::new(SplitMix64::new(nanos ^ salt.rotate_left(32))),
             snapshot_key,
         }
+    }
+
+    /// From now on, keep counter and gauge updates for [`VmShared::flush_metrics`], which
+    /// runs at the end of each of the root's own events (a tick, a callout's answer, a
+    /// queue message). So a request's updates reach Envoy by the root's next tick at the
+    /// latest, and the root's own at once.
+    pub fn buffer_metrics(&self) {
+        if let Ok(mut pending) = self.pending.try_borrow_mut() {
+            pending.get_or_insert_with(HashMap::default);
+        }
+    }
+
+    /// Hands every metric that moved since the last flush to Envoy: a gauge's last set
+    /// value, then its moves since; a counter's increments.
+    pub fn flush_metrics(&self) {
+        let Ok(mut pending) = self.pending.try_borrow_mut() else {
+            return;
+        };
+        let Some(moved) = pending.as_mut() else {
+            return;
+        };
+        for (&id, metric) in moved.iter() {
+            if let Some(value) = metric.set {
+                let _ = hostcalls::record_metric(id, value);
+            }
+            if metric.add != 0 {
+                let _ = hostcalls::increment_metric(id, metric.add);
+            }
+        }
+        moved.clear();
+    }
+
+    /// Counts `update` for metric `id`: kept for the next flush when buffering (`true`),
+    /// else left to the caller to send at once (`false`).
+    fn buffer(&self, id: u32, update: MetricUpdate) -> bool {
+        let Ok(mut pending) = self.pending.try_borrow_mut() else {
+            return false;
+        };
+        let Some(moved) = pending.as_mut() else {
+            return false;
+        };
+        let metric = moved.entry(id).or_default();
+        match update {
+            MetricUpdate::Add(delta) => metric.add = metric.add.saturating_add(delta),
+            MetricUpdate::Set(value) => {
+                // A set supersedes the moves before it.
+                metric.set = Some(value);
+                metric.add = 0;
+            }
+        }
+        true
     }
 
     /// Define the metric `key` now (it reads 0 until it moves); a host failure leaves it to
@@ -604,18 +676,32 @@ impl Random for WasmHost {
     }
 }
 
+/// One counter or gauge update.
+#[derive(Clone, Copy, Debug)]
+enum MetricUpdate {
+    /// Add to a counter, or move a gauge.
+    Add(i64),
+    /// Set a gauge.
+    Set(u64),
+}
+
 impl Stats for WasmHost {
     fn counter_add(&mut self, key: &StatKey, delta: u64) {
         if delta == 0 {
             return;
         }
         if let Some(id) = self.vm.metric_id(key, MetricType::Counter) {
-            let _ = hostcalls::increment_metric(id, i64::try_from(delta).unwrap_or(i64::MAX));
+            let delta = i64::try_from(delta).unwrap_or(i64::MAX);
+            if !self.vm.buffer(id, MetricUpdate::Add(delta)) {
+                let _ = hostcalls::increment_metric(id, delta);
+            }
         }
     }
     fn gauge_set(&mut self, key: &StatKey, value: u64) {
         if let Some(id) = self.vm.metric_id(key, MetricType::Gauge) {
-            let _ = hostcalls::record_metric(id, value);
+            if !self.vm.buffer(id, MetricUpdate::Set(value)) {
+                let _ = hostcalls::record_metric(id, value);
+            }
         }
     }
     fn gauge_add(&mut self, key: &StatKey, delta: i64) {
@@ -624,7 +710,9 @@ impl Stats for WasmHost {
             return;
         }
         if let Some(id) = self.vm.metric_id(key, MetricType::Gauge) {
-            let _ = hostcalls::increment_metric(id, delta);
+            if !self.vm.buffer(id, MetricUpdate::Add(delta)) {
+                let _ = hostcalls::increment_metric(id, delta);
+            }
         }
     }
     fn histogram_record(&mut self, key: &StatKey, value: u64) {

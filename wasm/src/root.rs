@@ -222,6 +222,8 @@ impl Root {
                     let period = u32::try_from(period).unwrap_or(TIMEOUT_TICK_MS).max(1);
                     hostcalls::set_tick_period_ms(period)
                         .map_err(|s| format!("set_tick_period failed: {s:?}"))?;
+                    // Ticking, this root flushes its requests' counters and gauges.
+                    self.vm.buffer_metrics();
                 }
                 let store = WasmPickerStore::new(shared, link.clone());
                 let role = PickerRole::new(store, tests);
@@ -271,6 +273,13 @@ impl Root {
         };
         let outcome = callout_outcome(scraper, token, num_headers, body_size);
         duty.on_callout_done(&self.vm, token, outcome);
+    }
+
+    /// Hands the counter and gauge updates of this root and its streams to Envoy (the
+    /// exports call it at the end of each of the root's own events: a tick, a callout's
+    /// answer, a queue message; see `VmShared::buffer_metrics`).
+    pub fn flush_metrics(&self) {
+        self.vm.flush_metrics();
     }
 
     /// `proxy_on_configure`: false refuses the configuration (logged at critical).

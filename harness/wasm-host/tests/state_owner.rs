@@ -205,6 +205,9 @@ fn without_an_owner_the_worker_picks_in_its_own_state_and_says_so() {
     s.request_body(chat("alone").as_bytes(), true).unwrap();
     // No snapshot anywhere and a FailClose pool: the local pick answers 503 at once.
     assert_eq!(s.local_response().map(|r| r.status), Some(503));
+    // A stream's counters reach Envoy at its root's next tick, not one hostcall each.
+    assert_eq!(worker.metric(FALLBACKS).unwrap_or(0), 0);
+    worker.tick().unwrap();
     assert_eq!(worker.metric(FALLBACKS), Some(1));
     assert!(worker.logged("no picker state owner"));
     assert_eq!(worker.trapped(), None);
@@ -291,6 +294,7 @@ fn a_request_its_fallback_served_moves_its_load_at_the_owner() {
             .as_deref(),
         Some(fallback)
     );
+    worker.tick().unwrap();
     assert_eq!(
         worker.metric("infergate.picker.served_by_fallback.pool.llama-pool"),
         Some(1)
@@ -621,6 +625,7 @@ fn the_one_worker_that_serves_requests_owns_the_state_and_picks_without_a_messag
         finish(&s);
     }
     assert!(served.iter().all(|e| *e == served[0]), "{served:?}");
+    worker.tick().unwrap();
     assert_eq!(worker.metric("infergate.owner.claims"), Some(1));
     assert_eq!(worker.metric(TAKEOVERS), Some(1));
     // The old holder steps down at its tick; the worker scrapes from then on.

@@ -1,6 +1,6 @@
 //! Byte-level JSON scanning for the fast path ([`super::fast`]): finding the next byte of a
-//! string that is not plain ASCII 16 bytes at a time (SSE2 on x86_64, SWAR words elsewhere:
-//! `lanes`), decoding a string straight into a [`Stream`] or the prompt's own buffer, and
+//! string that is not plain ASCII 16 bytes at a time (SSE2 on x86_64, SIMD128 on wasm32
+//! built with it, SWAR words elsewhere: `lanes`), decoding a string straight into a [`Stream`] or the prompt's own buffer, and
 //! skipping a value while checking its syntax.
 //!
 //! Everything here is strict where `serde_json` is strict and gives up (`None`) wherever the
@@ -17,9 +17,11 @@ use alloc::vec::Vec;
 pub(crate) const MAX_DEPTH: usize = 64;
 
 /// The 16-byte step of [`find_special`] and [`decode_vec`]: SSE2 on x86_64 (where it is part
-/// of the baseline, so no runtime detection; one load, three compares and a `movemask`), two
-/// 8-byte SWAR words elsewhere (wasm32 included). Both answer in the same terms, so the
-/// callers have one shape; `tests` checks each against a byte loop.
+/// of the baseline, so no runtime detection; one load, three compares and a `movemask`),
+/// SIMD128 on wasm32 when the build enables it (the proxy-wasm module does: Wasm SIMD is a
+/// compile-time feature, and a runtime without it refuses the module), two 8-byte SWAR words
+/// elsewhere. All answer in the same terms, so the callers have one shape; `tests` checks
+/// each against a byte loop.
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 mod lanes {
     use core::arch::x86_64::{
@@ -96,8 +98,56 @@ mod lanes {
     }
 }
 
+/// See the x86_64 variant: the same steps in Wasm's 128-bit vectors, whose bitmask takes
+/// each lane's high bit as `movemask` does.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod lanes {
+    use core::arch::wasm32::{u8x16_bitmask, u8x16_eq, u8x16_lt, u8x16_splat, v128, v128_or};
+
+    /// The 16 bytes of `w` in one vector.
+    #[inline(always)]
+    fn load(w: &[u8; 16]) -> v128 {
+        // SAFETY: `w` is 16 readable bytes, and `v128` is plain data read unaligned.
+        unsafe { core::ptr::read_unaligned(w.as_ptr().cast::<v128>()) }
+    }
+
+    /// All ones in each byte of `v` that is `"`, `\` or a control byte (< 0x20).
+    #[inline(always)]
+    fn stops(v: v128) -> v128 {
+        let quote = u8x16_eq(v, u8x16_splat(b'"'));
+        let backslash = u8x16_eq(v, u8x16_splat(b'\\'));
+        let control = u8x16_lt(v, u8x16_splat(0x20));
+        v128_or(v128_or(quote, backslash), control)
+    }
+
+    /// See the x86_64 variant.
+    #[inline(always)]
+    pub(super) fn plain(w: &[u8; 16]) -> (Option<usize>, bool) {
+        let v = load(w);
+        let stop = u32::from(u8x16_bitmask(stops(v)));
+        // Only the bytes before the first stop (all 16 when none).
+        let kept = stop.wrapping_sub(1) & !stop;
+        let wide = u32::from(u8x16_bitmask(v)) & kept != 0;
+        if stop == 0 {
+            (None, wide)
+        } else {
+            (Some(stop.trailing_zeros() as usize), wide)
+        }
+    }
+
+    /// See the x86_64 variant.
+    #[inline(always)]
+    pub(super) fn first_special(w: &[u8; 16]) -> usize {
+        let v = load(w);
+        (u32::from(u8x16_bitmask(v128_or(stops(v), v))) | 1 << 16).trailing_zeros() as usize
+    }
+}
+
 /// See the x86_64 variant.
-#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+#[cfg(not(any(
+    all(target_arch = "x86_64", target_feature = "sse2"),
+    all(target_arch = "wasm32", target_feature = "simd128")
+)))]
 mod lanes {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;

@@ -168,6 +168,7 @@ pub extern "C" fn proxy_on_tick(root_context_id: u32) {
             root.on_tick();
         }
         resume_woken(c);
+        flush_metrics(c, root_context_id);
     });
 }
 
@@ -180,7 +181,16 @@ pub extern "C" fn proxy_on_queue_ready(root_context_id: u32, queue: u32) {
             root.on_queue_ready(queue);
         }
         resume_woken(c);
+        flush_metrics(c, root_context_id);
     });
+}
+
+/// The end of one of a root's own events: what it and the streams it resumed counted goes
+/// to Envoy now, with what its streams counted since its last event.
+fn flush_metrics(c: &Contexts, root_context_id: u32) {
+    if let Some(root) = c.roots.get(&root_context_id) {
+        root.flush_metrics();
+    }
 }
 
 /// Resume every stream whose waker fired during the callback that just ran, each made the
@@ -213,7 +223,10 @@ pub extern "C" fn proxy_on_http_call_response(
 ) {
     with_contexts("proxy_on_http_call_response", (), |c| {
         match c.roots.get_mut(&context_id) {
-            Some(root) => root.on_http_call_response(token, num_headers, body_size),
+            Some(root) => {
+                root.on_http_call_response(token, num_headers, body_size);
+                root.flush_metrics();
+            }
             None => log(
                 LogLevel::Warn,
                 &format!("infergate: HTTP call {token} answered to unknown context {context_id}"),
