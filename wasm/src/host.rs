@@ -323,6 +323,9 @@ pub struct WasmHost {
     chunk_len: usize,
     /// The first required read the host failed, if any (see the module doc).
     failure: Cell<Option<(&'static str, Status)>>,
+    /// The host's clock as first read during this callback: one callback is one instant
+    /// (a view lives for one callback), and each read is a hostcall.
+    now: Cell<Option<Millis>>,
 }
 
 impl WasmHost {
@@ -340,6 +343,7 @@ impl WasmHost {
             waker_issued: Cell::new(false),
             chunk_len: 0,
             failure: Cell::new(None),
+            now: Cell::new(None),
         }
     }
 
@@ -663,7 +667,12 @@ impl SnapshotSink for WasmHost {
 
 impl Clock for WasmHost {
     fn now(&self) -> Millis {
-        Millis(hostcalls::current_time_nanos().unwrap_or(0) / 1_000_000)
+        if let Some(now) = self.now.get() {
+            return now;
+        }
+        let now = Millis(hostcalls::current_time_nanos().unwrap_or(0) / 1_000_000);
+        self.now.set(Some(now));
+        now
     }
 }
 
