@@ -9,6 +9,7 @@
 //! (`scraper.rs`) for as long as it lives. Only the hooks use this module: the filter kinds
 //! it names never import it back.
 
+use crate::abi::HttpFilterConfigEnvoyPtr;
 use crate::filter::{FilterConfigHandle, StreamFactory, StreamLogic};
 
 /// The filter names this build knows, as the unknown-name error lists them.
@@ -23,7 +24,16 @@ pub struct HttpConfig {
     factory: Box<dyn StreamFactory>,
     /// The scraper this config carries and hosts (`crate::scraper`); leaves with it.
     scraper: Option<crate::scraper::Hosting>,
+    /// Envoy's config object, for the last flush of the stats as it is destroyed.
+    envoy: EnvoyConfig,
 }
+
+/// Envoy's pointer to its config object, as config_new gave it.
+struct EnvoyConfig(HttpFilterConfigEnvoyPtr);
+// SAFETY: only a handle, used by the hooks of the config it names (`HttpConfig::last_flush`).
+unsafe impl Send for EnvoyConfig {}
+// SAFETY: as above; nothing is reached through `&EnvoyConfig` but the pointer's value.
+unsafe impl Sync for EnvoyConfig {}
 
 impl HttpConfig {
     /// Builds the config for `filter_name` from its JSON `config` bytes.
@@ -46,7 +56,11 @@ impl HttpConfig {
             "probe" => (Box::new(crate::probe::ProbeFactory::new(config)?), None),
             other => return Err(format!("unknown filter_name `{other}` (expected {NAMES})")),
         };
-        Ok(HttpConfig { factory, scraper })
+        Ok(HttpConfig {
+            factory,
+            scraper,
+            envoy: EnvoyConfig(envoy.raw()),
+        })
     }
 
     /// The scraper this config hosts, if it carries one.
@@ -55,8 +69,16 @@ impl HttpConfig {
     }
 
     /// Hands this config's buffered counters and gauges to Envoy (`crate::flush`).
-    pub fn flush_stats(&self, envoy: crate::abi::HttpFilterConfigEnvoyPtr) {
+    pub fn flush_stats(&self, envoy: HttpFilterConfigEnvoyPtr) {
         self.factory.flush_stats(envoy);
+    }
+
+    /// The last flush, as Envoy destroys the config: what its last requests counted since
+    /// the previous flush (their in-flight gauges' decrements among it) still reaches Envoy.
+    /// Envoy calls `on_http_filter_config_destroy` from its config's destructor body, before
+    /// the config's metrics go; each stream holds the config, so its streams are gone.
+    pub fn last_flush(&self) {
+        self.factory.flush_stats(self.envoy.0);
     }
 
     /// A fresh per-stream object.
@@ -70,6 +92,7 @@ impl HttpConfig {
         HttpConfig {
             factory,
             scraper: None,
+            envoy: EnvoyConfig(core::ptr::null_mut()),
         }
     }
 }

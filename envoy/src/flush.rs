@@ -7,7 +7,9 @@
 //! Why: each metric call into Envoy from a request costs a few hundred nanoseconds (the
 //! ABI crossing, and for a labelled key Envoy's stat-name build and store lookup, about
 //! 2 µs), and a request makes about ten. Buffered, a request pays an atomic add per update
-//! and the main thread one call per metric that moved in the period.
+//! of a key known at config time (a short lock for any other), and the main thread one call
+//! per metric that moved in the period. The config's last flush runs as Envoy destroys it
+//! (`HttpConfig::last_flush`).
 //!
 //! **No use after free.** The ticker commits only while it holds the list's lock, and a
 //! config's [`FlushTicks`] leaves the list under that lock before it deletes its scheduler.

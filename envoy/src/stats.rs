@@ -4,11 +4,11 @@
 //! (creation is frozen afterwards). A filter config knows every key its filter can emit (the
 //! router's outcomes, each pool's endpoints and reasons), so the registry defines each of them
 //! as a **label-less counter named by its flattened key** (`name.label1.value1...`, the same
-//! names the Wasm flavour emits). Incrementing such a counter is one atomic add inside Envoy.
-//! A labelled counter vector costs Envoy a stat-name build and a store lookup on every
-//! increment: about 2 µs each, some 13 µs per request with the picker's and router's six
-//! increments (measured with `cargo xtask bench overhead`). The scraper's counters and
-//! gauges are defined the same way on each filter config that hosts it (`crate::scraper`).
+//! names the Wasm flavour emits), which Envoy moves with one atomic add. A labelled counter
+//! vector costs Envoy a stat-name build and a store lookup on every update (about 2 µs
+//! each, measured with `cargo xtask bench overhead`). The scraper's counters and gauges are
+//! defined the same way on each filter config that hosts it (`crate::scraper`), and go to
+//! Envoy at once (the scraper runs on the main thread, not per request).
 //!
 //! Each family is also defined as a counter vector, the fallback for a key that was not known
 //! at config time (the resulting stat has the same flattened name). A key of an unknown
@@ -22,10 +22,13 @@
 //! the per-endpoint keys of a pool that follows its cluster's membership, the case of every
 //! Istio and Envoy Gateway render). [`StatsRegistry::flush`] hands what accumulated to
 //! Envoy, one call per key that moved, on the main thread's flush event (`crate::flush`,
-//! every [`crate::flush::FLUSH_PERIOD`]), so Envoy's stats trail the requests by at most
-//! that. A gauge set and a gauge moved are both kept: a flush applies the last value set,
-//! then the sum of the moves since. A config whose flush could not be set up moves Envoy's
-//! stats at once, as before. Histograms are recorded at once: a sample is not a sum.
+//! every [`crate::flush::FLUSH_PERIOD`], and once more as Envoy destroys the config), so
+//! Envoy's stats trail the requests by at most that. A gauge set and a gauge moved are both
+//! kept: a flush applies the last value set, then the sum of the moves since (a move made on
+//! one thread while another sets the same gauge may land on either side of the set; the
+//! filters never both set and move one key in this flavour). A config whose flush could not
+//! be set up moves Envoy's stats at once. Histograms are recorded at once: a sample is not a
+//! sum.
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -53,7 +56,8 @@ pub trait MetricSink {
     fn gauge_add(&mut self, id: usize, labels: &[&str], delta: i64);
 }
 
-/// A gauge's pending value when none was set since the last flush.
+/// A gauge's pending value when none was set since the last flush (a set of this value
+/// is kept as one less).
 const NOT_SET: u64 = u64::MAX;
 
 /// What one metric did since the last flush.
@@ -83,7 +87,7 @@ impl Pending {
             Update::Set(value) => {
                 // A set supersedes the moves before it.
                 self.delta.store(0, Ordering::Relaxed);
-                self.set.store(value, Ordering::Relaxed);
+                self.set.store(value.min(NOT_SET - 1), Ordering::Relaxed);
             }
         }
     }

@@ -70,6 +70,10 @@ use scheduler_core::types::Millis;
 use crate::abi::hostcalls;
 use crate::abi::{BufferType, LogLevel, MapType, MetricType, Status};
 
+/// The longest a root that buffers its streams' metrics lets them wait: its tick period is
+/// at most this (a picker without a scraper otherwise ticks every 250 ms).
+pub const METRICS_FLUSH_MS: u32 = 100;
+
 /// The hash of the metric maps: fast, for keys that come from configuration.
 type FastHash = std::hash::BuildHasherDefault<ahash::AHasher>;
 
@@ -118,6 +122,15 @@ impl VmShared {
     pub fn buffer_metrics(&self) {
         if let Ok(mut pending) = self.pending.try_borrow_mut() {
             pending.get_or_insert_with(HashMap::default);
+        }
+    }
+
+    /// Flushes, then sends later updates to Envoy at once: the root is going, and streams
+    /// of it may outlive it with nobody left to flush for them.
+    pub fn stop_buffering(&self) {
+        self.flush_metrics();
+        if let Ok(mut pending) = self.pending.try_borrow_mut() {
+            *pending = None;
         }
     }
 

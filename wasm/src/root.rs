@@ -38,7 +38,7 @@ use infergate_filters::scraper::Scraper;
 use crate::abi::{hostcalls, BufferType, HttpHooks, LogLevel, MapType};
 use crate::config::{self, Names, PluginConfig, RoleKind, DEFAULT_SNAPSHOT_KEY};
 use crate::elected::Duty;
-use crate::host::{log, SharedDataCells, VmShared, WasmHost};
+use crate::host::{log, SharedDataCells, VmShared, WasmHost, METRICS_FLUSH_MS};
 
 use crate::http::{FailClosedContext, HeadersContext, HeadersMode, PipelineContext, WasmPipeline};
 use crate::owner::{Link, WasmPickerStore, WorkerLink, TIMEOUT_TICK_MS};
@@ -219,10 +219,13 @@ impl Root {
                     d.interval_ms().min(u64::from(TIMEOUT_TICK_MS))
                 });
                 if (link.is_some() || duty.is_some()) && tests.is_empty() {
-                    let period = u32::try_from(period).unwrap_or(TIMEOUT_TICK_MS).max(1);
+                    // Ticking, this root flushes its requests' counters and gauges, at
+                    // least every `METRICS_FLUSH_MS`.
+                    let period = u32::try_from(period)
+                        .unwrap_or(TIMEOUT_TICK_MS)
+                        .clamp(1, METRICS_FLUSH_MS);
                     hostcalls::set_tick_period_ms(period)
                         .map_err(|s| format!("set_tick_period failed: {s:?}"))?;
-                    // Ticking, this root flushes its requests' counters and gauges.
                     self.vm.buffer_metrics();
                 }
                 let store = WasmPickerStore::new(shared, link.clone());
@@ -248,6 +251,14 @@ impl Root {
 
 /// The quota buckets of `tenants` in the process's shared data (every worker's VM of this
 /// `vm_id` sees the same cells), each cell created now if absent.
+impl Drop for Root {
+    fn drop(&mut self) {
+        // The root is deleted (its plugin replaced or removed): what its streams counted
+        // goes to Envoy now, and from then on at once.
+        self.vm.stop_buffering();
+    }
+}
+
 fn quota_cells(tenants: &Tenants, names: &Names, now: Millis) -> Arc<dyn QuotaStore> {
     let store = Arc::new(CasQuotas::new(SharedDataCells, &names.quota_prefix()));
     for (_, tenant) in tenants.iter() {

@@ -169,7 +169,9 @@ extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(
     let _ = guard::catch("on_http_filter_config_destroy", || {
         if !config.is_null() {
             // SAFETY: `config` came from `Box::into_raw` in config_new and Envoy destroys it once.
-            drop(unsafe { Box::from_raw(config.cast_mut().cast::<HttpConfig>()) });
+            let config = unsafe { Box::from_raw(config.cast_mut().cast::<HttpConfig>()) };
+            config.last_flush();
+            drop(config);
         }
     });
 }
@@ -374,7 +376,8 @@ unsafe fn hosted_scraper<'a>(
     unsafe { config.cast::<HttpConfig>().as_ref() }?.scraper()
 }
 
-/// An event committed on a config's scheduler: the scraper's tick, on the main thread.
+/// An event committed on a config's scheduler, on the main thread: the stats flush
+/// (`crate::flush::FLUSH_EVENT`) or the scraper's tick.
 #[no_mangle]
 extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
     config_envoy_ptr: HttpFilterConfigEnvoyPtr,

@@ -669,6 +669,29 @@ fn picker_in_flight_gauges_return_to_zero_on_complete_and_on_destroy_alone() {
 }
 
 #[test]
+fn destroying_a_config_flushes_what_its_last_requests_counted() {
+    fake_envoy::reset();
+    let json = picker_config("last", &["127.0.0.1:9211"], "");
+    let config = new_config("picker", &json);
+    assert!(!config.is_null(), "{:?}", fake_envoy::logs());
+    picker_request();
+    let (_, _, filter) = run_request(config);
+    envoy_dynamic_module_on_http_filter_stream_complete(dummy_ptr(), filter);
+    envoy_dynamic_module_on_http_filter_destroy(filter);
+    // No flush event since the request: Envoy has seen none of its updates yet.
+    assert!(fake_envoy::with(
+        |s| s.increments.is_empty() && s.gauge_moves.is_empty()
+    ));
+    envoy_dynamic_module_on_http_filter_config_destroy(config);
+    // The config's last flush: its counters, and its in-flight gauges up and back down.
+    fake_envoy::with(|s| {
+        assert!(!s.increments.is_empty(), "{:?}", s.counters);
+        let net: i64 = s.gauge_moves.iter().map(|(_, _, delta)| delta).sum();
+        assert_eq!(net, 0, "{:?}", s.gauge_moves);
+    });
+}
+
+#[test]
 fn a_routed_model_without_a_picker_pool_gets_the_pickers_503() {
     fake_envoy::reset();
     let json = picker_config("nopool", &["127.0.0.1:9301"], "");

@@ -444,6 +444,20 @@ fn bad_scraper_configs_reject_the_picker_config_and_name_the_field() {
 }
 
 #[test]
+fn a_flush_event_on_a_config_that_hosts_the_scraper_scrapes_nothing() {
+    fake_envoy::reset();
+    let envoy = envoy_ptr(21);
+    let config = new_config(envoy, "picker", &picker_with(&scraper_json("")));
+    assert!(!config.is_null(), "{:?}", fake_envoy::logs());
+    let calls = callouts_on(envoy).len();
+    envoy_dynamic_module_on_http_filter_config_scheduled(envoy, config, crate::flush::FLUSH_EVENT);
+    assert_eq!(callouts_on(envoy).len(), calls, "a flush scrapes nothing");
+    tick(envoy, config);
+    assert!(callouts_on(envoy).len() > calls, "a tick scrapes");
+    envoy_dynamic_module_on_http_filter_config_destroy(config);
+}
+
+#[test]
 fn hooks_for_configs_without_a_scraper_do_nothing() {
     fake_envoy::reset();
     let config = new_config(

@@ -4,16 +4,17 @@
 //!
 //! Envoy merges the workers' histogram samples on its stats flush (every 5 s by default),
 //! so a histogram shows a sample up to one flush after it was recorded. Envoy's counters
-//! and gauges are current, but the native module buffers its own and hands them to Envoy
-//! every 100 ms, so [`Stats::fetch`] first waits out [`MODULE_STATS_FLUSH`].
+//! and gauges are current, but both modules buffer their requests' own and hand them to
+//! Envoy within 100 ms (native: every 100 ms; Wasm: at the picker VM's next tick), so
+//! [`Stats::fetch`] first waits out [`MODULE_STATS_FLUSH`].
 
 use super::client;
 use anyhow::{anyhow, Context, Result};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-/// How long [`Stats::fetch`] waits before reading, so that what the native module's
-/// requests counted has reached Envoy: two of its 100 ms flush periods and a margin.
+/// How long [`Stats::fetch`] waits before reading, so that what the modules' requests
+/// counted has reached Envoy: two of their 100 ms flush periods and a margin.
 pub const MODULE_STATS_FLUSH: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Counters and gauges by full stat name (histograms are left out).

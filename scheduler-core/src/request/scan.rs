@@ -1,7 +1,7 @@
 //! Byte-level JSON scanning for the fast path ([`super::fast`]): finding the next byte of a
 //! string that is not plain ASCII 16 bytes at a time (SSE2 on x86_64, SIMD128 on wasm32
-//! built with it, SWAR words elsewhere: `lanes`), decoding a string straight into a [`Stream`] or the prompt's own buffer, and
-//! skipping a value while checking its syntax.
+//! built with it, SWAR words elsewhere: `lanes`), decoding a string straight into a
+//! [`Stream`] or the prompt's own buffer, and skipping a value while checking its syntax.
 //!
 //! Everything here is strict where `serde_json` is strict and gives up (`None`) wherever the
 //! two might disagree or the input is unusual (a `\u` surrogate, an exponent, nesting deeper
