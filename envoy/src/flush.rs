@@ -20,7 +20,10 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::abi::callbacks as cb;
-use crate::abi::{HttpFilterConfigEnvoyPtr, HttpFilterConfigSchedulerPtr, LabelBuffers};
+use crate::abi::{
+    HttpFilterConfigEnvoyPtr, HttpFilterConfigSchedulerPtr, LabelBuffers, MetricsResult,
+    ModuleBuffer,
+};
 use crate::filter::FilterConfigHandle;
 use crate::stats::MetricSink;
 
@@ -140,57 +143,51 @@ pub struct ConfigMetrics {
     envoy: HttpFilterConfigEnvoyPtr,
 }
 
+/// The shape every config-level metric callback shares.
+type ConfigMetricCall = unsafe extern "C" fn(
+    HttpFilterConfigEnvoyPtr,
+    usize,
+    *mut ModuleBuffer,
+    usize,
+    u64,
+) -> MetricsResult;
+
 impl ConfigMetrics {
     /// Metrics of config `envoy`; use only inside one of that config's main-thread hooks.
     pub fn new(envoy: HttpFilterConfigEnvoyPtr) -> ConfigMetrics {
         ConfigMetrics { envoy }
     }
+
+    /// Calls `callback` for metric `id` with `labels` and `value`.
+    fn call(&self, callback: ConfigMetricCall, id: usize, labels: &[&str], value: u64) {
+        let mut raw = LabelBuffers::new(labels);
+        // SAFETY: main thread, live config pointer; `raw` borrows `labels` for the call. A
+        // failed stat update is ignored (best effort).
+        let _ = unsafe { callback(self.envoy, id, raw.as_mut_ptr(), raw.count(), value) };
+    }
 }
 
 impl MetricSink for ConfigMetrics {
     fn counter_add(&mut self, id: usize, labels: &[&str], value: u64) {
-        let mut raw = LabelBuffers::new(labels);
-        // SAFETY: main thread, live config pointer; `raw` borrows `labels` for the call. A
-        // failed stat update is ignored (best effort).
-        let _ = unsafe {
-            cb::envoy_dynamic_module_callback_http_filter_config_increment_counter(
-                self.envoy,
-                id,
-                raw.as_mut_ptr(),
-                raw.count(),
-                value,
-            )
-        };
+        let increment = cb::envoy_dynamic_module_callback_http_filter_config_increment_counter;
+        self.call(increment, id, labels, value);
     }
 
     fn gauge_set(&mut self, id: usize, labels: &[&str], value: u64) {
-        let mut raw = LabelBuffers::new(labels);
-        // SAFETY: as in `counter_add`.
-        let _ = unsafe {
-            cb::envoy_dynamic_module_callback_http_filter_config_set_gauge(
-                self.envoy,
-                id,
-                raw.as_mut_ptr(),
-                raw.count(),
-                value,
-            )
-        };
+        self.call(
+            cb::envoy_dynamic_module_callback_http_filter_config_set_gauge,
+            id,
+            labels,
+            value,
+        );
     }
 
     fn gauge_add(&mut self, id: usize, labels: &[&str], delta: i64) {
-        let mut raw = LabelBuffers::new(labels);
-        let (ptr, count, magnitude) = (raw.as_mut_ptr(), raw.count(), delta.unsigned_abs());
-        // SAFETY: as in `counter_add`.
-        let _ = unsafe {
-            if delta >= 0 {
-                cb::envoy_dynamic_module_callback_http_filter_config_increment_gauge(
-                    self.envoy, id, ptr, count, magnitude,
-                )
-            } else {
-                cb::envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
-                    self.envoy, id, ptr, count, magnitude,
-                )
-            }
+        let callback: ConfigMetricCall = if delta >= 0 {
+            cb::envoy_dynamic_module_callback_http_filter_config_increment_gauge
+        } else {
+            cb::envoy_dynamic_module_callback_http_filter_config_decrement_gauge
         };
+        self.call(callback, id, labels, delta.unsigned_abs());
     }
 }
