@@ -116,9 +116,10 @@ impl VmShared {
     }
 
     /// From now on, keep counter and gauge updates for [`VmShared::flush_metrics`], which
-    /// runs at the end of each of the root's own events (a tick, a callout's answer, a
-    /// queue message). So a request's updates reach Envoy by the root's next tick at the
-    /// latest, and the root's own at once.
+    /// runs at the end of each of the root's ticks and of its scraper's callout answers,
+    /// but not after a queue message (one per request at the state owner and at the
+    /// worker it answers). So an update reaches Envoy by the root's next tick: the
+    /// root's own (the owner's, the scraper's) as well as its streams'.
     pub fn buffer_metrics(&self) {
         if let Ok(mut pending) = self.pending.try_borrow_mut() {
             pending.get_or_insert_with(HashMap::default);

@@ -287,8 +287,8 @@ impl Root {
     }
 
     /// Hands the counter and gauge updates of this root and its streams to Envoy (the
-    /// exports call it at the end of each of the root's own events: a tick, a callout's
-    /// answer, a queue message; see `VmShared::buffer_metrics`).
+    /// exports call it at the end of each of the root's ticks and callout answers; see
+    /// `VmShared::buffer_metrics`).
     pub fn flush_metrics(&self) {
         self.vm.flush_metrics();
     }

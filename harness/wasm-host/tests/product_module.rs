@@ -216,6 +216,8 @@ fn scraper_publishes_and_the_picker_routes_inside_the_pool_avoiding_a_full_repli
         .expect("forwarded before any body");
     let dest = up.get("x-gateway-destination-endpoint").expect("picked");
     assert!(dest.split(',').all(|e| LLAMA_POOL.contains(&e)), "{dest}");
+    // The picker's counters reach Envoy at its root's next tick.
+    picker.tick().unwrap();
     assert_eq!(
         picker.metric("infergate.picker.handoff.pool.llama-pool"),
         Some(1)

@@ -160,7 +160,10 @@ pub extern "C" fn proxy_on_configure(root_context_id: u32, configuration_size: u
     .into()
 }
 
-/// A tick of a root that set a tick period.
+/// A tick of a root that set a tick period. A root that buffers its streams' counters and
+/// gauges hands them to Envoy here, after the streams the tick resumed counted theirs, and
+/// after each callout's answer (the scraper's), but not after a queue message: those come
+/// once per request, to the state owner and to the worker it answers.
 #[no_mangle]
 pub extern "C" fn proxy_on_tick(root_context_id: u32) {
     with_contexts("proxy_on_tick", (), |c| {
@@ -168,7 +171,9 @@ pub extern "C" fn proxy_on_tick(root_context_id: u32) {
             root.on_tick();
         }
         resume_woken(c);
-        flush_metrics(c, root_context_id);
+        if let Some(root) = c.roots.get(&root_context_id) {
+            root.flush_metrics();
+        }
     });
 }
 
@@ -181,16 +186,7 @@ pub extern "C" fn proxy_on_queue_ready(root_context_id: u32, queue: u32) {
             root.on_queue_ready(queue);
         }
         resume_woken(c);
-        flush_metrics(c, root_context_id);
     });
-}
-
-/// The end of one of a root's own events: what it and the streams it resumed counted goes
-/// to Envoy now, with what its streams counted since its last event.
-fn flush_metrics(c: &Contexts, root_context_id: u32) {
-    if let Some(root) = c.roots.get(&root_context_id) {
-        root.flush_metrics();
-    }
 }
 
 /// Resume every stream whose waker fired during the callback that just ran, each made the
@@ -225,6 +221,7 @@ pub extern "C" fn proxy_on_http_call_response(
         match c.roots.get_mut(&context_id) {
             Some(root) => {
                 root.on_http_call_response(token, num_headers, body_size);
+                // A callout's answer comes once per scrape, not per request.
                 root.flush_metrics();
             }
             None => log(
