@@ -42,10 +42,15 @@ impl<'a> Reader<'a> {
     pub(crate) fn u64s(&mut self) -> Option<Vec<u64>> {
         let count = usize::try_from(self.u32()?).ok()?;
         let raw = self.take(count.checked_mul(8)?)?;
-        raw.chunks_exact(8)
-            .map(|c| <[u8; 8]>::try_from(c).map(u64::from_le_bytes))
-            .collect::<Result<Vec<_>, _>>()
-            .ok()
+        // Sized at once (the bytes are there): a prompt's block hashes are hundreds of
+        // values, which a collect through `Result` would grow by doubling.
+        let mut values = Vec::with_capacity(count);
+        values.extend(raw.chunks_exact(8).map(|chunk| {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            u64::from_le_bytes(word)
+        }));
+        Some(values)
     }
     /// Whether every byte was read (a decoder rejects trailing bytes).
     pub(crate) fn is_empty(&self) -> bool {
