@@ -48,7 +48,6 @@ fn stack(workers: usize) -> (Host, Vec<Host>) {
     (scraper, workers)
 }
 
-/// Delivers queue messages among `hosts` until none is left.
 /// `name` on the owner's host as Envoy shows it: the owner's VM keeps its counter and
 /// gauge updates until its next tick, which this fires (at the current time, so nothing
 /// else falls due).
@@ -57,6 +56,7 @@ fn owner_metric(owner: &Host, name: &str) -> Option<u64> {
     owner.metric(name)
 }
 
+/// Delivers queue messages among `hosts` until none is left.
 fn exchange(hosts: &[&Host]) {
     for _ in 0..8 {
         let delivered: usize = hosts.iter().map(|h| h.deliver_queues().unwrap()).sum();
