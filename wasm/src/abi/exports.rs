@@ -14,7 +14,10 @@
 //! callback returns, so the refusal is a last resort, not a path requests take.
 //!
 //! Callbacks the module does not need (gRPC, foreign function events) are not exported:
-//! Envoy then skips them instead of entering the VM. The response side is exported: the
+//! Envoy then skips them instead of entering the VM. Nor is `proxy_on_done`: nothing here
+//! finishes asynchronously, and a host that finds no such export takes every context as
+//! done at once, which is what it would answer; that is one VM entry fewer per filter and
+//! request. The response side is exported: the
 //! pipeline's stages observe (and may rewrite) each response chunk as it passes. A local
 //! reply a filter sends runs the response side too, but Envoy defers it until the running
 //! callback returns, so it never re-enters the table.
@@ -341,12 +344,6 @@ pub extern "C" fn proxy_on_log(context_id: u32) {
         // owner runs here).
         resume_woken(c);
     });
-}
-
-/// Whether the context may be deleted now: always (nothing finishes asynchronously).
-#[no_mangle]
-pub extern "C" fn proxy_on_done(_context_id: u32) -> u32 {
-    1
 }
 
 /// Forget a context (its state drops here).
