@@ -123,7 +123,14 @@ impl Runtime {
     /// Applies the stream continuations and `proxy_done` requests made during a callback.
     fn after_callback(&mut self) -> Result<()> {
         let mut finished = Vec::new();
-        for (id, stream) in self.store.data_mut().streams.iter_mut() {
+        let state = self.store.data_mut();
+        let mut to_settle = std::mem::take(&mut state.to_settle);
+        to_settle.sort_unstable();
+        to_settle.dedup();
+        for id in to_settle {
+            let Some(stream) = state.streams.get_mut(&id) else {
+                continue;
+            };
             for direction in [&mut stream.request, &mut stream.response] {
                 if direction.continue_requested {
                     direction.continue_requested = false;
@@ -131,7 +138,7 @@ impl Runtime {
                 }
             }
             if stream.done_called && !stream.deleted {
-                finished.push(*id);
+                finished.push(id);
             }
         }
         for id in finished {

@@ -202,8 +202,12 @@ pub struct HostState {
     pub(crate) effective_context: u32,
     /// Root contexts by id.
     pub(crate) roots: BTreeMap<u32, RootState>,
-    /// HTTP stream contexts by id.
+    /// HTTP stream contexts by id (deleted ones are kept for the test to inspect).
     pub(crate) streams: BTreeMap<u32, StreamState>,
+    /// Streams that asked the host to act once the running callback returns (a
+    /// `proxy_continue_stream`, a `proxy_done`): only these are visited then, not every
+    /// stream ever opened.
+    pub(crate) to_settle: Vec<u32>,
     /// Last context id handed out.
     pub(crate) last_context_id: u32,
     /// VM id (`plugin_vm_id`).
@@ -267,6 +271,7 @@ impl HostState {
             effective_context: 0,
             roots: BTreeMap::new(),
             streams: BTreeMap::new(),
+            to_settle: Vec::new(),
             last_context_id: 0,
             vm_id,
             host_id,
@@ -323,6 +328,14 @@ impl HostState {
     /// The stream the effective context designates, if it is a stream.
     pub(crate) fn effective_stream(&mut self) -> Option<&mut StreamState> {
         self.streams.get_mut(&self.effective_context)
+    }
+
+    /// The effective stream, noted for the host to settle after the running callback.
+    pub(crate) fn effective_stream_to_settle(&mut self) -> Option<&mut StreamState> {
+        let id = self.effective_context;
+        let stream = self.streams.get_mut(&id)?;
+        self.to_settle.push(id);
+        Some(stream)
     }
 
     /// The root context the effective context belongs to.

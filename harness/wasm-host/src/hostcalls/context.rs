@@ -43,7 +43,7 @@ pub(super) fn add(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         },
     )?;
     linker.func_wrap("env", "proxy_done", |mut c: C<'_>| {
-        match c.data_mut().effective_stream() {
+        match c.data_mut().effective_stream_to_settle() {
             // Only valid after `proxy_on_done` returned false, as in Envoy.
             Some(stream) if stream.awaiting_done => {
                 stream.done_called = true;

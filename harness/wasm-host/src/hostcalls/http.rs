@@ -329,7 +329,7 @@ fn stream_control(c: &mut C<'_>, kind: u32, apply: impl FnOnce(&mut Direction)) 
     let Some(kind) = StreamType::from_code(kind) else {
         return Status::BadArgument.code();
     };
-    let Some(stream) = c.data_mut().effective_stream() else {
+    let Some(stream) = c.data_mut().effective_stream_to_settle() else {
         return Status::BadArgument.code();
     };
     match kind {
