@@ -280,7 +280,6 @@ fn a_failed_scrape_does_not_crash_the_scraper() {
     assert!(scraper.trapped().is_none());
 }
 
-/// The product module configured as `root_id` with `config`.
 /// Envoy enters a VM only for the callbacks its module exports. `proxy_on_done` would only
 /// give the answer a host assumes without it (the context is done at once), so exporting it
 /// would cost one VM entry per filter and request for nothing.
@@ -292,6 +291,7 @@ fn the_module_exports_no_callback_that_only_repeats_the_hosts_default() {
     assert!(!exports.contains(&"proxy_on_done"), "{exports:?}");
 }
 
+/// The product module configured as `root_id` with `config`.
 fn module_as(root_id: &str, config: &str) -> anyhow::Result<Host> {
     let host = Host::builder().vm_id("infergate").load(product_module())?;
     host.configure_plugin(root_id, config)?;

@@ -17,10 +17,10 @@
 //! Envoy then skips them instead of entering the VM. Nor is `proxy_on_done`: nothing here
 //! finishes asynchronously, and a host that finds no such export takes every context as
 //! done at once, which is what it would answer; that is one VM entry fewer per filter and
-//! request. The response side is exported: the
-//! pipeline's stages observe (and may rewrite) each response chunk as it passes. A local
-//! reply a filter sends runs the response side too, but Envoy defers it until the running
-//! callback returns, so it never re-enters the table.
+//! request. The response side is exported: the pipeline's stages observe (and may
+//! rewrite) each response chunk as it passes. A local reply a filter sends runs the
+//! response side too, but Envoy defers it until the running callback returns, so it never
+//! re-enters the table.
 //!
 //! Wakes: a stage that paused a request is resumed when its waker fires; wakers of this
 //! VM only record the stream ([`crate::host::take_woken`]), and every callback that may
