@@ -2,8 +2,7 @@
 //! path, which `cargo xtask` builds to and the CLI, the launcher and the tests load from.
 //!
 //! - [`Artefacts`]: the release modules and the simulator (`cargo xtask build`), each
-//!   overridden by its variable ([`WASM_ENV`], [`WASM_HEADERS_ENV`], [`NATIVE_ENV`],
-//!   [`SIM_ENV`]);
+//!   overridden by its variable ([`WASM_ENV`], [`NATIVE_ENV`], [`SIM_ENV`]);
 //! - [`TEST_ARTEFACT_DIR`]: the test-only builds of the modules (`cargo xtask test`),
 //!   beside, never over, the release ones ([`test_artefact`]);
 //! - [`BENCH_ARTEFACT_DIR`]: the bench builds of the modules, with the `probe` filter that
@@ -19,8 +18,6 @@ use std::path::{Path, PathBuf};
 
 /// The proxy-wasm module's file name.
 pub const WASM_FILE: &str = "infergate_wasm.wasm";
-/// The proxy-wasm module of the `headers` role alone (package `infergate-wasm-headers`).
-pub const WASM_HEADERS_FILE: &str = "infergate_wasm_headers.wasm";
 /// The Envoy dynamic module's file name.
 pub const NATIVE_FILE: &str = "libinfergate_envoy.so";
 /// The engine simulator's binary (package `infergate-sim`).
@@ -34,8 +31,6 @@ pub const WASM_TARGET: &str = "wasm32-wasip1";
 
 /// Names another proxy-wasm module than the release build.
 pub const WASM_ENV: &str = "INFERGATE_WASM";
-/// Names another `headers` module than the release build.
-pub const WASM_HEADERS_ENV: &str = "INFERGATE_WASM_HEADERS";
 /// Names another native module than the release build.
 pub const NATIVE_ENV: &str = "INFERGATE_NATIVE";
 /// Names another simulator binary than the release (else debug) build.
@@ -90,8 +85,6 @@ pub fn bench_artefact(triple: Option<&str>, file: &str) -> PathBuf {
 pub struct Artefacts {
     /// The proxy-wasm module (`wasm32-wasip1`, release).
     pub wasm_module: PathBuf,
-    /// The proxy-wasm module of the `headers` role (`wasm32-wasip1`, release).
-    pub wasm_headers_module: PathBuf,
     /// The Envoy dynamic module (`libinfergate_envoy.so`, release).
     pub native_module: PathBuf,
     /// The engine simulator binary.
@@ -103,7 +96,6 @@ impl Artefacts {
     pub fn locate() -> Self {
         Artefacts {
             wasm_module: built(Some(WASM_TARGET), "release", WASM_FILE),
-            wasm_headers_module: built(Some(WASM_TARGET), "release", WASM_HEADERS_FILE),
             native_module: built(None, "release", NATIVE_FILE),
             simulator: built(None, "release", SIM_BINARY),
         }
@@ -113,7 +105,6 @@ impl Artefacts {
     pub fn env(&self) -> Vec<(&'static str, PathBuf)> {
         vec![
             (WASM_ENV, self.wasm_module.clone()),
-            (WASM_HEADERS_ENV, self.wasm_headers_module.clone()),
             (NATIVE_ENV, self.native_module.clone()),
             (SIM_ENV, self.simulator.clone()),
         ]
@@ -122,11 +113,6 @@ impl Artefacts {
     /// The proxy-wasm module to load: [`WASM_ENV`], else the release build.
     pub fn wasm_module() -> PathBuf {
         env_or(WASM_ENV, Self::locate().wasm_module)
-    }
-
-    /// The `headers` module to load: [`WASM_HEADERS_ENV`], else the release build.
-    pub fn wasm_headers_module() -> PathBuf {
-        env_or(WASM_HEADERS_ENV, Self::locate().wasm_headers_module)
     }
 
     /// The native module to load: [`NATIVE_ENV`], else the release build.

@@ -12,8 +12,7 @@
 //! [--target envoy|istio|envoy-gateway] [--istio-version 1.28|1.29|1.30]
 //! [--endpoints POOL=IP[:PORT],...]
 //! [--membership eds|static] [--eds-dir DIR]
-//! [--listen ADDR:PORT] [--admin ADDR:PORT] [--module PATH] [--headers-module PATH]
-//! [--image oci://…] [--headers-image oci://…] [--no-tenants]
+//! [--listen ADDR:PORT] [--admin ADDR:PORT] [--module PATH] [--image oci://…] [--no-tenants]
 //! [--jwks FILE] [--billing-log PATH] [--per-request-split]` renders the user's Kubernetes
 //! objects as a gateway: an Envoy bootstrap (`--target envoy`, the default), Istio's
 //! manifests (`istio`) or Envoy Gateway's (`envoy-gateway`), the field report and a
@@ -104,7 +103,84 @@ enum Command {
     /// object's fields became) and a README; prints what it wrote and each field it does
     /// not support, one per line.
     #[command(verbatim_doc_comment)]
-    Render(Box<RenderArgs>),
+    Render {
+        /// The objects' directory (every *.yaml, *.yml, *.json in it).
+        #[arg(long)]
+        objects: PathBuf,
+        /// What to render for: `envoy` (a bootstrap), `istio` or `envoy-gateway` (the control
+        /// plane's manifests).
+        #[arg(long, default_value = "envoy")]
+        target: render::Target,
+        /// The Istio release (`--target istio`): 1.28, 1.29 or 1.30.
+        #[arg(long, default_value = "1.30")]
+        istio_version: render::IstioVersion,
+        /// `wasm` or `native`.
+        #[arg(long)]
+        flavor: Flavor,
+        /// The output directory (created if missing).
+        #[arg(long)]
+        out: PathBuf,
+        /// A pool's endpoints, `POOL=IP[:PORT],...` (a bare IP takes each of the pool's
+        /// targetPorts); repeat for each pool.
+        #[arg(long = "endpoints", value_name = "POOL=IP[:PORT],...")]
+        endpoints: Vec<String>,
+        /// Where the pool clusters take their members from: `eds` (files Envoy watches, in
+        /// `--eds-dir`) or `static` (the `--endpoints` lists).
+        #[arg(long, default_value = "eds")]
+        membership: String,
+        /// The directory of the pools' EDS files as Envoy will see it (default `<out>/eds`);
+        /// the files are written into `<out>/eds` either way.
+        #[arg(long)]
+        eds_dir: Option<PathBuf>,
+        /// The gateway listener's address.
+        #[arg(long, default_value = "0.0.0.0:8080")]
+        listen: SocketAddr,
+        /// Envoy's admin address.
+        #[arg(long, default_value = "127.0.0.1:9901")]
+        admin: SocketAddr,
+        /// The module's path on the Envoy host (default: the built artefact's path here).
+        #[arg(long)]
+        module: Option<PathBuf>,
+        /// The module's OCI image (Istio, Envoy Gateway): the Wasm module the control plane
+        /// fetches, or the image holding `libinfergate_envoy.so` at its root (native).
+        #[arg(
+            long,
+            default_value = "oci://registry.example.internal/infergate/infergate-wasm:latest"
+        )]
+        image: String,
+        /// Leave the TenantQuota objects out (reported): no authentication, no quotas.
+        #[arg(long)]
+        no_tenants: bool,
+        /// The JWKS (JSON) of the issuer the tenants' `jwtClaims` name.
+        #[arg(long)]
+        jwks: Option<PathBuf>,
+        /// Where Envoy writes the billing log (one JSON line per request).
+        #[arg(long)]
+        billing_log: Option<PathBuf>,
+        /// Split a route's weights per request instead of sticky on `x-gateway-split-key`.
+        #[arg(long)]
+        per_request_split: bool,
+        /// Where each cluster of the ClusterSet runs its gateway (llm-d's discovery file:
+        /// `endpoints: [{name, address, port}]`), for the pools an InferencePoolImport names.
+        #[arg(long)]
+        peers: Option<PathBuf>,
+        /// This cluster's name in the ClusterSet (never its own peer).
+        #[arg(long)]
+        cluster: Option<String>,
+        /// How this cluster reaches the clusters it imports pools from: `parent` (through
+        /// their gateways, which pick in their own pools) or `endpoint` (straight to the
+        /// replicas their gateways publish; needs a network that reaches them).
+        #[arg(long, default_value = "parent")]
+        peer_mode: PeerMode,
+        /// A file holding the API key this gateway presents to peer gateways that
+        /// authenticate tenants (Parent Mode; the peers hold it as a tenant's key).
+        #[arg(long)]
+        peer_api_key_file: Option<PathBuf>,
+        /// Exported pools list their members on their export pages too, for clusters that
+        /// import them in Endpoint Mode (their replicas' addresses, with no credential).
+        #[arg(long)]
+        export_members: bool,
+    },
     /// Print the scheduling plugins' reference (Markdown): every plugin type and its
     /// parameters.
     ///
@@ -126,97 +202,6 @@ fn endpoints_flag(flag: &str) -> anyhow::Result<(String, Vec<String>)> {
             .map(str::to_owned)
             .collect(),
     ))
-}
-
-/// The flags of `infergate render`.
-#[derive(clap::Args)]
-struct RenderArgs {
-    /// The objects' directory (every *.yaml, *.yml, *.json in it).
-    #[arg(long)]
-    objects: PathBuf,
-    /// What to render for: `envoy` (a bootstrap), `istio` or `envoy-gateway` (the control
-    /// plane's manifests).
-    #[arg(long, default_value = "envoy")]
-    target: render::Target,
-    /// The Istio release (`--target istio`): 1.28, 1.29 or 1.30.
-    #[arg(long, default_value = "1.30")]
-    istio_version: render::IstioVersion,
-    /// `wasm` or `native`.
-    #[arg(long)]
-    flavor: Flavor,
-    /// The output directory (created if missing).
-    #[arg(long)]
-    out: PathBuf,
-    /// A pool's endpoints, `POOL=IP[:PORT],...` (a bare IP takes each of the pool's
-    /// targetPorts); repeat for each pool.
-    #[arg(long = "endpoints", value_name = "POOL=IP[:PORT],...")]
-    endpoints: Vec<String>,
-    /// Where the pool clusters take their members from: `eds` (files Envoy watches, in
-    /// `--eds-dir`) or `static` (the `--endpoints` lists).
-    #[arg(long, default_value = "eds")]
-    membership: String,
-    /// The directory of the pools' EDS files as Envoy will see it (default `<out>/eds`);
-    /// the files are written into `<out>/eds` either way.
-    #[arg(long)]
-    eds_dir: Option<PathBuf>,
-    /// The gateway listener's address.
-    #[arg(long, default_value = "0.0.0.0:8080")]
-    listen: SocketAddr,
-    /// Envoy's admin address.
-    #[arg(long, default_value = "127.0.0.1:9901")]
-    admin: SocketAddr,
-    /// The module's path on the Envoy host (default: the built artefact's path here).
-    #[arg(long)]
-    module: Option<PathBuf>,
-    /// Wasm: the path on the Envoy host of `infergate_wasm_headers.wasm`, the module of
-    /// the `headers` filter (default: the built artefact's path here, unless `--module`
-    /// is given: then that module plays the role).
-    #[arg(long)]
-    headers_module: Option<PathBuf>,
-    /// The module's OCI image (Istio, Envoy Gateway): the Wasm module the control plane
-    /// fetches, or the image holding `libinfergate_envoy.so` at its root (native).
-    #[arg(
-        long,
-        default_value = "oci://registry.example.internal/infergate/infergate-wasm:latest"
-    )]
-    image: String,
-    /// Wasm (Istio, Envoy Gateway): the OCI image of `infergate_wasm_headers.wasm`, the
-    /// module of the `headers` filter, which Envoy enters once per request instead of
-    /// at every callback (default: `--image` plays that role too).
-    #[arg(long)]
-    headers_image: Option<String>,
-    /// Leave the TenantQuota objects out (reported): no authentication, no quotas.
-    #[arg(long)]
-    no_tenants: bool,
-    /// The JWKS (JSON) of the issuer the tenants' `jwtClaims` name.
-    #[arg(long)]
-    jwks: Option<PathBuf>,
-    /// Where Envoy writes the billing log (one JSON line per request).
-    #[arg(long)]
-    billing_log: Option<PathBuf>,
-    /// Split a route's weights per request instead of sticky on `x-gateway-split-key`.
-    #[arg(long)]
-    per_request_split: bool,
-    /// Where each cluster of the ClusterSet runs its gateway (llm-d's discovery file:
-    /// `endpoints: [{name, address, port}]`), for the pools an InferencePoolImport names.
-    #[arg(long)]
-    peers: Option<PathBuf>,
-    /// This cluster's name in the ClusterSet (never its own peer).
-    #[arg(long)]
-    cluster: Option<String>,
-    /// How this cluster reaches the clusters it imports pools from: `parent` (through
-    /// their gateways, which pick in their own pools) or `endpoint` (straight to the
-    /// replicas their gateways publish; needs a network that reaches them).
-    #[arg(long, default_value = "parent")]
-    peer_mode: PeerMode,
-    /// A file holding the API key this gateway presents to peer gateways that
-    /// authenticate tenants (Parent Mode; the peers hold it as a tenant's key).
-    #[arg(long)]
-    peer_api_key_file: Option<PathBuf>,
-    /// Exported pools list their members on their export pages too, for clusters that
-    /// import them in Endpoint Mode (their replicas' addresses, with no credential).
-    #[arg(long)]
-    export_members: bool,
 }
 
 /// Runs `render` and prints what was written and what is not supported.
@@ -258,32 +243,29 @@ fn main() -> ExitCode {
             rewrites: rewrites.as_deref(),
             sticky_key: sticky_key.as_deref(),
         }),
-        Command::Render(args) => (|| {
-            let RenderArgs {
-                objects,
-                target,
-                istio_version,
-                flavor,
-                out,
-                endpoints,
-                membership,
-                eds_dir,
-                listen,
-                admin,
-                module,
-                headers_module,
-                image,
-                headers_image,
-                no_tenants,
-                jwks,
-                billing_log,
-                per_request_split,
-                peers,
-                cluster,
-                peer_mode,
-                peer_api_key_file,
-                export_members,
-            } = *args;
+        Command::Render {
+            objects,
+            target,
+            istio_version,
+            flavor,
+            out,
+            endpoints,
+            membership,
+            eds_dir,
+            listen,
+            admin,
+            module,
+            image,
+            no_tenants,
+            jwks,
+            billing_log,
+            per_request_split,
+            peers,
+            cluster,
+            peer_mode,
+            peer_api_key_file,
+            export_members,
+        } => (|| {
             let peers = peers
                 .as_deref()
                 .map(infergate_cli::config::peers::PeersFile::load)
@@ -325,12 +307,10 @@ fn main() -> ExitCode {
                 listen,
                 admin,
                 image,
-                headers_image,
                 gateway: GatewayInputs {
                     flavor,
                     endpoints,
                     module,
-                    headers_module,
                     no_tenants,
                     jwks,
                     billing_log,

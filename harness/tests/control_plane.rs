@@ -64,9 +64,6 @@ use std::time::Duration;
 const POOL: &str = "llama-70b-bf16";
 const SERVICE: &str = "llama-70b-bf16-infergate";
 const MODEL: &str = "llama-70b";
-/// The images the Wasm gateway is rendered with: the module, and the `headers` filter's.
-const IMAGE: &str = "oci://registry.test/infergate-wasm:test";
-const HEADERS_IMAGE: &str = "oci://registry.test/infergate-wasm-headers:test";
 
 /// Whether `flavor`'s module is missing (then the test is skipped, as in the e2e suite;
 /// under `cargo xtask test` a named module that is missing fails).
@@ -108,15 +105,13 @@ fn options(flavor: Flavor, target: Target, out: &Path, objects: PathBuf) -> Rend
         out: out.to_path_buf(),
         listen: "127.0.0.1:0".parse().unwrap(),
         admin: SocketAddr::from(([127, 0, 0, 1], free_port())),
-        image: IMAGE.into(),
-        headers_image: Some(HEADERS_IMAGE.into()),
+        image: "oci://registry.test/infergate-wasm:test".into(),
         membership: Membership::Eds,
         eds_dir: None,
         gateway: GatewayInputs {
             flavor,
             endpoints: vec![(POOL.into(), Vec::new())],
             module: None,
-            headers_module: None,
             no_tenants: true,
             jwks: None,
             billing_log: None,
@@ -201,74 +196,29 @@ impl Drop for Installed {
     }
 }
 
-/// The Wasm modules of the two images the rendered Wasm gateway names: the module istio-agent
-/// would fetch for each.
-fn wasm_modules() -> BTreeMap<String, PathBuf> {
-    BTreeMap::from([
-        (IMAGE.to_owned(), Flavor::Wasm.artefact().unwrap()),
-        (
-            HEADERS_IMAGE.to_owned(),
-            Flavor::Wasm.headers_artefact().unwrap(),
-        ),
-    ])
-}
-
-/// The sha256 of `bytes`, in hex.
-fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// Serves each file as `/<its sha256>.wasm` on a loopback port, Envoy Gateway's Wasm server;
-/// returns it with the sha256 (hex) of each image's module.
-async fn serve_modules(
-    modules: &BTreeMap<String, PathBuf>,
-) -> (
-    SocketAddr,
-    tokio::task::JoinHandle<()>,
-    BTreeMap<String, String>,
-) {
+/// Serves `bytes` to every HTTP request on a loopback port: Envoy Gateway's Wasm server.
+async fn serve_bytes(bytes: Vec<u8>) -> (SocketAddr, tokio::task::JoinHandle<()>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut by_sha = BTreeMap::new();
-    let mut shas = BTreeMap::new();
-    for (image, path) in modules {
-        let bytes = std::fs::read(path).unwrap();
-        let sha = sha256_hex(&bytes);
-        let image = image.strip_prefix("oci://").unwrap_or(image);
-        shas.insert(image.to_owned(), sha.clone());
-        by_sha.insert(format!("/{sha}.wasm"), bytes);
-    }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let by_sha = std::sync::Arc::new(by_sha);
+    let bytes = std::sync::Arc::new(bytes);
     let task = tokio::spawn(async move {
         while let Ok((mut conn, _)) = listener.accept().await {
-            let by_sha = by_sha.clone();
+            let bytes = bytes.clone();
             tokio::spawn(async move {
                 let mut head = [0u8; 4096];
-                let n = conn.read(&mut head).await.unwrap_or(0);
-                let head = String::from_utf8_lossy(&head[..n]);
-                let path = head.split(' ').nth(1).unwrap_or_default();
-                let Some(bytes) = by_sha.get(path) else {
-                    let _ = conn
-                        .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-                        .await;
-                    return;
-                };
+                let _ = conn.read(&mut head).await;
                 let header = format!(
                     "HTTP/1.1 200 OK\r\ncontent-length: {}\r\ncontent-type: application/wasm\r\nconnection: close\r\n\r\n",
                     bytes.len()
                 );
                 let _ = conn.write_all(header.as_bytes()).await;
-                let _ = conn.write_all(bytes).await;
+                let _ = conn.write_all(&bytes).await;
                 let _ = conn.shutdown().await;
             });
         }
     });
-    (addr, task, shas)
+    (addr, task)
 }
 
 async fn install(
@@ -286,18 +236,23 @@ async fn install(
             let lo = istio::Loopback {
                 dir: dir.path().join("xds"),
                 admin_port: free_port(),
-                wasm_modules: wasm_modules(),
+                wasm_module: Flavor::Wasm.artefact(),
                 native_module: Flavor::Native.artefact(),
                 endpoints,
             };
             istio::translate(docs, &lo).unwrap()
         }
         Plane::EnvoyGateway => {
-            let (mut wasm_server, mut wasm_sha256) = (None, BTreeMap::new());
+            let (mut wasm_server, mut wasm_sha256) = (None, String::new());
             if flavor == Flavor::Wasm {
-                let (addr, task, shas) = serve_modules(&wasm_modules()).await;
+                use sha2::Digest;
+                let bytes = std::fs::read(Flavor::Wasm.artefact().unwrap()).unwrap();
+                wasm_sha256 = sha2::Sha256::digest(&bytes)
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                let (addr, task) = serve_bytes(bytes).await;
                 wasm_server = Some(addr);
-                wasm_sha256 = shas;
                 module_server = Some(task);
             }
             let lo = envoy_gateway::Loopback {
@@ -420,9 +375,7 @@ fn every_rendered_version_drops_no_patch() {
             let lo = istio::Loopback {
                 dir: dir.path().join("xds"),
                 admin_port: 1,
-                wasm_modules: [IMAGE, HEADERS_IMAGE]
-                    .map(|i| (i.to_owned(), PathBuf::from("/nonexistent/module.wasm")))
-                    .into(),
+                wasm_module: Some("/nonexistent/module.wasm".into()),
                 native_module: Some("/nonexistent/libinfergate_envoy.so".into()),
                 endpoints: BTreeMap::new(),
             };
@@ -501,7 +454,7 @@ fn every_rendered_version_drops_no_patch() {
     let lo = istio::Loopback {
         dir: dir.path().join("xds"),
         admin_port: 1,
-        wasm_modules: BTreeMap::new(),
+        wasm_module: None,
         native_module: Some("/nonexistent/libinfergate_envoy.so".into()),
         endpoints: BTreeMap::new(),
     };
@@ -535,9 +488,7 @@ fn envoy_gateway_render_drops_no_patch() {
             dir: dir.path().join("xds"),
             admin_port: 1,
             wasm_server: Some(SocketAddr::from(([127, 0, 0, 1], 1))),
-            wasm_sha256: [IMAGE, HEADERS_IMAGE]
-                .map(|i| (i["oci://".len()..].to_owned(), "00".repeat(32)))
-                .into(),
+            wasm_sha256: "00".repeat(32),
             native_module: Some("/nonexistent/libinfergate_envoy.so".into()),
             endpoints: BTreeMap::new(),
         };
@@ -637,35 +588,6 @@ fn envoy_gateway_routing() {
     });
 }
 
-/// The Wasm gateway's `headers` filter runs `infergate_wasm_headers.wasm`, fetched from the
-/// `--headers-image` the render named, and the router and picker the full module: Istio's
-/// agent wrote each image's file into its ECDS resource, Envoy Gateway's server serves each
-/// by its sha256.
-fn assert_headers_filter_loads_its_own_module(plane: Plane, gw: &Installed) {
-    let modules = wasm_modules();
-    let (full, headers) = (&modules[IMAGE], &modules[HEADERS_IMAGE]);
-    match plane {
-        Plane::Istio => {
-            let code = |name: &str| {
-                gw.translated.ecds[name]["typed_config"]["config"]["vm_config"]["code"]["local"]
-                    ["filename"]
-                    .as_str()
-                    .map(PathBuf::from)
-            };
-            assert_eq!(code("infergate.headers").as_ref(), Some(headers));
-            assert_eq!(code("infergate.router").as_ref(), Some(full));
-            assert_eq!(code("infergate.picker").as_ref(), Some(full));
-        }
-        Plane::EnvoyGateway => {
-            let lds = std::fs::read_to_string(gw.dir.path().join("xds/lds.json")).unwrap();
-            for module in [full, headers] {
-                let sha = sha256_hex(&std::fs::read(module).unwrap());
-                assert!(lds.contains(&sha), "{}", module.display());
-            }
-        }
-    }
-}
-
 async fn routing(plane: Plane, flavor: Flavor) {
     let sim = simulated(3).await;
     let replicas = sim.addrs()[..2].to_vec();
@@ -675,9 +597,6 @@ async fn routing(plane: Plane, flavor: Flavor) {
         options(flavor, plane.target(), dir.path(), seed_objects()),
     );
     let gw = install(plane, flavor, &docs, &replicas, 2).await;
-    if flavor == Flavor::Wasm {
-        assert_headers_filter_loads_its_own_module(plane, &gw);
-    }
     let flavor = format!("{plane} {flavor}");
     let url = format!("{}/v1/chat/completions", gw.proxy.base_url());
     let pool: Vec<String> = replicas.iter().map(ToString::to_string).collect();
@@ -855,7 +774,7 @@ fn istio_tenants_bill_on_stdout() {
             let lo = istio::Loopback {
                 dir: dir2.path().join("xds"),
                 admin_port: free_port(),
-                wasm_modules: wasm_modules(),
+                wasm_module: Flavor::Wasm.artefact(),
                 native_module: Flavor::Native.artefact(),
                 endpoints: BTreeMap::from([(SERVICE.to_owned(), sim.addrs().to_vec())]),
             };

@@ -54,7 +54,6 @@ fn options(
         // cluster, so the admin port must be known before Envoy starts.
         admin: SocketAddr::from(([127, 0, 0, 1], free_port())),
         image: "oci://registry.test/infergate-wasm:test".into(),
-        headers_image: None,
         membership: Membership::Eds,
         eds_dir: None,
         gateway: GatewayInputs {
@@ -64,7 +63,6 @@ fn options(
                 endpoints.iter().map(ToString::to_string).collect(),
             )],
             module: None,
-            headers_module: None,
             no_tenants,
             jwks: None,
             billing_log: None,
@@ -761,13 +759,10 @@ fn envoy_gateway_manifests_express_the_gateway_in_its_api() {
                     json!({"role": "headers", "instance": INSTANCE})
                 );
                 assert_eq!(wasm[2]["rootID"], "picker");
-                // Without `--headers-image`, the one image plays every Wasm filter.
-                for entry in wasm {
-                    assert_eq!(
-                        entry["code"]["image"]["url"],
-                        "registry.test/infergate-wasm:test"
-                    );
-                }
+                assert_eq!(
+                    wasm[0]["code"]["image"]["url"],
+                    "registry.test/infergate-wasm:test"
+                );
                 assert!(of_kind(&docs, "EnvoyProxy").is_empty());
                 (wasm[0]["config"].clone(), wasm[2]["config"].clone())
             }

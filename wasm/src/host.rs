@@ -69,7 +69,6 @@ use scheduler_core::types::Millis;
 
 use crate::abi::hostcalls;
 use crate::abi::{BufferType, LogLevel, MapType, MetricType, Status};
-pub use infergate_wasm_abi::header_edits::{HeaderEdit, HEADER_EDITS_PROPERTY};
 
 /// The longest a root that buffers its streams' metrics lets them wait: its tick period is
 /// at most this (a picker without a scraper otherwise ticks every 250 ms).
@@ -244,6 +243,21 @@ impl WakeSignal for StreamWake {
     }
 }
 
+/// The property (filter state `wasm.infergate.request_headers`) through which the router
+/// hands the header edits it made after the headers went on to the `headers` role.
+pub const HEADER_EDITS_PROPERTY: &str = "infergate.request_headers";
+
+/// One edit of a request header made after the headers went on.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum HeaderEdit {
+    /// Replace every value of the header with this one.
+    Set(String, String),
+    /// Add a value.
+    Add(String, String),
+    /// Remove the header.
+    Remove(String),
+}
+
 /// The request headers of a stream that let them go before reading its body (Envoy's
 /// default `allow_on_headers_stop_iteration`: Envoy no longer hands them to the filter): a
 /// copy taken as they went on, which later reads see, and the edits made since, which the
@@ -298,6 +312,17 @@ impl PassedHeaders {
 
 /// Shared handle of a stream's [`PassedHeaders`].
 pub type Passed = Rc<RefCell<PassedHeaders>>;
+
+/// Apply `edits` to the current request headers (the `headers` role).
+pub fn apply_header_edits(edits: &[HeaderEdit]) {
+    for edit in edits {
+        match edit {
+            HeaderEdit::Set(name, value) => set_header(MapType::HttpRequestHeaders, name, value),
+            HeaderEdit::Add(name, value) => add_header(MapType::HttpRequestHeaders, name, value),
+            HeaderEdit::Remove(name) => remove_header(MapType::HttpRequestHeaders, name),
+        }
+    }
+}
 
 /// The capabilities of the current context.
 pub struct WasmHost {

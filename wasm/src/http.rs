@@ -27,7 +27,10 @@ use infergate_filters::FilterStatus;
 use std::cell::RefCell;
 
 use crate::abi::{hostcalls, Action, HttpHooks, LogLevel, MapType};
-use crate::host::{log, Passed, PassedHeaders, VmShared, WasmHost, HEADER_EDITS_PROPERTY};
+use crate::host::{
+    apply_header_edits, log, HeaderEdit, Passed, PassedHeaders, VmShared, WasmHost,
+    HEADER_EDITS_PROPERTY,
+};
 
 /// The drop reason of a request the picker could not pick without its body.
 pub const REJECTED_NO_HANDOFF: &str = "rejected-no-handoff";
@@ -313,15 +316,19 @@ impl Drop for PipelineContext {
     }
 }
 
-/// The `headers` role in this module: applies the header edits the router made after the
-/// headers went on (module doc of `crate::config`); Envoy resolves the route again on them.
-/// The module `infergate_wasm_headers.wasm` plays the same role with one VM entry per
-/// request instead of one per callback.
+/// The `headers` role: applies the header edits the router made after the headers went
+/// on (module doc of `crate::config`); Envoy resolves the route again on them.
 pub struct HeadersContext;
 
 impl HttpHooks for HeadersContext {
     fn on_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        infergate_wasm_abi::header_edits::apply_pending();
+        let edits = hostcalls::get_property(&[HEADER_EDITS_PROPERTY])
+            .ok()
+            .flatten()
+            .and_then(|bytes| serde_json::from_slice::<Vec<HeaderEdit>>(&bytes).ok());
+        if let Some(edits) = edits {
+            apply_header_edits(&edits);
+        }
         Action::Continue
     }
 }

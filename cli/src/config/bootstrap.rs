@@ -72,15 +72,6 @@ impl Flavor {
             Flavor::Native => Some(Artefacts::native_module()),
         }
     }
-
-    /// The built module of the Wasm flavour's `headers` filter: `INFERGATE_WASM_HEADERS`,
-    /// else where `cargo xtask build` puts it. `None` but for `wasm`.
-    pub fn headers_artefact(self) -> Option<PathBuf> {
-        match self {
-            Flavor::Wasm => Some(Artefacts::wasm_headers_module()),
-            Flavor::Plain | Flavor::Native => None,
-        }
-    }
 }
 
 impl fmt::Display for Flavor {
@@ -601,10 +592,6 @@ pub struct BootstrapParams {
     pub plugins: PluginConfigs,
     /// Module path for `wasm` / `native`.
     pub module: Option<PathBuf>,
-    /// `wasm` only: the module of the `headers` filter, `infergate_wasm_headers.wasm`
-    /// (Envoy enters it once per request, the full module at every callback); `None`:
-    /// `module` plays that role too.
-    pub headers_module: Option<PathBuf>,
     /// The connection manager's timeouts on the client side of each stream.
     pub timeouts: ClientTimeouts,
     /// Splice the `/rr` round-robin baseline (route and cluster) in. Off renders the
@@ -655,7 +642,6 @@ impl BootstrapParams {
             routes: Vec::new(),
             subset_hint: Vec::new(),
             module: flavor.artefact(),
-            headers_module: flavor.headers_artefact(),
             timeouts: ClientTimeouts::default(),
             baseline: false,
             probe: None,
@@ -1007,11 +993,6 @@ pub fn render_with(template: &str, params: &BootstrapParams) -> Result<String> {
         probes.push(t.prototype(&format!("probe_{}", probe.name()), &pvars)?);
     }
     vars.insert("probe_filters".into(), Value::Sequence(probes));
-    let headers_module = params
-        .headers_module
-        .as_deref()
-        .map_or_else(|| module.clone(), Path::to_string_lossy);
-    vars.insert("headers_module".into(), text(headers_module));
     vars.insert("wasm_module".into(), text(module.clone()));
     vars.insert("native_module".into(), text(module));
     let body = t.render(&vars)?;

@@ -57,7 +57,6 @@ use super::gateway::{Gateway, GatewayInputs};
 use super::istio::{buffer_filter, oci_url, route_refresh_filter, MODULE_DIR, NATIVE_MODULE_FILE};
 use super::kube::{self, Target};
 use super::report::Report;
-use super::Images;
 use crate::config::bootstrap::Flavor;
 use anyhow::{Context, Result};
 use serde_json::{json, Value as Json};
@@ -109,10 +108,9 @@ fn wasm_chain_patches(listener: &str, ns: &str, router: &Json) -> Vec<Json> {
 pub fn manifests(
     gw: &Gateway,
     inputs: &GatewayInputs,
-    images: &Images,
+    image: &str,
     report: &mut Report,
 ) -> Result<String> {
-    let image = images.module;
     let form = "Envoy Gateway";
     let target = Target::of(gw);
     let wasm = inputs.flavor == Flavor::Wasm;
@@ -173,20 +171,18 @@ pub fn manifests(
     kube::check_configs(&router, &picker).context("the Envoy Gateway form's configurations")?;
     let ns = target.namespace.clone();
     let policy_spec = if wasm {
-        let url = |image: &str| {
-            let image = oci_url(image);
-            image.strip_prefix("oci://").unwrap_or(&image).to_owned()
-        };
-        let entry = |name: &str, root: &str, image: &str, config: &Json| {
+        let image = oci_url(image);
+        let image = image.strip_prefix("oci://").unwrap_or(&image).to_owned();
+        let entry = |name: &str, root: &str, config: &Json| {
             json!({"name": name, "rootID": root,
-                   "code": {"type": "Image", "image": {"url": url(image)}, "pullPolicy": "IfNotPresent"},
+                   "code": {"type": "Image", "image": {"url": image}, "pullPolicy": "IfNotPresent"},
                    "config": config, "failOpen": false})
         };
         let headers = json!({"role": "headers", "instance": target.instance()});
         json!({"targetRefs": target.target_refs(), "wasm": [
-            entry("infergate.router", "router", image, &router),
-            entry("infergate.headers", "headers", images.headers, &headers),
-            entry("infergate.picker", "picker", image, &picker)]})
+            entry("infergate.router", "router", &router),
+            entry("infergate.headers", "headers", &headers),
+            entry("infergate.picker", "picker", &picker)]})
     } else {
         json!({"targetRefs": target.target_refs(), "dynamicModule": [
             {"name": NAME, "filterName": "router", "config": router},

@@ -32,10 +32,6 @@ pub struct GatewayInputs {
     pub endpoints: Vec<(String, Vec<String>)>,
     /// The module's path on the Envoy host; `None`: the flavour's built artefact.
     pub module: Option<PathBuf>,
-    /// Wasm: the `headers` module's path on the Envoy host (`--headers-module`); `None`:
-    /// the built `infergate_wasm_headers.wasm` if `module` is `None` too, else `module`
-    /// plays that filter's role.
-    pub headers_module: Option<PathBuf>,
     /// Leave the `TenantQuota` objects out (each is reported).
     pub no_tenants: bool,
     /// The JWKS (JSON text) of the tenants' JWT issuer.
@@ -435,10 +431,6 @@ pub fn build(set: &mut ObjectSet, inputs: &GatewayInputs) -> Result<Gateway> {
     params.objectives = objective_docs;
     if let Some(module) = &inputs.module {
         params.module = Some(module.clone());
-        params.headers_module = None;
-    }
-    if let Some(headers) = &inputs.headers_module {
-        params.headers_module = Some(headers.clone());
     }
     params.plugins = PluginConfigs::for_pools(&out_pools, &GatewaySettings::default());
     apply_rewrites(&mut params.plugins.router, &rewrite_docs, None)?;

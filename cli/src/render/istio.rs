@@ -51,7 +51,6 @@
 use super::gateway::{Gateway, GatewayInputs};
 use super::kube::{self, Target};
 use super::report::Report;
-use super::Images;
 use crate::config::bootstrap::Flavor;
 use crate::config::template::Template;
 use anyhow::{bail, Context, Result};
@@ -236,7 +235,7 @@ pub fn oci_url(image: &str) -> String {
 pub fn manifests(
     gw: &Gateway,
     inputs: &GatewayInputs,
-    images: &Images,
+    image: &str,
     version: IstioVersion,
     report: &mut Report,
 ) -> Result<String> {
@@ -270,7 +269,7 @@ pub fn manifests(
         patches.push(before_router(serde_json::to_value(jwt)?));
     }
     if wasm {
-        let image = oci_url(images.module);
+        let image = oci_url(image);
         let headers = json!({"role": "headers", "instance": target.instance()});
         patches.extend(wasm_filter("infergate.router", "router", &router, &image));
         patches.push(before_router(buffer_filter(&router)));
@@ -278,7 +277,7 @@ pub fn manifests(
             "infergate.headers",
             "headers",
             &headers,
-            &oci_url(images.headers),
+            &image,
         ));
         patches.push(before_router(route_refresh_filter()));
         patches.extend(wasm_filter("infergate.picker", "picker", &picker, &image));
@@ -402,7 +401,7 @@ pub fn manifests(
         }));
     }
     if !wasm {
-        docs.push(deployment_overlay(&target, images.module));
+        docs.push(deployment_overlay(&target, image));
     }
     docs.push(json!({
         "apiVersion": "networking.istio.io/v1alpha3", "kind": "EnvoyFilter",

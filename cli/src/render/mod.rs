@@ -99,10 +99,6 @@ pub struct RenderOptions {
     /// The module's OCI image: the Wasm module istio-agent or Envoy Gateway fetches, or the
     /// image whose root holds `libinfergate_envoy.so` (native: an image volume).
     pub image: String,
-    /// Wasm: the OCI image of `infergate_wasm_headers.wasm`, the `headers` filter's module
-    /// (Envoy enters it once per request, the full module at every callback); `None`:
-    /// `image` plays that role too.
-    pub headers_image: Option<String>,
     /// Where the pool clusters take their members from: EDS files (the default) or the
     /// `--endpoints` lists as STATIC clusters.
     pub membership: Membership,
@@ -112,25 +108,6 @@ pub struct RenderOptions {
     pub eds_dir: Option<PathBuf>,
     /// What the objects do not say.
     pub gateway: GatewayInputs,
-}
-
-/// The OCI images a control plane fetches the modules from.
-#[derive(Clone, Copy, Debug)]
-pub struct Images<'a> {
-    /// `--image`: the Wasm module, or the image holding the native module.
-    pub module: &'a str,
-    /// Wasm: the `headers` filter's module (`--headers-image`, else `module`).
-    pub headers: &'a str,
-}
-
-impl RenderOptions {
-    /// The images to name: `--headers-image` defaults to `--image`.
-    pub fn images(&self) -> Images<'_> {
-        Images {
-            module: &self.image,
-            headers: self.headers_image.as_deref().unwrap_or(&self.image),
-        }
-    }
 }
 
 /// What [`render`] produced.
@@ -167,12 +144,12 @@ pub fn render(opts: &RenderOptions) -> Result<Rendered> {
         Target::Istio => istio::manifests(
             &gw,
             &opts.gateway,
-            &opts.images(),
+            &opts.image,
             opts.istio_version,
             &mut set.report,
         )?,
         Target::EnvoyGateway => {
-            envoy_gateway::manifests(&gw, &opts.gateway, &opts.images(), &mut set.report)?
+            envoy_gateway::manifests(&gw, &opts.gateway, &opts.image, &mut set.report)?
         }
     };
     let output = write(opts.target.file(), &text)?;
@@ -435,12 +412,10 @@ mod tests {
             listen: "0.0.0.0:8080".parse().unwrap(),
             admin: "127.0.0.1:9901".parse().unwrap(),
             image: "oci://registry.test/infergate:test".into(),
-            headers_image: None,
             gateway: gateway::GatewayInputs {
                 flavor: Flavor::Native,
                 endpoints: Vec::new(),
                 module: Some("/lib/libinfergate_envoy.so".into()),
-                headers_module: None,
                 no_tenants: true,
                 jwks: None,
                 billing_log: None,

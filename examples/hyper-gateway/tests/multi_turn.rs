@@ -45,7 +45,6 @@ fn rendered_bootstrap(endpoints: &[SocketAddr]) -> String {
         listen: local,
         admin: local,
         image: "oci://registry.test/infergate-wasm:test".into(),
-        headers_image: None,
         // The pools list their endpoints (this proxy has no EDS to follow).
         membership: Membership::Static,
         eds_dir: None,
@@ -56,7 +55,6 @@ fn rendered_bootstrap(endpoints: &[SocketAddr]) -> String {
                 endpoints.iter().map(ToString::to_string).collect(),
             )],
             module: Some(PathBuf::from("/unused/libinfergate_envoy.so")),
-            headers_module: None,
             no_tenants: true,
             jwks: None,
             billing_log: None,

@@ -46,9 +46,8 @@ pub struct Loopback {
     pub admin_port: u16,
     /// The loopback server standing in for Envoy Gateway's Wasm HTTP server.
     pub wasm_server: Option<SocketAddr>,
-    /// The sha256 (hex) of the module it serves for each image a Wasm entry names (as the
-    /// policy names it, without `oci://`).
-    pub wasm_sha256: BTreeMap<String, String>,
+    /// The sha256 (hex) of the module it serves.
+    pub wasm_sha256: String,
     /// The native module the `EnvoyProxy` deployment patch's image volume would mount.
     pub native_module: Option<PathBuf>,
     /// Each Service's endpoints (by Service name), which Envoy Gateway sends by EDS.
@@ -124,18 +123,13 @@ fn policy_filters(
         let server = lo
             .wasm_server
             .ok_or_else(|| anyhow!("a Wasm entry, and no Wasm server"))?;
-        let image = w["code"]["image"]["url"].as_str().unwrap_or_default();
-        let sha256 = lo
-            .wasm_sha256
-            .get(image)
-            .ok_or_else(|| anyhow!("no module for the image {image}"))?;
         let mut config = json!({
             "name": w["name"],
             "vm_config": {"vm_id": ir, "runtime": "envoy.wasm.runtime.v8",
                 "code": {"remote": {
-                    "http_uri": {"uri": format!("http://{server}/{sha256}.wasm"),
+                    "http_uri": {"uri": format!("http://{server}/{}.wasm", lo.wasm_sha256),
                                  "cluster": WASM_CLUSTER, "timeout": "10s"},
-                    "sha256": sha256,
+                    "sha256": lo.wasm_sha256,
                     "retry_policy": {"num_retries": 3,
                         "retry_back_off": {"base_interval": "1s", "max_interval": "10s"}}}}},
             "configuration": {"@type": STRING_VALUE, "value": w["config"].to_string()},

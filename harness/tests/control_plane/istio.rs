@@ -38,9 +38,8 @@ pub struct Loopback {
     pub dir: PathBuf,
     /// The test Envoy's admin port (Istio's is 15000).
     pub admin_port: u16,
-    /// The module istio-agent would have fetched for each image a Wasm filter's code names
-    /// (`oci://` / `http(s)://`).
-    pub wasm_modules: BTreeMap<String, PathBuf>,
+    /// The module istio-agent would have fetched for any `oci://` / `http(s)://` Wasm code.
+    pub wasm_module: Option<PathBuf>,
     /// The native module the deployment overlay's image volume would have mounted.
     pub native_module: Option<PathBuf>,
     /// Each Service's endpoints (by Service name), which istiod would send by EDS.
@@ -277,17 +276,14 @@ fn routes(docs: &[Json], clusters: &BTreeMap<String, String>) -> Result<Vec<Json
 }
 
 /// istio-agent's module fetch (`MaybeConvertWasmExtensionConfig`, pkg/wasm/convert.go):
-/// a Wasm config whose code is `remote` is rewritten to `local.filename`, the file fetched
-/// from the image it names.
-fn agent_fetch(ext: &mut Json, modules: &BTreeMap<String, PathBuf>) -> Result<()> {
+/// a Wasm config whose code is `remote` is rewritten to `local.filename`, the fetched file.
+fn agent_fetch(ext: &mut Json, module: Option<&Path>) -> Result<()> {
     if ext["typed_config"]["@type"] != WASM_TYPE {
         return Ok(());
     }
     let code = &mut ext["typed_config"]["config"]["vm_config"]["code"];
-    if let Some(image) = code.pointer("/remote/http_uri/uri").and_then(Json::as_str) {
-        let file = modules
-            .get(image)
-            .ok_or_else(|| anyhow!("no module to fetch for the image {image}"))?;
+    if code.get("remote").is_some() {
+        let file = module.ok_or_else(|| anyhow!("a Wasm module to fetch, none given"))?;
         *code = json!({"local": {"filename": file}});
     }
     Ok(())
@@ -396,7 +392,7 @@ pub fn translate(docs: &[Json], lo: &Loopback) -> Result<Translated> {
                 // only; istiod serves them by ECDS, istio-agent fetches the module.
                 ("EXTENSION_CONFIG", "ADD") => {
                     let mut ext = value.clone();
-                    agent_fetch(&mut ext, &lo.wasm_modules)?;
+                    agent_fetch(&mut ext, lo.wasm_module.as_deref())?;
                     let name = ext["name"].as_str().unwrap_or_default().to_owned();
                     ecds.insert(name, ext);
                 }

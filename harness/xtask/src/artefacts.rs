@@ -47,8 +47,6 @@ fn build_release() -> Result<Artefacts> {
             "--release",
             "-p",
             "infergate-wasm",
-            "-p",
-            "infergate-wasm-headers",
             "--target",
             WASM_TARGET,
         ],

@@ -1,16 +1,14 @@
 //! `cargo xtask dist`: what a user deploys, in `dist/` (git-ignored), from a release build
 //! made as `cargo xtask build` makes it:
 //!
-//! - `infergate_wasm.wasm`, `infergate_wasm_headers.wasm` (the Wasm flavour's `headers`
-//!   filter alone) and `libinfergate_envoy.so`, each with a `<file>.sha256` in
+//! - `infergate_wasm.wasm` and `libinfergate_envoy.so`, each with a `<file>.sha256` in
 //!   `sha256sum`'s format (`sha256sum -c *.sha256` in `dist/` checks them);
-//! - `oci/` and `oci-headers/`: the two Wasm modules as OCI image layouts for Istio and
-//!   Envoy Gateway (`oci://`), tagged with the workspace version ([`oci`] says which
-//!   layout and why);
+//! - `oci/`: the Wasm module as an OCI image layout for Istio's `WasmPlugin` (`oci://`),
+//!   tagged with the workspace version ([`oci`] says which layout and why);
 //! - `ENVOY_VERSION`: the one Envoy release the `.so` loads into (the dynamic-module ABI is
 //!   not stable across Envoy releases), [`crate::setup::ENVOY_VERSION`];
 //! - `examples/`: the seed objects of `testdata/objects/` rendered by `infergate render` for
-//!   each flavour, the images pinned by digest ([`examples`]);
+//!   each flavour, the image pinned by digest ([`examples`]);
 //! - `README.md`: what each file is, with the digests.
 //!
 //! The layout is read back and checked ([`oci::read_layout`]) and, when `skopeo` is
@@ -30,28 +28,23 @@ use anyhow::{bail, Context, Result};
 use oci::{Digest, RuntimeConfig, WasmImage};
 use std::path::{Path, PathBuf};
 
-/// File names of the modules in `dist/` (the names cargo gives them).
-pub use infergate_artefacts::{NATIVE_FILE, WASM_FILE, WASM_HEADERS_FILE};
+/// File names of the two modules in `dist/` (the names cargo gives them).
+pub use infergate_artefacts::{NATIVE_FILE, WASM_FILE};
 /// The OCI image layout's directory in `dist/`.
 pub const OCI_DIR: &str = "oci";
-/// The `headers` module's OCI image layout in `dist/`.
-pub const HEADERS_OCI_DIR: &str = "oci-headers";
 /// The file that names the Envoy release the native module needs.
 pub const ENVOY_VERSION_FILE: &str = "ENVOY_VERSION";
 /// The image's tag and version annotation: the workspace version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The root contexts the Wasm module registers, one per role of its plugin configuration.
 pub const ROOT_IDS: [&str; 3] = ["router", "picker", "scraper"];
-/// The root context of the `headers` module.
-pub const HEADERS_ROOT_IDS: [&str; 1] = ["headers"];
 
 /// `cargo xtask dist --help`'s text after its first line.
 pub const ABOUT: &str = "\
-dist/: the modules with sha256, the Wasm OCI images, Envoy version, examples.
+dist/: both modules with sha256, the Wasm OCI image, Envoy version, examples.
 
-Writes what a user deploys from a release build: the Wasm modules (the gateway's, and the
-one of its `headers` filter) and the native module, each with a `<file>.sha256`; each Wasm
-module as an OCI image layout (`oci/`, `oci-headers/`) for Istio and Envoy Gateway;
+Writes what a user deploys from a release build: the Wasm and native modules, each with a
+`<file>.sha256`; the Wasm module as an OCI image layout (`oci/`) for Istio's `WasmPlugin`;
 `ENVOY_VERSION`, the one Envoy release the native module loads into; `examples/`, the seed
 objects of testdata/objects/ rendered by `infergate render` for each flavour; a README.
 Reads the image layout back (and inspects it with skopeo, when installed) and checks each
@@ -81,26 +74,19 @@ pub fn run(args: DistArgs) -> Result<()> {
     let artefacts = build_all()?;
     let written = write(
         &out,
-        &Modules {
-            wasm: &artefacts.wasm_module,
-            headers: &artefacts.wasm_headers_module,
-            native: &artefacts.native_module,
-        },
+        &artefacts.wasm_module,
+        &artefacts.native_module,
         examples::write,
     )?;
     examples::validate(&out)?;
     match skopeo::program() {
         Some(program) => {
-            for (dir, module) in [
-                (OCI_DIR, &written.module),
-                (HEADERS_OCI_DIR, &written.headers.module),
-            ] {
-                skopeo::check(&program, &out.join(dir), VERSION, module)?;
-                eprintln!(
-                    "xtask: skopeo reads oci:{}:{VERSION}; its Wasm layer is {module}",
-                    out.join(dir).display(),
-                );
-            }
+            skopeo::check(&program, &out.join(OCI_DIR), VERSION, &written.module)?;
+            eprintln!(
+                "xtask: skopeo reads oci:{}:{VERSION}; its Wasm layer is {}",
+                out.join(OCI_DIR).display(),
+                written.module
+            );
         }
         None => eprintln!(
             "xtask: skopeo is not installed (`apt-get install skopeo`): the layout was checked \
@@ -108,32 +94,11 @@ pub fn run(args: DistArgs) -> Result<()> {
         ),
     }
     eprintln!(
-        "xtask: wrote {} (images {} and {})",
+        "xtask: wrote {} (image {})",
         out.display(),
-        written.manifest,
-        written.headers.manifest
+        written.manifest
     );
     Ok(())
-}
-
-/// The modules `dist/` ships.
-#[derive(Clone, Copy, Debug)]
-pub struct Modules<'a> {
-    /// The gateway's Wasm module.
-    pub wasm: &'a Path,
-    /// The Wasm module of the `headers` filter.
-    pub headers: &'a Path,
-    /// The native module.
-    pub native: &'a Path,
-}
-
-/// The digest-pinned image URLs the examples name.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ImageUrls {
-    /// The gateway's Wasm module.
-    pub module: String,
-    /// The `headers` filter's module.
-    pub headers: String,
 }
 
 /// What [`write`] produced.
@@ -143,79 +108,32 @@ pub struct Written {
     pub manifest: Digest,
     /// The Wasm module's sha256 (its layer's digest).
     pub module: Digest,
-    /// The `headers` module's image.
-    pub headers: oci::Written,
     /// The native module's sha256.
     pub native: Digest,
     /// The proxy-wasm ABI versions the Wasm module exports.
     pub abi: Vec<String>,
 }
 
-/// Writes `dist/` at `out` from `modules`; `examples` fills the examples' directory given
-/// the images' digest-pinned URLs. An existing `out` is replaced only when it looks like an
-/// earlier `dist/` (it holds `ENVOY_VERSION`) or is empty, so a mistyped `--out` never
-/// deletes anything else.
+/// Writes `dist/` at `out` from the modules at `wasm` and `native`; `examples` fills the
+/// examples' directory given the image's digest-pinned URL. An existing `out` is replaced
+/// only when it looks like an earlier `dist/` (it holds `ENVOY_VERSION`) or is empty, so a
+/// mistyped `--out` never deletes anything else.
 pub fn write(
     out: &Path,
-    modules: &Modules,
-    examples: fn(&Path, &ImageUrls) -> Result<()>,
+    wasm: &Path,
+    native: &Path,
+    examples: fn(&Path, &str) -> Result<()>,
 ) -> Result<Written> {
     clear(out)?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let native = modules.native;
+    let module = std::fs::read(wasm).with_context(|| format!("reading {}", wasm.display()))?;
     let native_bytes =
         std::fs::read(native).with_context(|| format!("reading {}", native.display()))?;
+    let module_digest = copy_with_sha256(out, WASM_FILE, &module)?;
     let native_digest = copy_with_sha256(out, NATIVE_FILE, &native_bytes)?;
-    let (written, abi) = ship_wasm(out, modules.wasm, WASM_FILE, OCI_DIR, &ROOT_IDS, WASM_TITLE)?;
-    let (headers, _) = ship_wasm(
-        out,
-        modules.headers,
-        WASM_HEADERS_FILE,
-        HEADERS_OCI_DIR,
-        &HEADERS_ROOT_IDS,
-        HEADERS_TITLE,
-    )?;
 
-    write_text(&out.join(ENVOY_VERSION_FILE), &format!("{ENVOY_VERSION}\n"))?;
-    examples(
-        &out.join(examples::DIR),
-        &ImageUrls {
-            module: examples::image_url(examples::REPOSITORY, &written.manifest),
-            headers: examples::image_url(examples::HEADERS_REPOSITORY, &headers.manifest),
-        },
-    )?;
-    let written = Written {
-        manifest: written.manifest,
-        module: written.module,
-        headers,
-        native: native_digest,
-        abi,
-    };
-    write_text(&out.join("README.md"), &readme(&written))?;
-    Ok(written)
-}
-
-/// The description of the gateway's Wasm image.
-const WASM_TITLE: &str = "infergate's proxy-wasm module: body router, picker and scraper";
-/// The description of the `headers` module's image.
-const HEADERS_TITLE: &str =
-    "infergate's proxy-wasm module of the headers filter: applies the router's header edits";
-
-/// Copies the Wasm module at `path` into `out` as `file` (with its sha256) and writes its
-/// image layout into `out/<oci_dir>`, read back to check; returns the layout's digests and
-/// the ABI versions the module exports.
-fn ship_wasm(
-    out: &Path,
-    path: &Path,
-    file: &str,
-    oci_dir: &str,
-    root_ids: &[&str],
-    description: &str,
-) -> Result<(oci::Written, Vec<String>)> {
-    let module = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let module_digest = copy_with_sha256(out, file, &module)?;
-    let image = wasm_image(&module, root_ids, description)?;
-    let layout = out.join(oci_dir);
+    let image = wasm_image(&module)?;
+    let layout = out.join(OCI_DIR);
     let written = oci::write_layout(&layout, &image)?;
     let found = oci::read_layout(&layout, VERSION)?;
     if found.module != module_digest || found.manifest != written.manifest {
@@ -228,21 +146,30 @@ fn ship_wasm(
             written.manifest
         );
     }
-    Ok((written, image.runtime.abi_versions))
+
+    write_text(&out.join(ENVOY_VERSION_FILE), &format!("{ENVOY_VERSION}\n"))?;
+    examples(
+        &out.join(examples::DIR),
+        &examples::image_url(&written.manifest),
+    )?;
+    let written = Written {
+        manifest: written.manifest,
+        module: module_digest,
+        native: native_digest,
+        abi: image.runtime.abi_versions.clone(),
+    };
+    write_text(&out.join("README.md"), &readme(&written))?;
+    Ok(written)
 }
 
-/// The image of a Wasm module: the ABI versions it exports, its roots, the version.
-pub fn wasm_image<'a>(
-    module: &'a [u8],
-    root_ids: &[&str],
-    description: &str,
-) -> Result<WasmImage<'a>> {
+/// The image of the Wasm module: the ABI versions it exports, its roots, the version.
+pub fn wasm_image(module: &[u8]) -> Result<WasmImage<'_>> {
     let abi_versions = oci::abi_versions(module).context("the Wasm module")?;
     Ok(WasmImage {
         module,
         runtime: RuntimeConfig {
             abi_versions,
-            root_ids: root_ids.iter().map(|r| r.to_string()).collect(),
+            root_ids: ROOT_IDS.iter().map(|r| r.to_string()).collect(),
         },
         tag: VERSION,
         annotations: vec![
@@ -250,7 +177,7 @@ pub fn wasm_image<'a>(
             ("org.opencontainers.image.version".into(), VERSION.into()),
             (
                 "org.opencontainers.image.description".into(),
-                description.into(),
+                "infergate's proxy-wasm module: body router, picker and scraper".into(),
             ),
             (
                 "org.opencontainers.image.licenses".into(),
@@ -301,7 +228,7 @@ fn readme(w: &Written) -> String {
     let arch = std::env::consts::ARCH;
     let os = std::env::consts::OS;
     let root_ids = ROOT_IDS.join("`, `");
-    let examples = examples::readme(&w.manifest, &w.headers.manifest);
+    let examples = examples::readme(&w.manifest);
     format!(
         "# infergate {VERSION}: release artefacts
 
@@ -311,10 +238,8 @@ Written by `cargo xtask dist` (release build, `{arch}`-`{os}`). Check the files 
 | file | what |
 |---|---|
 | `{WASM_FILE}` | the proxy-wasm module (`wasm32-wasip1`): body router, picker and scraper, one plugin configuration per role (`role` field; root ids `{root_ids}`); sha256 `{module_hex}` |
-| `{WASM_HEADERS_FILE}` | the proxy-wasm module of the Wasm flavour's `headers` filter alone (root id `headers`): it exports only the request-headers callback, so Envoy enters it once per request; sha256 `{headers_hex}` |
 | `{NATIVE_FILE}` | the Envoy dynamic module (`{arch}` Linux): the same filters in-process; sha256 `{native_hex}` |
 | `{OCI_DIR}/` | the Wasm module as an OCI image layout, tag `{VERSION}`, image digest `{manifest}` |
-| `{HEADERS_OCI_DIR}/` | the `headers` module as an OCI image layout, tag `{VERSION}`, image digest `{headers_manifest}` |
 | `{ENVOY_VERSION_FILE}` | `{ENVOY_VERSION}`: the Envoy release the native module requires |
 | `examples/` | {examples} |
 
@@ -327,22 +252,19 @@ must not be loaded into another. The module is built and tested against {ENVOY_V
 only. The Wasm module speaks the proxy-wasm ABI ({abi}) and needs an Envoy with a Wasm
 runtime (V8 in the PyPI build); it too was tested in Envoy {ENVOY_VERSION}.
 
-## The Wasm modules as OCI images (Istio, Envoy Gateway)
+## The Wasm module as an OCI image (Istio `WasmPlugin`)
 
-`{OCI_DIR}/` (and `{HEADERS_OCI_DIR}/`, the same for the `headers` module) follows the Wasm image specification's *oci* variant, the one Istio's image
+`{OCI_DIR}/` follows the Wasm image specification's *oci* variant, the one Istio's image
 fetcher reads besides the Docker-style tar variant: an image manifest whose config has
 media type `{config_type}`, and exactly two layers: that runtime config again and the
 module bytes, uncompressed, as `{wasm_type}` (its digest is the module's sha256,
 `{module}`). Istio refuses this variant with any other number of layers, and refuses a
 single `application/vnd.wasm.content.layer.v1+wasm` layer (the CNCF Wasm artifact).
 
-Copy both to a registry, then point a `WasmPlugin` at each (`infergate render` names them
-with `--image` and `--headers-image`; without the latter, the gateway's module plays the
-`headers` filter too, at the cost of a VM entry per callback instead of one per request):
+Copy it to a registry, then point a `WasmPlugin` at it:
 
 ```sh
 skopeo copy oci:{OCI_DIR}:{VERSION} docker://REGISTRY/infergate-wasm:{VERSION}
-skopeo copy oci:{HEADERS_OCI_DIR}:{VERSION} docker://REGISTRY/infergate-wasm-headers:{VERSION}
 skopeo inspect --raw docker://REGISTRY/infergate-wasm:{VERSION}   # the manifest
 ```
 
@@ -363,8 +285,6 @@ prints the manifest and `skopeo inspect --config --raw` the runtime config.
 ",
         module = w.module,
         module_hex = w.module.hex(),
-        headers_hex = w.headers.module.hex(),
-        headers_manifest = w.headers.manifest,
         native_hex = w.native.hex(),
         abi = w.abi.join(", "),
         manifest = w.manifest,
@@ -382,7 +302,7 @@ prints the manifest and `skopeo inspect --config --raw` the runtime config.
 /// hashes and `--jwks`.
 pub mod examples {
     use super::oci::Digest;
-    use super::{ImageUrls, VERSION};
+    use super::VERSION;
     use crate::artefacts::{cargo, workspace_root};
     use anyhow::{bail, Context, Result};
     use infergate_artefacts::{CLI_BINARY, CLI_PACKAGE};
@@ -398,53 +318,47 @@ pub mod examples {
 
     /// The image repository the rendered `WasmPlugin`s name (the user's own replaces it).
     pub const REPOSITORY: &str = "registry.example.internal/infergate/infergate-wasm";
-    /// The repository of the `headers` module's image.
-    pub const HEADERS_REPOSITORY: &str =
-        "registry.example.internal/infergate/infergate-wasm-headers";
 
     /// The flavours rendered, each with the module its bootstrap loads.
     pub const FLAVOURS: [(&str, &str); 2] =
         [("wasm", super::WASM_FILE), ("native", super::NATIVE_FILE)];
 
-    /// An image's URL for a `WasmPlugin`, pinned to the manifest digest (Istio checks it).
-    pub fn image_url(repository: &str, manifest: &Digest) -> String {
-        format!("oci://{repository}@{manifest}")
+    /// The image's URL for a `WasmPlugin`, pinned to the manifest digest (Istio checks it).
+    pub fn image_url(manifest: &Digest) -> String {
+        format!("oci://{REPOSITORY}@{manifest}")
     }
 
     /// The `examples/` row of `dist/README.md`.
-    pub fn readme(manifest: &Digest, headers: &Digest) -> String {
+    pub fn readme(manifest: &Digest) -> String {
         format!(
             "`wasm/` and `native/`: the seed objects of `testdata/objects/` rendered by \
              `infergate render --flavor wasm` / `--flavor native` (with `--no-tenants`): \
              bootstrap `envoy.yaml`, \
              Istio manifests `istio.yaml`, `fields.md` (what became of every field) and a \
              `README.md` with the order to apply them. The bootstraps load the modules from \
-             `{INSTALL_DIR}/`; the `WasmPlugin`s pull `{url}` and, for the `headers` \
-             filter, `{headers_url}` (this build, tag `{VERSION}`). \
+             `{INSTALL_DIR}/`; the `WasmPlugin`s pull `{url}` (this build, tag `{VERSION}`). \
              No tenancy: the seed's `TenantQuota` objects carry placeholder key hashes",
-            url = image_url(REPOSITORY, manifest),
-            headers_url = image_url(HEADERS_REPOSITORY, headers),
+            url = image_url(manifest),
         )
     }
 
     /// Builds the `infergate` tool (`cli/`) and renders both flavours into `dir`.
-    pub fn write(dir: &Path, images: &ImageUrls) -> Result<()> {
+    pub fn write(dir: &Path, image: &str) -> Result<()> {
         let binary = build_infergate()?;
-        render(&binary, dir, images)
+        render(&binary, dir, image)
     }
 
     /// `infergate render` of the seed objects into `dir/<flavour>/`, the `WasmPlugin`s
-    /// pulling `images`.
-    pub fn render(binary: &Path, dir: &Path, images: &ImageUrls) -> Result<()> {
+    /// pulling `image`.
+    pub fn render(binary: &Path, dir: &Path, image: &str) -> Result<()> {
         let objects = workspace_root().join("testdata").join("objects");
-        let headers_module = format!("{INSTALL_DIR}/{}", super::WASM_HEADERS_FILE);
         for (flavour, module) in FLAVOURS {
             let out = dir.join(flavour);
             let module = format!("{INSTALL_DIR}/{module}");
             // The EDS files as Envoy sees them once `dist/` is installed in INSTALL_DIR
             // (not this machine's path; `validate` points them back at this copy).
             let eds_dir = format!("{INSTALL_DIR}/{DIR}/{flavour}/eds");
-            let args: [&OsStr; 18] = [
+            let args: [&OsStr; 14] = [
                 "render".as_ref(),
                 "--objects".as_ref(),
                 objects.as_os_str(),
@@ -454,12 +368,8 @@ pub mod examples {
                 out.as_os_str(),
                 "--module".as_ref(),
                 module.as_ref(),
-                "--headers-module".as_ref(),
-                headers_module.as_ref(),
                 "--image".as_ref(),
-                images.module.as_ref(),
-                "--headers-image".as_ref(),
-                images.headers.as_ref(),
+                image.as_ref(),
                 "--no-tenants".as_ref(),
                 "--eds-dir".as_ref(),
                 eds_dir.as_ref(),

@@ -27,8 +27,10 @@
 //! wake one (a stream's, a root's, a stream's end and deletion), once its own work is
 //! done, resumes the streams woken meanwhile ([`resume_woken`]).
 
+use std::alloc::{alloc, Layout};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::ptr::{null_mut, NonNull};
 
 use infergate_filters::reply::Reply;
 
@@ -111,7 +113,15 @@ pub extern "C" fn proxy_abi_version_0_2_1() {}
 /// exhausted. Adopted as a `Vec<u8>` by `hostcalls` (see its doc).
 #[no_mangle]
 pub extern "C" fn proxy_on_memory_allocate(size: usize) -> *mut u8 {
-    infergate_wasm_abi::memory::allocate(size)
+    if size == 0 {
+        // What an empty `Vec<u8>` holds; adopting it with capacity 0 frees nothing.
+        return NonNull::<u8>::dangling().as_ptr();
+    }
+    match Layout::array::<u8>(size) {
+        // SAFETY: a non-zero-sized layout.
+        Ok(layout) => unsafe { alloc(layout) },
+        Err(_) => null_mut(),
+    }
 }
 
 /// A new root context (`root_context_id == 0`) or HTTP context of a root.

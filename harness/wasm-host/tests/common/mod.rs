@@ -67,39 +67,6 @@ pub fn product_module() -> &'static Path {
     })
 }
 
-/// The `headers` filter's own module (`wasm-headers/`, `infergate_wasm_headers.wasm`),
-/// built for wasm32-wasip1 (release) into the same target dir as [`product_module`], or
-/// taken from `$INFERGATE_WASM_HEADERS` when set (what `cargo xtask test` names).
-pub fn headers_module() -> &'static Path {
-    static WASM: OnceLock<PathBuf> = OnceLock::new();
-    WASM.get_or_init(|| {
-        if let Some(path) = std::env::var_os(infergate_artefacts::WASM_HEADERS_ENV) {
-            return PathBuf::from(path);
-        }
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml");
-        let target = target_dir().join("wasm-host-product");
-        let status = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "--quiet",
-                "--release",
-                "-p",
-                "infergate-wasm-headers",
-            ])
-            .args(["--target", "wasm32-wasip1", "--manifest-path"])
-            .arg(&workspace)
-            .arg("--target-dir")
-            .arg(&target)
-            .status()
-            .expect("running cargo to build the headers module");
-        assert!(status.success(), "building infergate-wasm-headers failed");
-        target
-            .join(infergate_artefacts::WASM_TARGET)
-            .join("release")
-            .join(infergate_artefacts::WASM_HEADERS_FILE)
-    })
-}
-
 /// A file of the project's `testdata/`.
 pub fn testdata(relative: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -263,20 +263,18 @@ fn abi_versions_come_from_the_module_exports() {
     assert!(err.to_string().contains("truncated"), "{err}");
 }
 
-/// The release modules, when `cargo xtask build` has made them: proxy-wasm 0.2.1 modules.
+/// The release module, when `cargo xtask build` has made it: a proxy-wasm 0.2.1 module.
 #[test]
-fn the_built_modules_export_proxy_wasm_0_2_1() {
-    let artefacts = crate::artefacts::Artefacts::locate();
-    for path in [artefacts.wasm_module, artefacts.wasm_headers_module] {
-        let Ok(module) = std::fs::read(&path) else {
-            eprintln!(
-                "SKIPPED: {} is not built (cargo xtask build)",
-                path.display()
-            );
-            continue;
-        };
-        assert_eq!(oci::abi_versions(&module).unwrap(), ["0.2.1"]);
-    }
+fn the_built_module_exports_proxy_wasm_0_2_1() {
+    let path = crate::artefacts::Artefacts::locate().wasm_module;
+    let Ok(module) = std::fs::read(&path) else {
+        eprintln!(
+            "SKIPPED: {} is not built (cargo xtask build)",
+            path.display()
+        );
+        return;
+    };
+    assert_eq!(oci::abi_versions(&module).unwrap(), ["0.2.1"]);
 }
 
 #[test]
@@ -395,11 +393,10 @@ fn skopeo_copies_the_image_and_the_module_survives() {
     assert_eq!(found.module_bytes, module);
 }
 
-/// Stands in for `infergate render` (a cargo build of the CLI): records the images.
-fn stub_examples(dir: &Path, images: &super::ImageUrls) -> anyhow::Result<()> {
+/// Stands in for `infergate render` (a cargo build of the CLI): records the image.
+fn stub_examples(dir: &Path, image: &str) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("image"), &images.module)?;
-    std::fs::write(dir.join("headers-image"), &images.headers)?;
+    std::fs::write(dir.join("image"), image)?;
     Ok(())
 }
 
@@ -407,28 +404,15 @@ fn stub_examples(dir: &Path, images: &super::ImageUrls) -> anyhow::Result<()> {
 fn dist_writes_modules_sums_image_version_and_examples() {
     let tmp = TempDir::new("dist");
     let module = some_module();
-    let headers_module = module_exporting(&["proxy_abi_version_0_2_1", "proxy_on_request_headers"]);
     let wasm = tmp.path().join("in.wasm");
-    let headers = tmp.path().join("headers.wasm");
     let native = tmp.path().join("in.so");
     std::fs::write(&wasm, &module).unwrap();
-    std::fs::write(&headers, &headers_module).unwrap();
     std::fs::write(&native, b"\x7fELF stand-in").unwrap();
     let out = tmp.path().join("dist");
-    let modules = super::Modules {
-        wasm: &wasm,
-        headers: &headers,
-        native: &native,
-    };
-    let written = super::write(&out, &modules, stub_examples).unwrap();
+    let written = super::write(&out, &wasm, &native, stub_examples).unwrap();
 
     assert_eq!(std::fs::read(out.join(super::WASM_FILE)).unwrap(), module);
     assert_eq!(written.module, Digest::of(&module));
-    assert_eq!(
-        std::fs::read(out.join(super::WASM_HEADERS_FILE)).unwrap(),
-        headers_module
-    );
-    assert_eq!(written.headers.module, Digest::of(&headers_module));
     assert_eq!(written.native, Digest::of(b"\x7fELF stand-in"));
     let sums = std::fs::read_to_string(out.join(format!("{}.sha256", super::WASM_FILE))).unwrap();
     assert_eq!(
@@ -438,7 +422,6 @@ fn dist_writes_modules_sums_image_version_and_examples() {
     let check = Command::new("sha256sum")
         .args(["--check", "--strict"])
         .arg(format!("{}.sha256", super::WASM_FILE))
-        .arg(format!("{}.sha256", super::WASM_HEADERS_FILE))
         .arg(format!("{}.sha256", super::NATIVE_FILE))
         .current_dir(&out)
         .output()
@@ -460,40 +443,23 @@ fn dist_writes_modules_sums_image_version_and_examples() {
         serde_json::json!(super::ROOT_IDS)
     );
     assert_eq!(found.config["abiVersions"], serde_json::json!(["0.2.1"]));
-    let found = oci::read_layout(&out.join(super::HEADERS_OCI_DIR), super::VERSION).unwrap();
-    assert_eq!(found.module, written.headers.module);
-    assert_eq!(found.manifest, written.headers.manifest);
-    assert_eq!(
-        found.config["config"]["rootIds"],
-        serde_json::json!(super::HEADERS_ROOT_IDS)
-    );
     let readme = std::fs::read_to_string(out.join("README.md")).unwrap();
     for needle in [
         written.manifest.hex(),
         written.module.as_str(),
-        written.headers.manifest.as_str(),
-        written.headers.module.hex(),
         crate::setup::ENVOY_VERSION,
     ] {
         assert!(readme.contains(needle), "README.md lacks {needle}");
     }
-    // The examples were asked for with this build's images, pinned by their digests.
+    // The examples were asked for with this build's image, pinned by its digest.
     assert_eq!(
         std::fs::read_to_string(out.join("examples/image")).unwrap(),
         format!("oci://{}@{}", super::examples::REPOSITORY, written.manifest)
     );
-    assert_eq!(
-        std::fs::read_to_string(out.join("examples/headers-image")).unwrap(),
-        format!(
-            "oci://{}@{}",
-            super::examples::HEADERS_REPOSITORY,
-            written.headers.manifest
-        )
-    );
 
     // A second run replaces the first.
     std::fs::write(out.join("stale"), "x").unwrap();
-    super::write(&out, &modules, stub_examples).unwrap();
+    super::write(&out, &wasm, &native, stub_examples).unwrap();
     assert!(!out.join("stale").exists());
 }
 
@@ -505,12 +471,7 @@ fn dist_never_replaces_a_directory_it_did_not_write() {
     let out = tmp.path().join("precious");
     std::fs::create_dir_all(&out).unwrap();
     std::fs::write(out.join("keep.txt"), "mine").unwrap();
-    let modules = super::Modules {
-        wasm: &wasm,
-        headers: &wasm,
-        native: &wasm,
-    };
-    let err = super::write(&out, &modules, stub_examples).unwrap_err();
+    let err = super::write(&out, &wasm, &wasm, stub_examples).unwrap_err();
     assert!(err.to_string().contains("not replacing"), "{err}");
     assert_eq!(
         std::fs::read_to_string(out.join("keep.txt")).unwrap(),
@@ -555,24 +516,19 @@ fn rendered_examples_load_the_installed_modules_and_pin_the_image() {
         return;
     }
     let tmp = TempDir::new("render");
-    let images = super::ImageUrls {
-        module: examples::image_url(examples::REPOSITORY, &Digest::of(b"an image")),
-        headers: examples::image_url(examples::HEADERS_REPOSITORY, &Digest::of(b"headers")),
-    };
-    examples::render(&binary, tmp.path(), &images).unwrap();
-    let headers = format!("{}/{}", examples::INSTALL_DIR, super::WASM_HEADERS_FILE);
+    let image = examples::image_url(&Digest::of(b"an image"));
+    examples::render(&binary, tmp.path(), &image).unwrap();
     for (flavour, module) in examples::FLAVOURS {
         let dir = tmp.path().join(flavour);
         let bootstrap = std::fs::read_to_string(dir.join("envoy.yaml")).unwrap();
         let installed = format!("{}/{module}", examples::INSTALL_DIR);
         assert!(bootstrap.contains(&installed), "{flavour}: no {installed}");
-        // The Wasm bootstrap's `headers` filter loads its own module.
-        assert_eq!(bootstrap.contains(&headers), flavour == "wasm", "{flavour}");
         // `render`'s default target is a bare Envoy (`--target istio` writes `istio.yaml`).
         for file in ["fields.md", "README.md"] {
             assert!(dir.join(file).is_file(), "{flavour}: no {file}");
         }
     }
+    let _ = image;
 }
 
 /// `dist/ENVOY_VERSION` is setup's constant; every other place that names the Envoy release

@@ -2,7 +2,7 @@
 //! returns `Result<_, Status>` for every status number and never panics.
 //!
 //! Ownership of returned memory: a hostcall that returns bytes has the host call the
-//! module's `proxy_on_memory_allocate(size)` (see [`crate::memory`]), write the bytes there and
+//! module's `proxy_on_memory_allocate(size)` (see `exports`), write the bytes there and
 //! store the pointer and size through the two out-pointers. That block was allocated with
 //! the global allocator as `size` bytes of alignment 1, which is exactly the allocation of
 //! a `Vec<u8>` of capacity `size`, so [`take_returned`] adopts it as one and frees it when
@@ -14,8 +14,8 @@
 
 use core::ptr::{null, null_mut};
 
-use crate::pairs::{self, Pairs};
-use crate::{BufferType, LogLevel, MapType, MetricType, Status};
+use super::pairs::{self, Pairs};
+use super::{BufferType, LogLevel, MapType, MetricType, Status};
 
 #[link(wasm_import_module = "env")]
 extern "C" {
