@@ -165,6 +165,9 @@ pub struct OverheadOptions {
     pub arms: Vec<String>,
     /// Streamed window per arm and round (zero: no streamed windows).
     pub stream_measure: Duration,
+    /// Content chunks per streamed response (the streamed bodies' `max_tokens`, which the
+    /// backend answers token by token).
+    pub stream_chunks: u32,
     /// `--profile`: after each run's rounds, one more measured window per arm under
     /// `perf`, drawn as a flame graph per process in this directory (not counted in the
     /// figures).
@@ -186,6 +189,7 @@ impl Default for OverheadOptions {
             endpoints: 4,
             arms: arm_labels().map(str::to_string).collect(),
             stream_measure: Duration::from_secs(2),
+            stream_chunks: STREAM_CHUNKS,
             profile: None,
             rate: None,
         }
@@ -380,6 +384,9 @@ pub struct OverheadFlags {
     /// Streamed window per arm and round, seconds; 0: none [default: 2; --quick: 0.6].
     #[arg(long, value_name = "S", value_parser = seconds)]
     pub stream_measure_s: Option<Duration>,
+    /// Content chunks per streamed response, 1 ms or more apart [default: 20].
+    #[arg(long, value_name = "N", value_parser = positive::<u32>)]
+    pub stream_chunks: Option<u32>,
     /// A flame graph per arm and run (one more window under perf, not counted), written
     /// to DIR [default DIR: target/flamegraphs].
     #[arg(verbatim_doc_comment, long, value_name = "DIR", num_args = 0..=1, default_missing_value = DEFAULT_PROFILE_DIR)]
@@ -456,6 +463,7 @@ impl OverheadFlags {
             warmup: pick(self.warmup_ms.map(Duration::from_millis), d.warmup, 500),
             measure: pick(self.measure_s, d.measure, 1500),
             stream_measure: pick(self.stream_measure_s, d.stream_measure, 600),
+            stream_chunks: self.stream_chunks.unwrap_or(d.stream_chunks),
             arms,
             profile: self.profile,
             rate: self.rate.map(f64::from),
@@ -494,18 +502,20 @@ impl OverheadOptions {
 /// distinct text (so the picker's prefix index sees different prompts).
 pub fn bodies(count: usize, tokens: u32) -> Vec<Bytes> {
     (0..count as u64)
-        .map(|i| chat_body(i, tokens, false))
+        .map(|i| chat_body(i, tokens, None))
         .collect()
 }
 
-/// The same bodies with `"stream": true`, asking for as many tokens as the backend streams.
-pub fn stream_bodies(count: usize, tokens: u32) -> Vec<Bytes> {
+/// The same bodies with `"stream": true`, asking for `chunks` tokens, which the backend
+/// streams one chunk each.
+pub fn stream_bodies(count: usize, tokens: u32, chunks: u32) -> Vec<Bytes> {
     (0..count as u64)
-        .map(|i| chat_body(i, tokens, true))
+        .map(|i| chat_body(i, tokens, Some(chunks)))
         .collect()
 }
 
-fn chat_body(i: u64, tokens: u32, stream: bool) -> Bytes {
+/// A chat body of about `tokens` prompt tokens; streamed, asking for `stream` tokens.
+fn chat_body(i: u64, tokens: u32, stream: Option<u32>) -> Bytes {
     let system = filler(0xb0d1 ^ (i << 8), tokens.saturating_sub(32));
     let user = filler(0x05e7 ^ (i << 8), 32.min(tokens));
     let mut body = json!({
@@ -516,9 +526,9 @@ fn chat_body(i: u64, tokens: u32, stream: bool) -> Bytes {
         ],
         "max_tokens": 1,
     });
-    if stream {
+    if let Some(chunks) = stream {
         body["stream"] = json!(true);
-        body["max_tokens"] = json!(STREAM_CHUNKS);
+        body["max_tokens"] = json!(chunks);
     }
     Bytes::from(body.to_string())
 }
@@ -696,7 +706,7 @@ async fn run_one(
     addrs: &[SocketAddr],
 ) -> Result<(Vec<Arm>, String)> {
     let bodies = bodies(opts.bodies, shape.body_tokens);
-    let streamed = stream_bodies(opts.bodies, shape.body_tokens);
+    let streamed = stream_bodies(opts.bodies, shape.body_tokens, opts.stream_chunks);
     let mut arms = Vec::with_capacity(started.len());
     for s in started {
         let templates = templates_for(&s, addrs, &bodies, &streamed);
@@ -1132,6 +1142,10 @@ mod tests {
         assert_eq!(OverheadOptions::parse(&s(&[])).unwrap().profile, None);
         let o = OverheadOptions::parse(&s(&["--quick", "--stream-measure-s", "0"])).unwrap();
         assert!(o.stream_measure.is_zero());
+        assert_eq!(o.stream_chunks, STREAM_CHUNKS);
+        let long = OverheadOptions::parse(&s(&["--stream-chunks", "200"])).unwrap();
+        assert_eq!(long.stream_chunks, 200);
+        assert!(OverheadOptions::parse(&s(&["--stream-chunks", "0"])).is_err());
         assert_eq!(o.runs, QUICK_RUNS, "quick: 32 KB at 1 worker, 128 KB at 4");
         assert_eq!(o.runs, [shape(1, 8192), shape(4, 32768)]);
         let o = OverheadOptions::parse(&s(&["--quick", "--body-kb", "512"])).unwrap();
@@ -1170,7 +1184,7 @@ mod tests {
 
     #[test]
     fn streamed_bodies_differ_only_in_streaming_and_length() {
-        let (b, s) = (bodies(2, 100), stream_bodies(2, 100));
+        let (b, s) = (bodies(2, 100), stream_bodies(2, 100, STREAM_CHUNKS));
         for (b, s) in b.iter().zip(&s) {
             let mut b: serde_json::Value = serde_json::from_slice(b).unwrap();
             let s: serde_json::Value = serde_json::from_slice(s).unwrap();

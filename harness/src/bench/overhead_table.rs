@@ -266,9 +266,18 @@ pub(super) fn render(
     }
     let mut header = vec!["arm".to_string()];
     header.extend(arms.iter().map(|a| a.label.to_string()));
+    let streamed = if !arms.iter().any(|a| a.stream.is_some()) {
+        String::new()
+    } else {
+        format!(
+            "; streamed windows of {:.1} s, {} chunks per response",
+            opts.stream_measure.as_secs_f64(),
+            opts.stream_chunks
+        )
+    };
     let mut out = format!(
         "proxy overhead: {} connections {}, Envoy --concurrency {}, {} rounds × {:.1} s \
-         per arm (order rotated), bodies of {} tokens (~{} KB)\n\n",
+         per arm (order rotated), bodies of {} tokens (~{} KB){streamed}\n\n",
         opts.connections,
         opts.arrivals(),
         shape.concurrency,
@@ -299,7 +308,7 @@ pub(super) fn render(
         ) else {
             continue;
         };
-        out.push_str(&tenancy_text(b, t));
+        out.push_str(&tenancy_text(b, t, opts.stream_chunks));
     }
     for (base, flow) in FLOW_PAIRS {
         let (Some(b), Some(f)) = (
@@ -441,7 +450,7 @@ fn spread(d: &[f64]) -> (f64, f64) {
 
 /// What tenancy adds to `b`'s flavour: Envoy CPU per request, and on streams the first
 /// chunk and Envoy CPU per stream, with the verdicts.
-fn tenancy_text(b: &Arm, t: &Arm) -> String {
+fn tenancy_text(b: &Arm, t: &Arm, stream_chunks: u32) -> String {
     let flavour = b.label;
     let mut out = String::new();
     if let (Some(cb), Some(ct)) = (cpu_us(b), cpu_us(t)) {
@@ -500,7 +509,7 @@ fn tenancy_text(b: &Arm, t: &Arm) -> String {
              {} → {} = {added_ms:+.3} ms (median of per-round differences {:+.3} ms; target ≤ \
              +{FIRST_CHUNK_BUDGET_MS} ms: {verdict}); {cpu}; usage forced upstream on {}/{} \
              streams, usage seen by the client on none of {} checked\n",
-            super::overhead::backend::STREAM_CHUNKS,
+            stream_chunks,
             ms3(pb),
             ms3(pt),
             median(&per_round),
@@ -1001,6 +1010,11 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("usage forced upstream on 10/10"), "{out}");
+        assert!(out.contains("(20 chunks through the usage stage)"), "{out}");
+        assert!(
+            out.contains("; streamed windows of 2.0 s, 20 chunks per response"),
+            "{out}"
+        );
         assert!(out.contains("wasm tenancy"), "{out}");
         assert!(out.contains("+13.0 µs"), "{out}");
         assert!(out.contains("reported, no target"), "{out}");

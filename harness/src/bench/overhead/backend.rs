@@ -2,9 +2,10 @@
 //! filters, not an engine: one small chat completion per `POST` ([`COMPLETION_JSON`]), a
 //! constant idle vLLM `/metrics` page ([`METRICS_PAGE`], so the gateway's scraper keeps a
 //! fresh snapshot), `/health`, and a streamed
-//! answer for requests carrying [`STREAM_HEADER`]: [`STREAM_CHUNKS`] content chunks of
-//! vLLM's shape, the first with the response headers at once, each next one at least
-//! [`CHUNK_GAP`] later, then `data: [DONE]` right after the last (as vLLM sends its
+//! answer for requests carrying [`STREAM_HEADER`]: one content chunk of vLLM's shape per
+//! token the body's `max_tokens` asks for ([`STREAM_CHUNKS`] when it names none, at most
+//! [`MAX_STREAM_CHUNKS`]), the first with the response headers at once, each next one at
+//! least [`CHUNK_GAP`] later, then `data: [DONE]` right after the last (as vLLM sends its
 //! usage-only chunk and `[DONE]` with the last token, so a stream with usage takes no
 //! longer than one without).
 //!
@@ -78,8 +79,12 @@ pub struct Counters {
 /// The request header that asks for the streamed answer.
 pub const STREAM_HEADER: &str = "x-bench-stream";
 
-/// Content chunks of every streamed answer.
+/// Content chunks of a streamed answer whose body names no `max_tokens`, and the bench's
+/// default (`bench overhead --stream-chunks`).
 pub const STREAM_CHUNKS: u32 = 20;
+
+/// The most content chunks one streamed answer has, whatever `max_tokens` asks.
+pub const MAX_STREAM_CHUNKS: u32 = 4096;
 
 /// The least time between two chunks of a streamed answer: an engine's inter-token time,
 /// shortened. Tokio's timer rounds a sleep up past its next millisecond tick, so chunks
@@ -204,6 +209,7 @@ async fn handle(shared: Shared, req: Request<Incoming>) -> Result<Response<Answe
                 .fetch_add(bytes.len() as u64, Ordering::Relaxed);
             if streamed {
                 let usage = UsageAsked::of(&bytes);
+                let tokens = stream_tokens(&bytes);
                 shared.streams.streams.fetch_add(1, Ordering::Relaxed);
                 if usage.include {
                     shared.streams.usage_forced.fetch_add(1, Ordering::Relaxed);
@@ -212,7 +218,7 @@ async fn handle(shared: Shared, req: Request<Incoming>) -> Result<Response<Answe
                 (
                     StatusCode::OK,
                     "text/event-stream",
-                    Answer::stream(sse_chunks(prompt_tokens, usage)),
+                    Answer::stream(sse_chunks(prompt_tokens, tokens, usage), tokens),
                 )
             } else {
                 (
@@ -256,8 +262,28 @@ impl UsageAsked {
     }
 }
 
-/// The chunks of one streamed answer, each one `data:` event, `[DONE]` last.
-fn sse_chunks(prompt_tokens: u64, usage: UsageAsked) -> Vec<Bytes> {
+/// The content chunks a streamed answer to `body` has: its `max_tokens`, else
+/// [`STREAM_CHUNKS`], within 1 and [`MAX_STREAM_CHUNKS`].
+fn stream_tokens(body: &[u8]) -> u32 {
+    max_tokens(body)
+        .unwrap_or(STREAM_CHUNKS)
+        .clamp(1, MAX_STREAM_CHUNKS)
+}
+
+/// The `max_tokens` a request body asks for, as the bench writes it (compact JSON).
+fn max_tokens(body: &[u8]) -> Option<u32> {
+    const KEY: &[u8] = b"\"max_tokens\":";
+    let at = body.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
+    let digits = body[at..].iter().take_while(|b| b.is_ascii_digit()).count();
+    std::str::from_utf8(&body[at..at + digits])
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// The chunks of one streamed answer of `tokens` content chunks, each one `data:` event,
+/// `[DONE]` last.
+fn sse_chunks(prompt_tokens: u64, tokens: u32, usage: UsageAsked) -> Vec<Bytes> {
     let fields = |completion: u64| {
         format!(
             r#""prompt_tokens":{prompt_tokens},"total_tokens":{},"completion_tokens":{completion}"#,
@@ -267,7 +293,7 @@ fn sse_chunks(prompt_tokens: u64, usage: UsageAsked) -> Vec<Bytes> {
     let head = format!(
         r#"data: {{"id":"chatcmpl-bench","object":"chat.completion.chunk","created":0,"model":"{DEFAULT_MODEL}","choices":["#
     );
-    let last = u64::from(STREAM_CHUNKS);
+    let last = u64::from(tokens);
     let mut out = Vec::new();
     for i in 1..=last {
         let finish = if i == last { r#""stop""# } else { "null" };
@@ -313,11 +339,13 @@ impl Answer {
         }
     }
 
-    fn stream(chunks: Vec<Bytes>) -> Answer {
+    /// A stream whose first `tokens` chunks are paced (the rest, usage and `[DONE]`,
+    /// follow the last of them at once).
+    fn stream(chunks: Vec<Bytes>, tokens: u32) -> Answer {
         Answer {
             chunks: chunks.into_iter(),
             streamed: true,
-            gaps: STREAM_CHUNKS.saturating_sub(1) as usize,
+            gaps: tokens.saturating_sub(1) as usize,
             gap: None,
         }
     }
@@ -393,7 +421,7 @@ mod tests {
         ] {
             let asked = UsageAsked::of(body);
             assert_eq!(asked, want);
-            let chunks = sse_chunks(100, asked);
+            let chunks = sse_chunks(100, STREAM_CHUNKS, asked);
             let extra = usize::from(asked.include);
             assert_eq!(chunks.len(), STREAM_CHUNKS as usize + 1 + extra);
             let mut last_usage = None;
@@ -449,6 +477,34 @@ mod tests {
         assert_eq!(backend.streams().usage_forced.load(Ordering::Relaxed), 1);
         assert_eq!(backend.streams().streams.load(Ordering::Relaxed), 2);
         assert_eq!(backend.counters().posts.load(Ordering::Relaxed), 3);
+        // A body's `max_tokens` sets how many content chunks it gets, within the bound.
+        for (asked, chunks) in [(3, 3), (1, 1), (0, 1)] {
+            let body = serde_json::json!({"stream": true, "max_tokens": asked});
+            let r = client::post_json(&url, &body, &[(STREAM_HEADER, "1")])
+                .await
+                .unwrap();
+            assert_eq!(
+                r.text().matches("data: ").count(),
+                chunks as usize + 1,
+                "{asked}"
+            );
+        }
+    }
+
+    #[test]
+    fn max_tokens_is_read_from_compact_json() {
+        assert_eq!(
+            max_tokens(br#"{"model":"m","max_tokens":200,"stream":true}"#),
+            Some(200)
+        );
+        assert_eq!(max_tokens(br#"{"max_tokens":7}"#), Some(7));
+        assert_eq!(max_tokens(br#"{"stream":true}"#), None);
+        assert_eq!(max_tokens(br#"{"max_tokens":"x"}"#), None);
+        assert_eq!(max_tokens(br#"{"max_tokens":99999999999}"#), None);
+        assert_eq!(stream_tokens(br#"{"max_tokens":200}"#), 200);
+        assert_eq!(stream_tokens(br#"{"max_tokens":0}"#), 1);
+        assert_eq!(stream_tokens(br#"{"max_tokens":5000}"#), MAX_STREAM_CHUNKS);
+        assert_eq!(stream_tokens(br#"{"stream":true}"#), STREAM_CHUNKS);
     }
 
     #[tokio::test]
@@ -456,13 +512,14 @@ mod tests {
         use http_body_util::BodyExt;
         let chunks = sse_chunks(
             10,
+            STREAM_CHUNKS,
             UsageAsked {
                 include: true,
                 continuous: true,
             },
         );
         let total = chunks.len();
-        let mut body = Answer::stream(chunks);
+        let mut body = Answer::stream(chunks, STREAM_CHUNKS);
         let start = std::time::Instant::now();
         let mut arrivals = Vec::new();
         while let Some(frame) = body.frame().await {
