@@ -924,6 +924,7 @@ fn arm(
             path: path.clone(),
             templates: Arc::new(templates.streamed),
             connections: opts.connections,
+            chunks: opts.stream_chunks,
         },
         total: StreamResult::default(),
         envoy_cpu: Duration::ZERO,

@@ -962,6 +962,7 @@ mod tests {
                 path: "/".into(),
                 templates: Arc::new(Vec::new()),
                 connections: 1,
+                chunks: super::super::overhead::backend::STREAM_CHUNKS,
             },
             total: StreamResult {
                 ok: 10,

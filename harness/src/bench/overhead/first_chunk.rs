@@ -3,7 +3,7 @@
 //! stream ([`super::backend`]), timing for each request its response headers, its first
 //! chunk (from sending the request to the first body bytes) and its end.
 //!
-//! Every stream is checked as it is read: all [`STREAM_CHUNKS`] content chunks and
+//! Every stream is checked as it is read: all its content chunks (`chunks`) and
 //! `[DONE]`, and no usage at all, since the client never asks for it (a tenancy arm's
 //! gateway forces usage on upstream and must cut it out again). A stream that fails the
 //! check counts as an error. Responses carrying OpenAI's `x-ratelimit-limit-requests` (the
@@ -22,7 +22,6 @@ use hyper::Request;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use super::backend::STREAM_CHUNKS;
 use crate::bench::closed_loop::RequestTemplate;
 
 /// The header the quota stage sets on every admitted response.
@@ -39,6 +38,8 @@ pub struct StreamLoop {
     pub templates: Arc<Vec<RequestTemplate>>,
     /// Connections, each with one stream in flight.
     pub connections: usize,
+    /// Content chunks every stream must carry (what its body's `max_tokens` asks for).
+    pub chunks: u32,
 }
 
 /// What a streamed run measured.
@@ -182,7 +183,7 @@ impl StreamLoop {
         if status != 200 {
             bail!("HTTP {status}");
         }
-        check_stream(&text)?;
+        check_stream(&text, self.chunks)?;
         Ok(Timed {
             headers,
             first_chunk: first_chunk.unwrap_or(total),
@@ -193,14 +194,11 @@ impl StreamLoop {
 }
 
 /// A stream as the client must receive it: every content chunk, `[DONE]`, no usage.
-fn check_stream(text: &[u8]) -> Result<()> {
+fn check_stream(text: &[u8], chunks: u32) -> Result<()> {
     let text = String::from_utf8_lossy(text);
     let events = text.matches("data: ").count();
-    if events != STREAM_CHUNKS as usize + 1 || !text.ends_with("data: [DONE]\n\n") {
-        bail!(
-            "stream of {events} events, not {} chunks and [DONE]",
-            STREAM_CHUNKS
-        );
+    if events != chunks as usize + 1 || !text.ends_with("data: [DONE]\n\n") {
+        bail!("stream of {events} events, not {chunks} chunks and [DONE]");
     }
     if text.contains("usage") {
         bail!("the client received usage it never asked for");
@@ -223,7 +221,7 @@ async fn connect(target: SocketAddr) -> Result<Sender> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
-    use super::super::backend::{BenchBackend, CHUNK_GAP, STREAM_HEADER};
+    use super::super::backend::{BenchBackend, CHUNK_GAP, STREAM_CHUNKS, STREAM_HEADER};
     use super::*;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,6 +236,7 @@ mod tests {
             path: "/v1/chat/completions".into(),
             templates: Arc::new(vec![template(vec![(STREAM_HEADER.into(), "1".into())])]),
             connections: 2,
+            chunks: STREAM_CHUNKS,
         };
         let r = lp.run(Duration::from_millis(300)).await;
         assert_eq!(r.errors, 0, "{:?}", r.first_error);
@@ -272,9 +271,10 @@ mod tests {
             text.push_str(&format!("data: {{\"n\":{i}}}\n\n"));
         }
         text.push_str("data: [DONE]\n\n");
-        assert!(check_stream(text.as_bytes()).is_ok());
+        assert!(check_stream(text.as_bytes(), STREAM_CHUNKS).is_ok());
+        assert!(check_stream(text.as_bytes(), STREAM_CHUNKS + 1).is_err());
         let with_usage = text.replacen("{\"n\":0}", "{\"usage\":{}}", 1);
-        assert!(check_stream(with_usage.as_bytes()).is_err());
-        assert!(check_stream(b"data: [DONE]\n\n").is_err());
+        assert!(check_stream(with_usage.as_bytes(), STREAM_CHUNKS).is_err());
+        assert!(check_stream(b"data: [DONE]\n\n", STREAM_CHUNKS).is_err());
     }
 }
