@@ -88,8 +88,8 @@ pub const MAX_STREAM_CHUNKS: u32 = 4096;
 
 /// The least time between two chunks of a streamed answer: an engine's inter-token time,
 /// shortened. Tokio's timer rounds a sleep up past its next millisecond tick, so chunks
-/// come about 2 ms apart and a stream lasts about 40 ms. The first chunk leaves with the
-/// headers.
+/// come about 2 ms apart and a stream of 20 lasts about 40 ms. The first chunk leaves with
+/// the headers.
 pub const CHUNK_GAP: Duration = Duration::from_millis(1);
 
 /// Streamed answers and how many of them had usage forced on.
