@@ -261,12 +261,13 @@ pub(super) fn render(
         ];
         rows.splice(at..at, extra);
     }
-    if arms.iter().any(|a| a.stream.is_some()) {
+    let has_streams = arms.iter().any(|a| a.stream.is_some());
+    if has_streams {
         rows.extend(stream_rows(arms));
     }
     let mut header = vec!["arm".to_string()];
     header.extend(arms.iter().map(|a| a.label.to_string()));
-    let streamed = if !arms.iter().any(|a| a.stream.is_some()) {
+    let streamed = if !has_streams {
         String::new()
     } else {
         format!(

@@ -34,6 +34,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use memchr::memmem;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -253,7 +254,7 @@ impl UsageAsked {
     /// Looks for the flags as a gateway writes them (compact JSON); a client that spaced
     /// them out would get no usage, which the bench's clients never ask for anyway.
     fn of(body: &[u8]) -> UsageAsked {
-        let has = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
+        let has = |needle: &[u8]| memmem::find(body, needle).is_some();
         let include = has(b"\"include_usage\":true");
         UsageAsked {
             include,
@@ -273,7 +274,7 @@ fn stream_tokens(body: &[u8]) -> u32 {
 /// The `max_tokens` a request body asks for, as the bench writes it (compact JSON).
 fn max_tokens(body: &[u8]) -> Option<u32> {
     const KEY: &[u8] = b"\"max_tokens\":";
-    let at = body.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
+    let at = memmem::find(body, KEY)? + KEY.len();
     let digits = body[at..].iter().take_while(|b| b.is_ascii_digit()).count();
     std::str::from_utf8(&body[at..at + digits])
         .ok()?
